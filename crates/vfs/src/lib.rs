@@ -1,0 +1,335 @@
+//! The file-system contract of cairn.
+//!
+//! Every file system in cairn (the FFS-style format in each of its consistency modes, later
+//! the log-structured format and the policy layer) implements [`FileSystem`]. The FUSE adapter
+//! is the only consumer that talks to the kernel; tests and tools can drive a file system
+//! through this trait directly, without a mount, exactly as mountpoint-s3 separates its
+//! file-system crate from its FUSE glue.
+//!
+//! The contract is inode-number based, like the FUSE low-level API, because that is what the
+//! kernel hands us and what lets a file system avoid path resolution on every call. Every
+//! error carries its errno (see [`FsError::errno`]).
+//!
+//! Permission checks are the file system's job (owner/group/other, sticky directories,
+//! root's bypass): the FUSE adapter may additionally let the kernel check with
+//! `default_permissions`, but a file system driven directly must still be safe.
+
+use std::ffi::OsStr;
+use std::time::SystemTime;
+
+mod error;
+mod perm;
+
+pub use error::{Errno, FsError, Result};
+pub use perm::{Access, Ctx};
+
+/// An inode number as the file system knows it. The FUSE adapter maps the kernel's root (1)
+/// to [`FileSystem::root_ino`].
+pub type Ino = u64;
+/// An open-file or open-directory handle returned by open/create/opendir.
+pub type Fh = u64;
+
+/// What kind of object an inode is. The numeric values are the `S_IFMT` bits >> 12, which is
+/// also how the FFS format stores them in directory entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum FileKind {
+    Fifo,
+    CharDevice,
+    Directory,
+    BlockDevice,
+    RegularFile,
+    Symlink,
+    Socket,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+            FileKind::RegularFile => libc::S_IFREG,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The kind named by the `S_IFMT` bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            libc::S_IFREG => FileKind::RegularFile,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFSOCK => FileKind::Socket,
+            _ => return None,
+        })
+    }
+
+    /// The `d_type` value (`DT_*`) for directory listings.
+    pub fn dtype(self) -> u8 {
+        (self.mode_bits() >> 12) as u8
+    }
+
+    pub fn from_dtype(t: u8) -> Option<FileKind> {
+        Self::from_mode((t as u32) << 12)
+    }
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    /// Generation number: distinguishes reuses of the same inode number.
+    pub generation: u64,
+    pub size: u64,
+    /// Space allocated, in 512-byte units (as `st_blocks`).
+    pub blocks: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+    pub kind: FileKind,
+    /// Permission bits including setuid/setgid/sticky (mode & 0o7777).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    /// Preferred I/O size (`st_blksize`).
+    pub blksize: u32,
+    pub flags: u32,
+}
+
+/// A time to set with setattr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(SystemTime),
+}
+
+/// The fields setattr changes; `None` leaves a field alone. Which timestamps change as a
+/// side effect (ctime on every change, mtime on truncate) is the file system's job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    pub ctime: Option<SystemTime>,
+    /// The handle the change was made through, if any (ftruncate): permission to truncate
+    /// was checked at open time.
+    pub fh: Option<Fh>,
+}
+
+/// rename(2) / renameat2(2) flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    /// Decodes the `RENAME_*` bits; unknown bits are EINVAL.
+    pub fn from_bits(bits: u32) -> Result<RenameFlags> {
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        if bits & !known != 0 {
+            return Err(FsError::Errno(Errno::EINVAL));
+        }
+        let f = RenameFlags {
+            noreplace: bits & libc::RENAME_NOREPLACE != 0,
+            exchange: bits & libc::RENAME_EXCHANGE != 0,
+        };
+        if f.noreplace && f.exchange {
+            return Err(FsError::Errno(Errno::EINVAL));
+        }
+        Ok(f)
+    }
+}
+
+/// One directory entry handed to a readdir callback.
+#[derive(Clone, Debug)]
+pub struct DirEntry<'a> {
+    pub ino: Ino,
+    /// The cookie that resumes the listing *after* this entry.
+    pub next_offset: u64,
+    pub kind: FileKind,
+    pub name: &'a OsStr,
+    /// Filled for readdirplus.
+    pub attr: Option<Attr>,
+}
+
+/// `statfs` results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// What the FUSE adapter may let the kernel cache for this file system, chosen by the mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelCachePolicy {
+    /// Let the kernel buffer writes in its page cache (FUSE writeback cache). Not for modes
+    /// that promise a write is on the device when write() returns.
+    pub writeback_cache: bool,
+    /// How long the kernel may trust entries and attributes it was given.
+    pub entry_ttl: std::time::Duration,
+    pub attr_ttl: std::time::Duration,
+    /// How long the kernel may remember that a name does not exist.
+    pub negative_ttl: std::time::Duration,
+}
+
+/// `fallocate` mode bits (`FALLOC_FL_*`).
+pub type FallocMode = i32;
+
+/// The contract. Methods take `&self`: a file system does its own locking, so the FUSE
+/// adapter can serve requests from several threads.
+pub trait FileSystem: Send + Sync {
+    /// The inode number of the root directory.
+    fn root_ino(&self) -> Ino;
+
+    /// What the kernel may cache.
+    fn cache_policy(&self) -> KernelCachePolicy;
+
+    fn statfs(&self) -> Result<StatFs>;
+
+    fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr>;
+
+    /// The kernel dropped `nlookup` references to `ino`. An unlinked inode's storage may be
+    /// freed once both the kernel and every open handle have let go of it.
+    fn forget(&self, _ino: Ino, _nlookup: u64) {}
+
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+
+    fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr>;
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
+
+    /// Creates a non-directory, non-symlink node; `mode` includes the `S_IFMT` bits.
+    fn mknod(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u32)
+    -> Result<Attr>;
+
+    fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr>;
+
+    fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()>;
+
+    fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()>;
+
+    fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr>;
+
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()>;
+
+    fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr>;
+
+    /// Opens a file; `flags` are the open(2) flags (O_ACCMODE, O_TRUNC, O_APPEND, ...).
+    fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh>;
+
+    /// Creates and opens a regular file.
+    fn create(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)>;
+
+    /// Reads up to `size` bytes at `offset` into `buf` (cleared first); short at end of file.
+    fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
+
+    /// Writes `data` at `offset` (at end of file if the handle was opened with O_APPEND);
+    /// returns the bytes written.
+    fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32>;
+
+    /// close(2) on one descriptor of the handle.
+    fn flush(&self, _ino: Ino, _fh: Fh) -> Result<()> {
+        Ok(())
+    }
+
+    /// The last descriptor of the handle is gone.
+    fn release(&self, ino: Ino, fh: Fh) -> Result<()>;
+
+    /// When this returns, the file's data and the metadata needed to find it are durable.
+    fn fsync(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()>;
+
+    fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh>;
+
+    /// Lists entries starting at the cookie `offset` (0 = beginning; `.` and `..` included).
+    /// `emit` returns false when the reply buffer is full; the entry it refused is offered
+    /// again at the next call. With `plus`, entries carry attributes and count as lookups.
+    fn readdir(
+        &self,
+        ino: Ino,
+        fh: Fh,
+        offset: u64,
+        plus: bool,
+        emit: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()>;
+
+    fn releasedir(&self, _ino: Ino, _fh: Fh) -> Result<()> {
+        Ok(())
+    }
+
+    fn fsyncdir(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()>;
+
+    fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()>;
+
+    fn getxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<Vec<u8>>;
+
+    /// Names, each followed by a NUL byte.
+    fn listxattr(&self, ctx: &Ctx, ino: Ino) -> Result<Vec<u8>>;
+
+    fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()>;
+
+    fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()>;
+
+    fn fallocate(&self, ino: Ino, fh: Fh, offset: u64, length: u64, mode: FallocMode)
+    -> Result<()>;
+
+    /// SEEK_DATA / SEEK_HOLE; the default treats the whole file as data.
+    fn lseek(&self, ino: Ino, _fh: Fh, offset: u64, whence: i32) -> Result<u64> {
+        let size = self.getattr(ino)?.size;
+        if offset >= size {
+            return Err(FsError::Errno(Errno::ENXIO));
+        }
+        match whence {
+            libc::SEEK_DATA => Ok(offset),
+            libc::SEEK_HOLE => Ok(size),
+            _ => Err(FsError::Errno(Errno::EINVAL)),
+        }
+    }
+
+    /// Writes everything dirty and makes it durable (sync(2), unmount).
+    fn sync_all(&self) -> Result<()>;
+
+    /// Final flush before the file system goes away; the default syncs.
+    fn destroy(&self) -> Result<()> {
+        self.sync_all()
+    }
+
+    /// Live counters as JSON text for `cairn stats`.
+    fn stats_json(&self) -> String {
+        "{}".to_string()
+    }
+}
