@@ -1,0 +1,531 @@
+//! cairn-fstests: helpers for the integration suites in `tests/`.
+//!
+//! Every suite runs against a [`Target`]: a directory on which the POSIX behaviour under test
+//! is observed. [`Target::host_dir`] is a temporary directory on the host file system (the
+//! reference the suites are validated against); [`Target::cairn`] is a freshly made cairn
+//! image mounted through FUSE in one metadata-update mode. A suite that passes on the host
+//! and fails on cairn has found a cairn bug; a suite that fails on the host is itself wrong.
+//!
+//! Environment (see also the crate README section in each suite's header):
+//! - `CAIRN_BIN`: the `cairn` binary. Otherwise `target/{debug,release}/cairn` under the
+//!   workspace root is used; if neither exists, `cargo build -p cairn-cli` is run once.
+//! - `CAIRN_TEST_MODES`: comma-separated modes to mount (default `sync,async`).
+//! - `CAIRN_TEST_HOST_ONLY=1`: run the suites against host directories only.
+//! - `CAIRN_TEST_HEAVY=1`: also run the heavy parts (the zlib build in `persistence`).
+//! - `CAIRN_MOUNT_OPTS`: extra `-o` options appended to every `cairn mount`.
+//!
+//! When cairn is not usable (mkfs or mount fails) the suites fail with the command's output:
+//! they never pass silently.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub mod sys;
+pub mod tree;
+pub mod user;
+
+/// Prints a line tagged with the suite's context; the test harness shows it on failure (and
+/// always with `--nocapture`), so a failing run says what it was checking.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("[fstests] {}", format_args!($($arg)*))
+    };
+}
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+/// True when `CAIRN_TEST_HOST_ONLY=1`: the suites validate themselves against host directories.
+pub fn host_only() -> bool {
+    std::env::var("CAIRN_TEST_HOST_ONLY").is_ok_and(|v| v == "1")
+}
+
+/// True when `CAIRN_TEST_HEAVY=1`.
+pub fn heavy() -> bool {
+    std::env::var("CAIRN_TEST_HEAVY").is_ok_and(|v| v == "1")
+}
+
+/// The modes to test, from `CAIRN_TEST_MODES` (default `sync,async`).
+pub fn modes() -> Vec<String> {
+    let s = std::env::var("CAIRN_TEST_MODES").unwrap_or_else(|_| "sync,async".into());
+    s.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
+}
+
+static BIN: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Locates the `cairn` binary, building it once if needed.
+///
+/// A nested `cargo build` while `cargo test` runs is safe: cargo releases the build-directory
+/// lock before it runs test binaries. CI builds the binary first anyway (`make test`).
+pub fn cairn_bin() -> PathBuf {
+    let mut guard = BIN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = guard.as_ref() {
+        return p.clone();
+    }
+    let found = if let Some(p) = std::env::var_os("CAIRN_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "CAIRN_BIN={} is not a file", p.display());
+        p
+    } else {
+        let root = workspace_root();
+        let candidates = [root.join("target/debug/cairn"), root.join("target/release/cairn")];
+        match candidates.iter().find(|p| p.is_file()) {
+            Some(p) => p.clone(),
+            None => {
+                say!("cairn binary not found; running `cargo build -p cairn-cli`");
+                let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                    .args(["build", "-p", "cairn-cli"])
+                    .current_dir(&root)
+                    .status()
+                    .expect("run cargo build -p cairn-cli");
+                assert!(st.success(), "cargo build -p cairn-cli failed ({st})");
+                candidates[0].clone()
+            }
+        }
+    };
+    *guard = Some(found.clone());
+    found
+}
+
+/// Runs a command, returning its output; never panics on a nonzero exit.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The result of `cairn fsck`.
+#[derive(Debug, Clone)]
+pub struct Fsck {
+    /// The exit code (e2fsck classes: 0 clean, 1 fixed, 4 errors left, 8 operational error).
+    pub code: i32,
+    pub output: String,
+}
+
+enum Kind {
+    Host { tmpfs: bool },
+    Cairn { bin: PathBuf, mode: String, image: PathBuf, mounted: bool },
+}
+
+/// A directory under test. Dropping it unmounts (cairn, tmpfs) and removes the temp files.
+pub struct Target {
+    kind: Kind,
+    /// The directory the suites work in (a mount point for cairn).
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// A temp dir that other users can traverse (permission tests run as unprivileged users).
+fn open_tempdir(prefix: &str) -> tempfile::TempDir {
+    let base = std::env::var_os("CAIRN_TEST_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let d = tempfile::Builder::new().prefix(prefix).tempdir_in(base).expect("tempdir");
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
+    d
+}
+
+impl Target {
+    /// A temporary directory on the host file system: the reference behaviour.
+    pub fn host_dir() -> Target {
+        let d = open_tempdir("cairn-host-");
+        let root = d.path().join("root");
+        fs::create_dir(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        Target { kind: Kind::Host { tmpfs: false }, root, _dir: d }
+    }
+
+    /// A small tmpfs (`size` like "16M", optional inode limit): the host reference for
+    /// running out of space and inodes.
+    pub fn host_tmpfs(size: &str, inodes: Option<u64>) -> Target {
+        let d = open_tempdir("cairn-tmpfs-");
+        let root = d.path().join("root");
+        fs::create_dir(&root).unwrap();
+        let mut opts = format!("size={size},mode=0755");
+        if let Some(n) = inodes {
+            opts.push_str(&format!(",nr_inodes={n}"));
+        }
+        let o = run(Command::new("mount").args(["-t", "tmpfs", "-o", &opts, "tmpfs"]).arg(&root));
+        assert!(o.status.success(), "mounting tmpfs failed: {}", show(&o));
+        Target { kind: Kind::Host { tmpfs: true }, root, _dir: d }
+    }
+
+    /// A fresh 512 MiB cairn image mounted in `mode`.
+    pub fn cairn(mode: &str) -> Target {
+        Self::cairn_sized(mode, "512M", &[])
+    }
+
+    /// A fresh cairn image of `size` (e.g. "16M") with extra mkfs arguments, mounted in `mode`.
+    /// Panics with the command's output when cairn cannot make or mount it.
+    pub fn cairn_sized(mode: &str, size: &str, mkfs_args: &[&str]) -> Target {
+        let bin = cairn_bin();
+        let d = open_tempdir("cairn-fs-");
+        let image = d.path().join("image");
+        let root = d.path().join("mnt");
+        fs::create_dir(&root).unwrap();
+        let o = run(Command::new(&bin).arg("mkfs").arg(&image).args(["--size", size]).args(mkfs_args));
+        assert!(
+            o.status.success(),
+            "`cairn mkfs {} --size {size}` failed — cairn is not usable yet (set CAIRN_TEST_HOST_ONLY=1 to \
+             validate the suites on the host only):\n{}",
+            image.display(),
+            show(&o)
+        );
+        let mut t = Target {
+            kind: Kind::Cairn { bin, mode: mode.to_string(), image, mounted: false },
+            root,
+            _dir: d,
+        };
+        t.mount();
+        t
+    }
+
+    /// The targets a suite runs on: host only with `CAIRN_TEST_HOST_ONLY=1`, otherwise one
+    /// cairn mount per mode of [`modes`].
+    pub fn all() -> Vec<Target> {
+        if host_only() {
+            vec![Target::host_dir()]
+        } else {
+            modes().iter().map(|m| Target::cairn(m)).collect()
+        }
+    }
+
+    /// Like [`Target::all`] but small file systems of `size` bytes-with-unit ("16M"), used to
+    /// run out of space: tmpfs on the host.
+    pub fn all_small(size: &str, host_inodes: Option<u64>) -> Vec<Target> {
+        if host_only() {
+            vec![Target::host_tmpfs(size, host_inodes)]
+        } else {
+            modes().iter().map(|m| Target::cairn_sized(m, size, &[])).collect()
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `root/rel`.
+    pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// "host", "tmpfs" or "cairn:<mode>".
+    pub fn name(&self) -> String {
+        match &self.kind {
+            Kind::Host { tmpfs: false } => "host".into(),
+            Kind::Host { tmpfs: true } => "tmpfs".into(),
+            Kind::Cairn { mode, .. } => format!("cairn:{mode}"),
+        }
+    }
+
+    pub fn is_cairn(&self) -> bool {
+        matches!(self.kind, Kind::Cairn { .. })
+    }
+
+    pub fn mode(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Cairn { mode, .. } => Some(mode),
+            Kind::Host { .. } => None,
+        }
+    }
+
+    /// The image file of a cairn target.
+    pub fn image(&self) -> Option<&Path> {
+        match &self.kind {
+            Kind::Cairn { image, .. } => Some(image),
+            Kind::Host { .. } => None,
+        }
+    }
+
+    /// Mounts a cairn target (no-op on the host).
+    pub fn mount(&mut self) {
+        let root = self.root.clone();
+        if let Kind::Cairn { bin, mode, image, mounted } = &mut self.kind {
+            if *mounted {
+                return;
+            }
+            let mut opts = format!("mode={mode}");
+            let extra = std::env::var("CAIRN_MOUNT_OPTS").unwrap_or_default();
+            if !extra.is_empty() {
+                opts.push(',');
+                opts.push_str(&extra);
+            }
+            let o = run(Command::new(&*bin).args(["mount", "-o", &opts]).arg(&*image).arg(&root));
+            assert!(
+                o.status.success(),
+                "`cairn mount -o {opts} {} {}` failed:\n{}",
+                image.display(),
+                root.display(),
+                show(&o)
+            );
+            *mounted = true;
+            assert!(is_mountpoint(&root), "cairn mount returned but {} is not a mount point", root.display());
+        }
+    }
+
+    /// Unmounts a cairn target cleanly (`cairn umount` waits for the daemon to exit).
+    pub fn unmount(&mut self) {
+        let root = self.root.clone();
+        if let Kind::Cairn { bin, mounted, .. } = &mut self.kind {
+            if !*mounted {
+                return;
+            }
+            let o = run(Command::new(&*bin).arg("umount").arg(&root));
+            *mounted = false;
+            assert!(o.status.success(), "`cairn umount {}` failed:\n{}", root.display(), show(&o));
+            assert!(!is_mountpoint(&root), "cairn umount returned but {} is still mounted", root.display());
+        }
+    }
+
+    /// Unmounts and mounts again (no-op on the host).
+    pub fn remount(&mut self) {
+        self.unmount();
+        self.mount();
+    }
+
+    /// Runs `cairn fsck IMAGE [args]` on the unmounted image. Host targets report clean.
+    pub fn fsck(&self, args: &[&str]) -> Fsck {
+        match &self.kind {
+            Kind::Host { .. } => Fsck { code: 0, output: "(host directory: no fsck)".into() },
+            Kind::Cairn { bin, image, mounted, .. } => {
+                assert!(!*mounted, "fsck on a mounted image");
+                let o = run(Command::new(bin).arg("fsck").args(args).arg(image));
+                let output = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                Fsck { code: o.status.code().unwrap_or(-1), output }
+            }
+        }
+    }
+
+    /// Unmounts, asserts `cairn fsck` exits 0 and mounts again (a no-op on the host).
+    pub fn assert_fsck_clean_and_remount(&mut self, what: &str) {
+        if !self.is_cairn() {
+            return;
+        }
+        self.unmount();
+        let f = self.fsck(&[]);
+        say!("{}: fsck after {what}: exit {}", self.name(), f.code);
+        assert_eq!(f.code, 0, "{}: fsck after {what} is not clean:\n{}", self.name(), f.output);
+        self.mount();
+    }
+
+    /// The pid of the daemon serving a mounted cairn target: from `/run/cairn/*.pid` (the
+    /// file whose process names our image or mount point), else by scanning /proc.
+    pub fn daemon_pid(&self) -> Option<i32> {
+        let image = self.image()?.as_os_str().as_bytes().to_vec();
+        let mnt = self.root.as_os_str().as_bytes().to_vec();
+        let names_us = |pid: i32| -> bool {
+            let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+            args.iter().any(|a| *a == image.as_slice() || *a == mnt.as_slice())
+                && args.iter().any(|a| a.ends_with(b"cairn") || a.ends_with(b"mount.cairn"))
+        };
+        if let Ok(rd) = fs::read_dir("/run/cairn") {
+            for e in rd.flatten() {
+                let pid = fs::read_to_string(e.path()).ok().and_then(|s| s.trim().parse::<i32>().ok());
+                if let Some(pid) = pid.filter(|&p| names_us(p)) {
+                    return Some(pid);
+                }
+            }
+        }
+        let me = std::process::id() as i32;
+        fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid != me)
+            .find(|&pid| names_us(pid))
+    }
+
+    /// Kills the daemon with SIGKILL and detaches the dead mount (`fusermount3 -u -z`, then
+    /// `umount -l`). Afterwards the target counts as unmounted.
+    pub fn kill_daemon(&mut self) -> i32 {
+        let pid = self.daemon_pid().unwrap_or_else(|| panic!("{}: cannot find the daemon pid", self.name()));
+        say!("{}: SIGKILL to daemon pid {pid}", self.name());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+            .expect("kill -9 daemon");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            // The daemon is not our child, so we cannot waitpid; it is gone once /proc says so
+            // (or it is a zombie of its own parent, which is equally dead for the mount).
+            if fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z ")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let root = self.root.clone();
+        let o = run(Command::new("fusermount3").args(["-u", "-z"]).arg(&root));
+        if !o.status.success() {
+            let _ = run(Command::new("umount").arg("-l").arg(&root));
+        }
+        if let Kind::Cairn { mounted, .. } = &mut self.kind {
+            *mounted = false;
+        }
+        pid
+    }
+
+    /// statvfs of the root.
+    pub fn statfs(&self) -> nix::sys::statvfs::Statvfs {
+        nix::sys::statvfs::statvfs(&self.root).expect("statvfs")
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        match &mut self.kind {
+            Kind::Host { tmpfs: true } => {
+                let _ = Command::new("umount").arg(&self.root).output();
+            }
+            Kind::Host { tmpfs: false } => {}
+            Kind::Cairn { bin, mounted, .. } => {
+                if *mounted {
+                    let ok = Command::new(&*bin)
+                        .arg("umount")
+                        .arg(&self.root)
+                        .output()
+                        .is_ok_and(|o| o.status.success());
+                    if !ok {
+                        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&self.root).output();
+                        let _ = Command::new("umount").arg("-l").arg(&self.root).output();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// True if `p` is a mount point (its device differs from its parent's, or /proc/self/mounts
+/// lists it).
+pub fn is_mountpoint(p: &Path) -> bool {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else { return false };
+    let want = p.to_string_lossy().replace(' ', "\\040");
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+}
+
+/// Maps `io::Result` and `nix::Result` to a plain `Result<T, errno>`.
+pub trait Errnoish<T> {
+    fn errno_result(self) -> Result<T, i32>;
+}
+
+impl<T> Errnoish<T> for io::Result<T> {
+    fn errno_result(self) -> Result<T, i32> {
+        self.map_err(|e| e.raw_os_error().unwrap_or(-1))
+    }
+}
+
+impl<T> Errnoish<T> for nix::Result<T> {
+    fn errno_result(self) -> Result<T, i32> {
+        self.map_err(|e| e as i32)
+    }
+}
+
+impl<T> Errnoish<T> for Result<T, i32> {
+    fn errno_result(self) -> Result<T, i32> {
+        self
+    }
+}
+
+/// The symbolic name of an errno, for messages.
+pub fn errno_name(e: i32) -> String {
+    if e == 0 {
+        return "success".into();
+    }
+    format!("{:?}", nix::errno::Errno::from_raw(e))
+}
+
+/// Asserts that `r` failed with `expected`.
+#[track_caller]
+pub fn expect_err<T: std::fmt::Debug>(r: impl Errnoish<T>, expected: i32, what: &str) {
+    match r.errno_result() {
+        Err(e) if e == expected => say!("ok: {what} -> {}", errno_name(e)),
+        Err(e) => panic!("{what}: expected {} got {}", errno_name(expected), errno_name(e)),
+        Ok(v) => panic!("{what}: expected {} got success ({v:?})", errno_name(expected)),
+    }
+}
+
+/// Asserts that `r` failed with one of `allowed`.
+#[track_caller]
+pub fn expect_err_in<T: std::fmt::Debug>(r: impl Errnoish<T>, allowed: &[i32], what: &str) -> i32 {
+    let names: Vec<String> = allowed.iter().map(|&e| errno_name(e)).collect();
+    match r.errno_result() {
+        Err(e) if allowed.contains(&e) => {
+            say!("ok: {what} -> {}", errno_name(e));
+            e
+        }
+        Err(e) => panic!("{what}: expected one of {names:?} got {}", errno_name(e)),
+        Ok(v) => panic!("{what}: expected one of {names:?} got success ({v:?})"),
+    }
+}
+
+/// Asserts that `r` succeeded and returns its value.
+#[track_caller]
+pub fn expect_ok<T>(r: impl Errnoish<T>, what: &str) -> T {
+    match r.errno_result() {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: expected success got {}", errno_name(e)),
+    }
+}
+
+/// `lstat` as a plain result.
+pub fn lstat(p: &Path) -> Result<fs::Metadata, i32> {
+    fs::symlink_metadata(p).errno_result()
+}
+
+/// Name bytes as an OsString.
+pub fn os(b: &[u8]) -> OsString {
+    OsStr::from_bytes(b).to_os_string()
+}
+
+/// Inode number of a path (lstat).
+pub fn ino(p: &Path) -> u64 {
+    fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display())).ino()
+}
+
+/// Timestamps of a path (lstat) in nanoseconds: (atime, mtime, ctime).
+pub fn times(p: &Path) -> (i128, i128, i128) {
+    let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
+    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+    (ns(m.atime(), m.atime_nsec()), ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()))
+}
+
+/// A small deterministic pseudo-random byte pattern (content that differs per offset, so a
+/// misplaced block shows up).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A 64-bit FNV-1a digest (stable across builds, unlike `DefaultHasher`).
+pub fn fnv64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}

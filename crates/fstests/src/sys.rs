@@ -1,0 +1,131 @@
+//! The few system calls the suites need that neither std nor nix wraps: extended attributes
+//! with explicit flags and buffer sizes (to observe ERANGE and size probes) and raw
+//! `getdents64` with a small buffer (to interleave changes between calls).
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("path without NUL")
+}
+
+fn cname(n: &str) -> CString {
+    CString::new(n).expect("name without NUL")
+}
+
+fn check(r: isize) -> io::Result<usize> {
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r as usize) }
+}
+
+/// setxattr(2) with `flags` (0, `libc::XATTR_CREATE`, `libc::XATTR_REPLACE`).
+pub fn setxattr(path: &Path, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
+    let (p, n) = (cpath(path), cname(name));
+    // SAFETY: p and n are NUL-terminated and live across the call; value is a valid slice
+    // whose length is passed with it.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    check(r as isize).map(drop)
+}
+
+/// getxattr(2) with a buffer of exactly `size` bytes; `size == 0` is the size probe and
+/// returns an empty vector whose capacity is meaningless — use [`getxattr_size`] for that.
+pub fn getxattr_buf(path: &Path, name: &str, size: usize) -> io::Result<Vec<u8>> {
+    let (p, n) = (cpath(path), cname(name));
+    let mut buf = vec![0u8; size];
+    // SAFETY: buf has `size` writable bytes; the kernel writes at most that many.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+    let len = check(r)?;
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// getxattr(2) size probe (size 0): the value's length.
+pub fn getxattr_size(path: &Path, name: &str) -> io::Result<usize> {
+    let (p, n) = (cpath(path), cname(name));
+    // SAFETY: a null buffer with size 0 is the documented probe; nothing is written.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    check(r)
+}
+
+/// getxattr(2) with a probe-sized buffer.
+pub fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let n = getxattr_size(path, name)?;
+    getxattr_buf(path, name, n)
+}
+
+/// lgetxattr-style listing with a buffer of `size` bytes (0 probes the length).
+pub fn listxattr_buf(path: &Path, size: usize) -> io::Result<Vec<u8>> {
+    let p = cpath(path);
+    let mut buf = vec![0u8; size];
+    let ptr = if size == 0 { std::ptr::null_mut() } else { buf.as_mut_ptr().cast() };
+    // SAFETY: ptr is null with size 0 (probe) or points at `size` writable bytes.
+    let r = unsafe { libc::llistxattr(p.as_ptr(), ptr, size) };
+    let len = check(r)?;
+    if size == 0 {
+        return Ok(vec![0; len]);
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// The attribute names of `path` (not following a final symlink), sorted.
+pub fn listxattr(path: &Path) -> io::Result<Vec<String>> {
+    let n = listxattr_buf(path, 0)?.len();
+    let raw = if n == 0 { Vec::new() } else { listxattr_buf(path, n)? };
+    let mut names: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// removexattr(2).
+pub fn removexattr(path: &Path, name: &str) -> io::Result<()> {
+    let (p, n) = (cpath(path), cname(name));
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    let r = unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) };
+    check(r as isize).map(drop)
+}
+
+/// One record returned by getdents64.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dirent {
+    pub ino: u64,
+    pub off: i64,
+    pub dtype: u8,
+    pub name: Vec<u8>,
+}
+
+/// One getdents64(2) call with a `bufsize`-byte buffer; an empty result is end of directory.
+pub fn getdents64(fd: BorrowedFd<'_>, bufsize: usize) -> io::Result<Vec<Dirent>> {
+    // u64 elements keep the buffer 8-byte aligned, as linux_dirent64 records are.
+    let mut buf = vec![0u64; bufsize.div_ceil(8)];
+    // SAFETY: the buffer has bufsize writable bytes and the fd is a valid open descriptor.
+    let r = unsafe {
+        libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr().cast::<u8>(), bufsize)
+    };
+    let n = check(r as isize)?;
+    let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).take(n).collect();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    // linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, char d_name[] (NUL-terminated).
+    while pos + 19 <= n {
+        let ino = u64::from_ne_bytes(bytes[pos..pos + 8].try_into().unwrap());
+        let off = i64::from_ne_bytes(bytes[pos + 8..pos + 16].try_into().unwrap());
+        let reclen = u16::from_ne_bytes(bytes[pos + 16..pos + 18].try_into().unwrap()) as usize;
+        let dtype = bytes[pos + 18];
+        if reclen < 19 || pos + reclen > n {
+            return Err(io::Error::other(format!("bad dirent record length {reclen} at {pos}")));
+        }
+        let name_area = &bytes[pos + 19..pos + reclen];
+        let end = name_area.iter().position(|&b| b == 0).unwrap_or(name_area.len());
+        out.push(Dirent { ino, off, dtype, name: name_area[..end].to_vec() });
+        pos += reclen;
+    }
+    Ok(out)
+}
