@@ -2,6 +2,8 @@
 //!
 //! (Work in progress: the public API below is stable; the engine is being filled in.)
 
+pub mod format;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,256 @@
+//! FFS-style directory blocks.
+//!
+//! A directory block is a sequence of 512-byte chunks (FFS's DIRBLKSIZ). Entries never
+//! cross a chunk boundary, so that one entry's update is a single sector write: a torn
+//! block write can lose an entry update but never leave half of one.
+//!
+//! Entry (variable length, 8-byte aligned):
+//!   0 ino      u32 (0 = unused record)
+//!   4 reclen   u16 (bytes to the next entry; the chunk's last entry reaches its end)
+//!   6 type     u8  (d_type: S_IFMT >> 12)
+//!   7 namelen  u8
+//!   8 name     namelen bytes, no NUL
+//! A chunk with no names is one unused record of reclen 512.
+//!
+//! Inserting splits the slack off an existing record and never moves an existing entry, and
+//! removing merges a record into its predecessor: an entry's offset is stable for its whole
+//! life, which is what makes readdir cookies (byte offsets) stable under concurrent
+//! create/unlink.
+
+use super::*;
+
+pub const DIR_CHUNK: usize = 512;
+const HDR: usize = 8;
+
+/// Bytes a record for a name of `namelen` bytes needs.
+pub fn rec_size(namelen: usize) -> usize {
+    (HDR + namelen).div_ceil(8) * 8
+}
+
+/// One record of a directory block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirEntryRef<'a> {
+    /// Byte offset of the record in the block.
+    pub off: usize,
+    pub ino: u32,
+    pub reclen: usize,
+    pub dtype: u8,
+    pub name: &'a [u8],
+}
+
+impl DirEntryRef<'_> {
+    /// Unused bytes at the end of this record that an insert could take.
+    pub fn slack(&self) -> usize {
+        if self.ino == 0 { self.reclen } else { self.reclen - rec_size(self.name.len()) }
+    }
+}
+
+/// Formats an empty directory block.
+pub fn init_empty(b: &mut [u8]) {
+    b.fill(0);
+    for c in (0..b.len()).step_by(DIR_CHUNK) {
+        put_u16(b, c + 4, DIR_CHUNK as u16);
+    }
+}
+
+/// Formats the first block of a new directory with `.` and `..`.
+pub fn init_first(b: &mut [u8], self_ino: u64, parent_ino: u64) {
+    init_empty(b);
+    write_rec(b, 0, self_ino as u32, 16, libc::DT_DIR, b".");
+    write_rec(b, 16, parent_ino as u32, DIR_CHUNK - 16, libc::DT_DIR, b"..");
+}
+
+fn write_rec(b: &mut [u8], off: usize, ino: u32, reclen: usize, dtype: u8, name: &[u8]) {
+    put_u32(b, off, ino);
+    put_u16(b, off + 4, reclen as u16);
+    b[off + 6] = dtype;
+    b[off + 7] = name.len() as u8;
+    b[off + HDR..off + HDR + name.len()].copy_from_slice(name);
+}
+
+fn parse_at(b: &[u8], off: usize) -> FResult<DirEntryRef<'_>> {
+    let chunk_end = (off / DIR_CHUNK + 1) * DIR_CHUNK;
+    if off + HDR > b.len() || off % 8 != 0 {
+        return corrupt(format!("directory record at {off} out of bounds"));
+    }
+    let ino = get_u32(b, off);
+    let reclen = get_u16(b, off + 4) as usize;
+    let namelen = b[off + 7] as usize;
+    if reclen < HDR || reclen % 8 != 0 || off + reclen > chunk_end {
+        return corrupt(format!("directory record at {off}: bad record length {reclen}"));
+    }
+    if ino != 0 && (namelen == 0 || HDR + namelen > reclen) {
+        return corrupt(format!("directory record at {off}: bad name length {namelen}"));
+    }
+    let nl = if ino == 0 { 0 } else { namelen };
+    Ok(DirEntryRef { off, ino, reclen, dtype: b[off + 6], name: &b[off + HDR..off + HDR + nl] })
+}
+
+/// Iterates over every record (used or not) of the chunks of `b`, stopping at the first
+/// malformed one with an error.
+pub fn records(b: &[u8]) -> impl Iterator<Item = FResult<DirEntryRef<'_>>> {
+    let mut off = 0usize;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || off >= b.len() || b.len() % DIR_CHUNK != 0 {
+            if !failed && off == 0 && b.len() % DIR_CHUNK != 0 {
+                failed = true;
+                return Some(corrupt("directory block size not a multiple of 512"));
+            }
+            return None;
+        }
+        match parse_at(b, off) {
+            Ok(e) => {
+                off += e.reclen;
+                Some(Ok(e))
+            }
+            Err(e) => {
+                failed = true;
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+/// The used entries of `b`.
+pub fn entries(b: &[u8]) -> impl Iterator<Item = FResult<DirEntryRef<'_>>> {
+    records(b).filter(|r| r.as_ref().map_or(true, |e| e.ino != 0))
+}
+
+/// Checks every record of the block.
+pub fn validate(b: &[u8]) -> FResult<()> {
+    records(b).try_for_each(|r| r.map(|_| ()))
+}
+
+/// The largest insert chunk `c` of `b` can take (0 if malformed).
+pub fn chunk_free(b: &[u8], c: usize) -> usize {
+    let s = c * DIR_CHUNK;
+    match b.get(s..s + DIR_CHUNK) {
+        Some(chunk) => records(chunk).map(|r| r.map_or(0, |e| e.slack())).max().unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// Inserts a name into chunk `c`; returns the new entry's offset, or `None` if the chunk
+/// has no record with enough slack. Existing entries do not move.
+pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResult<Option<usize>> {
+    let need = rec_size(name.len());
+    let s = c * DIR_CHUNK;
+    let chunk = b.get(s..s + DIR_CHUNK).ok_or_else(|| FormatError("chunk out of range".into()))?;
+    let mut found = None;
+    for r in records(chunk) {
+        let e = r?;
+        if e.slack() >= need {
+            found = Some((e.off, e.ino, e.reclen, e.name.len()));
+            break;
+        }
+    }
+    let Some((off, old_ino, reclen, namelen)) = found else { return Ok(None) };
+    let off = s + off;
+    if old_ino == 0 {
+        write_rec(b, off, ino as u32, reclen, dtype, name);
+        Ok(Some(off))
+    } else {
+        let used = rec_size(namelen);
+        put_u16(b, off + 4, used as u16);
+        let new_off = off + used;
+        write_rec(b, new_off, ino as u32, reclen - used, dtype, name);
+        Ok(Some(new_off))
+    }
+}
+
+/// Removes the entry at `off`: merged into the previous record of its chunk, or marked
+/// unused if it is the chunk's first.
+pub fn remove(b: &mut [u8], off: usize) -> FResult<()> {
+    let s = off / DIR_CHUNK * DIR_CHUNK;
+    let chunk = b.get(s..s + DIR_CHUNK).ok_or_else(|| FormatError("chunk out of range".into()))?;
+    let mut prev: Option<usize> = None;
+    let mut hit = None;
+    for r in records(chunk) {
+        let e = r?;
+        if s + e.off == off {
+            hit = Some(e.reclen);
+            break;
+        }
+        prev = Some(s + e.off);
+    }
+    let Some(reclen) = hit else {
+        return corrupt(format!("no directory entry at offset {off}"));
+    };
+    if let Some(p) = prev {
+        let plen = get_u16(b, p + 4) as usize;
+        put_u16(b, p + 4, (plen + reclen) as u16);
+    } else {
+        put_u32(b, off, 0);
+        b[off + 7] = 0;
+    }
+    Ok(())
+}
+
+/// Points the entry at `off` to another inode (rename over an existing name, `..` update).
+pub fn set_ino(b: &mut [u8], off: usize, ino: u64, dtype: u8) {
+    put_u32(b, off, ino as u32);
+    b[off + 6] = dtype;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(b: &[u8]) -> Vec<(usize, u32, Vec<u8>)> {
+        entries(b).map(|e| e.unwrap()).map(|e| (e.off, e.ino, e.name.to_vec())).collect()
+    }
+
+    #[test]
+    fn first_block_and_inserts_keep_offsets() {
+        let mut b = vec![0u8; 4096];
+        init_first(&mut b, 2, 2);
+        validate(&b).unwrap();
+        assert_eq!(names(&b).len(), 2);
+        let a = insert(&mut b, 0, 10, libc::DT_REG, b"alpha").unwrap().unwrap();
+        let c = insert(&mut b, 0, 11, libc::DT_REG, b"beta").unwrap().unwrap();
+        assert_eq!(a, 32);
+        validate(&b).unwrap();
+        remove(&mut b, a).unwrap();
+        validate(&b).unwrap();
+        // beta did not move.
+        assert!(names(&b).iter().any(|(o, i, n)| *o == c && *i == 11 && n == b"beta"));
+        // The freed slack is reused.
+        let d = insert(&mut b, 0, 12, libc::DT_REG, b"gamma").unwrap().unwrap();
+        assert_eq!(d, a);
+    }
+
+    #[test]
+    fn chunk_fills_up() {
+        let mut b = vec![0u8; 4096];
+        init_empty(&mut b);
+        let name = [b'x'; 255];
+        let mut n = 0;
+        while insert(&mut b, 3, 5, libc::DT_REG, &name).unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 1);
+        assert!(chunk_free(&b, 3) < rec_size(255));
+        assert_eq!(chunk_free(&b, 2), DIR_CHUNK);
+        validate(&b).unwrap();
+        // Remove the first entry of a chunk: marked unused.
+        remove(&mut b, 3 * DIR_CHUNK).unwrap();
+        assert_eq!(chunk_free(&b, 3), DIR_CHUNK);
+    }
+
+    #[test]
+    fn hostile_records() {
+        let mut b = vec![0u8; 4096];
+        init_empty(&mut b);
+        put_u16(&mut b, 4, 0);
+        assert!(validate(&b).is_err());
+        init_empty(&mut b);
+        put_u16(&mut b, 4, 1024); // crosses the chunk
+        assert!(validate(&b).is_err());
+        init_empty(&mut b);
+        put_u32(&mut b, 0, 7);
+        b[7] = 0; // used entry with empty name
+        assert!(validate(&b).is_err());
+        assert!(validate(&b[..100]).is_err());
+    }
+}
