@@ -1,1 +1,732 @@
-//! cairn-bufcache
+//! cairn's buffer cache.
+//!
+//! A cache of whole blocks over an `Arc<dyn BlockDevice>`: a memory budget with LRU
+//! eviction, delayed writes gathered into clustered device writes (contiguous dirty blocks,
+//! up to `max_cluster_bytes` per write), an optional syncer thread, and the write hooks that
+//! the consistency strategies are built on.
+//!
+//! # The write hooks
+//!
+//! Every device write of a buffer the cache issues — from [`BufferCache::write_now`],
+//! [`BufferCache::write_back_all`] / [`BufferCache::write_back_filter`] / [`BufferCache::sync`],
+//! the syncer thread, or eviction under memory pressure — goes through one path, which calls
+//! the installed [`WriteHooks`] around it. Per buffer, in this order:
+//!
+//! 1. The buffer's I/O lock is taken (buffers of one cluster in ascending block order). It
+//!    is held until step 5, so two writes of the same buffer never overlap and a strategy
+//!    always sees `before_write`, then `after_write` (or `write_failed`), before the next
+//!    `before_write` of that buffer.
+//! 2. The contents are copied into a private *image* under the buffer's read lock, and the
+//!    buffer's modification generation is recorded.
+//! 3. **`before_write(buf, image)`** runs. The hook may change `image` — this is where soft
+//!    updates *rolls back* pointers whose dependencies are unsatisfied (Soft Updates paper,
+//!    002 §3: "undo/redo at write time"; an inode's unsafe block pointer is nullified and its
+//!    size reduced, an unsafe directory entry's inode number is cleared) — and may do I/O
+//!    first — this is where write-ahead logging forces its log up to [`Buf::high_lsn`]
+//!    (000/001 §3: "all log information up to the last log entry relating to the
+//!    to-be-written block must be flushed"). The buffer's own contents are never touched by
+//!    the cache, so, unlike FreeBSD, the roll back is invisible to readers and the buffer
+//!    does not need locking against them during the write: the *roll forward* is simply
+//!    not having changed the buffer. A hook that rolled something back must call
+//!    [`Buf::keep_dirty`] so the buffer stays dirty and is written again later. An error
+//!    from `before_write` abandons the whole cluster: nothing is written.
+//! 4. The cluster's image is written with one device write (not flushed).
+//! 5. **`after_write(buf)`** runs for each buffer once the write returned successfully:
+//!    soft updates marks the dependencies the written image satisfied as complete (and may
+//!    make others' work ready); write-ahead logging may note that the log space up to
+//!    [`Buf::low_lsn`] is reclaimable once the data is flushed. Then the buffer becomes clean
+//!    — its dirty flag is cleared and its LSNs are reset to 0 — *unless* it was modified (or
+//!    `keep_dirty` was called) since step 2. If `before_write` failed for a later buffer of
+//!    the cluster or the device write failed, **`write_failed(buf)`** runs instead for every
+//!    buffer whose `before_write` succeeded, and the buffers stay dirty.
+//!
+//! After every device flush the cache issues ([`BufferCache::flush_device`],
+//! [`BufferCache::sync`], [`BufferCache::shutdown`]), **`after_flush()`** runs: every write
+//! whose `after_write` ran before the flush started is durable.
+//!
+//! ## What a hook may and may not do
+//! - May: modify `image`; read the buffer ([`Buf::read`]), its LSNs, kind and
+//!   [`Buf::deps`]; lock other buffers' `deps`; call `keep_dirty`; call cache methods that
+//!   do not write back in bulk: `read`, `lookup`, `get_new`, `mark_dirty` (on any buffer,
+//!   including this one), `invalidate`, and `write_now`/`flush_device` *of blocks that are
+//!   never written through a hook that itself writes* (a log's own blocks), or write to the
+//!   device directly.
+//! - May not: call `write_back_all`, `write_back_filter`, `sync` or `shutdown` (they wait
+//!   for the I/O locks of buffers this thread may hold: deadlock); take [`Buf::write`] on
+//!   a buffer being written by this cluster if the caller of the write could hold its read
+//!   guard; hold a lock across the hook that a thread calling into the cache might hold
+//!   while waiting for a write.
+//! - Hooks run on whichever thread triggered the write (an application thread in
+//!   `write_now`, the syncer, or any thread whose `read` caused an eviction), never with the
+//!   cache's internal lock held.
+//!
+//! ## Lock order
+//! `buffer I/O locks (ascending block order)` → `hooks` → `buffer read lock` (briefly, to
+//! copy) and `cache state lock` (briefly, never across I/O or hooks). A caller must not
+//! hold a buffer's [`Buf::write`] guard while calling a cache method that writes that
+//! buffer (`write_now`, `write_back_*`, `sync`): the copy needs the read lock.
+//!
+//! ## Rules for callers
+//! - Modify a buffer only through [`Buf::write`], and call [`BufferCache::mark_dirty`]
+//!   after (or while) modifying it; call [`Buf::note_lsn`] while holding the write guard.
+//! - Call [`BufferCache::invalidate`] for a freed block *before* the block can be allocated
+//!   again; it waits for a write in flight, so a stale image can never land on top of the
+//!   block's next contents.
+//! - Dropping the cache does not write dirty buffers (so tests can simulate a crash); call
+//!   [`BufferCache::shutdown`] or [`BufferCache::sync`] to keep them.
+//!
+//! # Memory budget
+//! `budget_bytes` bounds the cached blocks (metadata per buffer is not counted). When an
+//! insertion goes over budget, clean buffers nobody holds are evicted, least recently used
+//! first; if that is not enough, the least recently used dirty ones are written back
+//! (through the hooks) and evicted. Buffers someone holds (a [`BufRef`] besides the
+//! cache's) are never evicted, so the budget can be exceeded while they are held. A dirty
+//! buffer is never dropped except by `invalidate`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cairn_blockdev::BlockDevice;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+mod buf;
+
+pub use buf::{BlockNo, Buf, BufRef};
+
+/// Called by the cache around every device write of a buffer (see the crate documentation
+/// for when they run and what they may do).
+pub trait WriteHooks: Send + Sync {
+    /// `image` is a private copy of the buffer's contents that will be written; the hook may
+    /// change it (roll back) and may do I/O first (force a log). The buffer's own contents
+    /// are not touched.
+    fn before_write(&self, buf: &Buf, image: &mut [u8]) -> io::Result<()> {
+        let _ = (buf, image);
+        Ok(())
+    }
+    /// The write of `buf` has completed (not necessarily flushed).
+    fn after_write(&self, buf: &Buf) {
+        let _ = buf;
+    }
+    /// The write prepared by a successful `before_write` did not happen (another buffer's
+    /// hook failed or the device write failed): nothing of `image` reached the device.
+    fn write_failed(&self, buf: &Buf) {
+        let _ = buf;
+    }
+    /// Called after each device flush the cache issues (writes before it are durable).
+    fn after_flush(&self) {}
+}
+
+/// Hooks that do nothing: the `sync` and `delayed` strategies need no per-write work.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl WriteHooks for NoHooks {}
+
+/// Tunables of a [`BufferCache`].
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// Bytes of block contents to keep cached (default 256 MiB).
+    pub budget_bytes: u64,
+    /// How often the syncer thread writes back every dirty buffer; `None` = no syncer.
+    pub syncer_interval: Option<Duration>,
+    /// Largest single device write of a cluster of contiguous dirty blocks (default 1 MiB;
+    /// at least one block is always written).
+    pub max_cluster_bytes: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            budget_bytes: 256 << 20,
+            syncer_interval: None,
+            max_cluster_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Counters of a cache since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheStats {
+    /// `read`s served from the cache.
+    pub hits: u64,
+    /// `read`s that went to the device.
+    pub misses: u64,
+    /// Buffers dropped to stay within the budget.
+    pub evictions: u64,
+    /// Buffers written to the device.
+    pub writebacks: u64,
+    /// Device writes the cache issued; each carries one cluster of one or more contiguous
+    /// buffers, so `writebacks / cluster_writes` is the mean cluster length.
+    pub cluster_writes: u64,
+    /// Device writes (or `before_write` hooks) that failed.
+    pub write_errors: u64,
+    /// Dirty buffers now.
+    pub dirty_buffers: u64,
+    /// Cached buffers now.
+    pub cached_buffers: u64,
+    /// Bytes of cached contents now.
+    pub cached_bytes: u64,
+    /// The configured budget.
+    pub budget_bytes: u64,
+}
+
+struct Entry {
+    buf: BufRef,
+    /// Key of this buffer in `State::lru`.
+    tick: u64,
+}
+
+/// Everything protected by the cache-wide lock. Invariants: `lru` has exactly one tick per
+/// entry of `map`; `dirty` holds exactly the block numbers of the mapped buffers whose dirty
+/// flag is set.
+#[derive(Default)]
+struct State {
+    map: HashMap<BlockNo, Entry>,
+    lru: BTreeMap<u64, BlockNo>,
+    dirty: BTreeSet<BlockNo>,
+    next_tick: u64,
+}
+
+impl State {
+    fn touch(&mut self, blk: BlockNo) -> Option<BufRef> {
+        let tick = self.next_tick;
+        let e = self.map.get_mut(&blk)?;
+        self.next_tick += 1;
+        self.lru.remove(&e.tick);
+        e.tick = tick;
+        self.lru.insert(tick, blk);
+        Some(Arc::clone(&e.buf))
+    }
+
+    fn insert(&mut self, buf: BufRef) {
+        let tick = self.next_tick;
+        self.next_tick += 1;
+        self.lru.insert(tick, buf.blkno());
+        self.map.insert(buf.blkno(), Entry { buf, tick });
+    }
+
+    fn remove(&mut self, blk: BlockNo) -> Option<BufRef> {
+        let e = self.map.remove(&blk)?;
+        self.lru.remove(&e.tick);
+        self.dirty.remove(&blk);
+        Some(e.buf)
+    }
+
+    /// Whether `buf` is the buffer the cache holds for its block.
+    fn owns(&self, buf: &Buf) -> bool {
+        self.map
+            .get(&buf.blkno())
+            .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.buf), buf))
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+    writebacks: AtomicU64,
+    cluster_writes: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+/// Shared between the cache and its syncer thread, so the syncer can be stopped without a
+/// strong reference to the cache.
+#[derive(Default)]
+struct SyncerControl {
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// Whether a cluster write waits for buffers another thread is writing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LockMode {
+    /// Wait: the caller needs the buffers written when it returns.
+    Wait,
+    /// Skip busy buffers: eviction only needs *some* buffers written, and must not wait on
+    /// a buffer a hook of this very thread might be writing.
+    Try,
+}
+
+/// The buffer cache. See the crate documentation.
+pub struct BufferCache {
+    dev: Arc<dyn BlockDevice>,
+    block_size: usize,
+    cfg: CacheConfig,
+    hooks: RwLock<Arc<dyn WriteHooks>>,
+    state: Mutex<State>,
+    counters: Counters,
+    syncer: Mutex<Option<JoinHandle<()>>>,
+    control: Arc<SyncerControl>,
+}
+
+impl BufferCache {
+    /// Creates a cache and, if `cfg.syncer_interval` is set, starts its syncer thread, which
+    /// calls [`BufferCache::write_back_all`] every interval until the cache is dropped or
+    /// shut down.
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        cfg: CacheConfig,
+        hooks: Arc<dyn WriteHooks>,
+    ) -> Arc<BufferCache> {
+        let block_size = dev.block_size() as usize;
+        let cache = Arc::new(BufferCache {
+            dev,
+            block_size,
+            cfg,
+            hooks: RwLock::new(hooks),
+            state: Mutex::new(State::default()),
+            counters: Counters::default(),
+            syncer: Mutex::new(None),
+            control: Arc::new(SyncerControl::default()),
+        });
+        if let Some(interval) = cache.cfg.syncer_interval {
+            let weak = Arc::downgrade(&cache);
+            let control = Arc::clone(&cache.control);
+            let spawned = std::thread::Builder::new()
+                .name("cairn-syncer".into())
+                .spawn(move || syncer(weak, control, interval));
+            match spawned {
+                Ok(handle) => *cache.syncer.lock() = Some(handle),
+                Err(e) => log::error!("cannot start the syncer thread: {e}"),
+            }
+        }
+        cache
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// The buffer of `blk`, from the cache or read from the device.
+    pub fn read(&self, blk: BlockNo) -> io::Result<BufRef> {
+        if let Some(buf) = self.state.lock().touch(blk) {
+            self.counters.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(buf);
+        }
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        let mut data = vec![0; self.block_size];
+        self.dev.read_blocks(blk, &mut data)?;
+        let buf = {
+            let mut st = self.state.lock();
+            // Another thread may have read or created the block while we were reading; its
+            // buffer may already be newer than the device, so it wins.
+            match st.touch(blk) {
+                Some(existing) => existing,
+                None => {
+                    let buf = Arc::new(Buf::new(blk, data));
+                    st.insert(Arc::clone(&buf));
+                    buf
+                }
+            }
+        };
+        self.evict_if_needed();
+        Ok(buf)
+    }
+
+    /// Reads every uncached block of `start..start + count` from the device with as few
+    /// device reads as possible (contiguous runs, at most `max_cluster_bytes` each) and caches
+    /// them, for read-ahead. Cached blocks are left alone. Counts neither hits nor misses.
+    pub fn prefetch(&self, start: BlockNo, count: u64) -> io::Result<()> {
+        let max_blocks = self.max_cluster_blocks() as u64;
+        let end = start.saturating_add(count);
+        let mut blk = start;
+        while blk < end {
+            let missing = {
+                let st = self.state.lock();
+                let mut n = 0;
+                while blk + n < end && n < max_blocks && !st.map.contains_key(&(blk + n)) {
+                    n += 1;
+                }
+                if n == 0 {
+                    blk += 1;
+                    continue;
+                }
+                n
+            };
+            let mut data = vec![0; missing as usize * self.block_size];
+            self.dev.read_blocks(blk, &mut data)?;
+            {
+                let mut st = self.state.lock();
+                for (i, chunk) in data.chunks_exact(self.block_size).enumerate() {
+                    let b = blk + i as u64;
+                    if !st.map.contains_key(&b) {
+                        st.insert(Arc::new(Buf::new(b, chunk.to_vec())));
+                    }
+                }
+            }
+            self.evict_if_needed();
+            blk += missing;
+        }
+        Ok(())
+    }
+
+    /// The cached buffer of `blk`, if any, without device I/O and without counting a hit.
+    pub fn lookup(&self, blk: BlockNo) -> Option<BufRef> {
+        self.state.lock().map.get(&blk).map(|e| Arc::clone(&e.buf))
+    }
+
+    /// A zero-filled buffer for a newly allocated block, without reading the device. If the
+    /// block is cached, that same buffer is zeroed in place (so there is never more than one
+    /// buffer per block); its dirty state, LSNs, kind and dependency slot are kept. Mark it
+    /// dirty once it is filled. A block beyond the device is accepted here and fails when
+    /// written.
+    pub fn get_new(&self, blk: BlockNo) -> BufRef {
+        let (buf, fresh) = {
+            let mut st = self.state.lock();
+            match st.touch(blk) {
+                Some(buf) => (buf, false),
+                None => {
+                    let buf = Arc::new(Buf::new(blk, vec![0; self.block_size]));
+                    st.insert(Arc::clone(&buf));
+                    (buf, true)
+                }
+            }
+        };
+        if fresh {
+            self.evict_if_needed();
+        } else {
+            buf.write().fill(0);
+        }
+        buf
+    }
+
+    /// Marks `buf` dirty: it will be written by the next write-back and is never evicted
+    /// unwritten. Ignored for a buffer that was invalidated (its block was freed).
+    pub fn mark_dirty(&self, buf: &Buf) {
+        let mut st = self.state.lock();
+        buf.generation.fetch_add(1, Ordering::AcqRel);
+        if buf.is_invalidated() || !st.owns(buf) {
+            log::debug!("mark_dirty of block {} ignored: not cached", buf.blkno());
+            return;
+        }
+        if !buf.dirty.swap(true, Ordering::AcqRel) {
+            st.dirty.insert(buf.blkno());
+        }
+    }
+
+    /// Writes these buffers now (clustered where contiguous, hooks applied), without a
+    /// flush. They become clean unless modified during the write. Clean buffers are written
+    /// too; invalidated ones are skipped.
+    pub fn write_now(&self, bufs: &[&BufRef]) -> io::Result<()> {
+        let mut v: Vec<BufRef> = bufs.iter().map(|b| Arc::clone(b)).collect();
+        v.sort_by_key(|b| b.blkno());
+        v.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        self.write_sorted(&v, LockMode::Wait, false)
+    }
+
+    /// Device barrier, then the `after_flush` hook.
+    pub fn flush_device(&self) -> io::Result<()> {
+        self.dev.flush()?;
+        let hooks = Arc::clone(&*self.hooks.read());
+        hooks.after_flush();
+        Ok(())
+    }
+
+    /// Writes every dirty buffer, clustered, in block order; no flush. Every cluster is
+    /// attempted; the first error is returned.
+    pub fn write_back_all(&self) -> io::Result<()> {
+        self.write_back_filter(&|_| true)
+    }
+
+    /// Like [`BufferCache::write_back_all`], for the dirty buffers matching `f` only (e.g.
+    /// by kind), so a strategy can impose an order. `f` runs without any cache lock held.
+    pub fn write_back_filter(&self, f: &dyn Fn(&Buf) -> bool) -> io::Result<()> {
+        let dirty: Vec<BufRef> = {
+            let st = self.state.lock();
+            st.dirty
+                .iter()
+                .filter_map(|blk| st.map.get(blk).map(|e| Arc::clone(&e.buf)))
+                .collect()
+        };
+        let chosen: Vec<BufRef> = dirty.into_iter().filter(|b| f(b)).collect();
+        self.write_sorted(&chosen, LockMode::Wait, true)
+    }
+
+    /// `write_back_all` + `flush_device`.
+    pub fn sync(&self) -> io::Result<()> {
+        self.write_back_all()?;
+        self.flush_device()
+    }
+
+    /// The block was freed: drop its buffer without writing it, even if dirty. Waits for a
+    /// write of it already in flight, so that write cannot land after the block's next
+    /// contents. Holders of the buffer keep a detached copy that the cache ignores.
+    pub fn invalidate(&self, blk: BlockNo) {
+        let removed = {
+            let mut st = self.state.lock();
+            let buf = st.remove(blk);
+            if let Some(b) = &buf {
+                b.detached.store(true, Ordering::Release);
+                b.dirty.store(false, Ordering::Release);
+            }
+            buf
+        };
+        if let Some(b) = removed {
+            drop(b.io.lock());
+        }
+    }
+
+    pub fn dirty_count(&self) -> usize {
+        self.state.lock().dirty.len()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let (dirty, cached) = {
+            let st = self.state.lock();
+            (st.dirty.len() as u64, st.map.len() as u64)
+        };
+        let c = &self.counters;
+        CacheStats {
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            writebacks: c.writebacks.load(Ordering::Relaxed),
+            cluster_writes: c.cluster_writes.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            dirty_buffers: dirty,
+            cached_buffers: cached,
+            cached_bytes: cached * self.block_size as u64,
+            budget_bytes: self.cfg.budget_bytes,
+        }
+    }
+
+    /// Replaces the hooks (strategies are chosen after the cache exists). Writes already past
+    /// `before_write` finish with the hooks they started with.
+    pub fn set_hooks(&self, hooks: Arc<dyn WriteHooks>) {
+        *self.hooks.write() = hooks;
+    }
+
+    /// Stops the syncer thread (waiting for a pass in progress), then syncs.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.stop_syncer();
+        self.sync()
+    }
+
+    fn stop_syncer(&self) {
+        *self.control.stop.lock() = true;
+        self.control.wake.notify_all();
+        let handle = self.syncer.lock().take();
+        if let Some(h) = handle {
+            // shutdown() called from a hook running on the syncer thread must not join it.
+            if h.thread().id() != std::thread::current().id() && h.join().is_err() {
+                log::error!("the syncer thread panicked");
+            }
+        }
+    }
+
+    fn max_cluster_blocks(&self) -> usize {
+        (self.cfg.max_cluster_bytes / self.block_size).max(1)
+    }
+
+    /// Writes `bufs` (sorted by block, distinct) in clusters of contiguous blocks. With
+    /// `only_dirty`, buffers found clean once locked (someone else wrote them) are skipped.
+    fn write_sorted(&self, bufs: &[BufRef], mode: LockMode, only_dirty: bool) -> io::Result<()> {
+        let max = self.max_cluster_blocks();
+        let mut first_err = None;
+        for run in runs(bufs, max) {
+            let guards: Vec<_> = match mode {
+                LockMode::Wait => run.iter().map(|b| Some(b.io.lock())).collect(),
+                LockMode::Try => run.iter().map(|b| b.io.try_lock()).collect(),
+            };
+            let ready: Vec<BufRef> = run
+                .iter()
+                .zip(&guards)
+                .filter(|(b, g)| {
+                    g.is_some() && !b.is_invalidated() && (!only_dirty || b.is_dirty())
+                })
+                .map(|(b, _)| Arc::clone(b))
+                .collect();
+            for sub in runs(&ready, max) {
+                if let Err(e) = self.write_cluster(sub) {
+                    first_err.get_or_insert(e);
+                }
+            }
+            drop(guards);
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Writes one run of contiguous buffers whose I/O locks the caller holds.
+    fn write_cluster(&self, run: &[BufRef]) -> io::Result<()> {
+        let bs = self.block_size;
+        let mut image = vec![0; run.len() * bs];
+        let mut generations = Vec::with_capacity(run.len());
+        let hooks = Arc::clone(&*self.hooks.read());
+        for (i, buf) in run.iter().enumerate() {
+            let slot = &mut image[i * bs..(i + 1) * bs];
+            {
+                let data = buf.read();
+                // A caller that resized the vector broke the contract; write what fits
+                // rather than panic.
+                let n = data.len().min(bs);
+                slot[..n].copy_from_slice(&data[..n]);
+                generations.push(buf.generation.load(Ordering::Acquire));
+            }
+            if let Err(e) = hooks.before_write(buf, slot) {
+                run[..i].iter().for_each(|b| hooks.write_failed(b));
+                self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        if let Err(e) = self.dev.write_blocks(run[0].blkno(), &image) {
+            run.iter().for_each(|b| hooks.write_failed(b));
+            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        self.counters.cluster_writes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .writebacks
+            .fetch_add(run.len() as u64, Ordering::Relaxed);
+        run.iter().for_each(|b| hooks.after_write(b));
+        let mut st = self.state.lock();
+        for (buf, generation) in run.iter().zip(generations) {
+            // Same generation: nothing changed since the copy, so the device now holds
+            // exactly the buffer's contents. Checked under the state lock, which
+            // mark_dirty also takes, so a concurrent mark_dirty is either seen here or
+            // re-dirties the buffer afterwards.
+            if buf.generation.load(Ordering::Acquire) == generation && st.owns(buf) {
+                buf.dirty.store(false, Ordering::Release);
+                buf.reset_lsns();
+                st.dirty.remove(&buf.blkno());
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings the cache back under budget: clean unheld buffers first (LRU order), then
+    /// unheld dirty ones after writing them back. Write errors leave the buffers cached and
+    /// dirty (they are counted and logged; the next sync reports them).
+    fn evict_if_needed(&self) {
+        let max_bufs = (self.cfg.budget_bytes / self.block_size as u64) as usize;
+        let dirty_victims: Vec<BufRef> = {
+            let mut st = self.state.lock();
+            if st.map.len() <= max_bufs {
+                return;
+            }
+            let mut excess = st.map.len() - max_bufs;
+            let mut clean = Vec::new();
+            let mut dirty = Vec::new();
+            let mut held = Vec::new();
+            for blk in st.lru.values() {
+                if clean.len() == excess {
+                    break;
+                }
+                let buf = &st.map[blk].buf;
+                // Only the map holds it: nobody can be using or writing it, and nobody can
+                // get a new reference without the state lock we hold.
+                if Arc::strong_count(buf) > 1 {
+                    held.push(*blk);
+                    continue;
+                }
+                if buf.is_dirty() {
+                    dirty.push(Arc::clone(buf));
+                } else {
+                    clean.push(*blk);
+                }
+            }
+            for blk in &clean {
+                st.remove(*blk);
+            }
+            // A held buffer is in use, hence recently used: moving it to the young end keeps
+            // the next scans from walking over it again (a second chance, as in CLOCK).
+            for blk in held {
+                st.touch(blk);
+            }
+            self.counters
+                .evictions
+                .fetch_add(clean.len() as u64, Ordering::Relaxed);
+            excess -= clean.len();
+            // Write a few more than strictly needed so clustering has something to gather
+            // and the next insertions find clean victims.
+            dirty.truncate(if excess == 0 { 0 } else { excess.max(16) });
+            dirty
+        };
+        if dirty_victims.is_empty() {
+            return;
+        }
+        let mut sorted = dirty_victims;
+        sorted.sort_by_key(|b| b.blkno());
+        if let Err(e) = self.write_sorted(&sorted, LockMode::Try, true) {
+            log::warn!("write-back during eviction failed: {e}");
+        }
+        let blknos: Vec<BlockNo> = sorted.iter().map(|b| b.blkno()).collect();
+        drop(sorted);
+        let mut st = self.state.lock();
+        for blk in blknos {
+            if st.map.len() <= max_bufs {
+                break;
+            }
+            let evictable = st
+                .map
+                .get(&blk)
+                .is_some_and(|e| Arc::strong_count(&e.buf) == 1 && !e.buf.is_dirty());
+            if evictable {
+                st.remove(blk);
+                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for BufferCache {
+    /// Stops the syncer without writing anything (see "Rules for callers").
+    fn drop(&mut self) {
+        *self.control.stop.lock() = true;
+        self.control.wake.notify_all();
+        // Not joined: the last reference may be dropped by the syncer thread itself.
+    }
+}
+
+/// Splits `bufs` (sorted by block) into runs of contiguous blocks of at most `max` buffers.
+fn runs(bufs: &[BufRef], max: usize) -> impl Iterator<Item = &[BufRef]> {
+    let mut rest = bufs;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut n = 1;
+        while n < rest.len()
+            && n < max
+            && rest[n - 1].blkno().checked_add(1) == Some(rest[n].blkno())
+        {
+            n += 1;
+        }
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        Some(run)
+    })
+}
+
+fn syncer(cache: Weak<BufferCache>, control: Arc<SyncerControl>, interval: Duration) {
+    loop {
+        {
+            let mut stop = control.stop.lock();
+            if !*stop {
+                control.wake.wait_for(&mut stop, interval);
+            }
+            if *stop {
+                return;
+            }
+        }
+        let Some(cache) = cache.upgrade() else { return };
+        if let Err(e) = cache.write_back_all() {
+            log::warn!("syncer write-back failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
