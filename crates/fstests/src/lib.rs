@@ -42,7 +42,10 @@ macro_rules! say {
 
 /// The workspace root (two levels above this crate).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
 }
 
 /// True when `CAIRN_TEST_HOST_ONLY=1`: the suites validate themselves against host directories.
@@ -58,7 +61,11 @@ pub fn heavy() -> bool {
 /// The modes to test, from `CAIRN_TEST_MODES` (default `sync,async`).
 pub fn modes() -> Vec<String> {
     let s = std::env::var("CAIRN_TEST_MODES").unwrap_or_else(|_| "sync,async".into());
-    s.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 static BIN: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -78,7 +85,10 @@ pub fn cairn_bin() -> PathBuf {
         p
     } else {
         let root = workspace_root();
-        let candidates = [root.join("target/debug/cairn"), root.join("target/release/cairn")];
+        let candidates = [
+            root.join("target/debug/cairn"),
+            root.join("target/release/cairn"),
+        ];
         match candidates.iter().find(|p| p.is_file()) {
             Some(p) => p.clone(),
             None => {
@@ -99,7 +109,8 @@ pub fn cairn_bin() -> PathBuf {
 
 /// Runs a command, returning its output; never panics on a nonzero exit.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 fn show(o: &Output) -> String {
@@ -120,8 +131,15 @@ pub struct Fsck {
 }
 
 enum Kind {
-    Host { tmpfs: bool },
-    Cairn { bin: PathBuf, mode: String, image: PathBuf, mounted: bool },
+    Host {
+        tmpfs: bool,
+    },
+    Cairn {
+        bin: PathBuf,
+        mode: String,
+        image: PathBuf,
+        mounted: bool,
+    },
 }
 
 /// A directory under test. Dropping it unmounts (cairn, tmpfs) and removes the temp files.
@@ -134,8 +152,13 @@ pub struct Target {
 
 /// A temp dir that other users can traverse (permission tests run as unprivileged users).
 fn open_tempdir(prefix: &str) -> tempfile::TempDir {
-    let base = std::env::var_os("CAIRN_TEST_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
-    let d = tempfile::Builder::new().prefix(prefix).tempdir_in(base).expect("tempdir");
+    let base = std::env::var_os("CAIRN_TEST_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let d = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(base)
+        .expect("tempdir");
     fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
     d
 }
@@ -147,7 +170,11 @@ impl Target {
         let root = d.path().join("root");
         fs::create_dir(&root).unwrap();
         fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        Target { kind: Kind::Host { tmpfs: false }, root, _dir: d }
+        Target {
+            kind: Kind::Host { tmpfs: false },
+            root,
+            _dir: d,
+        }
     }
 
     /// A small tmpfs (`size` like "16M", optional inode limit): the host reference for
@@ -160,9 +187,15 @@ impl Target {
         if let Some(n) = inodes {
             opts.push_str(&format!(",nr_inodes={n}"));
         }
-        let o = run(Command::new("mount").args(["-t", "tmpfs", "-o", &opts, "tmpfs"]).arg(&root));
+        let o = run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+            .arg(&root));
         assert!(o.status.success(), "mounting tmpfs failed: {}", show(&o));
-        Target { kind: Kind::Host { tmpfs: true }, root, _dir: d }
+        Target {
+            kind: Kind::Host { tmpfs: true },
+            root,
+            _dir: d,
+        }
     }
 
     /// A fresh 512 MiB cairn image mounted in `mode`.
@@ -178,7 +211,11 @@ impl Target {
         let image = d.path().join("image");
         let root = d.path().join("mnt");
         fs::create_dir(&root).unwrap();
-        let o = run(Command::new(&bin).arg("mkfs").arg(&image).args(["--size", size]).args(mkfs_args));
+        let o = run(Command::new(&bin)
+            .arg("mkfs")
+            .arg(&image)
+            .args(["--size", size])
+            .args(mkfs_args));
         assert!(
             o.status.success(),
             "`cairn mkfs {} --size {size}` failed — cairn is not usable yet (set CAIRN_TEST_HOST_ONLY=1 to \
@@ -187,7 +224,12 @@ impl Target {
             show(&o)
         );
         let mut t = Target {
-            kind: Kind::Cairn { bin, mode: mode.to_string(), image, mounted: false },
+            kind: Kind::Cairn {
+                bin,
+                mode: mode.to_string(),
+                image,
+                mounted: false,
+            },
             root,
             _dir: d,
         };
@@ -211,7 +253,10 @@ impl Target {
         if host_only() {
             vec![Target::host_tmpfs(size, host_inodes)]
         } else {
-            modes().iter().map(|m| Target::cairn_sized(m, size, &[])).collect()
+            modes()
+                .iter()
+                .map(|m| Target::cairn_sized(m, size, &[]))
+                .collect()
         }
     }
 
@@ -255,7 +300,13 @@ impl Target {
     /// Mounts a cairn target (no-op on the host).
     pub fn mount(&mut self) {
         let root = self.root.clone();
-        if let Kind::Cairn { bin, mode, image, mounted } = &mut self.kind {
+        if let Kind::Cairn {
+            bin,
+            mode,
+            image,
+            mounted,
+        } = &mut self.kind
+        {
             if *mounted {
                 return;
             }
@@ -265,7 +316,10 @@ impl Target {
                 opts.push(',');
                 opts.push_str(&extra);
             }
-            let o = run(Command::new(&*bin).args(["mount", "-o", &opts]).arg(&*image).arg(&root));
+            let o = run(Command::new(&*bin)
+                .args(["mount", "-o", &opts])
+                .arg(&*image)
+                .arg(&root));
             assert!(
                 o.status.success(),
                 "`cairn mount -o {opts} {} {}` failed:\n{}",
@@ -274,7 +328,11 @@ impl Target {
                 show(&o)
             );
             *mounted = true;
-            assert!(is_mountpoint(&root), "cairn mount returned but {} is not a mount point", root.display());
+            assert!(
+                is_mountpoint(&root),
+                "cairn mount returned but {} is not a mount point",
+                root.display()
+            );
         }
     }
 
@@ -287,8 +345,17 @@ impl Target {
             }
             let o = run(Command::new(&*bin).arg("umount").arg(&root));
             *mounted = false;
-            assert!(o.status.success(), "`cairn umount {}` failed:\n{}", root.display(), show(&o));
-            assert!(!is_mountpoint(&root), "cairn umount returned but {} is still mounted", root.display());
+            assert!(
+                o.status.success(),
+                "`cairn umount {}` failed:\n{}",
+                root.display(),
+                show(&o)
+            );
+            assert!(
+                !is_mountpoint(&root),
+                "cairn umount returned but {} is still mounted",
+                root.display()
+            );
         }
     }
 
@@ -301,8 +368,16 @@ impl Target {
     /// Runs `cairn fsck IMAGE [args]` on the unmounted image. Host targets report clean.
     pub fn fsck(&self, args: &[&str]) -> Fsck {
         match &self.kind {
-            Kind::Host { .. } => Fsck { code: 0, output: "(host directory: no fsck)".into() },
-            Kind::Cairn { bin, image, mounted, .. } => {
+            Kind::Host { .. } => Fsck {
+                code: 0,
+                output: "(host directory: no fsck)".into(),
+            },
+            Kind::Cairn {
+                bin,
+                image,
+                mounted,
+                ..
+            } => {
                 assert!(!*mounted, "fsck on a mounted image");
                 let o = run(Command::new(bin).arg("fsck").args(args).arg(image));
                 let output = format!(
@@ -310,7 +385,10 @@ impl Target {
                     String::from_utf8_lossy(&o.stdout),
                     String::from_utf8_lossy(&o.stderr)
                 );
-                Fsck { code: o.status.code().unwrap_or(-1), output }
+                Fsck {
+                    code: o.status.code().unwrap_or(-1),
+                    output,
+                }
             }
         }
     }
@@ -323,7 +401,13 @@ impl Target {
         self.unmount();
         let f = self.fsck(&[]);
         say!("{}: fsck after {what}: exit {}", self.name(), f.code);
-        assert_eq!(f.code, 0, "{}: fsck after {what} is not clean:\n{}", self.name(), f.output);
+        assert_eq!(
+            f.code,
+            0,
+            "{}: fsck after {what} is not clean:\n{}",
+            self.name(),
+            f.output
+        );
         self.mount();
     }
 
@@ -333,14 +417,21 @@ impl Target {
         let image = self.image()?.as_os_str().as_bytes().to_vec();
         let mnt = self.root.as_os_str().as_bytes().to_vec();
         let names_us = |pid: i32| -> bool {
-            let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
             let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-            args.iter().any(|a| *a == image.as_slice() || *a == mnt.as_slice())
-                && args.iter().any(|a| a.ends_with(b"cairn") || a.ends_with(b"mount.cairn"))
+            args.iter()
+                .any(|a| *a == image.as_slice() || *a == mnt.as_slice())
+                && args
+                    .iter()
+                    .any(|a| a.ends_with(b"cairn") || a.ends_with(b"mount.cairn"))
         };
         if let Ok(rd) = fs::read_dir("/run/cairn") {
             for e in rd.flatten() {
-                let pid = fs::read_to_string(e.path()).ok().and_then(|s| s.trim().parse::<i32>().ok());
+                let pid = fs::read_to_string(e.path())
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok());
                 if let Some(pid) = pid.filter(|&p| names_us(p)) {
                     return Some(pid);
                 }
@@ -358,10 +449,15 @@ impl Target {
     /// Kills the daemon with SIGKILL and detaches the dead mount (`fusermount3 -u -z`, then
     /// `umount -l`). Afterwards the target counts as unmounted.
     pub fn kill_daemon(&mut self) -> i32 {
-        let pid = self.daemon_pid().unwrap_or_else(|| panic!("{}: cannot find the daemon pid", self.name()));
+        let pid = self
+            .daemon_pid()
+            .unwrap_or_else(|| panic!("{}: cannot find the daemon pid", self.name()));
         say!("{}: SIGKILL to daemon pid {pid}", self.name());
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
-            .expect("kill -9 daemon");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill -9 daemon");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             // The daemon is not our child, so we cannot waitpid; it is gone once /proc says so
@@ -403,7 +499,10 @@ impl Drop for Target {
                         .output()
                         .is_ok_and(|o| o.status.success());
                     if !ok {
-                        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&self.root).output();
+                        let _ = Command::new("fusermount3")
+                            .args(["-u", "-z"])
+                            .arg(&self.root)
+                            .output();
                         let _ = Command::new("umount").arg("-l").arg(&self.root).output();
                     }
                 }
@@ -415,9 +514,13 @@ impl Drop for Target {
 /// True if `p` is a mount point (its device differs from its parent's, or /proc/self/mounts
 /// lists it).
 pub fn is_mountpoint(p: &Path) -> bool {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else { return false };
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
     let want = p.to_string_lossy().replace(' ', "\\040");
-    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
 }
 
 /// Maps `io::Result` and `nix::Result` to a plain `Result<T, errno>`.
@@ -456,8 +559,15 @@ pub fn errno_name(e: i32) -> String {
 pub fn expect_err<T: std::fmt::Debug>(r: impl Errnoish<T>, expected: i32, what: &str) {
     match r.errno_result() {
         Err(e) if e == expected => say!("ok: {what} -> {}", errno_name(e)),
-        Err(e) => panic!("{what}: expected {} got {}", errno_name(expected), errno_name(e)),
-        Ok(v) => panic!("{what}: expected {} got success ({v:?})", errno_name(expected)),
+        Err(e) => panic!(
+            "{what}: expected {} got {}",
+            errno_name(expected),
+            errno_name(e)
+        ),
+        Ok(v) => panic!(
+            "{what}: expected {} got success ({v:?})",
+            errno_name(expected)
+        ),
     }
 }
 
@@ -496,14 +606,20 @@ pub fn os(b: &[u8]) -> OsString {
 
 /// Inode number of a path (lstat).
 pub fn ino(p: &Path) -> u64 {
-    fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display())).ino()
+    fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()))
+        .ino()
 }
 
 /// Timestamps of a path (lstat) in nanoseconds: (atime, mtime, ctime).
 pub fn times(p: &Path) -> (i128, i128, i128) {
     let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
     let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
-    (ns(m.atime(), m.atime_nsec()), ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()))
+    (
+        ns(m.atime(), m.atime_nsec()),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec()),
+    )
 }
 
 /// A small deterministic pseudo-random byte pattern (content that differs per offset, so a

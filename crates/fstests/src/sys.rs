@@ -18,7 +18,11 @@ fn cname(n: &str) -> CString {
 }
 
 fn check(r: isize) -> io::Result<usize> {
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r as usize) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 /// setxattr(2) with `flags` (0, `libc::XATTR_CREATE`, `libc::XATTR_REPLACE`).
@@ -26,7 +30,15 @@ pub fn setxattr(path: &Path, name: &str, value: &[u8], flags: i32) -> io::Result
     let (p, n) = (cpath(path), cname(name));
     // SAFETY: p and n are NUL-terminated and live across the call; value is a valid slice
     // whose length is passed with it.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
     check(r as isize).map(drop)
 }
 
@@ -60,7 +72,11 @@ pub fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
 pub fn listxattr_buf(path: &Path, size: usize) -> io::Result<Vec<u8>> {
     let p = cpath(path);
     let mut buf = vec![0u8; size];
-    let ptr = if size == 0 { std::ptr::null_mut() } else { buf.as_mut_ptr().cast() };
+    let ptr = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
     // SAFETY: ptr is null with size 0 (probe) or points at `size` writable bytes.
     let r = unsafe { libc::llistxattr(p.as_ptr(), ptr, size) };
     let len = check(r)?;
@@ -74,7 +90,11 @@ pub fn listxattr_buf(path: &Path, size: usize) -> io::Result<Vec<u8>> {
 /// The attribute names of `path` (not following a final symlink), sorted.
 pub fn listxattr(path: &Path) -> io::Result<Vec<String>> {
     let n = listxattr_buf(path, 0)?.len();
-    let raw = if n == 0 { Vec::new() } else { listxattr_buf(path, n)? };
+    let raw = if n == 0 {
+        Vec::new()
+    } else {
+        listxattr_buf(path, n)?
+    };
     let mut names: Vec<String> = raw
         .split(|&b| b == 0)
         .filter(|s| !s.is_empty())
@@ -107,7 +127,12 @@ pub fn getdents64(fd: BorrowedFd<'_>, bufsize: usize) -> io::Result<Vec<Dirent>>
     let mut buf = vec![0u64; bufsize.div_ceil(8)];
     // SAFETY: the buffer has bufsize writable bytes and the fd is a valid open descriptor.
     let r = unsafe {
-        libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr().cast::<u8>(), bufsize)
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast::<u8>(),
+            bufsize,
+        )
     };
     let n = check(r as isize)?;
     let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).take(n).collect();
@@ -120,11 +145,21 @@ pub fn getdents64(fd: BorrowedFd<'_>, bufsize: usize) -> io::Result<Vec<Dirent>>
         let reclen = u16::from_ne_bytes(bytes[pos + 16..pos + 18].try_into().unwrap()) as usize;
         let dtype = bytes[pos + 18];
         if reclen < 19 || pos + reclen > n {
-            return Err(io::Error::other(format!("bad dirent record length {reclen} at {pos}")));
+            return Err(io::Error::other(format!(
+                "bad dirent record length {reclen} at {pos}"
+            )));
         }
         let name_area = &bytes[pos + 19..pos + reclen];
-        let end = name_area.iter().position(|&b| b == 0).unwrap_or(name_area.len());
-        out.push(Dirent { ino, off, dtype, name: name_area[..end].to_vec() });
+        let end = name_area
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(name_area.len());
+        out.push(Dirent {
+            ino,
+            off,
+            dtype,
+            name: name_area[..end].to_vec(),
+        });
         pos += reclen;
     }
     Ok(out)

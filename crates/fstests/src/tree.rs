@@ -21,8 +21,16 @@ pub struct Opts {
 }
 
 impl Opts {
-    pub const ALL: Opts = Opts { mtimes: true, owners: true, xattrs: true };
-    pub const CONTENT: Opts = Opts { mtimes: false, owners: true, xattrs: false };
+    pub const ALL: Opts = Opts {
+        mtimes: true,
+        owners: true,
+        xattrs: true,
+    };
+    pub const CONTENT: Opts = Opts {
+        mtimes: false,
+        owners: true,
+        xattrs: false,
+    };
 }
 
 /// One object in a tree. Inode numbers, st_dev, st_blocks, atime and directory sizes differ
@@ -108,7 +116,9 @@ fn walk(
     out: &mut Tree,
     seen: &mut BTreeMap<(u64, u64), Vec<u8>>,
 ) -> std::io::Result<()> {
-    let mut names: Vec<_> = fs::read_dir(dir)?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>()?;
+    let mut names: Vec<_> = fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
     names.sort();
     for name in names {
         if rel.is_empty() && skip.iter().any(|s| name.as_bytes() == s.as_bytes()) {
@@ -151,7 +161,9 @@ fn walk(
             gid: if opts.owners { m.gid() } else { 0 },
             size: if kind == "dir" { 0 } else { m.size() },
             nlink: m.nlink(),
-            mtime_ns: opts.mtimes.then(|| m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128),
+            mtime_ns: opts
+                .mtimes
+                .then(|| m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128),
             content,
             rdev: m.rdev(),
             xattrs,

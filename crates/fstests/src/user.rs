@@ -26,7 +26,11 @@ impl Checks {
     pub fn err<T>(&mut self, r: impl Errnoish<T>, expected: i32, what: &str) {
         let line = match r.errno_result() {
             Err(e) if e == expected => format!("ok   {what} -> {}", errno_name(e)),
-            Err(e) => format!("FAIL {what}: expected {} got {}", errno_name(expected), errno_name(e)),
+            Err(e) => format!(
+                "FAIL {what}: expected {} got {}",
+                errno_name(expected),
+                errno_name(e)
+            ),
             Ok(_) => format!("FAIL {what}: expected {} got success", errno_name(expected)),
         };
         self.lines.push(line);
@@ -40,7 +44,10 @@ impl Checks {
                 Some(v)
             }
             Err(e) => {
-                self.lines.push(format!("FAIL {what}: expected success got {}", errno_name(e)));
+                self.lines.push(format!(
+                    "FAIL {what}: expected success got {}",
+                    errno_name(e)
+                ));
                 None
             }
         }
@@ -48,7 +55,11 @@ impl Checks {
 
     /// `cond` must hold.
     pub fn check(&mut self, cond: bool, what: &str) {
-        self.lines.push(if cond { format!("ok   {what}") } else { format!("FAIL {what}") });
+        self.lines.push(if cond {
+            format!("ok   {what}")
+        } else {
+            format!("FAIL {what}")
+        });
     }
 }
 
@@ -87,7 +98,9 @@ pub fn as_user(uid: u32, gid: u32, groups: &[u32], label: &str, f: impl FnOnce(&
         ForkResult::Parent { child } => {
             drop(wr);
             let mut text = String::new();
-            std::fs::File::from(rd).read_to_string(&mut text).expect("read child report");
+            std::fs::File::from(rd)
+                .read_to_string(&mut text)
+                .expect("read child report");
             let status = waitpid(child, None).expect("waitpid");
             let mut failed = Vec::new();
             for l in text.lines() {
@@ -96,8 +109,16 @@ pub fn as_user(uid: u32, gid: u32, groups: &[u32], label: &str, f: impl FnOnce(&
                     failed.push(l.to_string());
                 }
             }
-            assert!(matches!(status, WaitStatus::Exited(_, 0)), "{label}: child ended with {status:?}");
-            assert!(failed.is_empty(), "{label} as uid {uid}: {} check(s) failed:\n{}", failed.len(), failed.join("\n"));
+            assert!(
+                matches!(status, WaitStatus::Exited(_, 0)),
+                "{label}: child ended with {status:?}"
+            );
+            assert!(
+                failed.is_empty(),
+                "{label} as uid {uid}: {} check(s) failed:\n{}",
+                failed.len(),
+                failed.join("\n")
+            );
         }
     }
 }
