@@ -1,0 +1,242 @@
+//! I/O counters taken before and after each phase. Counts are the benchmark's stable evidence:
+//! seconds on a shared 2-core machine are noisy, but "2.0 device flushes per create" is not.
+//!
+//! Two sources: a cairn mount reports its own counters (`cairn stats MNT --json`: device
+//! reads/writes/flushes, FUSE requests per opcode); a kernel file system on a loop device is
+//! counted by the block layer (`/sys/block/loopN/stat`). Both are flattened to
+//! `dotted.path -> number` so that deltas and per-operation figures need no schema.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+/// Flattened numeric counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters(pub BTreeMap<String, f64>);
+
+impl Counters {
+    /// Flattens every numeric leaf of a JSON document to `a.b.c` keys (array items by index).
+    pub fn from_json(v: &serde_json::Value) -> Counters {
+        fn walk(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, f64>) {
+            let key = |k: &str| {
+                if prefix.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{prefix}.{k}")
+                }
+            };
+            match v {
+                serde_json::Value::Number(n) => {
+                    if let Some(f) = n.as_f64() {
+                        out.insert(prefix.to_string(), f);
+                    }
+                }
+                serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| walk(&key(k), v, out)),
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, v)| walk(&key(&i.to_string()), v, out)),
+                _ => {}
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk("", v, &mut out);
+        Counters(out)
+    }
+
+    /// `after - self` for every key present in `after` (a key that appeared counts from 0).
+    pub fn delta(&self, after: &Counters) -> Counters {
+        Counters(
+            after
+                .0
+                .iter()
+                .map(|(k, v)| (k.clone(), v - self.0.get(k).copied().unwrap_or(0.0)))
+                .collect(),
+        )
+    }
+
+    /// The first key, in preference order, that is present.
+    fn first(&self, keys: &[&str]) -> Option<f64> {
+        keys.iter().find_map(|k| self.0.get(*k).copied())
+    }
+
+    /// Device write requests (not bytes).
+    pub fn device_writes(&self) -> Option<f64> {
+        self.first(&["device.writes", "device.write_ops", "dev.writes", "writes"])
+            .or_else(|| {
+                self.find_leaf(|segs| {
+                    segs.last() == Some(&"writes") && segs.iter().any(|s| s.contains("dev"))
+                })
+            })
+    }
+
+    /// Device flushes (durability barriers).
+    pub fn device_flushes(&self) -> Option<f64> {
+        self.first(&["device.flushes", "dev.flushes", "flushes"])
+            .or_else(|| {
+                self.find_leaf(|segs| {
+                    segs.last() == Some(&"flushes") && segs.iter().any(|s| s.contains("dev"))
+                })
+            })
+    }
+
+    pub fn device_reads(&self) -> Option<f64> {
+        self.first(&["device.reads", "device.read_ops", "dev.reads", "reads"])
+            .or_else(|| {
+                self.find_leaf(|segs| {
+                    segs.last() == Some(&"reads") && segs.iter().any(|s| s.contains("dev"))
+                })
+            })
+    }
+
+    /// FUSE requests the kernel sent, all opcodes together. Prefers an explicit total; else sums
+    /// the per-opcode counts found under a `fuse…` object (skipping byte and time figures).
+    pub fn fuse_requests(&self) -> Option<f64> {
+        if let Some(t) = self.first(&[
+            "fuse.total",
+            "fuse.requests.total",
+            "fuse_requests.total",
+            "fuse.requests_total",
+        ]) {
+            return Some(t);
+        }
+        let mut sum = None;
+        for (k, v) in &self.0 {
+            let segs: Vec<&str> = k.split('.').collect();
+            let under_fuse = segs.len() >= 2 && segs[0].starts_with("fuse");
+            let last = *segs.last().unwrap_or(&"");
+            let is_count = !["bytes", "ns", "us", "time", "latency", "total"]
+                .iter()
+                .any(|w| last.contains(w));
+            if under_fuse && is_count {
+                *sum.get_or_insert(0.0) += v;
+            }
+        }
+        sum
+    }
+
+    fn find_leaf(&self, pred: impl Fn(&[&str]) -> bool) -> Option<f64> {
+        self.0.iter().find_map(|(k, v)| {
+            let segs: Vec<&str> = k.split('.').collect();
+            pred(&segs).then_some(*v)
+        })
+    }
+}
+
+/// Where a mounted target's counters come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// `cairn stats MNT --json` of a cairn mount.
+    Cairn {
+        cairn: String,
+        mnt: std::path::PathBuf,
+    },
+    /// The block layer's counters for a device, e.g. `/dev/loop3`.
+    Block { dev: String },
+}
+
+impl Source {
+    pub fn read(&self) -> Result<Counters> {
+        match self {
+            Source::Cairn { cairn, mnt } => {
+                let out = sys::run(Command::new(cairn).arg("stats").arg(mnt).arg("--json"))?;
+                let v: serde_json::Value = serde_json::from_str(&out).with_context(|| {
+                    format!("`{cairn} stats --json` printed no JSON: {out:.200}")
+                })?;
+                Ok(Counters::from_json(&v))
+            }
+            Source::Block { dev } => {
+                let name = Path::new(dev)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or(dev);
+                let text = std::fs::read_to_string(format!("/sys/block/{name}/stat"))
+                    .with_context(|| format!("reading block stats of {dev}"))?;
+                parse_block_stat(&text)
+            }
+        }
+    }
+}
+
+/// `/sys/block/X/stat` (Documentation/block/stat.rst): 17 fields on current kernels; the
+/// flush count (field 16) is missing before Linux 5.5, and then flushes are unknown.
+pub fn parse_block_stat(text: &str) -> Result<Counters> {
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .map(|x| x.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .context("bad block stat")?;
+    anyhow::ensure!(
+        f.len() >= 11,
+        "block stat has {} fields, expected at least 11",
+        f.len()
+    );
+    let mut m = BTreeMap::new();
+    m.insert("device.reads".into(), f[0]);
+    m.insert("device.read_bytes".into(), f[2] * 512.0);
+    m.insert("device.writes".into(), f[4]);
+    m.insert("device.write_bytes".into(), f[6] * 512.0);
+    if f.len() >= 17 {
+        m.insert("device.flushes".into(), f[15]);
+    }
+    Ok(Counters(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flatten_and_delta() {
+        let a = Counters::from_json(
+            &serde_json::json!({"device": {"writes": 10, "flushes": 2}, "fuse": {"create": 1, "unlink": 0}}),
+        );
+        let b = Counters::from_json(
+            &serde_json::json!({"device": {"writes": 25, "flushes": 7}, "fuse": {"create": 11, "unlink": 10, "lookup": 3}, "name": "x"}),
+        );
+        let d = a.delta(&b);
+        assert_eq!(d.device_writes(), Some(15.0));
+        assert_eq!(d.device_flushes(), Some(5.0));
+        assert_eq!(d.fuse_requests(), Some(23.0));
+        assert!(!d.0.contains_key("name"));
+    }
+
+    #[test]
+    fn fuse_total_preferred_and_bytes_skipped() {
+        let c = Counters::from_json(
+            &serde_json::json!({"fuse": {"total": 7, "ops": {"write": 3, "write_bytes": 4096}}}),
+        );
+        assert_eq!(c.fuse_requests(), Some(7.0));
+        let c = Counters::from_json(
+            &serde_json::json!({"fuse": {"ops": {"write": 3, "write_bytes": 4096, "read_ns": 9}}}),
+        );
+        assert_eq!(c.fuse_requests(), Some(3.0));
+        assert_eq!(Counters::default().fuse_requests(), None);
+    }
+
+    #[test]
+    fn nested_device_keys_are_found() {
+        let c = Counters::from_json(
+            &serde_json::json!({"devices": {"0": {"writes": 4, "flushes": 1}}}),
+        );
+        assert_eq!(c.device_writes(), Some(4.0));
+        assert_eq!(c.device_flushes(), Some(1.0));
+    }
+
+    #[test]
+    fn block_stat_fields() {
+        let c = parse_block_stat("   58051     7958  4241722    33743    10463    15793  1338648     3183        0     6808    37258     4092       25   236248      293     1028       38\n").unwrap();
+        assert_eq!(c.device_reads(), Some(58051.0));
+        assert_eq!(c.device_writes(), Some(10463.0));
+        assert_eq!(c.device_flushes(), Some(1028.0));
+        assert_eq!(c.0["device.write_bytes"], 1338648.0 * 512.0);
+        let old = parse_block_stat("1 2 3 4 5 6 7 8 9 10 11").unwrap();
+        assert_eq!(old.device_flushes(), None);
+        assert!(parse_block_stat("1 2 x").is_err());
+    }
+}

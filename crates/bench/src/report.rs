@@ -1,0 +1,499 @@
+//! Results on disk (one JSON record per target × workload × repetition, plus the run's
+//! metadata) and the Markdown tables made from them.
+//!
+//! The machine is shared and noisy, so a rate is only ever compared with a baseline measured in
+//! the same run: tables give min/median/max over repetitions and the ratio of medians to the
+//! baseline, next to the I/O counts per operation, which do not depend on the noise.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::counters::Counters;
+use crate::workload::{FlushRate, PhaseResult};
+
+/// One target × workload × repetition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    pub target: String,
+    pub workload: String,
+    pub description: String,
+    pub rep: u32,
+    /// The error that stopped this repetition, if any (then `phases` holds what finished).
+    pub error: Option<String>,
+    pub phases: Vec<PhaseResult>,
+    /// Facts about the mount, e.g. the FUSE daemon's CPU placement.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The run as a whole.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub started: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    /// CPUs the benchmark (and so every daemon it starts) may run on; `pinned` = asked for.
+    pub cpus: Vec<usize>,
+    pub pinned: bool,
+    pub reps: u32,
+    pub image_size: u64,
+    pub scratch: String,
+    pub scratch_fs: String,
+    pub baseline: String,
+    /// Target order for tables.
+    pub targets: Vec<String>,
+    /// Workload order for tables.
+    pub workloads: Vec<String>,
+    /// Targets that were asked for but could not run, with the reason.
+    pub skipped: BTreeMap<String, String>,
+    pub flush_rate: Option<FlushRate>,
+    pub tool_versions: BTreeMap<String, String>,
+    pub command: String,
+}
+
+pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Reads a run directory back: its meta.json and every record file.
+pub fn load(dir: &Path) -> Result<(Meta, Vec<Record>)> {
+    let meta: Meta = serde_json::from_str(
+        &fs::read_to_string(dir.join("meta.json")).context("reading meta.json")?,
+    )?;
+    let mut records = Vec::new();
+    let mut names: Vec<_> = fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    for n in names {
+        let n = n.to_string_lossy();
+        if n.starts_with("rec-") && n.ends_with(".json") {
+            let text = fs::read_to_string(dir.join(&*n))?;
+            records.push(serde_json::from_str(&text).with_context(|| format!("parsing {n}"))?);
+        }
+    }
+    Ok((meta, records))
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stat {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Stat {
+    pub fn of(values: &[f64]) -> Option<Stat> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Stat {
+            min: v[0],
+            median,
+            max: v[n - 1],
+            n,
+        })
+    }
+}
+
+/// One table row: a target's results for one phase of one workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub phase: String,
+    pub unit: String,
+    pub target: String,
+    pub rate: Option<Stat>,
+    /// Median rate divided by the baseline's median rate for the same phase.
+    pub vs_baseline: Option<f64>,
+    pub device_reads_per_op: Option<f64>,
+    pub device_writes_per_op: Option<f64>,
+    pub device_flushes_per_op: Option<f64>,
+    pub fuse_requests_per_op: Option<f64>,
+    pub failed_reps: usize,
+    /// Why there is no number, when there is none.
+    pub missing: Option<String>,
+}
+
+fn median_of(phases: &[&PhaseResult], f: fn(&Counters) -> Option<f64>) -> Option<f64> {
+    let v: Vec<f64> = phases.iter().filter_map(|p| p.per_op(f)).collect();
+    Stat::of(&v).map(|s| s.median)
+}
+
+/// Summarizes the records into rows, in the run's workload and target order.
+pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for w in &meta.workloads {
+        // Phases in the order the workload runs them, from any record that has them.
+        let mut phases: Vec<(String, String)> = Vec::new();
+        for r in records.iter().filter(|r| &r.workload == w) {
+            for p in &r.phases {
+                if !phases.iter().any(|(n, _)| n == &p.phase) {
+                    phases.push((p.phase.clone(), p.unit.clone()));
+                }
+            }
+        }
+        if phases.is_empty() {
+            phases.push(("—".into(), String::new()));
+        }
+        for (phase, unit) in &phases {
+            let per_target = |t: &str| -> (Vec<&PhaseResult>, usize, Option<String>) {
+                let recs: Vec<&Record> = records
+                    .iter()
+                    .filter(|r| &r.workload == w && r.target == t)
+                    .collect();
+                let ok: Vec<&PhaseResult> = recs
+                    .iter()
+                    .flat_map(|r| r.phases.iter().filter(|p| &p.phase == phase))
+                    .collect();
+                let failed = recs.iter().filter(|r| r.error.is_some()).count();
+                let err = recs.iter().find_map(|r| r.error.clone());
+                (ok, failed, err)
+            };
+            let base = Stat::of(
+                &per_target(&meta.baseline)
+                    .0
+                    .iter()
+                    .map(|p| p.rate)
+                    .collect::<Vec<_>>(),
+            );
+            for t in &meta.targets {
+                let (ok, failed_reps, err) = per_target(t);
+                let rate = Stat::of(&ok.iter().map(|p| p.rate).collect::<Vec<_>>());
+                let missing = if rate.is_some() {
+                    None
+                } else if let Some(why) = meta.skipped.get(t) {
+                    Some(format!("not measured: {why}"))
+                } else {
+                    Some(
+                        err.map(|e| format!("failed: {e}"))
+                            .unwrap_or_else(|| "not run".into()),
+                    )
+                };
+                rows.push(Row {
+                    workload: w.clone(),
+                    phase: phase.clone(),
+                    unit: unit.clone(),
+                    target: t.clone(),
+                    vs_baseline: match (&rate, &base) {
+                        (Some(r), Some(b)) if b.median > 0.0 => Some(r.median / b.median),
+                        _ => None,
+                    },
+                    rate,
+                    device_reads_per_op: median_of(&ok, Counters::device_reads),
+                    device_writes_per_op: median_of(&ok, Counters::device_writes),
+                    device_flushes_per_op: median_of(&ok, Counters::device_flushes),
+                    fuse_requests_per_op: median_of(&ok, Counters::fuse_requests),
+                    failed_reps,
+                    missing,
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// A rate with three significant figures and thousands separators: 152,000 / 1,210 / 95.3.
+pub fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    let digits = if v.abs() >= 1.0 {
+        v.abs().log10().floor() as i32 + 1
+    } else {
+        0
+    };
+    let decimals = (3 - digits).clamp(0, 2) as usize;
+    let rounded = if digits > 3 {
+        let p = 10f64.powi(digits - 3);
+        (v / p).round() * p
+    } else {
+        v
+    };
+    let s = format!("{rounded:.decimals$}");
+    let (int, frac) = s
+        .split_once('.')
+        .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
+    let (sign, int) = int.strip_prefix('-').map_or(("", int), |i| ("-", i));
+    let mut grouped = String::new();
+    for (k, c) in int.chars().enumerate() {
+        if k > 0 && (int.len() - k) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "—".into())
+}
+
+fn fmt_per_op(v: f64) -> String {
+    if v != 0.0 && v.abs() < 0.01 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+pub fn fmt_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
+        n if n >= 1 << 20 => format!("{} MiB", n >> 20),
+        n => format!("{n} B"),
+    }
+}
+
+/// The Markdown report: a header with the run's conditions, the device's flush rate, then one
+/// table per workload.
+pub fn markdown(meta: &Meta, records: &[Record]) -> String {
+    let rows = summarize(meta, records);
+    let mut s = String::new();
+    let _ = writeln!(s, "## Run {}\n", meta.started);
+    let _ = writeln!(s, "- kernel {}, CPU {}", meta.kernel, meta.cpu_model);
+    let cpus: Vec<String> = meta.cpus.iter().map(|c| c.to_string()).collect();
+    let _ = writeln!(
+        s,
+        "- CPU placement: benchmark and FUSE daemons {} to CPU(s) {}",
+        if meta.pinned {
+            "pinned"
+        } else {
+            "unpinned, allowed"
+        },
+        cpus.join(",")
+    );
+    let _ = writeln!(
+        s,
+        "- {} repetition(s), fresh {} image per workload on {} ({}); ratios are to `{}` in this run",
+        meta.reps,
+        fmt_bytes(meta.image_size),
+        meta.scratch,
+        meta.scratch_fs,
+        meta.baseline
+    );
+    if !meta.tool_versions.is_empty() {
+        let v: Vec<String> = meta
+            .tool_versions
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "- tools: {}", v.join("; "));
+    }
+    let _ = writeln!(s, "- command: `{}`", meta.command);
+    if let Some(fr) = &meta.flush_rate {
+        let _ = writeln!(
+            s,
+            "\n**Raw device flush rate** (4 KiB write + fdatasync in a loop on {} in {}): overwrite {}/s, append {}/s.",
+            fr.host_fs,
+            fr.dir.display(),
+            fmt_rate(fr.overwrite_per_sec),
+            fmt_rate(fr.append_per_sec)
+        );
+    }
+    for w in &meta.workloads {
+        let desc = records
+            .iter()
+            .find(|r| &r.workload == w)
+            .map(|r| r.description.clone())
+            .unwrap_or_default();
+        let _ = writeln!(s, "\n### {w}\n\n{desc}.\n");
+        let _ = writeln!(
+            s,
+            "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev flushes/op | FUSE req/op |",
+            meta.baseline
+        );
+        let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        for r in rows.iter().filter(|r| &r.workload == w) {
+            let phase = if r.unit.is_empty() {
+                r.phase.clone()
+            } else {
+                format!("{} ({}/s)", r.phase, r.unit)
+            };
+            match &r.rate {
+                Some(st) => {
+                    let failed = if r.failed_reps > 0 {
+                        format!(" ({} failed)", r.failed_reps)
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(
+                        s,
+                        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        r.target,
+                        failed,
+                        phase,
+                        fmt_rate(st.median),
+                        fmt_rate(st.min),
+                        fmt_rate(st.max),
+                        fmt_opt(r.vs_baseline, |v| format!("{v:.2}")),
+                        fmt_opt(r.device_reads_per_op, fmt_per_op),
+                        fmt_opt(r.device_writes_per_op, fmt_per_op),
+                        fmt_opt(r.device_flushes_per_op, fmt_per_op),
+                        fmt_opt(r.fuse_requests_per_op, fmt_per_op),
+                    );
+                }
+                None => {
+                    let why = r.missing.clone().unwrap_or_default().replace('|', "/");
+                    let why: String = why.chars().take(160).collect();
+                    let _ = writeln!(s, "| {} | {} | *{}* | | | | | | | |", r.target, phase, why);
+                }
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(name: &str, rate: f64, counters: Option<serde_json::Value>) -> PhaseResult {
+        PhaseResult {
+            phase: name.into(),
+            ops: 100.0,
+            unit: "files".into(),
+            secs: 100.0 / rate,
+            rate,
+            counters: counters.map(|c| Counters::from_json(&c)),
+            extra: serde_json::Value::Null,
+        }
+    }
+
+    fn rec(target: &str, rep: u32, rate: f64, c: Option<serde_json::Value>) -> Record {
+        Record {
+            target: target.into(),
+            workload: "create-unlink".into(),
+            description: "d".into(),
+            rep,
+            error: None,
+            phases: vec![phase("create+unlink", rate, c)],
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn stat_min_median_max() {
+        assert_eq!(
+            Stat::of(&[3.0, 1.0, 2.0]),
+            Some(Stat {
+                min: 1.0,
+                median: 2.0,
+                max: 3.0,
+                n: 3
+            })
+        );
+        assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
+        assert_eq!(Stat::of(&[]), None);
+    }
+
+    #[test]
+    fn rates_are_rounded_and_grouped() {
+        assert_eq!(fmt_rate(152_345.6), "152,000");
+        assert_eq!(fmt_rate(1_234.4), "1,230");
+        assert_eq!(fmt_rate(95.34), "95.3");
+        assert_eq!(fmt_rate(0.5), "0.50");
+        assert_eq!(fmt_rate(f64::NAN), "—");
+    }
+
+    #[test]
+    fn summary_ratios_counts_and_missing_rows() {
+        let meta = Meta {
+            baseline: "ext4".into(),
+            targets: vec![
+                "ext4".into(),
+                "cairn-sync".into(),
+                "cairn-async".into(),
+                "fuse2fs".into(),
+            ],
+            workloads: vec!["create-unlink".into()],
+            skipped: [(
+                "cairn-async".to_string(),
+                "cairn mkfs: not implemented".to_string(),
+            )]
+            .into(),
+            ..Meta::default()
+        };
+        let dev = |w: u64, f: u64| {
+            Some(
+                serde_json::json!({"device": {"writes": w, "flushes": f}, "fuse": {"create": 100, "unlink": 100}}),
+            )
+        };
+        let mut failed = rec("fuse2fs", 1, 1.0, None);
+        failed.phases.clear();
+        failed.error = Some("mount | failed".into());
+        let records = vec![
+            rec("ext4", 1, 1000.0, None),
+            rec("ext4", 2, 3000.0, None),
+            rec("ext4", 3, 2000.0, None),
+            rec("cairn-sync", 1, 100.0, dev(300, 200)),
+            rec("cairn-sync", 2, 300.0, dev(500, 200)),
+            failed,
+        ];
+        let rows = summarize(&meta, &records);
+        assert_eq!(rows.len(), 4);
+        let cs = &rows[1];
+        assert_eq!(cs.rate.as_ref().unwrap().median, 200.0);
+        assert_eq!(cs.vs_baseline, Some(0.1));
+        assert_eq!(cs.device_writes_per_op, Some(4.0));
+        assert_eq!(cs.device_flushes_per_op, Some(2.0));
+        assert_eq!(cs.fuse_requests_per_op, Some(2.0));
+        assert!(
+            rows[2]
+                .missing
+                .as_deref()
+                .unwrap()
+                .contains("not implemented")
+        );
+        assert!(
+            rows[3]
+                .missing
+                .as_deref()
+                .unwrap()
+                .starts_with("failed: mount")
+        );
+        let md = markdown(&meta, &records);
+        assert!(md.contains("| cairn-sync | create+unlink (files/s) | 200 | 100 | 300 | 0.10 | — | 4.00 | 2.00 | 2.00 |"), "{md}");
+        assert!(
+            md.contains("| fuse2fs | create+unlink (files/s) | *failed: mount / failed* |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn records_round_trip_through_a_run_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let meta = Meta {
+            baseline: "ext4".into(),
+            targets: vec!["ext4".into()],
+            workloads: vec!["create-unlink".into()],
+            ..Meta::default()
+        };
+        write_json(&d.path().join("meta.json"), &meta).unwrap();
+        write_json(&d.path().join("rec-0001.json"), &rec("ext4", 1, 5.0, None)).unwrap();
+        write_json(&d.path().join("rec-0002.json"), &rec("ext4", 2, 7.0, None)).unwrap();
+        let (m, r) = load(d.path()).unwrap();
+        assert_eq!(m.targets, meta.targets);
+        assert_eq!(r.len(), 2);
+        assert_eq!(summarize(&m, &r)[0].rate.as_ref().unwrap().median, 6.0);
+    }
+}

@@ -1,0 +1,289 @@
+//! Thin wrappers over the host: running tools, CPU placement, the page cache, mount tables and
+//! daemon processes. Everything here is Linux-specific on purpose: the benchmark compares Linux
+//! file systems on the machine it runs on.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+use nix::unistd::Pid;
+
+/// Runs `cmd` to completion and returns its stdout; a nonzero exit is an error carrying the
+/// command line and the tool's own stderr, which is usually the only useful diagnostic.
+pub fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether an executable named `name` is on PATH (or is itself a path that exists).
+pub fn have_tool(name: &str) -> bool {
+    if name.contains('/') {
+        return Path::new(name).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+/// Pins this process (and so every child it starts afterwards: FUSE daemons, postmark) to the
+/// given CPUs, and returns the CPU list now in force. Pinning the benchmark and the daemon to
+/// the same core makes a FUSE round trip cost two context switches on one CPU rather than a
+/// cross-CPU wake-up whose cost depends on what else the shared machine is doing.
+pub fn set_cpus(cpus: Option<&[usize]>) -> Result<Vec<usize>> {
+    if let Some(cpus) = cpus {
+        let mut set = CpuSet::new();
+        for &c in cpus {
+            set.set(c)
+                .with_context(|| format!("CPU {c} out of range"))?;
+        }
+        sched_setaffinity(Pid::from_raw(0), &set).context("sched_setaffinity")?;
+    }
+    current_cpus()
+}
+
+pub fn current_cpus() -> Result<Vec<usize>> {
+    let set = sched_getaffinity(Pid::from_raw(0)).context("sched_getaffinity")?;
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
+/// `Cpus_allowed_list` of a process, as the kernel prints it (e.g. "0" or "0-1").
+pub fn cpus_allowed(pid: u32) -> Option<String> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// Writes dirty data back and empties the page, dentry and inode caches, so that the next
+/// reads of any file system (and of the image files under FUSE file systems) hit the device.
+pub fn drop_caches() -> Result<()> {
+    run(&mut Command::new("sync"))?;
+    fs::write("/proc/sys/vm/drop_caches", "3\n")
+        .context("writing /proc/sys/vm/drop_caches (needs root)")
+}
+
+/// Undoes the octal escapes (`\040` for a space…) the kernel uses in /proc mount tables.
+fn unescape_mount_field(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The file-system type mounted at `mnt` (e.g. "ext4", "fuse", "fuse.mergerfs"), if any.
+pub fn mounted_fstype(mnt: &Path) -> Option<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_mountinfo_fstype(&info, mnt)
+}
+
+fn parse_mountinfo_fstype(info: &str, mnt: &Path) -> Option<String> {
+    // mountinfo: id parent maj:min root mountpoint opts [optional...] - fstype source superopts.
+    // The last matching line wins: it is the mount on top.
+    info.lines().rev().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mp = left.split(' ').nth(4)?;
+        (Path::new(&unescape_mount_field(mp)) == mnt)
+            .then(|| right.split(' ').next().unwrap_or("").to_string())
+    })
+}
+
+/// Waits until something is mounted at `mnt`.
+pub fn wait_mounted(mnt: &Path, timeout: Duration) -> Result<()> {
+    let t0 = Instant::now();
+    while mounted_fstype(mnt).is_none() {
+        if t0.elapsed() > timeout {
+            bail!("{} not mounted after {:?}", mnt.display(), timeout);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The process whose command line names `mnt` as an argument: a FUSE daemon serving it.
+/// Used to check the daemon's CPU placement and to wait for it to exit after unmount (a FUSE
+/// daemon writes its last dirty blocks after the kernel has already detached the mount).
+pub fn find_daemon(mnt: &Path) -> Option<u32> {
+    let me = std::process::id();
+    let want = mnt.as_os_str().as_encoded_bytes();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).skip(1).any(|a| a == want) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+pub fn pid_alive(pid: u32) -> bool {
+    // A zombie has exited; its status line says so even though /proc/<pid> still exists.
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub fn wait_pid_exit(pid: u32, timeout: Duration) -> Result<()> {
+    let t0 = Instant::now();
+    while pid_alive(pid) {
+        if t0.elapsed() > timeout {
+            bail!("daemon {pid} still running {:?} after unmount", timeout);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The type of the file system holding `path` as `stat -f` names it ("ext2/ext3", "tmpfs"…).
+pub fn fs_type_of(path: &Path) -> Result<String> {
+    Ok(
+        run(Command::new("stat").args(["-f", "-c", "%T"]).arg(path))?
+            .trim()
+            .to_string(),
+    )
+}
+
+/// Canonical absolute form of a directory that may not exist yet (created if missing).
+pub fn ensure_dir(p: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(p).with_context(|| format!("mkdir -p {}", p.display()))?;
+    p.canonicalize()
+        .with_context(|| format!("canonicalize {}", p.display()))
+}
+
+/// The first line of /proc/cpuinfo's "model name", for the record.
+pub fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// UTC timestamp `YYYYMMDDTHHMMSSZ` for result directory names (sorts by time as text).
+pub fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let sod = unix_secs % 86_400;
+    // Howard Hinnant's days-from-civil inverse.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamp_known_dates() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_stamp(1_700_000_000), "20231114T221320Z");
+    }
+
+    #[test]
+    fn mountinfo_lookup_unescapes_and_takes_topmost() {
+        let info = "\
+22 1 8:1 / / rw - ext4 /dev/vda rw
+40 22 7:0 / /mnt/a\\040b rw,relatime shared:1 - ext4 /dev/loop0 rw
+41 40 0:50 / /mnt/a\\040b rw - fuse.mergerfs x rw
+";
+        assert_eq!(
+            parse_mountinfo_fstype(info, Path::new("/mnt/a b")).as_deref(),
+            Some("fuse.mergerfs")
+        );
+        assert_eq!(
+            parse_mountinfo_fstype(info, Path::new("/")).as_deref(),
+            Some("ext4")
+        );
+        assert_eq!(parse_mountinfo_fstype(info, Path::new("/mnt")), None);
+    }
+
+    #[test]
+    fn own_affinity_is_reported() {
+        let cpus = current_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        let listed = cpus_allowed(std::process::id()).unwrap();
+        assert!(!listed.is_empty());
+    }
+
+    #[test]
+    fn daemon_lookup_finds_a_child_by_argument() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30; :", "sh"])
+            .arg(dir.path())
+            .spawn()
+            .unwrap();
+        // The child's command line appears in /proc only once its exec has completed.
+        let t0 = Instant::now();
+        let mut found = None;
+        while found.is_none() && t0.elapsed() < Duration::from_secs(5) {
+            found = find_daemon(dir.path());
+            thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found, Some(child.id()));
+        assert!(!pid_alive(child.id()));
+    }
+}

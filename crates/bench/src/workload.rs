@@ -1,0 +1,660 @@
+//! The core benchmark's workloads (issue 2, "Performance"; the microbenchmarks and PostMark of
+//! the Journaling-versus-Soft-Updates paper, 001 §7.2–7.3.4). Each runs in a directory and
+//! reports one result per phase, with the I/O counters' delta over exactly that phase.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::{Deserialize, Serialize};
+
+use crate::counters::{Counters, Source};
+use crate::sys;
+
+/// What a workload needs from the file system it runs on.
+pub trait Stage {
+    /// Directory to work in; exists and is empty.
+    fn dir(&self) -> PathBuf;
+    /// Cumulative I/O counters, when the target has any.
+    fn counters(&self) -> Result<Option<Counters>>;
+    /// Makes the next reads come from the device rather than any cache.
+    fn make_cold(&mut self) -> Result<()>;
+}
+
+impl Stage for crate::target::Mounted {
+    fn dir(&self) -> PathBuf {
+        crate::target::Mounted::dir(self)
+    }
+    fn counters(&self) -> Result<Option<Counters>> {
+        crate::target::Mounted::counters(self)
+    }
+    fn make_cold(&mut self) -> Result<()> {
+        crate::target::Mounted::make_cold(self)
+    }
+}
+
+/// An existing directory (e.g. on a mount made by hand, as `make demo` does). Counters come
+/// from `source` if given; making it cold drops the kernel's caches when `drop_caches` is set.
+pub struct PlainDir {
+    pub dir: PathBuf,
+    pub source: Option<Source>,
+    pub drop_caches: bool,
+}
+
+impl Stage for PlainDir {
+    fn dir(&self) -> PathBuf {
+        self.dir.clone()
+    }
+    fn counters(&self) -> Result<Option<Counters>> {
+        self.source.as_ref().map(Source::read).transpose()
+    }
+    fn make_cold(&mut self) -> Result<()> {
+        if self.drop_caches {
+            sys::drop_caches()
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// One timed phase.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PhaseResult {
+    pub phase: String,
+    /// Operations done (files, transactions or MiB, see `unit`).
+    pub ops: f64,
+    pub unit: String,
+    pub secs: f64,
+    /// `ops / secs`.
+    pub rate: f64,
+    /// Counter deltas over the phase, if the target has counters.
+    pub counters: Option<Counters>,
+    #[serde(default)]
+    pub extra: serde_json::Value,
+}
+
+impl PhaseResult {
+    /// Counter per operation, e.g. device flushes per create+unlink pair.
+    pub fn per_op(&self, f: impl Fn(&Counters) -> Option<f64>) -> Option<f64> {
+        let c = self.counters.as_ref()?;
+        (self.ops > 0.0)
+            .then(|| f(c))
+            .flatten()
+            .map(|v| v / self.ops)
+    }
+}
+
+fn measure(
+    stage: &dyn Stage,
+    phase: &str,
+    ops: f64,
+    unit: &str,
+    f: impl FnOnce() -> Result<serde_json::Value>,
+) -> Result<PhaseResult> {
+    let before = stage.counters()?;
+    let t0 = Instant::now();
+    let extra = f()?;
+    let secs = t0.elapsed().as_secs_f64();
+    let after = stage.counters()?;
+    let counters = match (before, after) {
+        (Some(b), Some(a)) => Some(b.delta(&a)),
+        _ => None,
+    };
+    Ok(PhaseResult {
+        phase: phase.into(),
+        ops,
+        unit: unit.into(),
+        secs,
+        rate: ops / secs.max(1e-9),
+        counters,
+        extra,
+    })
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "workload", rename_all = "kebab-case")]
+pub enum Workload {
+    /// Create and immediately unlink `files` 0-length files in one directory (001 §7.2's
+    /// create/delete benchmark: metadata operations only, no data).
+    CreateUnlink { files: u64 },
+    /// Create `files` files of `size` bytes in one directory, read them back cold, delete them.
+    Smallfile { files: u64, size: usize },
+    /// Debian's `postmark` with the paper's default configuration (001 §7.3.4).
+    Postmark {
+        files: u64,
+        min_size: u64,
+        max_size: u64,
+        transactions: u64,
+        seed: u64,
+    },
+    /// Write a file of `bytes` sequentially in `chunk`-sized writes and fsync it, then read it
+    /// back cold.
+    Seq { bytes: u64, chunk: usize },
+}
+
+pub const NAMES: &[&str] = &["create-unlink", "smallfile", "postmark", "seq"];
+
+/// Sizes of every workload; [`Params::default`] is the issue's configuration.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub create_unlink_files: u64,
+    pub small_files: u64,
+    pub small_size: usize,
+    pub pm_files: u64,
+    pub pm_transactions: u64,
+    pub seq_bytes: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            create_unlink_files: 50_000,
+            small_files: 10_000,
+            small_size: 1024,
+            pm_files: 10_000,
+            pm_transactions: 20_000,
+            seq_bytes: 1 << 30,
+        }
+    }
+}
+
+impl Workload {
+    pub fn named(name: &str, p: &Params) -> Result<Workload> {
+        Ok(match name {
+            "create-unlink" => Workload::CreateUnlink {
+                files: p.create_unlink_files,
+            },
+            "smallfile" => Workload::Smallfile {
+                files: p.small_files,
+                size: p.small_size,
+            },
+            "postmark" => Workload::Postmark {
+                files: p.pm_files,
+                min_size: 512,
+                max_size: 16384,
+                transactions: p.pm_transactions,
+                seed: 42,
+            },
+            "seq" => Workload::Seq {
+                bytes: p.seq_bytes,
+                chunk: 1 << 20,
+            },
+            n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::CreateUnlink { .. } => "create-unlink",
+            Workload::Smallfile { .. } => "smallfile",
+            Workload::Postmark { .. } => "postmark",
+            Workload::Seq { .. } => "seq",
+        }
+    }
+
+    /// One line saying what the workload does, for tables.
+    pub fn describe(&self) -> String {
+        match self {
+            Workload::CreateUnlink { files } => {
+                format!(
+                    "create + unlink of {files} 0-length files in one directory (each unlinked right after its creation); rate in files/s"
+                )
+            }
+            Workload::Smallfile { files, size } => {
+                format!(
+                    "{files} files of {size} B in one directory: create, read back (cold cache), delete; rate in files/s per phase"
+                )
+            }
+            Workload::Postmark {
+                files,
+                min_size,
+                max_size,
+                transactions,
+                ..
+            } => format!(
+                "PostMark: {files} files of {min_size} B–{} KiB, {transactions} transactions; rate in transactions/s over the whole run (creation and deletion included)",
+                max_size / 1024
+            ),
+            Workload::Seq { bytes, chunk } => format!(
+                "sequential write (then fsync) and cold read of a {} MiB file in {} KiB requests; rate in MiB/s",
+                bytes >> 20,
+                chunk >> 10
+            ),
+        }
+    }
+
+    pub fn run(&self, stage: &mut dyn Stage) -> Result<Vec<PhaseResult>> {
+        let dir = stage.dir();
+        match *self {
+            Workload::CreateUnlink { files } => Ok(vec![measure(
+                stage,
+                "create+unlink",
+                files as f64,
+                "files",
+                || create_unlink(&dir, files),
+            )?]),
+            Workload::Smallfile { files, size } => {
+                let create = measure(stage, "create", files as f64, "files", || {
+                    small_create(&dir, files, size)
+                })?;
+                stage.make_cold()?;
+                let read = measure(stage, "read", files as f64, "files", || {
+                    small_read(&dir, files, size)
+                })?;
+                let delete = measure(stage, "delete", files as f64, "files", || {
+                    small_delete(&dir, files)
+                })?;
+                Ok(vec![create, read, delete])
+            }
+            Workload::Postmark {
+                files,
+                min_size,
+                max_size,
+                transactions,
+                seed,
+            } => {
+                let cfg = postmark_config(&dir, files, min_size, max_size, transactions, seed);
+                Ok(vec![measure(
+                    stage,
+                    "run",
+                    transactions as f64,
+                    "tx",
+                    || run_postmark(&cfg),
+                )?])
+            }
+            Workload::Seq { bytes, chunk } => {
+                let path = dir.join("seq.dat");
+                let mib = bytes as f64 / f64::from(1u32 << 20);
+                let write = measure(stage, "write", mib, "MiB", || {
+                    seq_write(&path, bytes, chunk)
+                })?;
+                stage.make_cold()?;
+                let read = measure(stage, "read", mib, "MiB", || seq_read(&path, bytes, chunk))?;
+                Ok(vec![write, read])
+            }
+        }
+    }
+}
+
+fn name_of(dir: &Path, i: u64) -> PathBuf {
+    dir.join(format!("f{i:07}"))
+}
+
+fn create_unlink(dir: &Path, files: u64) -> Result<serde_json::Value> {
+    for i in 0..files {
+        let p = name_of(dir, i);
+        // O_CREAT|O_EXCL: a fresh inode every time, never a truncate of an old one.
+        drop(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+                .with_context(|| format!("create {}", p.display()))?,
+        );
+        fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
+    }
+    Ok(serde_json::Value::Null)
+}
+
+/// Content of small file `i`: its index, then a pattern, so a read-back checks identity too.
+fn small_content(i: u64, size: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..size)
+        .map(|k| (k as u64).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect();
+    let tag = i.to_le_bytes();
+    let n = tag.len().min(size);
+    v[..n].copy_from_slice(&tag[..n]);
+    v
+}
+
+fn small_create(dir: &Path, files: u64, size: usize) -> Result<serde_json::Value> {
+    for i in 0..files {
+        let p = name_of(dir, i);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .with_context(|| format!("create {}", p.display()))?;
+        f.write_all(&small_content(i, size))
+            .with_context(|| format!("write {}", p.display()))?;
+    }
+    Ok(serde_json::Value::Null)
+}
+
+fn small_read(dir: &Path, files: u64, size: usize) -> Result<serde_json::Value> {
+    let mut buf = Vec::with_capacity(size + 1);
+    for i in 0..files {
+        let p = name_of(dir, i);
+        buf.clear();
+        File::open(&p)
+            .and_then(|mut f| f.read_to_end(&mut buf))
+            .with_context(|| format!("read {}", p.display()))?;
+        ensure!(
+            buf == small_content(i, size),
+            "{} read back wrong content ({} bytes)",
+            p.display(),
+            buf.len()
+        );
+    }
+    Ok(serde_json::Value::Null)
+}
+
+fn small_delete(dir: &Path, files: u64) -> Result<serde_json::Value> {
+    for i in 0..files {
+        let p = name_of(dir, i);
+        fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
+    }
+    Ok(serde_json::Value::Null)
+}
+
+/// PostMark reads its configuration from standard input, one command a line.
+pub fn postmark_config(dir: &Path, files: u64, min: u64, max: u64, tx: u64, seed: u64) -> String {
+    format!(
+        "set location {}\nset number {files}\nset size {min} {max}\nset transactions {tx}\nset seed {seed}\nrun\nquit\n",
+        dir.display()
+    )
+}
+
+fn run_postmark(cfg: &str) -> Result<serde_json::Value> {
+    let mut child = Command::new("postmark")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(
+            "cannot start postmark (Debian package `postmark`; run scripts/install-deps.sh)",
+        )?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(cfg.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "postmark failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = parse_postmark(&text)
+        .with_context(|| format!("unexpected postmark output: {text:.400}"))?;
+    Ok(serde_json::to_value(report)?)
+}
+
+/// The figures of PostMark's report that are worth keeping (it reports whole seconds only, so
+/// the benchmark's own wall clock gives the rate).
+#[derive(Debug, PartialEq, Serialize)]
+pub struct PostmarkReport {
+    pub total_secs: u64,
+    pub transaction_secs: u64,
+    pub created: u64,
+    pub read: u64,
+    pub appended: u64,
+    pub deleted: u64,
+}
+
+pub fn parse_postmark(text: &str) -> Option<PostmarkReport> {
+    let num_before = |needle: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.contains(needle))?;
+        line.split_whitespace().next()?.parse().ok()
+    };
+    Some(PostmarkReport {
+        total_secs: num_before("seconds total")?,
+        transaction_secs: num_before("seconds of transactions")?,
+        created: num_before(" created (")?,
+        read: num_before(" read (")?,
+        appended: num_before(" appended (")?,
+        deleted: num_before(" deleted (")?,
+    })
+}
+
+/// A chunk of the sequential file: the chunk's index, then a pattern. The index lets the
+/// read-back catch a misplaced block at almost no cost.
+fn seq_fill(buf: &mut [u8], idx: u64) {
+    buf[..8].copy_from_slice(&idx.to_le_bytes());
+}
+
+fn seq_write(path: &Path, bytes: u64, chunk: usize) -> Result<serde_json::Value> {
+    let mut buf: Vec<u8> = (0..chunk).map(|k| (k * 7 + 1) as u8).collect();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("create {}", path.display()))?;
+    let mut left = bytes;
+    let mut idx = 0;
+    while left > 0 {
+        let n = (chunk as u64).min(left) as usize;
+        seq_fill(&mut buf, idx);
+        f.write_all(&buf[..n])
+            .with_context(|| format!("write {}", path.display()))?;
+        left -= n as u64;
+        idx += 1;
+    }
+    // The write is done when it is on the device, in every target alike.
+    f.sync_all()
+        .with_context(|| format!("fsync {}", path.display()))?;
+    Ok(serde_json::Value::Null)
+}
+
+fn seq_read(path: &Path, bytes: u64, chunk: usize) -> Result<serde_json::Value> {
+    let mut f = File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut buf = vec![0u8; chunk];
+    let mut total = 0u64;
+    let mut idx = 0u64;
+    loop {
+        let mut got = 0;
+        while got < chunk {
+            let n = f
+                .read(&mut buf[got..])
+                .with_context(|| format!("read {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        if got == 0 {
+            break;
+        }
+        ensure!(
+            got < 8 || buf[..8] == idx.to_le_bytes(),
+            "{}: chunk {idx} read back wrong",
+            path.display()
+        );
+        total += got as u64;
+        idx += 1;
+    }
+    ensure!(
+        total == bytes,
+        "{}: read {total} bytes, wrote {bytes}",
+        path.display()
+    );
+    Ok(serde_json::Value::Null)
+}
+
+/// The device's raw flush rate, measured the way a file system's flush costs: 4 KiB written
+/// and `fdatasync`ed in a loop, on a file in `dir` (put it on the disk the images live on).
+/// `overwrite` rewrites blocks already allocated (a pure device cache flush); `append` grows a
+/// file, so the host file system must also commit its own metadata each time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlushRate {
+    pub overwrite_per_sec: f64,
+    pub append_per_sec: f64,
+    /// Upper bound on iterations per variant (each also stops after its time budget).
+    pub max_iterations: u64,
+    pub dir: PathBuf,
+    pub host_fs: String,
+}
+
+pub fn flush_rate(dir: &Path, max_iters: u64, max_secs: f64) -> Result<FlushRate> {
+    use std::os::unix::fs::FileExt;
+    let dir = sys::ensure_dir(dir)?;
+    let block = [0x5au8; 4096];
+    let path = dir.join("flush-rate.dat");
+    let _ = fs::remove_file(&path);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    const SLOTS: u64 = 256;
+    for s in 0..SLOTS {
+        f.write_at(&block, s * 4096)?;
+    }
+    f.sync_all()?;
+    let timed = |op: &dyn Fn(u64) -> std::io::Result<()>| -> Result<f64> {
+        let t0 = Instant::now();
+        let mut n = 0;
+        while n < max_iters && t0.elapsed().as_secs_f64() < max_secs {
+            op(n)?;
+            n += 1;
+        }
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
+    };
+    let overwrite = timed(&|i| {
+        f.write_at(&block, (i % SLOTS) * 4096)?;
+        f.sync_data()
+    })?;
+    let base = SLOTS * 4096;
+    let append = timed(&|i| {
+        f.write_at(&block, base + i * 4096)?;
+        f.sync_data()
+    })?;
+    drop(f);
+    fs::remove_file(&path)?;
+    Ok(FlushRate {
+        overwrite_per_sec: overwrite,
+        append_per_sec: append,
+        max_iterations: max_iters,
+        host_fs: sys::fs_type_of(&dir).unwrap_or_default(),
+        dir,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(dir: &Path) -> PlainDir {
+        PlainDir {
+            dir: dir.to_path_buf(),
+            source: None,
+            drop_caches: false,
+        }
+    }
+
+    #[test]
+    fn metadata_workloads_run_and_leave_the_directory_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let mut st = plain(d.path());
+        let r = Workload::CreateUnlink { files: 200 }.run(&mut st).unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].ops, 200.0);
+        assert!(r[0].rate > 0.0);
+        let r = Workload::Smallfile {
+            files: 100,
+            size: 1024,
+        }
+        .run(&mut st)
+        .unwrap();
+        assert_eq!(
+            r.iter().map(|p| p.phase.as_str()).collect::<Vec<_>>(),
+            ["create", "read", "delete"]
+        );
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn small_read_detects_wrong_content() {
+        let d = tempfile::tempdir().unwrap();
+        small_create(d.path(), 3, 100).unwrap();
+        small_read(d.path(), 3, 100).unwrap();
+        fs::write(name_of(d.path(), 1), small_content(2, 100)).unwrap();
+        assert!(small_read(d.path(), 3, 100).is_err());
+    }
+
+    #[test]
+    fn seq_round_trip_and_corruption_is_caught() {
+        let d = tempfile::tempdir().unwrap();
+        let mut st = plain(d.path());
+        let r = Workload::Seq {
+            bytes: 3 * 65536 + 100,
+            chunk: 65536,
+        }
+        .run(&mut st)
+        .unwrap();
+        assert_eq!(r.len(), 2);
+        let p = d.path().join("seq.dat");
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        std::os::unix::fs::FileExt::write_at(&f, &[0xff], 65536).unwrap();
+        assert!(seq_read(&p, 3 * 65536 + 100, 65536).is_err());
+        assert!(seq_read(&p, 3 * 65536 + 101, 65536).is_err());
+    }
+
+    #[test]
+    fn per_op_divides_counter_deltas() {
+        let c = Counters::from_json(&serde_json::json!({"device": {"writes": 30, "flushes": 10}}));
+        let p = PhaseResult {
+            phase: "x".into(),
+            ops: 10.0,
+            unit: "files".into(),
+            secs: 1.0,
+            rate: 10.0,
+            counters: Some(c),
+            extra: serde_json::Value::Null,
+        };
+        assert_eq!(p.per_op(Counters::device_flushes), Some(1.0));
+        assert_eq!(p.per_op(Counters::fuse_requests), None);
+    }
+
+    #[test]
+    fn postmark_report_parses() {
+        let out = "PostMark v1.51 : 8/14/01\npm>Creating files...Done\nTime:\n\t3 seconds total\n\t2 seconds of transactions (10000 per second)\n\nFiles:\n\t192 created (192 per second)\n\t\tCreation alone: 100 files (100 per second)\n\t98 read (98 per second)\n\t102 appended (102 per second)\n\t192 deleted (192 per second)\n";
+        let r = parse_postmark(out).unwrap();
+        assert_eq!(
+            r,
+            PostmarkReport {
+                total_secs: 3,
+                transaction_secs: 2,
+                created: 192,
+                read: 98,
+                appended: 102,
+                deleted: 192
+            }
+        );
+        assert!(parse_postmark("garbage").is_none());
+        let cfg = postmark_config(Path::new("/m/b"), 10, 512, 16384, 20, 1);
+        assert!(cfg.starts_with("set location /m/b\n") && cfg.ends_with("run\nquit\n"));
+    }
+
+    #[test]
+    fn postmark_runs_when_installed() {
+        if !sys::have_tool("postmark") {
+            eprintln!("postmark not installed; skipping");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let mut st = plain(d.path());
+        let w = Workload::Postmark {
+            files: 50,
+            min_size: 512,
+            max_size: 4096,
+            transactions: 100,
+            seed: 1,
+        };
+        let r = w.run(&mut st).unwrap();
+        assert_eq!(r[0].extra["created"].as_u64().map(|c| c >= 50), Some(true));
+    }
+
+    #[test]
+    fn flush_rate_measures_something() {
+        let d = tempfile::tempdir().unwrap();
+        let r = flush_rate(d.path(), 20, 5.0).unwrap();
+        assert!(r.overwrite_per_sec > 0.0 && r.append_per_sec > 0.0);
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+}
