@@ -1,1 +1,395 @@
-//! cairn-fuse
+//! cairn-fuse: serves any [`cairn_vfs::FileSystem`] through the Linux FUSE kernel module.
+//!
+//! This is the only crate that imports the FUSE binding (fuser). The file systems know
+//! nothing of FUSE; this crate maps the kernel's requests onto the vfs contract, every vfs
+//! error onto its errno, and turns on the kernel features that cut round trips: entry,
+//! attribute and negative-entry caching with the TTLs the file system's
+//! [`cairn_vfs::KernelCachePolicy`] allows, the writeback cache when the policy allows it,
+//! 1 MiB writes, readdirplus, parallel directory operations, cached symlinks and listings.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn demo(fs: Arc<dyn cairn_vfs::FileSystem>) -> std::io::Result<()> {
+//! let opts = cairn_fuse::FuseOptions { fsname: "disk.img".into(), ..Default::default() };
+//! cairn_fuse::serve(fs, std::path::Path::new("/mnt"), &opts)?; // until unmounted
+//! # Ok(()) }
+//! ```
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use cairn_vfs::FileSystem;
+
+mod adapter;
+mod counters;
+pub mod memfs;
+mod mount;
+
+pub use counters::{Op, RequestCounts};
+pub use mount::Unmounter;
+
+use adapter::{Adapter, DestroyResult};
+
+/// When the kernel should use READDIRPLUS (entries with attributes, counted as lookups)
+/// instead of READDIR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReaddirPlus {
+    Off,
+    /// Every listing.
+    Always,
+    /// The kernel's heuristic: plus for the first listing and when the entries get looked
+    /// up (`ls -l`), plain otherwise.
+    Auto,
+}
+
+/// How to mount. The defaults are what `cairn mount` uses.
+#[derive(Clone, Debug)]
+pub struct FuseOptions {
+    /// The mount's source in /proc/self/mountinfo (the image path).
+    pub fsname: String,
+    /// The mount type becomes `fuse.<subtype>`.
+    pub subtype: String,
+    /// Threads reading requests, each with its own /dev/fuse descriptor when `clone_fd`.
+    pub threads: usize,
+    pub clone_fd: bool,
+    /// Let users other than the mounter in (the permission checks still apply).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from the attributes too, saving ACCESS requests.
+    pub default_permissions: bool,
+    pub read_only: bool,
+    pub suid: bool,
+    pub dev: bool,
+    pub exec: bool,
+    pub noatime: bool,
+    /// Largest WRITE (and readahead) the kernel may send, in bytes.
+    pub max_write: u32,
+    /// Use the kernel's writeback cache when the file system's policy allows it.
+    pub writeback_cache: bool,
+    pub readdirplus: ReaddirPlus,
+    /// Pass O_TRUNC to open instead of a separate SETATTR (the vfs contract's `open`
+    /// handles O_TRUNC).
+    pub atomic_o_trunc: bool,
+}
+
+impl Default for FuseOptions {
+    fn default() -> Self {
+        FuseOptions {
+            fsname: String::new(),
+            subtype: "cairn".into(),
+            threads: 2,
+            clone_fd: true,
+            allow_other: true,
+            default_permissions: true,
+            read_only: false,
+            suid: false,
+            dev: false,
+            exec: true,
+            noatime: false,
+            max_write: 1 << 20,
+            writeback_cache: true,
+            readdirplus: ReaddirPlus::Auto,
+            atomic_o_trunc: true,
+        }
+    }
+}
+
+impl FuseOptions {
+    /// Applies one `-o key[=value]` option if it belongs to the FUSE layer; `Ok(false)`
+    /// means the key is not ours (pass it on to the file system). `ro`/`rw` are not taken
+    /// here: both layers need them, so the caller sets [`FuseOptions::read_only`] itself.
+    pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool, String> {
+        let flag = |v: Option<&str>| -> Result<bool, String> {
+            match v {
+                None | Some("1") | Some("yes") | Some("on") | Some("true") => Ok(true),
+                Some("0") | Some("no") | Some("off") | Some("false") => Ok(false),
+                Some(o) => Err(format!("option '{key}' takes yes or no, not '{o}'")),
+            }
+        };
+        fn need<'v>(key: &str, v: Option<&'v str>) -> Result<&'v str, String> {
+            v.ok_or_else(|| format!("option '{key}' needs a value"))
+        }
+        match key {
+            "threads" => {
+                let n: usize = need(key, value)?
+                    .parse()
+                    .map_err(|_| format!("bad thread count '{}'", value.unwrap_or("")))?;
+                if !(1..=64).contains(&n) {
+                    return Err("threads must be between 1 and 64".into());
+                }
+                self.threads = n;
+            }
+            "clone_fd" => self.clone_fd = flag(value)?,
+            "allow_other" => self.allow_other = flag(value)?,
+            "noallow_other" => self.allow_other = false,
+            "default_permissions" => self.default_permissions = flag(value)?,
+            "nodefault_permissions" => self.default_permissions = false,
+            "fsname" => self.fsname = need(key, value)?.to_string(),
+            "subtype" => self.subtype = need(key, value)?.to_string(),
+            "suid" => self.suid = true,
+            "nosuid" => self.suid = false,
+            "dev" => self.dev = true,
+            "nodev" => self.dev = false,
+            "exec" => self.exec = true,
+            "noexec" => self.exec = false,
+            "noatime" => self.noatime = true,
+            "atime" | "relatime" | "strictatime" => self.noatime = false,
+            "max_write" => {
+                let v = need(key, value)?;
+                let n = parse_bytes(v).ok_or_else(|| format!("bad max_write '{v}'"))?;
+                if !(4096..=(16 << 20)).contains(&n) {
+                    return Err("max_write must be between 4K and 16M".into());
+                }
+                self.max_write = n as u32;
+            }
+            "writeback_cache" | "writeback" => self.writeback_cache = flag(value)?,
+            "no_writeback_cache" => self.writeback_cache = false,
+            "readdirplus" => {
+                self.readdirplus = match value.unwrap_or("auto") {
+                    "auto" => ReaddirPlus::Auto,
+                    "yes" | "on" | "always" => ReaddirPlus::Always,
+                    "no" | "off" => ReaddirPlus::Off,
+                    v => return Err(format!("readdirplus takes auto, yes or no, not '{v}'")),
+                }
+            }
+            "atomic_o_trunc" => self.atomic_o_trunc = flag(value)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+fn parse_bytes(s: &str) -> Option<u64> {
+    let (num, mult) = match s.as_bytes().last()?.to_ascii_uppercase() {
+        b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// A mounted file system whose requests are not being served yet. Mounting and serving are
+/// separate steps so a daemon can report "ready" (the mount is in the namespace and the
+/// kernel handshake is done) before it blocks in [`Server::run`].
+pub struct Server {
+    session: fuser::Session<Adapter>,
+    unmounter: Unmounter,
+    counts: Arc<RequestCounts>,
+    destroyed: DestroyResult,
+    mountpoint: PathBuf,
+}
+
+impl Server {
+    /// Mounts `fs` at `mountpoint` and completes the FUSE handshake.
+    pub fn mount(
+        fs: Arc<dyn FileSystem>,
+        mountpoint: &Path,
+        opts: &FuseOptions,
+    ) -> io::Result<Server> {
+        let counts = Arc::new(RequestCounts::default());
+        let destroyed = DestroyResult::default();
+        let adapter = Adapter::new(fs, counts.clone(), opts.clone(), destroyed.clone());
+        let mut config = fuser::Config::default();
+        config.n_threads = Some(opts.threads.max(1));
+        config.clone_fd = opts.clone_fd;
+        config.acl = if opts.allow_other {
+            fuser::SessionACL::All
+        } else {
+            fuser::SessionACL::Owner
+        };
+        let mountpoint = std::path::absolute(mountpoint)?;
+
+        let (session, unmounter) = match mount::mount_direct(&mountpoint, opts)? {
+            Some(dev) => {
+                let unmounter = Unmounter::direct(mountpoint.clone(), dev.try_clone()?);
+                match fuser::Session::from_fd(adapter, OwnedFd::from(dev), config.acl, config) {
+                    Ok(s) => (s, unmounter),
+                    Err(e) => {
+                        // Do not leave a mount behind that nobody serves.
+                        let _ = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH);
+                        return Err(e);
+                    }
+                }
+            }
+            None => {
+                config.mount_options = fuser_mount_options(opts);
+                let mut s = fuser::Session::new(adapter, &mountpoint, &config)?;
+                let u = Unmounter::fuser(s.unmount_callable());
+                (s, u)
+            }
+        };
+        Ok(Server {
+            session,
+            unmounter,
+            counts,
+            destroyed,
+            mountpoint,
+        })
+    }
+
+    /// A handle that unmounts from another thread or a signal-handling thread.
+    pub fn unmounter(&self) -> Unmounter {
+        self.unmounter.clone()
+    }
+
+    /// The live request counters.
+    pub fn counts(&self) -> Arc<RequestCounts> {
+        self.counts.clone()
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serves requests until the file system is unmounted, then calls the file system's
+    /// `destroy` (its final flush). An error means the session broke or the final flush
+    /// failed: then data may not be on the device.
+    pub fn run(self) -> io::Result<()> {
+        let Server {
+            session,
+            unmounter,
+            destroyed,
+            ..
+        } = self;
+        let served = session.run();
+        // If the session ended on an error rather than an unmount, the mount would be left
+        // dangling (ENOTCONN for everyone); take it down.
+        if served.is_err() {
+            let _ = unmounter.unmount();
+        }
+        let flushed = destroyed.lock().take();
+        served?;
+        match flushed {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(io::Error::other(e)),
+            None => Err(io::Error::other(
+                "the session ended without the final flush",
+            )),
+        }
+    }
+}
+
+fn fuser_mount_options(opts: &FuseOptions) -> Vec<fuser::MountOption> {
+    use fuser::MountOption as M;
+    let mut v = vec![M::FSName(if opts.fsname.is_empty() {
+        "cairn".into()
+    } else {
+        opts.fsname.clone()
+    })];
+    if !opts.subtype.is_empty() {
+        v.push(M::Subtype(opts.subtype.clone()));
+    }
+    if opts.default_permissions {
+        v.push(M::DefaultPermissions);
+    }
+    v.push(if opts.read_only { M::RO } else { M::RW });
+    v.push(if opts.suid { M::Suid } else { M::NoSuid });
+    v.push(if opts.dev { M::Dev } else { M::NoDev });
+    v.push(if opts.exec { M::Exec } else { M::NoExec });
+    if opts.noatime {
+        v.push(M::NoAtime);
+    }
+    v
+}
+
+/// Mounts `fs` at `mountpoint` and serves it until it is unmounted (`cairn umount`,
+/// `umount`, or an [`Unmounter`]); then calls `fs.destroy()` so everything dirty is flushed.
+pub fn serve(fs: Arc<dyn FileSystem>, mountpoint: &Path, opts: &FuseOptions) -> io::Result<()> {
+    Server::mount(fs, mountpoint, opts)?.run()
+}
+
+/// Mounts and serves on background threads; the mount is ready when this returns.
+/// Dropping the handle unmounts and waits for the final flush (tests use this).
+pub fn spawn(
+    fs: Arc<dyn FileSystem>,
+    mountpoint: &Path,
+    opts: &FuseOptions,
+) -> io::Result<MountHandle> {
+    let server = Server::mount(fs, mountpoint, opts)?;
+    let unmounter = server.unmounter();
+    let counts = server.counts();
+    let mountpoint = server.mountpoint().to_path_buf();
+    let thread = std::thread::Builder::new()
+        .name("cairn-fuse".into())
+        .spawn(move || server.run())?;
+    Ok(MountHandle {
+        unmounter,
+        counts,
+        mountpoint,
+        thread: Some(thread),
+    })
+}
+
+/// A mount served in the background by [`spawn`].
+#[derive(Debug)]
+pub struct MountHandle {
+    unmounter: Unmounter,
+    counts: Arc<RequestCounts>,
+    mountpoint: PathBuf,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl MountHandle {
+    pub fn counts(&self) -> &RequestCounts {
+        &self.counts
+    }
+
+    pub fn unmounter(&self) -> Unmounter {
+        self.unmounter.clone()
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits until the session has ended and the file system is flushed.
+    pub fn unmount(mut self) -> io::Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        self.unmounter.unmount()?;
+        thread
+            .join()
+            .map_err(|_| io::Error::other("the FUSE session thread panicked"))?
+    }
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish() {
+            log::error!("unmounting {}: {e}", self.mountpoint.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_split_between_layers() {
+        let mut o = FuseOptions::default();
+        assert_eq!(o.set("threads", Some("4")), Ok(true));
+        assert_eq!(o.threads, 4);
+        assert!(o.set("threads", Some("0")).is_err());
+        assert!(o.set("threads", None).is_err());
+        assert_eq!(o.set("mode", Some("sync")), Ok(false));
+        assert_eq!(o.set("cache", Some("1G")), Ok(false));
+        assert_eq!(o.set("noexec", None), Ok(true));
+        assert!(!o.exec);
+        assert_eq!(o.set("max_write", Some("128K")), Ok(true));
+        assert_eq!(o.max_write, 128 << 10);
+        assert!(o.set("max_write", Some("1")).is_err());
+        assert_eq!(o.set("readdirplus", Some("no")), Ok(true));
+        assert_eq!(o.readdirplus, ReaddirPlus::Off);
+        assert_eq!(o.set("writeback_cache", Some("off")), Ok(true));
+        assert!(!o.writeback_cache);
+        assert!(o.set("allow_other", Some("maybe")).is_err());
+    }
+}

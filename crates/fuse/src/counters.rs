@@ -1,0 +1,195 @@
+//! FUSE round trips per opcode.
+//!
+//! Every request the kernel sends costs two context switches and, on this machine, usually a
+//! cross-CPU wake-up; the benchmark divides these counts by the operations a workload did to
+//! report round trips per operation, which is the number the kernel-caching features exist
+//! to cut. Counting is one relaxed atomic add per request, cheap enough to be always on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! ops {
+    ($($variant:ident => $name:literal,)*) => {
+        /// A FUSE request type, as counted by [`RequestCounts`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Op {
+            $($variant,)*
+        }
+
+        impl Op {
+            /// Every opcode, in the order [`Op::index`] numbers them.
+            pub const ALL: &'static [Op] = &[$(Op::$variant,)*];
+
+            /// The kernel's name for the opcode, lower-case (`lookup`, `readdirplus`, ...).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Op::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+ops! {
+    Lookup => "lookup",
+    Forget => "forget",
+    Getattr => "getattr",
+    Setattr => "setattr",
+    Readlink => "readlink",
+    Mknod => "mknod",
+    Mkdir => "mkdir",
+    Unlink => "unlink",
+    Rmdir => "rmdir",
+    Symlink => "symlink",
+    Rename => "rename",
+    Link => "link",
+    Open => "open",
+    Read => "read",
+    Write => "write",
+    Flush => "flush",
+    Release => "release",
+    Fsync => "fsync",
+    Opendir => "opendir",
+    Readdir => "readdir",
+    Readdirplus => "readdirplus",
+    Releasedir => "releasedir",
+    Fsyncdir => "fsyncdir",
+    Statfs => "statfs",
+    Setxattr => "setxattr",
+    Getxattr => "getxattr",
+    Listxattr => "listxattr",
+    Removexattr => "removexattr",
+    Access => "access",
+    Create => "create",
+    Getlk => "getlk",
+    Setlk => "setlk",
+    Bmap => "bmap",
+    Ioctl => "ioctl",
+    Poll => "poll",
+    Fallocate => "fallocate",
+    Lseek => "lseek",
+    CopyFileRange => "copy_file_range",
+}
+
+impl Op {
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+const N: usize = Op::ALL.len();
+
+/// Requests served, per opcode, since the mount. Shared between the serving threads and
+/// whoever reports them (`cairn stats`, the benchmark).
+#[derive(Debug)]
+pub struct RequestCounts {
+    requests: [AtomicU64; N],
+    errors: [AtomicU64; N],
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+impl Default for RequestCounts {
+    fn default() -> Self {
+        RequestCounts {
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+        }
+    }
+}
+
+impl RequestCounts {
+    pub(crate) fn request(&self, op: Op) {
+        self.requests[op.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn error(&self, op: Op) {
+        self.errors[op.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read_bytes(&self, n: usize) {
+        self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn wrote_bytes(&self, n: usize) {
+        self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Requests of type `op` served so far.
+    pub fn get(&self, op: Op) -> u64 {
+        self.requests[op.index()].load(Ordering::Relaxed)
+    }
+
+    /// Requests of type `op` answered with an error.
+    pub fn errors(&self, op: Op) -> u64 {
+        self.errors[op.index()].load(Ordering::Relaxed)
+    }
+
+    /// All requests served so far.
+    pub fn total(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The counts as JSON:
+    /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "bytes_read": n,
+    /// "bytes_written": n}`. Opcodes never seen are left out of `requests` and `errors`
+    /// (absent means zero), so a report lists only what a workload actually used.
+    pub fn to_json(&self) -> serde_json::Value {
+        let nonzero = |counters: &[AtomicU64; N]| {
+            let mut m = serde_json::Map::new();
+            for op in Op::ALL {
+                let v = counters[op.index()].load(Ordering::Relaxed);
+                if v != 0 {
+                    m.insert(op.name().to_string(), v.into());
+                }
+            }
+            serde_json::Value::Object(m)
+        };
+        serde_json::json!({
+            "total": self.total(),
+            "requests": nonzero(&self.requests),
+            "errors": nonzero(&self.errors),
+            "bytes_read": self.bytes_read.load(Ordering::Relaxed),
+            "bytes_written": self.bytes_written.load(Ordering::Relaxed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_dense_and_names_unique() {
+        for (i, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(op.index(), i);
+        }
+        let mut names: Vec<_> = Op::ALL.iter().map(|o| o.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Op::ALL.len());
+    }
+
+    #[test]
+    fn json_lists_only_seen_opcodes() {
+        let c = RequestCounts::default();
+        c.request(Op::Lookup);
+        c.request(Op::Lookup);
+        c.request(Op::Create);
+        c.error(Op::Lookup);
+        c.wrote_bytes(10);
+        let j = c.to_json();
+        assert_eq!(j["total"], 3);
+        assert_eq!(j["requests"]["lookup"], 2);
+        assert_eq!(j["requests"]["create"], 1);
+        assert!(j["requests"].get("getattr").is_none());
+        assert_eq!(j["errors"]["lookup"], 1);
+        assert_eq!(j["bytes_written"], 10);
+        assert_eq!(c.get(Op::Lookup), 2);
+        assert_eq!(c.errors(Op::Create), 0);
+    }
+}
