@@ -17,6 +17,8 @@ use serde::Serialize;
 use crate::counters::{Counters, Source};
 use crate::sys;
 
+/// mergerfs options (recorded in each record's notes).
+pub const MERGERFS_OPTS: &str = "minfreespace=16M";
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A FUSE daemon writes its cache back after the kernel detached the mount; a cairn mount in
 /// sync mode with a large cache may take a while, but not forever.
@@ -166,6 +168,7 @@ impl Mounted {
         if matches!(spec.kind, Kind::Mergerfs) {
             m.lower_mnt = Some(sys::ensure_dir(&root.join("lower"))?);
         }
+        m.notes.push(format!("options: {}", m.mount_options()));
         m.mount()?;
         if let Some(lower) = &m.lower_mnt {
             fs::create_dir_all(lower.join("branch"))?;
@@ -216,6 +219,19 @@ impl Mounted {
                 sys::drop_caches()?;
                 self.mount()
             }
+        }
+    }
+
+    /// How the target is mounted, for the record.
+    fn mount_options(&self) -> String {
+        match &self.spec.kind {
+            Kind::Ext4 { sync: true } => "mount -o sync (loop device)".into(),
+            Kind::Ext4 { sync: false } => "mount (defaults; loop device)".into(),
+            Kind::Fuse2fs => "fuse2fs -o rw (image file)".into(),
+            Kind::Mergerfs => {
+                format!("mergerfs -o {MERGERFS_OPTS}, one branch on ext4 (loop device)")
+            }
+            Kind::Cairn { mode } => format!("cairn mount -o mode={mode} (image file)"),
         }
     }
 
@@ -270,8 +286,14 @@ impl Mounted {
     fn mount_upper(&mut self) -> Result<()> {
         if let (Kind::Mergerfs, Some(lower)) = (&self.spec.kind, &self.lower_mnt) {
             let branch = lower.join("branch");
-            // Defaults, as a user would mount it; the options in force go in the record.
-            sys::run(Command::new("mergerfs").arg(&branch).arg(&self.mnt))?;
+            // Defaults, as a user would mount it, except minfreespace: its 4 GiB default makes
+            // every create on a small branch fail with ENOSPC.
+            sys::run(
+                Command::new("mergerfs")
+                    .args(["-o", MERGERFS_OPTS])
+                    .arg(&branch)
+                    .arg(&self.mnt),
+            )?;
             self.after_fuse_mount()?;
         }
         Ok(())
