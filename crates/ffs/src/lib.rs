@@ -1,14 +1,41 @@
 //! cairn-ffs: the FFS-style on-disk format and its metadata-update strategies.
 //!
-//! (Work in progress: the public API below is stable; the engine is being filled in.)
+//! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O);
+//! `alloc`, `inode` and `dirindex` are the engine's allocation, block-map and directory
+//! machinery; [`strategy`] holds the metadata-update disciplines behind one interface;
+//! `ops` implements the [`cairn_vfs::FileSystem`] contract; `mkfs` creates file systems.
+//!
+//! Concurrency: one mutex guards the in-memory state of a mounted file system (in-core
+//! inodes, directory indexes, group summaries, open handles). Requests from several FUSE
+//! threads serialize on it; the buffer cache below has its own locks. A device wait in
+//! `sync` mode holds the lock, as a classic FFS holds the vnode locks of the operation.
 
 pub mod format;
+pub mod strategy;
 
+mod alloc;
+mod dirindex;
+mod inode;
+mod mkfs;
+mod ops;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use cairn_vfs::{Errno, FsError};
+use cairn_blockdev::BlockDevice;
+use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
+use cairn_vfs::FsError;
+use parking_lot::{Condvar, Mutex};
+
+use crate::format::{GroupDesc, Geometry, Superblock, kind, superblock};
+use crate::strategy::{Io, Strategy};
+
+pub use mkfs::{mkfs, mkfs_device};
 
 /// A metadata-update discipline that can be chosen at mount time.
 #[derive(Clone, Copy, Debug)]
@@ -109,28 +136,291 @@ pub struct MkfsOptions {
     /// Number of inodes; `None` = one per 16 KiB.
     pub inodes: Option<u64>,
     pub label: String,
+    /// Blocks per group; `None` = 8 × block size (one bitmap block). Smaller groups give
+    /// small test images several groups.
+    pub blocks_per_group: Option<u64>,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { size: None, block_size: 4096, inodes: None, label: String::new() }
+        MkfsOptions { size: None, block_size: 4096, inodes: None, label: String::new(), blocks_per_group: None }
     }
 }
 
-/// Creates a file system on `path` (an image file, created sparse if missing, or a block device).
-pub fn mkfs(_path: &Path, _opts: &MkfsOptions) -> Result<(), FsError> {
-    Err(FsError::Errno(Errno::ENOSYS))
+/// One open file or directory handle.
+pub(crate) struct Handle {
+    pub ino: u64,
+    pub flags: i32,
+}
+
+/// Everything the big lock protects.
+pub(crate) struct State {
+    pub sb: Superblock,
+    pub groups: Vec<GroupDesc>,
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+    pub inodes: HashMap<u64, inode::InCore>,
+    pub dirs: HashMap<u64, dirindex::DirIndex>,
+    pub handles: HashMap<u64, Handle>,
+    pub next_fh: u64,
+    /// Device counters at the start of the current operation (for per-op attribution).
+    pub op_stats: HashMap<&'static str, OpStat>,
+    /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
+    pub free_on_truncate: Option<u64>,
+}
+
+/// Per-operation-type counts for `cairn stats`.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub(crate) struct OpStat {
+    pub calls: u64,
+    pub device_writes: u64,
+    pub device_flushes: u64,
+}
+
+pub(crate) fn corrupt_err(msg: impl Into<String>) -> FsError {
+    let m = msg.into();
+    log::error!("corruption detected: {m}");
+    FsError::Corrupt(m)
 }
 
 /// A mounted file system. Implements [`cairn_vfs::FileSystem`].
 pub struct Ffs {
-    _private: (),
+    pub(crate) geo: Geometry,
+    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) dev: Arc<dyn BlockDevice>,
+    pub(crate) io: Io,
+    pub(crate) strategy: Box<dyn Strategy>,
+    pub(crate) st: Mutex<State>,
+    pub(crate) read_only: bool,
+    pub(crate) max_file_size: u64,
+    syncer_ctl: Arc<(Mutex<bool>, Condvar)>,
+    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    unmounted: AtomicBool,
+    pub(crate) ops_total: AtomicU64,
 }
 
 impl Ffs {
     /// Opens and mounts the file system on `path`. A bad image gives an error whose message
     /// is one line naming the problem.
-    pub fn mount(_path: &Path, _opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
-        Err(FsError::Errno(Errno::ENOSYS))
+    pub fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
+        let head = cairn_blockdev::read_bytes_at(path, 0, superblock::SB_BYTES)
+            .map_err(|e| FsError::Corrupt(format!("cannot read superblock: {e}")))?;
+        let sb = Superblock::decode(&head).map_err(|e| FsError::Corrupt(e.0))?;
+        let dev = cairn_blockdev::open_path(path, sb.block_size, opts.read_only)?;
+        Self::mount_device(dev, opts)
+    }
+
+    /// Mounts the file system on an already open device (tests, the crash harness).
+    pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
+        let bs = dev.block_size() as usize;
+        let mut head = vec![0u8; bs];
+        dev.read_blocks(0, &mut head)?;
+        let mut sb = Superblock::decode(&head).map_err(|e| FsError::Corrupt(e.0))?;
+        let geo = sb.geometry().map_err(|e| FsError::Corrupt(e.0))?;
+        if geo.block_size as usize != bs {
+            return Err(FsError::Corrupt(format!(
+                "device opened with block size {bs}, superblock says {}",
+                geo.block_size
+            )));
+        }
+        if dev.num_blocks() < geo.total_blocks {
+            return Err(FsError::Corrupt(format!(
+                "image truncated: superblock says {} blocks, device has {}",
+                geo.total_blocks,
+                dev.num_blocks()
+            )));
+        }
+        if sb.feature_ro_compat != 0 && !opts.read_only {
+            return Err(FsError::Corrupt(format!(
+                "unknown read-only-compatible features {:#x}: mount with -o ro",
+                sb.feature_ro_compat
+            )));
+        }
+        let strategy = strategy::by_name(&opts.mode)
+            .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
+        let cache = BufferCache::new(
+            dev.clone(),
+            CacheConfig { budget_bytes: opts.cache_bytes, syncer_interval: None, ..CacheConfig::default() },
+            Arc::new(NoHooks),
+        );
+        let mut groups = Vec::with_capacity(geo.group_count as usize);
+        let (mut free_blocks, mut free_inodes) = (0u64, 0u64);
+        for g in 0..geo.group_count {
+            let b = cache.read(geo.desc_block(g))?;
+            b.set_kind(kind::GROUP);
+            let d = GroupDesc::decode(&b.read(), g).map_err(|e| FsError::Corrupt(e.0))?;
+            if d.free_blocks as u64 > geo.group_len(g) || d.free_inodes as u64 > geo.inodes_per_group {
+                return Err(FsError::Corrupt(format!("group {g}: free counts exceed the group's size")));
+            }
+            free_blocks += d.free_blocks as u64;
+            free_inodes += d.free_inodes as u64;
+            groups.push(d);
+        }
+        let syncer_interval = opts.syncer_interval.unwrap_or_else(|| strategy.syncer_interval());
+        let fs = Arc::new(Ffs {
+            geo,
+            io: Io::new(cache.clone()),
+            cache,
+            dev,
+            strategy,
+            st: Mutex::new(State {
+                sb: sb.clone(),
+                groups,
+                free_blocks,
+                free_inodes,
+                inodes: HashMap::new(),
+                dirs: HashMap::new(),
+                handles: HashMap::new(),
+                next_fh: 1,
+                op_stats: HashMap::new(),
+                free_on_truncate: None,
+            }),
+            read_only: opts.read_only,
+            max_file_size: geo.max_file_size(),
+            syncer_ctl: Arc::new((Mutex::new(false), Condvar::new())),
+            syncer: Mutex::new(None),
+            unmounted: AtomicBool::new(false),
+            ops_total: AtomicU64::new(0),
+        });
+        {
+            // The root must be a readable directory, or nothing works.
+            let mut st = fs.st.lock();
+            fs.dir_index(&mut st, format::ROOT_INO)
+                .map_err(|e| FsError::Corrupt(format!("root directory unusable: {e}")))?;
+        }
+        if !opts.read_only {
+            // Mark the superblock "mounted" so a crash leaves evidence for fsck.
+            sb.state = superblock::STATE_MOUNTED;
+            sb.mount_count = sb.mount_count.wrapping_add(1);
+            sb.mounted_ns = inode::now_ns();
+            sb.last_mode = fs.strategy.name().to_string();
+            fs.st.lock().sb = sb;
+            fs.write_superblock()?;
+            let weak = Arc::downgrade(&fs);
+            let ctl = fs.syncer_ctl.clone();
+            let h = std::thread::Builder::new()
+                .name("cairn-syncer".into())
+                .spawn(move || syncer_loop(weak, ctl, syncer_interval))
+                .map_err(FsError::Io)?;
+            *fs.syncer.lock() = Some(h);
+        }
+        Ok(fs)
+    }
+
+    pub(crate) fn bread(&self, blk: u64, k: u8) -> Result<BufRef, FsError> {
+        if blk >= self.geo.total_blocks {
+            return Err(corrupt_err(format!("block {blk} beyond the end of the file system")));
+        }
+        let b = self.cache.read(blk)?;
+        b.set_kind(k);
+        Ok(b)
+    }
+
+    pub(crate) fn bnew(&self, blk: u64, k: u8) -> BufRef {
+        let b = self.cache.get_new(blk);
+        b.set_kind(k);
+        b
+    }
+
+    /// Writes the primary superblock with the current summary counts and flushes.
+    fn write_superblock(&self) -> Result<(), FsError> {
+        let b = {
+            let mut st = self.st.lock();
+            st.sb.free_blocks = st.free_blocks;
+            st.sb.free_inodes = st.free_inodes;
+            st.sb.dirs = st.groups.iter().map(|g| g.dirs as u64).sum();
+            st.sb.written_ns = inode::now_ns();
+            let b = self.bread(0, kind::SUPERBLOCK)?;
+            st.sb.encode(&mut b.write());
+            b
+        };
+        self.cache.mark_dirty(&b);
+        self.cache.write_now(&[&b])?;
+        self.cache.flush_device()?;
+        Ok(())
+    }
+
+    /// Writes back everything (in the mode's order) and makes it durable.
+    pub(crate) fn sync_locked(&self, _st: &mut State) -> Result<(), FsError> {
+        self.strategy.write_back(&self.io, true)
+    }
+
+    /// Flushes everything, frees unlinked-but-open inodes and marks the superblock clean.
+    pub fn unmount(&self) -> Result<(), FsError> {
+        if self.unmounted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.syncer_ctl.0.lock() = true;
+        self.syncer_ctl.1.notify_all();
+        if let Some(h) = self.syncer.lock().take() {
+            // The syncer may be the thread dropping the last reference.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        if self.read_only {
+            return Ok(());
+        }
+        {
+            let mut st = self.st.lock();
+            let orphans: Vec<u64> =
+                st.inodes.iter().filter(|(_, ic)| ic.d.nlink == 0).map(|(&i, _)| i).collect();
+            for ino in orphans {
+                if let Some(ic) = st.inodes.get_mut(&ino) {
+                    ic.nopen = 0;
+                    ic.nlookup = 0;
+                }
+                self.maybe_free_inode(&mut st, ino)?;
+            }
+            self.sync_locked(&mut st)?;
+            st.sb.state = superblock::STATE_CLEAN;
+        }
+        self.write_superblock()
+    }
+
+    /// The mode this file system is mounted in.
+    pub fn mode(&self) -> &'static str {
+        self.strategy.name()
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+}
+
+impl Drop for Ffs {
+    fn drop(&mut self) {
+        if !self.unmounted.load(Ordering::Acquire) {
+            if let Err(e) = self.unmount() {
+                log::error!("unmount on drop failed: {e}");
+            }
+        }
+    }
+}
+
+/// The syncer: every interval, write back what is dirty in the mode's order (FFS's
+/// 30-second update daemon). It holds the state lock so it never writes a half-done step.
+fn syncer_loop(fs: std::sync::Weak<Ffs>, ctl: Arc<(Mutex<bool>, Condvar)>, interval: Duration) {
+    loop {
+        {
+            let mut stop = ctl.0.lock();
+            if !*stop {
+                ctl.1.wait_for(&mut stop, interval);
+            }
+            if *stop {
+                return;
+            }
+        }
+        let Some(f) = fs.upgrade() else { return };
+        let _st = f.st.lock();
+        if f.cache.dirty_count() > 0 {
+            if let Err(e) = f.strategy.write_back(&f.io, false) {
+                log::error!("syncer write-back failed: {e}");
+            }
+        }
     }
 }

@@ -1,0 +1,158 @@
+//! Inode and block allocation, FFS style (McKusick et al., "A Fast File System for UNIX"):
+//! a file's inode goes in its directory's group, a new directory goes to a group with
+//! above-average free inodes and the fewest directories (spreading the tree), and a file's
+//! blocks follow the previous block of the file so reads are sequential.
+
+use cairn_bufcache::BufRef;
+use cairn_vfs::{Errno, Result};
+
+use crate::format::{bitmap, kind};
+use crate::{Ffs, State, corrupt_err};
+
+impl Ffs {
+    /// The group descriptor and one bitmap of group `g`, for a step's buffer list.
+    pub(crate) fn group_bufs(&self, g: u64, inode_map: bool) -> Result<[BufRef; 2]> {
+        let d = self.bread(self.geo.desc_block(g), kind::GROUP)?;
+        let m = if inode_map { self.geo.inode_bitmap(g) } else { self.geo.block_bitmap(g) };
+        Ok([d, self.bread(m, kind::GROUP)?])
+    }
+
+    fn store_desc(&self, st: &State, g: u64) -> Result<()> {
+        let b = self.bread(self.geo.desc_block(g), kind::GROUP)?;
+        st.groups[g as usize].encode(&mut b.write()[..]);
+        self.cache.mark_dirty(&b);
+        Ok(())
+    }
+
+    /// Allocates an inode near `parent` (or spread out, for a directory). Returns the inode
+    /// number and the group buffers changed.
+    pub(crate) fn alloc_inode(&self, st: &mut State, parent: u64, dir: bool) -> Result<(u64, [BufRef; 2])> {
+        let n = self.geo.group_count;
+        let pg = self.geo.group_of_ino(parent).min(n - 1);
+        let start = if dir {
+            let total_free: u64 = st.groups.iter().map(|g| g.free_inodes as u64).sum();
+            let avg = total_free / n;
+            (0..n)
+                .map(|i| (pg + i) % n)
+                .filter(|&g| st.groups[g as usize].free_inodes as u64 >= avg.max(1))
+                .min_by_key(|&g| st.groups[g as usize].dirs)
+                .unwrap_or(pg)
+        } else {
+            pg
+        };
+        for i in 0..n {
+            let g = (start + i) % n;
+            if st.groups[g as usize].free_inodes == 0 {
+                continue;
+            }
+            let bufs = self.group_bufs(g, true)?;
+            let ipg = self.geo.inodes_per_group as usize;
+            let idx = {
+                let mut m = bufs[1].write();
+                let Some(idx) = bitmap::find_clear(&m, 0, ipg) else {
+                    // The summary said free but the bitmap is full: trust the bitmap.
+                    drop(m);
+                    st.groups[g as usize].free_inodes = 0;
+                    continue;
+                };
+                bitmap::set(&mut m, idx, true);
+                idx
+            };
+            self.cache.mark_dirty(&bufs[1]);
+            let gd = &mut st.groups[g as usize];
+            gd.free_inodes -= 1;
+            if dir {
+                gd.dirs += 1;
+            }
+            st.free_inodes = st.free_inodes.saturating_sub(1);
+            self.store_desc(st, g)?;
+            return Ok((g * self.geo.inodes_per_group + idx as u64, bufs));
+        }
+        Err(Errno::ENOSPC.into())
+    }
+
+    pub(crate) fn free_inode_bit(&self, st: &mut State, ino: u64, dir: bool) -> Result<()> {
+        let g = self.geo.group_of_ino(ino);
+        let b = self.bread(self.geo.inode_bitmap(g), kind::GROUP)?;
+        let idx = (ino % self.geo.inodes_per_group) as usize;
+        {
+            let mut m = b.write();
+            if !bitmap::get(&m, idx) {
+                return Err(corrupt_err(format!("freeing inode {ino} that is not allocated")));
+            }
+            bitmap::set(&mut m, idx, false);
+        }
+        self.cache.mark_dirty(&b);
+        let gd = &mut st.groups[g as usize];
+        gd.free_inodes += 1;
+        if dir {
+            gd.dirs = gd.dirs.saturating_sub(1);
+        }
+        st.free_inodes += 1;
+        self.store_desc(st, g)
+    }
+
+    /// Allocates a block as close after `pref` as possible (`pref` 0: the group of `ino`).
+    pub(crate) fn alloc_block(&self, st: &mut State, pref: u64, ino: u64) -> Result<u64> {
+        let n = self.geo.group_count;
+        let (pg, pbit) = if pref != 0 && pref < self.geo.total_blocks {
+            let g = self.geo.group_of_block(pref);
+            (g, pref - self.geo.group_start(g))
+        } else {
+            let g = self.geo.group_of_ino(ino).min(n - 1);
+            (g, self.geo.meta_blocks())
+        };
+        // Reserve blocks so the last few are never needed for metadata we cannot write.
+        for i in 0..n {
+            let g = (pg + i) % n;
+            if st.groups[g as usize].free_blocks == 0 {
+                continue;
+            }
+            let len = self.geo.group_len(g) as usize;
+            let from = if i == 0 { pbit as usize } else { self.geo.meta_blocks() as usize };
+            let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
+            let bit = {
+                let mut m = b.write();
+                let Some(bit) = bitmap::find_clear(&m, from, len) else {
+                    drop(m);
+                    st.groups[g as usize].free_blocks = 0;
+                    continue;
+                };
+                bitmap::set(&mut m, bit, true);
+                bit
+            };
+            self.cache.mark_dirty(&b);
+            st.groups[g as usize].free_blocks -= 1;
+            st.free_blocks = st.free_blocks.saturating_sub(1);
+            self.store_desc(st, g)?;
+            let blk = self.geo.group_start(g) + bit as u64;
+            if !self.geo.is_data_block(blk) {
+                return Err(corrupt_err(format!("group {g}: bitmap shows metadata block {blk} free")));
+            }
+            return Ok(blk);
+        }
+        Err(Errno::ENOSPC.into())
+    }
+
+    pub(crate) fn free_block(&self, st: &mut State, blk: u64) -> Result<()> {
+        if !self.geo.is_data_block(blk) {
+            return Err(corrupt_err(format!("freeing block {blk} outside the data area")));
+        }
+        let g = self.geo.group_of_block(blk);
+        let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
+        let bit = (blk - self.geo.group_start(g)) as usize;
+        {
+            let mut m = b.write();
+            if !bitmap::get(&m, bit) {
+                return Err(corrupt_err(format!("freeing block {blk} that is already free")));
+            }
+            bitmap::set(&mut m, bit, false);
+        }
+        self.cache.mark_dirty(&b);
+        // A freed block's cached contents must never be written over its next owner.
+        self.cache.invalidate(blk);
+        st.groups[g as usize].free_blocks += 1;
+        st.free_blocks += 1;
+        self.store_desc(st, g)
+    }
+}

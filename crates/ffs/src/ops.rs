@@ -1,0 +1,1284 @@
+//! The file-system operations: the [`FileSystem`] contract on top of the engine.
+//!
+//! Every mutating operation runs under the state lock and calls the strategy's `setup_*`
+//! hooks in rule order (see `strategy`), then `op_done`, the mode's durability point.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use cairn_blockdev::CounterSnapshot;
+use cairn_bufcache::BufRef;
+use cairn_vfs::{
+    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino, KernelCachePolicy,
+    RenameFlags, Result, SetAttr, SetTime, StatFs,
+};
+
+use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
+use crate::inode::{now_ns, time_to_ns};
+use crate::{Ffs, Handle, OpStat, State, corrupt_err};
+
+const LINK_MAX: u32 = 65_000;
+const XATTR_SIZE_MAX: usize = 65_536;
+
+fn check_name(name: &OsStr) -> Result<&[u8]> {
+    let n = name.as_bytes();
+    if n.len() > MAX_NAME {
+        return Err(Errno::ENAMETOOLONG.into());
+    }
+    if n.is_empty() || n.contains(&b'/') || n.contains(&0) {
+        return Err(Errno::EINVAL.into());
+    }
+    Ok(n)
+}
+
+fn is_dot(n: &[u8]) -> bool {
+    n == b"." || n == b".."
+}
+
+fn dtype_of(mode: u32) -> u8 {
+    ((mode & libc::S_IFMT) >> 12) as u8
+}
+
+impl Ffs {
+    /// Runs one operation under the lock, attributing device writes and flushes to it.
+    fn op<T>(&self, name: &'static str, mutating: bool, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        if mutating && self.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        let mut st = self.st.lock();
+        let before: CounterSnapshot = self.dev.counters().snapshot();
+        let r = f(&mut st);
+        let r = match r {
+            Ok(v) if mutating => self.strategy.op_done(&self.io).map(|_| v),
+            other => other,
+        };
+        if mutating {
+            self.relieve_memory_pressure();
+        }
+        let d = self.dev.counters().snapshot().delta(&before);
+        let s = st.op_stats.entry(name).or_insert_with(OpStat::default);
+        s.calls += 1;
+        s.device_writes += d.writes;
+        s.device_flushes += d.flushes;
+        self.ops_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        r
+    }
+
+    /// Keeps dirty buffers under half the cache budget by writing back in the mode's order,
+    /// so the cache itself never has to evict a dirty buffer out of order.
+    fn relieve_memory_pressure(&self) {
+        let dirty_bytes = self.cache.dirty_count() as u64 * self.geo.block_size as u64;
+        if dirty_bytes > self.cache.config().budget_bytes / 2 {
+            if let Err(e) = self.strategy.write_back(&self.io, false) {
+                log::error!("write-back under memory pressure failed: {e}");
+            }
+        }
+    }
+
+    fn dir_inode(&self, st: &mut State, ino: u64) -> Result<DiskInode> {
+        let d = self.iget(st, ino)?.d.clone();
+        if !d.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        Ok(d)
+    }
+
+    /// Search permission on a directory and that it is still linked.
+    fn dir_for_lookup(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
+        let d = self.dir_inode(st, ino)?;
+        ctx.check(d.mode, d.uid, d.gid, Access::X)?;
+        Ok(d)
+    }
+
+    /// Write+search permission on a directory that still exists (not removed).
+    fn dir_for_change(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
+        let d = self.dir_inode(st, ino)?;
+        if d.nlink == 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        ctx.check(d.mode, d.uid, d.gid, Access::WX)?;
+        Ok(d)
+    }
+
+    /// The sticky-directory rule: in a sticky directory only the owner of the entry, the
+    /// owner of the directory, or root may remove or rename it.
+    fn sticky_ok(ctx: &Ctx, dir: &DiskInode, victim: &DiskInode) -> Result<()> {
+        if dir.mode & libc::S_ISVTX != 0 && !ctx.is_root() && ctx.uid != dir.uid && ctx.uid != victim.uid {
+            return Err(Errno::EPERM.into());
+        }
+        Ok(())
+    }
+
+    fn touch_dir(&self, st: &mut State, dino: u64) -> Result<BufRef> {
+        let now = now_ns();
+        let ic = self.iget(st, dino)?;
+        ic.d.mtime = now;
+        ic.d.ctime = now;
+        self.iput(st, dino)
+    }
+
+    /// Creates an inode of any type named `name` in `parent`. Returns its number.
+    fn make_node(
+        &self,
+        st: &mut State,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        link_target: Option<&[u8]>,
+    ) -> Result<u64> {
+        let name = check_name(name)?;
+        let pd = self.dir_for_change(st, ctx, parent)?;
+        if is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
+            return Err(Errno::EEXIST.into());
+        }
+        let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
+        if is_dir && pd.nlink >= LINK_MAX {
+            return Err(Errno::EMLINK.into());
+        }
+        let mut mode = mode;
+        let gid = if pd.mode & libc::S_ISGID != 0 {
+            if is_dir {
+                mode |= libc::S_ISGID;
+            }
+            pd.gid
+        } else {
+            ctx.gid
+        };
+        if !is_dir && mode & libc::S_ISGID != 0 && !ctx.is_root() && !ctx.in_group(gid) {
+            mode &= !libc::S_ISGID;
+        }
+        let (ino, cg) = self.alloc_inode(st, parent, is_dir)?;
+        let old = self.read_disk_inode(ino)?;
+        if !old.is_free() {
+            return Err(corrupt_err(format!("inode {ino} is marked free in its bitmap but in use")));
+        }
+        let now = now_ns();
+        let mut d = DiskInode {
+            mode,
+            nlink: if is_dir { 2 } else { 1 },
+            uid: ctx.uid,
+            gid,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            btime: now,
+            generation: old.generation.wrapping_add(1),
+            rdev,
+            ..Default::default()
+        };
+        if let Some(t) = link_target {
+            d.size = t.len() as u64;
+            if t.len() <= FAST_SYMLINK_MAX {
+                d.fast_link = Some(t.to_vec());
+            }
+        }
+        st.inodes.insert(ino, crate::inode::InCore { d, nlookup: 0, nopen: 0 });
+        let mut extra: Vec<BufRef> = Vec::new();
+        if is_dir || link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX) {
+            let (p, _, _) = self.bmap_alloc(st, ino, 0)?;
+            let b = self.bnew(p, if is_dir { kind::DIRECTORY } else { kind::DATA });
+            if is_dir {
+                dir::init_first(&mut b.write(), ino, parent);
+                self.iget(st, ino)?.d.size = self.geo.block_size as u64;
+            } else if let Some(t) = link_target {
+                b.write()[..t.len()].copy_from_slice(t);
+            }
+            self.cache.mark_dirty(&b);
+            extra.push(b);
+            extra.extend(self.group_bufs(self.geo.group_of_block(p), false)?);
+        }
+        let ib = self.iput(st, ino)?;
+        let mut refs: Vec<&BufRef> = cg.iter().chain(extra.iter()).collect();
+        refs.push(&ib);
+        self.strategy.setup_inode_alloc(&self.io, &refs)?;
+        // Rule 1 satisfied: now the name.
+        let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
+        if is_dir {
+            self.iget(st, parent)?.d.nlink += 1;
+        }
+        let pb = self.touch_dir(st, parent)?;
+        self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+        if is_dir {
+            self.dir_index(st, ino)?;
+        }
+        Ok(ino)
+    }
+
+    fn entry_attr(&self, st: &mut State, ino: u64) -> Result<Attr> {
+        let ic = self.iget(st, ino)?;
+        ic.nlookup += 1;
+        let d = ic.d.clone();
+        Ok(self.attr_of(ino, &d))
+    }
+
+    /// Frees an inode with no links, no open handles and no kernel references.
+    pub(crate) fn maybe_free_inode(&self, st: &mut State, ino: u64) -> Result<()> {
+        let Some(ic) = st.inodes.get(&ino) else { return Ok(()) };
+        if ic.d.nlink > 0 || ic.nopen > 0 || ic.nlookup > 0 {
+            return Ok(());
+        }
+        let was_dir = ic.d.is_dir();
+        let xattr = ic.d.xattr;
+        // One write clears the pointers and the inode (rule 2); bitmaps are freed after.
+        self.truncate_blocks_and(st, ino, 0, true)?;
+        if xattr != 0 {
+            self.free_block(st, xattr)?;
+        }
+        self.free_inode_bit(st, ino, was_dir)?;
+        st.inodes.remove(&ino);
+        st.dirs.remove(&ino);
+        Ok(())
+    }
+
+    /// Truncates to logical block `from`; with `free_inode`, the same inode write also
+    /// marks the inode free.
+    fn truncate_blocks_and(&self, st: &mut State, ino: u64, from: u64, free_inode: bool) -> Result<()> {
+        if free_inode {
+            let ic = self.iget(st, ino)?;
+            ic.d.fast_link = None;
+            st.free_on_truncate = Some(ino);
+        }
+        let r = self.truncate_blocks(st, ino, from);
+        st.free_on_truncate = None;
+        r
+    }
+
+    fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
+        let bs = self.geo.block_size as u64;
+        if size % bs == 0 {
+            return Ok(());
+        }
+        let p = self.bmap(st, ino, size / bs)?;
+        if p != 0 {
+            let b = self.bread(p, kind::DATA)?;
+            b.write()[(size % bs) as usize..].fill(0);
+            self.cache.mark_dirty(&b);
+        }
+        Ok(())
+    }
+
+    fn set_size(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
+        if size > self.max_file_size {
+            return Err(Errno::EFBIG.into());
+        }
+        let old = self.iget(st, ino)?.d.size;
+        let bs = self.geo.block_size as u64;
+        if size < old {
+            self.zero_tail(st, ino, size)?;
+            self.iget(st, ino)?.d.size = size;
+            self.truncate_blocks(st, ino, size.div_ceil(bs))?;
+        } else {
+            // Growing: bytes past the old end in its last block must read as zero.
+            self.zero_tail(st, ino, old)?;
+            self.iget(st, ino)?.d.size = size;
+        }
+        Ok(())
+    }
+
+    fn handle(&self, st: &State, fh: Fh) -> Result<(u64, i32)> {
+        st.handles.get(&fh).map(|h| (h.ino, h.flags)).ok_or_else(|| Errno::EBADF.into())
+    }
+
+    fn new_handle(&self, st: &mut State, ino: u64, flags: i32) -> Fh {
+        let fh = st.next_fh;
+        st.next_fh += 1;
+        st.handles.insert(fh, Handle { ino, flags });
+        if let Some(ic) = st.inodes.get_mut(&ino) {
+            ic.nopen += 1;
+        }
+        fh
+    }
+
+    fn read_xattrs(&self, d: &DiskInode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if d.xattr == 0 {
+            return Ok(Vec::new());
+        }
+        let b = self.bread(d.xattr, kind::XATTR)?;
+        let v = xattr::decode(&b.read()).map_err(|e| corrupt_err(e.0))?;
+        Ok(v)
+    }
+
+    fn xattr_access(&self, ctx: &Ctx, d: &DiskInode, name: &[u8], write: bool) -> Result<()> {
+        if name.len() > MAX_NAME || name.is_empty() {
+            return Err(Errno::ERANGE.into());
+        }
+        if name.starts_with(b"user.") {
+            let t = d.mode & libc::S_IFMT;
+            if t != libc::S_IFREG && t != libc::S_IFDIR {
+                return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
+            }
+            ctx.check(d.mode, d.uid, d.gid, if write { Access::W } else { Access::R })
+        } else if name.starts_with(b"trusted.") {
+            if ctx.is_root() { Ok(()) } else { Err(Errno::EPERM.into()) }
+        } else if name.starts_with(b"security.") {
+            if write && !ctx.is_root() && ctx.uid != d.uid { Err(Errno::EPERM.into()) } else { Ok(()) }
+        } else {
+            // system.* (POSIX ACLs) is not supported; other namespaces do not exist.
+            Err(Errno::EOPNOTSUPP.into())
+        }
+    }
+
+    fn write_xattrs(&self, st: &mut State, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let old = self.iget(st, ino)?.d.xattr;
+        if attrs.is_empty() {
+            if old != 0 {
+                self.iget(st, ino)?.d.xattr = 0;
+                self.iget(st, ino)?.d.blocks -= 1;
+                let ib = self.iput(st, ino)?;
+                self.strategy.setup_freeblocks(&self.io, &[&ib])?;
+                self.free_block(st, old)?;
+            }
+            return Ok(());
+        }
+        if xattr::encoded_size(attrs) > self.geo.bs() {
+            return Err(Errno::ENOSPC.into());
+        }
+        let (blk, fresh) = if old == 0 { (self.alloc_block(st, 0, ino)?, true) } else { (old, false) };
+        let b = if fresh { self.bnew(blk, kind::XATTR) } else { self.bread(blk, kind::XATTR)? };
+        xattr::encode(attrs, &mut b.write());
+        self.cache.mark_dirty(&b);
+        if fresh {
+            let cg = self.group_bufs(self.geo.group_of_block(blk), false)?;
+            self.strategy.setup_inode_alloc(&self.io, &[&b, &cg[0], &cg[1]])?;
+            let ic = self.iget(st, ino)?;
+            ic.d.xattr = blk;
+            ic.d.blocks += 1;
+        }
+        let ic = self.iget(st, ino)?;
+        ic.d.ctime = now_ns();
+        let ib = self.iput(st, ino)?;
+        self.strategy.setup_attr_change(&self.io, &[&b, &ib])
+    }
+
+    /// Is `anc` an ancestor of (or equal to) directory `dino`? Walks `..` up to the root.
+    fn is_ancestor(&self, st: &mut State, anc: u64, mut dino: u64) -> Result<bool> {
+        for _ in 0..100_000 {
+            if dino == anc {
+                return Ok(true);
+            }
+            if dino == ROOT_INO {
+                return Ok(false);
+            }
+            dino = self.dir_index(st, dino)?.dotdot.ino;
+        }
+        Err(corrupt_err("directory tree has a cycle"))
+    }
+
+    fn do_rename(
+        &self,
+        st: &mut State,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        np: u64,
+        nname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let name = check_name(name)?;
+        let nname = check_name(nname)?;
+        if is_dot(name) || is_dot(nname) {
+            return Err(Errno::EINVAL.into());
+        }
+        let pd = self.dir_for_change(st, ctx, parent)?;
+        let npd = self.dir_for_change(st, ctx, np)?;
+        let src = self.dir_lookup(st, parent, name)?.ok_or(Errno::ENOENT)?;
+        let sd = self.iget(st, src.ino)?.d.clone();
+        Self::sticky_ok(ctx, &pd, &sd)?;
+        let dst = self.dir_lookup(st, np, nname)?;
+        let dd = match dst {
+            Some(s) => Some(self.iget(st, s.ino)?.d.clone()),
+            None => None,
+        };
+        if let (Some(_), Some(dd)) = (dst, &dd) {
+            Self::sticky_ok(ctx, &npd, dd)?;
+        }
+        if flags.exchange {
+            let (Some(dst), Some(dd)) = (dst, dd) else { return Err(Errno::ENOENT.into()) };
+            return self.do_exchange(st, ctx, parent, name, src, &sd, np, nname, dst, &dd);
+        }
+        if let Some(dslot) = dst {
+            if flags.noreplace {
+                return Err(Errno::EEXIST.into());
+            }
+            if dslot.ino == src.ino {
+                return Ok(());
+            }
+        }
+        let src_dir = sd.is_dir();
+        if src_dir {
+            if np != parent && self.is_ancestor(st, src.ino, np)? {
+                return Err(Errno::EINVAL.into());
+            }
+            if np != parent {
+                // Moving a directory rewrites its "..": needs write access to it.
+                ctx.check(sd.mode, sd.uid, sd.gid, Access::W)?;
+            }
+        }
+        if let (Some(dslot), Some(dd)) = (dst, &dd) {
+            if src_dir && !dd.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            if !src_dir && dd.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            if dd.is_dir() {
+                if !self.dir_index(st, dslot.ino)?.names.is_empty() {
+                    return Err(Errno::ENOTEMPTY.into());
+                }
+                if self.is_ancestor(st, dslot.ino, parent)? {
+                    return Err(Errno::ENOTEMPTY.into());
+                }
+            }
+        } else if src_dir && np != parent && npd.nlink >= LINK_MAX {
+            return Err(Errno::EMLINK.into());
+        }
+        let now = now_ns();
+        // 1. Link count up before the second name exists (link count >= references).
+        {
+            let ic = self.iget(st, src.ino)?;
+            ic.d.nlink += 1;
+            ic.d.ctime = now;
+        }
+        let ib = self.iput(st, src.ino)?;
+        self.strategy.setup_link_change(&self.io, &[&ib])?;
+        // 2. The new name (rule 3: before the old one goes).
+        let db = match dst {
+            Some(_) => self.dir_repoint(st, np, nname, src.ino, src.dtype)?,
+            None => self.dir_add(st, np, nname, src.ino, src.dtype)?,
+        };
+        if src_dir && np != parent && dst.is_none() {
+            self.iget(st, np)?.d.nlink += 1;
+        }
+        let npb = self.touch_dir(st, np)?;
+        self.strategy.setup_directory_add(&self.io, &[&db, &npb])?;
+        // 3. The old name goes.
+        let ob = self.dir_remove(st, parent, name)?;
+        let pb = self.touch_dir(st, parent)?;
+        self.strategy.setup_directory_remove(&self.io, &[&ob, &pb])?;
+        // 4. Link counts down: the moved inode back to its count, a moved directory's old
+        //    parent loses the ".." reference, a replaced inode loses its name.
+        let mut bufs = Vec::new();
+        self.iget(st, src.ino)?.d.nlink -= 1;
+        if src_dir && np != parent {
+            let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
+            bufs.push(b);
+            let pic = self.iget(st, parent)?;
+            pic.d.nlink = pic.d.nlink.saturating_sub(1);
+            bufs.push(self.iput(st, parent)?);
+        }
+        bufs.push(self.iput(st, src.ino)?);
+        if let (Some(dslot), Some(dd)) = (dst, &dd) {
+            let vic = self.iget(st, dslot.ino)?;
+            vic.d.ctime = now;
+            if dd.is_dir() {
+                vic.d.nlink = 0;
+                let npic = self.iget(st, np)?;
+                npic.d.nlink = npic.d.nlink.saturating_sub(1);
+                bufs.push(self.iput(st, np)?);
+            } else {
+                vic.d.nlink = vic.d.nlink.saturating_sub(1);
+            }
+            bufs.push(self.iput(st, dslot.ino)?);
+        }
+        let refs: Vec<&BufRef> = bufs.iter().collect();
+        self.strategy.setup_link_change(&self.io, &refs)?;
+        if let Some(dslot) = dst {
+            self.maybe_free_inode(st, dslot.ino)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_exchange(
+        &self,
+        st: &mut State,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
+        src: crate::dirindex::Slot,
+        sd: &DiskInode,
+        np: u64,
+        nname: &[u8],
+        dst: crate::dirindex::Slot,
+        dd: &DiskInode,
+    ) -> Result<()> {
+        if src.ino == dst.ino {
+            return Ok(());
+        }
+        if parent != np {
+            if sd.is_dir() && self.is_ancestor(st, src.ino, np)? || dd.is_dir() && self.is_ancestor(st, dst.ino, parent)? {
+                return Err(Errno::EINVAL.into());
+            }
+            for d in [sd, dd] {
+                if d.is_dir() {
+                    ctx.check(d.mode, d.uid, d.gid, Access::W)?;
+                }
+            }
+        }
+        let now = now_ns();
+        // Both names keep existing throughout; each entry is re-pointed in place.
+        let b1 = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
+        let b2 = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
+        let mut bufs = vec![b1, b2];
+        if parent != np && sd.is_dir() != dd.is_dir() {
+            let (gains, loses) = if sd.is_dir() { (np, parent) } else { (parent, np) };
+            self.iget(st, gains)?.d.nlink += 1;
+            let l = self.iget(st, loses)?;
+            l.d.nlink = l.d.nlink.saturating_sub(1);
+        }
+        if parent != np {
+            if sd.is_dir() {
+                bufs.push(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?);
+            }
+            if dd.is_dir() {
+                bufs.push(self.dir_repoint(st, dst.ino, b"..", parent, libc::DT_DIR)?);
+            }
+        }
+        for ino in [src.ino, dst.ino] {
+            self.iget(st, ino)?.d.ctime = now;
+            bufs.push(self.iput(st, ino)?);
+        }
+        bufs.push(self.touch_dir(st, parent)?);
+        if np != parent {
+            bufs.push(self.touch_dir(st, np)?);
+        }
+        let refs: Vec<&BufRef> = bufs.iter().collect();
+        self.strategy.setup_directory_add(&self.io, &refs)
+    }
+
+    fn do_read(&self, st: &mut State, ino: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        buf.clear();
+        let d = self.iget(st, ino)?.d.clone();
+        if d.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        if offset >= d.size {
+            return Ok(());
+        }
+        let end = (offset + size as u64).min(d.size);
+        let bs = self.geo.block_size as u64;
+        buf.resize((end - offset) as usize, 0);
+        let mut pos = offset;
+        while pos < end {
+            let lbn = pos / bs;
+            let in_blk = (pos % bs) as usize;
+            let p = self.bmap(st, ino, lbn)?;
+            // Gather a run of device-contiguous, uncached blocks and read them at once.
+            let mut run = 1u64;
+            if p != 0 && self.cache.lookup(p).is_none() {
+                while (lbn + run) * bs < end && run < 256 {
+                    let q = self.bmap(st, ino, lbn + run)?;
+                    if q != p + run || self.cache.lookup(q).is_some() {
+                        break;
+                    }
+                    run += 1;
+                }
+            }
+            let chunk_end = ((lbn + run) * bs).min(end);
+            let dst = &mut buf[(pos - offset) as usize..(chunk_end - offset) as usize];
+            if p == 0 {
+                dst.fill(0);
+            } else if run > 1 || self.cache.lookup(p).is_none() && in_blk == 0 && dst.len() == bs as usize {
+                let mut tmp = vec![0u8; (run * bs) as usize];
+                self.dev.read_blocks(p, &mut tmp)?;
+                dst.copy_from_slice(&tmp[in_blk..in_blk + dst.len()]);
+            } else {
+                let b = self.bread(p, kind::DATA)?;
+                dst.copy_from_slice(&b.read()[in_blk..in_blk + dst.len()]);
+            }
+            pos = chunk_end;
+        }
+        // relatime: update atime only when it is older than mtime/ctime or a day old.
+        let now = now_ns();
+        let ic = self.iget(st, ino)?;
+        if ic.d.atime <= ic.d.mtime || ic.d.atime <= ic.d.ctime || now - ic.d.atime > 86_400_000_000_000 {
+            ic.d.atime = now;
+            self.iput(st, ino)?;
+        }
+        Ok(())
+    }
+
+    fn do_write(&self, st: &mut State, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let d = self.iget(st, ino)?.d.clone();
+        if d.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > self.max_file_size {
+            return Err(Errno::EFBIG.into());
+        }
+        if offset > d.size {
+            self.zero_tail(st, ino, d.size)?;
+        }
+        let bs = self.geo.block_size as u64;
+        let mut pos = offset;
+        let mut allocated = false;
+        while pos < end {
+            let lbn = pos / bs;
+            let in_blk = (pos % bs) as usize;
+            let n = ((bs as usize) - in_blk).min((end - pos) as usize);
+            let (p, fresh, _changed) = match self.bmap_alloc(st, ino, lbn) {
+                Ok(v) => v,
+                Err(e) if pos > offset && e.errno() == Errno::ENOSPC => break,
+                Err(e) => return Err(e),
+            };
+            allocated |= fresh;
+            let b = if fresh || n == bs as usize && self.cache.lookup(p).is_none() {
+                self.bnew(p, kind::DATA)
+            } else {
+                self.bread(p, kind::DATA)?
+            };
+            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
+            b.write()[in_blk..in_blk + n].copy_from_slice(src);
+            self.cache.mark_dirty(&b);
+            pos += n as u64;
+        }
+        if allocated {
+            self.io.data_allocs_pending.store(true, std::sync::atomic::Ordering::Release);
+        }
+        let now = now_ns();
+        let ic = self.iget(st, ino)?;
+        ic.d.size = ic.d.size.max(pos);
+        ic.d.mtime = now;
+        ic.d.ctime = now;
+        self.iput(st, ino)?;
+        Ok((pos - offset) as u32)
+    }
+
+    fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
+        let d = self.iget(st, ino)?.d.clone();
+        let owner = ctx.is_root() || ctx.uid == d.uid;
+        let mut n = d.clone();
+        let now = now_ns();
+        if let Some(mode) = set.mode {
+            if !owner {
+                return Err(Errno::EPERM.into());
+            }
+            let mut m = mode & 0o7777;
+            if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
+                m &= !libc::S_ISGID;
+            }
+            n.mode = (d.mode & libc::S_IFMT) | m;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            let uid = set.uid.unwrap_or(d.uid);
+            let gid = set.gid.unwrap_or(d.gid);
+            if !ctx.is_root() && (uid != d.uid || ctx.uid != d.uid || (gid != d.gid && !ctx.in_group(gid))) {
+                return Err(Errno::EPERM.into());
+            }
+            if (uid != d.uid || gid != d.gid) && !d.is_dir() {
+                n.mode &= !libc::S_ISUID;
+                if n.mode & libc::S_IXGRP != 0 {
+                    n.mode &= !libc::S_ISGID;
+                }
+            }
+            n.uid = uid;
+            n.gid = gid;
+        }
+        for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
+            let Some(t) = t else { continue };
+            let v = match t {
+                SetTime::Now => {
+                    if !owner && ctx.check(d.mode, d.uid, d.gid, Access::W).is_err() {
+                        return Err(Errno::EACCES.into());
+                    }
+                    now
+                }
+                SetTime::At(t) => {
+                    if !owner {
+                        return Err(Errno::EPERM.into());
+                    }
+                    time_to_ns(t)
+                }
+            };
+            if field == 0 { n.atime = v } else { n.mtime = v }
+        }
+        if let Some(c) = set.ctime {
+            n.ctime = time_to_ns(c);
+        } else {
+            n.ctime = now;
+        }
+        {
+            let ic = self.iget(st, ino)?;
+            ic.d.mode = n.mode;
+            ic.d.uid = n.uid;
+            ic.d.gid = n.gid;
+            ic.d.atime = n.atime;
+            ic.d.mtime = n.mtime;
+            ic.d.ctime = n.ctime;
+        }
+        if let Some(size) = set.size {
+            if d.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            if !d.is_reg() {
+                return Err(Errno::EINVAL.into());
+            }
+            if set.fh.is_none() {
+                ctx.check(d.mode, d.uid, d.gid, Access::W)?;
+            }
+            self.set_size(st, ino, size)?;
+            let ic = self.iget(st, ino)?;
+            if set.mtime.is_none() {
+                ic.d.mtime = now;
+            }
+        }
+        let b = self.iput(st, ino)?;
+        self.strategy.setup_attr_change(&self.io, &[&b])?;
+        let d = self.iget(st, ino)?.d.clone();
+        Ok(self.attr_of(ino, &d))
+    }
+
+    fn do_fallocate(&self, st: &mut State, ino: u64, offset: u64, length: u64, mode: FallocMode) -> Result<()> {
+        let d = self.iget(st, ino)?.d.clone();
+        if !d.is_reg() {
+            return Err(if d.is_dir() { Errno::EISDIR } else { Errno(libc::ENODEV) }.into());
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        if length == 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        if end > self.max_file_size {
+            return Err(Errno::EFBIG.into());
+        }
+        let bs = self.geo.block_size as u64;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => {
+                for lbn in offset / bs..end.div_ceil(bs) {
+                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn)?;
+                    if fresh {
+                        let b = self.bnew(p, kind::DATA);
+                        self.cache.mark_dirty(&b);
+                        self.io.data_allocs_pending.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                }
+                if !keep && end > d.size {
+                    self.zero_tail(st, ino, d.size)?;
+                    self.iget(st, ino)?.d.size = end;
+                }
+            }
+            libc::FALLOC_FL_PUNCH_HOLE if keep => {
+                let end = end.min(d.size);
+                let mut pos = offset;
+                let mut freed = Vec::new();
+                let mut changed: Vec<BufRef> = Vec::new();
+                while pos < end {
+                    let lbn = pos / bs;
+                    let in_blk = pos % bs;
+                    let n = (bs - in_blk).min(end - pos);
+                    if n == bs {
+                        if let Some((old, holder)) = self.bunmap(st, ino, lbn)? {
+                            freed.push(old);
+                            if let Some(h) = holder {
+                                if !changed.iter().any(|b| b.blkno() == h.blkno()) {
+                                    changed.push(h);
+                                }
+                            }
+                        }
+                    } else {
+                        let p = self.bmap(st, ino, lbn)?;
+                        if p != 0 {
+                            let b = self.bread(p, kind::DATA)?;
+                            b.write()[in_blk as usize..(in_blk + n) as usize].fill(0);
+                            self.cache.mark_dirty(&b);
+                        }
+                    }
+                    pos += n;
+                }
+                self.iget(st, ino)?.d.blocks -= freed.len() as u64;
+                let ib = self.iput(st, ino)?;
+                let mut refs: Vec<&BufRef> = changed.iter().collect();
+                refs.push(&ib);
+                self.strategy.setup_freeblocks(&self.io, &refs)?;
+                for b in freed {
+                    self.free_block(st, b)?;
+                }
+            }
+            _ => return Err(Errno::EOPNOTSUPP.into()),
+        }
+        let now = now_ns();
+        let ic = self.iget(st, ino)?;
+        ic.d.ctime = now;
+        self.iput(st, ino)?;
+        Ok(())
+    }
+}
+
+impl FileSystem for Ffs {
+    fn root_ino(&self) -> Ino {
+        ROOT_INO
+    }
+
+    fn cache_policy(&self) -> KernelCachePolicy {
+        self.strategy.cache_policy()
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let st = self.st.lock();
+        let meta = self.geo.group_count * self.geo.meta_blocks();
+        Ok(StatFs {
+            blocks: self.geo.total_blocks - meta,
+            bfree: st.free_blocks,
+            bavail: st.free_blocks,
+            files: self.geo.total_inodes() - 2,
+            ffree: st.free_inodes,
+            bsize: self.geo.block_size,
+            namelen: MAX_NAME as u32,
+            frsize: self.geo.block_size,
+        })
+    }
+
+    fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.op("lookup", false, |st| {
+            let n = name.as_bytes();
+            if n.len() > MAX_NAME {
+                return Err(Errno::ENAMETOOLONG.into());
+            }
+            self.dir_for_lookup(st, ctx, parent)?;
+            let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
+            self.entry_attr(st, slot.ino)
+        })
+    }
+
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        let r = self.op("forget", false, |st| {
+            let Some(ic) = st.inodes.get_mut(&ino) else { return Ok(()) };
+            ic.nlookup = ic.nlookup.saturating_sub(nlookup);
+            if ic.nlookup == 0 && ic.nopen == 0 {
+                if ic.d.nlink == 0 {
+                    if self.read_only {
+                        return Ok(());
+                    }
+                    self.maybe_free_inode(st, ino)?;
+                    return self.strategy.op_done(&self.io);
+                } else if !ic.d.is_dir() {
+                    st.inodes.remove(&ino);
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            log::error!("forget of inode {ino} failed: {e}");
+        }
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.op("getattr", false, |st| {
+            let d = self.iget(st, ino)?.d.clone();
+            Ok(self.attr_of(ino, &d))
+        })
+    }
+
+    fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
+        self.op("setattr", true, |st| self.do_setattr(st, ctx, ino, set))
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.op("readlink", false, |st| {
+            let d = self.iget(st, ino)?.d.clone();
+            if !d.is_symlink() {
+                return Err(Errno::EINVAL.into());
+            }
+            if let Some(t) = d.fast_link {
+                return Ok(t);
+            }
+            let p = self.bmap(st, ino, 0)?;
+            if p == 0 || d.size as usize > self.geo.bs() {
+                return Err(corrupt_err(format!("symlink {ino}: no target block")));
+            }
+            let b = self.bread(p, kind::DATA)?;
+            let t = b.read()[..d.size as usize].to_vec();
+            Ok(t)
+        })
+    }
+
+    fn mknod(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> Result<Attr> {
+        self.op("mknod", true, |st| {
+            let kind = FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile);
+            match kind {
+                FileKind::Directory | FileKind::Symlink => return Err(Errno::EINVAL.into()),
+                FileKind::CharDevice | FileKind::BlockDevice if !ctx.is_root() => return Err(Errno::EPERM.into()),
+                _ => {}
+            }
+            let m = kind.mode_bits() | (mode & 0o7777 & !umask);
+            let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { rdev } else { 0 };
+            let ino = self.make_node(st, ctx, parent, name, m, rdev, None)?;
+            self.entry_attr(st, ino)
+        })
+    }
+
+    fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
+        self.op("mkdir", true, |st| {
+            let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
+            let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
+            self.entry_attr(st, ino)
+        })
+    }
+
+    fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
+        self.op("unlink", true, |st| {
+            let n = check_name(name)?;
+            let pd = self.dir_for_change(st, ctx, parent)?;
+            if is_dot(n) {
+                return Err(Errno::EISDIR.into());
+            }
+            let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
+            let td = self.iget(st, slot.ino)?.d.clone();
+            if td.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            Self::sticky_ok(ctx, &pd, &td)?;
+            let db = self.dir_remove(st, parent, n)?;
+            let pb = self.touch_dir(st, parent)?;
+            self.strategy.setup_directory_remove(&self.io, &[&db, &pb])?;
+            let ic = self.iget(st, slot.ino)?;
+            ic.d.nlink = ic.d.nlink.saturating_sub(1);
+            ic.d.ctime = now_ns();
+            let ib = self.iput(st, slot.ino)?;
+            self.strategy.setup_link_change(&self.io, &[&ib])?;
+            self.maybe_free_inode(st, slot.ino)
+        })
+    }
+
+    fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
+        self.op("rmdir", true, |st| {
+            let n = check_name(name)?;
+            if n == b"." {
+                return Err(Errno::EINVAL.into());
+            }
+            if n == b".." {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            let pd = self.dir_for_change(st, ctx, parent)?;
+            let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
+            let td = self.iget(st, slot.ino)?.d.clone();
+            if !td.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            Self::sticky_ok(ctx, &pd, &td)?;
+            if !self.dir_index(st, slot.ino)?.names.is_empty() {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            let db = self.dir_remove(st, parent, n)?;
+            self.strategy.setup_directory_remove(&self.io, &[&db])?;
+            let pic = self.iget(st, parent)?;
+            pic.d.nlink = pic.d.nlink.saturating_sub(1);
+            let pb = self.touch_dir(st, parent)?;
+            let ic = self.iget(st, slot.ino)?;
+            ic.d.nlink = 0;
+            ic.d.ctime = now_ns();
+            let ib = self.iput(st, slot.ino)?;
+            self.strategy.setup_link_change(&self.io, &[&pb, &ib])?;
+            self.maybe_free_inode(st, slot.ino)
+        })
+    }
+
+    fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr> {
+        self.op("symlink", true, |st| {
+            if target.is_empty() {
+                return Err(Errno::ENOENT.into());
+            }
+            if target.len() >= 4096 || target.len() > self.geo.bs() {
+                return Err(Errno::ENAMETOOLONG.into());
+            }
+            let ino = self.make_node(st, ctx, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
+            self.entry_attr(st, ino)
+        })
+    }
+
+    fn rename(&self, ctx: &Ctx, parent: Ino, name: &OsStr, np: Ino, nname: &OsStr, flags: RenameFlags) -> Result<()> {
+        self.op("rename", true, |st| self.do_rename(st, ctx, parent, name, np, nname, flags))
+    }
+
+    fn link(&self, ctx: &Ctx, ino: Ino, np: Ino, nname: &OsStr) -> Result<Attr> {
+        self.op("link", true, |st| {
+            let n = check_name(nname)?;
+            let d = self.iget(st, ino)?.d.clone();
+            if d.is_dir() {
+                return Err(Errno::EPERM.into());
+            }
+            self.dir_for_change(st, ctx, np)?;
+            if is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
+                return Err(Errno::EEXIST.into());
+            }
+            if d.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK.into());
+            }
+            if d.nlink == 0 {
+                return Err(Errno::ENOENT.into());
+            }
+            let ic = self.iget(st, ino)?;
+            ic.d.nlink += 1;
+            ic.d.ctime = now_ns();
+            let ib = self.iput(st, ino)?;
+            self.strategy.setup_link_change(&self.io, &[&ib])?;
+            let db = self.dir_add(st, np, n, ino, dtype_of(d.mode))?;
+            let pb = self.touch_dir(st, np)?;
+            self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+            self.entry_attr(st, ino)
+        })
+    }
+
+    fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
+        let truncating = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
+        self.op("open", truncating, |st| {
+            let d = self.iget(st, ino)?.d.clone();
+            if d.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
+                return Err(Errno::EISDIR.into());
+            }
+            if self.read_only && flags & libc::O_ACCMODE != libc::O_RDONLY {
+                return Err(Errno::EROFS.into());
+            }
+            ctx.check(d.mode, d.uid, d.gid, Access::for_open_flags(flags))?;
+            if truncating && d.is_reg() && d.size > 0 {
+                self.set_size(st, ino, 0)?;
+                let now = now_ns();
+                let ic = self.iget(st, ino)?;
+                ic.d.mtime = now;
+                ic.d.ctime = now;
+                let b = self.iput(st, ino)?;
+                self.strategy.setup_attr_change(&self.io, &[&b])?;
+            }
+            Ok(self.new_handle(st, ino, flags))
+        })
+    }
+
+    fn create(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, flags: i32) -> Result<(Attr, Fh)> {
+        self.op("create", true, |st| {
+            let m = libc::S_IFREG | (mode & 0o7777 & !umask);
+            let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
+            let attr = self.entry_attr(st, ino)?;
+            let fh = self.new_handle(st, ino, flags);
+            Ok((attr, fh))
+        })
+    }
+
+    fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        self.op("read", false, |st| {
+            if fh != 0 {
+                self.handle(st, fh)?;
+            }
+            self.do_read(st, ino, offset, size, buf)
+        })
+    }
+
+    fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.op("write", true, |st| {
+            let flags = if fh != 0 { self.handle(st, fh)?.1 } else { libc::O_RDWR };
+            if flags & libc::O_ACCMODE == libc::O_RDONLY {
+                return Err(Errno::EBADF.into());
+            }
+            let off = if flags & libc::O_APPEND != 0 { self.iget(st, ino)?.d.size } else { offset };
+            self.do_write(st, ino, off, data)
+        })
+    }
+
+    fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
+        self.op("release", false, |st| {
+            if st.handles.remove(&fh).is_some() {
+                if let Some(ic) = st.inodes.get_mut(&ino) {
+                    ic.nopen = ic.nopen.saturating_sub(1);
+                    if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
+                        self.maybe_free_inode(st, ino)?;
+                        self.strategy.op_done(&self.io)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn fsync(&self, ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
+        self.op("fsync", false, |st| {
+            self.iget(st, ino)?;
+            if self.read_only {
+                return Ok(());
+            }
+            self.sync_locked(st)
+        })
+    }
+
+    fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
+        self.op("opendir", false, |st| {
+            let d = self.dir_inode(st, ino)?;
+            ctx.check(d.mode, d.uid, d.gid, Access::R)?;
+            Ok(self.new_handle(st, ino, libc::O_RDONLY))
+        })
+    }
+
+    fn releasedir(&self, ino: Ino, fh: Fh) -> Result<()> {
+        self.release(ino, fh)
+    }
+
+    fn readdir(
+        &self,
+        ino: Ino,
+        _fh: Fh,
+        offset: u64,
+        plus: bool,
+        emit: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.op("readdir", false, |st| {
+            let d = self.dir_inode(st, ino)?;
+            let bs = self.geo.block_size as u64;
+            // Cookies are byte offsets + 1 of the entry last returned (0 = start).
+            let mut lbn = offset / bs;
+            while lbn * bs < d.size {
+                let p = self.bmap(st, ino, lbn)?;
+                if p == 0 {
+                    return Err(corrupt_err(format!("directory {ino}: hole at block {lbn}")));
+                }
+                let b = self.bread(p, kind::DIRECTORY)?;
+                let data = b.read().clone();
+                for r in dir::entries(&data) {
+                    let e = r.map_err(|e| corrupt_err(format!("directory {ino}: {}", e.0)))?;
+                    let pos = lbn * bs + e.off as u64;
+                    if pos < offset {
+                        continue;
+                    }
+                    let kind = FileKind::from_dtype(e.dtype).unwrap_or(FileKind::RegularFile);
+                    let attr = if plus && !is_dot(e.name) {
+                        Some(self.entry_attr(st, e.ino as u64)?)
+                    } else {
+                        None
+                    };
+                    let ok = emit(DirEntry {
+                        ino: e.ino as u64,
+                        next_offset: pos + 1,
+                        kind,
+                        name: OsStr::from_bytes(e.name),
+                        attr,
+                    });
+                    if !ok {
+                        // The refused entry was not handed over: undo its lookup count.
+                        if let Some(a) = attr {
+                            if let Some(ic) = st.inodes.get_mut(&a.ino) {
+                                ic.nlookup = ic.nlookup.saturating_sub(1);
+                            }
+                        }
+                        return Ok(());
+                    }
+                }
+                lbn += 1;
+            }
+            Ok(())
+        })
+    }
+
+    fn fsyncdir(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()> {
+        self.fsync(ino, fh, datasync)
+    }
+
+    fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.op("setxattr", true, |st| {
+            let n = name.as_bytes();
+            let d = self.iget(st, ino)?.d.clone();
+            self.xattr_access(ctx, &d, n, true)?;
+            if value.len() > XATTR_SIZE_MAX {
+                return Err(Errno::E2BIG.into());
+            }
+            let mut attrs = self.read_xattrs(&d)?;
+            let pos = attrs.iter().position(|(k, _)| k.as_slice() == n);
+            match (pos, flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE)) {
+                (Some(_), libc::XATTR_CREATE) => return Err(Errno::EEXIST.into()),
+                (None, libc::XATTR_REPLACE) => return Err(Errno::ENODATA.into()),
+                _ => {}
+            }
+            match pos {
+                Some(i) => attrs[i].1 = value.to_vec(),
+                None => attrs.push((n.to_vec(), value.to_vec())),
+            }
+            self.write_xattrs(st, ino, &attrs)
+        })
+    }
+
+    fn getxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
+        self.op("getxattr", false, |st| {
+            let n = name.as_bytes();
+            let d = self.iget(st, ino)?.d.clone();
+            self.xattr_access(ctx, &d, n, false)?;
+            let attrs = self.read_xattrs(&d)?;
+            attrs.into_iter().find(|(k, _)| k.as_slice() == n).map(|(_, v)| v).ok_or_else(|| Errno::ENODATA.into())
+        })
+    }
+
+    fn listxattr(&self, ctx: &Ctx, ino: Ino) -> Result<Vec<u8>> {
+        self.op("listxattr", false, |st| {
+            let d = self.iget(st, ino)?.d.clone();
+            let mut out = Vec::new();
+            for (k, _) in self.read_xattrs(&d)? {
+                if k.starts_with(b"trusted.") && !ctx.is_root() {
+                    continue;
+                }
+                out.extend_from_slice(&k);
+                out.push(0);
+            }
+            Ok(out)
+        })
+    }
+
+    fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()> {
+        self.op("removexattr", true, |st| {
+            let n = name.as_bytes();
+            let d = self.iget(st, ino)?.d.clone();
+            self.xattr_access(ctx, &d, n, true)?;
+            let mut attrs = self.read_xattrs(&d)?;
+            let before = attrs.len();
+            attrs.retain(|(k, _)| k.as_slice() != n);
+            if attrs.len() == before {
+                return Err(Errno::ENODATA.into());
+            }
+            self.write_xattrs(st, ino, &attrs)
+        })
+    }
+
+    fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
+        self.op("access", false, |st| {
+            let d = self.iget(st, ino)?.d.clone();
+            if mask.0 & Access::W.0 != 0 && self.read_only {
+                return Err(Errno::EROFS.into());
+            }
+            ctx.check(d.mode, d.uid, d.gid, mask)
+        })
+    }
+
+    fn fallocate(&self, ino: Ino, _fh: Fh, offset: u64, length: u64, mode: FallocMode) -> Result<()> {
+        self.op("fallocate", true, |st| self.do_fallocate(st, ino, offset, length, mode))
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut st = self.st.lock();
+        self.sync_locked(&mut st)
+    }
+
+    fn destroy(&self) -> Result<()> {
+        self.unmount()
+    }
+
+    fn stats_json(&self) -> String {
+        let st = self.st.lock();
+        let dev = self.dev.counters().snapshot();
+        let v = serde_json::json!({
+            "mode": self.strategy.name(),
+            "device": dev,
+            "cache": self.cache.stats(),
+            "ops": st.op_stats,
+            "ops_total": self.ops_total.load(std::sync::atomic::Ordering::Relaxed),
+            "inodes_in_core": st.inodes.len(),
+            "directories_indexed": st.dirs.len(),
+            "open_handles": st.handles.len(),
+            "free_blocks": st.free_blocks,
+            "free_inodes": st.free_inodes,
+        });
+        v.to_string()
+    }
+}

@@ -1,0 +1,157 @@
+//! Metadata-update strategies: the one interface every consistency discipline implements.
+//!
+//! The file-system code never asks which mode it runs in. At each point where the Soft
+//! Updates paper's ordering rules apply (002 §3; 000/001 §2), it calls a `setup_*` hook
+//! with the buffers the step changed, in the order the rules need them on disk:
+//!
+//! 1. Never point to a structure before it has been initialized: an inode reaches disk
+//!    before the directory entry naming it (`setup_inode_alloc` before
+//!    `setup_directory_add`), a bitmap marks a block used before a pointer to it.
+//! 2. Never reuse a resource before nullifying all previous pointers to it: the entry goes
+//!    (`setup_directory_remove`) before the link count drops (`setup_link_change`), and an
+//!    inode's pointers are cleared on disk (`setup_freeblocks`) before the bitmap frees them.
+//! 3. Never reset the last pointer to a live resource before the new pointer has been set:
+//!    rename adds the new name (`setup_directory_add`) before removing the old one.
+//!
+//! The names follow FreeBSD's `softdep_setup_*` family: soft updates will attach
+//! dependency records to the buffers in these hooks and enforce the order with rollbacks in
+//! the buffer cache's write hooks, and journaling will log the step instead. `sync` writes
+//! each step's buffers at once with a device flush as the barrier before the next step;
+//! `delayed` (FFS mounted async) only leaves them dirty.
+
+mod delayed;
+mod sync;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_bufcache::{Buf, BufRef, BufferCache};
+use cairn_vfs::{KernelCachePolicy, Result};
+
+use crate::format::kind;
+
+pub use delayed::Delayed;
+pub use sync::Sync;
+
+/// The device-facing side a strategy works with: the cache plus the barrier bookkeeping.
+pub struct Io {
+    pub cache: Arc<BufferCache>,
+    /// Writes have been issued since the last device flush.
+    unflushed: AtomicBool,
+    /// Blocks were allocated by the data path (file growth) and their bitmaps are not on
+    /// disk yet: before an inode or indirect block can be written, the group blocks must
+    /// be (rule 1 for block pointers).
+    pub data_allocs_pending: AtomicBool,
+}
+
+impl Io {
+    pub fn new(cache: Arc<BufferCache>) -> Io {
+        Io { cache, unflushed: AtomicBool::new(false), data_allocs_pending: AtomicBool::new(false) }
+    }
+
+    /// Writes `bufs` after everything written before them is durable: the barrier that
+    /// separates two ordered steps. Group blocks owed by the data path go first.
+    pub fn write_ordered(&self, bufs: &[&BufRef]) -> Result<()> {
+        let has_pointers = bufs.iter().any(|b| matches!(b.kind(), kind::INODE | kind::INDIRECT));
+        if has_pointers && self.data_allocs_pending.swap(false, Ordering::AcqRel) {
+            self.write_groups()?;
+        }
+        self.barrier()?;
+        let dirty: Vec<&BufRef> = bufs.iter().copied().filter(|b| b.is_dirty()).collect();
+        if !dirty.is_empty() {
+            self.cache.write_now(&dirty)?;
+            self.unflushed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Flushes if anything was written since the last flush.
+    pub fn barrier(&self) -> Result<()> {
+        if self.unflushed.swap(false, Ordering::AcqRel) {
+            self.cache.flush_device()?;
+        }
+        Ok(())
+    }
+
+    fn write_groups(&self) -> Result<()> {
+        self.cache.write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
+        self.unflushed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes every dirty buffer in rule order (group blocks, barrier, the rest) and, if
+    /// `durable`, flushes at the end.
+    pub fn write_back_ordered(&self, durable: bool) -> Result<()> {
+        self.data_allocs_pending.store(false, Ordering::Release);
+        self.write_groups()?;
+        self.barrier()?;
+        self.cache.write_back_all()?;
+        self.unflushed.store(true, Ordering::Release);
+        if durable {
+            self.barrier()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty buffer with no ordering at all.
+    pub fn write_back_unordered(&self, durable: bool) -> Result<()> {
+        self.cache.write_back_all()?;
+        self.unflushed.store(true, Ordering::Release);
+        if durable {
+            self.barrier()?;
+        }
+        Ok(())
+    }
+}
+
+/// A metadata-update discipline. See the module documentation for the rules each hook
+/// stands for. Every hook receives the buffers the step dirtied.
+pub trait Strategy: Send + std::marker::Sync {
+    fn name(&self) -> &'static str;
+
+    /// What the kernel may cache on top of us in this mode.
+    fn cache_policy(&self) -> KernelCachePolicy;
+
+    /// How often the syncer writes dirty buffers by default.
+    fn syncer_interval(&self) -> Duration;
+
+    /// A new inode (and, for directories and slow symlinks, its first block) was allocated
+    /// and initialized; bitmaps included. Rule 1: on disk before any entry names it.
+    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// A directory grew by a block (bitmap, new empty block, pointer block): the block must
+    /// be initialized on disk before the directory's inode points to it.
+    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// A directory entry now names an inode (new entry or an existing entry re-pointed).
+    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// A directory entry was removed. Rule 2: before the link count it accounted for drops.
+    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// A link count changed: raised before a new reference, lowered after the old one went.
+    fn setup_link_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// Block pointers were cleared (truncate, free). Rule 2: on disk before the bitmap
+    /// frees the blocks (the caller frees them after this returns).
+    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// Attributes changed (chmod, chown, times, size growth by setattr).
+    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// The end of a metadata call: the point where the mode's durability promise holds.
+    fn op_done(&self, io: &Io) -> Result<()>;
+
+    /// Writes every dirty buffer (syncer, memory pressure); `durable` ends with a flush.
+    fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
+}
+
+/// The registry: every mode by name.
+pub fn by_name(name: &str) -> Option<Box<dyn Strategy>> {
+    match name {
+        "sync" => Some(Box::new(Sync)),
+        "async" => Some(Box::new(Delayed)),
+        _ => None,
+    }
+}

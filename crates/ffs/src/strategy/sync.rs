@@ -1,0 +1,63 @@
+//! `sync`: classic FFS. Each ordered step is written at once, after a device flush that
+//! makes the previous step durable (the barrier), and every metadata call ends with a flush,
+//! so it is durable when it returns. Costs one flush per step: create = 2 (inode, then
+//! entry), remove = 2, rename = 4 (link count up, new name, old name gone, link count down),
+//! which is the price the papers measure for synchronous metadata (000 §2).
+
+use std::time::Duration;
+
+use cairn_bufcache::BufRef;
+use cairn_vfs::{KernelCachePolicy, Result};
+
+use super::{Io, Strategy};
+
+pub struct Sync;
+
+impl Strategy for Sync {
+    fn name(&self) -> &'static str {
+        "sync"
+    }
+
+    fn cache_policy(&self) -> KernelCachePolicy {
+        // Writes stay delayed in classic FFS, so the kernel may buffer them as well; fsync
+        // is still honoured because the kernel flushes its pages before sending FSYNC.
+        KernelCachePolicy {
+            writeback_cache: true,
+            entry_ttl: Duration::from_secs(60),
+            attr_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(60),
+        }
+    }
+
+    fn syncer_interval(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
+    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_link_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+        io.write_ordered(bufs)
+    }
+    fn op_done(&self, io: &Io) -> Result<()> {
+        io.barrier()
+    }
+    fn write_back(&self, io: &Io, durable: bool) -> Result<()> {
+        io.write_back_ordered(durable)
+    }
+}

@@ -1,0 +1,259 @@
+//! Engine tests on a memory device: operations, persistence across remount, the ordering
+//! the sync strategy promises, and the boundaries of the block map.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, MemDevice};
+use cairn_vfs::{Ctx, Errno, FileSystem, RenameFlags, SetAttr};
+
+use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
+
+fn fresh(blocks: u64, mode: &str) -> (MemDevice, Arc<Ffs>) {
+    let dev = MemDevice::new(4096, blocks);
+    mkfs_device(&dev, &MkfsOptions { blocks_per_group: Some(2048), ..Default::default() }).unwrap();
+    let fs = mount(&dev, mode);
+    (dev, fs)
+}
+
+fn mount(dev: &MemDevice, mode: &str) -> Arc<Ffs> {
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    Ffs::mount_device(d, &MountOptions { mode: mode.into(), ..Default::default() }).unwrap()
+}
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn errno<T: std::fmt::Debug>(r: cairn_vfs::Result<T>) -> Errno {
+    r.unwrap_err().errno()
+}
+
+#[test]
+fn create_write_read_remount() {
+    for mode in ["sync", "async"] {
+        let (dev, fs) = fresh(8192, mode);
+        let c = Ctx::root();
+        let d = fs.mkdir(&c, 2, n("dir"), 0o755, 0).unwrap();
+        let (f, fh) = fs.create(&c, d.ino, n("file"), 0o644, 0, libc::O_RDWR).unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        assert_eq!(fs.write(f.ino, fh, 5000, &data).unwrap(), 100_000);
+        let mut buf = Vec::new();
+        fs.read(f.ino, fh, 0, 200_000, &mut buf).unwrap();
+        assert_eq!(buf.len(), 105_000);
+        assert!(buf[..5000].iter().all(|&b| b == 0));
+        assert_eq!(&buf[5000..], &data[..]);
+        fs.release(f.ino, fh).unwrap();
+        fs.symlink(&c, 2, n("short"), b"dir/file").unwrap();
+        let long = vec![b'x'; 300];
+        fs.symlink(&c, 2, n("long"), &long).unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        let fs = mount(&dev, mode);
+        let d2 = fs.lookup(&c, 2, n("dir")).unwrap();
+        assert_eq!(d2.ino, d.ino);
+        let f2 = fs.lookup(&c, d2.ino, n("file")).unwrap();
+        assert_eq!(f2.size, 105_000);
+        let mut buf2 = Vec::new();
+        fs.read(f2.ino, 0, 5000, 100_000, &mut buf2).unwrap();
+        assert_eq!(buf2, data);
+        let s = fs.lookup(&c, 2, n("short")).unwrap();
+        assert_eq!(fs.readlink(s.ino).unwrap(), b"dir/file");
+        let l = fs.lookup(&c, 2, n("long")).unwrap();
+        assert_eq!(fs.readlink(l.ino).unwrap(), long);
+        assert_eq!(fs.getattr(2).unwrap().nlink, 4);
+    }
+}
+
+#[test]
+fn namespace_errors() {
+    let (_dev, fs) = fresh(4096, "async");
+    let c = Ctx::root();
+    fs.mkdir(&c, 2, n("a"), 0o755, 0).unwrap();
+    assert_eq!(errno(fs.mkdir(&c, 2, n("a"), 0o755, 0)), Errno::EEXIST);
+    let a = fs.lookup(&c, 2, n("a")).unwrap();
+    fs.mknod(&c, a.ino, n("f"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    assert_eq!(errno(fs.rmdir(&c, 2, n("a"))), Errno::ENOTEMPTY);
+    assert_eq!(errno(fs.unlink(&c, 2, n("a"))), Errno::EISDIR);
+    assert_eq!(errno(fs.lookup(&c, 2, n("nope"))), Errno::ENOENT);
+    let long = "x".repeat(256);
+    assert_eq!(errno(fs.mkdir(&c, 2, n(&long), 0o755, 0)), Errno::ENAMETOOLONG);
+    // A directory into its own subtree.
+    fs.mkdir(&c, a.ino, n("sub"), 0o755, 0).unwrap();
+    let sub = fs.lookup(&c, a.ino, n("sub")).unwrap();
+    assert_eq!(errno(fs.rename(&c, 2, n("a"), sub.ino, n("x"), RenameFlags::default())), Errno::EINVAL);
+    // Move sub to the root: link counts follow.
+    fs.rename(&c, a.ino, n("sub"), 2, n("sub2"), RenameFlags::default()).unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(2).unwrap().nlink, 5);
+    fs.unlink(&c, a.ino, n("f")).unwrap();
+    fs.rmdir(&c, 2, n("a")).unwrap();
+    assert_eq!(fs.getattr(2).unwrap().nlink, 4);
+    // Non-root permission checks.
+    let u = Ctx::user(1000, 1000);
+    assert_eq!(errno(fs.mkdir(&u, 2, n("u"), 0o755, 0)), Errno::EACCES);
+}
+
+#[test]
+fn rename_replace_and_exchange() {
+    let (_dev, fs) = fresh(4096, "sync");
+    let c = Ctx::root();
+    let a = fs.mknod(&c, 2, n("a"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    let b = fs.mknod(&c, 2, n("b"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    let nr = RenameFlags { noreplace: true, exchange: false };
+    assert_eq!(errno(fs.rename(&c, 2, n("a"), 2, n("b"), nr)), Errno::EEXIST);
+    let ex = RenameFlags { noreplace: false, exchange: true };
+    fs.rename(&c, 2, n("a"), 2, n("b"), ex).unwrap();
+    assert_eq!(fs.lookup(&c, 2, n("a")).unwrap().ino, b.ino);
+    fs.rename(&c, 2, n("a"), 2, n("b"), RenameFlags::default()).unwrap();
+    assert_eq!(fs.lookup(&c, 2, n("b")).unwrap().ino, b.ino);
+    assert_eq!(errno(fs.lookup(&c, 2, n("a"))), Errno::ENOENT);
+    // a's inode lost its last name; the kernel's references keep it until forget.
+    fs.forget(a.ino, 1);
+    assert_eq!(errno(fs.getattr(a.ino)), Errno::ENOENT);
+}
+
+#[test]
+fn big_sparse_file_and_truncate_frees_everything() {
+    let (_dev, fs) = fresh(16384, "async");
+    let c = Ctx::root();
+    let free0 = fs.statfs().unwrap().bfree;
+    let (f, fh) = fs.create(&c, 2, n("big"), 0o644, 0, libc::O_RDWR).unwrap();
+    // Direct, single, double and triple indirect.
+    let bs = 4096u64;
+    let ppb = 512u64;
+    for lbn in [0, 11, 12, 12 + ppb - 1, 12 + ppb, 12 + ppb + ppb * ppb, 1 << 26] {
+        fs.write(f.ino, fh, lbn * bs + 7, b"hello").unwrap();
+    }
+    let mut buf = Vec::new();
+    fs.read(f.ino, fh, (12 + ppb) * bs + 7, 5, &mut buf).unwrap();
+    assert_eq!(buf, b"hello");
+    fs.read(f.ino, fh, 3 * bs, 10, &mut buf).unwrap();
+    assert_eq!(buf, vec![0; 10]);
+    fs.setattr(&c, f.ino, SetAttr { size: Some(13 * bs), ..Default::default() }).unwrap();
+    fs.read(f.ino, fh, 12 * bs + 7, 5, &mut buf).unwrap();
+    assert_eq!(buf, b"hello");
+    fs.setattr(&c, f.ino, SetAttr { size: Some(0), ..Default::default() }).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
+    assert_eq!(fs.statfs().unwrap().bfree, free0);
+    assert_eq!(errno(fs.write(f.ino, fh, fs.geo.max_file_size(), b"x")), Errno::EFBIG);
+}
+
+#[test]
+fn sync_create_costs_two_flushes() {
+    let (_dev, fs) = fresh(4096, "sync");
+    let dev = fs.device().clone();
+    let c = Ctx::root();
+    let before = dev.counters().snapshot();
+    fs.mknod(&c, 2, n("x"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    let d = dev.counters().snapshot().delta(&before);
+    assert_eq!(d.flushes, 2, "inode then entry, each behind a barrier");
+    let before = dev.counters().snapshot();
+    fs.unlink(&c, 2, n("x")).unwrap();
+    let d = dev.counters().snapshot().delta(&before);
+    assert!(d.flushes >= 2);
+    let before = dev.counters().snapshot();
+    fs.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    let (_d, fsa) = fresh(4096, "async");
+    let fsa_dev = fsa.device().clone();
+    let b2 = fsa_dev.counters().snapshot();
+    fsa.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    assert_eq!(fsa_dev.counters().snapshot().delta(&b2).writes, 0, "async delays everything");
+    let _ = before;
+}
+
+#[test]
+fn large_directory_and_readdir_offsets() {
+    let (_dev, fs) = fresh(16384, "async");
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    for i in 0..3000 {
+        fs.mknod(&c, d.ino, n(&format!("file-{i:05}")), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    }
+    for i in (0..3000).step_by(2) {
+        fs.unlink(&c, d.ino, n(&format!("file-{i:05}"))).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut off = 0;
+    loop {
+        let mut batch = Vec::new();
+        fs.readdir(d.ino, 0, off, false, &mut |e| {
+            if batch.len() == 100 {
+                return false;
+            }
+            batch.push((e.name.to_string_lossy().into_owned(), e.next_offset));
+            true
+        })
+        .unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        off = batch.last().unwrap().1;
+        seen.extend(batch.into_iter().map(|(n, _)| n));
+    }
+    assert_eq!(seen.len(), 1500 + 2);
+    let mut uniq = seen.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), seen.len());
+}
+
+#[test]
+fn enospc_leaves_fs_usable() {
+    let (_dev, fs) = fresh(1024, "async");
+    let c = Ctx::root();
+    let (f, fh) = fs.create(&c, 2, n("fill"), 0o644, 0, libc::O_RDWR).unwrap();
+    let chunk = vec![1u8; 65536];
+    let mut off = 0;
+    loop {
+        match fs.write(f.ino, fh, off, &chunk) {
+            Ok(0) => break,
+            Ok(w) => off += w as u64,
+            Err(e) => {
+                assert_eq!(e.errno(), Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().bfree, 0);
+    fs.release(f.ino, fh).unwrap();
+    fs.unlink(&c, 2, n("fill")).unwrap();
+    fs.forget(f.ino, 1);
+    assert!(fs.statfs().unwrap().bfree > 900);
+}
+
+#[test]
+fn xattrs() {
+    let (_dev, fs) = fresh(2048, "sync");
+    let c = Ctx::root();
+    let f = fs.mknod(&c, 2, n("f"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    fs.setxattr(&c, f.ino, n("user.a"), b"1", 0).unwrap();
+    assert_eq!(errno(fs.setxattr(&c, f.ino, n("user.a"), b"2", libc::XATTR_CREATE)), Errno::EEXIST);
+    assert_eq!(errno(fs.setxattr(&c, f.ino, n("user.b"), b"2", libc::XATTR_REPLACE)), Errno::ENODATA);
+    assert_eq!(fs.getxattr(&c, f.ino, n("user.a")).unwrap(), b"1");
+    assert_eq!(fs.listxattr(&c, f.ino).unwrap(), b"user.a\0");
+    fs.removexattr(&c, f.ino, n("user.a")).unwrap();
+    assert_eq!(errno(fs.getxattr(&c, f.ino, n("user.a"))), Errno::ENODATA);
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
+}
+
+#[test]
+fn bad_images_are_refused_with_one_line() {
+    let dev = MemDevice::new(4096, 1024);
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("magic"), "{e}");
+    let (dev, fs) = fresh(2048, "sync");
+    fs.unmount().unwrap();
+    drop(fs);
+    let mut bytes = dev.to_bytes();
+    bytes[8] = 9; // version
+    let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(4096, bytes.clone()));
+    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("newer"), "{e}");
+    bytes.truncate(4096 * 100);
+    bytes[8] = 1;
+    let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(4096, bytes));
+    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("truncated"), "{e}");
+}
