@@ -13,7 +13,11 @@ impl Ffs {
     /// The group descriptor and one bitmap of group `g`, for a step's buffer list.
     pub(crate) fn group_bufs(&self, g: u64, inode_map: bool) -> Result<[BufRef; 2]> {
         let d = self.bread(self.geo.desc_block(g), kind::GROUP)?;
-        let m = if inode_map { self.geo.inode_bitmap(g) } else { self.geo.block_bitmap(g) };
+        let m = if inode_map {
+            self.geo.inode_bitmap(g)
+        } else {
+            self.geo.block_bitmap(g)
+        };
         Ok([d, self.bread(m, kind::GROUP)?])
     }
 
@@ -26,7 +30,12 @@ impl Ffs {
 
     /// Allocates an inode near `parent` (or spread out, for a directory). Returns the inode
     /// number and the group buffers changed.
-    pub(crate) fn alloc_inode(&self, st: &mut State, parent: u64, dir: bool) -> Result<(u64, [BufRef; 2])> {
+    pub(crate) fn alloc_inode(
+        &self,
+        st: &mut State,
+        parent: u64,
+        dir: bool,
+    ) -> Result<(u64, [BufRef; 2])> {
         let n = self.geo.group_count;
         let pg = self.geo.group_of_ino(parent).min(n - 1);
         let start = if dir {
@@ -78,7 +87,9 @@ impl Ffs {
         {
             let mut m = b.write();
             if !bitmap::get(&m, idx) {
-                return Err(corrupt_err(format!("freeing inode {ino} that is not allocated")));
+                return Err(corrupt_err(format!(
+                    "freeing inode {ino} that is not allocated"
+                )));
             }
             bitmap::set(&mut m, idx, false);
         }
@@ -109,7 +120,11 @@ impl Ffs {
                 continue;
             }
             let len = self.geo.group_len(g) as usize;
-            let from = if i == 0 { pbit as usize } else { self.geo.meta_blocks() as usize };
+            let from = if i == 0 {
+                pbit as usize
+            } else {
+                self.geo.meta_blocks() as usize
+            };
             let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
             let bit = {
                 let mut m = b.write();
@@ -127,7 +142,9 @@ impl Ffs {
             self.store_desc(st, g)?;
             let blk = self.geo.group_start(g) + bit as u64;
             if !self.geo.is_data_block(blk) {
-                return Err(corrupt_err(format!("group {g}: bitmap shows metadata block {blk} free")));
+                return Err(corrupt_err(format!(
+                    "group {g}: bitmap shows metadata block {blk} free"
+                )));
             }
             return Ok(blk);
         }
@@ -136,7 +153,9 @@ impl Ffs {
 
     pub(crate) fn free_block(&self, st: &mut State, blk: u64) -> Result<()> {
         if !self.geo.is_data_block(blk) {
-            return Err(corrupt_err(format!("freeing block {blk} outside the data area")));
+            return Err(corrupt_err(format!(
+                "freeing block {blk} outside the data area"
+            )));
         }
         let g = self.geo.group_of_block(blk);
         let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
@@ -144,7 +163,9 @@ impl Ffs {
         {
             let mut m = b.write();
             if !bitmap::get(&m, bit) {
-                return Err(corrupt_err(format!("freeing block {blk} that is already free")));
+                return Err(corrupt_err(format!(
+                    "freeing block {blk} that is already free"
+                )));
             }
             bitmap::set(&mut m, bit, false);
         }

@@ -39,7 +39,10 @@ pub(crate) struct MaxTree {
 
 impl MaxTree {
     pub fn new() -> MaxTree {
-        MaxTree { n: 0, t: vec![0; 2] }
+        MaxTree {
+            n: 0,
+            t: vec![0; 2],
+        }
     }
     fn cap(&self) -> usize {
         self.t.len() / 2
@@ -74,7 +77,11 @@ impl MaxTree {
         }
         let mut p = 1;
         while p < self.cap() {
-            p = if self.t[2 * p] >= need { 2 * p } else { 2 * p + 1 };
+            p = if self.t[2 * p] >= need {
+                2 * p
+            } else {
+                2 * p + 1
+            };
         }
         let i = p - self.cap();
         (i < self.n).then_some(i)
@@ -91,28 +98,45 @@ impl Ffs {
             }
             let bs = self.geo.block_size as u64;
             if d.size % bs != 0 || d.size == 0 {
-                return Err(corrupt_err(format!("directory {dino}: size {} not a whole number of blocks", d.size)));
+                return Err(corrupt_err(format!(
+                    "directory {dino}: size {} not a whole number of blocks",
+                    d.size
+                )));
             }
             let nblocks = d.size / bs;
             let mut idx = DirIndex {
                 names: HashMap::new(),
-                dotdot: Slot { ino: 0, dtype: 0, lbn: 0, off: 0 },
+                dotdot: Slot {
+                    ino: 0,
+                    dtype: 0,
+                    lbn: 0,
+                    off: 0,
+                },
                 free: MaxTree::new(),
                 nblocks,
             };
             for lbn in 0..nblocks {
                 let p = self.bmap(st, dino, lbn)?;
                 if p == 0 {
-                    return Err(corrupt_err(format!("directory {dino}: hole at block {lbn}")));
+                    return Err(corrupt_err(format!(
+                        "directory {dino}: hole at block {lbn}"
+                    )));
                 }
                 let b = self.bread(p, kind::DIRECTORY)?;
                 let data = b.read();
                 for r in dir::records(&data) {
-                    let e = r.map_err(|e| corrupt_err(format!("directory {dino} block {lbn}: {}", e.0)))?;
+                    let e = r.map_err(|e| {
+                        corrupt_err(format!("directory {dino} block {lbn}: {}", e.0))
+                    })?;
                     if e.ino == 0 {
                         continue;
                     }
-                    let slot = Slot { ino: e.ino as u64, dtype: e.dtype, lbn, off: e.off };
+                    let slot = Slot {
+                        ino: e.ino as u64,
+                        dtype: e.dtype,
+                        lbn,
+                        off: e.off,
+                    };
                     match e.name {
                         b"." => {}
                         b".." => idx.dotdot = slot,
@@ -133,10 +157,20 @@ impl Ffs {
         Ok(st.dirs.get_mut(&dino).expect("just inserted"))
     }
 
-    pub(crate) fn dir_lookup(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<Option<Slot>> {
+    pub(crate) fn dir_lookup(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+    ) -> Result<Option<Slot>> {
         let idx = self.dir_index(st, dino)?;
         Ok(match name {
-            b"." => Some(Slot { ino: dino, dtype: libc::DT_DIR, lbn: 0, off: 0 }),
+            b"." => Some(Slot {
+                ino: dino,
+                dtype: libc::DT_DIR,
+                lbn: 0,
+                off: 0,
+            }),
             b".." => Some(idx.dotdot),
             n => idx.names.get(n).copied(),
         })
@@ -145,7 +179,9 @@ impl Ffs {
     fn dir_block(&self, st: &mut State, dino: u64, lbn: u64) -> Result<BufRef> {
         let p = self.bmap(st, dino, lbn)?;
         if p == 0 {
-            return Err(corrupt_err(format!("directory {dino}: hole at block {lbn}")));
+            return Err(corrupt_err(format!(
+                "directory {dino}: hole at block {lbn}"
+            )));
         }
         self.bread(p, kind::DIRECTORY)
     }
@@ -153,7 +189,14 @@ impl Ffs {
     /// Adds `name -> ino` to directory `dino`. Grows the directory if no chunk has room
     /// (the new block is made durable as empty through `setup_directory_grow` before the
     /// entry is placed in it). Returns the block changed; the caller updates the inode.
-    pub(crate) fn dir_add(&self, st: &mut State, dino: u64, name: &[u8], ino: u64, dtype: u8) -> Result<BufRef> {
+    pub(crate) fn dir_add(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+        ino: u64,
+        dtype: u8,
+    ) -> Result<BufRef> {
         let need = dir::rec_size(name.len()) as u16;
         let chunks_per_block = self.geo.bs() / DIR_CHUNK;
         let found = self.dir_index(st, dino)?.free.find(need);
@@ -168,13 +211,23 @@ impl Ffs {
             let mut data = b.write();
             let off = dir::insert(&mut data, c_in_block, ino, dtype, name)
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?
-                .ok_or_else(|| corrupt_err(format!("directory {dino}: free-space index out of date")))?;
+                .ok_or_else(|| {
+                    corrupt_err(format!("directory {dino}: free-space index out of date"))
+                })?;
             (off, dir::chunk_free(&data, c_in_block) as u16)
         };
         self.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
         idx.free.set(chunk, free);
-        idx.names.insert(name.into(), Slot { ino, dtype, lbn, off });
+        idx.names.insert(
+            name.into(),
+            Slot {
+                ino,
+                dtype,
+                lbn,
+                off,
+            },
+        );
         Ok(b)
     }
 
@@ -203,12 +256,18 @@ impl Ffs {
 
     /// Removes `name` from `dino`; returns the block changed.
     pub(crate) fn dir_remove(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<BufRef> {
-        let slot = self.dir_index(st, dino)?.names.get(name).copied().ok_or(Errno::ENOENT)?;
+        let slot = self
+            .dir_index(st, dino)?
+            .names
+            .get(name)
+            .copied()
+            .ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
         let c_in_block = slot.off / DIR_CHUNK;
         let free = {
             let mut data = b.write();
-            dir::remove(&mut data, slot.off).map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?;
+            dir::remove(&mut data, slot.off)
+                .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?;
             dir::chunk_free(&data, c_in_block) as u16
         };
         self.cache.mark_dirty(&b);
@@ -220,7 +279,14 @@ impl Ffs {
     }
 
     /// Re-points an existing entry (`name`, or `..` when name is `..`) to another inode.
-    pub(crate) fn dir_repoint(&self, st: &mut State, dino: u64, name: &[u8], ino: u64, dtype: u8) -> Result<BufRef> {
+    pub(crate) fn dir_repoint(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+        ino: u64,
+        dtype: u8,
+    ) -> Result<BufRef> {
         let slot = self.dir_lookup(st, dino, name)?.ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
         dir::set_ino(&mut b.write(), slot.off, ino, dtype);

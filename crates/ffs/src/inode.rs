@@ -17,14 +17,19 @@ pub(crate) struct InCore {
 }
 
 pub(crate) fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 pub(crate) fn ns_to_time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
     } else {
-        UNIX_EPOCH.checked_sub(Duration::from_nanos(ns.unsigned_abs())).unwrap_or(UNIX_EPOCH)
+        UNIX_EPOCH
+            .checked_sub(Duration::from_nanos(ns.unsigned_abs()))
+            .unwrap_or(UNIX_EPOCH)
     }
 }
 
@@ -92,13 +97,17 @@ impl Ffs {
 
     /// The in-core inode `ino`, loading it. A free inode is ENOENT (stale handle).
     pub(crate) fn iget<'a>(&self, st: &'a mut State, ino: u64) -> Result<&'a mut InCore> {
-        if !st.inodes.contains_key(&ino) {
+        if let std::collections::hash_map::Entry::Vacant(e) = st.inodes.entry(ino) {
             let d = self.read_disk_inode(ino)?;
             if d.is_free() {
                 return Err(Errno::ENOENT.into());
             }
             self.validate_pointers(ino, &d)?;
-            st.inodes.insert(ino, InCore { d, nlookup: 0, nopen: 0 });
+            e.insert(InCore {
+                d,
+                nlookup: 0,
+                nopen: 0,
+            });
         }
         Ok(st.inodes.get_mut(&ino).expect("just inserted"))
     }
@@ -106,7 +115,9 @@ impl Ffs {
     fn validate_pointers(&self, ino: u64, d: &DiskInode) -> Result<()> {
         for p in d.root_pointers().chain((d.xattr != 0).then_some(d.xattr)) {
             if !self.geo.is_data_block(p) {
-                return Err(corrupt_err(format!("inode {ino}: block pointer {p} out of range")));
+                return Err(corrupt_err(format!(
+                    "inode {ino}: block pointer {p} out of range"
+                )));
             }
         }
         Ok(())
@@ -114,7 +125,10 @@ impl Ffs {
 
     /// Encodes the in-core inode into its table block and marks it dirty; returns the block.
     pub(crate) fn iput(&self, st: &State, ino: u64) -> Result<BufRef> {
-        let ic = st.inodes.get(&ino).ok_or_else(|| corrupt_err(format!("inode {ino} not in core")))?;
+        let ic = st
+            .inodes
+            .get(&ino)
+            .ok_or_else(|| corrupt_err(format!("inode {ino} not in core")))?;
         self.write_disk_inode(ino, &ic.d)
     }
 
@@ -130,7 +144,9 @@ impl Ffs {
         let b = self.bread(blk, kind::INDIRECT)?;
         let p = get_u64(&b.read(), (idx * 8) as usize);
         if p != 0 && !self.geo.is_data_block(p) {
-            return Err(corrupt_err(format!("indirect block {blk}: pointer {p} out of range")));
+            return Err(corrupt_err(format!(
+                "indirect block {blk}: pointer {p} out of range"
+            )));
         }
         Ok(p)
     }
@@ -138,12 +154,18 @@ impl Ffs {
     /// Maps logical block `lbn` of `ino` to a device block; 0 for a hole.
     pub(crate) fn bmap(&self, st: &mut State, ino: u64, lbn: u64) -> Result<u64> {
         let ppb = self.geo.ptrs_per_block();
-        let Some((level, path)) = tree_path(lbn, ppb) else { return Ok(0) };
+        let Some((level, path)) = tree_path(lbn, ppb) else {
+            return Ok(0);
+        };
         let d = &self.iget(st, ino)?.d;
         if d.fast_link.is_some() {
             return Ok(0);
         }
-        let mut p = if level == 0 { d.direct[path[0] as usize] } else { d.indirect[path[0] as usize] };
+        let mut p = if level == 0 {
+            d.direct[path[0] as usize]
+        } else {
+            d.indirect[path[0] as usize]
+        };
         for &idx in &path[1..=level] {
             if p == 0 {
                 return Ok(0);
@@ -156,15 +178,30 @@ impl Ffs {
     /// Maps `lbn`, allocating the data block and any missing indirect blocks. Returns the
     /// block, whether it is new (zero-filled, never written), and the buffers holding the
     /// pointers that changed (inode block excluded: the caller writes the inode).
-    pub(crate) fn bmap_alloc(&self, st: &mut State, ino: u64, lbn: u64) -> Result<(u64, bool, Vec<BufRef>)> {
+    pub(crate) fn bmap_alloc(
+        &self,
+        st: &mut State,
+        ino: u64,
+        lbn: u64,
+    ) -> Result<(u64, bool, Vec<BufRef>)> {
         let ppb = self.geo.ptrs_per_block();
-        let Some((level, path)) = tree_path(lbn, ppb) else { return Err(Errno::EFBIG.into()) };
+        let Some((level, path)) = tree_path(lbn, ppb) else {
+            return Err(Errno::EFBIG.into());
+        };
         let mut changed = Vec::new();
         // Allocation preference: the block after the previous logical block's.
-        let pref = if lbn > 0 { self.bmap(st, ino, lbn - 1)?.saturating_add(1) } else { 0 };
+        let pref = if lbn > 0 {
+            self.bmap(st, ino, lbn - 1)?.saturating_add(1)
+        } else {
+            0
+        };
         let root = {
             let d = &self.iget(st, ino)?.d;
-            if level == 0 { d.direct[path[0] as usize] } else { d.indirect[path[0] as usize] }
+            if level == 0 {
+                d.direct[path[0] as usize]
+            } else {
+                d.indirect[path[0] as usize]
+            }
         };
         let mut cur = root;
         let mut fresh = false;
@@ -188,7 +225,9 @@ impl Ffs {
             let ib = self.bread(cur, kind::INDIRECT)?;
             let mut next = get_u64(&ib.read(), (idx * 8) as usize);
             if next != 0 && !self.geo.is_data_block(next) {
-                return Err(corrupt_err(format!("indirect block {cur}: pointer {next} out of range")));
+                return Err(corrupt_err(format!(
+                    "indirect block {cur}: pointer {next} out of range"
+                )));
             }
             if next == 0 {
                 next = self.alloc_block(st, pref, ino)?;
@@ -215,9 +254,16 @@ impl Ffs {
     /// Clears the pointer to logical block `lbn` (punching a hole); returns the block it
     /// pointed to and the indirect block holding the pointer (None: the inode holds it).
     /// Indirect blocks left empty stay allocated.
-    pub(crate) fn bunmap(&self, st: &mut State, ino: u64, lbn: u64) -> Result<Option<(u64, Option<BufRef>)>> {
+    pub(crate) fn bunmap(
+        &self,
+        st: &mut State,
+        ino: u64,
+        lbn: u64,
+    ) -> Result<Option<(u64, Option<BufRef>)>> {
         let ppb = self.geo.ptrs_per_block();
-        let Some((level, path)) = tree_path(lbn, ppb) else { return Ok(None) };
+        let Some((level, path)) = tree_path(lbn, ppb) else {
+            return Ok(None);
+        };
         let ic = self.iget(st, ino)?;
         if level == 0 {
             let old = ic.d.direct[path[0] as usize];
@@ -244,7 +290,9 @@ impl Ffs {
             return Ok(None);
         }
         if !self.geo.is_data_block(old) {
-            return Err(corrupt_err(format!("indirect block {cur}: pointer {old} out of range")));
+            return Err(corrupt_err(format!(
+                "indirect block {cur}: pointer {old} out of range"
+            )));
         }
         put_u64(&mut b.write(), off, 0);
         self.cache.mark_dirty(&b);
@@ -275,7 +323,14 @@ impl Ffs {
             let root = d.indirect[level];
             if root != 0 && from < base + span {
                 let first = from.saturating_sub(base);
-                if self.free_subtree(root, level + 1, first, span / ppb, &mut to_free, &mut changed)? {
+                if self.free_subtree(
+                    root,
+                    level + 1,
+                    first,
+                    span / ppb,
+                    &mut to_free,
+                    &mut changed,
+                )? {
                     to_free.push(root);
                     d.indirect[level] = 0;
                 }
@@ -284,7 +339,10 @@ impl Ffs {
         }
         d.blocks = d.blocks.saturating_sub(to_free.len() as u64);
         if st.free_on_truncate == Some(ino) {
-            d = DiskInode { generation: d.generation, ..Default::default() };
+            d = DiskInode {
+                generation: d.generation,
+                ..Default::default()
+            };
         }
         self.iget(st, ino)?.d = d;
         let ib = self.iput(st, ino)?;
@@ -327,7 +385,9 @@ impl Ffs {
             }
             let release = if level == 1 {
                 if !self.geo.is_data_block(p) {
-                    return Err(corrupt_err(format!("indirect block {blk}: pointer {p} out of range")));
+                    return Err(corrupt_err(format!(
+                        "indirect block {blk}: pointer {p} out of range"
+                    )));
                 }
                 true
             } else {
@@ -361,7 +421,10 @@ mod tests {
         assert_eq!(tree_path(12, p), Some((1, [0, 0, 0, 0])));
         assert_eq!(tree_path(12 + 511, p), Some((1, [0, 511, 0, 0])));
         assert_eq!(tree_path(12 + 512, p), Some((2, [1, 0, 0, 0])));
-        assert_eq!(tree_path(12 + 512 + 512 * 512 - 1, p), Some((2, [1, 511, 511, 0])));
+        assert_eq!(
+            tree_path(12 + 512 + 512 * 512 - 1, p),
+            Some((2, [1, 511, 511, 0]))
+        );
         assert_eq!(tree_path(12 + 512 + 512 * 512, p), Some((3, [2, 0, 0, 0])));
         let last = 12 + 512 + 512 * 512 + 512 * 512 * 512 - 1;
         assert_eq!(tree_path(last, p), Some((3, [2, 511, 511, 511])));

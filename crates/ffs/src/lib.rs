@@ -32,7 +32,7 @@ use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
 use cairn_vfs::FsError;
 use parking_lot::{Condvar, Mutex};
 
-use crate::format::{GroupDesc, Geometry, Superblock, kind, superblock};
+use crate::format::{Geometry, GroupDesc, Superblock, kind, superblock};
 use crate::strategy::{Io, Strategy};
 
 pub use mkfs::{mkfs, mkfs_device};
@@ -72,7 +72,12 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { mode: "sync".into(), cache_bytes: 256 << 20, syncer_interval: None, read_only: false }
+        MountOptions {
+            mode: "sync".into(),
+            cache_bytes: 256 << 20,
+            syncer_interval: None,
+            read_only: false,
+        }
     }
 }
 
@@ -80,7 +85,8 @@ impl MountOptions {
     /// Applies one `-o key[=value]` option. Unknown keys are an error naming the key.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
         let need = |v: Option<&'_ str>| -> Result<String, String> {
-            v.map(str::to_string).ok_or_else(|| format!("option '{key}' needs a value"))
+            v.map(str::to_string)
+                .ok_or_else(|| format!("option '{key}' needs a value"))
         };
         match key {
             "mode" => {
@@ -93,7 +99,9 @@ impl MountOptions {
             }
             "cache" => self.cache_bytes = parse_size(&need(value)?)?,
             "syncer" => {
-                let secs: f64 = need(value)?.parse().map_err(|_| format!("bad syncer interval '{}'", value.unwrap_or("")))?;
+                let secs: f64 = need(value)?
+                    .parse()
+                    .map_err(|_| format!("bad syncer interval '{}'", value.unwrap_or("")))?;
                 if !(secs.is_finite() && secs > 0.0) {
                     return Err("syncer interval must be > 0 seconds".into());
                 }
@@ -124,7 +132,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("size '{s}' too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' too large"))
 }
 
 /// Options of `cairn mkfs`.
@@ -143,7 +152,13 @@ pub struct MkfsOptions {
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { size: None, block_size: 4096, inodes: None, label: String::new(), blocks_per_group: None }
+        MkfsOptions {
+            size: None,
+            block_size: 4096,
+            inodes: None,
+            label: String::new(),
+            blocks_per_group: None,
+        }
     }
 }
 
@@ -211,7 +226,10 @@ impl Ffs {
     }
 
     /// Mounts the file system on an already open device (tests, the crash harness).
-    pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
+    pub fn mount_device(
+        dev: Arc<dyn BlockDevice>,
+        opts: &MountOptions,
+    ) -> Result<Arc<Ffs>, FsError> {
         let bs = dev.block_size() as usize;
         let mut head = vec![0u8; bs];
         dev.read_blocks(0, &mut head)?;
@@ -240,7 +258,11 @@ impl Ffs {
             .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
         let cache = BufferCache::new(
             dev.clone(),
-            CacheConfig { budget_bytes: opts.cache_bytes, syncer_interval: None, ..CacheConfig::default() },
+            CacheConfig {
+                budget_bytes: opts.cache_bytes,
+                syncer_interval: None,
+                ..CacheConfig::default()
+            },
             Arc::new(NoHooks),
         );
         let mut groups = Vec::with_capacity(geo.group_count as usize);
@@ -249,14 +271,20 @@ impl Ffs {
             let b = cache.read(geo.desc_block(g))?;
             b.set_kind(kind::GROUP);
             let d = GroupDesc::decode(&b.read(), g).map_err(|e| FsError::Corrupt(e.0))?;
-            if d.free_blocks as u64 > geo.group_len(g) || d.free_inodes as u64 > geo.inodes_per_group {
-                return Err(FsError::Corrupt(format!("group {g}: free counts exceed the group's size")));
+            if d.free_blocks as u64 > geo.group_len(g)
+                || d.free_inodes as u64 > geo.inodes_per_group
+            {
+                return Err(FsError::Corrupt(format!(
+                    "group {g}: free counts exceed the group's size"
+                )));
             }
             free_blocks += d.free_blocks as u64;
             free_inodes += d.free_inodes as u64;
             groups.push(d);
         }
-        let syncer_interval = opts.syncer_interval.unwrap_or_else(|| strategy.syncer_interval());
+        let syncer_interval = opts
+            .syncer_interval
+            .unwrap_or_else(|| strategy.syncer_interval());
         let fs = Arc::new(Ffs {
             geo,
             io: Io::new(cache.clone()),
@@ -309,7 +337,9 @@ impl Ffs {
 
     pub(crate) fn bread(&self, blk: u64, k: u8) -> Result<BufRef, FsError> {
         if blk >= self.geo.total_blocks {
-            return Err(corrupt_err(format!("block {blk} beyond the end of the file system")));
+            return Err(corrupt_err(format!(
+                "block {blk} beyond the end of the file system"
+            )));
         }
         let b = self.cache.read(blk)?;
         b.set_kind(k);
@@ -363,8 +393,12 @@ impl Ffs {
         }
         {
             let mut st = self.st.lock();
-            let orphans: Vec<u64> =
-                st.inodes.iter().filter(|(_, ic)| ic.d.nlink == 0).map(|(&i, _)| i).collect();
+            let orphans: Vec<u64> = st
+                .inodes
+                .iter()
+                .filter(|(_, ic)| ic.d.nlink == 0)
+                .map(|(&i, _)| i)
+                .collect();
             for ino in orphans {
                 if let Some(ic) = st.inodes.get_mut(&ino) {
                     ic.nopen = 0;
@@ -394,10 +428,10 @@ impl Ffs {
 
 impl Drop for Ffs {
     fn drop(&mut self) {
-        if !self.unmounted.load(Ordering::Acquire) {
-            if let Err(e) = self.unmount() {
-                log::error!("unmount on drop failed: {e}");
-            }
+        if !self.unmounted.load(Ordering::Acquire)
+            && let Err(e) = self.unmount()
+        {
+            log::error!("unmount on drop failed: {e}");
         }
     }
 }
@@ -417,10 +451,10 @@ fn syncer_loop(fs: std::sync::Weak<Ffs>, ctl: Arc<(Mutex<bool>, Condvar)>, inter
         }
         let Some(f) = fs.upgrade() else { return };
         let _st = f.st.lock();
-        if f.cache.dirty_count() > 0 {
-            if let Err(e) = f.strategy.write_back(&f.io, false) {
-                log::error!("syncer write-back failed: {e}");
-            }
+        if f.cache.dirty_count() > 0
+            && let Err(e) = f.strategy.write_back(&f.io, false)
+        {
+            log::error!("syncer write-back failed: {e}");
         }
     }
 }

@@ -8,8 +8,8 @@ use cairn_vfs::FsError;
 
 use crate::MkfsOptions;
 use crate::format::{
-    DiskInode, FORMAT_VERSION, Geometry, GroupDesc, INODE_SIZE, LOST_FOUND_INO, ROOT_INO, Superblock, bitmap, dir,
-    superblock::STATE_CLEAN,
+    DiskInode, FORMAT_VERSION, Geometry, GroupDesc, INODE_SIZE, LOST_FOUND_INO, ROOT_INO,
+    Superblock, bitmap, dir, superblock::STATE_CLEAN,
 };
 use crate::inode::now_ns;
 
@@ -28,7 +28,11 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<(), FsError> {
         let size = match (opts.size, &meta) {
             (Some(s), _) => s,
             (None, Some(m)) if m.len() > 0 => m.len(),
-            _ => return Err(FsError::Corrupt("no --size given and the image does not exist".into())),
+            _ => {
+                return Err(FsError::Corrupt(
+                    "no --size given and the image does not exist".into(),
+                ));
+            }
         };
         Arc::new(FileDevice::create(path, bs, size)?)
     };
@@ -39,13 +43,17 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<(), FsError> {
 pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsError> {
     let bs = dev.block_size();
     if bs != opts.block_size {
-        return Err(FsError::Corrupt(format!("device block size {bs} differs from requested {}", opts.block_size)));
+        return Err(FsError::Corrupt(format!(
+            "device block size {bs} differs from requested {}",
+            opts.block_size
+        )));
     }
     let mut total = dev.num_blocks();
     if let Some(s) = opts.size {
         total = total.min(s / bs as u64);
     }
-    let geo = Geometry::for_mkfs(bs, total, opts.inodes, opts.blocks_per_group).map_err(|e| FsError::Corrupt(e.0))?;
+    let geo = Geometry::for_mkfs(bs, total, opts.inodes, opts.blocks_per_group)
+        .map_err(|e| FsError::Corrupt(e.0))?;
     if opts.label.len() > 63 {
         return Err(FsError::Corrupt("label longer than 63 bytes".into()));
     }

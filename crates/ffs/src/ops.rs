@@ -9,13 +9,13 @@ use std::os::unix::ffi::OsStrExt;
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
 use cairn_vfs::{
-    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino, KernelCachePolicy,
-    RenameFlags, Result, SetAttr, SetTime, StatFs,
+    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino,
+    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
 use crate::inode::{now_ns, time_to_ns};
-use crate::{Ffs, Handle, OpStat, State, corrupt_err};
+use crate::{Ffs, Handle, State, corrupt_err};
 
 const LINK_MAX: u32 = 65_000;
 const XATTR_SIZE_MAX: usize = 65_536;
@@ -41,7 +41,12 @@ fn dtype_of(mode: u32) -> u8 {
 
 impl Ffs {
     /// Runs one operation under the lock, attributing device writes and flushes to it.
-    fn op<T>(&self, name: &'static str, mutating: bool, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+    fn op<T>(
+        &self,
+        name: &'static str,
+        mutating: bool,
+        f: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
         if mutating && self.read_only {
             return Err(Errno::EROFS.into());
         }
@@ -56,11 +61,12 @@ impl Ffs {
             self.relieve_memory_pressure();
         }
         let d = self.dev.counters().snapshot().delta(&before);
-        let s = st.op_stats.entry(name).or_insert_with(OpStat::default);
+        let s = st.op_stats.entry(name).or_default();
         s.calls += 1;
         s.device_writes += d.writes;
         s.device_flushes += d.flushes;
-        self.ops_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.ops_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         r
     }
 
@@ -68,10 +74,10 @@ impl Ffs {
     /// so the cache itself never has to evict a dirty buffer out of order.
     fn relieve_memory_pressure(&self) {
         let dirty_bytes = self.cache.dirty_count() as u64 * self.geo.block_size as u64;
-        if dirty_bytes > self.cache.config().budget_bytes / 2 {
-            if let Err(e) = self.strategy.write_back(&self.io, false) {
-                log::error!("write-back under memory pressure failed: {e}");
-            }
+        if dirty_bytes > self.cache.config().budget_bytes / 2
+            && let Err(e) = self.strategy.write_back(&self.io, false)
+        {
+            log::error!("write-back under memory pressure failed: {e}");
         }
     }
 
@@ -103,7 +109,11 @@ impl Ffs {
     /// The sticky-directory rule: in a sticky directory only the owner of the entry, the
     /// owner of the directory, or root may remove or rename it.
     fn sticky_ok(ctx: &Ctx, dir: &DiskInode, victim: &DiskInode) -> Result<()> {
-        if dir.mode & libc::S_ISVTX != 0 && !ctx.is_root() && ctx.uid != dir.uid && ctx.uid != victim.uid {
+        if dir.mode & libc::S_ISVTX != 0
+            && !ctx.is_root()
+            && ctx.uid != dir.uid
+            && ctx.uid != victim.uid
+        {
             return Err(Errno::EPERM.into());
         }
         Ok(())
@@ -118,6 +128,7 @@ impl Ffs {
     }
 
     /// Creates an inode of any type named `name` in `parent`. Returns its number.
+    #[allow(clippy::too_many_arguments)]
     fn make_node(
         &self,
         st: &mut State,
@@ -152,7 +163,9 @@ impl Ffs {
         let (ino, cg) = self.alloc_inode(st, parent, is_dir)?;
         let old = self.read_disk_inode(ino)?;
         if !old.is_free() {
-            return Err(corrupt_err(format!("inode {ino} is marked free in its bitmap but in use")));
+            return Err(corrupt_err(format!(
+                "inode {ino} is marked free in its bitmap but in use"
+            )));
         }
         let now = now_ns();
         let mut d = DiskInode {
@@ -174,7 +187,14 @@ impl Ffs {
                 d.fast_link = Some(t.to_vec());
             }
         }
-        st.inodes.insert(ino, crate::inode::InCore { d, nlookup: 0, nopen: 0 });
+        st.inodes.insert(
+            ino,
+            crate::inode::InCore {
+                d,
+                nlookup: 0,
+                nopen: 0,
+            },
+        );
         let mut extra: Vec<BufRef> = Vec::new();
         if is_dir || link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX) {
             let (p, _, _) = self.bmap_alloc(st, ino, 0)?;
@@ -215,7 +235,9 @@ impl Ffs {
 
     /// Frees an inode with no links, no open handles and no kernel references.
     pub(crate) fn maybe_free_inode(&self, st: &mut State, ino: u64) -> Result<()> {
-        let Some(ic) = st.inodes.get(&ino) else { return Ok(()) };
+        let Some(ic) = st.inodes.get(&ino) else {
+            return Ok(());
+        };
         if ic.d.nlink > 0 || ic.nopen > 0 || ic.nlookup > 0 {
             return Ok(());
         }
@@ -234,7 +256,13 @@ impl Ffs {
 
     /// Truncates to logical block `from`; with `free_inode`, the same inode write also
     /// marks the inode free.
-    fn truncate_blocks_and(&self, st: &mut State, ino: u64, from: u64, free_inode: bool) -> Result<()> {
+    fn truncate_blocks_and(
+        &self,
+        st: &mut State,
+        ino: u64,
+        from: u64,
+        free_inode: bool,
+    ) -> Result<()> {
         if free_inode {
             let ic = self.iget(st, ino)?;
             ic.d.fast_link = None;
@@ -247,7 +275,7 @@ impl Ffs {
 
     fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
         let bs = self.geo.block_size as u64;
-        if size % bs == 0 {
+        if size.is_multiple_of(bs) {
             return Ok(());
         }
         let p = self.bmap(st, ino, size / bs)?;
@@ -278,7 +306,10 @@ impl Ffs {
     }
 
     fn handle(&self, st: &State, fh: Fh) -> Result<(u64, i32)> {
-        st.handles.get(&fh).map(|h| (h.ino, h.flags)).ok_or_else(|| Errno::EBADF.into())
+        st.handles
+            .get(&fh)
+            .map(|h| (h.ino, h.flags))
+            .ok_or_else(|| Errno::EBADF.into())
     }
 
     fn new_handle(&self, st: &mut State, ino: u64, flags: i32) -> Fh {
@@ -309,11 +340,24 @@ impl Ffs {
             if t != libc::S_IFREG && t != libc::S_IFDIR {
                 return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
             }
-            ctx.check(d.mode, d.uid, d.gid, if write { Access::W } else { Access::R })
+            ctx.check(
+                d.mode,
+                d.uid,
+                d.gid,
+                if write { Access::W } else { Access::R },
+            )
         } else if name.starts_with(b"trusted.") {
-            if ctx.is_root() { Ok(()) } else { Err(Errno::EPERM.into()) }
+            if ctx.is_root() {
+                Ok(())
+            } else {
+                Err(Errno::EPERM.into())
+            }
         } else if name.starts_with(b"security.") {
-            if write && !ctx.is_root() && ctx.uid != d.uid { Err(Errno::EPERM.into()) } else { Ok(()) }
+            if write && !ctx.is_root() && ctx.uid != d.uid {
+                Err(Errno::EPERM.into())
+            } else {
+                Ok(())
+            }
         } else {
             // system.* (POSIX ACLs) is not supported; other namespaces do not exist.
             Err(Errno::EOPNOTSUPP.into())
@@ -335,13 +379,22 @@ impl Ffs {
         if xattr::encoded_size(attrs) > self.geo.bs() {
             return Err(Errno::ENOSPC.into());
         }
-        let (blk, fresh) = if old == 0 { (self.alloc_block(st, 0, ino)?, true) } else { (old, false) };
-        let b = if fresh { self.bnew(blk, kind::XATTR) } else { self.bread(blk, kind::XATTR)? };
+        let (blk, fresh) = if old == 0 {
+            (self.alloc_block(st, 0, ino)?, true)
+        } else {
+            (old, false)
+        };
+        let b = if fresh {
+            self.bnew(blk, kind::XATTR)
+        } else {
+            self.bread(blk, kind::XATTR)?
+        };
         xattr::encode(attrs, &mut b.write());
         self.cache.mark_dirty(&b);
         if fresh {
             let cg = self.group_bufs(self.geo.group_of_block(blk), false)?;
-            self.strategy.setup_inode_alloc(&self.io, &[&b, &cg[0], &cg[1]])?;
+            self.strategy
+                .setup_inode_alloc(&self.io, &[&b, &cg[0], &cg[1]])?;
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
             ic.d.blocks += 1;
@@ -366,6 +419,7 @@ impl Ffs {
         Err(corrupt_err("directory tree has a cycle"))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn do_rename(
         &self,
         st: &mut State,
@@ -395,7 +449,9 @@ impl Ffs {
             Self::sticky_ok(ctx, &npd, dd)?;
         }
         if flags.exchange {
-            let (Some(dst), Some(dd)) = (dst, dd) else { return Err(Errno::ENOENT.into()) };
+            let (Some(dst), Some(dd)) = (dst, dd) else {
+                return Err(Errno::ENOENT.into());
+            };
             return self.do_exchange(st, ctx, parent, name, src, &sd, np, nname, dst, &dd);
         }
         if let Some(dslot) = dst {
@@ -456,7 +512,8 @@ impl Ffs {
         // 3. The old name goes.
         let ob = self.dir_remove(st, parent, name)?;
         let pb = self.touch_dir(st, parent)?;
-        self.strategy.setup_directory_remove(&self.io, &[&ob, &pb])?;
+        self.strategy
+            .setup_directory_remove(&self.io, &[&ob, &pb])?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
         //    parent loses the ".." reference, a replaced inode loses its name.
         let mut bufs = Vec::new();
@@ -508,7 +565,9 @@ impl Ffs {
             return Ok(());
         }
         if parent != np {
-            if sd.is_dir() && self.is_ancestor(st, src.ino, np)? || dd.is_dir() && self.is_ancestor(st, dst.ino, parent)? {
+            if sd.is_dir() && self.is_ancestor(st, src.ino, np)?
+                || dd.is_dir() && self.is_ancestor(st, dst.ino, parent)?
+            {
                 return Err(Errno::EINVAL.into());
             }
             for d in [sd, dd] {
@@ -523,7 +582,11 @@ impl Ffs {
         let b2 = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
         let mut bufs = vec![b1, b2];
         if parent != np && sd.is_dir() != dd.is_dir() {
-            let (gains, loses) = if sd.is_dir() { (np, parent) } else { (parent, np) };
+            let (gains, loses) = if sd.is_dir() {
+                (np, parent)
+            } else {
+                (parent, np)
+            };
             self.iget(st, gains)?.d.nlink += 1;
             let l = self.iget(st, loses)?;
             l.d.nlink = l.d.nlink.saturating_sub(1);
@@ -548,7 +611,14 @@ impl Ffs {
         self.strategy.setup_directory_add(&self.io, &refs)
     }
 
-    fn do_read(&self, st: &mut State, ino: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+    fn do_read(
+        &self,
+        st: &mut State,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         buf.clear();
         let d = self.iget(st, ino)?.d.clone();
         if d.is_dir() {
@@ -580,7 +650,9 @@ impl Ffs {
             let dst = &mut buf[(pos - offset) as usize..(chunk_end - offset) as usize];
             if p == 0 {
                 dst.fill(0);
-            } else if run > 1 || self.cache.lookup(p).is_none() && in_blk == 0 && dst.len() == bs as usize {
+            } else if run > 1
+                || self.cache.lookup(p).is_none() && in_blk == 0 && dst.len() == bs as usize
+            {
                 let mut tmp = vec![0u8; (run * bs) as usize];
                 self.dev.read_blocks(p, &mut tmp)?;
                 dst.copy_from_slice(&tmp[in_blk..in_blk + dst.len()]);
@@ -593,7 +665,10 @@ impl Ffs {
         // relatime: update atime only when it is older than mtime/ctime or a day old.
         let now = now_ns();
         let ic = self.iget(st, ino)?;
-        if ic.d.atime <= ic.d.mtime || ic.d.atime <= ic.d.ctime || now - ic.d.atime > 86_400_000_000_000 {
+        if ic.d.atime <= ic.d.mtime
+            || ic.d.atime <= ic.d.ctime
+            || now - ic.d.atime > 86_400_000_000_000
+        {
             ic.d.atime = now;
             self.iput(st, ino)?;
         }
@@ -639,7 +714,9 @@ impl Ffs {
             pos += n as u64;
         }
         if allocated {
-            self.io.data_allocs_pending.store(true, std::sync::atomic::Ordering::Release);
+            self.io
+                .data_allocs_pending
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
@@ -668,7 +745,9 @@ impl Ffs {
         if set.uid.is_some() || set.gid.is_some() {
             let uid = set.uid.unwrap_or(d.uid);
             let gid = set.gid.unwrap_or(d.gid);
-            if !ctx.is_root() && (uid != d.uid || ctx.uid != d.uid || (gid != d.gid && !ctx.in_group(gid))) {
+            if !ctx.is_root()
+                && (uid != d.uid || ctx.uid != d.uid || (gid != d.gid && !ctx.in_group(gid)))
+            {
                 return Err(Errno::EPERM.into());
             }
             if (uid != d.uid || gid != d.gid) && !d.is_dir() {
@@ -734,10 +813,22 @@ impl Ffs {
         Ok(self.attr_of(ino, &d))
     }
 
-    fn do_fallocate(&self, st: &mut State, ino: u64, offset: u64, length: u64, mode: FallocMode) -> Result<()> {
+    fn do_fallocate(
+        &self,
+        st: &mut State,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: FallocMode,
+    ) -> Result<()> {
         let d = self.iget(st, ino)?.d.clone();
         if !d.is_reg() {
-            return Err(if d.is_dir() { Errno::EISDIR } else { Errno(libc::ENODEV) }.into());
+            return Err(if d.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno(libc::ENODEV)
+            }
+            .into());
         }
         let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
         if length == 0 {
@@ -755,7 +846,9 @@ impl Ffs {
                     if fresh {
                         let b = self.bnew(p, kind::DATA);
                         self.cache.mark_dirty(&b);
-                        self.io.data_allocs_pending.store(true, std::sync::atomic::Ordering::Release);
+                        self.io
+                            .data_allocs_pending
+                            .store(true, std::sync::atomic::Ordering::Release);
                     }
                 }
                 if !keep && end > d.size {
@@ -775,10 +868,10 @@ impl Ffs {
                     if n == bs {
                         if let Some((old, holder)) = self.bunmap(st, ino, lbn)? {
                             freed.push(old);
-                            if let Some(h) = holder {
-                                if !changed.iter().any(|b| b.blkno() == h.blkno()) {
-                                    changed.push(h);
-                                }
+                            if let Some(h) = holder
+                                && !changed.iter().any(|b| b.blkno() == h.blkno())
+                            {
+                                changed.push(h);
                             }
                         }
                     } else {
@@ -848,7 +941,9 @@ impl FileSystem for Ffs {
 
     fn forget(&self, ino: Ino, nlookup: u64) {
         let r = self.op("forget", false, |st| {
-            let Some(ic) = st.inodes.get_mut(&ino) else { return Ok(()) };
+            let Some(ic) = st.inodes.get_mut(&ino) else {
+                return Ok(());
+            };
             ic.nlookup = ic.nlookup.saturating_sub(nlookup);
             if ic.nlookup == 0 && ic.nopen == 0 {
                 if ic.d.nlink == 0 {
@@ -898,16 +993,30 @@ impl FileSystem for Ffs {
         })
     }
 
-    fn mknod(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> Result<Attr> {
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
         self.op("mknod", true, |st| {
             let kind = FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile);
             match kind {
                 FileKind::Directory | FileKind::Symlink => return Err(Errno::EINVAL.into()),
-                FileKind::CharDevice | FileKind::BlockDevice if !ctx.is_root() => return Err(Errno::EPERM.into()),
+                FileKind::CharDevice | FileKind::BlockDevice if !ctx.is_root() => {
+                    return Err(Errno::EPERM.into());
+                }
                 _ => {}
             }
             let m = kind.mode_bits() | (mode & 0o7777 & !umask);
-            let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { rdev } else { 0 };
+            let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+                rdev
+            } else {
+                0
+            };
             let ino = self.make_node(st, ctx, parent, name, m, rdev, None)?;
             self.entry_attr(st, ino)
         })
@@ -936,7 +1045,8 @@ impl FileSystem for Ffs {
             Self::sticky_ok(ctx, &pd, &td)?;
             let db = self.dir_remove(st, parent, n)?;
             let pb = self.touch_dir(st, parent)?;
-            self.strategy.setup_directory_remove(&self.io, &[&db, &pb])?;
+            self.strategy
+                .setup_directory_remove(&self.io, &[&db, &pb])?;
             let ic = self.iget(st, slot.ino)?;
             ic.d.nlink = ic.d.nlink.saturating_sub(1);
             ic.d.ctime = now_ns();
@@ -987,13 +1097,31 @@ impl FileSystem for Ffs {
             if target.len() >= 4096 || target.len() > self.geo.bs() {
                 return Err(Errno::ENAMETOOLONG.into());
             }
-            let ino = self.make_node(st, ctx, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
+            let ino = self.make_node(
+                st,
+                ctx,
+                parent,
+                name,
+                libc::S_IFLNK | 0o777,
+                0,
+                Some(target),
+            )?;
             self.entry_attr(st, ino)
         })
     }
 
-    fn rename(&self, ctx: &Ctx, parent: Ino, name: &OsStr, np: Ino, nname: &OsStr, flags: RenameFlags) -> Result<()> {
-        self.op("rename", true, |st| self.do_rename(st, ctx, parent, name, np, nname, flags))
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        np: Ino,
+        nname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.op("rename", true, |st| {
+            self.do_rename(st, ctx, parent, name, np, nname, flags)
+        })
     }
 
     fn link(&self, ctx: &Ctx, ino: Ino, np: Ino, nname: &OsStr) -> Result<Attr> {
@@ -1049,7 +1177,15 @@ impl FileSystem for Ffs {
         })
     }
 
-    fn create(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, flags: i32) -> Result<(Attr, Fh)> {
+    fn create(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)> {
         self.op("create", true, |st| {
             let m = libc::S_IFREG | (mode & 0o7777 & !umask);
             let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
@@ -1070,24 +1206,32 @@ impl FileSystem for Ffs {
 
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
         self.op("write", true, |st| {
-            let flags = if fh != 0 { self.handle(st, fh)?.1 } else { libc::O_RDWR };
+            let flags = if fh != 0 {
+                self.handle(st, fh)?.1
+            } else {
+                libc::O_RDWR
+            };
             if flags & libc::O_ACCMODE == libc::O_RDONLY {
                 return Err(Errno::EBADF.into());
             }
-            let off = if flags & libc::O_APPEND != 0 { self.iget(st, ino)?.d.size } else { offset };
+            let off = if flags & libc::O_APPEND != 0 {
+                self.iget(st, ino)?.d.size
+            } else {
+                offset
+            };
             self.do_write(st, ino, off, data)
         })
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         self.op("release", false, |st| {
-            if st.handles.remove(&fh).is_some() {
-                if let Some(ic) = st.inodes.get_mut(&ino) {
-                    ic.nopen = ic.nopen.saturating_sub(1);
-                    if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
-                        self.maybe_free_inode(st, ino)?;
-                        self.strategy.op_done(&self.io)?;
-                    }
+            if st.handles.remove(&fh).is_some()
+                && let Some(ic) = st.inodes.get_mut(&ino)
+            {
+                ic.nopen = ic.nopen.saturating_sub(1);
+                if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
+                    self.maybe_free_inode(st, ino)?;
+                    self.strategy.op_done(&self.io)?;
                 }
             }
             Ok(())
@@ -1157,10 +1301,10 @@ impl FileSystem for Ffs {
                     });
                     if !ok {
                         // The refused entry was not handed over: undo its lookup count.
-                        if let Some(a) = attr {
-                            if let Some(ic) = st.inodes.get_mut(&a.ino) {
-                                ic.nlookup = ic.nlookup.saturating_sub(1);
-                            }
+                        if let Some(a) = attr
+                            && let Some(ic) = st.inodes.get_mut(&a.ino)
+                        {
+                            ic.nlookup = ic.nlookup.saturating_sub(1);
                         }
                         return Ok(());
                     }
@@ -1204,7 +1348,11 @@ impl FileSystem for Ffs {
             let d = self.iget(st, ino)?.d.clone();
             self.xattr_access(ctx, &d, n, false)?;
             let attrs = self.read_xattrs(&d)?;
-            attrs.into_iter().find(|(k, _)| k.as_slice() == n).map(|(_, v)| v).ok_or_else(|| Errno::ENODATA.into())
+            attrs
+                .into_iter()
+                .find(|(k, _)| k.as_slice() == n)
+                .map(|(_, v)| v)
+                .ok_or_else(|| Errno::ENODATA.into())
         })
     }
 
@@ -1248,8 +1396,17 @@ impl FileSystem for Ffs {
         })
     }
 
-    fn fallocate(&self, ino: Ino, _fh: Fh, offset: u64, length: u64, mode: FallocMode) -> Result<()> {
-        self.op("fallocate", true, |st| self.do_fallocate(st, ino, offset, length, mode))
+    fn fallocate(
+        &self,
+        ino: Ino,
+        _fh: Fh,
+        offset: u64,
+        length: u64,
+        mode: FallocMode,
+    ) -> Result<()> {
+        self.op("fallocate", true, |st| {
+            self.do_fallocate(st, ino, offset, length, mode)
+        })
     }
 
     fn sync_all(&self) -> Result<()> {

@@ -11,14 +11,28 @@ use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
 
 fn fresh(blocks: u64, mode: &str) -> (MemDevice, Arc<Ffs>) {
     let dev = MemDevice::new(4096, blocks);
-    mkfs_device(&dev, &MkfsOptions { blocks_per_group: Some(2048), ..Default::default() }).unwrap();
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let fs = mount(&dev, mode);
     (dev, fs)
 }
 
 fn mount(dev: &MemDevice, mode: &str) -> Arc<Ffs> {
     let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
-    Ffs::mount_device(d, &MountOptions { mode: mode.into(), ..Default::default() }).unwrap()
+    Ffs::mount_device(
+        d,
+        &MountOptions {
+            mode: mode.into(),
+            ..Default::default()
+        },
+    )
+    .unwrap()
 }
 
 fn n(s: &str) -> &OsStr {
@@ -35,7 +49,9 @@ fn create_write_read_remount() {
         let (dev, fs) = fresh(8192, mode);
         let c = Ctx::root();
         let d = fs.mkdir(&c, 2, n("dir"), 0o755, 0).unwrap();
-        let (f, fh) = fs.create(&c, d.ino, n("file"), 0o644, 0, libc::O_RDWR).unwrap();
+        let (f, fh) = fs
+            .create(&c, d.ino, n("file"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
         assert_eq!(fs.write(f.ino, fh, 5000, &data).unwrap(), 100_000);
         let mut buf = Vec::new();
@@ -72,18 +88,26 @@ fn namespace_errors() {
     fs.mkdir(&c, 2, n("a"), 0o755, 0).unwrap();
     assert_eq!(errno(fs.mkdir(&c, 2, n("a"), 0o755, 0)), Errno::EEXIST);
     let a = fs.lookup(&c, 2, n("a")).unwrap();
-    fs.mknod(&c, a.ino, n("f"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    fs.mknod(&c, a.ino, n("f"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
     assert_eq!(errno(fs.rmdir(&c, 2, n("a"))), Errno::ENOTEMPTY);
     assert_eq!(errno(fs.unlink(&c, 2, n("a"))), Errno::EISDIR);
     assert_eq!(errno(fs.lookup(&c, 2, n("nope"))), Errno::ENOENT);
     let long = "x".repeat(256);
-    assert_eq!(errno(fs.mkdir(&c, 2, n(&long), 0o755, 0)), Errno::ENAMETOOLONG);
+    assert_eq!(
+        errno(fs.mkdir(&c, 2, n(&long), 0o755, 0)),
+        Errno::ENAMETOOLONG
+    );
     // A directory into its own subtree.
     fs.mkdir(&c, a.ino, n("sub"), 0o755, 0).unwrap();
     let sub = fs.lookup(&c, a.ino, n("sub")).unwrap();
-    assert_eq!(errno(fs.rename(&c, 2, n("a"), sub.ino, n("x"), RenameFlags::default())), Errno::EINVAL);
+    assert_eq!(
+        errno(fs.rename(&c, 2, n("a"), sub.ino, n("x"), RenameFlags::default())),
+        Errno::EINVAL
+    );
     // Move sub to the root: link counts follow.
-    fs.rename(&c, a.ino, n("sub"), 2, n("sub2"), RenameFlags::default()).unwrap();
+    fs.rename(&c, a.ino, n("sub"), 2, n("sub2"), RenameFlags::default())
+        .unwrap();
     assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
     assert_eq!(fs.getattr(2).unwrap().nlink, 5);
     fs.unlink(&c, a.ino, n("f")).unwrap();
@@ -98,14 +122,28 @@ fn namespace_errors() {
 fn rename_replace_and_exchange() {
     let (_dev, fs) = fresh(4096, "sync");
     let c = Ctx::root();
-    let a = fs.mknod(&c, 2, n("a"), libc::S_IFREG | 0o644, 0, 0).unwrap();
-    let b = fs.mknod(&c, 2, n("b"), libc::S_IFREG | 0o644, 0, 0).unwrap();
-    let nr = RenameFlags { noreplace: true, exchange: false };
-    assert_eq!(errno(fs.rename(&c, 2, n("a"), 2, n("b"), nr)), Errno::EEXIST);
-    let ex = RenameFlags { noreplace: false, exchange: true };
+    let a = fs
+        .mknod(&c, 2, n("a"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    let b = fs
+        .mknod(&c, 2, n("b"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    let nr = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert_eq!(
+        errno(fs.rename(&c, 2, n("a"), 2, n("b"), nr)),
+        Errno::EEXIST
+    );
+    let ex = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
     fs.rename(&c, 2, n("a"), 2, n("b"), ex).unwrap();
     assert_eq!(fs.lookup(&c, 2, n("a")).unwrap().ino, b.ino);
-    fs.rename(&c, 2, n("a"), 2, n("b"), RenameFlags::default()).unwrap();
+    fs.rename(&c, 2, n("a"), 2, n("b"), RenameFlags::default())
+        .unwrap();
     assert_eq!(fs.lookup(&c, 2, n("b")).unwrap().ino, b.ino);
     assert_eq!(errno(fs.lookup(&c, 2, n("a"))), Errno::ENOENT);
     // a's inode lost its last name; the kernel's references keep it until forget.
@@ -122,21 +160,49 @@ fn big_sparse_file_and_truncate_frees_everything() {
     // Direct, single, double and triple indirect.
     let bs = 4096u64;
     let ppb = 512u64;
-    for lbn in [0, 11, 12, 12 + ppb - 1, 12 + ppb, 12 + ppb + ppb * ppb, 1 << 26] {
+    for lbn in [
+        0,
+        11,
+        12,
+        12 + ppb - 1,
+        12 + ppb,
+        12 + ppb + ppb * ppb,
+        1 << 26,
+    ] {
         fs.write(f.ino, fh, lbn * bs + 7, b"hello").unwrap();
     }
     let mut buf = Vec::new();
-    fs.read(f.ino, fh, (12 + ppb) * bs + 7, 5, &mut buf).unwrap();
+    fs.read(f.ino, fh, (12 + ppb) * bs + 7, 5, &mut buf)
+        .unwrap();
     assert_eq!(buf, b"hello");
     fs.read(f.ino, fh, 3 * bs, 10, &mut buf).unwrap();
     assert_eq!(buf, vec![0; 10]);
-    fs.setattr(&c, f.ino, SetAttr { size: Some(13 * bs), ..Default::default() }).unwrap();
+    fs.setattr(
+        &c,
+        f.ino,
+        SetAttr {
+            size: Some(13 * bs),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     fs.read(f.ino, fh, 12 * bs + 7, 5, &mut buf).unwrap();
     assert_eq!(buf, b"hello");
-    fs.setattr(&c, f.ino, SetAttr { size: Some(0), ..Default::default() }).unwrap();
+    fs.setattr(
+        &c,
+        f.ino,
+        SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
     assert_eq!(fs.statfs().unwrap().bfree, free0);
-    assert_eq!(errno(fs.write(f.ino, fh, fs.geo.max_file_size(), b"x")), Errno::EFBIG);
+    assert_eq!(
+        errno(fs.write(f.ino, fh, fs.geo.max_file_size(), b"x")),
+        Errno::EFBIG
+    );
 }
 
 #[test]
@@ -145,7 +211,8 @@ fn sync_create_costs_two_flushes() {
     let dev = fs.device().clone();
     let c = Ctx::root();
     let before = dev.counters().snapshot();
-    fs.mknod(&c, 2, n("x"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    fs.mknod(&c, 2, n("x"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
     let d = dev.counters().snapshot().delta(&before);
     assert_eq!(d.flushes, 2, "inode then entry, each behind a barrier");
     let before = dev.counters().snapshot();
@@ -153,12 +220,18 @@ fn sync_create_costs_two_flushes() {
     let d = dev.counters().snapshot().delta(&before);
     assert!(d.flushes >= 2);
     let before = dev.counters().snapshot();
-    fs.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    fs.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
     let (_d, fsa) = fresh(4096, "async");
     let fsa_dev = fsa.device().clone();
     let b2 = fsa_dev.counters().snapshot();
-    fsa.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0).unwrap();
-    assert_eq!(fsa_dev.counters().snapshot().delta(&b2).writes, 0, "async delays everything");
+    fsa.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    assert_eq!(
+        fsa_dev.counters().snapshot().delta(&b2).writes,
+        0,
+        "async delays everything"
+    );
     let _ = before;
 }
 
@@ -168,7 +241,15 @@ fn large_directory_and_readdir_offsets() {
     let c = Ctx::root();
     let d = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
     for i in 0..3000 {
-        fs.mknod(&c, d.ino, n(&format!("file-{i:05}")), libc::S_IFREG | 0o644, 0, 0).unwrap();
+        fs.mknod(
+            &c,
+            d.ino,
+            n(&format!("file-{i:05}")),
+            libc::S_IFREG | 0o644,
+            0,
+            0,
+        )
+        .unwrap();
     }
     for i in (0..3000).step_by(2) {
         fs.unlink(&c, d.ino, n(&format!("file-{i:05}"))).unwrap();
@@ -226,10 +307,18 @@ fn enospc_leaves_fs_usable() {
 fn xattrs() {
     let (_dev, fs) = fresh(2048, "sync");
     let c = Ctx::root();
-    let f = fs.mknod(&c, 2, n("f"), libc::S_IFREG | 0o644, 0, 0).unwrap();
+    let f = fs
+        .mknod(&c, 2, n("f"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
     fs.setxattr(&c, f.ino, n("user.a"), b"1", 0).unwrap();
-    assert_eq!(errno(fs.setxattr(&c, f.ino, n("user.a"), b"2", libc::XATTR_CREATE)), Errno::EEXIST);
-    assert_eq!(errno(fs.setxattr(&c, f.ino, n("user.b"), b"2", libc::XATTR_REPLACE)), Errno::ENODATA);
+    assert_eq!(
+        errno(fs.setxattr(&c, f.ino, n("user.a"), b"2", libc::XATTR_CREATE)),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        errno(fs.setxattr(&c, f.ino, n("user.b"), b"2", libc::XATTR_REPLACE)),
+        Errno::ENODATA
+    );
     assert_eq!(fs.getxattr(&c, f.ino, n("user.a")).unwrap(), b"1");
     assert_eq!(fs.listxattr(&c, f.ino).unwrap(), b"user.a\0");
     fs.removexattr(&c, f.ino, n("user.a")).unwrap();
@@ -241,7 +330,9 @@ fn xattrs() {
 fn bad_images_are_refused_with_one_line() {
     let dev = MemDevice::new(4096, 1024);
     let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
-    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    let e = Ffs::mount_device(d, &MountOptions::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("magic"), "{e}");
     let (dev, fs) = fresh(2048, "sync");
     fs.unmount().unwrap();
@@ -249,11 +340,15 @@ fn bad_images_are_refused_with_one_line() {
     let mut bytes = dev.to_bytes();
     bytes[8] = 9; // version
     let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(4096, bytes.clone()));
-    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    let e = Ffs::mount_device(d, &MountOptions::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("newer"), "{e}");
     bytes.truncate(4096 * 100);
     bytes[8] = 1;
     let d: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(4096, bytes));
-    let e = Ffs::mount_device(d, &MountOptions::default()).err().unwrap();
+    let e = Ffs::mount_device(d, &MountOptions::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("truncated"), "{e}");
 }

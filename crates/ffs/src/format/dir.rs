@@ -41,7 +41,11 @@ pub struct DirEntryRef<'a> {
 impl DirEntryRef<'_> {
     /// Unused bytes at the end of this record that an insert could take.
     pub fn slack(&self) -> usize {
-        if self.ino == 0 { self.reclen } else { self.reclen - rec_size(self.name.len()) }
+        if self.ino == 0 {
+            self.reclen
+        } else {
+            self.reclen - rec_size(self.name.len())
+        }
     }
 }
 
@@ -57,7 +61,14 @@ pub fn init_empty(b: &mut [u8]) {
 pub fn init_first(b: &mut [u8], self_ino: u64, parent_ino: u64) {
     init_empty(b);
     write_rec(b, 0, self_ino as u32, 16, libc::DT_DIR, b".");
-    write_rec(b, 16, parent_ino as u32, DIR_CHUNK - 16, libc::DT_DIR, b"..");
+    write_rec(
+        b,
+        16,
+        parent_ino as u32,
+        DIR_CHUNK - 16,
+        libc::DT_DIR,
+        b"..",
+    );
 }
 
 fn write_rec(b: &mut [u8], off: usize, ino: u32, reclen: usize, dtype: u8, name: &[u8]) {
@@ -70,20 +81,30 @@ fn write_rec(b: &mut [u8], off: usize, ino: u32, reclen: usize, dtype: u8, name:
 
 fn parse_at(b: &[u8], off: usize) -> FResult<DirEntryRef<'_>> {
     let chunk_end = (off / DIR_CHUNK + 1) * DIR_CHUNK;
-    if off + HDR > b.len() || off % 8 != 0 {
+    if off + HDR > b.len() || !off.is_multiple_of(8) {
         return corrupt(format!("directory record at {off} out of bounds"));
     }
     let ino = get_u32(b, off);
     let reclen = get_u16(b, off + 4) as usize;
     let namelen = b[off + 7] as usize;
-    if reclen < HDR || reclen % 8 != 0 || off + reclen > chunk_end {
-        return corrupt(format!("directory record at {off}: bad record length {reclen}"));
+    if reclen < HDR || !reclen.is_multiple_of(8) || off + reclen > chunk_end {
+        return corrupt(format!(
+            "directory record at {off}: bad record length {reclen}"
+        ));
     }
     if ino != 0 && (namelen == 0 || HDR + namelen > reclen) {
-        return corrupt(format!("directory record at {off}: bad name length {namelen}"));
+        return corrupt(format!(
+            "directory record at {off}: bad name length {namelen}"
+        ));
     }
     let nl = if ino == 0 { 0 } else { namelen };
-    Ok(DirEntryRef { off, ino, reclen, dtype: b[off + 6], name: &b[off + HDR..off + HDR + nl] })
+    Ok(DirEntryRef {
+        off,
+        ino,
+        reclen,
+        dtype: b[off + 6],
+        name: &b[off + HDR..off + HDR + nl],
+    })
 }
 
 /// Iterates over every record (used or not) of the chunks of `b`, stopping at the first
@@ -92,8 +113,8 @@ pub fn records(b: &[u8]) -> impl Iterator<Item = FResult<DirEntryRef<'_>>> {
     let mut off = 0usize;
     let mut failed = false;
     std::iter::from_fn(move || {
-        if failed || off >= b.len() || b.len() % DIR_CHUNK != 0 {
-            if !failed && off == 0 && b.len() % DIR_CHUNK != 0 {
+        if failed || off >= b.len() || !b.len().is_multiple_of(DIR_CHUNK) {
+            if !failed && off == 0 && !b.len().is_multiple_of(DIR_CHUNK) {
                 failed = true;
                 return Some(corrupt("directory block size not a multiple of 512"));
             }
@@ -126,7 +147,10 @@ pub fn validate(b: &[u8]) -> FResult<()> {
 pub fn chunk_free(b: &[u8], c: usize) -> usize {
     let s = c * DIR_CHUNK;
     match b.get(s..s + DIR_CHUNK) {
-        Some(chunk) => records(chunk).map(|r| r.map_or(0, |e| e.slack())).max().unwrap_or(0),
+        Some(chunk) => records(chunk)
+            .map(|r| r.map_or(0, |e| e.slack()))
+            .max()
+            .unwrap_or(0),
         None => 0,
     }
 }
@@ -136,7 +160,9 @@ pub fn chunk_free(b: &[u8], c: usize) -> usize {
 pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResult<Option<usize>> {
     let need = rec_size(name.len());
     let s = c * DIR_CHUNK;
-    let chunk = b.get(s..s + DIR_CHUNK).ok_or_else(|| FormatError("chunk out of range".into()))?;
+    let chunk = b
+        .get(s..s + DIR_CHUNK)
+        .ok_or_else(|| FormatError("chunk out of range".into()))?;
     let mut found = None;
     for r in records(chunk) {
         let e = r?;
@@ -145,7 +171,9 @@ pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResu
             break;
         }
     }
-    let Some((off, old_ino, reclen, namelen)) = found else { return Ok(None) };
+    let Some((off, old_ino, reclen, namelen)) = found else {
+        return Ok(None);
+    };
     let off = s + off;
     if old_ino == 0 {
         write_rec(b, off, ino as u32, reclen, dtype, name);
@@ -163,7 +191,9 @@ pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResu
 /// unused if it is the chunk's first.
 pub fn remove(b: &mut [u8], off: usize) -> FResult<()> {
     let s = off / DIR_CHUNK * DIR_CHUNK;
-    let chunk = b.get(s..s + DIR_CHUNK).ok_or_else(|| FormatError("chunk out of range".into()))?;
+    let chunk = b
+        .get(s..s + DIR_CHUNK)
+        .ok_or_else(|| FormatError("chunk out of range".into()))?;
     let mut prev: Option<usize> = None;
     let mut hit = None;
     for r in records(chunk) {
@@ -198,7 +228,10 @@ mod tests {
     use super::*;
 
     fn names(b: &[u8]) -> Vec<(usize, u32, Vec<u8>)> {
-        entries(b).map(|e| e.unwrap()).map(|e| (e.off, e.ino, e.name.to_vec())).collect()
+        entries(b)
+            .map(|e| e.unwrap())
+            .map(|e| (e.off, e.ino, e.name.to_vec()))
+            .collect()
     }
 
     #[test]
@@ -207,16 +240,26 @@ mod tests {
         init_first(&mut b, 2, 2);
         validate(&b).unwrap();
         assert_eq!(names(&b).len(), 2);
-        let a = insert(&mut b, 0, 10, libc::DT_REG, b"alpha").unwrap().unwrap();
-        let c = insert(&mut b, 0, 11, libc::DT_REG, b"beta").unwrap().unwrap();
+        let a = insert(&mut b, 0, 10, libc::DT_REG, b"alpha")
+            .unwrap()
+            .unwrap();
+        let c = insert(&mut b, 0, 11, libc::DT_REG, b"beta")
+            .unwrap()
+            .unwrap();
         assert_eq!(a, 32);
         validate(&b).unwrap();
         remove(&mut b, a).unwrap();
         validate(&b).unwrap();
         // beta did not move.
-        assert!(names(&b).iter().any(|(o, i, n)| *o == c && *i == 11 && n == b"beta"));
+        assert!(
+            names(&b)
+                .iter()
+                .any(|(o, i, n)| *o == c && *i == 11 && n == b"beta")
+        );
         // The freed slack is reused.
-        let d = insert(&mut b, 0, 12, libc::DT_REG, b"gamma").unwrap().unwrap();
+        let d = insert(&mut b, 0, 12, libc::DT_REG, b"gamma")
+            .unwrap()
+            .unwrap();
         assert_eq!(d, a);
     }
 

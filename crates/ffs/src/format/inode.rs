@@ -86,7 +86,11 @@ impl DiskInode {
             put_i64(b, 40, self.mtime);
             put_i64(b, 48, self.ctime);
             put_i64(b, 56, self.btime);
-            let inline = if self.fast_link.is_some() { FLAG_INLINE } else { 0 };
+            let inline = if self.fast_link.is_some() {
+                FLAG_INLINE
+            } else {
+                0
+            };
             put_u32(b, 64, (self.flags & !FLAG_INLINE) | inline);
             put_u32(b, 68, self.generation);
             put_u32(b, 72, self.rdev);
@@ -125,7 +129,10 @@ impl DiskInode {
             return corrupt(format!("inode {ino}: checksum mismatch"));
         }
         let mode = get_u32(b, 0);
-        let mut d = DiskInode { generation: get_u32(b, 68), ..Default::default() };
+        let mut d = DiskInode {
+            generation: get_u32(b, 68),
+            ..Default::default()
+        };
         if mode == 0 {
             return Ok(d);
         }
@@ -148,7 +155,9 @@ impl DiskInode {
         d.xattr = get_u64(b, 200);
         if raw_flags & FLAG_INLINE != 0 {
             if !d.is_symlink() || d.size as usize > FAST_SYMLINK_MAX {
-                return corrupt(format!("inode {ino}: inline data on a non-symlink or too long"));
+                return corrupt(format!(
+                    "inode {ino}: inline data on a non-symlink or too long"
+                ));
             }
             d.fast_link = Some(b[PTR_AREA..PTR_AREA + d.size as usize].to_vec());
         } else {
@@ -165,7 +174,11 @@ impl DiskInode {
     /// Every block pointer held directly in the inode (direct and indirect roots).
     pub fn root_pointers(&self) -> impl Iterator<Item = u64> + '_ {
         let fast = self.fast_link.is_some();
-        self.direct.iter().chain(self.indirect.iter()).copied().filter(move |&p| p != 0 && !fast)
+        self.direct
+            .iter()
+            .chain(self.indirect.iter())
+            .copied()
+            .filter(move |&p| p != 0 && !fast)
     }
 }
 
@@ -206,7 +219,12 @@ mod tests {
         // An inode copied to another slot fails its checksum.
         assert!(DiskInode::decode(43, &b).is_err());
         b[17] ^= 0xff;
-        assert!(DiskInode::decode(42, &b).unwrap_err().0.contains("checksum"));
+        assert!(
+            DiskInode::decode(42, &b)
+                .unwrap_err()
+                .0
+                .contains("checksum")
+        );
         assert!(DiskInode::decode(42, &[0u8; 256]).unwrap().is_free());
     }
 
@@ -239,6 +257,9 @@ mod tests {
         };
         let mut b = [0u8; 256];
         d.encode(9, &mut b);
-        assert_eq!(DiskInode::decode(9, &b).unwrap().fast_link.as_deref(), Some(&b"abc"[..]));
+        assert_eq!(
+            DiskInode::decode(9, &b).unwrap().fast_link.as_deref(),
+            Some(&b"abc"[..])
+        );
     }
 }

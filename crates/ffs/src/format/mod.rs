@@ -9,9 +9,9 @@ pub mod inode;
 pub mod superblock;
 pub mod xattr;
 
-pub use dir::{DirEntryRef, DIR_CHUNK};
-pub use inode::{DiskInode, INODE_SIZE, NDIRECT, FAST_SYMLINK_MAX};
-pub use superblock::{GroupDesc, Superblock, Geometry};
+pub use dir::{DIR_CHUNK, DirEntryRef};
+pub use inode::{DiskInode, FAST_SYMLINK_MAX, INODE_SIZE, NDIRECT};
+pub use superblock::{Geometry, GroupDesc, Superblock};
 
 /// Why a structure could not be decoded. The message is one line naming the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,7 +99,7 @@ pub mod bitmap {
     }
     fn scan(map: &[u8], mut i: usize, end: usize) -> Option<usize> {
         while i < end {
-            if i % 64 == 0 && i + 64 <= end {
+            if i.is_multiple_of(64) && i + 64 <= end {
                 let w = u64::from_le_bytes(map[i / 8..i / 8 + 8].try_into().expect("8 bytes"));
                 if w == u64::MAX {
                     i += 64;
@@ -115,7 +115,9 @@ pub mod bitmap {
         None
     }
     pub fn count_set(map: &[u8], limit: usize) -> usize {
-        (0..limit.min(map.len() * 8)).filter(|&i| get(map, i)).count()
+        (0..limit.min(map.len() * 8))
+            .filter(|&i| get(map, i))
+            .count()
     }
 
     #[cfg(test)]

@@ -122,7 +122,10 @@ impl Superblock {
     /// checksum, then geometry (so the message names the most basic problem).
     pub fn decode(b: &[u8]) -> FResult<Superblock> {
         if b.len() < SB_BYTES {
-            return corrupt(format!("image too small to hold a superblock ({} bytes)", b.len()));
+            return corrupt(format!(
+                "image too small to hold a superblock ({} bytes)",
+                b.len()
+            ));
         }
         if b[0..8] != SB_MAGIC {
             return corrupt("bad magic (not a cairn file system)");
@@ -165,7 +168,10 @@ impl Superblock {
         };
         sb.geometry()?;
         if sb.feature_incompat != 0 {
-            return corrupt(format!("unknown incompatible features {:#x}", sb.feature_incompat));
+            return corrupt(format!(
+                "unknown incompatible features {:#x}",
+                sb.feature_incompat
+            ));
         }
         Ok(sb)
     }
@@ -183,15 +189,20 @@ impl Superblock {
         let bpg = self.blocks_per_group as u64;
         let ipg = self.inodes_per_group as u64;
         let ipb = bs as u64 / INODE_SIZE as u64;
-        if bpg == 0 || bpg > bits || ipg == 0 || ipg > bits || ipg % ipb != 0 {
-            return corrupt(format!("bad group geometry (blocks/group {bpg}, inodes/group {ipg})"));
+        if bpg == 0 || bpg > bits || ipg == 0 || ipg > bits || !ipg.is_multiple_of(ipb) {
+            return corrupt(format!(
+                "bad group geometry (blocks/group {bpg}, inodes/group {ipg})"
+            ));
         }
         let itb = ipg / ipb;
         if 4 + itb + 1 > bpg {
             return corrupt("inode table does not fit in a group");
         }
         let groups = self.group_count as u64;
-        if groups == 0 || self.total_blocks <= (groups - 1) * bpg || self.total_blocks > groups * bpg {
+        if groups == 0
+            || self.total_blocks <= (groups - 1) * bpg
+            || self.total_blocks > groups * bpg
+        {
             return corrupt(format!(
                 "group count {groups} does not match {} blocks of {bpg} per group",
                 self.total_blocks
@@ -304,16 +315,25 @@ impl Geometry {
     }
 
     /// Computes a geometry for mkfs.
-    pub fn for_mkfs(block_size: u32, total_blocks: u64, inodes: Option<u64>, bpg: Option<u64>)
-    -> FResult<Geometry> {
-        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_power_of_two() {
-            return corrupt(format!("block size must be a power of two from 4096 to 65536, not {block_size}"));
+    pub fn for_mkfs(
+        block_size: u32,
+        total_blocks: u64,
+        inodes: Option<u64>,
+        bpg: Option<u64>,
+    ) -> FResult<Geometry> {
+        if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_power_of_two()
+        {
+            return corrupt(format!(
+                "block size must be a power of two from 4096 to 65536, not {block_size}"
+            ));
         }
         let bits = block_size as u64 * 8;
         let bpg = bpg.unwrap_or(bits).clamp(64, bits);
         let ipb = block_size as u64 / INODE_SIZE as u64;
         let mut groups = total_blocks.div_ceil(bpg);
-        let want_inodes = inodes.unwrap_or((total_blocks * block_size as u64) / 16384).max(16);
+        let want_inodes = inodes
+            .unwrap_or((total_blocks * block_size as u64) / 16384)
+            .max(16);
         let mut ipg = want_inodes.div_ceil(groups.max(1)).div_ceil(ipb) * ipb;
         ipg = ipg.clamp(ipb, bits.min(((bpg - 5) / 2) * ipb).max(ipb) / ipb * ipb);
         let itb = ipg / ipb;
@@ -322,7 +342,9 @@ impl Geometry {
         let last_len = total - (groups - 1) * bpg;
         if last_len < 4 + itb + 16 {
             if groups == 1 {
-                return corrupt(format!("{total_blocks} blocks are too few for a file system"));
+                return corrupt(format!(
+                    "{total_blocks} blocks are too few for a file system"
+                ));
             }
             groups -= 1;
             total = groups * bpg;
@@ -374,7 +396,9 @@ impl GroupDesc {
             return corrupt(format!("group {expect_group}: bad descriptor magic"));
         }
         if crc(&b[..508]) != get_u32(b, 508) {
-            return corrupt(format!("group {expect_group}: descriptor checksum mismatch"));
+            return corrupt(format!(
+                "group {expect_group}: descriptor checksum mismatch"
+            ));
         }
         let d = GroupDesc {
             group: get_u32(b, 8),
@@ -383,7 +407,10 @@ impl GroupDesc {
             dirs: get_u32(b, 20),
         };
         if d.group as u64 != expect_group {
-            return corrupt(format!("group {expect_group}: descriptor says group {}", d.group));
+            return corrupt(format!(
+                "group {expect_group}: descriptor says group {}",
+                d.group
+            ));
         }
         Ok(d)
     }

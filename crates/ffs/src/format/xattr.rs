@@ -17,7 +17,10 @@ fn entry_size(name: usize, value: usize) -> usize {
 
 /// Bytes a block needs to hold these attributes.
 pub fn encoded_size(attrs: &[(Vec<u8>, Vec<u8>)]) -> usize {
-    HDR + attrs.iter().map(|(n, v)| entry_size(n.len(), v.len())).sum::<usize>()
+    HDR + attrs
+        .iter()
+        .map(|(n, v)| entry_size(n.len(), v.len()))
+        .sum::<usize>()
 }
 
 /// Encodes; the caller checks [`encoded_size`] fits first (returns false if not).
@@ -66,7 +69,10 @@ pub fn decode(b: &[u8]) -> FResult<Vec<(Vec<u8>, Vec<u8>)>> {
         if end.is_none() || nl == 0 || nl > MAX_NAME {
             return corrupt("extended-attribute block: bad entry");
         }
-        out.push((b[off + 8..off + 8 + nl].to_vec(), b[off + 8 + nl..off + 8 + nl + vl].to_vec()));
+        out.push((
+            b[off + 8..off + 8 + nl].to_vec(),
+            b[off + 8 + nl..off + 8 + nl + vl].to_vec(),
+        ));
         off = end.unwrap_or(used);
     }
     Ok(out)
@@ -78,7 +84,10 @@ mod tests {
 
     #[test]
     fn roundtrip_and_corruption() {
-        let attrs = vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.bb".to_vec(), vec![0u8; 300])];
+        let attrs = vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"user.bb".to_vec(), vec![0u8; 300]),
+        ];
         let mut b = vec![0u8; 4096];
         assert!(encode(&attrs, &mut b));
         assert_eq!(decode(&b).unwrap(), attrs);

@@ -22,8 +22,8 @@
 mod delayed;
 mod sync;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_bufcache::{Buf, BufRef, BufferCache};
@@ -47,13 +47,19 @@ pub struct Io {
 
 impl Io {
     pub fn new(cache: Arc<BufferCache>) -> Io {
-        Io { cache, unflushed: AtomicBool::new(false), data_allocs_pending: AtomicBool::new(false) }
+        Io {
+            cache,
+            unflushed: AtomicBool::new(false),
+            data_allocs_pending: AtomicBool::new(false),
+        }
     }
 
     /// Writes `bufs` after everything written before them is durable: the barrier that
     /// separates two ordered steps. Group blocks owed by the data path go first.
     pub fn write_ordered(&self, bufs: &[&BufRef]) -> Result<()> {
-        let has_pointers = bufs.iter().any(|b| matches!(b.kind(), kind::INODE | kind::INDIRECT));
+        let has_pointers = bufs
+            .iter()
+            .any(|b| matches!(b.kind(), kind::INODE | kind::INDIRECT));
         if has_pointers && self.data_allocs_pending.swap(false, Ordering::AcqRel) {
             self.write_groups()?;
         }
@@ -75,7 +81,8 @@ impl Io {
     }
 
     fn write_groups(&self) -> Result<()> {
-        self.cache.write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
+        self.cache
+            .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
         self.unflushed.store(true, Ordering::Release);
         Ok(())
     }
