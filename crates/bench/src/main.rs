@@ -159,6 +159,9 @@ struct WorkloadArgs {
     /// Print the phase results as JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// A word printed before each result line (e.g. the mode).
+    #[arg(long, default_value = "")]
+    label: String,
     #[command(flatten)]
     sizes: SizeArgs,
 }
@@ -522,7 +525,12 @@ fn cmd_workload(a: WorkloadArgs) -> Result<i32> {
                 .unwrap_or_else(|| "—".into())
         };
         println!(
-            "{:<14} {:>9} {}/s  ({} {} in {:.2} s)  device writes/op {}  flushes/op {}  FUSE requests/op {}",
+            "{}{:<14} {:>9} {}/s  ({} {} in {:.2} s)  device writes/op {}  flushes/op {}  FUSE requests/op {}",
+            if a.label.is_empty() {
+                String::new()
+            } else {
+                format!("{:<8}", a.label)
+            },
             p.phase,
             report::fmt_rate(p.rate),
             p.unit,

@@ -1,0 +1,46 @@
+# cairn's one task runner. On a fresh machine `make demo` and `make test` do everything:
+# each installs what is missing first (scripts/install-deps.sh, idempotent).
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+RELEASE := target/release
+# Extra arguments for `cairn-bench run`, e.g. BENCH_ARGS="--reps 5 --workloads create-unlink".
+BENCH_ARGS ?=
+FUZZ_SECS ?= 60
+
+.PHONY: all deps build demo test bench fuzz crash
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release -p cairn-cli -p cairn-bench
+
+# Mount an image in each mode, run a short metadata-heavy workload, print ops/s and device
+# writes/flushes per operation, unmount, fsck.
+demo: build
+	@bash scripts/demo.sh
+
+# fmt, clippy (warnings are errors), the whole workspace's tests including the heavy ones.
+test: deps
+	@bash scripts/test.sh
+
+# The docs/BENCHMARKS.md run: every target, every workload, 3 repetitions; results/<timestamp>/.
+bench: build
+	$(RELEASE)/cairn-bench run $(BENCH_ARGS)
+
+# Fuzz each cargo-fuzz target for FUZZ_SECS seconds.
+fuzz: deps
+	@if [ ! -d fuzz ]; then echo "fuzz: no fuzz/ directory yet (cargo fuzz targets not written)"; exit 1; fi
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	@for t in $$(cd fuzz && $(CARGO) fuzz list); do \
+		echo "== fuzz $$t ($(FUZZ_SECS) s)"; \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
+	done
+
+# Crash-consistency harness (kill -9 / power-cut schedules); not written yet.
+crash: deps
+	@if [ -d crates/crash ]; then $(CARGO) run --release -p cairn-crash; \
+	else echo "crash: the crash harness (crates/crash) is not written yet"; exit 1; fi
