@@ -67,31 +67,48 @@ impl Counters {
 
     /// Device write requests (not bytes).
     pub fn device_writes(&self) -> Option<f64> {
-        self.first(&["device.writes", "device.write_ops", "dev.writes", "writes"])
-            .or_else(|| {
-                self.find_leaf(|segs| {
-                    segs.last() == Some(&"writes") && segs.iter().any(|s| s.contains("dev"))
-                })
+        self.first(&[
+            "fs.device.writes",
+            "device.writes",
+            "device.write_ops",
+            "dev.writes",
+            "writes",
+        ])
+        .or_else(|| {
+            self.find_leaf(|segs| {
+                segs.last() == Some(&"writes") && segs.iter().any(|s| s.contains("dev"))
             })
+        })
     }
 
     /// Device flushes (durability barriers).
     pub fn device_flushes(&self) -> Option<f64> {
-        self.first(&["device.flushes", "dev.flushes", "flushes"])
-            .or_else(|| {
-                self.find_leaf(|segs| {
-                    segs.last() == Some(&"flushes") && segs.iter().any(|s| s.contains("dev"))
-                })
+        self.first(&[
+            "fs.device.flushes",
+            "device.flushes",
+            "dev.flushes",
+            "flushes",
+        ])
+        .or_else(|| {
+            self.find_leaf(|segs| {
+                segs.last() == Some(&"flushes") && segs.iter().any(|s| s.contains("dev"))
             })
+        })
     }
 
     pub fn device_reads(&self) -> Option<f64> {
-        self.first(&["device.reads", "device.read_ops", "dev.reads", "reads"])
-            .or_else(|| {
-                self.find_leaf(|segs| {
-                    segs.last() == Some(&"reads") && segs.iter().any(|s| s.contains("dev"))
-                })
+        self.first(&[
+            "fs.device.reads",
+            "device.reads",
+            "device.read_ops",
+            "dev.reads",
+            "reads",
+        ])
+        .or_else(|| {
+            self.find_leaf(|segs| {
+                segs.last() == Some(&"reads") && segs.iter().any(|s| s.contains("dev"))
             })
+        })
     }
 
     /// FUSE requests the kernel sent, all opcodes together. Prefers an explicit total; else sums
@@ -217,6 +234,19 @@ mod tests {
         );
         assert_eq!(c.fuse_requests(), Some(3.0));
         assert_eq!(Counters::default().fuse_requests(), None);
+    }
+
+    #[test]
+    fn cairn_stats_shape() {
+        let c = Counters::from_json(&serde_json::json!({
+            "fs": {"device": {"reads": 3, "writes": 10, "flushes": 1, "bytes_written": 40960}, "cache": {"hit_rate": 0.5}},
+            "fuse": {"total": 20, "requests": {"lookup": 4, "create": 16}},
+            "daemon": {"uptime_secs": 2.0, "image": "/x.img"},
+        }));
+        assert_eq!(c.device_reads(), Some(3.0));
+        assert_eq!(c.device_writes(), Some(10.0));
+        assert_eq!(c.device_flushes(), Some(1.0));
+        assert_eq!(c.fuse_requests(), Some(20.0));
     }
 
     #[test]
