@@ -1,1 +1,92 @@
-fn main() {}
+//! `cairn`: the one command of the toolkit.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use clap::{Parser, Subcommand};
+
+mod control;
+mod fsck;
+mod helper;
+mod inspect;
+mod mkfs;
+mod mount;
+mod runtime;
+mod stats;
+mod umount;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cairn",
+    version,
+    about = "cairn: FFS-style file systems in user space, over FUSE",
+    after_help = "Run `cairn help mount` for the mount options, the log file and the runtime files."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a file system on an image file or block device
+    Mkfs(mkfs::Args),
+    /// Check (and with -y repair) a file system
+    Fsck(fsck::Args),
+    /// Show on-disk structures: superblock, group N, inode N, dir PATH
+    Inspect(inspect::Args),
+    /// Mount an image; returns once the mount is ready (a daemon keeps serving it)
+    Mount(mount::Args),
+    /// Unmount and wait until the daemon has flushed everything and exited
+    #[command(alias = "unmount")]
+    Umount(umount::Args),
+    /// Live counters of a mounted file system
+    Stats(stats::Args),
+    /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
+    InstallHelper(helper::InstallArgs),
+}
+
+fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
+    let name = Path::new(argv0?).file_name()?.to_str()?;
+    Some(name.to_string())
+}
+
+fn main() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let translated = match invoked_as(argv.first()).as_deref() {
+        Some(helper::MOUNT_HELPER) => Some((helper::MOUNT_HELPER, helper::mount_args(&argv))),
+        Some(helper::UMOUNT_HELPER) => Some((helper::UMOUNT_HELPER, helper::umount_args(&argv))),
+        _ => None,
+    };
+    let argv = match translated {
+        None => argv,
+        Some((_, Ok(helper::Helper::Run(a)))) => a,
+        Some((_, Ok(helper::Helper::Exit(code)))) => std::process::exit(code),
+        Some((name, Err(e))) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1);
+        }
+    };
+    let cli = Cli::parse_from(argv);
+    // The mount command sets up its own logging (a file once it is a daemon).
+    if !matches!(cli.cmd, Cmd::Mount(_)) {
+        let env = env_logger::Env::default().default_filter_or("warn");
+        let _ = env_logger::Builder::from_env(env).try_init();
+    }
+    let result = match cli.cmd {
+        Cmd::Mount(a) => mount::run(a),
+        Cmd::Mkfs(a) => mkfs::run(a),
+        Cmd::Fsck(a) => fsck::run(a),
+        Cmd::Inspect(a) => inspect::run(a),
+        Cmd::Umount(a) => umount::run(a),
+        Cmd::Stats(a) => stats::run(a),
+        Cmd::InstallHelper(a) => helper::install(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("cairn: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

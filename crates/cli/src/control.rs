@@ -1,0 +1,136 @@
+//! The control socket of a mount daemon.
+//!
+//! Protocol: a Unix stream socket; the client writes one command per line, a command word
+//! followed by space-separated arguments (`stats`, `help`, ...); the daemon answers each
+//! line with exactly one line holding one JSON document. Failures are
+//! `{"error": "..."}`. New commands (the policy layer's) are added by registering a
+//! handler in [`Commands`]; clients that only know `stats` are unaffected.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use log::{debug, warn};
+use serde_json::{Value, json};
+
+pub type Handler = Box<dyn Fn(&[&str]) -> Value + Send + Sync>;
+
+/// The command table of one daemon.
+#[derive(Default)]
+pub struct Commands {
+    table: BTreeMap<&'static str, (&'static str, Handler)>,
+}
+
+impl Commands {
+    pub fn add(&mut self, name: &'static str, help: &'static str, h: Handler) {
+        self.table.insert(name, (help, h));
+    }
+
+    /// Answers one request line.
+    pub fn dispatch(&self, line: &str) -> Value {
+        let mut words = line.split_whitespace();
+        let Some(cmd) = words.next() else {
+            return json!({"error": "empty command"});
+        };
+        let args: Vec<&str> = words.collect();
+        if cmd == "help" {
+            let cmds: BTreeMap<_, _> = self.table.iter().map(|(k, (h, _))| (*k, *h)).collect();
+            return json!({ "commands": cmds });
+        }
+        match self.table.get(cmd) {
+            Some((_, h)) => h(&args),
+            None => json!({"error": format!("unknown command '{cmd}' (try 'help')")}),
+        }
+    }
+}
+
+/// Binds the socket (replacing a stale one: the caller holds the mount point's record lock,
+/// so no live daemon owns it) and serves it on a background thread.
+pub fn serve(path: &Path, commands: Commands) -> Result<()> {
+    let _ = std::fs::remove_file(path);
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    // Only the owner (root, for a root-made mount) may talk to the daemon.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let commands = Arc::new(commands);
+    std::thread::Builder::new()
+        .name("cairn-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => {
+                        if let Err(e) = session(s, &commands) {
+                            debug!("control connection: {e}");
+                        }
+                    }
+                    Err(e) => warn!("control socket accept: {e}"),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn session(s: UnixStream, commands: &Commands) -> std::io::Result<()> {
+    // A client that stops talking must not hold up the next one for long.
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut out = s.try_clone()?;
+    for line in BufReader::new(s).lines() {
+        let reply = commands.dispatch(&line?);
+        writeln!(out, "{reply}")?;
+    }
+    Ok(())
+}
+
+/// Sends one command to the daemon at `sock` and returns its JSON answer.
+pub fn request(sock: &Path, command: &str) -> Result<Value> {
+    let mut s = UnixStream::connect(sock)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    writeln!(s, "{command}")?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    if line.is_empty() {
+        bail!("the daemon closed the control connection without answering");
+    }
+    let v: Value = serde_json::from_str(&line).context("the daemon's answer is not JSON")?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        bail!("{e}");
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatch_routes_words_and_reports_unknown_commands() {
+        let mut c = Commands::default();
+        c.add(
+            "echo",
+            "echo the arguments",
+            Box::new(|a| json!({ "args": a })),
+        );
+        assert_eq!(c.dispatch("echo a  b"), json!({"args": ["a", "b"]}));
+        assert!(c.dispatch("nope").get("error").is_some());
+        assert!(c.dispatch("   ").get("error").is_some());
+        assert_eq!(c.dispatch("help")["commands"]["echo"], "echo the arguments");
+    }
+
+    #[test]
+    fn socket_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("s.sock");
+        let mut c = Commands::default();
+        c.add("stats", "counters", Box::new(|_| json!({"n": 7})));
+        serve(&sock, c).unwrap();
+        assert_eq!(request(&sock, "stats").unwrap()["n"], 7);
+        let e = request(&sock, "frobnicate").unwrap_err().to_string();
+        assert!(e.contains("unknown command"), "{e}");
+    }
+}

@@ -1,0 +1,203 @@
+//! The mount(8)/umount(8) helpers: `mount -t cairn IMAGE DIR` runs
+//! `/sbin/mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]`, and `umount DIR` of a `fuse.cairn`
+//! mount runs `/sbin/umount.fuse.cairn DIR [-flnrv]`. Both are symlinks to `cairn`
+//! (`cairn install-helper`), which recognises them by its argv[0] and turns them into
+//! `cairn mount` / `cairn umount` (the latter waits for the final flush, which plain
+//! umount(2) does not).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+pub const MOUNT_HELPER: &str = "mount.cairn";
+pub const UMOUNT_HELPER: &str = "umount.fuse.cairn";
+
+/// What a helper invocation amounts to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Helper {
+    /// Run `cairn` with these arguments (argv[0] included).
+    Run(Vec<OsString>),
+    /// Exit at once with this code (mount's -f "fake" mode).
+    Exit(i32),
+}
+
+/// Parsed helper arguments: bare flags, flags with values, positionals.
+type Parsed = (Vec<char>, Vec<(char, String)>, Vec<OsString>);
+
+/// Flag clusters like `-sv` and options with attached or separate values (`-oro`, `-o ro`).
+fn parse_flags(argv: &[OsString], with_value: &[char]) -> Result<Parsed, String> {
+    let (mut flags, mut values, mut pos) = (Vec::new(), Vec::new(), Vec::new());
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if !s.starts_with('-') || s.len() == 1 {
+            pos.push(a.clone());
+            continue;
+        }
+        for (i, c) in s[1..].char_indices() {
+            if with_value.contains(&c) {
+                let rest = &s[1 + i + c.len_utf8()..];
+                let v = if rest.is_empty() {
+                    it.next()
+                        .ok_or(format!("option -{c} needs a value"))?
+                        .to_string_lossy()
+                        .into_owned()
+                } else {
+                    rest.to_string()
+                };
+                values.push((c, v));
+                break;
+            }
+            flags.push(c);
+        }
+    }
+    Ok((flags, values, pos))
+}
+
+/// `mount.cairn SOURCE DIR [-sfnvrw] [-o OPTIONS] [-t TYPE]` → `cairn mount ...`.
+pub fn mount_args(argv: &[OsString]) -> Result<Helper, String> {
+    let (flags, values, pos) = parse_flags(argv, &['o', 't', 'N'])?;
+    let [source, dir] = <[OsString; 2]>::try_from(pos)
+        .map_err(|_| "usage: mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]".to_string())?;
+    let mut opts: Vec<String> = Vec::new();
+    let mut sloppy = false;
+    for f in flags {
+        match f {
+            'f' => return Ok(Helper::Exit(0)),
+            's' => sloppy = true,
+            'n' | 'v' => {}
+            'r' => opts.push("ro".into()),
+            'w' => opts.push("rw".into()),
+            c => return Err(format!("unknown flag -{c}")),
+        }
+    }
+    for (c, v) in values {
+        match c {
+            'o' => opts.push(v),
+            'N' => return Err("mount namespaces (-N) are not supported".into()),
+            _ => {} // -t cairn: we know.
+        }
+    }
+    let mut out: Vec<OsString> = vec!["cairn".into(), "mount".into()];
+    if sloppy {
+        out.push("--sloppy".into());
+    }
+    let opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
+    if !opts.is_empty() {
+        out.push("-o".into());
+        out.push(opts.join(",").into());
+    }
+    out.push(source);
+    out.push(dir);
+    Ok(Helper::Run(out))
+}
+
+/// `umount.fuse.cairn DIR [-flnrv] [-t TYPE]` → `cairn umount [-l] DIR`.
+pub fn umount_args(argv: &[OsString]) -> Result<Helper, String> {
+    let (flags, values, pos) = parse_flags(argv, &['t', 'N'])?;
+    if values.iter().any(|(c, _)| *c == 'N') {
+        return Err("mount namespaces (-N) are not supported".into());
+    }
+    let [dir] = <[OsString; 1]>::try_from(pos)
+        .map_err(|_| "usage: umount.fuse.cairn DIR [-l]".to_string())?;
+    let mut out: Vec<OsString> = vec!["cairn".into(), "umount".into()];
+    if flags.contains(&'l') {
+        out.push("--lazy".into());
+    }
+    out.push(dir);
+    Ok(Helper::Run(out))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InstallArgs {
+    /// Directory for the helper symlinks
+    #[arg(long, default_value = "/sbin")]
+    pub prefix: PathBuf,
+}
+
+/// Creates `PREFIX/mount.cairn` and `PREFIX/umount.fuse.cairn`, symlinks to this binary.
+pub fn install(args: InstallArgs) -> Result<i32> {
+    let exe = std::env::current_exe().context("cannot find the cairn binary")?;
+    let exe = exe.canonicalize().unwrap_or(exe);
+    std::fs::create_dir_all(&args.prefix)?;
+    for name in [MOUNT_HELPER, UMOUNT_HELPER] {
+        let link = args.prefix.join(name);
+        replace_symlink(&exe, &link)?;
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    Ok(0)
+}
+
+fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(link) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(link)?,
+        Ok(_) => bail!(
+            "{} exists and is not a symlink; not replacing it",
+            link.display()
+        ),
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("cannot create {}", link.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn mount_helper_translates_like_mount_dot_fuse() {
+        assert_eq!(
+            mount_args(&v(&[
+                "mount.cairn",
+                "/img",
+                "/mnt",
+                "-o",
+                "rw,mode=async",
+                "-n"
+            ])),
+            Ok(Helper::Run(v(&[
+                "cairn",
+                "mount",
+                "-o",
+                "rw,mode=async",
+                "/img",
+                "/mnt"
+            ])))
+        );
+        assert_eq!(
+            mount_args(&v(&[
+                "mount.cairn",
+                "-sv",
+                "-oro",
+                "/img",
+                "/mnt",
+                "-t",
+                "cairn"
+            ])),
+            Ok(Helper::Run(v(&[
+                "cairn", "mount", "--sloppy", "-o", "ro", "/img", "/mnt"
+            ])))
+        );
+        assert_eq!(
+            mount_args(&v(&["mount.cairn", "/img", "/mnt", "-f"])),
+            Ok(Helper::Exit(0))
+        );
+        assert!(mount_args(&v(&["mount.cairn", "/img"])).is_err());
+        assert!(mount_args(&v(&["mount.cairn", "/img", "/mnt", "-o"])).is_err());
+    }
+
+    #[test]
+    fn umount_helper_keeps_lazy() {
+        assert_eq!(
+            umount_args(&v(&["umount.fuse.cairn", "/mnt", "-l", "-t", "fuse.cairn"])),
+            Ok(Helper::Run(v(&["cairn", "umount", "--lazy", "/mnt"])))
+        );
+        assert!(umount_args(&v(&["umount.fuse.cairn"])).is_err());
+    }
+}

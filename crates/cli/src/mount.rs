@@ -1,0 +1,490 @@
+//! `cairn mount`: open an image, mount it over FUSE, serve it as a daemon.
+//!
+//! The command forks before anything else runs (no thread may exist at fork time). The
+//! child becomes the daemon: it starts a new session, opens the image, mounts, creates the
+//! runtime record and control socket, and only then writes "OK" into a pipe; the parent
+//! waits on that pipe and exits 0, so when `cairn mount` returns the mount is live and in
+//! /proc/self/mountinfo. Any failure before that point travels up the pipe as one line
+//! that the parent prints, exiting 1.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use cairn_ffs::MountOptions;
+use cairn_fuse::{FuseOptions, Server, Unmounter};
+use cairn_vfs::FileSystem;
+use log::{error, info, warn};
+use nix::sys::signal::{SigSet, Signal};
+use serde_json::{Value, json};
+
+use crate::{control, runtime};
+
+pub const MOUNT_HELP: &str = "\
+Options (-o, comma-separated, repeatable):
+  mode=sync|async     metadata-update mode (default sync); bare 'sync'/'async' mean the same
+  cache=SIZE          buffer-cache budget (default 256M)
+  syncer=SECS         interval of the syncer thread (default: the mode's, 30 s for async)
+  ro / rw             read-only / read-write
+  threads=N           FUSE request threads (default 2)
+  allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
+  writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
+  suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
+  log=PATH            the daemon's log file
+  record=PATH         accepted, not yet wired (device trace recording)
+Options mount(8) passes (defaults, auto, noauto, user, users, nofail, _netdev, x-*, ...)
+are ignored.
+
+The daemon logs to RUNTIME/<mount point>.log, where RUNTIME is /run/cairn for root
+($XDG_RUNTIME_DIR/cairn or /tmp/cairn-UID otherwise; $CAIRN_RUNTIME_DIR overrides); with
+-f it logs to stderr. RUST_LOG sets the level (default info). Its pid file and control
+socket (used by `cairn umount` and `cairn stats`) live in the same directory.
+SIGTERM or SIGINT makes the daemon flush everything, unmount and exit 0.";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = MOUNT_HELP)]
+pub struct Args {
+    /// Mount options, comma-separated (see below)
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground and log to stderr
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Drop unknown options with a warning instead of failing (mount -s)
+    #[arg(long, hide = true)]
+    pub sloppy: bool,
+    /// Serve an empty in-memory file system instead of an image (a testing aid; IMAGE is
+    /// only a label)
+    #[arg(long, hide = true)]
+    pub memory: bool,
+    /// The image file or block device
+    pub image: PathBuf,
+    /// Where to mount it
+    pub mountpoint: PathBuf,
+}
+
+/// What `-o` asked of each layer.
+#[derive(Debug)]
+pub struct Plan {
+    pub ffs: MountOptions,
+    pub fuse: FuseOptions,
+    pub log: Option<PathBuf>,
+    pub record: Option<PathBuf>,
+}
+
+/// Options mount(8) and fstab use that mean nothing to cairn.
+fn ignored(key: &str) -> bool {
+    matches!(
+        key,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "nouser"
+            | "users"
+            | "owner"
+            | "group"
+            | "nofail"
+            | "_netdev"
+            | "comment"
+            | "loop"
+            | "nodiratime"
+            | "diratime"
+            | "lazytime"
+            | "nolazytime"
+            | "silent"
+            | "loud"
+    ) || key.starts_with("x-")
+}
+
+pub fn parse_options(list: &[String], sloppy: bool) -> Result<Plan> {
+    let mut plan = Plan {
+        ffs: MountOptions::default(),
+        fuse: FuseOptions::default(),
+        log: None,
+        record: None,
+    };
+    for item in list
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+    {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (item, None),
+        };
+        if ignored(key) {
+            continue;
+        }
+        match key {
+            "ro" | "rw" => {
+                plan.fuse.read_only = key == "ro";
+                plan.ffs.set(key, None).map_err(|e| anyhow!(e))?;
+                continue;
+            }
+            // fstab's generic sync/async flags pick the matching metadata-update mode.
+            "sync" | "async" if value.is_none() => {
+                plan.ffs.set("mode", Some(key)).map_err(|e| anyhow!(e))?;
+                continue;
+            }
+            "log" => {
+                plan.log = Some(
+                    value
+                        .ok_or_else(|| anyhow!("option 'log' needs a path"))?
+                        .into(),
+                );
+                continue;
+            }
+            "record" => {
+                plan.record = Some(
+                    value
+                        .ok_or_else(|| anyhow!("option 'record' needs a path"))?
+                        .into(),
+                );
+                continue;
+            }
+            _ => {}
+        }
+        if plan.fuse.set(key, value).map_err(|e| anyhow!(e))? {
+            continue;
+        }
+        if let Err(e) = plan.ffs.set(key, value) {
+            if sloppy {
+                eprintln!("cairn: ignoring option '{item}': {e}");
+            } else {
+                bail!("{e}");
+            }
+        }
+    }
+    Ok(plan)
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let mut plan = parse_options(&args.options, args.sloppy)?;
+    let shown = args.image.display().to_string();
+    let image = if args.memory {
+        args.image.clone()
+    } else {
+        args.image
+            .canonicalize()
+            .with_context(|| format!("cannot mount {shown}"))?
+    };
+    let mountpoint = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("bad mount point {}", args.mountpoint.display()))?;
+    if !mountpoint.is_dir() {
+        bail!(
+            "bad mount point {}: not a directory",
+            args.mountpoint.display()
+        );
+    }
+    if plan.fuse.fsname.is_empty() {
+        plan.fuse.fsname = image.display().to_string();
+    }
+    let job = Job {
+        plan,
+        image,
+        shown,
+        mountpoint,
+        memory: args.memory,
+    };
+    if args.foreground {
+        init_log(None);
+        let daemon = job.start()?;
+        return Ok(daemon.serve());
+    }
+    daemonize(job)
+}
+
+struct Job {
+    plan: Plan,
+    image: PathBuf,
+    /// The image as the user typed it, for messages.
+    shown: String,
+    mountpoint: PathBuf,
+    memory: bool,
+}
+
+fn init_log(file: Option<&Path>) {
+    let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    b.format_timestamp_millis();
+    if let Some(p) = file
+        && let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+    {
+        b.target(env_logger::Target::Pipe(Box::new(f)));
+    }
+    let _ = b.try_init();
+}
+
+fn daemonize(job: Job) -> Result<i32> {
+    use nix::unistd::{ForkResult, fork};
+    let (rd, wr) = nix::unistd::pipe()?;
+    #[allow(unsafe_code)]
+    // SAFETY: the process is single-threaded here (argument parsing only; the logger is
+    // initialised in the child), so the child may run arbitrary code after fork.
+    let forked = unsafe { fork() }.context("fork")?;
+    match forked {
+        ForkResult::Parent { child } => {
+            drop(wr);
+            let mut answer = String::new();
+            let _ = std::fs::File::from(rd).read_to_string(&mut answer);
+            if answer.starts_with("OK") {
+                return Ok(0);
+            }
+            let _ = nix::sys::wait::waitpid(child, None);
+            match answer.strip_prefix("ERR ") {
+                Some(msg) => eprintln!("cairn: {}", msg.trim_end()),
+                None => eprintln!(
+                    "cairn: the mount daemon exited before the mount was ready (see {})",
+                    job.log_path().display()
+                ),
+            }
+            Ok(1)
+        }
+        ForkResult::Child => {
+            drop(rd);
+            std::process::exit(daemon_main(job, wr));
+        }
+    }
+}
+
+impl Job {
+    fn log_path(&self) -> PathBuf {
+        self.plan
+            .log
+            .clone()
+            .unwrap_or_else(|| runtime::paths(&self.mountpoint).log)
+    }
+
+    /// Mounts and starts the helper threads; the mount is live when this returns.
+    fn start(self) -> Result<Daemon> {
+        // Signals go to the one thread that waits for them; block them before any thread
+        // exists so every later thread inherits the mask.
+        let mut signals = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            signals.add(s);
+        }
+        signals.thread_block().context("blocking signals")?;
+
+        let mut record = runtime::Record::claim(&self.mountpoint)?;
+        if self.plan.record.is_some() {
+            warn!("record= is accepted but not wired yet; no trace will be written");
+        }
+        let fs: Arc<dyn FileSystem> = if self.memory {
+            Arc::new(cairn_fuse::memfs::MemFs::default())
+        } else {
+            cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
+                .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?
+        };
+        let server = match Server::mount(fs.clone(), &self.mountpoint, &self.plan.fuse) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = fs.destroy();
+                record.remove();
+                bail!(
+                    "cannot mount {} on {}: {e}",
+                    self.shown,
+                    self.mountpoint.display()
+                );
+            }
+        };
+        record.write_info(&self.image, &self.mountpoint)?;
+        let unmounter = server.unmounter();
+        let commands = commands(&self, fs.clone(), &server);
+        if let Err(e) = control::serve(&record.paths.sock, commands) {
+            warn!("no control socket: {e:#}");
+        }
+        let u = unmounter.clone();
+        std::thread::Builder::new()
+            .name("cairn-signals".into())
+            .spawn(move || signal_loop(signals, u))?;
+        info!(
+            "mounted {} on {} (mode {}, {} FUSE threads)",
+            self.shown,
+            self.mountpoint.display(),
+            self.plan.ffs.mode,
+            self.plan.fuse.threads
+        );
+        Ok(Daemon {
+            server,
+            record,
+            mountpoint: self.mountpoint,
+        })
+    }
+}
+
+fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Commands {
+    let mut c = control::Commands::default();
+    let counts = server.counts();
+    let started = Instant::now();
+    let info = json!({
+        "pid": std::process::id(),
+        "image": job.image.display().to_string(),
+        "mountpoint": job.mountpoint.display().to_string(),
+        "mode": job.plan.ffs.mode,
+        "fuse_threads": job.plan.fuse.threads,
+    });
+    c.add(
+        "stats",
+        "live counters: the file system's, the FUSE requests per opcode, the daemon's",
+        Box::new(move |_| {
+            let raw = fs.stats_json();
+            let fs_stats = serde_json::from_str::<Value>(&raw).unwrap_or(Value::String(raw));
+            let mut daemon = info.clone();
+            daemon["uptime_secs"] = json!(started.elapsed().as_secs_f64());
+            json!({ "fs": fs_stats, "fuse": counts.to_json(), "daemon": daemon })
+        }),
+    );
+    c.add(
+        "ping",
+        "is the daemon alive",
+        Box::new(|_| json!({"ok": true, "pid": std::process::id()})),
+    );
+    let u = server.unmounter();
+    c.add(
+        "umount",
+        "unmount (lazily if busy); the daemon flushes and exits",
+        Box::new(move |_| match u.unmount() {
+            Ok(()) => json!({"ok": true}),
+            Err(e) => json!({"error": format!("unmount: {e}")}),
+        }),
+    );
+    c
+}
+
+fn signal_loop(signals: SigSet, unmounter: Unmounter) {
+    loop {
+        match signals.wait() {
+            Ok(Signal::SIGHUP) => info!("SIGHUP ignored"),
+            Ok(sig) => {
+                info!("{sig}: flushing and unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    error!("unmount after {sig}: {e}");
+                }
+            }
+            Err(e) => {
+                error!("waiting for signals: {e}");
+                return;
+            }
+        }
+    }
+}
+
+struct Daemon {
+    server: Server,
+    record: runtime::Record,
+    mountpoint: PathBuf,
+}
+
+impl Daemon {
+    /// Serves until unmounted; returns the exit code.
+    fn serve(self) -> i32 {
+        let Daemon {
+            server,
+            record,
+            mountpoint,
+        } = self;
+        let r = server.run();
+        record.remove();
+        match r {
+            Ok(()) => {
+                info!("{} unmounted; everything flushed", mountpoint.display());
+                0
+            }
+            Err(e) => {
+                error!("{}: {e}", mountpoint.display());
+                eprintln!("cairn: {}: {e}", mountpoint.display());
+                1
+            }
+        }
+    }
+}
+
+/// The forked child: becomes the daemon, reports readiness through `ready`.
+fn daemon_main(job: Job, ready: OwnedFd) -> i32 {
+    let mut ready = std::fs::File::from(ready);
+    let log = job.log_path();
+    if let Err(e) = detach(&log) {
+        let _ = writeln!(ready, "ERR cannot daemonize: {e:#}");
+        return 1;
+    }
+    init_log(Some(&log));
+    match job.start() {
+        Ok(daemon) => {
+            let _ = ready.write_all(b"OK\n");
+            drop(ready);
+            daemon.serve()
+        }
+        Err(e) => {
+            error!("{e:#}");
+            let _ = writeln!(ready, "ERR {}", format!("{e:#}").replace('\n', " "));
+            1
+        }
+    }
+}
+
+/// New session, `/` as the working directory (so the daemon pins no mount), standard
+/// streams on /dev/null.
+fn detach(log: &Path) -> Result<()> {
+    nix::unistd::setsid()?;
+    nix::unistd::chdir("/")?;
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    nix::unistd::dup2_stdout(&null)?;
+    nix::unistd::dup2_stderr(&null)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(s: &str) -> Result<Plan> {
+        parse_options(&[s.to_string()], false)
+    }
+
+    #[test]
+    fn options_go_to_the_right_layer() {
+        let p = plan(
+            "mode=async,cache=64M,threads=3,ro,noexec,defaults,noauto,_netdev,x-systemd.foo=1",
+        )
+        .unwrap();
+        assert_eq!(p.ffs.mode, "async");
+        assert_eq!(p.ffs.cache_bytes, 64 << 20);
+        assert!(p.ffs.read_only && p.fuse.read_only);
+        assert_eq!(p.fuse.threads, 3);
+        assert!(!p.fuse.exec);
+        let p = plan("sync,log=/tmp/x.log,record=/tmp/t").unwrap();
+        assert_eq!(p.ffs.mode, "sync");
+        assert_eq!(p.log.as_deref(), Some(Path::new("/tmp/x.log")));
+        assert!(plan("async").unwrap().ffs.mode == "async");
+    }
+
+    #[test]
+    fn unknown_options_fail_unless_sloppy() {
+        let e = plan("frobnicate").unwrap_err().to_string();
+        assert!(e.contains("frobnicate"), "{e}");
+        assert!(plan("mode=turbo").is_err());
+        assert!(plan("threads=0").is_err());
+        assert!(
+            parse_options(&["frobnicate,mode=async".into()], true)
+                .unwrap()
+                .ffs
+                .mode
+                == "async"
+        );
+    }
+}

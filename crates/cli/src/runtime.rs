@@ -1,0 +1,224 @@
+//! The runtime record of a mount: how `cairn umount` and `cairn stats` find the daemon.
+//!
+//! For a mount point `/mnt/data` the daemon keeps, in the runtime directory
+//! (`/run/cairn` for root, `$XDG_RUNTIME_DIR/cairn` or `/tmp/cairn-UID` otherwise,
+//! `$CAIRN_RUNTIME_DIR` if set):
+//!
+//! - `mnt-data.pid`: pid, image and mount point, one per line. The daemon holds an exclusive
+//!   flock on it for its whole life, so "wait until the daemon is gone" is "take the lock"
+//!   (no polling, no pid-reuse races), and a second daemon for the same mount point is
+//!   refused.
+//! - `mnt-data.sock`: the control socket (see `control`).
+//! - `mnt-data.log`: the daemon's log (kept after exit).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use nix::fcntl::{Flock, FlockArg};
+
+pub fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CAIRN_RUNTIME_DIR") {
+        return PathBuf::from(d);
+    }
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        return PathBuf::from("/run/cairn");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("cairn"),
+        None => PathBuf::from(format!("/tmp/cairn-{uid}")),
+    }
+}
+
+/// A file name for a mount point: `/` becomes `-`, bytes other than `[A-Za-z0-9._]` become
+/// `%XX`; over-long names are cut and suffixed with a hash of the whole path.
+pub fn escape(mountpoint: &Path) -> String {
+    let bytes = mountpoint.as_os_str().as_bytes();
+    let trimmed = bytes.strip_prefix(b"/").unwrap_or(bytes);
+    let mut s = String::new();
+    for &b in trimmed {
+        match b {
+            b'/' => s.push('-'),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' => s.push(b as char),
+            _ => s.push_str(&format!("%{b:02X}")),
+        }
+    }
+    if s.is_empty() || s.starts_with('.') {
+        s.insert(0, '-');
+    }
+    if s.len() > 200 {
+        // FNV-1a: stable across builds, unlike std's hasher.
+        let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        s.truncate(180);
+        s.push_str(&format!("~{h:016x}"));
+    }
+    s
+}
+
+/// The canonical form of a mount point as the daemon records it. A dead FUSE mount cannot be
+/// stat'ed (ENOTCONN), so only its parent is resolved.
+pub fn canonical_mountpoint(p: &Path) -> Result<PathBuf> {
+    if let Ok(c) = p.canonicalize() {
+        return Ok(c);
+    }
+    let abs = std::path::absolute(p).with_context(|| format!("bad path {}", p.display()))?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent
+            .canonicalize()
+            .unwrap_or(parent.to_path_buf())
+            .join(name)),
+        _ => Ok(abs),
+    }
+}
+
+pub struct Paths {
+    pub pid: PathBuf,
+    pub sock: PathBuf,
+    pub log: PathBuf,
+}
+
+pub fn paths(mountpoint: &Path) -> Paths {
+    paths_in(&runtime_dir(), mountpoint)
+}
+
+fn paths_in(dir: &Path, mountpoint: &Path) -> Paths {
+    let base = escape(mountpoint);
+    Paths {
+        pid: dir.join(format!("{base}.pid")),
+        sock: dir.join(format!("{base}.sock")),
+        log: dir.join(format!("{base}.log")),
+    }
+}
+
+/// The daemon's claim on a mount point, held until the process exits.
+pub struct Record {
+    lock: Flock<File>,
+    pub paths: Paths,
+}
+
+impl Record {
+    /// Takes the pid-file lock for `mountpoint`, refusing if a live daemon holds it.
+    pub fn claim(mountpoint: &Path) -> Result<Record> {
+        Record::claim_in(&runtime_dir(), mountpoint)
+    }
+
+    fn claim_in(dir: &Path, mountpoint: &Path) -> Result<Record> {
+        let paths = paths_in(dir, mountpoint);
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        loop {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&paths.pid)
+                .with_context(|| format!("cannot create {}", paths.pid.display()))?;
+            let lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => l,
+                Err((mut f, _)) => {
+                    let mut who = String::new();
+                    let _ = f.read_to_string(&mut who);
+                    let pid = who.lines().next().unwrap_or("?").to_string();
+                    bail!(
+                        "{} is already served by a cairn daemon (pid {pid})",
+                        mountpoint.display()
+                    );
+                }
+            };
+            // A daemon that just exited removes its pid file while still holding the lock;
+            // if we locked that unlinked file, start over with the new one.
+            let same = std::fs::metadata(&paths.pid)
+                .is_ok_and(|m| m.ino() == lock.metadata().map(|l| l.ino()).unwrap_or(0));
+            if same {
+                lock.set_len(0)?;
+                return Ok(Record { lock, paths });
+            }
+        }
+    }
+
+    pub fn write_info(&mut self, image: &Path, mountpoint: &Path) -> Result<()> {
+        let text = format!(
+            "{}\n{}\n{}\n",
+            std::process::id(),
+            image.display(),
+            mountpoint.display()
+        );
+        self.lock.set_len(0)?;
+        (&*self.lock).write_all(text.as_bytes())?;
+        Ok(())
+    }
+
+    /// Removes the pid file and the socket (the lock goes with the process).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.paths.sock);
+        let _ = std::fs::remove_file(&self.paths.pid);
+    }
+}
+
+/// Opens the pid file of the daemon serving `mountpoint`, if there is one.
+pub fn open_record(mountpoint: &Path) -> Option<File> {
+    File::open(paths(mountpoint).pid).ok()
+}
+
+/// Blocks until the daemon that owns this pid file has exited.
+pub fn wait_for_exit(f: File) -> Result<()> {
+    loop {
+        match Flock::lock(f.try_clone()?, FlockArg::LockShared) {
+            Ok(_) => return Ok(()),
+            Err((_, nix::errno::Errno::EINTR)) => continue,
+            Err((_, e)) => bail!("waiting for the daemon: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_is_flat_and_distinct() {
+        assert_eq!(escape(Path::new("/mnt/data")), "mnt-data");
+        assert_eq!(escape(Path::new("/")), "-");
+        assert_eq!(escape(Path::new("/a b/é")), "a%20b-%C3%A9");
+        assert_eq!(escape(Path::new("/.hidden")), "-.hidden");
+        assert_ne!(escape(Path::new("/a-b")), escape(Path::new("/a/b")));
+        let long = format!("/{}", "x".repeat(500));
+        let e = escape(Path::new(&long));
+        assert!(e.len() < 255);
+        assert_ne!(e, escape(Path::new(&format!("{long}y"))));
+    }
+
+    #[test]
+    fn a_second_claim_is_refused_and_waiters_wake_on_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let mp = Path::new("/some/mount");
+        let mut r = Record::claim_in(dir.path(), mp).unwrap();
+        r.write_info(Path::new("/img"), mp).unwrap();
+        let err = Record::claim_in(dir.path(), mp).err().unwrap().to_string();
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        let f = File::open(&r.paths.pid).unwrap();
+        let text = std::fs::read_to_string(&r.paths.pid).unwrap();
+        assert_eq!(
+            text.lines().next(),
+            Some(std::process::id().to_string().as_str())
+        );
+        let waiter = std::thread::spawn(move || wait_for_exit(f));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !waiter.is_finished(),
+            "waiting must block while the daemon holds the lock"
+        );
+        r.remove();
+        drop(r);
+        waiter.join().unwrap().unwrap();
+    }
+}
