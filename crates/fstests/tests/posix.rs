@@ -684,6 +684,28 @@ fn rename_cases() {
             ino(&p2),
             "readdir '..' of the moved dir names the new parent"
         );
+        // A directory over an empty directory in another parent: the new parent keeps its
+        // count (one subdir replaced by another), the old parent loses one.
+        fs::create_dir(p1.join("mover")).unwrap();
+        fs::create_dir(p2.join("empty")).unwrap();
+        let (n1, n2) = (nlink(&p1), nlink(&p2));
+        expect_ok(
+            fs::rename(p1.join("mover"), p2.join("empty")),
+            "rename dir over an empty dir across parents",
+        );
+        assert_eq!(
+            nlink(&p1),
+            n1 - 1,
+            "old parent loses a link (dir over empty dir across parents)"
+        );
+        assert_eq!(
+            nlink(&p2),
+            n2,
+            "new parent's link count unchanged (dir over empty dir across parents)"
+        );
+        assert_eq!(ino(&p2.join("empty/..")), ino(&p2));
+        fs::remove_dir(p2.join("empty")).unwrap();
+        assert_eq!(nlink(&p2), n2 - 1);
         expect_ok(
             fs::rename(p1.join("b"), p2.join("b")),
             "rename file across parents",
