@@ -414,7 +414,7 @@ impl Checker<'_> {
             }
         }
         let mut changed = bad_crc;
-        let mut walk = Walk { ino, kind, size: d.size, count: 0, last: None, bad: 0, beyond: 0, dups: 0 };
+        let mut walk = Walk { ino, kind, count: 0, last: None, bad: 0, beyond: 0, dups: 0 };
         let has_tree = matches!(kind, K_DIR | K_REG) || (kind == K_LNK && d.fast_link.is_none());
         if has_tree {
             for i in 0..NDIRECT {
@@ -449,7 +449,7 @@ impl Checker<'_> {
             self.corrupt(Pass::Inodes, format!("inode {ino}: {} blocks already claimed by another file; dropped", walk.dups));
         }
         if walk.beyond > 0 {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: {} blocks beyond end of file (size {}); freed", walk.beyond, d.size));
+            self.corrupt(Pass::Inodes, format!("inode {ino}: symlink maps {} blocks beyond its first; freed", walk.beyond));
         }
         if d.xattr != 0 {
             let ok = match self.claim(d.xattr) {
@@ -508,12 +508,10 @@ impl Checker<'_> {
 
     /// A data pointer at logical block `lblk`; false if it must be dropped.
     fn data_ptr(&mut self, w: &mut Walk, p: u64, lblk: u64) -> bool {
-        let bs = self.bs as u64;
-        let beyond = match w.kind {
-            K_REG => lblk.saturating_mul(bs) >= w.size,
-            K_LNK => lblk > 0,
-            _ => false,
-        };
+        // A regular file may own blocks past its size: fallocate(FALLOC_FL_KEEP_SIZE)
+        // preallocates them, and the engine zeroes them when it hands them out. A slow
+        // symlink owns exactly its first block.
+        let beyond = w.kind == K_LNK && lblk > 0;
         if beyond && self.g.is_data_block(p) && !self.used.get(p) {
             w.beyond += 1;
             return false;
@@ -553,9 +551,8 @@ impl Checker<'_> {
             }
             return Ok(false);
         }
-        let bs = self.bs as u64;
-        if w.kind == K_REG && base.saturating_mul(bs) >= w.size || w.kind == K_LNK {
-            // The whole subtree lies beyond EOF: release it like truncate would.
+        if w.kind == K_LNK {
+            // The whole subtree lies beyond a symlink's one block: release it.
             self.used.set(p, false);
             w.beyond += 1;
             return Ok(false);
@@ -1474,7 +1471,6 @@ impl Checker<'_> {
 struct Walk {
     ino: u64,
     kind: u8,
-    size: u64,
     /// Blocks kept (data and index).
     count: u64,
     /// Highest logical data block kept.
