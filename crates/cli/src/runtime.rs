@@ -167,13 +167,38 @@ pub fn open_record(mountpoint: &Path) -> Option<File> {
 }
 
 /// Blocks until the daemon that owns this pid file has exited.
-pub fn wait_for_exit(f: File) -> Result<()> {
+pub fn wait_for_exit(mut f: File) -> Result<()> {
+    let mut text = String::new();
+    let _ = f.read_to_string(&mut text);
+    let pid: Option<u32> = text.lines().next().and_then(|l| l.trim().parse().ok());
     loop {
         match Flock::lock(f.try_clone()?, FlockArg::LockShared) {
-            Ok(_) => return Ok(()),
+            Ok(_) => break,
             Err((_, nix::errno::Errno::EINTR)) => continue,
             Err((_, e)) => bail!("waiting for the daemon: {e}"),
         }
+    }
+    // The lock is released when the exiting daemon closes its files, a moment before the
+    // process is gone; wait out that moment so "returned" really means "exited".
+    if let Some(pid) = pid.filter(|&p| p != std::process::id()) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while process_alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+/// Running and not a zombie (a daemon reparented to a PID 1 that does not reap stays one).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
     }
 }
 

@@ -2,6 +2,7 @@
 //! is complete when the command returns.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use nix::errno::Errno;
@@ -19,6 +20,23 @@ pub struct Args {
     pub mountpoint: PathBuf,
 }
 
+/// The kernel sends FUSE RELEASE asynchronously and the closed file keeps the mount busy
+/// until the daemon has answered, so a umount right after a close can see EBUSY for a
+/// moment. Retry briefly before calling the mount busy.
+fn umount_retrying_busy(mp: &std::path::Path, flags: MntFlags) -> nix::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match nix::mount::umount2(mp, flags) {
+            Err(Errno::EBUSY) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<i32> {
     let mp = runtime::canonical_mountpoint(&args.mountpoint)?;
     let shown = args.mountpoint.display();
@@ -29,7 +47,7 @@ pub fn run(args: Args) -> Result<i32> {
     } else {
         MntFlags::empty()
     };
-    match nix::mount::umount2(&mp, flags) {
+    match umount_retrying_busy(&mp, flags) {
         Ok(()) => {}
         Err(Errno::EBUSY) => {
             bail!("cannot unmount {shown}: target is busy (close what uses it, or use --lazy)")

@@ -1,0 +1,318 @@
+//! The `cairn` command end to end: argument errors, the mount daemon's life cycle
+//! (ready on return, umount waits, SIGTERM), stats, and the mount(8) helper.
+//!
+//! Mount tests need root and /dev/fuse (CI runs as root). Each test has its own runtime
+//! directory (CAIRN_RUNTIME_DIR), so they run in parallel without seeing each other.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("mnt")).unwrap();
+        Env { dir }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.p("mnt")
+    }
+
+    fn cairn(&self, args: &[&str]) -> Output {
+        Command::new(CAIRN)
+            .args(args)
+            .env("CAIRN_RUNTIME_DIR", self.p("run"))
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> Output {
+        let o = self.cairn(args);
+        assert!(
+            o.status.success(),
+            "cairn {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    }
+
+    /// A fresh 64 MiB image named `disk.img`.
+    fn image(&self) -> &Self {
+        self.ok(&["mkfs", "disk.img", "--size", "64M"]);
+        self
+    }
+
+    fn mounted(&self) -> bool {
+        let m = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mp = self.mnt().canonicalize().unwrap_or(self.mnt());
+        m.lines()
+            .any(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap()))
+    }
+
+    fn daemon_pid(&self) -> i32 {
+        let dir = self.p("run");
+        let pidfile = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pid"))
+            .expect("a pid file in the runtime directory");
+        fs::read_to_string(pidfile)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if self.mounted() {
+            let _ = nix::mount::umount2(&self.mnt(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Alive and not a zombie (a daemon reparented to a PID 1 that does not reap stays one).
+fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn argument_errors_exit_nonzero_with_a_message() {
+    let e = Env::new();
+    assert_eq!(e.cairn(&[]).status.code(), Some(2));
+    assert_eq!(e.cairn(&["mount", "only-one"]).status.code(), Some(2));
+    assert_eq!(e.cairn(&["frobnicate"]).status.code(), Some(2));
+    e.image();
+    let o = e.cairn(&["mount", "-o", "mode=turbo", "disk.img", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with("cairn: unknown mode 'turbo'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = e.cairn(&["mount", "disk.img", "no-such-dir"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no-such-dir"), "{}", stderr(&o));
+    let o = e.cairn(&["stats", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no cairn daemon"), "{}", stderr(&o));
+    let o = e.cairn(&["umount", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not mounted"), "{}", stderr(&o));
+    assert!(!e.mounted());
+}
+
+#[test]
+fn a_bad_image_is_one_clear_line_and_exit_1() {
+    let e = Env::new();
+    fs::write(e.p("bad.img"), vec![0x5a; 1 << 20]).unwrap();
+    let o = e.cairn(&["mount", "bad.img", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("cairn: cannot mount bad.img: "), "{err}");
+    assert!(!e.mounted());
+}
+
+#[test]
+fn mount_returns_when_ready_and_umount_waits_for_the_flush() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "-o", "mode=async,syncer=3600", "disk.img", "mnt"]);
+    // Ready means: in mountinfo and serving, the moment the command returns.
+    assert!(e.mounted());
+    let pid = e.daemon_pid();
+    assert!(alive(pid));
+    fs::write(e.mnt().join("kept"), b"async data, flushed only at unmount").unwrap();
+    e.ok(&["umount", "mnt"]);
+    // umount returned: the daemon has flushed and exited already.
+    assert!(!alive(pid), "umount returned before the daemon exited");
+    assert!(!e.mounted());
+    e.ok(&["mount", "disk.img", "mnt"]);
+    assert_eq!(
+        fs::read(e.mnt().join("kept")).unwrap(),
+        b"async data, flushed only at unmount"
+    );
+    e.ok(&["umount", "mnt"]);
+}
+
+#[test]
+fn sigterm_flushes_and_unmounts() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
+    fs::create_dir(e.mnt().join("d")).unwrap();
+    fs::write(e.mnt().join("d/f"), b"survives SIGTERM").unwrap();
+    let pid = e.daemon_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_until("the daemon to exit", || !alive(pid));
+    assert!(!e.mounted());
+    assert!(
+        !e.p("run").read_dir().unwrap().any(|f| f
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|x| x == "sock"))
+    );
+    e.ok(&["mount", "disk.img", "mnt"]);
+    assert_eq!(fs::read(e.mnt().join("d/f")).unwrap(), b"survives SIGTERM");
+    e.ok(&["umount", "mnt"]);
+}
+
+#[test]
+fn stats_answers_in_json_and_text() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "disk.img", "mnt"]);
+    for i in 0..10 {
+        fs::write(e.mnt().join(format!("f{i}")), b"x").unwrap();
+    }
+    let o = e.ok(&["stats", "--json", "mnt"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["fuse"]["requests"]["create"].as_u64().unwrap() >= 10,
+        "{v}"
+    );
+    assert!(v["fuse"]["total"].as_u64().unwrap() > 10);
+    assert!(
+        v["fs"].is_object(),
+        "the fs's own counters are included: {v}"
+    );
+    assert_eq!(v["daemon"]["pid"].as_i64().unwrap() as i32, e.daemon_pid());
+    let o = e.ok(&["stats", "mnt"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("fuse.requests.create "))
+        .expect(&text);
+    assert!(
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 10
+    );
+    e.ok(&["umount", "mnt"]);
+}
+
+#[test]
+fn a_second_mount_on_the_same_point_is_refused() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "disk.img", "mnt"]);
+    let o = e.cairn(&["mount", "disk.img", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("already served"), "{}", stderr(&o));
+    e.ok(&["umount", "mnt"]);
+}
+
+#[test]
+fn foreground_mount_serves_until_unmounted() {
+    let e = Env::new();
+    e.image();
+    let mut child = Command::new(CAIRN)
+        .args(["mount", "-f", "disk.img", "mnt"])
+        .env("CAIRN_RUNTIME_DIR", e.p("run"))
+        .current_dir(e.dir.path())
+        .spawn()
+        .unwrap();
+    wait_until("the foreground mount", || e.mounted());
+    fs::write(e.mnt().join("fg"), b"1").unwrap();
+    e.ok(&["umount", "mnt"]);
+    assert!(child.wait().unwrap().success());
+}
+
+fn install_helpers() {
+    let o = Command::new(CAIRN)
+        .args(["install-helper", "--prefix", "/sbin"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "install-helper: {}", stderr(&o));
+    assert!(Path::new("/sbin/mount.cairn").exists());
+}
+
+#[test]
+fn mount_dash_t_cairn_and_umount_work_through_the_helpers() {
+    let e = Env::new();
+    e.image();
+    install_helpers();
+    let run = |cmd: &str, args: &[&str]| {
+        let o = Command::new(cmd)
+            .args(args)
+            .env("CAIRN_RUNTIME_DIR", e.p("run"))
+            .current_dir(e.dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd} {args:?}: {}", stderr(&o));
+    };
+    run(
+        "mount",
+        &[
+            "-t",
+            "cairn",
+            "-o",
+            "mode=async,noatime,nofail",
+            "disk.img",
+            "mnt",
+        ],
+    );
+    assert!(e.mounted());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        info.lines()
+            .any(|l| l.contains(" - fuse.cairn ") && l.contains("disk.img")),
+        "{info}"
+    );
+    fs::write(e.mnt().join("h"), b"helper").unwrap();
+    let pid = e.daemon_pid();
+    run("umount", &["mnt"]);
+    assert!(!e.mounted());
+    wait_until("the daemon to exit", || !alive(pid));
+    e.ok(&["mount", "disk.img", "mnt"]);
+    assert_eq!(fs::read(e.mnt().join("h")).unwrap(), b"helper");
+    e.ok(&["umount", "mnt"]);
+}
