@@ -2114,6 +2114,19 @@ fn enospc_blocks_and_inodes() {
             "data written before ENOSPC is intact"
         );
         t.assert_fsck_clean_and_remount("running out of blocks");
+        // Every chunk whose write and fsync returned success must have survived the remount
+        // intact: an error hidden from fsync is data loss.
+        for k in 0..n {
+            let p = d.join(format!("big{k:05}"));
+            let got = fs::read(&p).unwrap_or_default();
+            assert!(
+                got == pattern(11, 1 << 20),
+                "{}: big{k:05} was written and fsynced before ENOSPC but reads back {} bytes, not its 1 MiB",
+                t.name(),
+                got.len()
+            );
+        }
+        say!("all {n} fsynced chunks intact after remount");
         // Free the blocks, then run out of inodes.
         for i in 0..n + 1 {
             let _ = fs::remove_file(d.join(format!("big{i:05}")));
