@@ -1,19 +1,33 @@
-//! `cairn inspect`: placeholder until crates/fsck provides the format inspector.
+//! `cairn inspect`: the format inspector of crates/fsck, one structure at a time.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
+use cairn_fsck::inspect::{InspectError, Inspector};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Image file or block device
     pub image: PathBuf,
-    /// What to show: superblock | group N | inode N | dir PATH
+    /// What to show: superblock | group N | inode N | dir PATH | block N
     #[arg(trailing_var_arg = true)]
     pub what: Vec<String>,
 }
 
-pub fn run(_args: Args) -> Result<i32> {
-    eprintln!("cairn inspect: not yet implemented");
-    Ok(8)
+pub fn run(args: Args) -> Result<i32> {
+    let shown = Inspector::open(&args.image).and_then(|i| i.run(&args.what));
+    match shown {
+        Ok(text) => {
+            print!("{text}");
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("cairn inspect: {}: {e}", args.image.display());
+            Ok(match e {
+                InspectError::Usage(_) => 2,
+                InspectError::NotFound(_) => 1,
+                InspectError::Open(_) => 8,
+            })
+        }
+    }
 }

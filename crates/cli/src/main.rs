@@ -11,6 +11,7 @@ mod helper;
 mod inspect;
 mod mkfs;
 mod mount;
+mod record;
 mod runtime;
 mod stats;
 mod umount;
@@ -33,7 +34,7 @@ enum Cmd {
     Mkfs(mkfs::Args),
     /// Check (and with -y repair) a file system
     Fsck(fsck::Args),
-    /// Show on-disk structures: superblock, group N, inode N, dir PATH
+    /// Show on-disk structures: superblock, group N, inode N, dir PATH, block N
     Inspect(inspect::Args),
     /// Mount an image; returns once the mount is ready (a daemon keeps serving it)
     Mount(mount::Args),

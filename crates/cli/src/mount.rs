@@ -34,7 +34,7 @@ Options (-o, comma-separated, repeatable):
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
   log=PATH            the daemon's log file
-  record=PATH         accepted, not yet wired (device trace recording)
+  record=PATH         write every device operation to PATH, one JSON line each
 Options mount(8) passes (defaults, auto, noauto, user, users, nofail, _netdev, x-*, ...)
 are ignored.
 
@@ -164,6 +164,10 @@ pub fn parse_options(list: &[String], sloppy: bool) -> Result<Plan> {
 
 pub fn run(args: Args) -> Result<i32> {
     let mut plan = parse_options(&args.options, args.sloppy)?;
+    // The daemon works from `/`: resolve relative paths against the caller's directory now.
+    for p in [&mut plan.log, &mut plan.record].into_iter().flatten() {
+        *p = std::path::absolute(&*p).with_context(|| format!("bad path {}", p.display()))?;
+    }
     let shown = args.image.display().to_string();
     let image = if args.memory {
         args.image.clone()
@@ -274,14 +278,18 @@ impl Job {
         signals.thread_block().context("blocking signals")?;
 
         let mut record = runtime::Record::claim(&self.mountpoint)?;
-        if self.plan.record.is_some() {
-            warn!("record= is accepted but not wired yet; no trace will be written");
-        }
+        let mut trace = None;
         let fs: Arc<dyn FileSystem> = if self.memory {
             Arc::new(cairn_fuse::memfs::MemFs::default())
         } else {
-            cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
-                .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?
+            let ffs = cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
+                .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?;
+            if let Some(path) = &self.plan.record {
+                let sink = Arc::new(crate::record::JsonTrace::create(path)?);
+                ffs.device().set_trace(Some(sink.clone()));
+                trace = Some(sink);
+            }
+            ffs
         };
         let server = match Server::mount(fs.clone(), &self.mountpoint, &self.plan.fuse) {
             Ok(s) => s,
@@ -315,6 +323,7 @@ impl Job {
         Ok(Daemon {
             server,
             record,
+            trace,
             mountpoint: self.mountpoint,
         })
     }
@@ -380,6 +389,7 @@ fn signal_loop(signals: SigSet, unmounter: Unmounter) {
 struct Daemon {
     server: Server,
     record: runtime::Record,
+    trace: Option<Arc<crate::record::JsonTrace>>,
     mountpoint: PathBuf,
 }
 
@@ -389,9 +399,15 @@ impl Daemon {
         let Daemon {
             server,
             record,
+            trace,
             mountpoint,
         } = self;
         let r = server.run();
+        if let Some(t) = trace
+            && let Err(e) = t.finish()
+        {
+            error!("writing the device trace: {e}");
+        }
         record.remove();
         match r {
             Ok(()) => {

@@ -316,3 +316,22 @@ fn mount_dash_t_cairn_and_umount_work_through_the_helpers() {
     assert_eq!(fs::read(e.mnt().join("h")).unwrap(), b"helper");
     e.ok(&["umount", "mnt"]);
 }
+
+#[test]
+fn record_option_writes_the_device_trace() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "-o", "record=trace.jsonl", "disk.img", "mnt"]);
+    fs::write(e.mnt().join("t"), vec![1u8; 100_000]).unwrap();
+    e.ok(&["umount", "mnt"]);
+    let text = fs::read_to_string(e.p("trace.jsonl")).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(events.iter().any(|v| v["op"] == "Write"), "{text}");
+    assert!(
+        events.iter().any(|v| v["op"] == "Flush"),
+        "the final flush is traced: {text}"
+    );
+}
