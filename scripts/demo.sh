@@ -26,8 +26,13 @@ modes=$("$CAIRN" modes 2>/dev/null | awk 'NF && $1 ~ /^[a-z0-9_-]+:?$/ && tolowe
 [ -n "$modes" ] || modes="sync async"
 
 mkdir -p "$WORK"
+summary=$(mktemp)
+status=0
 mnt=
-cleanup() { if [ -n "$mnt" ] && mountpoint -q "$mnt"; then "$CAIRN" umount "$mnt" || umount -l "$mnt"; fi; }
+cleanup() {
+    if [ -n "$mnt" ] && mountpoint -q "$mnt"; then "$CAIRN" umount "$mnt" || umount -l "$mnt"; fi
+    rm -f "$summary"
+}
 trap cleanup EXIT
 
 echo "cairn demo: modes: $(echo $modes); workload: create+unlink of $FILES files, then $SMALL files of 1 KiB created, read back, deleted"
@@ -41,16 +46,21 @@ for mode in $modes; do
     "$CAIRN" mkfs "$img" --size 1G
     echo "\$ cairn mount -o mode=$mode $img $mnt"
     pin "$CAIRN" mount -o "mode=$mode" "$img" "$mnt"
-    pin "$BENCH" workload create-unlink --dir "$mnt/demo" --files "$FILES" --cairn-stats "$mnt" --cairn "$CAIRN" --label "$mode"
-    pin "$BENCH" workload smallfile --dir "$mnt/demo" --small-files "$SMALL" --cairn-stats "$mnt" --cairn "$CAIRN" --drop-caches --label "$mode"
+    pin "$BENCH" workload create-unlink --dir "$mnt/demo" --files "$FILES" --cairn-stats "$mnt" --cairn "$CAIRN" --label "$mode" | tee -a "$summary"
+    pin "$BENCH" workload smallfile --dir "$mnt/demo" --small-files "$SMALL" --cairn-stats "$mnt" --cairn "$CAIRN" --drop-caches --label "$mode" | tee -a "$summary"
     echo "\$ cairn stats $mnt"
     "$CAIRN" stats "$mnt" || true
     echo "\$ cairn umount $mnt"
     "$CAIRN" umount "$mnt"
     mnt=
     echo "\$ cairn fsck $img"
-    "$CAIRN" fsck "$img"
-    rm -f "$img"
+    if "$CAIRN" fsck "$img"; then rm -f "$img"; else
+        echo "demo: fsck of the $mode image failed (image kept: $img)"; status=1
+    fi
 done
 echo
+echo "== summary (rates per second; device writes/flushes and FUSE requests per operation)"
+cat "$summary"
+echo
 echo "cairn demo: done. Full comparison with ext4, fuse2fs and mergerfs: make bench (docs/BENCHMARKS.md)."
+exit $status
