@@ -535,3 +535,25 @@ fn readdirplus_lookups_balance_with_forgets() {
     );
     drop(m);
 }
+
+#[test]
+fn lseek_data_hole_and_fsync_of_files_and_directories() {
+    use nix::unistd::{Whence, lseek};
+    let m = Mnt::new();
+    fs::write(m.p("f"), vec![1u8; 5000]).unwrap();
+    let f = fs::File::open(m.p("f")).unwrap();
+    assert_eq!(lseek(&f, 10, Whence::SeekData).unwrap(), 10);
+    assert_eq!(lseek(&f, 10, Whence::SeekHole).unwrap(), 5000);
+    assert_eq!(
+        lseek(&f, 6000, Whence::SeekData),
+        Err(nix::errno::Errno::ENXIO)
+    );
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    fs::File::open(m.dir.path()).unwrap().sync_all().unwrap();
+    assert!(m.count(Op::Lseek) >= 3);
+    assert!(m.count(Op::Fsync) >= 2);
+    assert!(m.count(Op::Fsyncdir) >= 1);
+    drop(f);
+    drop(m);
+}
