@@ -134,7 +134,8 @@ impl RequestCounts {
             .sum()
     }
 
-    /// The counts as JSON:
+    /// The counts as JSON (`forget` counts inodes forgotten: the binding splits each
+    /// BATCH_FORGET round trip into one call per inode):
     /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "bytes_read": n,
     /// "bytes_written": n}`. Opcodes never seen are left out of `requests` and `errors`
     /// (absent means zero), so a report lists only what a workload actually used.
