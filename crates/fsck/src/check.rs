@@ -12,8 +12,8 @@ use std::io;
 use cairn_blockdev::BlockDevice;
 use cairn_ffs::format::superblock::{GroupDesc, STATE_CLEAN};
 use cairn_ffs::format::{
-    DIR_CHUNK, DiskInode, Geometry, INODE_SIZE, LOST_FOUND_INO, NDIRECT, ROOT_INO, Superblock, bitmap, dir,
-    xattr,
+    DIR_CHUNK, DiskInode, Geometry, INODE_SIZE, LOST_FOUND_INO, NDIRECT, ROOT_INO, Superblock,
+    bitmap, dir, xattr,
 };
 
 use crate::disk::{Disk, locate};
@@ -43,7 +43,9 @@ impl Bits {
         Bits(vec![0; n.div_ceil(64) as usize])
     }
     fn get(&self, i: u64) -> bool {
-        self.0.get((i / 64) as usize).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
     fn set(&mut self, i: u64, v: bool) {
         if let Some(w) = self.0.get_mut((i / 64) as usize) {
@@ -82,7 +84,7 @@ struct DotDot {
 struct Checker<'a> {
     disk: Disk<'a>,
     repair: bool,
-    progress: Option<Box<dyn FnMut(&Progress) + Send>>,
+    progress: Option<crate::ProgressFn>,
     sb: Superblock,
     g: Geometry,
     bs: usize,
@@ -159,7 +161,13 @@ pub(crate) fn run(dev: &dyn BlockDevice, opts: CheckOptions) -> Result<Report> {
     }
     let stats = c.stats();
     let fixed = c.findings.iter().filter(|f| f.fixed).count();
-    Ok(Report { findings: c.findings, fixed, stats, backup_superblock: backup_group, repaired: c.repair })
+    Ok(Report {
+        findings: c.findings,
+        fixed,
+        stats,
+        backup_superblock: backup_group,
+        repaired: c.repair,
+    })
 }
 
 impl Checker<'_> {
@@ -170,7 +178,12 @@ impl Checker<'_> {
     /// reported fixed when repairing.
     fn note(&mut self, class: Class, pass: Pass, fixable: bool, message: String) {
         let fixed = fixable && self.repair;
-        self.findings.push(Finding { class, pass, message, fixed });
+        self.findings.push(Finding {
+            class,
+            pass,
+            message,
+            fixed,
+        });
     }
     fn corrupt(&mut self, pass: Pass, msg: String) {
         self.note(Class::Corruption, pass, true, msg);
@@ -211,7 +224,8 @@ impl Checker<'_> {
     fn read_inode_raw(&self, ino: u64) -> Result<[u8; INODE_SIZE]> {
         let (blk, off) = self.g.inode_location(ino);
         let mut raw = [0u8; INODE_SIZE];
-        self.disk.read(blk * self.bs as u64 + off as u64, &mut raw)?;
+        self.disk
+            .read(blk * self.bs as u64 + off as u64, &mut raw)?;
         Ok(raw)
     }
     fn put_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
@@ -232,7 +246,10 @@ impl Checker<'_> {
         Ok(DiskInode::decode(ino, &raw).ok())
     }
     fn clear_inode(&mut self, ino: u64, generation: u32) -> Result<()> {
-        let d = DiskInode { generation, ..Default::default() };
+        let d = DiskInode {
+            generation,
+            ..Default::default()
+        };
         self.put_inode(ino, &d)?;
         if let Some(s) = self.istate.get_mut(ino as usize) {
             *s = 0;
@@ -248,11 +265,7 @@ impl Checker<'_> {
     }
     fn set_flag(&mut self, ino: u64, f: u8, v: bool) {
         if let Some(s) = self.istate.get_mut(ino as usize) {
-            if v {
-                *s |= f
-            } else {
-                *s &= !f
-            }
+            if v { *s |= f } else { *s &= !f }
         }
     }
 
@@ -277,9 +290,12 @@ impl Checker<'_> {
     fn alloc_block(&mut self, near: u64) -> Option<u64> {
         let t = self.g.total_blocks;
         let start = near.min(t);
-        (start..t).chain(0..start).find(|&b| self.g.is_data_block(b) && !self.used.get(b)).inspect(|&b| {
-            self.used.set(b, true);
-        })
+        (start..t)
+            .chain(0..start)
+            .find(|&b| self.g.is_data_block(b) && !self.used.get(b))
+            .inspect(|&b| {
+                self.used.set(b, true);
+            })
     }
 
     fn alloc_inode(&mut self) -> Option<u64> {
@@ -309,7 +325,10 @@ impl Checker<'_> {
                     Err(_) => false,
                 };
                 if !ok {
-                    self.corrupt(Pass::Superblock, format!("group {grp}: backup superblock damaged or different"));
+                    self.corrupt(
+                        Pass::Superblock,
+                        format!("group {grp}: backup superblock damaged or different"),
+                    );
                     if self.repair {
                         let sb = self.sb.clone();
                         sb.encode(&mut buf);
@@ -350,10 +369,13 @@ impl Checker<'_> {
                     if ino < ROOT_INO {
                         continue;
                     }
-                    let raw: [u8; INODE_SIZE] = table[(i as usize) * INODE_SIZE..(i as usize + 1) * INODE_SIZE]
+                    let raw: [u8; INODE_SIZE] = table
+                        [(i as usize) * INODE_SIZE..(i as usize + 1) * INODE_SIZE]
                         .try_into()
                         .expect("256 bytes");
-                    if u32::from_le_bytes(raw[252..256].try_into().expect("4")) != inode_crc(ino, &raw) {
+                    if u32::from_le_bytes(raw[252..256].try_into().expect("4"))
+                        != inode_crc(ino, &raw)
+                    {
                         if raw.iter().all(|&b| b == 0) {
                             continue; // never-written table space: a free inode
                         }
@@ -383,25 +405,41 @@ impl Checker<'_> {
         let mut d = match DiskInode::decode(ino, &raw) {
             Ok(d) => d,
             Err(e) => {
-                let why = if bad_crc { "checksum mismatch and " } else { "" };
-                self.corrupt(Pass::Inodes, format!("inode {ino}: {why}{}; cleared", strip_ino(&e.0)));
+                let why = if bad_crc {
+                    "checksum mismatch and "
+                } else {
+                    ""
+                };
+                self.corrupt(
+                    Pass::Inodes,
+                    format!("inode {ino}: {why}{}; cleared", strip_ino(&e.0)),
+                );
                 return self.clear_inode(ino, generation);
             }
         };
         if d.is_free() {
             let stale = raw[..68].iter().chain(&raw[72..252]).any(|&b| b != 0);
             if bad_crc || stale {
-                self.corrupt(Pass::Inodes, format!("free inode {ino} has stale contents; zeroed"));
+                self.corrupt(
+                    Pass::Inodes,
+                    format!("free inode {ino} has stale contents; zeroed"),
+                );
                 self.clear_inode(ino, generation)?;
             }
             return Ok(());
         }
         if bad_crc {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: checksum mismatch; fields kept where valid"));
+            self.corrupt(
+                Pass::Inodes,
+                format!("inode {ino}: checksum mismatch; fields kept where valid"),
+            );
         }
         let kind = ((d.mode & libc::S_IFMT) >> 12) as u8;
         if ino == ROOT_INO && kind != K_DIR {
-            self.corrupt(Pass::Inodes, format!("root inode is not a directory (mode {:o}); cleared", d.mode));
+            self.corrupt(
+                Pass::Inodes,
+                format!("root inode is not a directory (mode {:o}); cleared", d.mode),
+            );
             return self.clear_inode(ino, generation);
         }
         if kind == K_LNK {
@@ -409,12 +447,23 @@ impl Checker<'_> {
                 || d.size > MAX_SYMLINK
                 || (d.fast_link.is_none() && d.size > self.bs as u64);
             if bad_len {
-                self.corrupt(Pass::Inodes, format!("inode {ino}: symlink of bad length {}; cleared", d.size));
+                self.corrupt(
+                    Pass::Inodes,
+                    format!("inode {ino}: symlink of bad length {}; cleared", d.size),
+                );
                 return self.clear_inode(ino, generation);
             }
         }
         let mut changed = bad_crc;
-        let mut walk = Walk { ino, kind, count: 0, last: None, bad: 0, beyond: 0, dups: 0 };
+        let mut walk = Walk {
+            ino,
+            kind,
+            count: 0,
+            last: None,
+            bad: 0,
+            beyond: 0,
+            dups: 0,
+        };
         let has_tree = matches!(kind, K_DIR | K_REG) || (kind == K_LNK && d.fast_link.is_none());
         if has_tree {
             for i in 0..NDIRECT {
@@ -437,24 +486,51 @@ impl Checker<'_> {
                 base = base.saturating_add(span);
             }
         } else if d.root_pointers().next().is_some() {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: special file or fast symlink has block pointers; dropped"));
+            self.corrupt(
+                Pass::Inodes,
+                format!("inode {ino}: special file or fast symlink has block pointers; dropped"),
+            );
             d.direct = [0; NDIRECT];
             d.indirect = [0; 3];
             changed = true;
         }
         if walk.bad > 0 {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: {} block pointers out of range or into group metadata; dropped", walk.bad));
+            self.corrupt(
+                Pass::Inodes,
+                format!(
+                    "inode {ino}: {} block pointers out of range or into group metadata; dropped",
+                    walk.bad
+                ),
+            );
         }
         if walk.dups > 0 {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: {} blocks already claimed by another file; dropped", walk.dups));
+            self.corrupt(
+                Pass::Inodes,
+                format!(
+                    "inode {ino}: {} blocks already claimed by another file; dropped",
+                    walk.dups
+                ),
+            );
         }
         if walk.beyond > 0 {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: symlink maps {} blocks beyond its first; freed", walk.beyond));
+            self.corrupt(
+                Pass::Inodes,
+                format!(
+                    "inode {ino}: symlink maps {} blocks beyond its first; freed",
+                    walk.beyond
+                ),
+            );
         }
         if d.xattr != 0 {
             let ok = match self.claim(d.xattr) {
                 Err(why) => {
-                    self.corrupt(Pass::Inodes, format!("inode {ino}: extended-attribute block {} {why}; dropped", d.xattr));
+                    self.corrupt(
+                        Pass::Inodes,
+                        format!(
+                            "inode {ino}: extended-attribute block {} {why}; dropped",
+                            d.xattr
+                        ),
+                    );
                     false
                 }
                 Ok(()) => {
@@ -478,7 +554,13 @@ impl Checker<'_> {
         }
         if kind == K_REG && d.size > self.g.max_file_size() {
             let new = walk.last.map_or(0, |l| (l + 1) * self.bs as u64);
-            self.corrupt(Pass::Inodes, format!("inode {ino}: size {} beyond the largest file; set to {new}", d.size));
+            self.corrupt(
+                Pass::Inodes,
+                format!(
+                    "inode {ino}: size {} beyond the largest file; set to {new}",
+                    d.size
+                ),
+            );
             d.size = new;
             changed = true;
         }
@@ -487,14 +569,26 @@ impl Checker<'_> {
             let need = walk.last.map_or(bs, |l| (l + 1) * bs).max(bs);
             if d.size % bs != 0 || d.size < need {
                 let new = need.max(d.size.div_ceil(bs) * bs);
-                self.corrupt(Pass::Inodes, format!("directory {ino}: size {} does not cover its blocks; set to {new}", d.size));
+                self.corrupt(
+                    Pass::Inodes,
+                    format!(
+                        "directory {ino}: size {} does not cover its blocks; set to {new}",
+                        d.size
+                    ),
+                );
                 d.size = new;
                 changed = true;
             }
             self.dsize.insert(ino, d.size);
         }
         if d.blocks != walk.count {
-            self.corrupt(Pass::Inodes, format!("inode {ino}: block count {} should be {}", d.blocks, walk.count));
+            self.corrupt(
+                Pass::Inodes,
+                format!(
+                    "inode {ino}: block count {} should be {}",
+                    d.blocks, walk.count
+                ),
+            );
             d.blocks = walk.count;
             changed = true;
         }
@@ -569,7 +663,11 @@ impl Checker<'_> {
                 continue;
             }
             let lblk = base.saturating_add((j as u64).saturating_mul(span));
-            let keep = if level == 1 { self.data_ptr(w, q, lblk) } else { self.indirect(w, q, level - 1, lblk)? };
+            let keep = if level == 1 {
+                self.data_ptr(w, q, lblk)
+            } else {
+                self.indirect(w, q, level - 1, lblk)?
+            };
             if keep {
                 live += 1;
             } else {
@@ -595,7 +693,9 @@ impl Checker<'_> {
     fn pass2(&mut self) -> Result<()> {
         let mut dblist = std::mem::take(&mut self.dblist);
         dblist.sort_unstable();
-        let dirs: Vec<u64> = (0..self.g.total_inodes()).filter(|&i| self.kind(i) == K_DIR).collect();
+        let dirs: Vec<u64> = (0..self.g.total_inodes())
+            .filter(|&i| self.kind(i) == K_DIR)
+            .collect();
         let total = dirs.len() as u64;
         let mut cur = 0usize;
         for (n, &ino) in dirs.iter().enumerate() {
@@ -610,7 +710,8 @@ impl Checker<'_> {
             while cur < dblist.len() && dblist[cur].0 == ino {
                 cur += 1;
             }
-            let blocks: Vec<(u64, u64)> = dblist[from..cur].iter().map(|&(_, l, p)| (l, p)).collect();
+            let blocks: Vec<(u64, u64)> =
+                dblist[from..cur].iter().map(|&(_, l, p)| (l, p)).collect();
             self.directory(ino, &blocks)?;
         }
         self.tick(Pass::Directories, total, total);
@@ -628,9 +729,22 @@ impl Checker<'_> {
                 blocks[next - 1].1
             } else {
                 // A hole inside a directory: readers would find no valid records there.
-                let what = if lblk == 0 { "has no first block".to_string() } else { format!("has a hole at block {lblk}") };
-                let fill = if self.repair { self.fill_dir_hole(ino, lblk)? } else { None };
-                self.note(Class::Corruption, Pass::Directories, fill.is_some(), format!("directory {ino} {what}; filled with an empty block"));
+                let what = if lblk == 0 {
+                    "has no first block".to_string()
+                } else {
+                    format!("has a hole at block {lblk}")
+                };
+                let fill = if self.repair {
+                    self.fill_dir_hole(ino, lblk)?
+                } else {
+                    None
+                };
+                self.note(
+                    Class::Corruption,
+                    Pass::Directories,
+                    fill.is_some(),
+                    format!("directory {ino} {what}; filled with an empty block"),
+                );
                 match fill {
                     Some(p) => p,
                     None => continue,
@@ -672,7 +786,9 @@ impl Checker<'_> {
             format!("directory {ino} block {lblk} chunk {c}: {msg}; records from there to the end of the chunk dropped"),
         );
         match last_good {
-            Some(off) => chunk[off + 4..off + 6].copy_from_slice(&((DIR_CHUNK - off) as u16).to_le_bytes()),
+            Some(off) => {
+                chunk[off + 4..off + 6].copy_from_slice(&((DIR_CHUNK - off) as u16).to_le_bytes())
+            }
             None => {
                 chunk.fill(0);
                 chunk[4..6].copy_from_slice(&(DIR_CHUNK as u16).to_le_bytes());
@@ -695,21 +811,39 @@ impl Checker<'_> {
         if dot_ok && dd_ok {
             let (doff, dino, ddt, _) = recs[0].clone();
             if dino as u64 != ino || ddt != dt {
-                self.corrupt(Pass::Directories, format!("directory {ino}: '.' names inode {dino}; set to {ino}"));
+                self.corrupt(
+                    Pass::Directories,
+                    format!("directory {ino}: '.' names inode {dino}; set to {ino}"),
+                );
                 dir::set_ino(buf, doff, ino, dt);
                 dirty = true;
             }
             let (off, target, tdt, _) = recs[1].clone();
             if tdt != dt {
-                self.corrupt(Pass::Directories, format!("directory {ino}: '..' has file type {tdt}; set to directory"));
+                self.corrupt(
+                    Pass::Directories,
+                    format!("directory {ino}: '..' has file type {tdt}; set to directory"),
+                );
                 dir::set_ino(buf, off, target as u64, dt);
                 dirty = true;
             }
-            self.dotdot.insert(ino, DotDot { target: target as u64, at: Loc { pblk, off } });
+            self.dotdot.insert(
+                ino,
+                DotDot {
+                    target: target as u64,
+                    at: Loc { pblk, off },
+                },
+            );
             return dirty;
         }
-        self.corrupt(Pass::Directories, format!("directory {ino}: '.' or '..' missing or misplaced; first chunk rebuilt"));
-        let old_dd = recs.iter().find(|r| r.1 != 0 && r.3 == b"..").map(|r| r.1 as u64);
+        self.corrupt(
+            Pass::Directories,
+            format!("directory {ino}: '.' or '..' missing or misplaced; first chunk rebuilt"),
+        );
+        let old_dd = recs
+            .iter()
+            .find(|r| r.1 != 0 && r.3 == b"..")
+            .map(|r| r.1 as u64);
         let others: Vec<(u32, u8, Vec<u8>)> = recs
             .iter()
             .filter(|r| r.1 != 0 && r.3 != b"." && r.3 != b"..")
@@ -728,12 +862,25 @@ impl Checker<'_> {
             }
         }
         // A `..` we had to invent is set to the real parent by pass 3 without a second report.
-        self.dotdot.insert(ino, DotDot { target: old_dd.unwrap_or(0), at: Loc { pblk, off: 16 } });
+        self.dotdot.insert(
+            ino,
+            DotDot {
+                target: old_dd.unwrap_or(0),
+                at: Loc { pblk, off: 16 },
+            },
+        );
         true
     }
 
     /// Checks every entry of a directory block except `.` and `..` of the first block.
-    fn entries(&mut self, ino: u64, lblk: u64, pblk: u64, buf: &mut [u8], names: &mut HashSet<Vec<u8>>) -> bool {
+    fn entries(
+        &mut self,
+        ino: u64,
+        lblk: u64,
+        pblk: u64,
+        buf: &mut [u8],
+        names: &mut HashSet<Vec<u8>>,
+    ) -> bool {
         struct E {
             off: usize,
             ino: u64,
@@ -748,7 +895,12 @@ impl Checker<'_> {
                 if e.ino == 0 || (lblk == 0 && c == 0 && i < 2) {
                     continue;
                 }
-                list.push(E { off: s + e.off, ino: e.ino as u64, dtype: e.dtype, name: e.name.to_vec() });
+                list.push(E {
+                    off: s + e.off,
+                    ino: e.ino as u64,
+                    dtype: e.dtype,
+                    name: e.name.to_vec(),
+                });
             }
         }
         let mut dirty = false;
@@ -769,7 +921,10 @@ impl Checker<'_> {
                 None
             };
             if let Some(p) = problem {
-                self.corrupt(Pass::Directories, format!("directory {ino}: entry '{shown}' has {p}; removed"));
+                self.corrupt(
+                    Pass::Directories,
+                    format!("directory {ino}: entry '{shown}' has {p}; removed"),
+                );
                 remove.push(e.off);
                 continue;
             }
@@ -785,7 +940,11 @@ impl Checker<'_> {
                 dirty = true;
             }
             if k == K_DIR {
-                self.links.push(DirLink { child: e.ino, parent: ino, at: Loc { pblk, off: e.off } });
+                self.links.push(DirLink {
+                    child: e.ino,
+                    parent: ino,
+                    at: Loc { pblk, off: e.off },
+                });
             } else {
                 self.refs[e.ino as usize] = self.refs[e.ino as usize].saturating_add(1);
             }
@@ -803,12 +962,22 @@ impl Checker<'_> {
 
     /// Gives a directory an empty block at `lblk` (the first block gets `.` and `..`).
     fn fill_dir_hole(&mut self, ino: u64, lblk: u64) -> Result<Option<u64>> {
-        let Some(mut d) = self.get_inode(ino)? else { return Ok(None) };
-        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(ino))) else { return Ok(None) };
+        let Some(mut d) = self.get_inode(ino)? else {
+            return Ok(None);
+        };
+        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(ino))) else {
+            return Ok(None);
+        };
         let mut b = vec![0u8; self.bs];
         if lblk == 0 {
             dir::init_first(&mut b, ino, ROOT_INO);
-            self.dotdot.insert(ino, DotDot { target: 0, at: Loc { pblk: p, off: 16 } });
+            self.dotdot.insert(
+                ino,
+                DotDot {
+                    target: 0,
+                    at: Loc { pblk: p, off: 16 },
+                },
+            );
         } else {
             dir::init_empty(&mut b);
         }
@@ -832,8 +1001,14 @@ impl Checker<'_> {
 
     /// The physical block of logical block `lblk` (0 for a hole).
     fn bmap_get(&self, d: &DiskInode, lblk: u64) -> Result<u64> {
-        let Some((root, path)) = self.bmap_path(lblk) else { return Ok(0) };
-        let mut p = if root < NDIRECT { d.direct[root] } else { d.indirect[root - NDIRECT] };
+        let Some((root, path)) = self.bmap_path(lblk) else {
+            return Ok(0);
+        };
+        let mut p = if root < NDIRECT {
+            d.direct[root]
+        } else {
+            d.indirect[root - NDIRECT]
+        };
         for idx in path {
             if p == 0 || !self.g.is_data_block(p) {
                 return Ok(0);
@@ -872,7 +1047,9 @@ impl Checker<'_> {
     /// Maps `lblk` to `p`, allocating index blocks on the way. Returns how many index
     /// blocks were allocated, or `None` if space ran out. Writes only when repairing.
     fn bmap_set(&mut self, ino: u64, d: &mut DiskInode, lblk: u64, p: u64) -> Result<Option<u64>> {
-        let Some((root, path)) = self.bmap_path(lblk) else { return Ok(None) };
+        let Some((root, path)) = self.bmap_path(lblk) else {
+            return Ok(None);
+        };
         let near = self.g.first_data(self.g.group_of_ino(ino));
         let mut extra = 0;
         if path.is_empty() {
@@ -881,7 +1058,9 @@ impl Checker<'_> {
         }
         let slot = &mut d.indirect[root - NDIRECT];
         if *slot == 0 {
-            let Some(n) = self.alloc_block(near) else { return Ok(None) };
+            let Some(n) = self.alloc_block(near) else {
+                return Ok(None);
+            };
             self.write_block(n, &vec![0u8; self.bs])?;
             *slot = n;
             extra += 1;
@@ -896,7 +1075,9 @@ impl Checker<'_> {
             }
             let mut nxt = u64::from_le_bytes(b[idx * 8..idx * 8 + 8].try_into().expect("8"));
             if nxt == 0 {
-                let Some(n) = self.alloc_block(near) else { return Ok(None) };
+                let Some(n) = self.alloc_block(near) else {
+                    return Ok(None);
+                };
                 self.write_block(n, &vec![0u8; self.bs])?;
                 b[idx * 8..idx * 8 + 8].copy_from_slice(&n.to_le_bytes());
                 self.write_block(cur, &b)?;
@@ -910,7 +1091,9 @@ impl Checker<'_> {
 
     /// Adds an entry to directory `dirino`, growing it by a block when it is full.
     fn add_entry(&mut self, dirino: u64, name: &[u8], ino: u64, dtype: u8) -> Result<bool> {
-        let Some(mut d) = self.get_inode(dirino)? else { return Ok(false) };
+        let Some(mut d) = self.get_inode(dirino)? else {
+            return Ok(false);
+        };
         if !d.is_dir() {
             return Ok(false);
         }
@@ -932,7 +1115,9 @@ impl Checker<'_> {
                 }
             }
         }
-        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(dirino))) else { return Ok(false) };
+        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(dirino))) else {
+            return Ok(false);
+        };
         let mut b = vec![0u8; self.bs];
         dir::init_empty(&mut b);
         let _ = dir::insert(&mut b, 0, ino, dtype, name);
@@ -994,18 +1179,26 @@ impl Checker<'_> {
     fn pass3(&mut self) -> Result<()> {
         if self.kind(ROOT_INO) != K_DIR {
             let ok = self.repair && self.make_root()?;
-            self.note(Class::Corruption, Pass::Connectivity, ok, "root directory missing; a new empty root was created".into());
+            self.note(
+                Class::Corruption,
+                Pass::Connectivity,
+                ok,
+                "root directory missing; a new empty root was created".into(),
+            );
             if !ok {
                 return Ok(());
             }
         }
         self.choose_parents()?;
-        if let Some(lf) = self.lf_entry {
-            if self.kind(lf) == K_DIR && self.parent.get(&lf).is_some_and(|l| l.parent == ROOT_INO) {
-                self.lf = Some(lf);
-            }
+        if let Some(lf) = self.lf_entry
+            && self.kind(lf) == K_DIR
+            && self.parent.get(&lf).is_some_and(|l| l.parent == ROOT_INO)
+        {
+            self.lf = Some(lf);
         }
-        let dirs: Vec<u64> = (0..self.g.total_inodes()).filter(|&i| self.kind(i) == K_DIR).collect();
+        let dirs: Vec<u64> = (0..self.g.total_inodes())
+            .filter(|&i| self.kind(i) == K_DIR)
+            .collect();
         self.set_flag(ROOT_INO, F_REACH, true);
         let total = dirs.len() as u64;
         for (n, &d) in dirs.iter().enumerate() {
@@ -1019,19 +1212,35 @@ impl Checker<'_> {
             if self.kind(d) != K_DIR {
                 continue;
             }
-            let want = if d == ROOT_INO { ROOT_INO } else {
+            let want = if d == ROOT_INO {
+                ROOT_INO
+            } else {
                 match self.parent.get(&d) {
                     Some(l) => l.parent,
                     None => continue,
                 }
             };
-            let Some(dd) = self.dotdot.get(&d).copied() else { continue };
+            let Some(dd) = self.dotdot.get(&d).copied() else {
+                continue;
+            };
             if dd.target != want {
                 if dd.target != 0 {
-                    self.corrupt(Pass::Connectivity, format!("directory {d}: '..' names {} but its parent is {want}; fixed", dd.target));
+                    self.corrupt(
+                        Pass::Connectivity,
+                        format!(
+                            "directory {d}: '..' names {} but its parent is {want}; fixed",
+                            dd.target
+                        ),
+                    );
                 }
                 self.set_entry(dd.at, want, K_DIR)?;
-                self.dotdot.insert(d, DotDot { target: want, at: dd.at });
+                self.dotdot.insert(
+                    d,
+                    DotDot {
+                        target: want,
+                        at: dd.at,
+                    },
+                );
             }
         }
         self.tick(Pass::Connectivity, total, total);
@@ -1044,7 +1253,13 @@ impl Checker<'_> {
         let links = std::mem::take(&mut self.links);
         for l in &links {
             if l.child == ROOT_INO {
-                self.corrupt(Pass::Connectivity, format!("directory {}: entry naming the root directory; removed", l.parent));
+                self.corrupt(
+                    Pass::Connectivity,
+                    format!(
+                        "directory {}: entry naming the root directory; removed",
+                        l.parent
+                    ),
+                );
                 self.remove_entry(l.at)?;
                 continue;
             }
@@ -1056,13 +1271,24 @@ impl Checker<'_> {
                 Some(prev) => {
                     // A rename interrupted between adding the new name and removing the old
                     // leaves two names, one agreeing with `..`: that is a leak, not damage.
-                    let (keep, drop) = if l.parent == dd && prev.parent != dd { (*l, prev) } else { (prev, *l) };
-                    let class = if keep.parent == dd { Class::Leak } else { Class::Corruption };
+                    let (keep, drop) = if l.parent == dd && prev.parent != dd {
+                        (*l, prev)
+                    } else {
+                        (prev, *l)
+                    };
+                    let class = if keep.parent == dd {
+                        Class::Leak
+                    } else {
+                        Class::Corruption
+                    };
                     self.note(
                         class,
                         Pass::Connectivity,
                         true,
-                        format!("directory {} has a second name in directory {}; removed", l.child, drop.parent),
+                        format!(
+                            "directory {} has a second name in directory {}; removed",
+                            l.child, drop.parent
+                        ),
                     );
                     self.remove_entry(drop.at)?;
                     self.parent.insert(l.child, keep);
@@ -1080,7 +1306,10 @@ impl Checker<'_> {
         let mut steps = 0u64;
         loop {
             steps += 1;
-            if self.flag(cur, F_REACH) || self.kind(cur) != K_DIR || steps > self.g.total_inodes() + 1 {
+            if self.flag(cur, F_REACH)
+                || self.kind(cur) != K_DIR
+                || steps > self.g.total_inodes() + 1
+            {
                 break;
             }
             if self.flag(cur, F_INPROG) {
@@ -1089,7 +1318,9 @@ impl Checker<'_> {
                     Class::Corruption,
                     Pass::Connectivity,
                     ok,
-                    format!("directory {cur} is part of a directory cycle; reconnected to lost+found"),
+                    format!(
+                        "directory {cur} is part of a directory cycle; reconnected to lost+found"
+                    ),
                 );
                 if ok {
                     if let Some(l) = self.parent.remove(&cur) {
@@ -1121,16 +1352,23 @@ impl Checker<'_> {
         let empty = !self.flag(d, F_NONEMPTY);
         if empty && self.nlink[d as usize] == 0 {
             // An rmdir interrupted after the name went: finish it.
-            self.leak(Pass::Connectivity, format!("unreferenced empty directory {d} with link count 0; freed"));
-            if self.repair {
-                if let Some(di) = self.get_inode(d)? {
-                    self.release_blocks(&di)?;
-                    self.clear_inode(d, di.generation)?;
-                }
+            self.leak(
+                Pass::Connectivity,
+                format!("unreferenced empty directory {d} with link count 0; freed"),
+            );
+            if self.repair
+                && let Some(di) = self.get_inode(d)?
+            {
+                self.release_blocks(&di)?;
+                self.clear_inode(d, di.generation)?;
             }
             return Ok(());
         }
-        let class = if empty { Class::Leak } else { Class::Corruption };
+        let class = if empty {
+            Class::Leak
+        } else {
+            Class::Corruption
+        };
         let msg = if empty {
             format!("unreferenced empty directory {d}; reconnected to lost+found")
         } else {
@@ -1149,16 +1387,31 @@ impl Checker<'_> {
     }
 
     fn reconnect_dir(&mut self, d: u64) -> Result<()> {
-        let Some(lf) = self.lost_found()? else { return Ok(()) };
+        let Some(lf) = self.lost_found()? else {
+            return Ok(());
+        };
         let name = format!("#{d}");
         if self.add_entry(lf, name.as_bytes(), d, K_DIR)? {
             // The entry's location is only needed to remove it again, which cannot happen now.
-            self.parent.insert(d, DirLink { child: d, parent: lf, at: Loc { pblk: 0, off: 0 } });
+            self.parent.insert(
+                d,
+                DirLink {
+                    child: d,
+                    parent: lf,
+                    at: Loc { pblk: 0, off: 0 },
+                },
+            );
             // Moving the directory is the repair: its `..` and lost+found's link count follow
             // silently, so pass 3 and 4 do not report our own change as new damage.
             if let Some(dd) = self.dotdot.get(&d).copied() {
                 self.set_entry(dd.at, lf, K_DIR)?;
-                self.dotdot.insert(d, DotDot { target: lf, at: dd.at });
+                self.dotdot.insert(
+                    d,
+                    DotDot {
+                        target: lf,
+                        at: dd.at,
+                    },
+                );
             }
             let n = self.nlink[lf as usize].saturating_add(1);
             self.set_nlink(lf, n)?;
@@ -1178,21 +1431,35 @@ impl Checker<'_> {
         if self.lf_entry.is_some() {
             // The name is taken by something that is not a usable directory.
             self.lf_failed = true;
-            self.note(Class::Corruption, Pass::Connectivity, false, "root entry 'lost+found' is not a directory; cannot reconnect".into());
+            self.note(
+                Class::Corruption,
+                Pass::Connectivity,
+                false,
+                "root entry 'lost+found' is not a directory; cannot reconnect".into(),
+            );
             return Ok(None);
         }
         let made = self.make_lost_found()?;
         if made.is_none() {
             self.lf_failed = true;
-            self.note(Class::Corruption, Pass::Connectivity, false, "cannot create lost+found (no space)".into());
+            self.note(
+                Class::Corruption,
+                Pass::Connectivity,
+                false,
+                "cannot create lost+found (no space)".into(),
+            );
         }
         self.lf = made;
         Ok(made)
     }
 
     fn make_lost_found(&mut self) -> Result<Option<u64>> {
-        let Some(ino) = self.alloc_inode() else { return Ok(None) };
-        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(ino))) else { return Ok(None) };
+        let Some(ino) = self.alloc_inode() else {
+            return Ok(None);
+        };
+        let Some(p) = self.alloc_block(self.g.first_data(self.g.group_of_ino(ino))) else {
+            return Ok(None);
+        };
         let mut b = vec![0u8; self.bs];
         dir::init_first(&mut b, ino, ROOT_INO);
         self.write_block(p, &b)?;
@@ -1207,16 +1474,36 @@ impl Checker<'_> {
             self.clear_inode(ino, d.generation)?;
             return Ok(None);
         }
-        self.parent.insert(ino, DirLink { child: ino, parent: ROOT_INO, at: Loc { pblk: 0, off: 0 } });
-        self.dotdot.insert(ino, DotDot { target: ROOT_INO, at: Loc { pblk: p, off: 16 } });
+        self.parent.insert(
+            ino,
+            DirLink {
+                child: ino,
+                parent: ROOT_INO,
+                at: Loc { pblk: 0, off: 0 },
+            },
+        );
+        self.dotdot.insert(
+            ino,
+            DotDot {
+                target: ROOT_INO,
+                at: Loc { pblk: p, off: 16 },
+            },
+        );
         let n = self.nlink[ROOT_INO as usize].saturating_add(1);
         self.set_nlink(ROOT_INO, n)?;
-        self.note(Class::Corruption, Pass::Connectivity, true, format!("lost+found missing; created as inode {ino}"));
+        self.note(
+            Class::Corruption,
+            Pass::Connectivity,
+            true,
+            format!("lost+found missing; created as inode {ino}"),
+        );
         Ok(Some(ino))
     }
 
     fn make_root(&mut self) -> Result<bool> {
-        let Some(p) = self.alloc_block(self.g.first_data(0)) else { return Ok(false) };
+        let Some(p) = self.alloc_block(self.g.first_data(0)) else {
+            return Ok(false);
+        };
         let mut b = vec![0u8; self.bs];
         dir::init_first(&mut b, ROOT_INO, ROOT_INO);
         self.write_block(p, &b)?;
@@ -1226,7 +1513,13 @@ impl Checker<'_> {
         self.put_inode(ROOT_INO, &d)?;
         self.istate[ROOT_INO as usize] = K_DIR;
         self.nlink[ROOT_INO as usize] = 2;
-        self.dotdot.insert(ROOT_INO, DotDot { target: ROOT_INO, at: Loc { pblk: p, off: 16 } });
+        self.dotdot.insert(
+            ROOT_INO,
+            DotDot {
+                target: ROOT_INO,
+                at: Loc { pblk: p, off: 16 },
+            },
+        );
         Ok(true)
     }
 
@@ -1285,8 +1578,17 @@ impl Checker<'_> {
                 r
             };
             if have != want {
-                let class = if have > want { Class::Leak } else { Class::Corruption };
-                self.note(class, Pass::LinkCounts, true, format!("inode {ino}: link count {have} should be {want}"));
+                let class = if have > want {
+                    Class::Leak
+                } else {
+                    Class::Corruption
+                };
+                self.note(
+                    class,
+                    Pass::LinkCounts,
+                    true,
+                    format!("inode {ino}: link count {have} should be {want}"),
+                );
                 self.set_nlink(ino, want)?;
             }
         }
@@ -1296,11 +1598,11 @@ impl Checker<'_> {
 
     fn set_nlink(&mut self, ino: u64, n: u32) -> Result<()> {
         self.nlink[ino as usize] = n;
-        if self.repair {
-            if let Some(mut d) = self.get_inode(ino)? {
-                d.nlink = n;
-                self.put_inode(ino, &d)?;
-            }
+        if self.repair
+            && let Some(mut d) = self.get_inode(ino)?
+        {
+            d.nlink = n;
+            self.put_inode(ino, &d)?;
         }
         Ok(())
     }
@@ -1309,17 +1611,27 @@ impl Checker<'_> {
     /// (link count 0) is freed; anything else goes to lost+found.
     fn unreferenced(&mut self, ino: u64, nlink: u32) -> Result<()> {
         if nlink == 0 {
-            self.leak(Pass::LinkCounts, format!("unreferenced inode {ino} with link count 0; freed"));
-            if self.repair {
-                if let Some(d) = self.get_inode(ino)? {
-                    self.release_blocks(&d)?;
-                    self.clear_inode(ino, d.generation)?;
-                }
+            self.leak(
+                Pass::LinkCounts,
+                format!("unreferenced inode {ino} with link count 0; freed"),
+            );
+            if self.repair
+                && let Some(d) = self.get_inode(ino)?
+            {
+                self.release_blocks(&d)?;
+                self.clear_inode(ino, d.generation)?;
             }
             return Ok(());
         }
         let ok = self.repair && self.can_reconnect()?;
-        self.note(Class::Leak, Pass::LinkCounts, ok, format!("unreferenced inode {ino} (link count {nlink}); reconnected to lost+found as #{ino}"));
+        self.note(
+            Class::Leak,
+            Pass::LinkCounts,
+            ok,
+            format!(
+                "unreferenced inode {ino} (link count {nlink}); reconnected to lost+found as #{ino}"
+            ),
+        );
         if ok {
             let lf = self.lf.unwrap_or(LOST_FOUND_INO);
             let name = format!("#{ino}");
@@ -1355,15 +1667,28 @@ impl Checker<'_> {
                 used_here += real as u64;
                 if real != disk {
                     first.get_or_insert(start + i);
-                    if disk { leaked += 1 } else { lost += 1 }
+                    if disk {
+                        leaked += 1
+                    } else {
+                        lost += 1
+                    }
                     bitmap::set(&mut buf, i as usize, real);
                 }
             }
             if lost > 0 {
-                self.corrupt(Pass::Bitmaps, format!("group {grp}: {lost} blocks in use but marked free (first {})", first.unwrap_or(0)));
+                self.corrupt(
+                    Pass::Bitmaps,
+                    format!(
+                        "group {grp}: {lost} blocks in use but marked free (first {})",
+                        first.unwrap_or(0)
+                    ),
+                );
             }
             if leaked > 0 {
-                self.leak(Pass::Bitmaps, format!("group {grp}: {leaked} blocks marked in use but unused; freed"));
+                self.leak(
+                    Pass::Bitmaps,
+                    format!("group {grp}: {leaked} blocks marked in use but unused; freed"),
+                );
             }
             if lost + leaked > 0 {
                 self.write_block(g.block_bitmap(grp), &buf)?;
@@ -1381,15 +1706,28 @@ impl Checker<'_> {
                 gdirs += (k == K_DIR) as u64;
                 if real != disk {
                     first.get_or_insert(ino);
-                    if disk { leaked += 1 } else { lost += 1 }
+                    if disk {
+                        leaked += 1
+                    } else {
+                        lost += 1
+                    }
                     bitmap::set(&mut buf, i as usize, real);
                 }
             }
             if lost > 0 {
-                self.corrupt(Pass::Bitmaps, format!("group {grp}: {lost} inodes in use but marked free (first {})", first.unwrap_or(0)));
+                self.corrupt(
+                    Pass::Bitmaps,
+                    format!(
+                        "group {grp}: {lost} inodes in use but marked free (first {})",
+                        first.unwrap_or(0)
+                    ),
+                );
             }
             if leaked > 0 {
-                self.leak(Pass::Bitmaps, format!("group {grp}: {leaked} inodes marked in use but free; freed"));
+                self.leak(
+                    Pass::Bitmaps,
+                    format!("group {grp}: {leaked} inodes marked in use but free; freed"),
+                );
             }
             if lost + leaked > 0 {
                 self.write_block(g.inode_bitmap(grp), &buf)?;
@@ -1405,7 +1743,12 @@ impl Checker<'_> {
             if !bad && *have != want {
                 let msg = format!(
                     "group {grp}: summary (free blocks {}, free inodes {}, dirs {}) should be ({}, {}, {})",
-                    have.free_blocks, have.free_inodes, have.dirs, want.free_blocks, want.free_inodes, want.dirs
+                    have.free_blocks,
+                    have.free_inodes,
+                    have.dirs,
+                    want.free_blocks,
+                    want.free_inodes,
+                    want.dirs
                 );
                 self.leak(Pass::Bitmaps, msg);
             }

@@ -23,7 +23,11 @@ pub(crate) struct Disk<'a> {
 impl<'a> Disk<'a> {
     pub fn new(dev: &'a dyn BlockDevice) -> Disk<'a> {
         let dbs = u64::from(dev.block_size().max(1));
-        Disk { dev, dbs, len: dev.num_blocks().saturating_mul(dbs) }
+        Disk {
+            dev,
+            dbs,
+            len: dev.num_blocks().saturating_mul(dbs),
+        }
     }
 
     /// Device size in bytes.
@@ -36,14 +40,17 @@ impl<'a> Disk<'a> {
             Some(end) if end <= self.len => Ok((off / self.dbs, end.div_ceil(self.dbs))),
             _ => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("access to bytes {off}..+{n} beyond the end of the device ({} bytes)", self.len),
+                format!(
+                    "access to bytes {off}..+{n} beyond the end of the device ({} bytes)",
+                    self.len
+                ),
             )),
         }
     }
 
     pub fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         let (first, last) = self.span(off, buf.len())?;
-        if off % self.dbs == 0 && buf.len() as u64 % self.dbs == 0 {
+        if off.is_multiple_of(self.dbs) && (buf.len() as u64).is_multiple_of(self.dbs) {
             return self.dev.read_blocks(first, buf);
         }
         let mut tmp = vec![0u8; ((last - first) * self.dbs) as usize];
@@ -55,7 +62,7 @@ impl<'a> Disk<'a> {
 
     pub fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
         let (first, last) = self.span(off, data.len())?;
-        if off % self.dbs == 0 && data.len() as u64 % self.dbs == 0 {
+        if off.is_multiple_of(self.dbs) && (data.len() as u64).is_multiple_of(self.dbs) {
             return self.dev.write_blocks(first, data);
         }
         let mut tmp = vec![0u8; ((last - first) * self.dbs) as usize];
@@ -99,7 +106,11 @@ pub(crate) fn locate(disk: &Disk) -> Result<Located, FsckError> {
         Ok(sb) => {
             let geo = sb.geometry().map_err(|e| FsckError::Unusable(e.0))?;
             fits(disk, &geo)?;
-            return Ok(Located { sb, geo, backup: None });
+            return Ok(Located {
+                sb,
+                geo,
+                backup: None,
+            });
         }
         Err(e) => e.0,
     };
@@ -139,17 +150,20 @@ pub(crate) fn locate(disk: &Disk) -> Result<Located, FsckError> {
         let mut i = 0usize;
         while i + SB_BYTES <= n {
             let off = base + i as u64;
-            if off > 0 && chunk[i..i + 8] == SB_MAGIC {
-                if let Some(l) = try_backup(disk, off, &primary_err)? {
-                    return Ok(l);
-                }
+            if off > 0
+                && chunk[i..i + 8] == SB_MAGIC
+                && let Some(l) = try_backup(disk, off, &primary_err)?
+            {
+                return Ok(l);
             }
             i += SCAN_STEP as usize;
         }
         base += n as u64;
     }
     if raw[0..8] != SB_MAGIC {
-        Err(FsckError::NotCairn(format!("{primary_err}; no backup superblock found")))
+        Err(FsckError::NotCairn(format!(
+            "{primary_err}; no backup superblock found"
+        )))
     } else {
         Err(FsckError::Unusable(format!(
             "primary superblock unusable ({primary_err}) and no backup superblock found"
@@ -163,19 +177,27 @@ fn try_backup(disk: &Disk, off: u64, primary_err: &str) -> Result<Option<Located
     }
     let mut raw = vec![0u8; SB_BYTES];
     disk.read(off, &mut raw)?;
-    let Ok(sb) = Superblock::decode(&raw) else { return Ok(None) };
-    let Ok(geo) = sb.geometry() else { return Ok(None) };
+    let Ok(sb) = Superblock::decode(&raw) else {
+        return Ok(None);
+    };
+    let Ok(geo) = sb.geometry() else {
+        return Ok(None);
+    };
     // The copy must sit exactly where its own geometry puts a group's first block: a stray
     // superblock image inside a file's data must not be mistaken for this file system's.
     let bs = geo.block_size as u64;
-    if off % (geo.blocks_per_group * bs) != 0 {
+    if !off.is_multiple_of(geo.blocks_per_group * bs) {
         return Ok(None);
     }
     let g = off / (geo.blocks_per_group * bs);
     if g == 0 || g >= geo.group_count || fits(disk, &geo).is_err() {
         return Ok(None);
     }
-    Ok(Some(Located { sb, geo, backup: Some((g, primary_err.to_string())) }))
+    Ok(Some(Located {
+        sb,
+        geo,
+        backup: Some((g, primary_err.to_string())),
+    }))
 }
 
 fn fits(disk: &Disk, geo: &Geometry) -> Result<(), FsckError> {

@@ -13,7 +13,9 @@ use crate::{CheckOptions, FsckError, check};
 /// Superblock decoding: no panic; a decoded superblock has a valid geometry and re-encodes
 /// to a block that decodes to the same value.
 pub fn superblock(data: &[u8]) {
-    let Ok(sb) = Superblock::decode(data) else { return };
+    let Ok(sb) = Superblock::decode(data) else {
+        return;
+    };
     let g = sb.geometry().expect("decode validated the geometry");
     assert!(g.total_inodes() > 0 && g.meta_blocks() < g.blocks_per_group + 1);
     let mut b = vec![0u8; 512];
@@ -27,7 +29,9 @@ pub fn inode(data: &[u8]) {
         return;
     }
     let ino = u64::from_le_bytes(data[..8].try_into().expect("8"));
-    let Ok(d) = DiskInode::decode(ino, &data[8..]) else { return };
+    let Ok(d) = DiskInode::decode(ino, &data[8..]) else {
+        return;
+    };
     let _ = d.root_pointers().count();
     let mut b = [0u8; INODE_SIZE];
     d.encode(ino, &mut b);
@@ -56,7 +60,12 @@ pub fn dir_block(data: &[u8]) {
     if let Ok(Some(off)) = dir::insert(&mut b, 0, 77, 8, name) {
         dir::validate(&b).expect("insert keeps the block valid");
         for (o, i) in &before {
-            assert!(dir::entries(&b).flatten().any(|e| e.off == *o && e.ino == *i), "entry moved");
+            assert!(
+                dir::entries(&b)
+                    .flatten()
+                    .any(|e| e.off == *o && e.ino == *i),
+                "entry moved"
+            );
         }
         dir::remove(&mut b, off).expect("remove what was inserted");
         dir::validate(&b).expect("remove keeps the block valid");
@@ -65,7 +74,9 @@ pub fn dir_block(data: &[u8]) {
 
 /// Extended-attribute block decoding: no panic; what decodes re-encodes identically.
 pub fn xattr_block(data: &[u8]) {
-    let Ok(attrs) = xattr::decode(data) else { return };
+    let Ok(attrs) = xattr::decode(data) else {
+        return;
+    };
     let mut b = vec![0u8; data.len().max(16)];
     if xattr::encode(&attrs, &mut b) {
         assert_eq!(xattr::decode(&b).expect("re-decode"), attrs);
@@ -85,7 +96,11 @@ pub fn fsck_image(data: &[u8]) {
     let img = base();
     let used: &[u64] = {
         static USED: OnceLock<Vec<u64>> = OnceLock::new();
-        USED.get_or_init(|| (0..img.g.total_blocks).filter(|&b| img.block_used(b)).collect())
+        USED.get_or_init(|| {
+            (0..img.g.total_blocks)
+                .filter(|&b| img.block_used(b))
+                .collect()
+        })
     };
     let mut bytes = img.bytes.clone();
     let bs = img.bs();
@@ -99,13 +114,31 @@ pub fn fsck_image(data: &[u8]) {
         Ok(_) | Err(FsckError::NotCairn(_)) | Err(FsckError::Unusable(_)) => {}
         Err(e) => panic!("operational error on a memory device: {e}"),
     }
-    let Ok(first) = check(&dev, CheckOptions { repair: true, progress: None }) else { return };
+    let Ok(first) = check(
+        &dev,
+        CheckOptions {
+            repair: true,
+            progress: None,
+        },
+    ) else {
+        return;
+    };
     let again = check(&dev, CheckOptions::default()).expect("repaired image opens");
     assert!(
         again.is_clean(),
         "second run not clean:\n{}\nfirst run:\n{}",
-        again.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"),
-        first.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"),
+        again
+            .findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        first
+            .findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
     );
 }
 
@@ -117,7 +150,10 @@ mod tests {
     use super::*;
 
     fn seed(name: &str) -> u64 {
-        let s = std::env::var("CAIRN_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+        let s = std::env::var("CAIRN_FUZZ_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random);
         println!("{name}: seed {s} (CAIRN_FUZZ_SEED to replay)");
         s
     }

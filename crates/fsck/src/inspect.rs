@@ -55,7 +55,12 @@ impl Inspector {
 
     pub fn from_device(dev: Arc<dyn BlockDevice>) -> Result<Inspector> {
         let loc = locate(&Disk::new(&*dev))?;
-        Ok(Inspector { dev, sb: loc.sb, g: loc.geo, backup: loc.backup })
+        Ok(Inspector {
+            dev,
+            sb: loc.sb,
+            g: loc.geo,
+            backup: loc.backup,
+        })
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -65,8 +70,11 @@ impl Inspector {
     /// Runs the view named by `args` (empty = the superblock).
     pub fn run(&self, args: &[String]) -> Result<String> {
         let num = |what: &str| -> Result<u64> {
-            let s = args.get(1).ok_or_else(|| InspectError::Usage(format!("'{what}' needs a number")))?;
-            s.parse().map_err(|_| InspectError::Usage(format!("'{s}' is not a number")))
+            let s = args
+                .get(1)
+                .ok_or_else(|| InspectError::Usage(format!("'{what}' needs a number")))?;
+            s.parse()
+                .map_err(|_| InspectError::Usage(format!("'{s}' is not a number")))
         };
         match args.first().map(String::as_str) {
             None | Some("superblock") | Some("sb") => Ok(self.superblock()),
@@ -74,7 +82,9 @@ impl Inspector {
             Some("inode") => self.inode(num("inode")?),
             Some("block") => self.block(num("block")?),
             Some("dir") => self.dir(args.get(1).map_or("/", String::as_str)),
-            Some(other) => Err(InspectError::Usage(format!("unknown view '{other}' (known: {USAGE})"))),
+            Some(other) => Err(InspectError::Usage(format!(
+                "unknown view '{other}' (known: {USAGE})"
+            ))),
         }
     }
 
@@ -99,14 +109,24 @@ impl Inspector {
         let mut o = String::new();
         match &self.backup {
             None => {
-                let _ = writeln!(o, "superblock (primary, block 0; a copy starts every group)");
+                let _ = writeln!(
+                    o,
+                    "superblock (primary, block 0; a copy starts every group)"
+                );
             }
             Some((grp, why)) => {
-                let _ = writeln!(o, "superblock: PRIMARY UNUSABLE ({why}); showing the copy in group {grp}");
+                let _ = writeln!(
+                    o,
+                    "superblock: PRIMARY UNUSABLE ({why}); showing the copy in group {grp}"
+                );
             }
         }
-        let raw = self.read_block(g.sb_block(self.backup.as_ref().map_or(0, |b| b.0))).unwrap_or_default();
-        let crc_stored = raw.get(508..512).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()));
+        let raw = self
+            .read_block(g.sb_block(self.backup.as_ref().map_or(0, |b| b.0)))
+            .unwrap_or_default();
+        let crc_stored = raw
+            .get(508..512)
+            .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()));
         let state = match sb.state {
             0 => "clean",
             1 => "mounted (not cleanly unmounted)",
@@ -133,19 +153,52 @@ impl Inspector {
             (96, 16, "uuid", hex(&sb.uuid)),
             (112, 64, "label", format!("{:?}", sb.label)),
             (176, 16, "last_mode", format!("{:?}", sb.last_mode)),
-            (192, 4, "feature_compat", format!("{:#x}", sb.feature_compat)),
-            (196, 4, "feature_incompat", format!("{:#x}", sb.feature_incompat)),
-            (200, 4, "feature_ro_compat", format!("{:#x}", sb.feature_ro_compat)),
+            (
+                192,
+                4,
+                "feature_compat",
+                format!("{:#x}", sb.feature_compat),
+            ),
+            (
+                196,
+                4,
+                "feature_incompat",
+                format!("{:#x}", sb.feature_incompat),
+            ),
+            (
+                200,
+                4,
+                "feature_ro_compat",
+                format!("{:#x}", sb.feature_ro_compat),
+            ),
             (208, 8, "dirs", sb.dirs.to_string()),
             (508, 4, "crc32c(0..508)", format!("{crc_stored:#010x} (ok)")),
         ];
         table(&mut o, &rows);
         let _ = writeln!(o, "\ngeometry (derived)");
         let _ = writeln!(o, "  groups                 {}", g.group_count);
-        let _ = writeln!(o, "  blocks per group       {} (last group: {})", g.blocks_per_group, g.group_len(g.group_count - 1));
-        let _ = writeln!(o, "  inodes per group       {} ({} per block)", g.inodes_per_group, g.inodes_per_block());
-        let _ = writeln!(o, "  inode table blocks     {} per group", g.inode_table_blocks);
-        let _ = writeln!(o, "  metadata blocks        {} per group (sb copy, descriptor, 2 bitmaps, inode table)", g.meta_blocks());
+        let _ = writeln!(
+            o,
+            "  blocks per group       {} (last group: {})",
+            g.blocks_per_group,
+            g.group_len(g.group_count - 1)
+        );
+        let _ = writeln!(
+            o,
+            "  inodes per group       {} ({} per block)",
+            g.inodes_per_group,
+            g.inodes_per_block()
+        );
+        let _ = writeln!(
+            o,
+            "  inode table blocks     {} per group",
+            g.inode_table_blocks
+        );
+        let _ = writeln!(
+            o,
+            "  metadata blocks        {} per group (sb copy, descriptor, 2 bitmaps, inode table)",
+            g.meta_blocks()
+        );
         let _ = writeln!(o, "  total inodes           {}", g.total_inodes());
         let _ = writeln!(o, "  pointers per indirect  {}", g.ptrs_per_block());
         let _ = writeln!(o, "  largest file           {} bytes", g.max_file_size());
@@ -163,18 +216,37 @@ impl Inspector {
     pub fn group(&self, grp: u64) -> Result<String> {
         let g = &self.g;
         if grp >= g.group_count {
-            return Err(InspectError::NotFound(format!("no group {grp} (the file system has {})", g.group_count)));
+            return Err(InspectError::NotFound(format!(
+                "no group {grp} (the file system has {})",
+                g.group_count
+            )));
         }
         let mut o = String::new();
         let s = g.group_start(grp);
         let len = g.group_len(grp);
-        let _ = writeln!(o, "group {grp}: blocks {s}..{} ({len} blocks), inodes {}..{}", s + len - 1,
-            grp * g.inodes_per_group, (grp + 1) * g.inodes_per_group - 1);
-        let _ = writeln!(o, "  block {:>8}  superblock copy{}", g.sb_block(grp), if grp == 0 { " (primary)" } else { "" });
+        let _ = writeln!(
+            o,
+            "group {grp}: blocks {s}..{} ({len} blocks), inodes {}..{}",
+            s + len - 1,
+            grp * g.inodes_per_group,
+            (grp + 1) * g.inodes_per_group - 1
+        );
+        let _ = writeln!(
+            o,
+            "  block {:>8}  superblock copy{}",
+            g.sb_block(grp),
+            if grp == 0 { " (primary)" } else { "" }
+        );
         let _ = writeln!(o, "  block {:>8}  group descriptor", g.desc_block(grp));
         let _ = writeln!(o, "  block {:>8}  block bitmap", g.block_bitmap(grp));
         let _ = writeln!(o, "  block {:>8}  inode bitmap", g.inode_bitmap(grp));
-        let _ = writeln!(o, "  blocks {}..{}  inode table ({} blocks)", g.inode_table(grp), g.first_data(grp) - 1, g.inode_table_blocks);
+        let _ = writeln!(
+            o,
+            "  blocks {}..{}  inode table ({} blocks)",
+            g.inode_table(grp),
+            g.first_data(grp) - 1,
+            g.inode_table_blocks
+        );
         let _ = writeln!(o, "  blocks {}..{}  data", g.first_data(grp), s + len - 1);
         let raw = self.read_block(g.desc_block(grp))?;
         let _ = writeln!(o, "\ndescriptor");
@@ -183,7 +255,12 @@ impl Inspector {
                 &mut o,
                 &[
                     (0, 4, "magic", "\"CGRP\"".into()),
-                    (4, 4, "version", u32::from_le_bytes(raw[4..8].try_into().unwrap_or_default()).to_string()),
+                    (
+                        4,
+                        4,
+                        "version",
+                        u32::from_le_bytes(raw[4..8].try_into().unwrap_or_default()).to_string(),
+                    ),
                     (8, 4, "group", d.group.to_string()),
                     (12, 4, "free_blocks", d.free_blocks.to_string()),
                     (16, 4, "free_inodes", d.free_inodes.to_string()),
@@ -197,7 +274,10 @@ impl Inspector {
             }
         }
         let bm = self.read_block(g.block_bitmap(grp))?;
-        let used: Vec<u64> = (0..len).filter(|&i| bitmap::get(&bm, i as usize)).map(|i| s + i).collect();
+        let used: Vec<u64> = (0..len)
+            .filter(|&i| bitmap::get(&bm, i as usize))
+            .map(|i| s + i)
+            .collect();
         let _ = writeln!(o, "\nblock bitmap: {} of {len} in use", used.len());
         let _ = writeln!(o, "  in use: {}", ranges(&used, 40));
         let im = self.read_block(g.inode_bitmap(grp))?;
@@ -205,14 +285,22 @@ impl Inspector {
             .filter(|&i| bitmap::get(&im, i as usize))
             .map(|i| grp * g.inodes_per_group + i)
             .collect();
-        let _ = writeln!(o, "inode bitmap: {} of {} in use", iused.len(), g.inodes_per_group);
+        let _ = writeln!(
+            o,
+            "inode bitmap: {} of {} in use",
+            iused.len(),
+            g.inodes_per_group
+        );
         let _ = writeln!(o, "  in use: {}", ranges(&iused, 40));
         Ok(o)
     }
 
     fn read_inode(&self, ino: u64) -> Result<(u64, usize, Vec<u8>)> {
         if ino >= self.g.total_inodes() {
-            return Err(InspectError::NotFound(format!("no inode {ino} (the file system has {})", self.g.total_inodes())));
+            return Err(InspectError::NotFound(format!(
+                "no inode {ino} (the file system has {})",
+                self.g.total_inodes()
+            )));
         }
         let (blk, off) = self.g.inode_location(ino);
         let b = self.read_block(blk)?;
@@ -223,7 +311,11 @@ impl Inspector {
     pub fn inode(&self, ino: u64) -> Result<String> {
         let (blk, off, raw) = self.read_inode(ino)?;
         let mut o = String::new();
-        let _ = writeln!(o, "inode {ino}: group {}, block {blk}, byte {off} of the block", self.g.group_of_ino(ino));
+        let _ = writeln!(
+            o,
+            "inode {ino}: group {}, block {blk}, byte {off} of the block",
+            self.g.group_of_ino(ino)
+        );
         if ino < ROOT_INO {
             let _ = writeln!(o, "  (reserved inode number)");
         }
@@ -241,27 +333,61 @@ impl Inspector {
         }
         let raw_flags = u32::from_le_bytes(raw[64..68].try_into().unwrap_or_default());
         let rows: Vec<(usize, usize, &str, String)> = vec![
-            (0, 4, "mode", format!("{:#o} ({})", d.mode, kind_name(d.mode))),
+            (
+                0,
+                4,
+                "mode",
+                format!("{:#o} ({})", d.mode, kind_name(d.mode)),
+            ),
             (4, 4, "nlink", d.nlink.to_string()),
             (8, 4, "uid", d.uid.to_string()),
             (12, 4, "gid", d.gid.to_string()),
             (16, 8, "size", d.size.to_string()),
-            (24, 8, "blocks", format!("{} (data, indirect and xattr)", d.blocks)),
+            (
+                24,
+                8,
+                "blocks",
+                format!("{} (data, indirect and xattr)", d.blocks),
+            ),
             (32, 8, "atime", time(d.atime)),
             (40, 8, "mtime", time(d.mtime)),
             (48, 8, "ctime", time(d.ctime)),
             (56, 8, "btime", time(d.btime)),
-            (64, 4, "flags", format!("{raw_flags:#x}{}", if d.fast_link.is_some() { " (INLINE: fast symlink)" } else { "" })),
+            (
+                64,
+                4,
+                "flags",
+                format!(
+                    "{raw_flags:#x}{}",
+                    if d.fast_link.is_some() {
+                        " (INLINE: fast symlink)"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
             (68, 4, "generation", d.generation.to_string()),
-            (72, 4, "rdev", format!("{:#x} ({}:{})", d.rdev, d.rdev >> 8, d.rdev & 0xff)),
+            (
+                72,
+                4,
+                "rdev",
+                format!("{:#x} ({}:{})", d.rdev, d.rdev >> 8, d.rdev & 0xff),
+            ),
             (200, 8, "xattr block", d.xattr.to_string()),
             (252, 4, "crc32c(ino ++ 0..252)", "ok".into()),
         ];
         table(&mut o, &rows);
         if let Some(t) = &d.fast_link {
-            let _ = writeln!(o, "\n  80..200  fast symlink target: {:?}", String::from_utf8_lossy(t));
+            let _ = writeln!(
+                o,
+                "\n  80..200  fast symlink target: {:?}",
+                String::from_utf8_lossy(t)
+            );
         } else {
-            let _ = writeln!(o, "\nblock map (80: direct[12], 176: single, 184: double, 192: triple indirect)");
+            let _ = writeln!(
+                o,
+                "\nblock map (80: direct[12], 176: single, 184: double, 192: triple indirect)"
+            );
             self.block_map(&mut o, &d)?;
         }
         if d.xattr != 0 {
@@ -269,7 +395,12 @@ impl Inspector {
             match self.read_block(d.xattr).map(|b| xattr::decode(&b)) {
                 Ok(Ok(attrs)) => {
                     for (n, v) in attrs {
-                        let _ = writeln!(o, "  {} = {:?}", String::from_utf8_lossy(&n), String::from_utf8_lossy(&v));
+                        let _ = writeln!(
+                            o,
+                            "  {} = {:?}",
+                            String::from_utf8_lossy(&n),
+                            String::from_utf8_lossy(&v)
+                        );
                     }
                 }
                 Ok(Err(e)) => {
@@ -280,11 +411,17 @@ impl Inspector {
                 }
             }
         }
-        if d.is_symlink() && d.fast_link.is_none() && d.direct[0] != 0 {
-            if let Ok(b) = self.read_block(d.direct[0]) {
-                let n = (d.size as usize).min(b.len());
-                let _ = writeln!(o, "\nslow symlink target: {:?}", String::from_utf8_lossy(&b[..n]));
-            }
+        if d.is_symlink()
+            && d.fast_link.is_none()
+            && d.direct[0] != 0
+            && let Ok(b) = self.read_block(d.direct[0])
+        {
+            let n = (d.size as usize).min(b.len());
+            let _ = writeln!(
+                o,
+                "\nslow symlink target: {:?}",
+                String::from_utf8_lossy(&b[..n])
+            );
         }
         Ok(o)
     }
@@ -294,7 +431,11 @@ impl Inspector {
         let mut runs = Runs::default();
         for (i, &p) in d.direct.iter().enumerate() {
             if p != 0 {
-                let _ = writeln!(o, "  direct[{i:>2}]  lblk {i:<10} -> block {p}{}", self.ptr_note(p));
+                let _ = writeln!(
+                    o,
+                    "  direct[{i:>2}]  lblk {i:<10} -> block {p}{}",
+                    self.ptr_note(p)
+                );
             }
         }
         let ppb = self.g.ptrs_per_block();
@@ -305,28 +446,50 @@ impl Inspector {
             span = span.saturating_mul(ppb);
             let p = d.indirect[level as usize - 1];
             if p != 0 {
-                let _ = writeln!(o, "  {} indirect -> block {p}{} (lblk {base}..{})", names[level as usize - 1],
-                    self.ptr_note(p), base.saturating_add(span) - 1);
+                let _ = writeln!(
+                    o,
+                    "  {} indirect -> block {p}{} (lblk {base}..{})",
+                    names[level as usize - 1],
+                    self.ptr_note(p),
+                    base.saturating_add(span) - 1
+                );
                 let mut budget = 10_000u64;
                 self.tree(o, p, level, base, 2, &mut runs, &mut budget)?;
             }
             base = base.saturating_add(span);
         }
         if !runs.0.is_empty() {
-            let _ = writeln!(o, "  data mapped through indirect blocks (lblk -> block runs):");
+            let _ = writeln!(
+                o,
+                "  data mapped through indirect blocks (lblk -> block runs):"
+            );
             for (i, (l, p, n)) in runs.0.iter().enumerate() {
                 if i == 64 {
                     let _ = writeln!(o, "    ... {} more runs", runs.0.len() - 64);
                     break;
                 }
-                let _ = writeln!(o, "    lblk {l}..{} -> blocks {p}..{}", l + n - 1, p + n - 1);
+                let _ = writeln!(
+                    o,
+                    "    lblk {l}..{} -> blocks {p}..{}",
+                    l + n - 1,
+                    p + n - 1
+                );
             }
         }
         Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn tree(&self, o: &mut String, p: u64, level: u32, base: u64, indent: usize, runs: &mut Runs, budget: &mut u64) -> Result<()> {
+    fn tree(
+        &self,
+        o: &mut String,
+        p: u64,
+        level: u32,
+        base: u64,
+        indent: usize,
+        runs: &mut Runs,
+        budget: &mut u64,
+    ) -> Result<()> {
         if !self.g.is_data_block(p) || *budget == 0 {
             return Ok(());
         }
@@ -334,9 +497,16 @@ impl Inspector {
         let b = self.read_block(p)?;
         let ppb = self.g.ptrs_per_block();
         let span = ppb.saturating_pow(level - 1);
-        let live = (0..ppb as usize).filter(|&j| b[j * 8..j * 8 + 8] != [0; 8]).count();
+        let live = (0..ppb as usize)
+            .filter(|&j| b[j * 8..j * 8 + 8] != [0; 8])
+            .count();
         if level > 1 {
-            let _ = writeln!(o, "{:indent$}block {p}: {live} of {ppb} pointers set", "", indent = indent * 2);
+            let _ = writeln!(
+                o,
+                "{:indent$}block {p}: {live} of {ppb} pointers set",
+                "",
+                indent = indent * 2
+            );
         }
         for j in 0..ppb as usize {
             let q = u64::from_le_bytes(b[j * 8..j * 8 + 8].try_into().unwrap_or_default());
@@ -347,7 +517,13 @@ impl Inspector {
             if level == 1 {
                 runs.push(lblk, q);
             } else {
-                let _ = writeln!(o, "{:indent$}[{j}] -> block {q}{} (lblk {lblk}..)", "", self.ptr_note(q), indent = indent * 2 + 2);
+                let _ = writeln!(
+                    o,
+                    "{:indent$}[{j}] -> block {q}{} (lblk {lblk}..)",
+                    "",
+                    self.ptr_note(q),
+                    indent = indent * 2 + 2
+                );
                 self.tree(o, q, level - 1, lblk, indent + 2, runs, budget)?;
             }
         }
@@ -381,7 +557,11 @@ impl Inspector {
         let _ = writeln!(
             o,
             "path: {}",
-            trail.iter().map(|(n, i)| format!("{n} ({i})")).collect::<Vec<_>>().join(" -> ")
+            trail
+                .iter()
+                .map(|(n, i)| format!("{n} ({i})"))
+                .collect::<Vec<_>>()
+                .join(" -> ")
         );
         let (_, _, raw) = self.read_inode(ino)?;
         let d = DiskInode::decode(ino, &raw).map_err(|e| InspectError::NotFound(e.0))?;
@@ -391,8 +571,17 @@ impl Inspector {
             return Ok(o);
         }
         let bs = self.g.block_size as u64;
-        let _ = writeln!(o, "directory inode {ino}: size {} ({} blocks), nlink {}", d.size, d.size / bs, d.nlink);
-        let _ = writeln!(o, "records: offset in block, ino (u32 @0), reclen (u16 @4), type (u8 @6), namelen (u8 @7), name (@8)");
+        let _ = writeln!(
+            o,
+            "directory inode {ino}: size {} ({} blocks), nlink {}",
+            d.size,
+            d.size / bs,
+            d.nlink
+        );
+        let _ = writeln!(
+            o,
+            "records: offset in block, ino (u32 @0), reclen (u16 @4), type (u8 @6), namelen (u8 @7), name (@8)"
+        );
         for lblk in 0..(d.size / bs).min(1 << 20) {
             let p = self.bmap(&d, lblk)?;
             if p == 0 {
@@ -404,8 +593,15 @@ impl Inspector {
             let mut empty_from: Option<usize> = None;
             let nchunks = b.len() / DIR_CHUNK;
             for c in 0..=nchunks {
-                let recs: Vec<_> = if c < nchunks { dir::records(&b[c * DIR_CHUNK..(c + 1) * DIR_CHUNK]).collect() } else { vec![] };
-                let all_free = recs.len() == 1 && recs[0].as_ref().is_ok_and(|e| e.ino == 0 && e.reclen == DIR_CHUNK);
+                let recs: Vec<_> = if c < nchunks {
+                    dir::records(&b[c * DIR_CHUNK..(c + 1) * DIR_CHUNK]).collect()
+                } else {
+                    vec![]
+                };
+                let all_free = recs.len() == 1
+                    && recs[0]
+                        .as_ref()
+                        .is_ok_and(|e| e.ino == 0 && e.reclen == DIR_CHUNK);
                 if all_free {
                     empty_from.get_or_insert(c);
                     continue;
@@ -420,11 +616,21 @@ impl Inspector {
                 if c == nchunks {
                     break;
                 }
-                let _ = writeln!(o, "  chunk {c} (bytes {}..{})", c * DIR_CHUNK, (c + 1) * DIR_CHUNK);
+                let _ = writeln!(
+                    o,
+                    "  chunk {c} (bytes {}..{})",
+                    c * DIR_CHUNK,
+                    (c + 1) * DIR_CHUNK
+                );
                 for r in recs {
                     match r {
                         Ok(e) if e.ino == 0 => {
-                            let _ = writeln!(o, "    {:>5}  unused record, reclen {}", c * DIR_CHUNK + e.off, e.reclen);
+                            let _ = writeln!(
+                                o,
+                                "    {:>5}  unused record, reclen {}",
+                                c * DIR_CHUNK + e.off,
+                                e.reclen
+                            );
                         }
                         Ok(e) => {
                             let _ = writeln!(
@@ -453,7 +659,9 @@ impl Inspector {
         let (_, _, raw) = self.read_inode(ino)?;
         let d = DiskInode::decode(ino, &raw).map_err(|e| InspectError::NotFound(e.0))?;
         if !d.is_dir() {
-            return Err(InspectError::NotFound(format!("inode {ino} is not a directory")));
+            return Err(InspectError::NotFound(format!(
+                "inode {ino} is not a directory"
+            )));
         }
         Ok(d)
     }
@@ -467,7 +675,8 @@ impl Inspector {
             }
             let b = self.read_block(p)?;
             for c in 0..b.len() / DIR_CHUNK {
-                for e in dir::entries(&b[c * DIR_CHUNK..(c + 1) * DIR_CHUNK]).map_while(|r| r.ok()) {
+                for e in dir::entries(&b[c * DIR_CHUNK..(c + 1) * DIR_CHUNK]).map_while(|r| r.ok())
+                {
                     if e.name == name {
                         return Ok(Some(e.ino as u64));
                     }
@@ -521,21 +730,35 @@ impl Inspector {
             3 => "inode bitmap".into(),
             r if r < 4 + g.inode_table_blocks => {
                 let first = grp * g.inodes_per_group + (r - 4) * g.inodes_per_block();
-                format!("inode table (inodes {first}..{})", first + g.inodes_per_block() - 1)
+                format!(
+                    "inode table (inodes {first}..{})",
+                    first + g.inodes_per_block() - 1
+                )
             }
             _ => {
                 let bm = self.read_block(g.block_bitmap(grp))?;
                 let used = bitmap::get(&bm, rel as usize);
-                format!("data block ({} in the bitmap)", if used { "in use" } else { "free" })
+                format!(
+                    "data block ({} in the bitmap)",
+                    if used { "in use" } else { "free" }
+                )
             }
         };
         let mut o = String::new();
-        let _ = writeln!(o, "block {b}: group {grp}, block {rel} of the group: {what}");
+        let _ = writeln!(
+            o,
+            "block {b}: group {grp}, block {rel} of the group: {what}"
+        );
         let shown = raw.len().min(1024);
         hexdump(&mut o, &raw[..shown], b * g.block_size as u64);
         if shown < raw.len() {
             let rest_zero = raw[shown..].iter().all(|&x| x == 0);
-            let _ = writeln!(o, "... {} more bytes{}", raw.len() - shown, if rest_zero { " (all zero)" } else { "" });
+            let _ = writeln!(
+                o,
+                "... {} more bytes{}",
+                raw.len() - shown,
+                if rest_zero { " (all zero)" } else { "" }
+            );
         }
         Ok(o)
     }
@@ -546,11 +769,12 @@ struct Runs(Vec<(u64, u64, u64)>);
 
 impl Runs {
     fn push(&mut self, lblk: u64, p: u64) {
-        if let Some((l, q, n)) = self.0.last_mut() {
-            if *l + *n == lblk && *q + *n == p {
-                *n += 1;
-                return;
-            }
+        if let Some((l, q, n)) = self.0.last_mut()
+            && *l + *n == lblk
+            && *q + *n == p
+        {
+            *n += 1;
+            return;
         }
         self.0.push((lblk, p, 1));
     }
@@ -567,7 +791,11 @@ fn time(ns: i64) -> String {
     if ns == 0 {
         return "0".into();
     }
-    format!("{ns} ({}.{:09} s since the epoch)", ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+    format!(
+        "{ns} ({}.{:09} s since the epoch)",
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000)
+    )
 }
 
 fn hex(b: &[u8]) -> String {
@@ -600,10 +828,18 @@ fn ranges(v: &[u64], max: usize) -> String {
             out.push("...".into());
             break;
         }
-        out.push(if i == j { v[i].to_string() } else { format!("{}-{}", v[i], v[j]) });
+        out.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
         i = j + 1;
     }
-    if out.is_empty() { "none".into() } else { out.join(", ") }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(", ")
+    }
 }
 
 /// Classic 16-byte hex dump; runs of identical lines are shown once, then `*`.
@@ -621,8 +857,22 @@ fn hexdump(o: &mut String, b: &[u8], base: u64) {
         starred = false;
         prev = Some(line);
         let hexs: Vec<String> = line.iter().map(|x| format!("{x:02x}")).collect();
-        let text: String = line.iter().map(|&c| if (0x20..0x7f).contains(&c) { c as char } else { '.' }).collect();
-        let _ = writeln!(o, "{:08x}  {:<47}  |{text}|", base + (i * 16) as u64, hexs.join(" "));
+        let text: String = line
+            .iter()
+            .map(|&c| {
+                if (0x20..0x7f).contains(&c) {
+                    c as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:08x}  {:<47}  |{text}|",
+            base + (i * 16) as u64,
+            hexs.join(" ")
+        );
     }
 }
 
@@ -640,17 +890,25 @@ mod tests {
         let img = Image::populated();
         let i = insp(&img);
         let sb = i.run(&[]).unwrap();
-        assert!(sb.contains("blocks_per_group") && sb.contains("256"), "{sb}");
+        assert!(
+            sb.contains("blocks_per_group") && sb.contains("256"),
+            "{sb}"
+        );
         let g = i.run(&["group".into(), "1".into()]).unwrap();
         assert!(g.contains("inode table") && g.contains("descriptor"), "{g}");
         let big = img.lookup(ROOT_INO, b"big").unwrap();
         let ino = i.run(&["inode".into(), big.to_string()]).unwrap();
-        assert!(ino.contains("double indirect") && ino.contains("lblk 12.."), "{ino}");
+        assert!(
+            ino.contains("double indirect") && ino.contains("lblk 12.."),
+            "{ino}"
+        );
         let d = i.run(&["dir".into(), "/a/b".into()]).unwrap();
         assert!(d.contains("\"medium\"") && d.contains("\"..\""), "{d}");
         let f = i.run(&["dir".into(), "/fast".into()]).unwrap();
         assert!(f.contains("fast symlink target: \"a/small\""), "{f}");
-        let b = i.run(&["block".into(), img.g.inode_table(0).to_string()]).unwrap();
+        let b = i
+            .run(&["block".into(), img.g.inode_table(0).to_string()])
+            .unwrap();
         assert!(b.contains("inode table (inodes 0..15)"), "{b}");
         assert!(i.run(&["dir".into(), "/nope".into()]).is_err());
         assert!(i.run(&["inode".into(), "99999999".into()]).is_err());

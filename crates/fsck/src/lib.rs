@@ -91,7 +91,12 @@ impl std::fmt::Display for Finding {
             Class::Corruption => "CORRUPTION",
             Class::Leak => "LEAK",
         };
-        write!(f, "{class}: {}{}", self.message, if self.fixed { " [fixed]" } else { "" })
+        write!(
+            f,
+            "{class}: {}{}",
+            self.message,
+            if self.fixed { " [fixed]" } else { "" }
+        )
     }
 }
 
@@ -131,7 +136,9 @@ impl Report {
         self.findings.is_empty()
     }
     pub fn corruptions(&self) -> impl Iterator<Item = &Finding> {
-        self.findings.iter().filter(|f| f.class == Class::Corruption)
+        self.findings
+            .iter()
+            .filter(|f| f.class == Class::Corruption)
     }
     pub fn leaks(&self) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(|f| f.class == Class::Leak)
@@ -162,13 +169,16 @@ pub struct Progress {
     pub total: u64,
 }
 
+/// A progress callback (see [`CheckOptions::progress`]).
+pub type ProgressFn = Box<dyn FnMut(&Progress) + Send>;
+
 /// Options of [`check`].
 #[derive(Default)]
 pub struct CheckOptions {
     /// Fix what is found (`-y`); otherwise the device is never written.
     pub repair: bool,
     /// Called as the check advances (at most a few thousand times per run).
-    pub progress: Option<Box<dyn FnMut(&Progress) + Send>>,
+    pub progress: Option<ProgressFn>,
 }
 
 /// Why the check could not run at all (exit code 8).
@@ -204,8 +214,14 @@ pub fn check_path(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> 
 
 /// Opens an image or device with a 4 KiB device block: every cairn block size (4–64 KiB) is
 /// a multiple of it, and the superblock is read before the real block size is known.
-pub(crate) fn open(path: &Path, read_only: bool) -> Result<std::sync::Arc<dyn BlockDevice>, FsckError> {
+pub(crate) fn open(
+    path: &Path,
+    read_only: bool,
+) -> Result<std::sync::Arc<dyn BlockDevice>, FsckError> {
     cairn_blockdev::open_path(path, cairn_ffs::format::MIN_BLOCK_SIZE, read_only).map_err(|e| {
-        FsckError::Io(io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())))
+        FsckError::Io(io::Error::new(
+            e.kind(),
+            format!("cannot open {}: {e}", path.display()),
+        ))
     })
 }

@@ -6,8 +6,8 @@
 
 use cairn_ffs::format::superblock::{GroupDesc, STATE_CLEAN};
 use cairn_ffs::format::{
-    DiskInode, FAST_SYMLINK_MAX, Geometry, INODE_SIZE, LOST_FOUND_INO, NDIRECT, ROOT_INO, Superblock, bitmap, dir,
-    xattr,
+    DiskInode, FAST_SYMLINK_MAX, Geometry, INODE_SIZE, LOST_FOUND_INO, NDIRECT, ROOT_INO,
+    Superblock, bitmap, dir, xattr,
 };
 
 /// An image held in memory.
@@ -20,8 +20,13 @@ pub struct Image {
 impl Image {
     /// A fresh file system: root (2) and lost+found (3), inodes 0 and 1 reserved.
     pub fn mkfs(block_size: u32, total_blocks: u64, blocks_per_group: u64, inodes: u64) -> Image {
-        let g = Geometry::for_mkfs(block_size, total_blocks, Some(inodes), Some(blocks_per_group))
-            .expect("test geometry");
+        let g = Geometry::for_mkfs(
+            block_size,
+            total_blocks,
+            Some(inodes),
+            Some(blocks_per_group),
+        )
+        .expect("test geometry");
         let sb = Superblock {
             version: cairn_ffs::format::FORMAT_VERSION,
             block_size,
@@ -46,7 +51,11 @@ impl Image {
             feature_ro_compat: 0,
             dirs: 0,
         };
-        let mut img = Image { bytes: vec![0; (g.total_blocks * block_size as u64) as usize], g, sb };
+        let mut img = Image {
+            bytes: vec![0; (g.total_blocks * block_size as u64) as usize],
+            g,
+            sb,
+        };
         for grp in 0..g.group_count {
             for b in g.group_start(grp)..g.first_data(grp) {
                 img.set_block_used(b, true);
@@ -126,7 +135,10 @@ impl Image {
     }
     pub fn block_used(&self, b: u64) -> bool {
         let grp = self.g.group_of_block(b);
-        bitmap::get(self.block(self.g.block_bitmap(grp)), (b - self.g.group_start(grp)) as usize)
+        bitmap::get(
+            self.block(self.g.block_bitmap(grp)),
+            (b - self.g.group_start(grp)) as usize,
+        )
     }
     pub fn set_inode_used(&mut self, ino: u64, v: bool) {
         let grp = self.g.group_of_ino(ino);
@@ -136,7 +148,10 @@ impl Image {
     }
     pub fn inode_used(&self, ino: u64) -> bool {
         let grp = self.g.group_of_ino(ino);
-        bitmap::get(self.block(self.g.inode_bitmap(grp)), (ino % self.g.inodes_per_group) as usize)
+        bitmap::get(
+            self.block(self.g.inode_bitmap(grp)),
+            (ino % self.g.inodes_per_group) as usize,
+        )
     }
 
     pub fn alloc_block(&mut self) -> u64 {
@@ -148,7 +163,9 @@ impl Image {
         b
     }
     pub fn alloc_inode(&mut self) -> u64 {
-        let ino = (ROOT_INO..self.g.total_inodes()).find(|&i| !self.inode_used(i)).expect("no inodes");
+        let ino = (ROOT_INO..self.g.total_inodes())
+            .find(|&i| !self.inode_used(i))
+            .expect("no inodes");
         self.set_inode_used(ino, true);
         ino
     }
@@ -156,7 +173,13 @@ impl Image {
     fn init_dir(&mut self, ino: u64, parent: u64, perm: u32) {
         let b = self.alloc_block();
         dir::init_first(self.block_mut(b), ino, parent);
-        let mut d = DiskInode { mode: libc::S_IFDIR | perm, nlink: 2, size: self.bs() as u64, blocks: 1, ..Default::default() };
+        let mut d = DiskInode {
+            mode: libc::S_IFDIR | perm,
+            nlink: 2,
+            size: self.bs() as u64,
+            blocks: 1,
+            ..Default::default()
+        };
         d.direct[0] = b;
         self.put_inode(ino, &d);
     }
@@ -224,7 +247,8 @@ impl Image {
                     if depth + 1 == level {
                         self.block_mut(p)[i * 8..i * 8 + 8].copy_from_slice(&b.to_le_bytes());
                     } else {
-                        let mut q = u64::from_le_bytes(self.block(p)[i * 8..i * 8 + 8].try_into().unwrap());
+                        let mut q =
+                            u64::from_le_bytes(self.block(p)[i * 8..i * 8 + 8].try_into().unwrap());
                         if q == 0 {
                             q = self.alloc_block();
                             d.blocks += 1;
@@ -248,7 +272,10 @@ impl Image {
         for lblk in 0..d.size / bs {
             let p = self.bmap(dirino, lblk);
             for c in 0..self.bs() / dir::DIR_CHUNK {
-                if dir::insert(self.block_mut(p), c, ino, k, name).unwrap().is_some() {
+                if dir::insert(self.block_mut(p), c, ino, k, name)
+                    .unwrap()
+                    .is_some()
+                {
                     return;
                 }
             }
@@ -256,7 +283,9 @@ impl Image {
         let lblk = d.size / bs;
         let p = self.map_new(&mut d, lblk);
         dir::init_empty(self.block_mut(p));
-        dir::insert(self.block_mut(p), 0, ino, k, name).unwrap().unwrap();
+        dir::insert(self.block_mut(p), 0, ino, k, name)
+            .unwrap()
+            .unwrap();
         d.size += bs;
         self.put_inode(dirino, &d);
     }
@@ -291,7 +320,12 @@ impl Image {
 
     pub fn create(&mut self, parent: u64, name: &[u8], data: &[u8]) -> u64 {
         let ino = self.alloc_inode();
-        let mut d = DiskInode { mode: libc::S_IFREG | 0o644, nlink: 1, size: data.len() as u64, ..Default::default() };
+        let mut d = DiskInode {
+            mode: libc::S_IFREG | 0o644,
+            nlink: 1,
+            size: data.len() as u64,
+            ..Default::default()
+        };
         let bs = self.bs();
         for (lblk, chunk) in data.chunks(bs).enumerate() {
             let b = self.map_new(&mut d, lblk as u64);
@@ -326,7 +360,12 @@ impl Image {
 
     pub fn symlink(&mut self, parent: u64, name: &[u8], target: &[u8]) -> u64 {
         let ino = self.alloc_inode();
-        let mut d = DiskInode { mode: libc::S_IFLNK | 0o777, nlink: 1, size: target.len() as u64, ..Default::default() };
+        let mut d = DiskInode {
+            mode: libc::S_IFLNK | 0o777,
+            nlink: 1,
+            size: target.len() as u64,
+            ..Default::default()
+        };
         if target.len() <= FAST_SYMLINK_MAX {
             d.fast_link = Some(target.to_vec());
         } else {
@@ -340,7 +379,12 @@ impl Image {
 
     pub fn mknod(&mut self, parent: u64, name: &[u8], mode: u32, rdev: u32) -> u64 {
         let ino = self.alloc_inode();
-        let d = DiskInode { mode, nlink: 1, rdev, ..Default::default() };
+        let d = DiskInode {
+            mode,
+            nlink: 1,
+            rdev,
+            ..Default::default()
+        };
         self.put_inode(ino, &d);
         self.add_entry(parent, name, ino);
         ino
@@ -402,5 +446,12 @@ impl Image {
 
 /// Deterministic file contents.
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 12) as u8)).collect()
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 12) as u8)
+        })
+        .collect()
 }

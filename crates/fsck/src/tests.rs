@@ -9,35 +9,67 @@ use crate::*;
 
 fn run(bytes: &[u8], repair: bool) -> (Report, Vec<u8>) {
     let dev = cairn_blockdev::MemDevice::from_bytes(4096, bytes.to_vec());
-    let r = check(&dev, CheckOptions { repair, progress: None }).expect("check runs");
+    let r = check(
+        &dev,
+        CheckOptions {
+            repair,
+            progress: None,
+        },
+    )
+    .expect("check runs");
     (r, dev.to_bytes())
 }
 
 fn img_of(bytes: Vec<u8>) -> Image {
     let base = Image::populated();
-    Image { bytes, g: base.g, sb: base.sb }
+    Image {
+        bytes,
+        g: base.g,
+        sb: base.sb,
+    }
 }
 
 /// Detect (with `class` and a message containing `needle`), repair, re-check clean.
 /// Returns the repaired image.
 fn case(img: &Image, class: Class, needle: &str) -> Image {
     let (r, untouched) = run(&img.bytes, false);
-    assert_eq!(untouched, img.bytes, "check without repair wrote to the device");
+    assert_eq!(
+        untouched, img.bytes,
+        "check without repair wrote to the device"
+    );
     assert!(
-        r.findings.iter().any(|f| f.class == class && f.message.contains(needle)),
+        r.findings
+            .iter()
+            .any(|f| f.class == class && f.message.contains(needle)),
         "expected {class:?} containing {needle:?}, got:\n{}",
-        r.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n")
+        r.findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert_eq!(r.exit_code(), 4);
     let (r, repaired) = run(&img.bytes, true);
-    assert!(r.unfixed().next().is_none(), "unfixed: {:#?}", r.unfixed().collect::<Vec<_>>());
+    assert!(
+        r.unfixed().next().is_none(),
+        "unfixed: {:#?}",
+        r.unfixed().collect::<Vec<_>>()
+    );
     assert_eq!(r.exit_code(), 1);
     let (r2, _) = run(&repaired, false);
     assert!(
         r2.is_clean(),
         "second run not clean after repairing {needle:?}:\n{}\nfirst run:\n{}",
-        r2.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"),
-        r.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n")
+        r2.findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        r.findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     img_of(repaired)
 }
@@ -87,14 +119,26 @@ fn set_u32(b: &mut [u8], off: usize, v: u32) {
 
 #[test]
 fn fresh_and_populated_images_are_clean() {
-    for img in [Image::small(), Image::populated(), Image::mkfs(65536, 64, 32, 64)] {
+    for img in [
+        Image::small(),
+        Image::populated(),
+        Image::mkfs(65536, 64, 32, 64),
+    ] {
         let (r, _) = run(&img.bytes, false);
         assert!(r.is_clean(), "{:#?}", r.findings);
         assert_eq!(r.exit_code(), 0);
     }
     let img = Image::populated();
     let (r, _) = run(&img.bytes, false);
-    assert_eq!((r.stats.dirs, r.stats.files, r.stats.symlinks, r.stats.specials), (5, 3, 2, 2));
+    assert_eq!(
+        (
+            r.stats.dirs,
+            r.stats.files,
+            r.stats.symlinks,
+            r.stats.specials
+        ),
+        (5, 3, 2, 2)
+    );
     // Repair of a clean image changes nothing.
     let (r, after) = run(&img.bytes, true);
     assert_eq!(r.exit_code(), 0);
@@ -127,7 +171,10 @@ fn not_cairn_and_unusable_are_operational_errors() {
     let mut img = Image::mkfs(4096, 200, 256, 64);
     img.block_mut(0)[20] ^= 1;
     let dev = img.device();
-    assert!(matches!(check(&dev, CheckOptions::default()), Err(FsckError::Unusable(_))));
+    assert!(matches!(
+        check(&dev, CheckOptions::default()),
+        Err(FsckError::Unusable(_))
+    ));
     // Truncated image.
     let img = Image::populated();
     let dev = cairn_blockdev::MemDevice::from_bytes(4096, img.bytes[..4096 * 300].to_vec());
@@ -177,7 +224,11 @@ fn pointer_out_of_range() {
     let n = names(&img);
     let t = img.g.total_blocks;
     edit_inode(&mut img, n.medium, |d| d.direct[2] = t + 5);
-    case(&img, Class::Corruption, "out of range or into group metadata");
+    case(
+        &img,
+        Class::Corruption,
+        "out of range or into group metadata",
+    );
 }
 
 #[test]
@@ -186,7 +237,11 @@ fn pointer_into_group_metadata() {
     let n = names(&img);
     let itab = img.g.inode_table(1);
     edit_inode(&mut img, n.medium, |d| d.direct[1] = itab);
-    case(&img, Class::Corruption, "out of range or into group metadata");
+    case(
+        &img,
+        Class::Corruption,
+        "out of range or into group metadata",
+    );
 }
 
 #[test]
@@ -249,7 +304,11 @@ fn special_file_with_blocks_and_bad_symlink() {
     let n = names(&img);
     let blk = img.alloc_block();
     edit_inode(&mut img, n.fifo, |d| d.direct[0] = blk);
-    case(&img, Class::Corruption, "special file or fast symlink has block pointers");
+    case(
+        &img,
+        Class::Corruption,
+        "special file or fast symlink has block pointers",
+    );
     let mut img = Image::populated();
     edit_inode(&mut img, n.slow, |d| d.size = 9000);
     case(&img, Class::Corruption, "symlink of bad length");
@@ -308,7 +367,10 @@ fn bad_directory_record() {
     let fixed = case(&img, Class::Corruption, "bad record length");
     // medium's inode was not lost: it went to lost+found.
     let lf = fixed.lookup(ROOT_INO, b"lost+found").unwrap();
-    assert_eq!(fixed.lookup(lf, format!("#{}", n.medium).as_bytes()), Some(n.medium));
+    assert_eq!(
+        fixed.lookup(lf, format!("#{}", n.medium).as_bytes()),
+        Some(n.medium)
+    );
 }
 
 #[test]
@@ -448,7 +510,10 @@ fn missing_lost_found_is_created_when_needed() {
     dir::remove(img.block_mut(p), off).unwrap();
     let fixed = case(&img, Class::Leak, "unreferenced inode");
     let lf = fixed.lookup(ROOT_INO, b"lost+found").unwrap();
-    assert_eq!(fixed.lookup(lf, format!("#{}", n.medium).as_bytes()), Some(n.medium));
+    assert_eq!(
+        fixed.lookup(lf, format!("#{}", n.medium).as_bytes()),
+        Some(n.medium)
+    );
     assert_eq!(fixed.read_file(n.medium), pattern(2, 5 * 4096 + 17));
 }
 
@@ -479,7 +544,13 @@ fn crash_leftovers_are_leaks() {
     let mut img = Image::populated();
     let ino = img.alloc_inode();
     let blk = img.alloc_block();
-    let mut d = DiskInode { mode: libc::S_IFREG | 0o600, nlink: 0, size: 10, blocks: 1, ..Default::default() };
+    let mut d = DiskInode {
+        mode: libc::S_IFREG | 0o600,
+        nlink: 0,
+        size: 10,
+        blocks: 1,
+        ..Default::default()
+    };
     d.direct[0] = blk;
     img.put_inode(ino, &d);
     img.finish();
@@ -488,7 +559,14 @@ fn crash_leftovers_are_leaks() {
     // An initialized inode whose entry never reached the disk (create interrupted).
     let mut img = Image::populated();
     let ino = img.alloc_inode();
-    img.put_inode(ino, &DiskInode { mode: libc::S_IFREG | 0o600, nlink: 1, ..Default::default() });
+    img.put_inode(
+        ino,
+        &DiskInode {
+            mode: libc::S_IFREG | 0o600,
+            nlink: 1,
+            ..Default::default()
+        },
+    );
     img.finish();
     leak_case(&img, "unreferenced inode");
     // mkdir interrupted before the name: an empty unreferenced directory.
@@ -497,7 +575,13 @@ fn crash_leftovers_are_leaks() {
     let ino = img.alloc_inode();
     let blk = img.alloc_block();
     dir::init_first(img.block_mut(blk), ino, n.a);
-    let mut d = DiskInode { mode: libc::S_IFDIR | 0o755, nlink: 2, size: 4096, blocks: 1, ..Default::default() };
+    let mut d = DiskInode {
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        size: 4096,
+        blocks: 1,
+        ..Default::default()
+    };
     d.direct[0] = blk;
     img.put_inode(ino, &d);
     edit_inode(&mut img, n.a, |d| d.nlink += 1);
@@ -542,11 +626,19 @@ fn progress_reports_every_pass() {
     let s2 = seen.clone();
     let opts = CheckOptions {
         repair: false,
-        progress: Some(Box::new(move |p: &Progress| s2.lock().unwrap().push(p.pass))),
+        progress: Some(Box::new(move |p: &Progress| {
+            s2.lock().unwrap().push(p.pass)
+        })),
     };
     check(&dev, opts).unwrap();
     let seen = seen.lock().unwrap();
-    for p in [Pass::Inodes, Pass::Directories, Pass::Connectivity, Pass::LinkCounts, Pass::Bitmaps] {
+    for p in [
+        Pass::Inodes,
+        Pass::Directories,
+        Pass::Connectivity,
+        Pass::LinkCounts,
+        Pass::Bitmaps,
+    ] {
         assert!(seen.contains(&p), "{p:?}");
     }
 }
@@ -558,12 +650,22 @@ fn progress_reports_every_pass() {
 #[test]
 fn random_byte_flips_then_repair_is_clean() {
     let base = Image::populated();
-    let seed0: u64 = std::env::var("CAIRN_FSCK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-    let iters: u64 = std::env::var("CAIRN_FSCK_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
-    println!("random_byte_flips seed {seed0} (CAIRN_FSCK_SEED to replay, CAIRN_FSCK_ITERS for more)");
+    let seed0: u64 = std::env::var("CAIRN_FSCK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let iters: u64 = std::env::var("CAIRN_FSCK_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(150);
+    println!(
+        "random_byte_flips seed {seed0} (CAIRN_FSCK_SEED to replay, CAIRN_FSCK_ITERS for more)"
+    );
     let g = base.g;
     // The metadata blocks plus every block the image uses (directories, indirect blocks).
-    let hot: Vec<u64> = (0..g.total_blocks).filter(|&b| base.block_used(b)).collect();
+    let hot: Vec<u64> = (0..g.total_blocks)
+        .filter(|&b| base.block_used(b))
+        .collect();
     for it in 0..iters {
         let seed = seed0.wrapping_add(it);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -580,14 +682,28 @@ fn random_byte_flips_then_repair_is_clean() {
         };
         let _ = r;
         let dev = cairn_blockdev::MemDevice::from_bytes(4096, bytes.clone());
-        match check(&dev, CheckOptions { repair: true, progress: None }) {
+        match check(
+            &dev,
+            CheckOptions {
+                repair: true,
+                progress: None,
+            },
+        ) {
             Ok(r) => {
                 let (r2, _) = run(&dev.to_bytes(), false);
                 assert!(
                     r2.is_clean(),
                     "seed {seed}: second run not clean:\n{}\nfirst run:\n{}",
-                    r2.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"),
-                    r.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n")
+                    r2.findings
+                        .iter()
+                        .map(|f| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    r.findings
+                        .iter()
+                        .map(|f| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 );
             }
             // Both superblock copies of group 0/1 hit: nothing to repair from.
