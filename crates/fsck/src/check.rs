@@ -109,6 +109,7 @@ struct Checker<'a> {
     lf_entry: Option<u64>,
     lf: Option<u64>,
     lf_failed: bool,
+    rotor: u64,
 }
 
 pub(crate) fn run(dev: &dyn BlockDevice, opts: CheckOptions) -> Result<Report> {
@@ -138,6 +139,7 @@ pub(crate) fn run(dev: &dyn BlockDevice, opts: CheckOptions) -> Result<Report> {
         lf_entry: None,
         lf: None,
         lf_failed: false,
+        rotor: 0,
     };
     let mut backup_group = None;
     if let Some((grp, why)) = loc.backup {
@@ -287,15 +289,17 @@ impl Checker<'_> {
     }
 
     /// A free data block, preferring ones after `near` (FFS's rotor-less first fit).
+    /// The scan resumes where the last one stopped (a rotor), so many allocations in one
+    /// run stay linear in the device size.
     fn alloc_block(&mut self, near: u64) -> Option<u64> {
         let t = self.g.total_blocks;
-        let start = near.min(t);
-        (start..t)
+        let start = if self.rotor == 0 { near } else { self.rotor }.min(t);
+        let b = (start..t)
             .chain(0..start)
-            .find(|&b| self.g.is_data_block(b) && !self.used.get(b))
-            .inspect(|&b| {
-                self.used.set(b, true);
-            })
+            .find(|&b| self.g.is_data_block(b) && !self.used.get(b))?;
+        self.used.set(b, true);
+        self.rotor = b + 1;
+        Some(b)
     }
 
     fn alloc_inode(&mut self) -> Option<u64> {
@@ -567,12 +571,14 @@ impl Checker<'_> {
         if kind == K_DIR {
             let bs = self.bs as u64;
             let need = walk.last.map_or(bs, |l| (l + 1) * bs).max(bs);
-            if d.size % bs != 0 || d.size < need {
-                let new = need.max(d.size.div_ceil(bs) * bs);
+            // The size must end exactly after the last block: a larger size would be a
+            // run of holes (and, hostile, a walk of 2^52 blocks), a smaller one hides entries.
+            if d.size != need {
+                let new = need;
                 self.corrupt(
                     Pass::Inodes,
                     format!(
-                        "directory {ino}: size {} does not cover its blocks; set to {new}",
+                        "directory {ino}: size {} does not match its blocks; set to {new}",
                         d.size
                     ),
                 );
@@ -723,28 +729,22 @@ impl Checker<'_> {
         let nblocks = self.dsize.get(&ino).copied().unwrap_or(bs) / bs;
         let mut names: HashSet<Vec<u8>> = HashSet::new();
         let mut next = 0usize;
+        // (count, first, all filled): one finding per directory, however many holes.
+        let mut holes = (0u64, None::<u64>, true);
         for lblk in 0..nblocks {
             let pblk = if next < blocks.len() && blocks[next].0 == lblk {
                 next += 1;
                 blocks[next - 1].1
             } else {
                 // A hole inside a directory: readers would find no valid records there.
-                let what = if lblk == 0 {
-                    "has no first block".to_string()
-                } else {
-                    format!("has a hole at block {lblk}")
-                };
                 let fill = if self.repair {
                     self.fill_dir_hole(ino, lblk)?
                 } else {
                     None
                 };
-                self.note(
-                    Class::Corruption,
-                    Pass::Directories,
-                    fill.is_some(),
-                    format!("directory {ino} {what}; filled with an empty block"),
-                );
+                holes.0 += 1;
+                holes.1.get_or_insert(lblk);
+                holes.2 &= fill.is_some();
                 match fill {
                     Some(p) => p,
                     None => continue,
@@ -762,6 +762,19 @@ impl Checker<'_> {
             if dirty {
                 self.write_block(pblk, &buf)?;
             }
+        }
+        if let (n, Some(first), filled) = holes {
+            let what = if first == 0 {
+                "has no first block".to_string()
+            } else {
+                format!("has {n} holes (first at block {first})")
+            };
+            self.note(
+                Class::Corruption,
+                Pass::Directories,
+                filled,
+                format!("directory {ino} {what}; filled with empty blocks"),
+            );
         }
         Ok(())
     }

@@ -378,15 +378,32 @@ fn directory_size_not_block_multiple() {
     let mut img = Image::populated();
     let n = names(&img);
     edit_inode(&mut img, n.a, |d| d.size = 100);
-    case(&img, Class::Corruption, "does not cover its blocks");
+    case(&img, Class::Corruption, "does not match its blocks");
 }
 
 #[test]
 fn directory_hole() {
     let mut img = Image::populated();
     let n = names(&img);
-    edit_inode(&mut img, n.b, |d| d.size = 3 * 4096);
-    case(&img, Class::Corruption, "has a hole at block 1");
+    let blk = img.alloc_block();
+    dir::init_empty(img.block_mut(blk));
+    edit_inode(&mut img, n.b, |d| {
+        d.direct[3] = blk;
+        d.size = 4 * 4096;
+        d.blocks += 1;
+    });
+    case(&img, Class::Corruption, "has 2 holes (first at block 1)");
+    // A size running past the last block is cut back, not walked.
+    let mut img = Image::populated();
+    edit_inode(&mut img, n.b, |d| d.size = 1 << 60);
+    case(&img, Class::Corruption, "does not match its blocks");
+    // No block at all.
+    let mut img = Image::populated();
+    edit_inode(&mut img, n.b, |d| {
+        d.direct[0] = 0;
+        d.blocks = 0;
+    });
+    case(&img, Class::Corruption, "has no first block");
 }
 
 #[test]
