@@ -335,3 +335,17 @@ fn record_option_writes_the_device_trace() {
         "the final flush is traced: {text}"
     );
 }
+
+#[test]
+fn memory_backend_mounts_without_an_image() {
+    let e = Env::new();
+    e.ok(&["mount", "--memory", "scratch", "mnt"]);
+    fs::write(e.mnt().join("m"), b"in memory").unwrap();
+    assert_eq!(fs::read(e.mnt().join("m")).unwrap(), b"in memory");
+    let o = e.ok(&["stats", "--json", "mnt"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["daemon"]["image"], "scratch");
+    assert!(v["fs"]["inodes"].as_u64().unwrap() >= 2, "{v}");
+    e.ok(&["umount", "mnt"]);
+    assert!(!e.mounted());
+}
