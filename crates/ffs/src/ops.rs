@@ -504,23 +504,28 @@ impl Ffs {
             Some(_) => self.dir_repoint(st, np, nname, src.ino, src.dtype)?,
             None => self.dir_add(st, np, nname, src.ino, src.dtype)?,
         };
-        if src_dir && np != parent && dst.is_none() {
+        if src_dir && np != parent {
+            // The moved directory's ".." will name the new parent.
             self.iget(st, np)?.d.nlink += 1;
         }
         let npb = self.touch_dir(st, np)?;
         self.strategy.setup_directory_add(&self.io, &[&db, &npb])?;
-        // 3. The old name goes.
-        let ob = self.dir_remove(st, parent, name)?;
-        let pb = self.touch_dir(st, parent)?;
-        self.strategy
-            .setup_directory_remove(&self.io, &[&ob, &pb])?;
+        // 3. The old name goes; a moved directory's ".." follows in the same step. A
+        //    directory rename is not atomic without a log (001 §3.4): between steps 2 and 3
+        //    the directory has two names, which fsck repairs by keeping the one ".." names.
+        let mut step3 = Vec::new();
+        if src_dir && np != parent {
+            step3.push(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?);
+        }
+        step3.push(self.dir_remove(st, parent, name)?);
+        step3.push(self.touch_dir(st, parent)?);
+        let refs: Vec<&BufRef> = step3.iter().collect();
+        self.strategy.setup_directory_remove(&self.io, &refs)?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
         //    parent loses the ".." reference, a replaced inode loses its name.
         let mut bufs = Vec::new();
         self.iget(st, src.ino)?.d.nlink -= 1;
         if src_dir && np != parent {
-            let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
-            bufs.push(b);
             let pic = self.iget(st, parent)?;
             pic.d.nlink = pic.d.nlink.saturating_sub(1);
             bufs.push(self.iput(st, parent)?);

@@ -352,3 +352,41 @@ fn bad_images_are_refused_with_one_line() {
         .unwrap();
     assert!(e.to_string().contains("truncated"), "{e}");
 }
+
+#[test]
+fn directory_rename_over_empty_directory_across_parents_keeps_link_counts() {
+    for mode in ["sync", "async"] {
+        let (_dev, fs) = fresh(4096, mode);
+        let c = Ctx::root();
+        let p1 = fs.mkdir(&c, 2, n("p1"), 0o755, 0).unwrap();
+        let p2 = fs.mkdir(&c, 2, n("p2"), 0o755, 0).unwrap();
+        fs.mkdir(&c, p1.ino, n("mover"), 0o755, 0).unwrap();
+        fs.mkdir(&c, p2.ino, n("empty"), 0o755, 0).unwrap();
+        fs.rename(
+            &c,
+            p1.ino,
+            n("mover"),
+            p2.ino,
+            n("empty"),
+            RenameFlags::default(),
+        )
+        .unwrap();
+        assert_eq!(fs.getattr(p1.ino).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(p2.ino).unwrap().nlink, 3);
+        let m = fs.lookup(&c, p2.ino, n("empty")).unwrap();
+        assert_eq!(fs.lookup(&c, m.ino, n("..")).unwrap().ino, p2.ino);
+        // Same parent, over an empty directory: the parent loses one subdirectory.
+        fs.mkdir(&c, p2.ino, n("e2"), 0o755, 0).unwrap();
+        assert_eq!(fs.getattr(p2.ino).unwrap().nlink, 4);
+        fs.rename(
+            &c,
+            p2.ino,
+            n("empty"),
+            p2.ino,
+            n("e2"),
+            RenameFlags::default(),
+        )
+        .unwrap();
+        assert_eq!(fs.getattr(p2.ino).unwrap().nlink, 3);
+    }
+}

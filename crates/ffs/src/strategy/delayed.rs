@@ -18,7 +18,7 @@ impl Strategy for Delayed {
     }
     fn cache_policy(&self) -> KernelCachePolicy {
         KernelCachePolicy {
-            writeback_cache: true,
+            writeback_cache: false,
             entry_ttl: Duration::from_secs(60),
             attr_ttl: Duration::from_secs(60),
             negative_ttl: Duration::from_secs(60),

@@ -19,10 +19,11 @@ impl Strategy for Sync {
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
-        // Writes stay delayed in classic FFS, so the kernel may buffer them as well; fsync
-        // is still honoured because the kernel flushes its pages before sending FSYNC.
+        // No kernel writeback cache: with it, ENOSPC and EFBIG would surface only at
+        // writeback (after write() returned) and the kernel would own mtime. Writes are still
+        // delayed in our buffer cache, as in classic FFS.
         KernelCachePolicy {
-            writeback_cache: true,
+            writeback_cache: false,
             entry_ttl: Duration::from_secs(60),
             attr_ttl: Duration::from_secs(60),
             negative_ttl: Duration::from_secs(60),
