@@ -2,7 +2,7 @@
 //! right class, repaired, and a second run must be clean.
 
 use cairn_ffs::format::{DiskInode, ROOT_INO, bitmap, dir};
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 
 use crate::testimage::{Image, pattern};
 use crate::*;
@@ -692,6 +692,11 @@ fn random_byte_flips_then_repair_is_clean() {
             let blk = hot[rng.random_range(0..hot.len())];
             let off = blk as usize * 4096 + rng.random_range(0..4096);
             bytes[off] ^= 1 << rng.random_range(0..8);
+        }
+        // Sometimes a whole block of garbage (a misdirected or torn write).
+        if rng.random_range(0..4) == 0 {
+            let blk = hot[rng.random_range(0..hot.len())] as usize;
+            rng.fill_bytes(&mut bytes[blk * 4096..(blk + 1) * 4096]);
         }
         let (r, _) = match std::panic::catch_unwind(|| run(&bytes, false)) {
             Ok(x) => x,
