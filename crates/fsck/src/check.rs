@@ -187,6 +187,13 @@ impl Checker<'_> {
             fixed,
         });
     }
+    /// The last finding's repair could not be completed after all (no space).
+    fn unfix_last(&mut self) {
+        if let Some(f) = self.findings.last_mut() {
+            f.fixed = false;
+            f.message.push_str(" (failed: lost+found cannot grow)");
+        }
+    }
     fn corrupt(&mut self, pass: Pass, msg: String) {
         self.note(Class::Corruption, pass, true, msg);
     }
@@ -1339,7 +1346,9 @@ impl Checker<'_> {
                     if let Some(l) = self.parent.remove(&cur) {
                         self.remove_entry(l.at)?;
                     }
-                    self.reconnect_dir(cur)?;
+                    if !self.reconnect_dir(cur)? {
+                        self.unfix_last();
+                    }
                 }
                 break;
             }
@@ -1389,8 +1398,8 @@ impl Checker<'_> {
         };
         let ok = self.repair && self.can_reconnect()?;
         self.note(class, Pass::Connectivity, ok, msg);
-        if ok {
-            self.reconnect_dir(d)?;
+        if ok && !self.reconnect_dir(d)? {
+            self.unfix_last();
         }
         Ok(())
     }
@@ -1399,9 +1408,9 @@ impl Checker<'_> {
         Ok(self.lost_found()?.is_some())
     }
 
-    fn reconnect_dir(&mut self, d: u64) -> Result<()> {
+    fn reconnect_dir(&mut self, d: u64) -> Result<bool> {
         let Some(lf) = self.lost_found()? else {
-            return Ok(());
+            return Ok(false);
         };
         let name = format!("#{d}");
         if self.add_entry(lf, name.as_bytes(), d, K_DIR)? {
@@ -1428,8 +1437,9 @@ impl Checker<'_> {
             }
             let n = self.nlink[lf as usize].saturating_add(1);
             self.set_nlink(lf, n)?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// lost+found, created under the root if missing (FFS fsck creates it only when it is
@@ -1654,6 +1664,8 @@ impl Checker<'_> {
                 if nlink != 1 {
                     self.set_nlink(ino, 1)?;
                 }
+            } else {
+                self.unfix_last();
             }
         }
         Ok(())
