@@ -498,7 +498,7 @@ impl Ffs {
             ic.d.ctime = now;
         }
         let ib = self.iput(st, src.ino)?;
-        self.strategy.setup_link_change(&self.io, &[&ib])?;
+        self.strategy.setup_link_add(&self.io, &[&ib])?;
         // 2. The new name (rule 3: before the old one goes).
         let db = match dst {
             Some(_) => self.dir_repoint(st, np, nname, src.ino, src.dtype)?,
@@ -545,7 +545,7 @@ impl Ffs {
             bufs.push(self.iput(st, dslot.ino)?);
         }
         let refs: Vec<&BufRef> = bufs.iter().collect();
-        self.strategy.setup_link_change(&self.io, &refs)?;
+        self.strategy.setup_link_remove(&self.io, &refs)?;
         if let Some(dslot) = dst {
             self.maybe_free_inode(st, dslot.ino)?;
         }
@@ -955,8 +955,10 @@ impl FileSystem for Ffs {
                     if self.read_only {
                         return Ok(());
                     }
-                    self.maybe_free_inode(st, ino)?;
-                    return self.strategy.op_done(&self.io);
+                    // Freeing an orphan promises nothing durable: no op_done. The next
+                    // ordered step's barrier makes the cleared inode durable before any
+                    // freed resource can be pointed to again (rule 2).
+                    return self.maybe_free_inode(st, ino);
                 } else if !ic.d.is_dir() {
                     st.inodes.remove(&ino);
                 }
@@ -1056,7 +1058,7 @@ impl FileSystem for Ffs {
             ic.d.nlink = ic.d.nlink.saturating_sub(1);
             ic.d.ctime = now_ns();
             let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_change(&self.io, &[&ib])?;
+            self.strategy.setup_link_remove(&self.io, &[&ib])?;
             self.maybe_free_inode(st, slot.ino)
         })
     }
@@ -1089,7 +1091,7 @@ impl FileSystem for Ffs {
             ic.d.nlink = 0;
             ic.d.ctime = now_ns();
             let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_change(&self.io, &[&pb, &ib])?;
+            self.strategy.setup_link_remove(&self.io, &[&pb, &ib])?;
             self.maybe_free_inode(st, slot.ino)
         })
     }
@@ -1150,7 +1152,7 @@ impl FileSystem for Ffs {
             ic.d.nlink += 1;
             ic.d.ctime = now_ns();
             let ib = self.iput(st, ino)?;
-            self.strategy.setup_link_change(&self.io, &[&ib])?;
+            self.strategy.setup_link_add(&self.io, &[&ib])?;
             let db = self.dir_add(st, np, n, ino, dtype_of(d.mode))?;
             let pb = self.touch_dir(st, np)?;
             self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;

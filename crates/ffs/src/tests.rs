@@ -205,34 +205,57 @@ fn big_sparse_file_and_truncate_frees_everything() {
     );
 }
 
+/// The flushes each metadata call costs in `sync` mode are exactly what its ordering needs.
 #[test]
-fn sync_create_costs_two_flushes() {
+fn sync_flushes_per_operation() {
     let (_dev, fs) = fresh(4096, "sync");
     let dev = fs.device().clone();
     let c = Ctx::root();
-    let before = dev.counters().snapshot();
-    fs.mknod(&c, 2, n("x"), libc::S_IFREG | 0o644, 0, 0)
+    let cost = |f: &dyn Fn()| {
+        let before = dev.counters().snapshot();
+        f();
+        dev.counters().snapshot().delta(&before)
+    };
+    let d = cost(&|| {
+        fs.mknod(&c, 2, n("x"), libc::S_IFREG | 0o644, 0, 0)
+            .unwrap();
+    });
+    assert_eq!(d.flushes, 2, "inode, barrier, entry, flush");
+    let d = cost(&|| fs.unlink(&c, 2, n("x")).unwrap());
+    assert_eq!(d.flushes, 1, "the entry's removal only");
+    let x = fs.device().counters().snapshot();
+    let ino = fs
+        .st
+        .lock()
+        .inodes
+        .keys()
+        .copied()
+        .find(|&i| i > 3)
         .unwrap();
-    let d = dev.counters().snapshot().delta(&before);
-    assert_eq!(d.flushes, 2, "inode then entry, each behind a barrier");
-    let before = dev.counters().snapshot();
-    fs.unlink(&c, 2, n("x")).unwrap();
-    let d = dev.counters().snapshot().delta(&before);
-    assert!(d.flushes >= 2);
-    let before = dev.counters().snapshot();
-    fs.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0)
+    fs.forget(ino, 1);
+    let d = fs.device().counters().snapshot().delta(&x);
+    assert_eq!(d.flushes, 0, "freeing an orphan is not a durability point");
+    assert!(
+        d.writes > 0,
+        "but the cleared inode is written at once (rule 2)"
+    );
+    fs.mknod(&c, 2, n("a"), libc::S_IFREG | 0o644, 0, 0)
         .unwrap();
+    let d = cost(&|| {
+        fs.rename(&c, 2, n("a"), 2, n("b"), RenameFlags::default())
+            .unwrap()
+    });
+    assert_eq!(d.flushes, 3, "link count up, new name, old name gone");
     let (_d, fsa) = fresh(4096, "async");
-    let fsa_dev = fsa.device().clone();
-    let b2 = fsa_dev.counters().snapshot();
+    let b2 = fsa.device().counters().snapshot();
     fsa.mknod(&c, 2, n("y"), libc::S_IFREG | 0o644, 0, 0)
         .unwrap();
+    fsa.unlink(&c, 2, n("y")).unwrap();
     assert_eq!(
-        fsa_dev.counters().snapshot().delta(&b2).writes,
+        fsa.device().counters().snapshot().delta(&b2).writes,
         0,
         "async delays everything"
     );
-    let _ = before;
 }
 
 #[test]

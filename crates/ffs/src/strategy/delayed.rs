@@ -39,7 +39,10 @@ impl Strategy for Delayed {
     fn setup_directory_remove(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
         Ok(())
     }
-    fn setup_link_change(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
+    fn setup_link_add(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
+        Ok(())
+    }
+    fn setup_link_remove(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
         Ok(())
     }
     fn setup_freeblocks(&self, _: &Io, _: &[&BufRef]) -> Result<()> {

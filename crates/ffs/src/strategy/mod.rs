@@ -8,7 +8,7 @@
 //!    before the directory entry naming it (`setup_inode_alloc` before
 //!    `setup_directory_add`), a bitmap marks a block used before a pointer to it.
 //! 2. Never reuse a resource before nullifying all previous pointers to it: the entry goes
-//!    (`setup_directory_remove`) before the link count drops (`setup_link_change`), and an
+//!    (`setup_directory_remove`) before the link count drops (`setup_link_remove`), and an
 //!    inode's pointers are cleared on disk (`setup_freeblocks`) before the bitmap frees them.
 //! 3. Never reset the last pointer to a live resource before the new pointer has been set:
 //!    rename adds the new name (`setup_directory_add`) before removing the old one.
@@ -137,8 +137,13 @@ pub trait Strategy: Send + std::marker::Sync {
     /// A directory entry was removed. Rule 2: before the link count it accounted for drops.
     fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
 
-    /// A link count changed: raised before a new reference, lowered after the old one went.
-    fn setup_link_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+    /// A link count was raised, before a new reference to the inode exists (link, rename):
+    /// the count must never be lower than the references on disk.
+    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+
+    /// A link count was lowered after its reference went (unlink, rmdir, rename). Writing it
+    /// late is always safe: a count higher than the references is a leak, never a loss.
+    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
 
     /// Block pointers were cleared (truncate, free). Rule 2: on disk before the bitmap
     /// frees the blocks (the caller frees them after this returns).

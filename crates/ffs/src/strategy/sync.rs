@@ -1,8 +1,9 @@
 //! `sync`: classic FFS. Each ordered step is written at once, after a device flush that
 //! makes the previous step durable (the barrier), and every metadata call ends with a flush,
-//! so it is durable when it returns. Costs one flush per step: create = 2 (inode, then
-//! entry), remove = 2, rename = 4 (link count up, new name, old name gone, link count down),
-//! which is the price the papers measure for synchronous metadata (000 §2).
+//! so it is durable when it returns. Costs one flush per ordered step: create = 2 (inode,
+//! then entry), remove = 1 (the entry; the lowered link count and the freed inode follow
+//! behind the next barrier), rename = 3 (link count up, new name, old name gone), which is
+//! the price the papers measure for synchronous metadata (000 §2).
 
 use std::time::Duration;
 
@@ -46,8 +47,14 @@ impl Strategy for Sync {
     fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
     }
-    fn setup_link_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
+    }
+    /// Left dirty: the syncer or the next ordered write of the block carries it, always
+    /// after the removal it follows is durable (op_done flushed it). A crash before then
+    /// leaves a link count one too high: a leak fsck reclaims, never a lost file.
+    fn setup_link_remove(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
+        Ok(())
     }
     fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
