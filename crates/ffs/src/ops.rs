@@ -510,15 +510,17 @@ impl Ffs {
         }
         let npb = self.touch_dir(st, np)?;
         self.strategy.setup_directory_add(&self.io, &[&db, &npb])?;
-        // 3. The old name goes; a moved directory's ".." follows in the same step. A
-        //    directory rename is not atomic without a log (001 §3.4): between steps 2 and 3
-        //    the directory has two names, which fsck repairs by keeping the one ".." names.
-        let mut step3 = Vec::new();
+        // 3. A moved directory's ".." names the new parent, then the old name goes. A
+        //    directory rename is not atomic without a log (001 §3.4): until this step the
+        //    directory has two names. With ".." rewritten first, every crash state keeps
+        //    one name that agrees with "..", which fsck resolves as a leak (keeping that
+        //    name); removing the old name first would leave ".." naming a parent that no
+        //    longer holds the directory.
         if src_dir && np != parent {
-            step3.push(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?);
+            let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
+            self.strategy.setup_directory_add(&self.io, &[&b])?;
         }
-        step3.push(self.dir_remove(st, parent, name)?);
-        step3.push(self.touch_dir(st, parent)?);
+        let step3 = [self.dir_remove(st, parent, name)?, self.touch_dir(st, parent)?];
         let refs: Vec<&BufRef> = step3.iter().collect();
         self.strategy.setup_directory_remove(&self.io, &refs)?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
