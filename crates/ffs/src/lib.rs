@@ -180,6 +180,8 @@ pub(crate) struct State {
     pub next_fh: u64,
     /// Device counters at the start of the current operation (for per-op attribution).
     pub op_stats: HashMap<&'static str, OpStat>,
+    /// Unlinked inodes still referenced (open, or not yet forgotten by the kernel).
+    pub orphans: std::collections::HashSet<u64>,
     /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
     pub free_on_truncate: Option<u64>,
 }
@@ -230,6 +232,19 @@ impl Ffs {
         dev: Arc<dyn BlockDevice>,
         opts: &MountOptions,
     ) -> Result<Arc<Ffs>, FsError> {
+        let strategy = strategy::by_name(&opts.mode)
+            .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
+        Self::mount_device_with_strategy(dev, opts, strategy)
+    }
+
+    /// Mounts with a strategy that is not in the registry; `opts.mode` is ignored. For
+    /// harnesses only: the crash harness plugs in deliberately broken orderings to prove
+    /// that its checker catches them.
+    pub fn mount_device_with_strategy(
+        dev: Arc<dyn BlockDevice>,
+        opts: &MountOptions,
+        strategy: Box<dyn Strategy>,
+    ) -> Result<Arc<Ffs>, FsError> {
         let bs = dev.block_size() as usize;
         let mut head = vec![0u8; bs];
         dev.read_blocks(0, &mut head)?;
@@ -254,8 +269,6 @@ impl Ffs {
                 sb.feature_ro_compat
             )));
         }
-        let strategy = strategy::by_name(&opts.mode)
-            .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
         let cache = BufferCache::new(
             dev.clone(),
             CacheConfig {
@@ -302,6 +315,7 @@ impl Ffs {
                 next_fh: 1,
                 op_stats: HashMap::new(),
                 free_on_truncate: None,
+                orphans: Default::default(),
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),

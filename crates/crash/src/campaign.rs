@@ -1,0 +1,395 @@
+//! A campaign: every mode × workload recorded, its crash states generated and checked in
+//! parallel, the results compared with the modes' expectations, failures saved as
+//! reproducers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::Error;
+use crate::check::{Checker, StateOutcome};
+use crate::modes::{self, Expectation};
+use crate::record::{self, Recording};
+use crate::report::{self, CellResult, Repro};
+use crate::states::{self, CrashState, GenOptions};
+use crate::workload::{self, ImageSpec, Workload};
+
+/// Options of [`run`].
+#[derive(Clone, Debug)]
+pub struct CampaignOptions {
+    pub modes: Vec<String>,
+    pub workloads: Vec<Workload>,
+    /// Recordings made with `cairn mount -o record=FILE`, checked as extra workloads in the
+    /// mode they were recorded in.
+    pub recordings: Vec<PathBuf>,
+    /// Total crash states to check, spread over every mode × workload.
+    pub states: usize,
+    pub seed: u64,
+    pub torn: bool,
+    pub threads: usize,
+    pub image: ImageSpec,
+    /// Where to save reproducers of unexpected states (none when `None`).
+    pub repro_dir: Option<PathBuf>,
+    /// At most this many reproducers per mode × workload.
+    pub repros_per_cell: usize,
+}
+
+impl Default for CampaignOptions {
+    fn default() -> Self {
+        CampaignOptions {
+            modes: modes::registered().iter().map(|s| s.to_string()).collect(),
+            workloads: workload::all(),
+            recordings: Vec::new(),
+            states: 100_000,
+            seed: 1,
+            torn: true,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            image: ImageSpec::default(),
+            repro_dir: None,
+            repros_per_cell: 3,
+        }
+    }
+}
+
+/// Progress of a running campaign.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+    pub unexpected: u64,
+}
+
+/// The outcome of a campaign.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CampaignResult {
+    pub cells: Vec<CellResult>,
+    /// Every way the campaign failed its expectations (empty: passed).
+    pub verdicts: Vec<String>,
+    pub seconds: f64,
+    pub threads: usize,
+    pub states: u64,
+    /// Crash states checked per second per thread (recording excluded).
+    pub states_per_sec_per_thread: f64,
+    #[serde(skip)]
+    pub expectations: Vec<Expectation>,
+}
+
+impl CampaignResult {
+    pub fn passed(&self) -> bool {
+        self.verdicts.is_empty()
+    }
+
+    pub fn markdown(&self) -> String {
+        let rate = format!(
+            "{} states in {:.1} s on {} thread(s): {:.0} states/s per thread.",
+            self.states, self.seconds, self.threads, self.states_per_sec_per_thread
+        );
+        report::markdown(&self.cells, &self.expectations, &self.verdicts, &rate)
+    }
+}
+
+struct Job {
+    rec: Recording,
+    expect: Expectation,
+    scripted: bool,
+    states: Vec<CrashState>,
+    capacity: u64,
+}
+
+/// Runs a campaign. `progress` is called from worker threads as states complete.
+pub fn run(opts: &CampaignOptions, progress: &(dyn Fn(Progress) + Sync)) -> Result<CampaignResult, Error> {
+    let mut expects = Vec::new();
+    for m in &opts.modes {
+        let e = modes::expectation(m).ok_or_else(|| {
+            Error::Config(format!("mode '{m}' declares no crash expectations (crates/crash/src/modes.rs)"))
+        })?;
+        if modes::strategy_for(m).is_none() {
+            return Err(Error::Config(format!("unknown mode '{m}'")));
+        }
+        expects.push(e);
+    }
+    // Record everything first: the state budget goes where the states are.
+    let specs: Vec<(usize, usize)> = (0..opts.modes.len())
+        .flat_map(|m| (0..opts.workloads.len()).map(move |w| (m, w)))
+        .collect();
+    let recorded: Mutex<Vec<Option<Result<Job, Error>>>> =
+        Mutex::new((0..specs.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(m, w)) = specs.get(i) else { break };
+                    let wl = &opts.workloads[w];
+                    let r = workload::record(wl, &opts.modes[m], &opts.image).map(|rec| Job {
+                        capacity: capacity(&rec, opts.torn),
+                        rec,
+                        expect: expects[m].clone(),
+                        scripted: wl.is_scripted(),
+                        states: Vec::new(),
+                    });
+                    recorded.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                }
+            });
+        }
+    });
+    let mut jobs = Vec::new();
+    for r in recorded.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        jobs.push(r.expect("every job recorded")?);
+    }
+    for p in &opts.recordings {
+        let rec = record::load(p)?;
+        let expect = modes::expectation(&rec.header.mode).ok_or_else(|| {
+            Error::Config(format!(
+                "{}: mode '{}' declares no crash expectations",
+                p.display(),
+                rec.header.mode
+            ))
+        })?;
+        jobs.push(Job {
+            capacity: capacity(&rec, opts.torn),
+            rec,
+            expect,
+            scripted: false,
+            states: Vec::new(),
+        });
+    }
+    // Spread the budget: every job gets an equal share, small ones give theirs away.
+    let caps: Vec<u64> = jobs.iter().map(|j| j.capacity).collect();
+    let shares = water_fill(&caps, opts.states as u64);
+    for (k, (j, &n)) in jobs.iter_mut().zip(&shares).enumerate() {
+        let ep = states::epochs(&j.rec);
+        j.states = states::generate(
+            &ep,
+            &GenOptions {
+                states: n.max(1) as usize,
+                seed: opts.seed.wrapping_add(k as u64 * 7919),
+                torn: opts.torn,
+                sectors: j.rec.header.block_size / 512,
+                ..Default::default()
+            },
+        );
+    }
+    let total: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
+    let done = AtomicU64::new(0);
+    let bad = AtomicU64::new(0);
+    let cells: Mutex<Vec<Option<CellResult>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let errors: Mutex<Vec<Error>> = Mutex::new(Vec::new());
+    let next = AtomicUsize::new(0);
+    let t0 = Instant::now();
+    // Largest jobs first, so the last thread does not finish alone on a big one.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].states.len()));
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&k) = order.get(i) else { break };
+                    let j = &jobs[k];
+                    match run_job(j, opts, &done, &bad, total, progress) {
+                        Ok(c) => cells.lock().unwrap_or_else(|e| e.into_inner())[k] = Some(c),
+                        Err(e) => errors.lock().unwrap_or_else(|e| e.into_inner()).push(e),
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().next() {
+        return Err(e);
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let cells: Vec<CellResult> = cells
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut verdicts = Vec::new();
+    for c in &cells {
+        if c.unexpected > 0 {
+            verdicts.push(format!(
+                "mode {} / {}: {} unexpected state(s) of {}{}",
+                c.mode,
+                c.workload,
+                c.unexpected,
+                c.states,
+                c.failures.first().map_or(String::new(), |f| format!("; first: {f}"))
+            ));
+        }
+    }
+    for e in &expects {
+        if let Some(v) = report::demonstrated(&cells, e) {
+            verdicts.push(v);
+        }
+    }
+    let threads = opts.threads.max(1);
+    Ok(CampaignResult {
+        states: total,
+        states_per_sec_per_thread: total as f64 / seconds.max(1e-9) / threads as f64,
+        cells,
+        verdicts,
+        seconds,
+        threads,
+        expectations: expects,
+    })
+}
+
+fn capacity(rec: &Recording, torn: bool) -> u64 {
+    let ep = states::epochs(rec);
+    ep.iter()
+        .map(|e| {
+            let n = e.writes.len() as u32;
+            let sub = if n >= 40 { 1u64 << 40 } else { 1u64 << n };
+            sub.saturating_add(if torn { 4 * n as u64 } else { 0 })
+        })
+        .fold(1u64, |a, b| a.saturating_add(b))
+}
+
+fn water_fill(cap: &[u64], budget: u64) -> Vec<u64> {
+    let mut share = vec![0u64; cap.len()];
+    let mut left = budget;
+    let mut open: Vec<usize> = (0..cap.len()).filter(|&i| cap[i] > 0).collect();
+    while left > 0 && !open.is_empty() {
+        let each = (left / open.len() as u64).max(1);
+        let mut next = Vec::new();
+        for &i in &open {
+            if left == 0 {
+                break;
+            }
+            let give = each.min(cap[i] - share[i]).min(left);
+            share[i] += give;
+            left -= give;
+            if share[i] < cap[i] {
+                next.push(i);
+            }
+        }
+        open = next;
+    }
+    share
+}
+
+fn run_job(
+    j: &Job,
+    opts: &CampaignOptions,
+    done: &AtomicU64,
+    bad: &AtomicU64,
+    total: u64,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<CellResult, Error> {
+    let t0 = Instant::now();
+    let checker = Checker::new(j.rec.clone(), j.expect.clone())?;
+    let mut cell = CellResult {
+        mode: j.rec.header.mode.clone(),
+        workload: j.rec.header.workload.clone(),
+        scripted: j.scripted,
+        ..Default::default()
+    };
+    let mut saved = 0usize;
+    let mut save_err = None;
+    checker.check_all(&j.states, |st, out| {
+        let unexpected = out.unexpected(&j.expect);
+        cell.add(out.class, !out.violations.is_empty(), !out.stale.is_empty(), unexpected);
+        if unexpected {
+            bad.fetch_add(1, Ordering::Relaxed);
+            if cell.failures.len() < 5 {
+                cell.failures.push(describe_failure(&checker, st, out));
+            }
+            if let Some(dir) = &opts.repro_dir
+                && saved < opts.repros_per_cell
+            {
+                saved += 1;
+                match save_repro(&checker, st, out, opts.seed, dir, saved) {
+                    Ok(p) => cell.reproducers.push(p.display().to_string()),
+                    Err(e) => save_err = Some(e),
+                }
+            }
+        }
+        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if d % 64 == 0 || d == total {
+            progress(Progress {
+                done: d,
+                total,
+                unexpected: bad.load(Ordering::Relaxed),
+            });
+        }
+    });
+    if let Some(e) = save_err {
+        return Err(e);
+    }
+    cell.seconds = t0.elapsed().as_secs_f64();
+    Ok(cell)
+}
+
+/// One line for a failing state: where the crash was, and what was wrong.
+pub fn describe_failure(c: &Checker, st: &CrashState, out: &StateOutcome) -> String {
+    let what: Vec<&str> = out
+        .violations
+        .iter()
+        .chain(out.findings.iter().filter(|f| !f.starts_with("LEAK")))
+        .map(String::as_str)
+        .take(3)
+        .collect();
+    format!(
+        "{} [{:?}] ({}): {}",
+        st.describe(&c.epochs),
+        out.class,
+        c.describe_point(out.crash_point),
+        what.join("; ")
+    )
+}
+
+/// Saves a reproducer: the recording up to the end of the state's epoch, with the state
+/// and what was found in its header. `cairn crash replay FILE` re-checks it.
+pub fn save_repro(
+    c: &Checker,
+    st: &CrashState,
+    out: &StateOutcome,
+    seed: u64,
+    dir: &Path,
+    n: usize,
+) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut rec = c.rec.clone();
+    rec.events.truncate(c.prefix_end(st));
+    rec.header.repro = Some(Repro {
+        state: st.clone(),
+        seed,
+        class: out.class,
+        findings: out.findings.clone(),
+        violations: out.violations.clone(),
+        point: c.describe_point(out.crash_point),
+    });
+    let name = format!(
+        "{}-{}-{n}.jsonl",
+        rec.header.mode,
+        rec.header.workload.replace(['/', ' '], "_")
+    );
+    let p = dir.join(name);
+    rec.save(&p)?;
+    Ok(p)
+}
+
+/// Re-checks a reproducer; returns the outcome and whether the mode's expectations still
+/// fail on it.
+pub fn replay(path: &Path) -> Result<(Checker, CrashState, StateOutcome, bool), Error> {
+    let rec = record::load(path)?;
+    let Some(repro) = rec.header.repro.clone() else {
+        return Err(Error::Format(format!(
+            "{}: a recording, not a reproducer (no crash state in its header)",
+            path.display()
+        )));
+    };
+    let expect = modes::expectation(&rec.header.mode).ok_or_else(|| {
+        Error::Config(format!(
+            "mode '{}' declares no crash expectations",
+            rec.header.mode
+        ))
+    })?;
+    let c = Checker::new(rec, expect)?;
+    let out = c.check_one(&repro.state);
+    let failing = out.unexpected(&c.expect);
+    Ok((c, repro.state, out, failing))
+}

@@ -1,0 +1,372 @@
+//! Checking crash states (issue 5 §3): build the state over the epoch's shared base, run the
+//! mode's recovery if it has one, fsck it (check only), mount it read-only in process and
+//! walk it, and ask the durability oracle.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cairn_blockdev::BlockDevice;
+use cairn_ffs::{Ffs, MountOptions};
+use cairn_fsck::{CheckOptions, Class};
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::model::Model;
+use crate::modes::{Allow, Expectation};
+use crate::oracle::{Observed, Timeline, model_of, observe};
+use crate::overlay::{Base, Overlay};
+use crate::record::{self, Event, Recording};
+use crate::states::{CrashState, Epoch, crash_point, epochs};
+
+/// What fsck and the walk found in a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateClass {
+    Clean,
+    /// Only leaks: allocated but unreferenced blocks or inodes, link counts too high.
+    LeakOnly,
+    /// A directory caught between the two flushes of its rename: its new name is on disk,
+    /// its old one gone, its `..` still names the old parent (or it has both names). fsck
+    /// repairs it. Only while a directory rename was in flight at the crash point.
+    InterruptedRename,
+    /// Anything else fsck calls corruption, a walk that fails, or a state that cannot be
+    /// mounted.
+    Corrupt,
+}
+
+/// The result of checking one state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateOutcome {
+    pub class: StateClass,
+    /// fsck's findings and the walk's errors, one line each.
+    pub findings: Vec<String>,
+    /// Broken durability promises.
+    pub violations: Vec<String>,
+    /// Files holding data that is not theirs (a violation only where promised).
+    pub stale: Vec<String>,
+    /// The event index taken as the crash point.
+    pub crash_point: usize,
+}
+
+impl StateOutcome {
+    /// Whether this outcome breaks `e`.
+    pub fn unexpected(&self, e: &Expectation) -> bool {
+        let class_ok = match self.class {
+            StateClass::Clean => true,
+            StateClass::LeakOnly => e.leak != Allow::Forbidden,
+            StateClass::InterruptedRename => e.interrupted_rename != Allow::Forbidden,
+            StateClass::Corrupt => e.corrupt != Allow::Forbidden,
+        };
+        !class_ok || !self.violations.is_empty()
+    }
+}
+
+/// The fsck message of a directory whose `..` disagrees with the entry naming it — the
+/// footprint of a rename interrupted between writing the new name and rewriting `..`.
+fn is_dotdot_mismatch(msg: &str) -> bool {
+    msg.contains("'..' names") && msg.contains("but its parent is")
+}
+
+/// Everything needed to check the states of one recording.
+pub struct Checker {
+    pub rec: Recording,
+    pub epochs: Vec<Epoch>,
+    pub timeline: Timeline,
+    pub expect: Expectation,
+    /// The image at the recording's start (before epoch 0).
+    start: Arc<Base>,
+    /// A mode for the read-only mount (any registered one reads the same format).
+    mount_mode: String,
+}
+
+impl Checker {
+    pub fn new(rec: Recording, expect: Expectation) -> Result<Checker, Error> {
+        let h = &rec.header;
+        let mut base = match &h.base {
+            record::Base::Zero => Base::zeroed(h.block_size, h.num_blocks),
+            record::Base::File(p) => {
+                let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
+                let want = h.block_size as usize * h.num_blocks as usize;
+                if bytes.len() < want {
+                    return Err(Error::Format(format!(
+                        "base image {} has {} bytes, the recording needs {want}",
+                        p.display(),
+                        bytes.len()
+                    )));
+                }
+                let mut bytes = bytes;
+                bytes.truncate(want);
+                Base {
+                    block_size: h.block_size,
+                    bytes,
+                }
+            }
+        };
+        for ev in &rec.events[..h.start] {
+            if let Event::Write { block, data } = ev {
+                data.copy_to(base.block_mut(*block));
+            }
+        }
+        let start = Arc::new(base);
+        let mount_mode = if crate::modes::registered().contains(&h.mode.as_str()) {
+            h.mode.clone()
+        } else {
+            "sync".to_string()
+        };
+        let initial = match mount_ro(start.clone(), &mount_mode) {
+            Ok(fs) => model_of(&observe(fs.as_ref())),
+            // An image that does not mount at the start: nothing to compare names with.
+            Err(_) => Model {
+                unknown: true,
+                ..Default::default()
+            },
+        };
+        let timeline = Timeline::new(&rec, initial);
+        let epochs = epochs(&rec);
+        Ok(Checker {
+            rec,
+            epochs,
+            timeline,
+            expect,
+            start,
+            mount_mode,
+        })
+    }
+
+    /// Checks `states` (any order), calling `each` with every result. States are grouped
+    /// by epoch so the shared base only moves forward.
+    pub fn check_all(&self, states: &[CrashState], mut each: impl FnMut(&CrashState, &StateOutcome)) {
+        let mut order: Vec<&CrashState> = states.iter().collect();
+        order.sort_by_key(|s| s.epoch);
+        let mut base = self.start.clone();
+        let mut at = 0usize;
+        for st in order {
+            if st.epoch >= self.epochs.len() {
+                continue;
+            }
+            while at < st.epoch {
+                let b = make_mut_base(&mut base);
+                for &i in &self.epochs[at].writes {
+                    if let Event::Write { block, data } = &self.rec.events[i] {
+                        data.copy_to(b.block_mut(*block));
+                    }
+                }
+                at += 1;
+            }
+            let out = self.check_on(&base, st);
+            each(st, &out);
+        }
+    }
+
+    /// Checks one state from scratch (replay).
+    pub fn check_one(&self, st: &CrashState) -> StateOutcome {
+        let mut out = None;
+        self.check_all(std::slice::from_ref(st), |_, o| out = Some(o.clone()));
+        out.unwrap_or_else(|| StateOutcome {
+            class: StateClass::Corrupt,
+            findings: vec![format!("state names epoch {} of {}", st.epoch, self.epochs.len())],
+            violations: Vec::new(),
+            stale: Vec::new(),
+            crash_point: 0,
+        })
+    }
+
+    /// The state as a device over `base` (the image with every epoch before `st.epoch`).
+    pub fn device(&self, base: &Arc<Base>, st: &CrashState) -> Result<Overlay, Error> {
+        let ep = &self.epochs[st.epoch];
+        let bs = base.block_size as usize;
+        let mut delta: HashMap<u64, Box<[u8]>> = HashMap::new();
+        for &k in &st.kept {
+            let Some(&i) = ep.writes.get(k as usize) else {
+                return Err(Error::Format(format!("state keeps write {k} of {}", ep.writes.len())));
+            };
+            let Event::Write { block, data } = &self.rec.events[i] else {
+                continue;
+            };
+            let torn = st.torn.as_ref().filter(|t| t.write == k);
+            let slot = delta
+                .entry(*block)
+                .or_insert_with(|| Box::from(base.block(*block)));
+            match torn {
+                None => data.copy_to(slot),
+                Some(t) => {
+                    let mut new = vec![0u8; bs];
+                    data.copy_to(&mut new);
+                    for &s in &t.sectors {
+                        let r = s as usize * 512..(s as usize + 1) * 512;
+                        if r.end <= bs {
+                            slot[r.clone()].copy_from_slice(&new[r]);
+                        }
+                    }
+                }
+            }
+        }
+        Overlay::new(base.clone(), delta).map_err(|e| Error::Format(e.to_string()))
+    }
+
+    fn check_on(&self, base: &Arc<Base>, st: &CrashState) -> StateOutcome {
+        let cp = crash_point(&self.epochs, st, self.rec.events.len());
+        let r = catch_unwind(AssertUnwindSafe(|| self.check_inner(base, st, cp)));
+        r.unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "?".into());
+            StateOutcome {
+                class: StateClass::Corrupt,
+                findings: vec![format!("PANIC while checking: {msg}")],
+                violations: Vec::new(),
+                stale: Vec::new(),
+                crash_point: cp,
+            }
+        })
+    }
+
+    fn check_inner(&self, base: &Arc<Base>, st: &CrashState, cp: usize) -> StateOutcome {
+        let mut out = StateOutcome {
+            class: StateClass::Clean,
+            findings: Vec::new(),
+            violations: Vec::new(),
+            stale: Vec::new(),
+            crash_point: cp,
+        };
+        let dev = match self.device(base, st) {
+            Ok(d) => d,
+            Err(e) => {
+                out.class = StateClass::Corrupt;
+                out.findings.push(e.to_string());
+                return out;
+            }
+        };
+        if let Some(recover) = self.expect.recovery
+            && let Err(e) = recover(&dev)
+        {
+            out.class = StateClass::Corrupt;
+            out.findings.push(format!("recovery failed: {e}"));
+            return out;
+        }
+        let verdict_in_flight = self.timeline.judge(cp, &Observed::default(), no_promises());
+        let rename_in_flight = verdict_in_flight.dir_rename_in_flight;
+        let (mut corrupt, mut leak, mut irename) = (false, false, false);
+        match cairn_fsck::check(&dev, CheckOptions::default()) {
+            Ok(rep) => {
+                for f in &rep.findings {
+                    match f.class {
+                        Class::Leak => leak = true,
+                        Class::Corruption if rename_in_flight && is_dotdot_mismatch(&f.message) => {
+                            irename = true
+                        }
+                        Class::Corruption => corrupt = true,
+                    }
+                    out.findings.push(f.to_string());
+                }
+            }
+            Err(e) => {
+                corrupt = true;
+                out.findings.push(format!("fsck cannot check: {e}"));
+            }
+        }
+        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+        let obs = match mount_ro_dev(dev, &self.mount_mode) {
+            Ok(fs) => {
+                let o = observe(fs.as_ref());
+                drop(fs);
+                o
+            }
+            Err(e) => {
+                out.findings.push(format!("WALK: mount refused: {e}"));
+                corrupt = true;
+                Observed::default()
+            }
+        };
+        if !obs.errors.is_empty() {
+            corrupt = true;
+            out.findings
+                .extend(obs.errors.iter().map(|e| format!("WALK: {e}")));
+        }
+        out.class = if corrupt {
+            StateClass::Corrupt
+        } else if irename {
+            StateClass::InterruptedRename
+        } else if leak {
+            StateClass::LeakOnly
+        } else {
+            StateClass::Clean
+        };
+        // A state that does not mount has no tree to judge; its corruption is the finding.
+        if !(corrupt && obs.paths.is_empty()) {
+            let v = self.timeline.judge(cp, &obs, self.expect.promises);
+            out.violations = v.violations;
+            out.stale = v.stale;
+        }
+        out
+    }
+
+    /// A short description of the crash point: the last operation that had returned and
+    /// the ones in flight.
+    pub fn describe_point(&self, cp: usize) -> String {
+        let last = self
+            .timeline
+            .last_returned(cp)
+            .map_or("none".to_string(), |o| format!("{} #{} {}", o.op.kind(), o.id, o.op.path()));
+        let flying: Vec<String> = self
+            .timeline
+            .in_flight(cp)
+            .iter()
+            .map(|o| format!("{} #{} {}", o.op.kind(), o.id, o.op.path()))
+            .collect();
+        format!(
+            "last returned: {last}; in flight: {}",
+            if flying.is_empty() { "none".into() } else { flying.join(", ") }
+        )
+    }
+
+    /// The recording cut right after the state's epoch (its flush included): with the state,
+    /// everything a reproducer needs.
+    pub fn prefix_end(&self, st: &CrashState) -> usize {
+        if st.at_end {
+            return self.rec.events.len();
+        }
+        self.epochs[st.epoch]
+            .flush
+            .map_or(self.rec.events.len(), |f| f + 1)
+    }
+}
+
+fn no_promises() -> crate::oracle::Promises {
+    crate::oracle::Promises {
+        metadata_on_return: false,
+        no_stale_data: false,
+    }
+}
+
+fn mount_ro(base: Arc<Base>, mode: &str) -> Result<Arc<Ffs>, cairn_vfs::FsError> {
+    let dev = Overlay::new(base, HashMap::new())?;
+    mount_ro_dev(Arc::new(dev), mode)
+}
+
+fn mount_ro_dev(dev: Arc<dyn BlockDevice>, mode: &str) -> Result<Arc<Ffs>, cairn_vfs::FsError> {
+    Ffs::mount_device(
+        dev,
+        &MountOptions {
+            mode: mode.into(),
+            cache_bytes: 16 << 20,
+            syncer_interval: None,
+            read_only: true,
+        },
+    )
+}
+
+/// `Arc::make_mut` for the base: copies only if a device of an earlier state still holds it.
+fn make_mut_base(this: &mut Arc<Base>) -> &mut Base {
+    if Arc::get_mut(this).is_none() {
+        let copy = Base {
+            block_size: this.block_size,
+            bytes: this.bytes.clone(),
+        };
+        *this = Arc::new(copy);
+    }
+    Arc::get_mut(this).expect("unique after copy")
+}

@@ -1,0 +1,550 @@
+//! Which disk states a power failure could leave, given a recording.
+//!
+//! The device model (DESIGN.md, "Assumptions about the device"): a write is not durable until
+//! a later flush returns; the writes between two flushes (an *epoch*) may reach the media in
+//! any order, or not at all; a block write lands whole unless the harness is asked for torn
+//! writes, when any subset of its 512-byte sectors may land. So a crash in epoch `e` leaves
+//! every earlier epoch durable plus any subset of `e`'s writes, applied in issue order (a
+//! block written twice in one epoch ends up old, first or second version). Nothing of epoch
+//! `e + 1` can be on the media without all of `e`: flushes are never crossed.
+//!
+//! The full subset of an epoch that ends in a flush is the same image as the empty subset of
+//! the next epoch, which is checked with the later (stricter) crash point, so it is skipped.
+//!
+//! When an epoch has few writes every subset is generated; otherwise a seeded random sample
+//! plus the systematic edge cases CrashMonkey-style tools use: nothing, each single write
+//! missing, only the first `k`, only the last `k`, each write alone.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{Event, Recording};
+
+/// Writes between two flushes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Epoch {
+    /// Event index of the epoch's first event (the one after the previous flush).
+    pub start: usize,
+    /// Event indices of its block writes, in issue order.
+    pub writes: Vec<usize>,
+    /// Event index of the flush that ends it; `None` for the tail of the recording.
+    pub flush: Option<usize>,
+}
+
+/// Splits the events from `rec.header.start` on into epochs. There is always at least one
+/// epoch, and one after every flush (possibly empty).
+pub fn epochs(rec: &Recording) -> Vec<Epoch> {
+    let mut out = Vec::new();
+    let mut cur = Epoch {
+        start: rec.header.start,
+        writes: Vec::new(),
+        flush: None,
+    };
+    for (i, ev) in rec.events.iter().enumerate().skip(rec.header.start) {
+        match ev {
+            Event::Write { .. } => cur.writes.push(i),
+            Event::Flush => {
+                cur.flush = Some(i);
+                out.push(std::mem::replace(
+                    &mut cur,
+                    Epoch {
+                        start: i + 1,
+                        writes: Vec::new(),
+                        flush: None,
+                    },
+                ));
+            }
+            _ => {}
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// A write that tore: only some of its 512-byte sectors landed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Torn {
+    /// Index into the epoch's writes (one of the kept ones).
+    pub write: u32,
+    /// The sectors of the block that landed, ascending.
+    pub sectors: Vec<u16>,
+}
+
+/// One crash state: epochs before `epoch` durable, plus the `kept` writes of `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CrashState {
+    pub epoch: usize,
+    /// Indices into the epoch's writes that reached the media, ascending.
+    pub kept: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torn: Option<Torn>,
+    /// The crash came after the whole recording (every operation had returned).
+    #[serde(default)]
+    pub at_end: bool,
+}
+
+impl CrashState {
+    /// A short description for reports: `epoch 12: 3/5 writes [0,2,4], write 2 torn (sectors 0-3)`.
+    pub fn describe(&self, epochs: &[Epoch]) -> String {
+        let n = epochs.get(self.epoch).map_or(0, |e| e.writes.len());
+        let mut s = format!(
+            "epoch {}: {}/{} writes {:?}",
+            self.epoch,
+            self.kept.len(),
+            n,
+            self.kept
+        );
+        if let Some(t) = &self.torn {
+            s.push_str(&format!(", write {} torn (sectors {:?})", t.write, t.sectors));
+        }
+        if self.at_end {
+            s.push_str(", after the last operation returned");
+        }
+        s
+    }
+}
+
+/// The moment of the crash, as an event index: events before it had happened. The earliest
+/// moment consistent with the state is used (just after its last kept write, or the
+/// epoch's start), which is the most lenient for the durability oracle and still sound: an
+/// operation whose promise is broken is caught by the states in which a *later* write
+/// landed.
+pub fn crash_point(epochs: &[Epoch], st: &CrashState, total_events: usize) -> usize {
+    if st.at_end {
+        return total_events;
+    }
+    let e = &epochs[st.epoch];
+    match st.kept.last() {
+        Some(&k) => e.writes[k as usize] + 1,
+        None => e.start,
+    }
+}
+
+/// Options of [`generate`].
+#[derive(Clone, Debug)]
+pub struct GenOptions {
+    /// How many states to produce (fewer when the recording has fewer distinct states).
+    pub states: usize,
+    pub seed: u64,
+    /// Also produce states with one torn block write.
+    pub torn: bool,
+    /// Sectors per block (block size / 512), for torn writes.
+    pub sectors: u32,
+    /// Epochs with at most this many writes get every subset.
+    pub exhaustive_writes: u32,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        GenOptions {
+            states: 1000,
+            seed: 1,
+            torn: true,
+            sectors: 8,
+            exhaustive_writes: 10,
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64): campaigns must replay from a seed on any
+/// build, whatever the version of an external crate.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+}
+
+/// How many distinct untorn states epoch `e` has (saturating).
+fn capacity(epochs: &[Epoch], e: usize) -> u64 {
+    let n = epochs[e].writes.len() as u32;
+    let all = if n >= 63 { u64::MAX / 2 } else { 1u64 << n };
+    // The full subset of a flushed epoch is the next epoch's empty state.
+    if epochs[e].flush.is_some() && n > 0 {
+        all - 1
+    } else {
+        all
+    }
+}
+
+/// Generates up to `opts.states` distinct crash states, spread over the epochs: every epoch
+/// gets an equal share, and what a small epoch cannot use goes to the larger ones. One state
+/// after the last operation returned is always included.
+pub fn generate(epochs: &[Epoch], opts: &GenOptions) -> Vec<CrashState> {
+    let mut rng = Rng::new(opts.seed);
+    let last = epochs.len() - 1;
+    let mut out = vec![CrashState {
+        epoch: last,
+        kept: (0..epochs[last].writes.len() as u32).collect(),
+        torn: None,
+        at_end: true,
+    }];
+    let budget = opts.states.saturating_sub(1) as u64;
+    let torn_ok = opts.torn && opts.sectors > 1;
+    // Torn variants: up to 4 per write (two systematic, two random masks).
+    let cap: Vec<u64> = (0..epochs.len())
+        .map(|e| {
+            let n = epochs[e].writes.len() as u64;
+            capacity(epochs, e).saturating_add(if torn_ok { 4 * n } else { 0 })
+        })
+        .collect();
+    let share = water_fill(&cap, budget);
+    for (e, &want) in share.iter().enumerate() {
+        if want > 0 {
+            epoch_states(epochs, e, want as usize, opts, torn_ok, &mut rng, &mut out);
+        }
+    }
+    out
+}
+
+/// Splits `budget` over bins of the given capacities as evenly as the capacities allow.
+fn water_fill(cap: &[u64], budget: u64) -> Vec<u64> {
+    let mut share = vec![0u64; cap.len()];
+    let mut left = budget;
+    let mut open: Vec<usize> = (0..cap.len()).filter(|&i| cap[i] > 0).collect();
+    while left > 0 && !open.is_empty() {
+        let each = (left / open.len() as u64).max(1);
+        let mut next = Vec::new();
+        for &i in &open {
+            if left == 0 {
+                break;
+            }
+            let give = each.min(cap[i] - share[i]).min(left);
+            share[i] += give;
+            left -= give;
+            if share[i] < cap[i] {
+                next.push(i);
+            }
+        }
+        open = next;
+    }
+    share
+}
+
+fn epoch_states(
+    epochs: &[Epoch],
+    e: usize,
+    want: usize,
+    opts: &GenOptions,
+    torn_ok: bool,
+    rng: &mut Rng,
+    out: &mut Vec<CrashState>,
+) {
+    let ep = &epochs[e];
+    let n = ep.writes.len() as u32;
+    let skip_full = ep.flush.is_some() && n > 0;
+    let torn_want = if torn_ok && n > 0 {
+        (want / 8).max(1).min(4 * n as usize)
+    } else {
+        0
+    };
+    let plain_want = want - torn_want;
+    let mut seen: HashSet<Vec<u32>> = HashSet::new();
+    let mut plain = Vec::new();
+    let mut push = |kept: Vec<u32>, plain: &mut Vec<Vec<u32>>| {
+        let full = kept.len() as u32 == n;
+        if plain.len() < plain_want && !(skip_full && full) && seen.insert(kept.clone()) {
+            plain.push(kept);
+        }
+    };
+    if n <= opts.exhaustive_writes.min(20) {
+        for mask in 0u32..(1u32 << n) {
+            push(
+                (0..n).filter(|i| mask & (1 << i) != 0).collect(),
+                &mut plain,
+            );
+        }
+    } else {
+        // Edge cases, interleaved so a small budget still gets some of each kind.
+        push(Vec::new(), &mut plain);
+        for k in 0..n {
+            push((0..k).collect(), &mut plain); // only the first k
+            push((0..n).filter(|&i| i != k).collect(), &mut plain); // write k missing
+            push((n - k..n).collect(), &mut plain); // only the last k
+            push(vec![k], &mut plain); // write k alone
+            if plain.len() >= plain_want {
+                break;
+            }
+        }
+        let mut tries = 0;
+        while plain.len() < plain_want && tries < plain_want * 20 {
+            tries += 1;
+            // A random density per state: sparse and dense subsets both get sampled.
+            let p = rng.below(1000) + 1;
+            push(
+                (0..n).filter(|_| rng.below(1001) < p).collect(),
+                &mut plain,
+            );
+        }
+    }
+    for kept in plain {
+        out.push(CrashState {
+            epoch: e,
+            kept,
+            torn: None,
+            at_end: false,
+        });
+    }
+    // Torn writes: the in-order crash in the middle of write k (everything before it
+    // landed, k partly), with the first or the second half of its sectors, then random
+    // subsets with a random kept write torn at a random sector mask.
+    let secs = opts.sectors.min(u16::MAX as u32) as u16;
+    let mut torn_seen = HashSet::new();
+    let mut made = 0;
+    let mut k = 0u32;
+    let mut tries = 0;
+    while made < torn_want && tries < torn_want * 20 {
+        tries += 1;
+        let (kept, write, sectors) = if k < n && made < torn_want / 2 + 1 {
+            let half = secs / 2;
+            let sectors: Vec<u16> = if k % 2 == 0 {
+                (0..half).collect()
+            } else {
+                (half..secs).collect()
+            };
+            k += 1;
+            ((0..k).collect::<Vec<u32>>(), k - 1, sectors)
+        } else {
+            let mut kept: Vec<u32> = (0..n).filter(|_| rng.chance(1, 2)).collect();
+            if kept.is_empty() {
+                kept.push(rng.below(n as u64) as u32);
+            }
+            let write = kept[rng.below(kept.len() as u64) as usize];
+            let mut sectors: Vec<u16> = (0..secs).filter(|_| rng.chance(1, 2)).collect();
+            if sectors.is_empty() {
+                sectors.push(0);
+            }
+            if sectors.len() == secs as usize {
+                sectors.pop();
+            }
+            (kept, write, sectors)
+        };
+        let t = Torn { write, sectors };
+        if torn_seen.insert((kept.clone(), t.clone())) {
+            out.push(CrashState {
+                epoch: e,
+                kept,
+                torn: Some(t),
+                at_end: false,
+            });
+            made += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Base, BlockData, FORMAT, Header};
+
+    fn rec(events: Vec<Event>, start: usize) -> Recording {
+        Recording {
+            header: Header {
+                recording: FORMAT,
+                block_size: 4096,
+                num_blocks: 64,
+                base: Base::Zero,
+                mode: "sync".into(),
+                workload: "t".into(),
+                start,
+                tagged: false,
+                repro: None,
+            },
+            events,
+        }
+    }
+
+    fn w(b: u64) -> Event {
+        Event::Write {
+            block: b,
+            data: BlockData::Zero,
+        }
+    }
+
+    #[test]
+    fn epochs_split_at_flushes_and_skip_the_prefix() {
+        let r = rec(vec![w(0), Event::Flush, w(1), w(2), Event::Flush, w(3)], 2);
+        let e = epochs(&r);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].writes, vec![2, 3]);
+        assert_eq!((e[0].start, e[0].flush), (2, Some(4)));
+        assert_eq!(e[1].writes, vec![5]);
+        assert_eq!((e[1].start, e[1].flush), (5, None));
+        let r = rec(vec![w(0), Event::Flush], 0);
+        let e = epochs(&r);
+        assert_eq!(e.len(), 2);
+        assert!(e[1].writes.is_empty());
+    }
+
+    #[test]
+    fn small_epochs_get_every_subset_but_not_the_duplicate_full_one() {
+        let r = rec(
+            vec![w(1), w(2), w(3), Event::Flush, w(4), w(5)],
+            0,
+        );
+        let e = epochs(&r);
+        let st = generate(
+            &e,
+            &GenOptions {
+                states: 1000,
+                torn: false,
+                ..Default::default()
+            },
+        );
+        let of = |ep: usize| -> HashSet<Vec<u32>> {
+            st.iter()
+                .filter(|s| s.epoch == ep && !s.at_end)
+                .map(|s| s.kept.clone())
+                .collect()
+        };
+        // Epoch 0: 2^3 subsets minus the full one (it equals epoch 1's empty state).
+        assert_eq!(of(0).len(), 7);
+        assert!(!of(0).contains(&vec![0, 1, 2]));
+        // The unflushed tail keeps its full subset.
+        assert_eq!(of(1).len(), 4);
+        assert!(of(1).contains(&vec![0, 1]));
+        assert_eq!(st.iter().filter(|s| s.at_end).count(), 1);
+        // Distinct states only.
+        let all: HashSet<_> = st.iter().collect();
+        assert_eq!(all.len(), st.len());
+    }
+
+    #[test]
+    fn large_epochs_are_sampled_with_edge_cases_within_budget() {
+        let mut ev: Vec<Event> = (0..40).map(w).collect();
+        ev.push(Event::Flush);
+        let r = rec(ev, 0);
+        let e = epochs(&r);
+        let st = generate(
+            &e,
+            &GenOptions {
+                states: 300,
+                torn: false,
+                ..Default::default()
+            },
+        );
+        assert_eq!(st.len(), 300);
+        let kept: HashSet<Vec<u32>> = st.iter().filter(|s| !s.at_end).map(|s| s.kept.clone()).collect();
+        assert!(kept.contains(&vec![]));
+        assert!(kept.contains(&(0..39).collect::<Vec<u32>>()), "write 39 missing");
+        assert!(kept.contains(&(1..40).collect::<Vec<u32>>()), "write 0 missing");
+        assert!(kept.contains(&vec![0, 1, 2]), "first 3");
+        assert!(kept.contains(&vec![37, 38, 39]), "last 3");
+        // Every kept index is a write of that epoch, and a flushed epoch never shows all.
+        for s in st.iter().filter(|s| !s.at_end) {
+            assert!(s.kept.iter().all(|&k| k < 40));
+            assert!(s.kept.windows(2).all(|p| p[0] < p[1]));
+            assert_ne!(s.kept.len(), 40);
+        }
+        // Deterministic in the seed.
+        let again = generate(
+            &e,
+            &GenOptions {
+                states: 300,
+                torn: false,
+                ..Default::default()
+            },
+        );
+        assert_eq!(st, again);
+    }
+
+    #[test]
+    fn reorder_never_crosses_a_flush() {
+        // A state is (epoch, subset of that epoch): by construction it can hold no write of
+        // a later epoch without all of the earlier ones. Check the crash point agrees.
+        let r = rec(vec![w(1), Event::Flush, w(2), w(3), Event::Flush, w(4)], 0);
+        let e = epochs(&r);
+        let st = generate(&e, &GenOptions::default());
+        for s in &st {
+            let cp = crash_point(&e, s, r.events.len());
+            if s.at_end {
+                assert_eq!(cp, 6);
+                continue;
+            }
+            let ep = &e[s.epoch];
+            assert!(cp >= ep.start);
+            if let Some(f) = ep.flush {
+                assert!(cp <= f, "crash point {cp} after the epoch's flush {f}");
+            }
+        }
+        assert_eq!(
+            crash_point(
+                &e,
+                &CrashState {
+                    epoch: 1,
+                    kept: vec![],
+                    torn: None,
+                    at_end: false
+                },
+                6
+            ),
+            2
+        );
+        assert_eq!(
+            crash_point(
+                &e,
+                &CrashState {
+                    epoch: 1,
+                    kept: vec![0],
+                    torn: None,
+                    at_end: false
+                },
+                6
+            ),
+            3
+        );
+    }
+
+    #[test]
+    fn torn_states_tear_a_kept_write_partially() {
+        let r = rec(vec![w(1), w(2), w(3), Event::Flush], 0);
+        let e = epochs(&r);
+        let st = generate(
+            &e,
+            &GenOptions {
+                states: 100,
+                torn: true,
+                sectors: 8,
+                ..Default::default()
+            },
+        );
+        let torn: Vec<_> = st.iter().filter(|s| s.torn.is_some()).collect();
+        assert!(!torn.is_empty());
+        for s in torn {
+            let t = s.torn.as_ref().unwrap();
+            assert!(s.kept.contains(&t.write));
+            assert!(!t.sectors.is_empty() && t.sectors.len() < 8);
+            assert!(t.sectors.iter().all(|&x| x < 8));
+        }
+        // The in-order tear of the first write: nothing before it, half of it.
+        assert!(st.iter().any(|s| s.kept == vec![0]
+            && s.torn == Some(Torn {
+                write: 0,
+                sectors: vec![0, 1, 2, 3]
+            })));
+    }
+
+    #[test]
+    fn water_fill_gives_small_bins_all_and_the_rest_to_big_ones() {
+        assert_eq!(water_fill(&[1, 100, 3], 30), vec![1, 26, 3]);
+        assert_eq!(water_fill(&[2, 2], 100), vec![2, 2]);
+        assert_eq!(water_fill(&[0, 5], 3), vec![0, 3]);
+    }
+}

@@ -1,0 +1,741 @@
+//! Workloads and recording them in process.
+//!
+//! A workload runs against a fresh file system on a memory device whose every write and
+//! flush a [`Recorder`] keeps, through a [`RecordingFs`] that marks each operation: mkfs,
+//! mount and the workload's setup come first (the crash states start after them, behind a
+//! sync), then the operations under test, then unmount. Everything is in process and
+//! deterministic in its seed; no FUSE is involved.
+//!
+//! The scripted set covers each metadata operation alone and the classic dangerous pairs
+//! (issue 5 §5, after 002 Fig. 1 for create+delete sharing an inode block and a directory
+//! block); `random-N` are seeded random sequences; `untar` and `build` imitate the
+//! metadata pattern of unpacking a source tree and building it (000 §4.3.1's ssh build).
+//! Programs run on a real mount are recorded with `cairn mount -o record=FILE` instead.
+
+use std::ffi::{OsStr, OsString};
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, MemDevice};
+use cairn_ffs::{Ffs, MkfsOptions, MountOptions};
+use cairn_vfs::{Attr, Ctx, FileSystem, FsError, Ino, SetAttr, SetTime};
+
+use crate::Error;
+use crate::oracle::tag_data;
+use crate::recfs::RecordingFs;
+use crate::record::{Base, FORMAT, Header, Recorder, Recording};
+use crate::states::Rng;
+
+/// The device every in-process workload runs on.
+#[derive(Clone, Debug)]
+pub struct ImageSpec {
+    pub bytes: u64,
+    pub block_size: u32,
+    /// Blocks per allocation group (several groups exercise cross-group allocation).
+    pub blocks_per_group: Option<u64>,
+}
+
+impl Default for ImageSpec {
+    fn default() -> Self {
+        ImageSpec {
+            bytes: 64 << 20,
+            block_size: 4096,
+            blocks_per_group: Some(4096),
+        }
+    }
+}
+
+type Script = fn(&mut Driver) -> Result<(), FsError>;
+
+/// What a workload does.
+#[derive(Clone, Debug)]
+pub enum Body {
+    Scripted { setup: Script, run: Script },
+    Random { seed: u64, ops: usize },
+    Untar { seed: u64 },
+    Build { seed: u64 },
+}
+
+/// A named workload.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: String,
+    pub body: Body,
+}
+
+impl Workload {
+    /// Scripted workloads are the ones whose expectations must be demonstrated.
+    pub fn is_scripted(&self) -> bool {
+        matches!(self.body, Body::Scripted { .. })
+    }
+}
+
+/// Drives a file system by path, marking every operation in the recording.
+pub struct Driver {
+    pub fs: Arc<RecordingFs>,
+    ctx: Ctx,
+    seq: u32,
+}
+
+fn split(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+impl Driver {
+    pub fn new(fs: Arc<RecordingFs>) -> Driver {
+        Driver {
+            fs,
+            ctx: Ctx::root(),
+            seq: 0,
+        }
+    }
+
+    fn dir(&self, path: &str) -> Result<Ino, FsError> {
+        let mut ino = self.fs.root_ino();
+        for c in path.split('/').filter(|c| !c.is_empty()) {
+            ino = self.fs.lookup(&self.ctx, ino, OsStr::new(c))?.ino;
+        }
+        Ok(ino)
+    }
+
+    fn parent(&self, path: &str) -> Result<(Ino, OsString), FsError> {
+        let (d, n) = split(path);
+        Ok((self.dir(d)?, OsString::from(n)))
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Attr, FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs.lookup(&self.ctx, p, &n)
+    }
+
+    pub fn create(&mut self, path: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        let (a, fh) = self
+            .fs
+            .create(&self.ctx, p, &n, libc::S_IFREG | 0o644, 0o022, libc::O_RDWR)?;
+        self.fs.release(a.ino, fh)
+    }
+
+    pub fn mkdir(&mut self, path: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs.mkdir(&self.ctx, p, &n, 0o755, 0o022).map(|_| ())
+    }
+
+    pub fn mknod_fifo(&mut self, path: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs
+            .mknod(&self.ctx, p, &n, libc::S_IFIFO | 0o644, 0o022, 0)
+            .map(|_| ())
+    }
+
+    pub fn symlink(&mut self, path: &str, target: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs
+            .symlink(&self.ctx, p, &n, target.as_bytes())
+            .map(|_| ())
+    }
+
+    pub fn unlink(&mut self, path: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs.unlink(&self.ctx, p, &n)
+    }
+
+    pub fn rmdir(&mut self, path: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(path)?;
+        self.fs.rmdir(&self.ctx, p, &n)
+    }
+
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<(), FsError> {
+        let (p, n) = self.parent(from)?;
+        let (q, m) = self.parent(to)?;
+        self.fs
+            .rename(&self.ctx, p, &n, q, &m, Default::default())
+    }
+
+    pub fn link(&mut self, existing: &str, new: &str) -> Result<(), FsError> {
+        let a = self.stat(existing)?;
+        let (q, m) = self.parent(new)?;
+        self.fs.link(&self.ctx, a.ino, q, &m).map(|_| ())
+    }
+
+    /// Writes `len` bytes (rounded up to 16) of tagged data at `offset` (rounded down).
+    pub fn write(&mut self, path: &str, offset: u64, len: usize) -> Result<(), FsError> {
+        let a = self.stat(path)?;
+        let offset = offset & !15;
+        let len = len.div_ceil(16) * 16;
+        let fh = self.fs.open(&self.ctx, a.ino, libc::O_WRONLY)?;
+        self.seq += 1;
+        let data = tag_data(a.ino, a.generation, self.seq, len);
+        // Large writes go in 64 KiB calls, as a program's write(2)s would.
+        let mut r = Ok(());
+        for (i, c) in data.chunks(64 << 10).enumerate() {
+            if let Err(e) = self.fs.write(a.ino, fh, offset + (i << 16) as u64, c) {
+                r = Err(e);
+                break;
+            }
+        }
+        self.fs.release(a.ino, fh)?;
+        r
+    }
+
+    /// Appends `len` bytes at the end (rounded up to a 16-byte boundary).
+    pub fn append(&mut self, path: &str, len: usize) -> Result<(), FsError> {
+        let size = self.stat(path)?.size;
+        self.write(path, size.div_ceil(16) * 16, len)
+    }
+
+    pub fn fsync(&mut self, path: &str) -> Result<(), FsError> {
+        let a = self.stat(path)?;
+        let fh = self.fs.open(&self.ctx, a.ino, libc::O_RDONLY)?;
+        let r = self.fs.fsync(a.ino, fh, false);
+        self.fs.release(a.ino, fh)?;
+        r
+    }
+
+    pub fn truncate(&mut self, path: &str, size: u64) -> Result<(), FsError> {
+        let a = self.stat(path)?;
+        let set = SetAttr {
+            size: Some(size & !15),
+            ..Default::default()
+        };
+        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+    }
+
+    pub fn chmod(&mut self, path: &str, mode: u32) -> Result<(), FsError> {
+        let a = self.stat(path)?;
+        let set = SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+    }
+
+    pub fn touch(&mut self, path: &str) -> Result<(), FsError> {
+        let a = self.stat(path)?;
+        let set = SetAttr {
+            mtime: Some(SetTime::Now),
+            atime: Some(SetTime::Now),
+            ..Default::default()
+        };
+        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+    }
+
+    /// Reads a whole file (no marker: reads change nothing the oracle compares).
+    pub fn read(&mut self, path: &str) -> Result<Vec<u8>, FsError> {
+        let a = self.stat(path)?;
+        let fh = self.fs.open(&self.ctx, a.ino, libc::O_RDONLY)?;
+        let mut out = Vec::new();
+        let r = self.fs.read(a.ino, fh, 0, a.size as u32, &mut out);
+        self.fs.release(a.ino, fh)?;
+        r.map(|_| out)
+    }
+
+    pub fn sync(&mut self) -> Result<(), FsError> {
+        self.fs.sync_all()
+    }
+}
+
+/// Runs `w` in `mode` and returns its recording (see the module documentation).
+pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, Error> {
+    let bs = spec.block_size;
+    let blocks = spec.bytes / bs as u64;
+    let dev = Arc::new(MemDevice::new(bs, blocks));
+    let rec = Arc::new(Recorder::new(bs));
+    dev.set_trace(Some(rec.clone()));
+    let fail = |what: &str, e: FsError| Error::Workload(format!("{}: {what}: {e}", w.name));
+    cairn_ffs::mkfs_device(
+        dev.as_ref(),
+        &MkfsOptions {
+            block_size: bs,
+            blocks_per_group: spec.blocks_per_group,
+            label: "crash".into(),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| fail("mkfs", e))?;
+    let strategy = crate::modes::strategy_for(mode)
+        .ok_or_else(|| Error::Workload(format!("unknown mode '{mode}'")))?;
+    let opts = MountOptions {
+        mode: mode.into(),
+        cache_bytes: 64 << 20,
+        // No syncer during a workload: its writes would land at a time-dependent point and
+        // make recordings differ between runs.
+        syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
+        read_only: false,
+    };
+    let ffs = Ffs::mount_device_with_strategy(dev.clone() as Arc<dyn BlockDevice>, &opts, strategy)
+        .map_err(|e| fail("mount", e))?;
+    let fs = Arc::new(RecordingFs::new(ffs.clone(), rec.clone()));
+    let mut d = Driver::new(fs.clone());
+    match &w.body {
+        Body::Scripted { setup, .. } => setup(&mut d).map_err(|e| fail("setup", e))?,
+        Body::Build { seed } => build_setup(&mut d, *seed).map_err(|e| fail("setup", e))?,
+        _ => {}
+    }
+    d.sync().map_err(|e| fail("sync after setup", e))?;
+    let start = rec.len();
+    match &w.body {
+        Body::Scripted { run, .. } => run(&mut d).map_err(|e| fail("run", e))?,
+        Body::Random { seed, ops } => random(&mut d, *seed, *ops),
+        Body::Untar { seed } => untar(&mut d, *seed).map_err(|e| fail("run", e))?,
+        Body::Build { seed } => build(&mut d, *seed).map_err(|e| fail("run", e))?,
+    }
+    fs.record_unmount(|| ffs.unmount())
+        .map_err(|e| fail("unmount", e))?;
+    dev.set_trace(None);
+    drop(d);
+    drop(fs);
+    drop(ffs);
+    Ok(Recording {
+        header: Header {
+            recording: FORMAT,
+            block_size: bs,
+            num_blocks: blocks,
+            base: Base::Zero,
+            mode: mode.into(),
+            workload: w.name.clone(),
+            start,
+            tagged: true,
+            repro: None,
+        },
+        events: rec.events(),
+    })
+}
+
+fn scripted(name: &str, setup: Script, run: Script) -> Workload {
+    Workload {
+        name: name.into(),
+        body: Body::Scripted { setup, run },
+    }
+}
+
+fn nothing(_: &mut Driver) -> Result<(), FsError> {
+    Ok(())
+}
+
+/// Every built-in workload: the scripted set, `random-1..=4`, `untar`, `build`.
+pub fn all() -> Vec<Workload> {
+    let mut v = scripted_set();
+    for seed in 1..=4 {
+        v.push(Workload {
+            name: format!("random-{seed}"),
+            body: Body::Random { seed, ops: 60 },
+        });
+    }
+    v.push(Workload {
+        name: "untar".into(),
+        body: Body::Untar { seed: 7 },
+    });
+    v.push(Workload {
+        name: "build".into(),
+        body: Body::Build { seed: 7 },
+    });
+    v
+}
+
+/// Finds workloads by name; `random-S` accepts any seed S and `random-S:N` sets the number
+/// of operations.
+pub fn by_name(name: &str) -> Option<Workload> {
+    if let Some(rest) = name.strip_prefix("random-") {
+        let (s, n) = rest.split_once(':').unwrap_or((rest, "60"));
+        return Some(Workload {
+            name: name.into(),
+            body: Body::Random {
+                seed: s.parse().ok()?,
+                ops: n.parse().ok()?,
+            },
+        });
+    }
+    all().into_iter().find(|w| w.name == name)
+}
+
+/// The scripted workloads: each metadata operation alone, then the dangerous pairs.
+pub fn scripted_set() -> Vec<Workload> {
+    vec![
+        scripted("create", |d| d.mkdir("d"), |d| {
+            d.create("d/a")?;
+            d.create("b")?;
+            d.mknod_fifo("d/fifo")
+        }),
+        scripted("mkdir", nothing, |d| {
+            d.mkdir("x")?;
+            d.mkdir("x/y")
+        }),
+        scripted(
+            "unlink",
+            |d| {
+                d.mkdir("d")?;
+                d.create("a")?;
+                d.write("a", 0, 8192)?;
+                d.create("d/b")
+            },
+            |d| {
+                d.unlink("a")?;
+                d.unlink("d/b")
+            },
+        ),
+        scripted("rmdir", |d| {
+            d.mkdir("a")?;
+            d.mkdir("a/b")
+        }, |d| {
+            d.rmdir("a/b")?;
+            d.rmdir("a")
+        }),
+        scripted(
+            "rename-file",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 4096)
+            },
+            |d| d.rename("a", "b"),
+        ),
+        scripted(
+            "link",
+            |d| {
+                d.mkdir("d")?;
+                d.create("a")
+            },
+            |d| {
+                d.link("a", "b")?;
+                d.link("a", "d/c")?;
+                d.unlink("a")
+            },
+        ),
+        scripted("symlink", nothing, |d| {
+            d.symlink("s", "some/target")?;
+            d.symlink("long", &"x/".repeat(100))
+        }),
+        scripted(
+            "chmod",
+            |d| {
+                d.create("a")?;
+                d.mkdir("d")
+            },
+            |d| {
+                d.chmod("a", 0o600)?;
+                d.chmod("d", 0o700)?;
+                d.touch("a")
+            },
+        ),
+        scripted(
+            "truncate",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 64 << 10)
+            },
+            |d| {
+                d.truncate("a", 4096)?;
+                d.truncate("a", 0)
+            },
+        ),
+        scripted("write-fsync", nothing, |d| {
+            d.create("a")?;
+            d.write("a", 0, 8192)?;
+            d.fsync("a")?;
+            d.write("a", 8192, 8192)?;
+            d.fsync("a")
+        }),
+        // 002 Fig. 1: a removal and a creation whose inodes share an inode block and whose
+        // entries share a directory block (the cyclic dependency).
+        scripted(
+            "create-delete",
+            |d| {
+                d.mkdir("d")?;
+                for i in 1..=4 {
+                    d.create(&format!("d/f{i}"))?;
+                }
+                Ok(())
+            },
+            |d| {
+                d.unlink("d/f2")?;
+                d.create("d/g")?;
+                d.unlink("d/f3")?;
+                d.create("d/h")
+            },
+        ),
+        scripted(
+            "rename-over",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 4096)?;
+                d.create("b")?;
+                d.write("b", 0, 8192)?;
+                d.mkdir("x")?;
+                d.mkdir("y")
+            },
+            |d| {
+                d.rename("a", "b")?;
+                d.rename("x", "y")
+            },
+        ),
+        scripted(
+            "rename-across",
+            |d| {
+                d.mkdir("p")?;
+                d.mkdir("q")?;
+                d.mkdir("p/sub")?;
+                d.create("p/sub/f")?;
+                d.create("p/f")
+            },
+            |d| {
+                d.rename("p/f", "q/f")?;
+                d.rename("p/sub", "q/sub")?;
+                d.rename("q/sub", "sub")
+            },
+        ),
+        scripted("mkdir-rmdir-chain", nothing, |d| {
+            for _ in 0..2 {
+                d.mkdir("a")?;
+                d.mkdir("a/b")?;
+                d.mkdir("a/b/c")?;
+                d.mkdir("a/b/c/d")?;
+                d.rmdir("a/b/c/d")?;
+                d.rmdir("a/b/c")?;
+                d.rmdir("a/b")?;
+                d.rmdir("a")?;
+            }
+            Ok(())
+        }),
+        scripted("append-fsync", |d| d.create("log"), |d| {
+            for _ in 0..6 {
+                d.append("log", 1000)?;
+                d.fsync("log")?;
+            }
+            Ok(())
+        }),
+        scripted(
+            "truncate-regrow",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 48 << 10)
+            },
+            |d| {
+                d.truncate("a", 0)?;
+                d.write("a", 0, 48 << 10)?;
+                d.truncate("a", 8192)?;
+                d.write("a", 16384, 8192)
+            },
+        ),
+        scripted(
+            "hardlinks",
+            |d| {
+                d.mkdir("d")?;
+                d.create("a")?;
+                d.write("a", 0, 4096)
+            },
+            |d| {
+                d.link("a", "b")?;
+                d.link("a", "d/c")?;
+                d.unlink("a")?;
+                d.rename("b", "e")?;
+                d.unlink("d/c")
+            },
+        ),
+    ]
+}
+
+/// A seeded random sequence of operations on a small namespace. Calls may fail (a rename of
+/// a directory into itself, rmdir of a non-empty directory): the recording holds their
+/// errno and the oracle ignores them.
+fn random(d: &mut Driver, seed: u64, ops: usize) {
+    let mut rng = Rng::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let mut files: Vec<String> = Vec::new();
+    let mut dirs: Vec<String> = vec![String::new()];
+    let mut n = 0u32;
+    let pick = |rng: &mut Rng, v: &Vec<String>| -> Option<String> {
+        if v.is_empty() {
+            None
+        } else {
+            Some(v[rng.below(v.len() as u64) as usize].clone())
+        }
+    };
+    let join = |d: &str, n: &str| {
+        if d.is_empty() {
+            n.to_string()
+        } else {
+            format!("{d}/{n}")
+        }
+    };
+    for _ in 0..ops {
+        n += 1;
+        let r = rng.below(100);
+        let parent = pick(&mut rng, &dirs).unwrap_or_default();
+        match r {
+            0..=19 => {
+                let p = join(&parent, &format!("f{n}"));
+                if d.create(&p).is_ok() {
+                    files.push(p);
+                }
+            }
+            20..=39 => {
+                if let Some(f) = pick(&mut rng, &files) {
+                    let len = 16 * (1 + rng.below(1024)) as usize;
+                    let _ = if rng.chance(1, 2) {
+                        d.append(&f, len)
+                    } else {
+                        d.write(&f, rng.below(64 << 10), len)
+                    };
+                }
+            }
+            40..=47 => {
+                let p = join(&parent, &format!("d{n}"));
+                if d.mkdir(&p).is_ok() {
+                    dirs.push(p);
+                }
+            }
+            48..=57 => {
+                if let Some(f) = pick(&mut rng, &files)
+                    && d.unlink(&f).is_ok()
+                {
+                    files.retain(|x| x != &f);
+                }
+            }
+            58..=62 => {
+                if dirs.len() > 1 {
+                    let i = 1 + rng.below(dirs.len() as u64 - 1) as usize;
+                    let victim = dirs[i].clone();
+                    if d.rmdir(&victim).is_ok() {
+                        dirs.remove(i);
+                    }
+                }
+            }
+            63..=72 => {
+                // Rename a file (maybe over another) or a directory, across directories.
+                if rng.chance(2, 3) {
+                    if let Some(f) = pick(&mut rng, &files) {
+                        let to = if rng.chance(1, 3) {
+                            pick(&mut rng, &files).unwrap_or_else(|| join(&parent, &format!("r{n}")))
+                        } else {
+                            join(&parent, &format!("r{n}"))
+                        };
+                        if to != f && d.rename(&f, &to).is_ok() {
+                            files.retain(|x| x != &f && x != &to);
+                            files.push(to);
+                        }
+                    }
+                } else if dirs.len() > 1 {
+                    let i = 1 + rng.below(dirs.len() as u64 - 1) as usize;
+                    let from = dirs[i].clone();
+                    let to = join(&parent, &format!("m{n}"));
+                    if d.rename(&from, &to).is_ok() {
+                        let fix = |p: &mut String| {
+                            if crate::model::under(p, &from) {
+                                *p = format!("{to}{}", &p[from.len()..]);
+                            }
+                        };
+                        dirs.iter_mut().for_each(fix);
+                        files.iter_mut().for_each(fix);
+                    }
+                }
+            }
+            73..=77 => {
+                if let Some(f) = pick(&mut rng, &files) {
+                    let p = join(&parent, &format!("l{n}"));
+                    if d.link(&f, &p).is_ok() {
+                        files.push(p);
+                    }
+                }
+            }
+            78..=81 => {
+                let _ = d.symlink(&join(&parent, &format!("s{n}")), &format!("target-{n}"));
+            }
+            82..=87 => {
+                if let Some(f) = pick(&mut rng, &files) {
+                    let _ = d.truncate(&f, rng.below(32 << 10));
+                }
+            }
+            88..=91 => {
+                if let Some(f) = pick(&mut rng, &files) {
+                    let _ = d.chmod(&f, 0o600 | (rng.below(8) as u32) << 3);
+                }
+            }
+            _ => {
+                if let Some(f) = pick(&mut rng, &files) {
+                    let _ = d.fsync(&f);
+                }
+            }
+        }
+    }
+}
+
+/// The metadata pattern of unpacking a source tree: directories first, then each file
+/// created, written in 10 KiB records, its mode and times set; a few symlinks.
+fn untar(d: &mut Driver, seed: u64) -> Result<(), FsError> {
+    let mut rng = Rng::new(seed);
+    let top = "src-1.0";
+    d.mkdir(top)?;
+    let subdirs = ["lib", "lib/compat", "include", "doc", "tests", "tests/data"];
+    for s in subdirs {
+        d.mkdir(&format!("{top}/{s}"))?;
+    }
+    let mut k = 0;
+    for dir in std::iter::once("").chain(subdirs) {
+        let count = 3 + rng.below(6);
+        for _ in 0..count {
+            k += 1;
+            let path = if dir.is_empty() {
+                format!("{top}/file{k}.c")
+            } else {
+                format!("{top}/{dir}/file{k}.c")
+            };
+            d.create(&path)?;
+            let size = 16 * (1 + rng.below(1200)) as usize;
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(10240);
+                d.write(&path, off as u64, n)?;
+                off += n;
+            }
+            d.chmod(&path, if rng.chance(1, 5) { 0o755 } else { 0o644 })?;
+            d.touch(&path)?;
+        }
+    }
+    d.symlink(&format!("{top}/README"), "doc/file1.c")?;
+    d.symlink(&format!("{top}/lib/current"), "compat")?;
+    Ok(())
+}
+
+fn build_setup(d: &mut Driver, seed: u64) -> Result<(), FsError> {
+    let mut rng = Rng::new(seed ^ 0xb17d);
+    d.mkdir("src")?;
+    d.mkdir("obj")?;
+    d.mkdir("bin")?;
+    for i in 0..12 {
+        let p = format!("src/m{i}.c");
+        d.create(&p)?;
+        d.write(&p, 0, 16 * (64 + rng.below(400)) as usize)?;
+    }
+    Ok(())
+}
+
+/// The metadata pattern of `make`: read each source, write the object to a temporary name
+/// and rename it into place (over the previous build's), link a binary with fsync, then a
+/// partial clean and rebuild.
+fn build(d: &mut Driver, seed: u64) -> Result<(), FsError> {
+    let mut rng = Rng::new(seed);
+    for round in 0..2 {
+        for i in 0..12 {
+            if round == 1 && i % 3 != 0 {
+                continue;
+            }
+            d.read(&format!("src/m{i}.c"))?;
+            let tmp = format!("obj/m{i}.o.tmp");
+            d.create(&tmp)?;
+            d.write(&tmp, 0, 16 * (100 + rng.below(600)) as usize)?;
+            d.rename(&tmp, &format!("obj/m{i}.o"))?;
+        }
+        d.create("bin/prog.tmp")?;
+        d.write("bin/prog.tmp", 0, 96 << 10)?;
+        d.fsync("bin/prog.tmp")?;
+        d.chmod("bin/prog.tmp", 0o755)?;
+        d.rename("bin/prog.tmp", "bin/prog")?;
+        if round == 0 {
+            for i in (0..12).step_by(3) {
+                d.unlink(&format!("obj/m{i}.o"))?;
+            }
+        }
+    }
+    Ok(())
+}
