@@ -354,6 +354,13 @@ impl Mounted {
 
     fn unmount_fuse(&mut self, mnt: &Path) -> Result<()> {
         let pid = self.daemon.take().or_else(|| sys::find_daemon(mnt));
+        if sys::mounted_fstype(mnt).is_none() {
+            // Nothing unmounted it but us: the daemon died (or unmounted itself) mid-run.
+            bail!(
+                "{} is no longer mounted: its FUSE daemon went away during the workload",
+                self.spec.name
+            );
+        }
         sys::run(Command::new("umount").arg(mnt))?;
         if let Some(pid) = pid {
             sys::wait_pid_exit(pid, EXIT_TIMEOUT)?;
