@@ -1,0 +1,928 @@
+//! The configuration file (TOML): branches, rules, error semantics.
+//!
+//! ```toml
+//! [umbrella]
+//! errors = "or"            # "or": any branch error fails a merged operation; "and": skip it
+//! default = ["fs1"]        # where files go when no rule matches (default: the first branch)
+//! index = "fs1"            # the branch holding the hidden .umbrella/ metadata directory
+//! min_free = "1%"          # a branch with less free space than this counts as full
+//! enforce_interval = "6h"  # run the policy enforcer periodically (optional)
+//! enforce_rate = "100M"    # enforcer throttle, bytes per second (optional)
+//!
+//! [[branch]]
+//! name = "fs1"
+//! path = "fs1"             # relative paths are relative to this file's directory
+//!
+//! [[rule]]                 # a metadata rule: all conditions must hold
+//! access = "read-only"
+//! branches = ["fs2", "fs1"]
+//!
+//! [[rule]]                 # a namespace rule: longest overall match among its entries
+//! namespace = [
+//!   { match = "/home/dave/*", branches = ["fs3"] },
+//!   { match = "/home/dave/*.avi", branches = ["fs1", "fs3"] },
+//!   { match = "/*", branches = ["fs1"] },
+//! ]
+//! ```
+//!
+//! Every error names the line it is about. Unknown keys are errors (a misspelt condition
+//! must not silently match everything).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_vfs::FileKind;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::rules::{
+    AccessType, Amount, BranchId, Cmp, Cond, NsEntry, Rule, RuleBody, RuleSet, TimeField,
+};
+
+/// `or` / `and` failure semantics for operations that span branches (§2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorMode {
+    Or,
+    And,
+}
+
+impl ErrorMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorMode::Or => "or",
+            ErrorMode::And => "and",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BranchConf {
+    pub name: String,
+    /// Canonical absolute path.
+    pub path: PathBuf,
+}
+
+/// A validated configuration. Branch ids in `rules` index `branches`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub source: PathBuf,
+    pub branches: Vec<BranchConf>,
+    pub rules: RuleSet,
+    pub errors: ErrorMode,
+    pub index: BranchId,
+    pub min_free: Amount,
+    pub enforce_interval: Option<Duration>,
+    pub enforce_rate: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {msg}")]
+    Io { path: String, msg: String },
+    #[error("{path}:{line}: {msg}")]
+    At {
+        path: String,
+        line: usize,
+        msg: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    umbrella: Option<Spanned<RawGlobal>>,
+    #[serde(default)]
+    branch: Vec<Spanned<RawBranch>>,
+    #[serde(default)]
+    rule: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGlobal {
+    errors: Option<Spanned<String>>,
+    default: Option<Spanned<OneOrMany<String>>>,
+    default_overflow: Option<bool>,
+    index: Option<Spanned<String>>,
+    min_free: Option<Spanned<String>>,
+    enforce_interval: Option<Spanned<String>>,
+    enforce_rate: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBranch {
+    name: Spanned<String>,
+    path: Spanned<String>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    fn list(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(x) => vec![x.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPerm {
+    mask: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<String>,
+    branches: Option<Spanned<Vec<Spanned<String>>>>,
+    overflow: Option<bool>,
+    namespace: Option<Vec<Spanned<RawNs>>>,
+    size: Option<Spanned<String>>,
+    size_margin: Option<Spanned<String>>,
+    access: Option<Spanned<String>>,
+    perm: Option<Spanned<RawPerm>>,
+    uid: Option<OneOrMany<u32>>,
+    gid: Option<OneOrMany<u32>>,
+    suffix: Option<OneOrMany<String>>,
+    #[serde(rename = "name_glob")]
+    name_glob: Option<OneOrMany<String>>,
+    path: Option<OneOrMany<String>>,
+    #[serde(rename = "type")]
+    kind: Option<Spanned<OneOrMany<String>>>,
+    mtime: Option<Spanned<String>>,
+    atime: Option<Spanned<String>>,
+    ctime: Option<Spanned<String>>,
+    age_margin: Option<Spanned<String>>,
+    free: Option<Spanned<String>>,
+    free_branch: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNs {
+    #[serde(rename = "match")]
+    pattern: String,
+    branches: Spanned<Vec<Spanned<String>>>,
+    overflow: Option<bool>,
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    path: String,
+}
+
+impl Ctx<'_> {
+    fn line(&self, span: std::ops::Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text[..end].bytes().filter(|&b| b == b'\n').count() + 1
+    }
+    fn err(&self, span: std::ops::Range<usize>, msg: impl Into<String>) -> ConfigError {
+        ConfigError::At {
+            path: self.path.clone(),
+            line: self.line(span),
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Parses "1024", "8K", "1.5M", "2GiB" (powers of 1024).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let s = s
+        .strip_suffix("iB")
+        .or_else(|| s.strip_suffix('B'))
+        .unwrap_or(s);
+    let (num, mult) = match s.chars().last()?.to_ascii_uppercase() {
+        'K' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' => (&s[..s.len() - 1], 1 << 20),
+        'G' => (&s[..s.len() - 1], 1 << 30),
+        'T' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let num = num.trim();
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult);
+    }
+    let f: f64 = num.parse().ok()?;
+    (f.is_finite() && f >= 0.0).then(|| (f * mult as f64) as u64)
+}
+
+/// Parses "30s", "5m", "12h", "30d", "2w" (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = match s.chars().last()? {
+        c if c.is_ascii_alphabetic() => (&s[..s.len() - 1], c),
+        _ => (s, 's'),
+    };
+    let secs = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        'w' => 7.0 * 86_400.0,
+        _ => return None,
+    };
+    let n: f64 = num.trim().parse().ok()?;
+    (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n * secs))
+}
+
+fn parse_cmp(s: &str) -> Option<(Cmp, &str)> {
+    let s = s.trim();
+    for (p, c) in [
+        ("<=", Cmp::Le),
+        (">=", Cmp::Ge),
+        ("!=", Cmp::Ne),
+        ("==", Cmp::Eq),
+        ("<", Cmp::Lt),
+        (">", Cmp::Gt),
+        ("=", Cmp::Eq),
+    ] {
+        if let Some(rest) = s.strip_prefix(p) {
+            return Some((c, rest.trim()));
+        }
+    }
+    None
+}
+
+fn parse_amount(s: &str) -> Option<Amount> {
+    match s.trim().strip_suffix('%') {
+        Some(p) => {
+            let p: f64 = p.trim().parse().ok()?;
+            (0.0..=100.0).contains(&p).then_some(Amount::Percent(p))
+        }
+        None => parse_bytes(s).map(Amount::Bytes),
+    }
+}
+
+fn parse_kind(s: &str) -> Option<FileKind> {
+    Some(match s {
+        "file" | "regular" => FileKind::RegularFile,
+        "dir" | "directory" => FileKind::Directory,
+        "symlink" | "link" => FileKind::Symlink,
+        "fifo" => FileKind::Fifo,
+        "socket" => FileKind::Socket,
+        "char" => FileKind::CharDevice,
+        "block" => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+fn parse_octal(s: &str) -> Option<u32> {
+    let s = s.trim();
+    let s = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(s, 8).ok().filter(|&m| m <= 0o7777)
+}
+
+/// Is `a` inside `b` or `b` inside `a` (component-wise)?
+fn overlapping(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            path: shown.clone(),
+            msg: e.to_string(),
+        })?;
+        let dir = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        Config::parse(&text, &shown, &dir)
+    }
+
+    /// Parses `text`; relative branch paths are resolved against `base`.
+    pub fn parse(text: &str, shown: &str, base: &Path) -> Result<Config, ConfigError> {
+        let cx = Ctx {
+            text,
+            path: shown.to_string(),
+        };
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| cx.line(s));
+            ConfigError::At {
+                path: shown.to_string(),
+                line,
+                msg: e.message().to_string(),
+            }
+        })?;
+        if raw.branch.is_empty() {
+            return Err(cx.err(0..0, "no [[branch]] defined"));
+        }
+        let mut branches: Vec<BranchConf> = Vec::new();
+        for b in &raw.branch {
+            let name = b.get_ref().name.get_ref();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(cx.err(b.get_ref().name.span(), format!("bad branch name '{name}'")));
+            }
+            if branches.iter().any(|x| &x.name == name) {
+                return Err(cx.err(
+                    b.get_ref().name.span(),
+                    format!("branch '{name}' defined twice"),
+                ));
+            }
+            let p = b.get_ref().path.get_ref();
+            let full = if Path::new(p).is_absolute() {
+                PathBuf::from(p)
+            } else {
+                base.join(p)
+            };
+            let canon = full.canonicalize().map_err(|e| {
+                cx.err(
+                    b.get_ref().path.span(),
+                    format!("branch '{name}': {}: {e}", full.display()),
+                )
+            })?;
+            if !canon.is_dir() {
+                return Err(cx.err(
+                    b.get_ref().path.span(),
+                    format!("branch '{name}': {} is not a directory", canon.display()),
+                ));
+            }
+            if let Some(o) = branches.iter().find(|x| overlapping(&x.path, &canon)) {
+                return Err(cx.err(
+                    b.get_ref().path.span(),
+                    format!(
+                        "branch '{name}' ({}) overlaps branch '{}' ({}): one is inside the other",
+                        canon.display(),
+                        o.name,
+                        o.path.display()
+                    ),
+                ));
+            }
+            branches.push(BranchConf {
+                name: name.clone(),
+                path: canon,
+            });
+        }
+        let find = |s: &Spanned<String>| -> Result<BranchId, ConfigError> {
+            branches
+                .iter()
+                .position(|b| &b.name == s.get_ref())
+                .ok_or_else(|| cx.err(s.span(), format!("unknown branch '{}'", s.get_ref())))
+        };
+        let list = |v: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<BranchId>, ConfigError> {
+            if v.get_ref().is_empty() {
+                return Err(cx.err(v.span(), "a rule must name at least one branch"));
+            }
+            let mut out = Vec::new();
+            for s in v.get_ref() {
+                let id = find(s)?;
+                if out.contains(&id) {
+                    return Err(cx.err(s.span(), format!("branch '{}' listed twice", s.get_ref())));
+                }
+                out.push(id);
+            }
+            Ok(out)
+        };
+
+        let g = raw.umbrella.as_ref().map(|s| s.get_ref());
+        let gspan = raw.umbrella.as_ref().map_or(0..0, |s| s.span());
+        let errors = match g.and_then(|g| g.errors.as_ref()) {
+            None => ErrorMode::Or,
+            Some(s) => match s.get_ref().as_str() {
+                "or" | "OR" => ErrorMode::Or,
+                "and" | "AND" => ErrorMode::And,
+                o => {
+                    return Err(cx.err(
+                        s.span(),
+                        format!("errors must be \"or\" or \"and\", not \"{o}\""),
+                    ));
+                }
+            },
+        };
+        let default = match g.and_then(|g| g.default.as_ref()) {
+            None => vec![0],
+            Some(d) => {
+                let names = d.get_ref().list();
+                let spanned: Vec<Spanned<String>> = names
+                    .into_iter()
+                    .map(|n| Spanned::new(d.span(), n))
+                    .collect();
+                list(&Spanned::new(d.span(), spanned))?
+            }
+        };
+        let index = match g.and_then(|g| g.index.as_ref()) {
+            None => 0,
+            Some(s) => find(s)?,
+        };
+        let min_free = match g.and_then(|g| g.min_free.as_ref()) {
+            None => Amount::Bytes(0),
+            Some(s) => parse_amount(s.get_ref())
+                .ok_or_else(|| cx.err(s.span(), format!("bad min_free '{}'", s.get_ref())))?,
+        };
+        let enforce_interval = match g.and_then(|g| g.enforce_interval.as_ref()) {
+            None => None,
+            Some(s) => Some(
+                parse_duration(s.get_ref())
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        cx.err(s.span(), format!("bad enforce_interval '{}'", s.get_ref()))
+                    })?,
+            ),
+        };
+        let enforce_rate =
+            match g.and_then(|g| g.enforce_rate.as_ref()) {
+                None => None,
+                Some(s) => Some(parse_bytes(s.get_ref()).filter(|&n| n > 0).ok_or_else(|| {
+                    cx.err(s.span(), format!("bad enforce_rate '{}'", s.get_ref()))
+                })?),
+            };
+        let _ = gspan;
+
+        let mut rules = Vec::new();
+        for (i, r) in raw.rule.iter().enumerate() {
+            let span = r.span();
+            let r = r.get_ref();
+            let name = r.name.clone().unwrap_or_else(|| format!("rule {}", i + 1));
+            if let Some(ns) = &r.namespace {
+                let has_cond = r.branches.is_some()
+                    || r.size.is_some()
+                    || r.access.is_some()
+                    || r.perm.is_some()
+                    || r.uid.is_some()
+                    || r.gid.is_some()
+                    || r.suffix.is_some()
+                    || r.name_glob.is_some()
+                    || r.path.is_some()
+                    || r.kind.is_some()
+                    || r.mtime.is_some()
+                    || r.atime.is_some()
+                    || r.ctime.is_some()
+                    || r.free.is_some()
+                    || r.overflow.is_some();
+                if has_cond {
+                    return Err(cx.err(
+                        span,
+                        "a namespace rule holds only `namespace` entries (each with its own branches)",
+                    ));
+                }
+                if ns.is_empty() {
+                    return Err(cx.err(span, "empty namespace rule"));
+                }
+                let mut entries = Vec::new();
+                for e in ns {
+                    let ee = e.get_ref();
+                    if !ee.pattern.starts_with('/') {
+                        return Err(cx.err(
+                            e.span(),
+                            format!("namespace pattern '{}' must start with /", ee.pattern),
+                        ));
+                    }
+                    entries.push(NsEntry {
+                        pattern: ee.pattern.as_bytes().to_vec(),
+                        branches: list(&ee.branches)?,
+                        overflow: ee.overflow.unwrap_or(true),
+                    });
+                }
+                rules.push(Rule {
+                    name,
+                    body: RuleBody::Namespace(entries),
+                });
+                continue;
+            }
+            let Some(bl) = &r.branches else {
+                return Err(cx.err(span, format!("{name} names no branch (branches = [...])")));
+            };
+            let branches_ids = list(bl)?;
+            let mut conds = Vec::new();
+            if let Some(s) = &r.size {
+                let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                    cx.err(
+                        s.span(),
+                        format!(
+                            "size needs a comparison, like \"> 8K\", not '{}'",
+                            s.get_ref()
+                        ),
+                    )
+                })?;
+                let bytes = parse_bytes(rest)
+                    .ok_or_else(|| cx.err(s.span(), format!("bad size '{rest}'")))?;
+                let margin = match &r.size_margin {
+                    None => 0,
+                    Some(m) => parse_bytes(m.get_ref()).ok_or_else(|| {
+                        cx.err(m.span(), format!("bad size_margin '{}'", m.get_ref()))
+                    })?,
+                };
+                conds.push(Cond::Size { cmp, bytes, margin });
+            } else if let Some(m) = &r.size_margin {
+                return Err(cx.err(m.span(), "size_margin without a size condition"));
+            }
+            if let Some(a) = &r.access {
+                let t = match a.get_ref().as_str() {
+                    "read-only" | "readonly" | "ro" => AccessType::ReadOnly,
+                    "writable" | "rw" => AccessType::Writable,
+                    "executable" | "exec" => AccessType::Executable,
+                    o => {
+                        return Err(cx.err(
+                            a.span(),
+                            format!("access must be read-only, writable or executable, not '{o}'"),
+                        ));
+                    }
+                };
+                conds.push(Cond::Access(t));
+            }
+            if let Some(p) = &r.perm {
+                let pp = p.get_ref();
+                let (Some(mask), Some(value)) = (parse_octal(&pp.mask), parse_octal(&pp.value))
+                else {
+                    return Err(cx.err(
+                        p.span(),
+                        "perm mask and value are octal strings like \"0007\"",
+                    ));
+                };
+                conds.push(Cond::Perm {
+                    mask,
+                    value: value & mask,
+                });
+            }
+            if let Some(u) = &r.uid {
+                conds.push(Cond::Uid(u.list()));
+            }
+            if let Some(u) = &r.gid {
+                conds.push(Cond::Gid(u.list()));
+            }
+            if let Some(s) = &r.suffix {
+                conds.push(Cond::Suffix(
+                    s.list().into_iter().map(String::into_bytes).collect(),
+                ));
+            }
+            if let Some(s) = &r.name_glob {
+                conds.push(Cond::Name(
+                    s.list().into_iter().map(String::into_bytes).collect(),
+                ));
+            }
+            if let Some(s) = &r.path {
+                conds.push(Cond::Path(
+                    s.list().into_iter().map(String::into_bytes).collect(),
+                ));
+            }
+            if let Some(k) = &r.kind {
+                let mut kinds = Vec::new();
+                for s in k.get_ref().list() {
+                    kinds.push(
+                        parse_kind(&s)
+                            .ok_or_else(|| cx.err(k.span(), format!("unknown file type '{s}'")))?,
+                    );
+                }
+                conds.push(Cond::Kind(kinds));
+            }
+            let margin = match &r.age_margin {
+                None => Duration::ZERO,
+                Some(m) => parse_duration(m.get_ref())
+                    .ok_or_else(|| cx.err(m.span(), format!("bad age_margin '{}'", m.get_ref())))?,
+            };
+            for (field, v) in [
+                (TimeField::Mtime, &r.mtime),
+                (TimeField::Atime, &r.atime),
+                (TimeField::Ctime, &r.ctime),
+            ] {
+                if let Some(s) = v {
+                    let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                        cx.err(
+                            s.span(),
+                            format!(
+                                "an age needs a comparison, like \"> 30d\", not '{}'",
+                                s.get_ref()
+                            ),
+                        )
+                    })?;
+                    let age = parse_duration(rest)
+                        .ok_or_else(|| cx.err(s.span(), format!("bad age '{rest}'")))?;
+                    conds.push(Cond::Age {
+                        field,
+                        cmp,
+                        age,
+                        margin,
+                    });
+                }
+            }
+            if r.age_margin.is_some() && r.mtime.is_none() && r.atime.is_none() && r.ctime.is_none()
+            {
+                return Err(cx.err(span, "age_margin without an mtime/atime/ctime condition"));
+            }
+            if let Some(s) = &r.free {
+                let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                    cx.err(
+                        s.span(),
+                        format!(
+                            "free needs a comparison, like \"> 10%\", not '{}'",
+                            s.get_ref()
+                        ),
+                    )
+                })?;
+                let amount = parse_amount(rest)
+                    .ok_or_else(|| cx.err(s.span(), format!("bad amount '{rest}'")))?;
+                let branch = match &r.free_branch {
+                    None => None,
+                    Some(b) => Some(find(b)?),
+                };
+                conds.push(Cond::Free {
+                    branch,
+                    cmp,
+                    amount,
+                });
+            } else if let Some(b) = &r.free_branch {
+                return Err(cx.err(b.span(), "free_branch without a free condition"));
+            }
+            rules.push(Rule {
+                name,
+                body: RuleBody::Meta {
+                    conds,
+                    branches: branches_ids,
+                    overflow: r.overflow.unwrap_or(true),
+                },
+            });
+        }
+        Ok(Config {
+            source: PathBuf::from(shown),
+            branches,
+            rules: RuleSet {
+                rules,
+                default,
+                default_overflow: g.and_then(|g| g.default_overflow).unwrap_or(true),
+            },
+            errors,
+            index,
+            min_free,
+            enforce_interval,
+            enforce_rate,
+        })
+    }
+}
+
+impl RuleSet {
+    /// The same rules with every branch id passed through `f` (config ids to live ids).
+    pub fn remap(&self, f: &dyn Fn(BranchId) -> BranchId) -> RuleSet {
+        let map = |v: &Vec<BranchId>| v.iter().map(|&b| f(b)).collect::<Vec<_>>();
+        RuleSet {
+            rules: self
+                .rules
+                .iter()
+                .map(|r| Rule {
+                    name: r.name.clone(),
+                    body: match &r.body {
+                        RuleBody::Meta {
+                            conds,
+                            branches,
+                            overflow,
+                        } => RuleBody::Meta {
+                            conds: conds
+                                .iter()
+                                .map(|c| match c {
+                                    Cond::Free {
+                                        branch,
+                                        cmp,
+                                        amount,
+                                    } => Cond::Free {
+                                        branch: branch.map(f),
+                                        cmp: *cmp,
+                                        amount: *amount,
+                                    },
+                                    c => c.clone(),
+                                })
+                                .collect(),
+                            branches: map(branches),
+                            overflow: *overflow,
+                        },
+                        RuleBody::Namespace(e) => RuleBody::Namespace(
+                            e.iter()
+                                .map(|e| NsEntry {
+                                    pattern: e.pattern.clone(),
+                                    branches: map(&e.branches),
+                                    overflow: e.overflow,
+                                })
+                                .collect(),
+                        ),
+                    },
+                })
+                .collect(),
+            default: map(&self.default),
+            default_overflow: self.default_overflow,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(names: &[&str]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for n in names {
+            std::fs::create_dir_all(d.path().join(n)).unwrap();
+        }
+        d
+    }
+
+    fn parse(d: &tempfile::TempDir, text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "test.toml", d.path())
+    }
+
+    #[test]
+    fn the_shipped_fig4_example_is_fig4() {
+        let text = include_str!("../../../examples/umbrella-fig4.toml");
+        let d = dirs(&["fs1", "fs2", "fs3"]);
+        let c = parse(&d, text).unwrap();
+        assert_eq!(
+            c.branches
+                .iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>(),
+            ["fs1", "fs2", "fs3"]
+        );
+        assert_eq!(
+            c.branches[1].path,
+            d.path().join("fs2").canonicalize().unwrap()
+        );
+        // Same rule set as the hand-built one in rules.rs, names aside.
+        let mut want = crate::rules::tests::fig4();
+        for (w, g) in want.rules.iter_mut().zip(&c.rules.rules) {
+            w.name = g.name.clone();
+        }
+        assert_eq!(c.rules, want);
+        assert_eq!(c.errors, ErrorMode::Or);
+    }
+
+    #[test]
+    fn conditions_parse() {
+        let d = dirs(&["fast", "slow"]);
+        let c = parse(
+            &d,
+            r#"
+[umbrella]
+errors = "and"
+default = ["fast", "slow"]
+min_free = "5%"
+enforce_interval = "1h"
+enforce_rate = "50M"
+[[branch]]
+name = "fast"
+path = "fast"
+[[branch]]
+name = "slow"
+path = "slow"
+[[rule]]
+name = "big"
+size = "> 8K"
+size_margin = "1K"
+uid = [1000, 1001]
+suffix = ".avi"
+type = "file"
+branches = ["slow"]
+overflow = false
+[[rule]]
+mtime = ">= 30d"
+age_margin = "2d"
+perm = { mask = "0222", value = "0" }
+free = "> 10%"
+free_branch = "fast"
+branches = ["slow", "fast"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.errors, ErrorMode::And);
+        assert_eq!(c.rules.default, vec![0, 1]);
+        assert_eq!(c.min_free, Amount::Percent(5.0));
+        assert_eq!(c.enforce_interval, Some(Duration::from_secs(3600)));
+        assert_eq!(c.enforce_rate, Some(50 << 20));
+        let RuleBody::Meta {
+            conds,
+            branches,
+            overflow,
+        } = &c.rules.rules[0].body
+        else {
+            panic!()
+        };
+        assert_eq!(branches, &vec![1]);
+        assert!(!overflow);
+        assert!(conds.contains(&Cond::Size {
+            cmp: Cmp::Gt,
+            bytes: 8192,
+            margin: 1024
+        }));
+        assert!(conds.contains(&Cond::Uid(vec![1000, 1001])));
+        let RuleBody::Meta { conds, .. } = &c.rules.rules[1].body else {
+            panic!()
+        };
+        assert!(conds.contains(&Cond::Age {
+            field: TimeField::Mtime,
+            cmp: Cmp::Ge,
+            age: Duration::from_secs(30 * 86400),
+            margin: Duration::from_secs(2 * 86400)
+        }));
+        assert!(conds.contains(&Cond::Free {
+            branch: Some(0),
+            cmp: Cmp::Gt,
+            amount: Amount::Percent(10.0)
+        }));
+        assert!(conds.contains(&Cond::Perm {
+            mask: 0o222,
+            value: 0
+        }));
+    }
+
+    fn err_of(d: &tempfile::TempDir, text: &str) -> String {
+        parse(d, text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_configs_name_the_line() {
+        let d = dirs(&["a", "b", "a/inner"]);
+        let head = "[[branch]]\nname = \"a\"\npath = \"a\"\n";
+        // Unknown key.
+        let e = err_of(
+            &d,
+            &format!("{head}[[rule]]\nbranches = [\"a\"]\nsise = \"> 1K\"\n"),
+        );
+        assert!(
+            e.starts_with("test.toml:4:") || e.starts_with("test.toml:6:"),
+            "{e}"
+        );
+        assert!(e.contains("sise"), "{e}");
+        // Missing branch directory.
+        let e = err_of(&d, "[[branch]]\nname = \"x\"\npath = \"missing\"\n");
+        assert!(e.starts_with("test.toml:3:"), "{e}");
+        // A rule naming no branch.
+        let e = err_of(&d, &format!("{head}[[rule]]\nsize = \"> 1K\"\n"));
+        assert!(
+            e.starts_with("test.toml:4:") && e.contains("names no branch"),
+            "{e}"
+        );
+        let e = err_of(
+            &d,
+            &format!("{head}[[rule]]\nsize = \"> 1K\"\nbranches = []\n"),
+        );
+        assert!(
+            e.starts_with("test.toml:6:") && e.contains("at least one branch"),
+            "{e}"
+        );
+        // Unknown branch in a rule.
+        let e = err_of(&d, &format!("{head}[[rule]]\nbranches = [\"zz\"]\n"));
+        assert!(
+            e.starts_with("test.toml:5:") && e.contains("unknown branch 'zz'"),
+            "{e}"
+        );
+        // Overlapping branches.
+        let e = err_of(
+            &d,
+            &format!("{head}[[branch]]\nname = \"i\"\npath = \"a/inner\"\n"),
+        );
+        assert!(
+            e.starts_with("test.toml:6:") && e.contains("overlaps"),
+            "{e}"
+        );
+        // Syntax error.
+        let e = err_of(&d, &format!("{head}[[rule]\n"));
+        assert!(e.starts_with("test.toml:4:"), "{e}");
+        // Bad values.
+        let e = err_of(
+            &d,
+            &format!("{head}[[rule]]\nbranches = [\"a\"]\nsize = \"8K\"\n"),
+        );
+        assert!(
+            e.starts_with("test.toml:6:") && e.contains("comparison"),
+            "{e}"
+        );
+        let e = err_of(&d, &format!("{head}[umbrella]\nerrors = \"xor\"\n"));
+        assert!(e.starts_with("test.toml:5:"), "{e}");
+        let e = err_of(&d, "");
+        assert!(e.contains("no [[branch]]"), "{e}");
+        let e = err_of(
+            &d,
+            &format!("{head}[[branch]]\nname = \"a\"\npath = \"b\"\n"),
+        );
+        assert!(e.contains("defined twice"), "{e}");
+        let e = err_of(
+            &d,
+            &format!(
+                "{head}[[rule]]\nbranches = [\"a\"]\nnamespace = [{{ match = \"/x\", branches = [\"a\"] }}]\n"
+            ),
+        );
+        assert!(e.contains("namespace rule holds only"), "{e}");
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(parse_bytes("8K"), Some(8192));
+        assert_eq!(parse_bytes("1.5M"), Some(3 << 19));
+        assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes("x"), None);
+        assert_eq!(parse_duration("30d"), Some(Duration::from_secs(30 * 86400)));
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3y"), None);
+        assert_eq!(parse_amount("10%"), Some(Amount::Percent(10.0)));
+        assert_eq!(parse_amount("110%"), None);
+    }
+}

@@ -1,0 +1,32 @@
+//! cairn-umbrella: the UmbrellaFS policy layer (Garrison & Reddy, ACM TOS 2009).
+//!
+//! One namespace over several branch directories. Each file lives on exactly one branch,
+//! chosen by ordered rules ([`rules`]); directories exist on every branch that holds
+//! something under them and are created lazily. The layer implements
+//! [`cairn_vfs::FileSystem`], so the same FUSE adapter as the core serves it.
+//!
+//! - [`config`]: the TOML configuration;
+//! - [`rules`]: the pure policy decision module (first match, longest namespace match,
+//!   overflow lists, branch-state conditions, hysteresis);
+//! - `ns`: the location index and its persisted form;
+//! - `fs`: the [`cairn_vfs::FileSystem`] implementation;
+//! - `migrate`: moving files between branches with crash recovery;
+//! - `enforce`, `admin`: the enforcer and the control commands.
+
+mod admin;
+mod branch;
+pub mod config;
+mod enforce;
+mod failpoint;
+mod fs;
+mod migrate;
+mod ns;
+mod rename;
+pub mod rules;
+mod scan;
+mod sys;
+mod xattr;
+
+pub use admin::{hex, unhex};
+pub use config::{Config, ConfigError, ErrorMode};
+pub use fs::Umbrella;

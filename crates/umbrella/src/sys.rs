@@ -1,0 +1,659 @@
+//! Host system calls relative to directory descriptors.
+//!
+//! Every path the layer touches is resolved from a branch's root descriptor: directories
+//! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, final components with the `*at`
+//! calls and `AT_SYMLINK_NOFOLLOW`/`O_NOFOLLOW`. So a name with `..`, a symlink planted in a
+//! branch or a rename racing with us can never make the layer read, write or create
+//! anything outside the branch directories (issue 3, item 8).
+//!
+//! This is the one module with `unsafe`: thin wrappers over libc calls whose only
+//! obligations are valid NUL-terminated strings, valid descriptors and correctly sized
+//! buffers, each stated at the call.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_vfs::{Attr, FileKind};
+
+pub type Stat = libc::stat;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_l(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_s(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// A name or relative path as a C string. Names from the kernel never hold NUL; a path
+/// that does is refused with EINVAL rather than truncated.
+pub fn cstr(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// Opens the directory `rel` (relative, `/`-separated, empty for the root itself) beneath
+/// `root` without following any symlink and without leaving `root`.
+pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
+    let path = if rel.is_empty() {
+        cstr(b".")?
+    } else {
+        cstr(rel)?
+    };
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `path` is NUL-terminated, `how` is a zero-initialised open_how of the size
+    // passed; the kernel returns a new descriptor we take ownership of.
+    let fd = cvt_l(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    })?;
+    // SAFETY: a fresh descriptor returned by openat2.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Opens a directory by absolute path (branch roots), following nothing at the end.
+pub fn open_root(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let p = cstr(path.as_os_str().as_bytes())?;
+    // SAFETY: NUL-terminated path; new descriptor owned below.
+    let fd = cvt(unsafe {
+        libc::open(
+            p.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let n = cstr(name.as_bytes())?;
+    // SAFETY: NUL-terminated name, valid dir fd; mode is passed as the variadic argument.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A real (readable) directory descriptor for a directory beneath `root`.
+pub fn open_dir_read(root: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
+    let p = open_dir_beneath(root, rel)?;
+    openat(
+        p.as_fd_b(),
+        OsStr::new("."),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    )
+}
+
+pub trait AsFdB {
+    fn as_fd_b(&self) -> BorrowedFd<'_>;
+}
+impl AsFdB for OwnedFd {
+    fn as_fd_b(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.as_fd()
+    }
+}
+
+pub fn fstatat(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
+    let n = cstr(name.as_bytes())?;
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated name and a stat buffer of the right type.
+    cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: AT_EMPTY_PATH with "" stats the descriptor itself (works on O_PATH fds too).
+    cvt(unsafe { libc::fstatat(fd.as_raw_fd(), c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH) })?;
+    Ok(st)
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), n.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &OsStr, rmdir: bool) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    let flags = if rmdir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), n.as_ptr(), flags) }).map(drop)
+}
+
+pub fn renameat2(
+    d1: BorrowedFd<'_>,
+    n1: &OsStr,
+    d2: BorrowedFd<'_>,
+    n2: &OsStr,
+    flags: u32,
+) -> io::Result<()> {
+    let a = cstr(n1.as_bytes())?;
+    let b = cstr(n2.as_bytes())?;
+    // SAFETY: NUL-terminated names, valid descriptors.
+    cvt(unsafe {
+        libc::renameat2(
+            d1.as_raw_fd(),
+            a.as_ptr(),
+            d2.as_raw_fd(),
+            b.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+pub fn linkat(d1: BorrowedFd<'_>, n1: &OsStr, d2: BorrowedFd<'_>, n2: &OsStr) -> io::Result<()> {
+    let a = cstr(n1.as_bytes())?;
+    let b = cstr(n2.as_bytes())?;
+    // SAFETY: NUL-terminated names; flags 0 never follows a symlink source.
+    cvt(unsafe { libc::linkat(d1.as_raw_fd(), a.as_ptr(), d2.as_raw_fd(), b.as_ptr(), 0) })
+        .map(drop)
+}
+
+pub fn symlinkat(target: &[u8], dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let t = cstr(target)?;
+    let n = cstr(name.as_bytes())?;
+    // SAFETY: NUL-terminated strings.
+    cvt(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), n.as_ptr()) }).map(drop)
+}
+
+pub fn mknodat(dir: BorrowedFd<'_>, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe {
+        libc::mknodat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    })
+    .map(drop)
+}
+
+pub fn readlinkat(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Vec<u8>> {
+    let n = cstr(name.as_bytes())?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: the buffer is valid for buf.len() bytes.
+    let len = cvt_s(unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate(len);
+    Ok(buf)
+}
+
+pub fn fchownat(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    let u = uid.unwrap_or(u32::MAX);
+    let g = gid.unwrap_or(u32::MAX);
+    // SAFETY: NUL-terminated name; -1 leaves an id unchanged.
+    cvt(unsafe { libc::fchownat(dir.as_raw_fd(), n.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) })
+        .map(drop)
+}
+
+pub fn fchown(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    // SAFETY: valid descriptor; -1 leaves an id unchanged.
+    cvt(unsafe {
+        libc::fchown(
+            fd.as_raw_fd(),
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+        )
+    })
+    .map(drop)
+}
+
+/// chmod of `name` in `dir` without following a final symlink (fchmodat2, Linux 6.6).
+pub fn fchmodat(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    // SAFETY: NUL-terminated name; 452 is fchmodat2 on every Linux architecture.
+    let r = unsafe {
+        libc::syscall(
+            452,
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            mode as libc::mode_t,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    match cvt_l(r) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // An old kernel: the caller has just checked the name is not a symlink.
+            // SAFETY: as above.
+            cvt(unsafe { libc::fchmodat(dir.as_raw_fd(), n.as_ptr(), mode as libc::mode_t, 0) })
+                .map(drop)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: valid descriptor.
+    cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+}
+
+/// A timestamp for utimensat: None leaves it alone.
+#[derive(Clone, Copy, Debug)]
+pub enum TimeSet {
+    Omit,
+    Now,
+    At(SystemTime),
+}
+
+fn ts(t: TimeSet) -> libc::timespec {
+    match t {
+        TimeSet::Omit => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        TimeSet::Now => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        TimeSet::At(t) => {
+            let (s, n) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let (s, n) = (-(d.as_secs() as i64), d.subsec_nanos() as i64);
+                    if n == 0 {
+                        (s, 0)
+                    } else {
+                        (s - 1, 1_000_000_000 - n)
+                    }
+                }
+            };
+            libc::timespec {
+                tv_sec: s,
+                tv_nsec: n,
+            }
+        }
+    }
+}
+
+pub fn utimensat(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    atime: TimeSet,
+    mtime: TimeSet,
+) -> io::Result<()> {
+    let n = cstr(name.as_bytes())?;
+    let t = [ts(atime), ts(mtime)];
+    // SAFETY: NUL-terminated name, array of two timespecs.
+    cvt(unsafe {
+        libc::utimensat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            t.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+pub fn futimens(fd: BorrowedFd<'_>, atime: TimeSet, mtime: TimeSet) -> io::Result<()> {
+    let t = [ts(atime), ts(mtime)];
+    // SAFETY: valid descriptor, array of two timespecs.
+    cvt(unsafe { libc::futimens(fd.as_raw_fd(), t.as_ptr()) }).map(drop)
+}
+
+pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: valid descriptor.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }).map(drop)
+}
+
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    // SAFETY: buf is valid for buf.len() bytes.
+    cvt_s(unsafe {
+        libc::pread(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            off as i64,
+        )
+    })
+}
+
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<usize> {
+    let off = i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: buf is valid for buf.len() bytes.
+    cvt_s(unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), off) })
+}
+
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
+    // SAFETY: valid descriptor.
+    cvt(unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    })
+    .map(drop)
+}
+
+pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: valid descriptor.
+    cvt(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, off: u64, len: u64) -> io::Result<()> {
+    let off = i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: valid descriptor.
+    cvt(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }).map(drop)
+}
+
+pub fn lseek(fd: BorrowedFd<'_>, off: u64, whence: i32) -> io::Result<u64> {
+    let off = i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::ENXIO))?;
+    // SAFETY: valid descriptor.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), off, whence) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// Copies up to `len` bytes between descriptors in the kernel; Ok(0) at end of input.
+pub fn copy_file_range(
+    from: BorrowedFd<'_>,
+    off_in: &mut i64,
+    to: BorrowedFd<'_>,
+    off_out: &mut i64,
+    len: usize,
+) -> io::Result<usize> {
+    // SAFETY: valid descriptors and offset pointers.
+    cvt_s(unsafe {
+        libc::copy_file_range(from.as_raw_fd(), off_in, to.as_raw_fd(), off_out, len, 0)
+    } as libc::ssize_t)
+}
+
+pub struct StatVfs {
+    pub frsize: u64,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub namemax: u64,
+}
+
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<StatVfs> {
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and buffer.
+    cvt(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut s) })?;
+    Ok(StatVfs {
+        frsize: s.f_frsize.max(1),
+        blocks: s.f_blocks,
+        bfree: s.f_bfree,
+        bavail: s.f_bavail,
+        files: s.f_files,
+        ffree: s.f_ffree,
+        namemax: s.f_namemax,
+    })
+}
+
+/// The `/proc/self/fd/N/name` path through which the path-only xattr calls reach `name`
+/// in the directory `dir` without resolving anything but that one component.
+fn proc_path(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<CString> {
+    let mut p = format!("/proc/self/fd/{}", dir.as_raw_fd()).into_bytes();
+    if let Some(n) = name {
+        p.push(b'/');
+        p.extend_from_slice(n.as_bytes());
+    }
+    cstr(&p)
+}
+
+/// getxattr of `name` in `dir` (or of `dir` itself when `name` is None).
+pub fn getxattr(dir: BorrowedFd<'_>, name: Option<&OsStr>, attr: &OsStr) -> io::Result<Vec<u8>> {
+    let p = proc_path(dir, name)?;
+    let a = cstr(attr.as_bytes())?;
+    let call = |buf: &mut [u8]| -> io::Result<usize> {
+        // SAFETY: NUL-terminated strings; buf valid for its length (may be 0 to probe). The
+        // l-variant does not follow the final component; for the directory itself the
+        // magic link must be followed.
+        cvt_s(unsafe {
+            if name.is_some() {
+                libc::lgetxattr(p.as_ptr(), a.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            } else {
+                libc::getxattr(p.as_ptr(), a.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            }
+        })
+    };
+    loop {
+        let n = call(&mut [])?;
+        let mut buf = vec![0u8; n];
+        match call(&mut buf) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
+            }
+            // The value grew between the calls: ask again.
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub fn listxattr(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<Vec<u8>> {
+    let p = proc_path(dir, name)?;
+    let call = |buf: &mut [u8]| -> io::Result<usize> {
+        // SAFETY: as in getxattr.
+        cvt_s(unsafe {
+            if name.is_some() {
+                libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            } else {
+                libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            }
+        })
+    };
+    loop {
+        let n = call(&mut [])?;
+        let mut buf = vec![0u8; n];
+        match call(&mut buf) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub fn setxattr(
+    dir: BorrowedFd<'_>,
+    name: Option<&OsStr>,
+    attr: &OsStr,
+    value: &[u8],
+    flags: i32,
+) -> io::Result<()> {
+    let p = proc_path(dir, name)?;
+    let a = cstr(attr.as_bytes())?;
+    // SAFETY: NUL-terminated strings, value valid for its length.
+    cvt(unsafe {
+        if name.is_some() {
+            libc::lsetxattr(
+                p.as_ptr(),
+                a.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        } else {
+            libc::setxattr(
+                p.as_ptr(),
+                a.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        }
+    })
+    .map(drop)
+}
+
+pub fn removexattr(dir: BorrowedFd<'_>, name: Option<&OsStr>, attr: &OsStr) -> io::Result<()> {
+    let p = proc_path(dir, name)?;
+    let a = cstr(attr.as_bytes())?;
+    // SAFETY: NUL-terminated strings.
+    cvt(unsafe {
+        if name.is_some() {
+            libc::lremovexattr(p.as_ptr(), a.as_ptr())
+        } else {
+            libc::removexattr(p.as_ptr(), a.as_ptr())
+        }
+    })
+    .map(drop)
+}
+
+/// One host directory entry.
+pub struct HostEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    /// `DT_*`; DT_UNKNOWN (0) when the file system does not say.
+    pub dtype: u8,
+}
+
+/// Reads every entry of the directory open at `dir` (a readable descriptor), without `.`
+/// and `..`.
+pub fn read_dir(dir: OwnedFd) -> io::Result<Vec<HostEntry>> {
+    // SAFETY: fdopendir takes ownership of the descriptor on success; on failure we still
+    // own it and OwnedFd closes it.
+    let raw = dir.as_raw_fd();
+    let dp = unsafe { libc::fdopendir(raw) };
+    if dp.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    std::mem::forget(dir);
+    let mut out = Vec::new();
+    let result = loop {
+        // readdir signals errors only through errno; clear it first.
+        // SAFETY: errno location is thread-local and always valid.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: dp is a valid DIR* until closedir below.
+        let ent = unsafe { libc::readdir64(dp) };
+        if ent.is_null() {
+            let e = io::Error::last_os_error();
+            break if e.raw_os_error().unwrap_or(0) == 0 {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated.
+        let (name, ino, dtype) = unsafe {
+            let e = &*ent;
+            (
+                CStr::from_ptr(e.d_name.as_ptr()).to_bytes().to_vec(),
+                e.d_ino,
+                e.d_type,
+            )
+        };
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(HostEntry { name, ino, dtype });
+    };
+    // SAFETY: dp came from fdopendir and is closed exactly once.
+    unsafe { libc::closedir(dp) };
+    result.map(|()| out)
+}
+
+pub fn umask(m: u32) -> u32 {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(m as libc::mode_t) as u32 }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+pub fn kind_of(mode: u32) -> FileKind {
+    FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile)
+}
+
+/// Host attributes with our inode number.
+pub fn attr_from(st: &Stat, ino: u64) -> Attr {
+    Attr {
+        ino,
+        generation: 0,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: time(st.st_ctime, st.st_ctime_nsec),
+        kind: kind_of(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
