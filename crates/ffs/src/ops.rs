@@ -238,9 +238,14 @@ impl Ffs {
         let Some(ic) = st.inodes.get(&ino) else {
             return Ok(());
         };
-        if ic.d.nlink > 0 || ic.nopen > 0 || ic.nlookup > 0 {
+        if ic.d.nlink > 0 {
             return Ok(());
         }
+        if ic.nopen > 0 || ic.nlookup > 0 {
+            st.orphans.insert(ino);
+            return Ok(());
+        }
+        st.orphans.remove(&ino);
         let was_dir = ic.d.is_dir();
         let xattr = ic.d.xattr;
         // One write clears the pointers and the inode (rule 2); bitmaps are freed after.
@@ -520,7 +525,10 @@ impl Ffs {
             let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
             self.strategy.setup_directory_add(&self.io, &[&b])?;
         }
-        let step3 = [self.dir_remove(st, parent, name)?, self.touch_dir(st, parent)?];
+        let step3 = [
+            self.dir_remove(st, parent, name)?,
+            self.touch_dir(st, parent)?,
+        ];
         let refs: Vec<&BufRef> = step3.iter().collect();
         self.strategy.setup_directory_remove(&self.io, &refs)?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
@@ -922,12 +930,24 @@ impl FileSystem for Ffs {
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
         let meta = self.geo.group_count * self.geo.meta_blocks();
+        // An unlinked inode nobody has open is free space already; only the kernel's
+        // lookup reference (dropped by a forget that may still be in flight) keeps it.
+        let (mut bfree, mut ffree) = (st.free_blocks, st.free_inodes);
+        for ic in st
+            .orphans
+            .iter()
+            .filter_map(|i| st.inodes.get(i))
+            .filter(|ic| ic.nopen == 0)
+        {
+            bfree += ic.d.blocks;
+            ffree += 1;
+        }
         Ok(StatFs {
             blocks: self.geo.total_blocks - meta,
-            bfree: st.free_blocks,
-            bavail: st.free_blocks,
+            bfree,
+            bavail: bfree,
             files: self.geo.total_inodes() - 2,
-            ffree: st.free_inodes,
+            ffree,
             bsize: self.geo.block_size,
             namelen: MAX_NAME as u32,
             frsize: self.geo.block_size,
