@@ -160,7 +160,13 @@ impl Model {
                     Arc::make_mut(c).resize(*size as usize, 0);
                 }
             }
-            Op::Chmod { .. } | Op::SetAttr { .. } | Op::Release { .. } | Op::Fsyncdir { .. } => {}
+            Op::Chmod { ino: i, mode } => {
+                // In flight: the call would report the new bits.
+                if result.is_none() {
+                    self.perms.insert(*i, (*mode & 0o7777) as u16);
+                }
+            }
+            Op::SetAttr { .. } | Op::Release { .. } | Op::Fsyncdir { .. } => {}
             Op::Fsync { ino: i } => {
                 if result.is_some()
                     && let Some(f) = self.files.get_mut(i)

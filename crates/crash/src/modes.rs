@@ -159,6 +159,9 @@ impl Expectation {
 
 /// The test-only broken ordering: a new name reaches the disk before its inode.
 pub const DIRENT_FIRST: &str = "broken-dirent-first";
+/// The test-only broken durability: `sync` whose calls return before their last step is
+/// flushed (no barrier in `op_done`).
+pub const LAZY_RETURN: &str = "broken-lazy-return";
 
 /// Every mode's expectation. `None` for a mode that declared nothing.
 pub fn expectation(mode: &str) -> Option<Expectation> {
@@ -166,7 +169,7 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
         "sync" => Some(Expectation::synchronous(mode)),
         "async" => Some(Expectation::unordered(mode)),
         // Claims sync's guarantees; the campaign must show that it does not deliver them.
-        DIRENT_FIRST => Some(Expectation::synchronous(mode)),
+        DIRENT_FIRST | LAZY_RETURN => Some(Expectation::synchronous(mode)),
         _ => None,
     }
 }
@@ -180,6 +183,9 @@ pub fn registered() -> Vec<&'static str> {
 pub fn strategy_for(mode: &str) -> Option<Box<dyn Strategy>> {
     if mode == DIRENT_FIRST {
         return Some(Box::new(DirentFirst::new()));
+    }
+    if mode == LAZY_RETURN {
+        return Some(Box::new(LazyReturn(strategy::by_name("sync")?)));
     }
     strategy::by_name(mode)
 }
@@ -264,6 +270,52 @@ impl Strategy for DirentFirst {
     }
 }
 
+/// `sync` without the flush at the end of a call: each step is still ordered behind a
+/// barrier, but the last one is not durable when the call returns.
+pub struct LazyReturn(Box<dyn Strategy>);
+
+impl Strategy for LazyReturn {
+    fn name(&self) -> &'static str {
+        LAZY_RETURN
+    }
+    fn cache_policy(&self) -> KernelCachePolicy {
+        self.0.cache_policy()
+    }
+    fn syncer_interval(&self) -> Duration {
+        self.0.syncer_interval()
+    }
+    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_inode_alloc(io, bufs)
+    }
+    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_directory_grow(io, bufs)
+    }
+    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_directory_add(io, bufs)
+    }
+    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_directory_remove(io, bufs)
+    }
+    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_link_add(io, bufs)
+    }
+    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_link_remove(io, bufs)
+    }
+    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_freeblocks(io, bufs)
+    }
+    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_attr_change(io, bufs)
+    }
+    fn op_done(&self, _io: &Io) -> FsResult<()> {
+        Ok(())
+    }
+    fn write_back(&self, io: &Io, durable: bool) -> FsResult<()> {
+        self.0.write_back(io, durable)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +329,6 @@ mod tests {
             assert!(strategy_for(m).is_some());
         }
         assert_eq!(strategy_for(DIRENT_FIRST).unwrap().name(), DIRENT_FIRST);
+        assert_eq!(strategy_for(LAZY_RETURN).unwrap().name(), LAZY_RETURN);
     }
 }

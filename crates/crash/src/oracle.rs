@@ -291,7 +291,8 @@ impl Timeline {
         let mut ops: Vec<OpRec> = Vec::new();
         let mut by_id: HashMap<u64, usize> = HashMap::new();
         let mut ends = Vec::new();
-        for (i, ev) in rec.events.iter().enumerate() {
+        // Operations before the start (mkfs, mount, setup) are in the initial model already.
+        for (i, ev) in rec.events.iter().enumerate().skip(rec.header.start) {
             match ev {
                 Event::Begin { id, op } => {
                     by_id.insert(*id, ops.len());

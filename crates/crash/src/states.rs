@@ -105,20 +105,19 @@ impl CrashState {
     }
 }
 
-/// The moment of the crash, as an event index: events before it had happened. The earliest
-/// moment consistent with the state is used (just after its last kept write, or the
-/// epoch's start), which is the most lenient for the durability oracle and still sound: an
-/// operation whose promise is broken is caught by the states in which a *later* write
-/// landed.
+/// The moment of the crash, as an event index: events before it had happened. A state is
+/// possible at any moment from its last kept write until the epoch's flush completes, and
+/// the oracle judges it at the *latest* of them: the image is the same, and every
+/// operation that had returned by then must be durable. (Judging at the earliest moment
+/// would forgive a call that returned before its last write was flushed: the crash may come
+/// right after the return, before any later write.) Nothing is lost by not judging earlier
+/// moments: an effect in the image comes from a write that was issued, so its operation had
+/// begun, and it is either returned or in flight at the later moment.
 pub fn crash_point(epochs: &[Epoch], st: &CrashState, total_events: usize) -> usize {
     if st.at_end {
         return total_events;
     }
-    let e = &epochs[st.epoch];
-    match st.kept.last() {
-        Some(&k) => e.writes[k as usize] + 1,
-        None => e.start,
-    }
+    epochs[st.epoch].flush.unwrap_or(total_events)
 }
 
 /// Options of [`generate`].
@@ -468,7 +467,8 @@ mod tests {
     #[test]
     fn reorder_never_crosses_a_flush() {
         // A state is (epoch, subset of that epoch): by construction it can hold no write of
-        // a later epoch without all of the earlier ones. Check the crash point agrees.
+        // a later epoch without all of the earlier ones. Its crash point is the epoch's
+        // flush (the latest moment the state is possible), never beyond it.
         let r = rec(vec![w(1), Event::Flush, w(2), w(3), Event::Flush, w(4)], 0);
         let e = epochs(&r);
         let st = generate(&e, &GenOptions::default());
@@ -479,37 +479,26 @@ mod tests {
                 continue;
             }
             let ep = &e[s.epoch];
-            assert!(cp >= ep.start);
-            if let Some(f) = ep.flush {
-                assert!(cp <= f, "crash point {cp} after the epoch's flush {f}");
+            for &k in &s.kept {
+                assert!(ep.writes[k as usize] < cp, "kept write after the crash point");
             }
+            assert_eq!(cp, ep.flush.unwrap_or(6));
         }
-        assert_eq!(
+        let at = |epoch, kept: Vec<u32>| {
             crash_point(
                 &e,
                 &CrashState {
-                    epoch: 1,
-                    kept: vec![],
+                    epoch,
+                    kept,
                     torn: None,
-                    at_end: false
+                    at_end: false,
                 },
-                6
-            ),
-            2
-        );
-        assert_eq!(
-            crash_point(
-                &e,
-                &CrashState {
-                    epoch: 1,
-                    kept: vec![0],
-                    torn: None,
-                    at_end: false
-                },
-                6
-            ),
-            3
-        );
+                6,
+            )
+        };
+        assert_eq!(at(1, vec![]), 4);
+        assert_eq!(at(1, vec![0]), 4);
+        assert_eq!(at(2, vec![]), 6);
     }
 
     #[test]
