@@ -6,6 +6,7 @@ use std::path::Path;
 use clap::{Parser, Subcommand};
 
 mod control;
+mod crash;
 mod fsck;
 mod helper;
 mod inspect;
@@ -45,6 +46,8 @@ enum Cmd {
     Stats(stats::Args),
     /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
     InstallHelper(helper::InstallArgs),
+    /// Crash-consistency testing: check every crash state of recorded workloads per mode
+    Crash(crash::Args),
 }
 
 fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
@@ -82,6 +85,7 @@ fn main() {
         Cmd::Umount(a) => umount::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
+        Cmd::Crash(a) => crash::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

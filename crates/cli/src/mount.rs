@@ -34,7 +34,9 @@ Options (-o, comma-separated, repeatable):
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
   log=PATH            the daemon's log file
-  record=PATH         write every device operation to PATH, one JSON line each
+  record=PATH         record every block write (with contents), flush and operation to PATH
+                      (JSON lines; the image is first copied to PATH.base) for
+                      `cairn crash run --recording PATH`
 Options mount(8) passes (defaults, auto, noauto, user, users, nofail, _netdev, x-*, ...)
 are ignored.
 
@@ -282,14 +284,15 @@ impl Job {
         let fs: Arc<dyn FileSystem> = if self.memory {
             Arc::new(cairn_fuse::memfs::MemFs::default())
         } else {
-            let ffs = cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
-                .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?;
             if let Some(path) = &self.plan.record {
-                let sink = Arc::new(crate::record::JsonTrace::create(path)?);
-                ffs.device().set_trace(Some(sink.clone()));
-                trace = Some(sink);
+                let (ffs, rec) = crate::record::mount_recorded(&self.image, &self.plan.ffs, path)?;
+                let marked = cairn_crash::RecordingFs::new(ffs, rec.clone());
+                trace = Some(rec);
+                Arc::new(marked)
+            } else {
+                cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
+                    .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?
             }
-            ffs
         };
         let server = match Server::mount(fs.clone(), &self.mountpoint, &self.plan.fuse) {
             Ok(s) => s,
@@ -389,7 +392,7 @@ fn signal_loop(signals: SigSet, unmounter: Unmounter) {
 struct Daemon {
     server: Server,
     record: runtime::Record,
-    trace: Option<Arc<crate::record::JsonTrace>>,
+    trace: Option<Arc<cairn_crash::Recorder>>,
     mountpoint: PathBuf,
 }
 

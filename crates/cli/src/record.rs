@@ -1,72 +1,88 @@
-//! `-o record=PATH`: every device operation of the mount as one JSON line
-//! (`{"op":"Write","block":..,"blocks":..,"at":{"secs":..,"nanos":..}}`), in completion order,
-//! for replaying or plotting a workload's I/O pattern.
+//! `-o record=PATH`: a crash-harness recording of the mount (see `cairn_crash::record`).
+//!
+//! Before the file system is mounted, the image is copied (sparsely) to `PATH.base`; then
+//! every block write (with its contents) and flush of the device, and a marker for every
+//! operation the kernel sends (its kind, path and the moment it returned), go to `PATH` as
+//! JSON lines. `cairn crash run --recording PATH` checks every crash state of the run.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use cairn_blockdev::{TraceEvent, TraceSink};
-use parking_lot::Mutex;
+use anyhow::{Context, Result, anyhow};
+use cairn_crash::record::{self, Base, FORMAT, Header, Recorder};
+use cairn_ffs::format::{Superblock, superblock};
+use cairn_ffs::{Ffs, MountOptions};
 
-pub struct JsonTrace {
-    out: Mutex<BufWriter<File>>,
-}
-
-impl JsonTrace {
-    pub fn create(path: &Path) -> Result<JsonTrace> {
-        let f = File::create(path)
-            .with_context(|| format!("cannot create trace {}", path.display()))?;
-        Ok(JsonTrace {
-            out: Mutex::new(BufWriter::with_capacity(1 << 20, f)),
-        })
-    }
-
-    /// Writes out what is buffered; the daemon calls it after the final flush.
-    pub fn finish(&self) -> std::io::Result<()> {
-        self.out.lock().flush()
-    }
-}
-
-impl TraceSink for JsonTrace {
-    fn record(&self, ev: &TraceEvent, _data: Option<&[u8]>) {
-        let mut out = self.out.lock();
-        // A full disk must not fail the I/O being traced; the trace just ends short.
-        if serde_json::to_writer(&mut *out, ev).is_ok() {
-            let _ = out.write_all(b"\n");
-        }
-    }
+/// Mounts `image` with its device recorded to `out`; returns the file system and the
+/// recorder (call `finish` after the final flush).
+pub fn mount_recorded(
+    image: &Path,
+    opts: &MountOptions,
+    out: &Path,
+) -> Result<(Arc<Ffs>, Arc<Recorder>)> {
+    let head = cairn_blockdev::read_bytes_at(image, 0, superblock::SB_BYTES)
+        .with_context(|| format!("cannot read the superblock of {}", image.display()))?;
+    let sb = Superblock::decode(&head).map_err(|e| anyhow!("{}: {}", image.display(), e.0))?;
+    let mut base = out.as_os_str().to_owned();
+    base.push(".base");
+    let base = PathBuf::from(base);
+    record::snapshot_image(image, &base).map_err(|e| anyhow!("recording base image: {e}"))?;
+    let dev = cairn_blockdev::open_path(image, sb.block_size, opts.read_only)
+        .with_context(|| format!("cannot open {}", image.display()))?;
+    let header = Header {
+        recording: FORMAT,
+        block_size: dev.block_size(),
+        num_blocks: dev.num_blocks(),
+        // Relative to the recording, so the pair can be moved together.
+        base: Base::File(PathBuf::from(base.file_name().unwrap_or_default())),
+        mode: opts.mode.clone(),
+        workload: format!("mount:{}", image.display()),
+        start: 0,
+        tagged: false,
+        repro: None,
+    };
+    let rec = Arc::new(Recorder::to_file(out, &header).map_err(|e| anyhow!("{e}"))?);
+    dev.set_trace(Some(rec.clone()));
+    let ffs = Ffs::mount_device(dev, opts)
+        .map_err(|e| anyhow!("cannot mount {}: {e}", image.display()))?;
+    Ok((ffs, rec))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_blockdev::TraceOp;
-    use std::time::Duration;
+    use cairn_crash::record::Event;
+    use cairn_ffs::MkfsOptions;
+    use cairn_vfs::{Ctx, FileSystem};
 
     #[test]
-    fn one_json_line_per_event() {
+    fn recording_holds_writes_flushes_and_a_loadable_header() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.jsonl");
-        let t = JsonTrace::create(&p).unwrap();
-        for b in 0..3 {
-            let ev = TraceEvent {
-                op: TraceOp::Write,
-                block: b,
-                blocks: 1,
-                at: Duration::from_micros(b),
-            };
-            t.record(&ev, Some(&[0u8; 8]));
-        }
-        t.finish().unwrap();
-        let text = std::fs::read_to_string(&p).unwrap();
-        let evs: Vec<TraceEvent> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(evs.len(), 3);
-        assert_eq!(evs[2].block, 2);
-        assert_eq!(evs[0].op, TraceOp::Write);
+        let img = dir.path().join("disk.img");
+        cairn_ffs::mkfs(
+            &img,
+            &MkfsOptions {
+                size: Some(16 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let out = dir.path().join("rec.jsonl");
+        let (fs, rec) = mount_recorded(&img, &MountOptions::default(), &out).unwrap();
+        fs.mkdir(&Ctx::root(), fs.root_ino(), "d".as_ref(), 0o755, 0)
+            .unwrap();
+        fs.unmount().unwrap();
+        rec.finish().unwrap();
+        let r = record::load(&out).unwrap();
+        assert_eq!(r.header.mode, "sync");
+        assert_eq!(r.header.base, Base::File(dir.path().join("rec.jsonl.base")));
+        assert!(r.events.iter().any(|e| matches!(e, Event::Write { .. })));
+        assert!(r.events.iter().any(|e| matches!(e, Event::Flush)));
+        assert_eq!(
+            std::fs::metadata(dir.path().join("rec.jsonl.base"))
+                .unwrap()
+                .len(),
+            16 << 20
+        );
     }
 }

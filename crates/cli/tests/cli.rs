@@ -318,22 +318,58 @@ fn mount_dash_t_cairn_and_umount_work_through_the_helpers() {
 }
 
 #[test]
-fn record_option_writes_the_device_trace() {
+fn record_option_writes_a_crash_recording_that_cairn_crash_checks() {
     let e = Env::new();
     e.image();
     e.ok(&["mount", "-o", "record=trace.jsonl", "disk.img", "mnt"]);
-    fs::write(e.mnt().join("t"), vec![1u8; 100_000]).unwrap();
+    fs::create_dir(e.mnt().join("d")).unwrap();
+    fs::write(e.mnt().join("d/t"), vec![1u8; 100_000]).unwrap();
+    fs::rename(e.mnt().join("d/t"), e.mnt().join("u")).unwrap();
     e.ok(&["umount", "mnt"]);
+    assert!(
+        e.p("trace.jsonl.base").exists(),
+        "the base image is kept beside the recording"
+    );
     let text = fs::read_to_string(e.p("trace.jsonl")).unwrap();
-    let events: Vec<serde_json::Value> = text
+    let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert!(events.iter().any(|v| v["op"] == "Write"), "{text}");
+    assert_eq!(lines[0]["mode"], "sync", "{}", lines[0]);
     assert!(
-        events.iter().any(|v| v["op"] == "Flush"),
-        "the final flush is traced: {text}"
+        lines.iter().any(|v| v["t"] == "w" && v["d"].is_string()),
+        "writes carry contents"
     );
+    assert!(
+        lines.iter().any(|v| v["t"] == "f"),
+        "the final flush is recorded"
+    );
+    assert!(
+        lines.iter().any(|v| v["t"] == "b"
+            && v["op"]["kind"] == "rename"
+            && v["op"]["from"] == "d/t"
+            && v["op"]["to"] == "u"),
+        "operation markers name paths"
+    );
+    assert!(lines.iter().any(|v| v["t"] == "e"), "and mark the return");
+    // Exit 0 (expectations met) or 1 (a finding): both mean the recording was checked.
+    let o = e.cairn(&[
+        "crash",
+        "run",
+        "--recording",
+        "trace.jsonl",
+        "--states",
+        "200",
+        "--threads",
+        "1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("mount:") && out.contains("states in"), "{out}");
 }
 
 #[test]

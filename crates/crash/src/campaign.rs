@@ -98,11 +98,16 @@ struct Job {
 }
 
 /// Runs a campaign. `progress` is called from worker threads as states complete.
-pub fn run(opts: &CampaignOptions, progress: &(dyn Fn(Progress) + Sync)) -> Result<CampaignResult, Error> {
+pub fn run(
+    opts: &CampaignOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<CampaignResult, Error> {
     let mut expects = Vec::new();
     for m in &opts.modes {
         let e = modes::expectation(m).ok_or_else(|| {
-            Error::Config(format!("mode '{m}' declares no crash expectations (crates/crash/src/modes.rs)"))
+            Error::Config(format!(
+                "mode '{m}' declares no crash expectations (crates/crash/src/modes.rs)"
+            ))
         })?;
         if modes::strategy_for(m).is_none() {
             return Err(Error::Config(format!("unknown mode '{m}'")));
@@ -197,7 +202,12 @@ pub fn run(opts: &CampaignOptions, progress: &(dyn Fn(Progress) + Sync)) -> Resu
             });
         }
     });
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().next() {
+    if let Some(e) = errors
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .next()
+    {
         return Err(e);
     }
     let seconds = t0.elapsed().as_secs_f64();
@@ -216,7 +226,9 @@ pub fn run(opts: &CampaignOptions, progress: &(dyn Fn(Progress) + Sync)) -> Resu
                 c.workload,
                 c.unexpected,
                 c.states,
-                c.failures.first().map_or(String::new(), |f| format!("; first: {f}"))
+                c.failures
+                    .first()
+                    .map_or(String::new(), |f| format!("; first: {f}"))
             ));
         }
     }
@@ -291,7 +303,12 @@ fn run_job(
     let mut save_err = None;
     checker.check_all(&j.states, |st, out| {
         let unexpected = out.unexpected(&j.expect);
-        cell.add(out.class, !out.violations.is_empty(), !out.stale.is_empty(), unexpected);
+        cell.add(
+            out.class,
+            !out.violations.is_empty(),
+            !out.stale.is_empty(),
+            unexpected,
+        );
         if unexpected {
             bad.fetch_add(1, Ordering::Relaxed);
             if cell.failures.len() < 5 {

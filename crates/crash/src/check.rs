@@ -136,7 +136,11 @@ impl Checker {
 
     /// Checks `states` (any order), calling `each` with every result. States are grouped
     /// by epoch so the shared base only moves forward.
-    pub fn check_all(&self, states: &[CrashState], mut each: impl FnMut(&CrashState, &StateOutcome)) {
+    pub fn check_all(
+        &self,
+        states: &[CrashState],
+        mut each: impl FnMut(&CrashState, &StateOutcome),
+    ) {
         let mut order: Vec<&CrashState> = states.iter().collect();
         order.sort_by_key(|s| s.epoch);
         let mut base = self.start.clone();
@@ -146,17 +150,37 @@ impl Checker {
                 continue;
             }
             while at < st.epoch {
-                let b = make_mut_base(&mut base);
-                for &i in &self.epochs[at].writes {
-                    if let Event::Write { block, data } = &self.rec.events[i] {
-                        data.copy_to(b.block_mut(*block));
-                    }
-                }
+                self.apply_epoch(&mut base, at);
                 at += 1;
             }
             let out = self.check_on(&base, st);
             each(st, &out);
         }
+    }
+
+    fn apply_epoch(&self, base: &mut Arc<Base>, e: usize) {
+        let b = make_mut_base(base);
+        for &i in &self.epochs[e].writes {
+            if let Event::Write { block, data } = &self.rec.events[i] {
+                data.copy_to(b.block_mut(*block));
+            }
+        }
+    }
+
+    /// The state as a device, built from scratch (replay, saving it as an image).
+    pub fn state_device(&self, st: &CrashState) -> Result<Overlay, Error> {
+        if st.epoch >= self.epochs.len() {
+            return Err(Error::Format(format!(
+                "state names epoch {} of {}",
+                st.epoch,
+                self.epochs.len()
+            )));
+        }
+        let mut base = self.start.clone();
+        for e in 0..st.epoch {
+            self.apply_epoch(&mut base, e);
+        }
+        self.device(&base, st)
     }
 
     /// Checks one state from scratch (replay).
@@ -165,7 +189,11 @@ impl Checker {
         self.check_all(std::slice::from_ref(st), |_, o| out = Some(o.clone()));
         out.unwrap_or_else(|| StateOutcome {
             class: StateClass::Corrupt,
-            findings: vec![format!("state names epoch {} of {}", st.epoch, self.epochs.len())],
+            findings: vec![format!(
+                "state names epoch {} of {}",
+                st.epoch,
+                self.epochs.len()
+            )],
             violations: Vec::new(),
             stale: Vec::new(),
             crash_point: 0,
@@ -179,7 +207,10 @@ impl Checker {
         let mut delta: HashMap<u64, Box<[u8]>> = HashMap::new();
         for &k in &st.kept {
             let Some(&i) = ep.writes.get(k as usize) else {
-                return Err(Error::Format(format!("state keeps write {k} of {}", ep.writes.len())));
+                return Err(Error::Format(format!(
+                    "state keeps write {k} of {}",
+                    ep.writes.len()
+                )));
             };
             let Event::Write { block, data } = &self.rec.events[i] else {
                 continue;
@@ -310,7 +341,9 @@ impl Checker {
         let last = self
             .timeline
             .last_returned(cp)
-            .map_or("none".to_string(), |o| format!("{} #{} {}", o.op.kind(), o.id, o.op.path()));
+            .map_or("none".to_string(), |o| {
+                format!("{} #{} {}", o.op.kind(), o.id, o.op.path())
+            });
         let flying: Vec<String> = self
             .timeline
             .in_flight(cp)
@@ -319,7 +352,11 @@ impl Checker {
             .collect();
         format!(
             "last returned: {last}; in flight: {}",
-            if flying.is_empty() { "none".into() } else { flying.join(", ") }
+            if flying.is_empty() {
+                "none".into()
+            } else {
+                flying.join(", ")
+            }
         )
     }
 

@@ -36,11 +36,11 @@ pub mod workload;
 use std::path::Path;
 
 pub use campaign::{CampaignOptions, CampaignResult};
-pub use report::CellResult;
 pub use check::{Checker, StateClass, StateOutcome};
 pub use modes::{Allow, Expectation};
 pub use recfs::RecordingFs;
 pub use record::{Recorder, Recording};
+pub use report::CellResult;
 pub use states::CrashState;
 
 /// Why the harness itself could not do its job (as opposed to what it found).

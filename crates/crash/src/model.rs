@@ -246,7 +246,12 @@ mod tests {
         let mut m = Model::default();
         m.apply(&Op::Mkdir { path: "a".into() }, Some(&ok(10)));
         m.apply(&Op::Mkdir { path: "a/b".into() }, Some(&ok(11)));
-        m.apply(&Op::Create { path: "a/b/f".into() }, Some(&ok(12)));
+        m.apply(
+            &Op::Create {
+                path: "a/b/f".into(),
+            },
+            Some(&ok(12)),
+        );
         m.apply(&Op::Create { path: "ab".into() }, Some(&ok(13)));
         m.apply(
             &Op::Rename {
@@ -276,7 +281,12 @@ mod tests {
             }),
         );
         assert!(m.paths.contains_key("c"));
-        m.apply(&Op::Unlink { path: "c/b/f".into() }, Some(&ok(0)));
+        m.apply(
+            &Op::Unlink {
+                path: "c/b/f".into(),
+            },
+            Some(&ok(0)),
+        );
         m.apply(&Op::Rmdir { path: "c/b".into() }, Some(&ok(0)));
         assert_eq!(m.paths.keys().collect::<Vec<_>>(), vec!["c"]);
     }
@@ -294,7 +304,10 @@ mod tests {
             Some(&ok(5)),
         );
         m.apply(&Op::Fsync { ino: 5 }, Some(&ok(5)));
-        assert_eq!(**m.files[&5].fsynced.as_ref().unwrap(), b"\0\0\0\0xy".to_vec());
+        assert_eq!(
+            **m.files[&5].fsynced.as_ref().unwrap(),
+            b"\0\0\0\0xy".to_vec()
+        );
         m.apply(&Op::Truncate { ino: 5, size: 2 }, Some(&ok(5)));
         assert!(m.files[&5].fsynced.is_none());
         assert_eq!(**m.files[&5].content.as_ref().unwrap(), vec![0, 0]);

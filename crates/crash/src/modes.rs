@@ -323,7 +323,8 @@ mod tests {
     #[test]
     fn every_registered_mode_declares_its_expectations() {
         for m in registered() {
-            let e = expectation(m).unwrap_or_else(|| panic!("mode '{m}' declares no crash expectations"));
+            let e = expectation(m)
+                .unwrap_or_else(|| panic!("mode '{m}' declares no crash expectations"));
             assert_eq!(e.mode, m);
             assert_eq!(e.durability, Allow::Forbidden);
             assert!(strategy_for(m).is_some());

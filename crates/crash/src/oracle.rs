@@ -89,7 +89,8 @@ pub fn observe(fs: &dyn FileSystem) -> Observed {
             let attr = match fs.lookup(&ctx, dino, OsStr::from_bytes(&name)) {
                 Ok(a) => a,
                 Err(e) => {
-                    out.errors.push(format!("'/{path}': listed but lookup fails: {e}"));
+                    out.errors
+                        .push(format!("'/{path}': listed but lookup fails: {e}"));
                     continue;
                 }
             };
@@ -373,7 +374,10 @@ impl Timeline {
         let returned = self.after(n);
         let flying = self.in_flight(cp);
         v.dir_rename_in_flight = flying.iter().any(|o| match &o.op {
-            Op::Rename { from, .. } => returned.paths.get(from).is_some_and(|n| n.kind == Kind::Dir),
+            Op::Rename { from, .. } => returned
+                .paths
+                .get(from)
+                .is_some_and(|n| n.kind == Kind::Dir),
             _ => false,
         });
         // The models the state may match: the returned operations, plus each operation in
@@ -402,7 +406,10 @@ impl Timeline {
                 if let Some(c) = &o.content
                     && let Some((off, what)) = stale_piece(c, o.ino, o.generation)
                 {
-                    v.stale.push(format!("'/{p}' (inode {}) holds {what} at offset {off}", o.ino));
+                    v.stale.push(format!(
+                        "'/{p}' (inode {}) holds {what} at offset {off}",
+                        o.ino
+                    ));
                 }
             }
             if promises.no_stale_data {
@@ -449,17 +456,14 @@ impl Timeline {
                     None => "absent".into(),
                 };
                 let got = match o {
-                    Some(o) => format!(
-                        "{} (inode {}, mode {:o})",
-                        o.kind.describe(),
-                        o.ino,
-                        o.perm
-                    ),
+                    Some(o) => {
+                        format!("{} (inode {}, mode {:o})", o.kind.describe(), o.ino, o.perm)
+                    }
                     None => "absent".into(),
                 };
-                let by = self
-                    .last_touching(p, cp)
-                    .map_or(String::new(), |o| format!(" after {} #{} returned", o.op.kind(), o.id));
+                let by = self.last_touching(p, cp).map_or(String::new(), |o| {
+                    format!(" after {} #{} returned", o.op.kind(), o.id)
+                });
                 v.violations
                     .push(format!("'/{p}': expected {want}{by}, found {got}"));
             }
@@ -470,7 +474,11 @@ impl Timeline {
         self.ops
             .iter()
             .filter(|o| o.end.is_some_and(|e| e < cp))
-            .filter(|o| touched_paths(&o.op).iter().any(|t| under(p, t) || under(t, p)))
+            .filter(|o| {
+                touched_paths(&o.op)
+                    .iter()
+                    .any(|t| under(p, t) || under(t, p))
+            })
             .last()
     }
 

@@ -15,8 +15,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use cairn_vfs::{
-    Access, Attr, Ctx, DirEntry, FallocMode, Fh, FileKind, FileSystem, Ino,
-    KernelCachePolicy, RenameFlags, Result, SetAttr, StatFs,
+    Access, Attr, Ctx, DirEntry, FallocMode, Fh, FileKind, FileSystem, Ino, KernelCachePolicy,
+    RenameFlags, Result, SetAttr, StatFs,
 };
 use parking_lot::Mutex;
 
@@ -87,7 +87,12 @@ impl RecordingFs {
     }
 
     /// Runs `f` between a begin and an end marker.
-    fn run<T>(&self, op: Op, f: impl FnOnce() -> Result<T>, info: impl Fn(&T) -> OpResult) -> Result<T> {
+    fn run<T>(
+        &self,
+        op: Op,
+        f: impl FnOnce() -> Result<T>,
+        info: impl Fn(&T) -> OpResult,
+    ) -> Result<T> {
         let id = self.rec.begin(op);
         let r = f();
         let res = match &r {
@@ -190,7 +195,11 @@ impl FileSystem for RecordingFs {
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
         let op = self.named(parent, name, |path| Op::Mkdir { path });
-        let a = self.run(op, || self.inner.mkdir(ctx, parent, name, mode, umask), of_attr)?;
+        let a = self.run(
+            op,
+            || self.inner.mkdir(ctx, parent, name, mode, umask),
+            of_attr,
+        )?;
         self.learn(parent, name, &a);
         Ok(a)
     }
@@ -215,7 +224,11 @@ impl FileSystem for RecordingFs {
             path,
             target: String::from_utf8_lossy(target).into_owned(),
         });
-        self.run(op, || self.inner.symlink(ctx, parent, name, target), of_attr)
+        self.run(
+            op,
+            || self.inner.symlink(ctx, parent, name, target),
+            of_attr,
+        )
     }
 
     fn rename(
@@ -239,7 +252,10 @@ impl FileSystem for RecordingFs {
         };
         self.run(
             op,
-            || self.inner.rename(ctx, parent, name, new_parent, new_name, flags),
+            || {
+                self.inner
+                    .rename(ctx, parent, name, new_parent, new_name, flags)
+            },
             |_| done(),
         )?;
         if let (Some(f), Some(t)) = (from, to) {
@@ -256,7 +272,11 @@ impl FileSystem for RecordingFs {
 
     fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
         let op = self.named(new_parent, new_name, |path| Op::Link { ino, path });
-        self.run(op, || self.inner.link(ctx, ino, new_parent, new_name), of_attr)
+        self.run(
+            op,
+            || self.inner.link(ctx, ino, new_parent, new_name),
+            of_attr,
+        )
     }
 
     fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
@@ -318,7 +338,11 @@ impl FileSystem for RecordingFs {
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         self.appending.lock().remove(&fh);
-        self.run(Op::Release { ino }, || self.inner.release(ino, fh), |_| done())
+        self.run(
+            Op::Release { ino },
+            || self.inner.release(ino, fh),
+            |_| done(),
+        )
     }
 
     fn fsync(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()> {
@@ -405,13 +429,24 @@ impl FileSystem for RecordingFs {
         self.inner.access(ctx, ino, mask)
     }
 
-    fn fallocate(&self, ino: Ino, fh: Fh, offset: u64, length: u64, mode: FallocMode) -> Result<()> {
+    fn fallocate(
+        &self,
+        ino: Ino,
+        fh: Fh,
+        offset: u64,
+        length: u64,
+        mode: FallocMode,
+    ) -> Result<()> {
         // Growth by fallocate extends the file with zeros; a punched hole zeroes a range.
         // Neither is described exactly: the file's contents become unknown to the model.
         let op = Op::Unknown {
             what: format!("fallocate #{ino} {offset}+{length} mode {mode:#x}"),
         };
-        self.run(op, || self.inner.fallocate(ino, fh, offset, length, mode), |_| done())
+        self.run(
+            op,
+            || self.inner.fallocate(ino, fh, offset, length, mode),
+            |_| done(),
+        )
     }
 
     fn lseek(&self, ino: Ino, fh: Fh, offset: u64, whence: i32) -> Result<u64> {

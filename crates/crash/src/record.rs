@@ -56,14 +56,33 @@ impl BlockData {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Op {
-    Create { path: String },
-    Mkdir { path: String },
-    Mknod { path: String },
-    Symlink { path: String, target: String },
-    Link { ino: u64, path: String },
-    Unlink { path: String },
-    Rmdir { path: String },
-    Rename { from: String, to: String },
+    Create {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+    },
+    Mknod {
+        path: String,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    Link {
+        ino: u64,
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Rmdir {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
     /// Data written at `offset` (kept so the oracle knows what an fsynced file must hold).
     Write {
         ino: u64,
@@ -71,21 +90,37 @@ pub enum Op {
         #[serde(with = "b64")]
         data: Arc<[u8]>,
     },
-    Truncate { ino: u64, size: u64 },
-    Chmod { ino: u64, mode: u32 },
+    Truncate {
+        ino: u64,
+        size: u64,
+    },
+    Chmod {
+        ino: u64,
+        mode: u32,
+    },
     /// Another setattr (times, owner): no effect on what the oracle compares.
-    SetAttr { ino: u64 },
-    Fsync { ino: u64 },
-    Fsyncdir { path: String },
+    SetAttr {
+        ino: u64,
+    },
+    Fsync {
+        ino: u64,
+    },
+    Fsyncdir {
+        path: String,
+    },
     /// The last close of a handle (may free an unlinked inode).
-    Release { ino: u64 },
+    Release {
+        ino: u64,
+    },
     /// sync(2): everything written so far is durable when it returns.
     SyncAll,
     /// Unmount: everything is durable when it returns.
     Unmount,
     /// A call the recorder could not describe (an inode it never saw named): the oracle
     /// stops comparing names once one has returned.
-    Unknown { what: String },
+    Unknown {
+        what: String,
+    },
 }
 
 impl Op {
@@ -478,8 +513,7 @@ pub mod b64 {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
     pub fn encode(data: &[u8]) -> String {
         let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
@@ -732,7 +766,10 @@ mod tests {
         rec.finish().unwrap();
         let back = load(&p).unwrap();
         assert_eq!(back.events.len(), 2);
-        assert_eq!(back.header.base, Base::File(dir.path().join("r.jsonl.base")));
+        assert_eq!(
+            back.header.base,
+            Base::File(dir.path().join("r.jsonl.base"))
+        );
     }
 
     #[test]

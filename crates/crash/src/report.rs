@@ -107,7 +107,12 @@ fn pct(n: u64, of: u64) -> String {
 
 /// The Markdown report: the declared expectations, the measured counterpart of 000 Table 3,
 /// and the per-workload table.
-pub fn markdown(cells: &[CellResult], expects: &[Expectation], verdicts: &[String], rate: &str) -> String {
+pub fn markdown(
+    cells: &[CellResult],
+    expects: &[Expectation],
+    verdicts: &[String],
+    rate: &str,
+) -> String {
     let mut s = String::new();
     let tot = totals(cells);
     let modes: Vec<&str> = tot.iter().map(|t| t.mode.as_str()).collect();
@@ -131,7 +136,11 @@ pub fn markdown(cells: &[CellResult], expects: &[Expectation], verdicts: &[Strin
                 e.leak.word(),
                 e.interrupted_rename.word(),
                 e.durability.word(),
-                if e.recovery.is_some() { "yes" } else { "fsck only" }
+                if e.recovery.is_some() {
+                    "yes"
+                } else {
+                    "fsck only"
+                }
             );
         }
     }
@@ -146,13 +155,14 @@ pub fn markdown(cells: &[CellResult], expects: &[Expectation], verdicts: &[Strin
         let _ = write!(s, "---|");
     }
     let _ = writeln!(s);
-    let row = |s: &mut String, name: &str, f: &dyn Fn(&CellResult, Option<&Expectation>) -> String| {
-        let _ = write!(s, "| {name} |");
-        for t in &tot {
-            let _ = write!(s, " {} |", f(t, exp(&t.mode)));
-        }
-        let _ = writeln!(s);
-    };
+    let row =
+        |s: &mut String, name: &str, f: &dyn Fn(&CellResult, Option<&Expectation>) -> String| {
+            let _ = write!(s, "| {name} |");
+            for t in &tot {
+                let _ = write!(s, " {} |", f(t, exp(&t.mode)));
+            }
+            let _ = writeln!(s);
+        };
     row(&mut s, "crash states checked", &|t, _| t.states.to_string());
     row(&mut s, "clean (fsck finds nothing)", &|t, _| {
         format!("{} ({})", t.clean, pct(t.clean, t.states))
@@ -162,9 +172,11 @@ pub fn markdown(cells: &[CellResult], expects: &[Expectation], verdicts: &[Strin
         "leaks only: \"no inconsistencies other than unclaimed free space\" (002 §4)",
         &|t, _| format!("{} ({})", t.leak_only, pct(t.leak_only, t.states)),
     );
-    row(&mut s, "interrupted directory rename (fsck repairs; 001 §3.4)", &|t, _| {
-        t.interrupted_rename.to_string()
-    });
+    row(
+        &mut s,
+        "interrupted directory rename (fsck repairs; 001 §3.4)",
+        &|t, _| t.interrupted_rename.to_string(),
+    );
     row(
         &mut s,
         "corrupt: \"recovery is non-deterministic and may be impossible\" (000 Table 3)",
@@ -196,7 +208,9 @@ pub fn markdown(cells: &[CellResult], expects: &[Expectation], verdicts: &[Strin
             format!("{}{note}", t.stale)
         },
     );
-    row(&mut s, "unexpected (fails the campaign)", &|t, _| t.unexpected.to_string());
+    row(&mut s, "unexpected (fails the campaign)", &|t, _| {
+        t.unexpected.to_string()
+    });
 
     let _ = writeln!(s, "\n### Per workload\n");
     let _ = writeln!(

@@ -96,7 +96,10 @@ impl CrashState {
             self.kept
         );
         if let Some(t) = &self.torn {
-            s.push_str(&format!(", write {} torn (sectors {:?})", t.write, t.sectors));
+            s.push_str(&format!(
+                ", write {} torn (sectors {:?})",
+                t.write, t.sectors
+            ));
         }
         if self.at_end {
             s.push_str(", after the last operation returned");
@@ -287,10 +290,7 @@ fn epoch_states(
             tries += 1;
             // A random density per state: sparse and dense subsets both get sampled.
             let p = rng.below(1000) + 1;
-            push(
-                (0..n).filter(|_| rng.below(1001) < p).collect(),
-                &mut plain,
-            );
+            push((0..n).filter(|_| rng.below(1001) < p).collect(), &mut plain);
         }
     }
     for kept in plain {
@@ -394,10 +394,7 @@ mod tests {
 
     #[test]
     fn small_epochs_get_every_subset_but_not_the_duplicate_full_one() {
-        let r = rec(
-            vec![w(1), w(2), w(3), Event::Flush, w(4), w(5)],
-            0,
-        );
+        let r = rec(vec![w(1), w(2), w(3), Event::Flush, w(4), w(5)], 0);
         let e = epochs(&r);
         let st = generate(
             &e,
@@ -440,10 +437,20 @@ mod tests {
             },
         );
         assert_eq!(st.len(), 300);
-        let kept: HashSet<Vec<u32>> = st.iter().filter(|s| !s.at_end).map(|s| s.kept.clone()).collect();
+        let kept: HashSet<Vec<u32>> = st
+            .iter()
+            .filter(|s| !s.at_end)
+            .map(|s| s.kept.clone())
+            .collect();
         assert!(kept.contains(&vec![]));
-        assert!(kept.contains(&(0..39).collect::<Vec<u32>>()), "write 39 missing");
-        assert!(kept.contains(&(1..40).collect::<Vec<u32>>()), "write 0 missing");
+        assert!(
+            kept.contains(&(0..39).collect::<Vec<u32>>()),
+            "write 39 missing"
+        );
+        assert!(
+            kept.contains(&(1..40).collect::<Vec<u32>>()),
+            "write 0 missing"
+        );
         assert!(kept.contains(&vec![0, 1, 2]), "first 3");
         assert!(kept.contains(&vec![37, 38, 39]), "last 3");
         // Every kept index is a write of that epoch, and a flushed epoch never shows all.
@@ -480,7 +487,10 @@ mod tests {
             }
             let ep = &e[s.epoch];
             for &k in &s.kept {
-                assert!(ep.writes[k as usize] < cp, "kept write after the crash point");
+                assert!(
+                    ep.writes[k as usize] < cp,
+                    "kept write after the crash point"
+                );
             }
             assert_eq!(cp, ep.flush.unwrap_or(6));
         }
@@ -524,10 +534,11 @@ mod tests {
         }
         // The in-order tear of the first write: nothing before it, half of it.
         assert!(st.iter().any(|s| s.kept == vec![0]
-            && s.torn == Some(Torn {
-                write: 0,
-                sectors: vec![0, 1, 2, 3]
-            })));
+            && s.torn
+                == Some(Torn {
+                    write: 0,
+                    sectors: vec![0, 1, 2, 3]
+                })));
     }
 
     #[test]

@@ -112,9 +112,9 @@ impl Driver {
 
     pub fn create(&mut self, path: &str) -> Result<(), FsError> {
         let (p, n) = self.parent(path)?;
-        let (a, fh) = self
-            .fs
-            .create(&self.ctx, p, &n, libc::S_IFREG | 0o644, 0o022, libc::O_RDWR)?;
+        let (a, fh) =
+            self.fs
+                .create(&self.ctx, p, &n, libc::S_IFREG | 0o644, 0o022, libc::O_RDWR)?;
         self.fs.release(a.ino, fh)
     }
 
@@ -150,8 +150,7 @@ impl Driver {
     pub fn rename(&mut self, from: &str, to: &str) -> Result<(), FsError> {
         let (p, n) = self.parent(from)?;
         let (q, m) = self.parent(to)?;
-        self.fs
-            .rename(&self.ctx, p, &n, q, &m, Default::default())
+        self.fs.rename(&self.ctx, p, &n, q, &m, Default::default())
     }
 
     pub fn link(&mut self, existing: &str, new: &str) -> Result<(), FsError> {
@@ -354,11 +353,15 @@ pub fn by_name(name: &str) -> Option<Workload> {
 /// The scripted workloads: each metadata operation alone, then the dangerous pairs.
 pub fn scripted_set() -> Vec<Workload> {
     vec![
-        scripted("create", |d| d.mkdir("d"), |d| {
-            d.create("d/a")?;
-            d.create("b")?;
-            d.mknod_fifo("d/fifo")
-        }),
+        scripted(
+            "create",
+            |d| d.mkdir("d"),
+            |d| {
+                d.create("d/a")?;
+                d.create("b")?;
+                d.mknod_fifo("d/fifo")
+            },
+        ),
         scripted("mkdir", nothing, |d| {
             d.mkdir("x")?;
             d.mkdir("x/y")
@@ -376,13 +379,17 @@ pub fn scripted_set() -> Vec<Workload> {
                 d.unlink("d/b")
             },
         ),
-        scripted("rmdir", |d| {
-            d.mkdir("a")?;
-            d.mkdir("a/b")
-        }, |d| {
-            d.rmdir("a/b")?;
-            d.rmdir("a")
-        }),
+        scripted(
+            "rmdir",
+            |d| {
+                d.mkdir("a")?;
+                d.mkdir("a/b")
+            },
+            |d| {
+                d.rmdir("a/b")?;
+                d.rmdir("a")
+            },
+        ),
         scripted(
             "rename-file",
             |d| {
@@ -498,13 +505,17 @@ pub fn scripted_set() -> Vec<Workload> {
             }
             Ok(())
         }),
-        scripted("append-fsync", |d| d.create("log"), |d| {
-            for _ in 0..6 {
-                d.append("log", 1000)?;
-                d.fsync("log")?;
-            }
-            Ok(())
-        }),
+        scripted(
+            "append-fsync",
+            |d| d.create("log"),
+            |d| {
+                for _ in 0..6 {
+                    d.append("log", 1000)?;
+                    d.fsync("log")?;
+                }
+                Ok(())
+            },
+        ),
         scripted(
             "truncate-regrow",
             |d| {
@@ -606,7 +617,8 @@ fn random(d: &mut Driver, seed: u64, ops: usize) {
                 if rng.chance(2, 3) {
                     if let Some(f) = pick(&mut rng, &files) {
                         let to = if rng.chance(1, 3) {
-                            pick(&mut rng, &files).unwrap_or_else(|| join(&parent, &format!("r{n}")))
+                            pick(&mut rng, &files)
+                                .unwrap_or_else(|| join(&parent, &format!("r{n}")))
                         } else {
                             join(&parent, &format!("r{n}"))
                         };

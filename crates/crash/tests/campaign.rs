@@ -8,7 +8,12 @@ use cairn_crash::workload;
 
 fn quiet(_: campaign::Progress) {}
 
-fn run(modes: &[&str], workloads: Vec<workload::Workload>, states: usize, repro: Option<&std::path::Path>) -> CampaignResult {
+fn run(
+    modes: &[&str],
+    workloads: Vec<workload::Workload>,
+    states: usize,
+    repro: Option<&std::path::Path>,
+) -> CampaignResult {
     let opts = CampaignOptions {
         modes: modes.iter().map(|s| s.to_string()).collect(),
         workloads,
@@ -39,8 +44,17 @@ fn sync_and_async_deliver_what_they_declare() {
     w.push(workload::by_name("random-2").unwrap());
     let r = run(&["sync", "async"], w, 4000, None);
     assert!(r.states >= 2500, "only {} states", r.states);
-    let async_corrupt: u64 = r.cells.iter().filter(|c| c.mode == "async").map(|c| c.corrupt).sum();
-    assert!(async_corrupt > 0, "async showed no corruption:\n{}", show(&r));
+    let async_corrupt: u64 = r
+        .cells
+        .iter()
+        .filter(|c| c.mode == "async")
+        .map(|c| c.corrupt)
+        .sum();
+    assert!(
+        async_corrupt > 0,
+        "async showed no corruption:\n{}",
+        show(&r)
+    );
     assert!(r.passed(), "{}", show(&r));
 }
 
@@ -49,17 +63,28 @@ fn sync_and_async_deliver_what_they_declare() {
 #[test]
 fn a_mode_writing_the_entry_before_the_inode_is_caught_and_replays() {
     let dir = tempfile::tempdir().unwrap();
-    let w = vec![workload::by_name("create").unwrap(), workload::by_name("mkdir").unwrap()];
+    let w = vec![
+        workload::by_name("create").unwrap(),
+        workload::by_name("mkdir").unwrap(),
+    ];
     let r = run(&[DIRENT_FIRST], w, 300, Some(dir.path()));
     assert!(!r.passed());
     let corrupt: u64 = r.cells.iter().map(|c| c.corrupt).sum();
     assert!(corrupt > 0, "{}", show(&r));
     assert!(
-        r.cells.iter().flat_map(|c| &c.failures).any(|f| f.contains("has free inode")),
+        r.cells
+            .iter()
+            .flat_map(|c| &c.failures)
+            .any(|f| f.contains("has free inode")),
         "{}",
         show(&r)
     );
-    let repro = r.cells.iter().flat_map(|c| &c.reproducers).next().expect("a reproducer");
+    let repro = r
+        .cells
+        .iter()
+        .flat_map(|c| &c.reproducers)
+        .next()
+        .expect("a reproducer");
     let (_, _, out, failing) = campaign::replay(std::path::Path::new(repro)).unwrap();
     assert!(failing, "reproducer {repro} no longer fails: {out:?}");
 }
