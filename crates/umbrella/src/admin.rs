@@ -69,7 +69,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -314,6 +314,7 @@ fn add_branch(i: &Arc<Inner>, name: &str, path: &Path) -> Result<usize, String> 
     let mut ns = i.ns.write();
     i.scan_branch(&mut ns, &br);
     br.set_state(State::Active);
+    i.epoch.fetch_add(1, Ordering::Relaxed);
     Ok(br.id)
 }
 
@@ -354,6 +355,7 @@ fn branch_remove(i: &Arc<Inner>, name: &str) -> Value {
     // Let queued moves from or to it finish or fail first.
     i.quiesce();
     b.set_state(State::Removed);
+    i.epoch.fetch_add(1, Ordering::Relaxed);
     let _ = sys::syncfs(b.root().as_fd());
     let p = i.policy();
     let inactive: Vec<String> = p

@@ -213,7 +213,7 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
         return n.checked_mul(mult);
     }
     let f: f64 = num.parse().ok()?;
-    (f.is_finite() && f >= 0.0).then(|| (f * mult as f64) as u64)
+    (f.is_finite() && f >= 0.0).then_some((f * mult as f64) as u64)
 }
 
 /// Parses "30s", "5m", "12h", "30d", "2w" (a bare number is seconds).

@@ -114,6 +114,11 @@ pub(crate) struct Inner {
     pub stopping: AtomicBool,
     pub config_path: Mutex<Option<std::path::PathBuf>>,
     pub enforce: Mutex<Option<Arc<crate::enforce::Job>>>,
+    /// Bumped whenever a branch joins, leaves or fails. Added (in nanoseconds) to the
+    /// mtime reported for directories: the kernel keeps directory listings cached until a
+    /// directory's mtime changes, and a branch change alters listings without touching any
+    /// host directory. Zero (exact times) on a mount whose branches never changed.
+    pub epoch: AtomicU64,
 }
 
 /// The policy layer as a file system.
@@ -187,6 +192,7 @@ impl Umbrella {
             stopping: AtomicBool::new(false),
             config_path: Mutex::new(Some(cfg.source.clone())),
             enforce: Mutex::new(None),
+            epoch: AtomicU64::new(0),
         });
         inner.recover_moves();
         inner.load_or_scan();
@@ -353,6 +359,7 @@ impl Inner {
                 Ok(st) => {
                     let mut a = sys::attr_from(&st, ino);
                     a.nlink = 2 + d.nsubdirs;
+                    a.mtime += Duration::from_nanos(self.epoch.load(Ordering::Relaxed));
                     return Ok(a);
                 }
                 Err(e) => last = ioerr(e),
@@ -879,12 +886,14 @@ impl Inner {
                             b.path.read().display()
                         );
                         b.set_state(State::Failed);
+                        self.epoch.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 State::Failed => {
                     if b.healthy() || (b.reopen(None).is_ok() && b.healthy()) {
                         info!("branch '{}' is back", b.name);
                         b.set_state(State::Active);
+                        self.epoch.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -1092,27 +1101,23 @@ impl Inner {
                     continue;
                 }
                 match d.children.get(&name) {
-                    Some(Entry::Dir(i)) => {
-                        if seen.insert(name.clone()) {
-                            entries.push((name, *i, FileKind::Directory));
-                        }
+                    Some(Entry::Dir(i)) if seen.insert(name.clone()) => {
+                        entries.push((name, *i, FileKind::Directory));
                     }
-                    Some(Entry::File(fb)) if *fb == b.id => {
-                        if seen.insert(name.clone()) {
-                            let kind = match FileKind::from_dtype(he.dtype) {
-                                Some(k) => k,
-                                None => b
-                                    .dir(&rel)
-                                    .and_then(|p| sys::fstatat(p.as_fd(), &name))
-                                    .map(|s| sys::kind_of(s.st_mode))
-                                    .unwrap_or(FileKind::RegularFile),
-                            };
-                            let fino = {
-                                let mut nodes = self.nodes.lock();
-                                self.ino_for(&mut nodes, (b.dev(), he.ino))
-                            };
-                            entries.push((name, fino, kind));
-                        }
+                    Some(Entry::File(fb)) if *fb == b.id && seen.insert(name.clone()) => {
+                        let kind = match FileKind::from_dtype(he.dtype) {
+                            Some(k) => k,
+                            None => b
+                                .dir(&rel)
+                                .and_then(|p| sys::fstatat(p.as_fd(), &name))
+                                .map(|s| sys::kind_of(s.st_mode))
+                                .unwrap_or(FileKind::RegularFile),
+                        };
+                        let fino = {
+                            let mut nodes = self.nodes.lock();
+                            self.ino_for(&mut nodes, (b.dev(), he.ino))
+                        };
+                        entries.push((name, fino, kind));
                     }
                     // Not in the index (written behind our back, or a losing duplicate).
                     _ => {}
@@ -1730,7 +1735,11 @@ impl FileSystem for Umbrella {
         }
         i.quiesce();
         self.sync_all()?;
-        i.save_index().map_err(|e| FsError::Io(io::Error::other(e)))
+        // Without a saved index the next mount scans the branches: slower, not wrong.
+        if let Err(e) = i.save_index() {
+            warn!("{e}; the next mount rebuilds the index by scanning");
+        }
+        Ok(())
     }
 
     fn stats_json(&self) -> String {

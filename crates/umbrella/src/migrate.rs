@@ -1,7 +1,7 @@
 //! Moving a file between branches, atomically from the user's view (issue 3 item 3).
 //!
 //! The protocol, for a file with names P1..Pn on branch S moving to branch D:
-//! 1. a move record (`S/.umbrella/moves/SEQ`: source, target, names) is written and
+//! 1. a move record (`D/.umbrella/moves/SEQ`: source, target, names) is written and
 //!    fsynced — from here on a crash is resolved by recovery;
 //! 2. the data, mode, owner, times and xattrs are copied to `D/.umbrella/tmp/SEQ`, which is
 //!    fsynced;
@@ -307,7 +307,8 @@ impl Inner {
             tmp: seq.clone(),
             paths: rels.clone(),
         };
-        let moves = sb.meta_dir(Some("moves")).map_err(ioerr)?;
+        // The record goes on the target: the source may be full (overflow).
+        let moves = db.meta_dir(Some("moves")).map_err(ioerr)?;
         write_file_durable(&moves, &seq, &rec.encode()).map_err(ioerr)?;
         let tmpdir = db.meta_dir(Some("tmp")).map_err(ioerr)?;
         let tmpname = OsString::from(&seq);
@@ -642,8 +643,14 @@ impl Inner {
                     let _ = sys::unlinkat(moves.as_fd(), &rname, false);
                     continue;
                 };
-                let Some(db) = branches.iter().find(|b| b.name == rec.dst) else {
-                    warn!("recovery: move to unknown branch '{}' rolled back", rec.dst);
+                let (Some(db), Some(sb)) = (
+                    branches.iter().find(|b| b.name == rec.dst),
+                    branches.iter().find(|b| b.name == rec.src),
+                ) else {
+                    warn!(
+                        "recovery: move between unknown branches '{}' -> '{}' dropped",
+                        rec.src, rec.dst
+                    );
                     let _ = sys::unlinkat(moves.as_fd(), &rname, false);
                     continue;
                 };
