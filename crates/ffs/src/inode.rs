@@ -251,6 +251,51 @@ impl Ffs {
         Ok((cur, fresh, changed))
     }
 
+    /// Every block pointer in the tree of `ino` (data and indirect), walking the indirect
+    /// blocks instead of every logical block, so a sparse file of 2^40 bytes costs what its
+    /// allocated blocks cost.
+    pub(crate) fn file_blocks(&self, st: &mut State, ino: u64) -> Result<Vec<u64>> {
+        let d = self.iget(st, ino)?.d.clone();
+        let mut out: Vec<u64> = d.direct.iter().copied().filter(|&p| p != 0).collect();
+        if d.fast_link.is_some() {
+            return Ok(Vec::new());
+        }
+        for (level, &root) in d.indirect.iter().enumerate() {
+            if root != 0 {
+                self.walk_tree(root, level + 1, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn walk_tree(&self, blk: u64, level: usize, out: &mut Vec<u64>) -> Result<()> {
+        if !self.geo.is_data_block(blk) {
+            return Err(corrupt_err(format!("indirect pointer {blk} out of range")));
+        }
+        out.push(blk);
+        let b = self.bread(blk, kind::INDIRECT)?;
+        let ptrs: Vec<u64> = {
+            let data = b.read();
+            (0..self.geo.ptrs_per_block() as usize)
+                .map(|i| get_u64(&data, i * 8))
+                .filter(|&p| p != 0)
+                .collect()
+        };
+        for p in ptrs {
+            if level == 1 {
+                if !self.geo.is_data_block(p) {
+                    return Err(corrupt_err(format!(
+                        "indirect block {blk}: pointer {p} out of range"
+                    )));
+                }
+                out.push(p);
+            } else {
+                self.walk_tree(p, level - 1, out)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Clears the pointer to logical block `lbn` (punching a hole); returns the block it
     /// pointed to and the indirect block holding the pointer (None: the inode holds it).
     /// Indirect blocks left empty stay allocated.

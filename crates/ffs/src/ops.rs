@@ -1273,7 +1273,13 @@ impl FileSystem for Ffs {
             if self.read_only {
                 return Ok(());
             }
-            self.sync_locked(st)
+            let data: Vec<BufRef> = self
+                .file_blocks(st, ino)?
+                .into_iter()
+                .filter_map(|b| self.cache.lookup(b))
+                .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+                .collect();
+            self.strategy.fsync(&self.io, &data)
         })
     }
 

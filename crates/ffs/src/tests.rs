@@ -413,3 +413,33 @@ fn directory_rename_over_empty_directory_across_parents_keeps_link_counts() {
         assert_eq!(fs.getattr(p2.ino).unwrap().nlink, 3);
     }
 }
+
+#[test]
+fn fsync_writes_this_file_not_the_others() {
+    for mode in ["sync", "async"] {
+        let (_dev, fs) = fresh(8192, mode);
+        let c = Ctx::root();
+        let (a, fa) = fs.create(&c, 2, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+        let (b, fb) = fs.create(&c, 2, n("b"), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.write(a.ino, fa, 0, &vec![1u8; 40 * 4096]).unwrap();
+        fs.write(b.ino, fb, 0, &vec![2u8; 100 * 4096]).unwrap();
+        let dev = fs.device().clone();
+        let before = dev.counters().snapshot();
+        fs.fsync(a.ino, fa, false).unwrap();
+        let d = dev.counters().snapshot().delta(&before);
+        assert!(d.blocks_written >= 40, "{mode}: a's data written");
+        assert!(
+            d.blocks_written < 100,
+            "{mode}: b's data left in the cache ({} blocks)",
+            d.blocks_written
+        );
+        assert!(d.flushes >= 1);
+        // Nothing of a is dirty any more.
+        let blocks = fs.file_blocks(&mut fs.st.lock(), a.ino).unwrap();
+        assert!(
+            blocks
+                .iter()
+                .all(|&p| fs.cache.lookup(p).is_none_or(|x| !x.is_dirty()))
+        );
+    }
+}

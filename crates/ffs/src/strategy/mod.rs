@@ -101,6 +101,26 @@ impl Io {
         Ok(())
     }
 
+    /// fsync of one file: its dirty data blocks and the group blocks (bitmaps) that
+    /// allocated them, a barrier, then every dirty metadata buffer (inodes, indirect blocks,
+    /// directories: the file's name may not be on disk yet), and a flush. Other files' data
+    /// stays in the cache. Data reaches disk before the pointers to it, so an fsynced file
+    /// never shows stale blocks after a crash.
+    pub fn fsync_file(&self, data: &[BufRef]) -> Result<()> {
+        let dirty: Vec<&BufRef> = data.iter().filter(|b| b.is_dirty()).collect();
+        if !dirty.is_empty() {
+            self.cache.write_now(&dirty)?;
+            self.unflushed.store(true, Ordering::Release);
+        }
+        self.data_allocs_pending.store(false, Ordering::Release);
+        self.write_groups()?;
+        self.barrier()?;
+        self.cache
+            .write_back_filter(&|b: &Buf| b.kind() != kind::DATA)?;
+        self.unflushed.store(true, Ordering::Release);
+        self.barrier()
+    }
+
     /// Writes every dirty buffer with no ordering at all.
     pub fn write_back_unordered(&self, durable: bool) -> Result<()> {
         self.cache.write_back_all()?;
@@ -154,6 +174,12 @@ pub trait Strategy: Send + std::marker::Sync {
 
     /// The end of a metadata call: the point where the mode's durability promise holds.
     fn op_done(&self, io: &Io) -> Result<()>;
+
+    /// fsync(2) of one file whose cached data blocks are `data`: when this returns, the
+    /// file's data and the metadata needed to find it are durable.
+    fn fsync(&self, io: &Io, data: &[BufRef]) -> Result<()> {
+        io.fsync_file(data)
+    }
 
     /// Writes every dirty buffer (syncer, memory pressure); `durable` ends with a flush.
     fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
