@@ -15,6 +15,7 @@ mod mount;
 mod record;
 mod runtime;
 mod stats;
+mod umbrella;
 mod umount;
 
 #[derive(Parser, Debug)]
@@ -48,6 +49,8 @@ enum Cmd {
     InstallHelper(helper::InstallArgs),
     /// Crash-consistency testing: check every crash state of recorded workloads per mode
     Crash(crash::Args),
+    /// Mount the UmbrellaFS policy layer over branch directories, and manage it
+    Umbrella(umbrella::Args),
 }
 
 fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
@@ -73,7 +76,7 @@ fn main() {
     };
     let cli = Cli::parse_from(argv);
     // The mount command sets up its own logging (a file once it is a daemon).
-    if !matches!(cli.cmd, Cmd::Mount(_)) {
+    if !matches!(cli.cmd, Cmd::Mount(_) | Cmd::Umbrella(_)) {
         let env = env_logger::Env::default().default_filter_or("warn");
         let _ = env_logger::Builder::from_env(env).try_init();
     }
@@ -86,6 +89,7 @@ fn main() {
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
         Cmd::Crash(a) => crash::run(a),
+        Cmd::Umbrella(a) => umbrella::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -215,7 +215,7 @@ struct Job {
     memory: bool,
 }
 
-fn init_log(file: Option<&Path>) {
+pub(crate) fn init_log(file: Option<&Path>) {
     let mut b = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     b.format_timestamp_millis();
     if let Some(p) = file
@@ -230,6 +230,19 @@ fn init_log(file: Option<&Path>) {
 }
 
 fn daemonize(job: Job) -> Result<i32> {
+    let log = job.log_path();
+    fork_daemon(log, move || job.start(), Daemon::serve)
+}
+
+/// Forks; the child detaches, logs to `log`, runs `start` (which mounts) and reports
+/// readiness up a pipe, then runs `serve`; the parent returns 0 once the child is ready or
+/// prints the child's one-line error and returns 1. Shared by `cairn mount` and
+/// `cairn umbrella`. Must be called while the process is single-threaded.
+pub(crate) fn fork_daemon<D>(
+    log: PathBuf,
+    start: impl FnOnce() -> Result<D>,
+    serve: impl FnOnce(D) -> i32,
+) -> Result<i32> {
     use nix::unistd::{ForkResult, fork};
     let (rd, wr) = nix::unistd::pipe()?;
     #[allow(unsafe_code)]
@@ -249,14 +262,14 @@ fn daemonize(job: Job) -> Result<i32> {
                 Some(msg) => eprintln!("cairn: {}", msg.trim_end()),
                 None => eprintln!(
                     "cairn: the mount daemon exited before the mount was ready (see {})",
-                    job.log_path().display()
+                    log.display()
                 ),
             }
             Ok(1)
         }
         ForkResult::Child => {
             drop(rd);
-            std::process::exit(daemon_main(job, wr));
+            std::process::exit(daemon_main(&log, start, serve, wr));
         }
     }
 }
@@ -371,7 +384,7 @@ fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Com
     c
 }
 
-fn signal_loop(signals: SigSet, unmounter: Unmounter) {
+pub(crate) fn signal_loop(signals: SigSet, unmounter: Unmounter) {
     loop {
         match signals.wait() {
             Ok(Signal::SIGHUP) => info!("SIGHUP ignored"),
@@ -427,19 +440,23 @@ impl Daemon {
 }
 
 /// The forked child: becomes the daemon, reports readiness through `ready`.
-fn daemon_main(job: Job, ready: OwnedFd) -> i32 {
+fn daemon_main<D>(
+    log: &Path,
+    start: impl FnOnce() -> Result<D>,
+    serve: impl FnOnce(D) -> i32,
+    ready: OwnedFd,
+) -> i32 {
     let mut ready = std::fs::File::from(ready);
-    let log = job.log_path();
-    if let Err(e) = detach(&log) {
+    if let Err(e) = detach(log) {
         let _ = writeln!(ready, "ERR cannot daemonize: {e:#}");
         return 1;
     }
-    init_log(Some(&log));
-    match job.start() {
+    init_log(Some(log));
+    match start() {
         Ok(daemon) => {
             let _ = ready.write_all(b"OK\n");
             drop(ready);
-            daemon.serve()
+            serve(daemon)
         }
         Err(e) => {
             error!("{e:#}");
