@@ -206,6 +206,9 @@ impl Target {
     /// A fresh cairn image of `size` (e.g. "16M") with extra mkfs arguments, mounted in `mode`.
     /// Panics with the command's output when cairn cannot make or mount it.
     pub fn cairn_sized(mode: &str, size: &str, mkfs_args: &[&str]) -> Target {
+        if mode == UMBRELLA {
+            return Self::umbrella_sized(size);
+        }
         let bin = cairn_bin();
         let d = open_tempdir("cairn-fs-");
         let image = d.path().join("image");
@@ -316,10 +319,20 @@ impl Target {
                 opts.push(',');
                 opts.push_str(&extra);
             }
-            let o = run(Command::new(&*bin)
-                .args(["mount", "-o", &opts])
-                .arg(&*image)
-                .arg(&root));
+            let o = if mode == UMBRELLA {
+                // `image` is the umbrella configuration file.
+                let mut c = Command::new(&*bin);
+                c.arg("umbrella");
+                if !extra.is_empty() {
+                    c.args(["-o", &extra]);
+                }
+                run(c.arg(&*image).arg(&root))
+            } else {
+                run(Command::new(&*bin)
+                    .args(["mount", "-o", &opts])
+                    .arg(&*image)
+                    .arg(&root))
+            };
             assert!(
                 o.status.success(),
                 "`cairn mount -o {opts} {} {}` failed:\n{}",
@@ -371,6 +384,10 @@ impl Target {
             Kind::Host { .. } => Fsck {
                 code: 0,
                 output: "(host directory: no fsck)".into(),
+            },
+            Kind::Cairn { mode, .. } if mode == UMBRELLA => Fsck {
+                code: 0,
+                output: "(umbrella over host directories: no fsck)".into(),
             },
             Kind::Cairn {
                 bin,
@@ -506,8 +523,117 @@ impl Drop for Target {
                         let _ = Command::new("umount").arg("-l").arg(&self.root).output();
                     }
                 }
+                // Branches of an umbrella target may be small tmpfs mounts.
+                umount_below(self._dir.path());
             }
         }
+    }
+}
+
+/// The mode name that makes a cairn target an umbrella mount (`CAIRN_TEST_MODES=umbrella`):
+/// three branch directories under rules that move files often (by size, by permissions,
+/// by path), so the suites also exercise migration.
+pub const UMBRELLA: &str = "umbrella";
+
+/// The umbrella configuration of the test targets (branches b1, b2, b3).
+pub const UMBRELLA_CONFIG: &str = r#"
+[umbrella]
+errors = "or"
+default = ["b1", "b2", "b3"]
+
+[[branch]]
+name = "b1"
+path = "b1"
+[[branch]]
+name = "b2"
+path = "b2"
+[[branch]]
+name = "b3"
+path = "b3"
+
+[[rule]]
+name = "larger than 4K"
+size = "> 4K"
+branches = ["b2", "b3", "b1"]
+
+[[rule]]
+name = "read-only"
+access = "read-only"
+branches = ["b3", "b1", "b2"]
+
+[[rule]]
+name = "paths"
+namespace = [
+  { match = "/*/sub*", branches = ["b3", "b2", "b1"] },
+  { match = "/*.dat", branches = ["b2", "b1", "b3"] },
+]
+"#;
+
+impl Target {
+    /// An umbrella mount over three branch directories. Sizes below 256M make each branch
+    /// a tmpfs of a third of `size` (so ENOSPC tests fill the union); larger ones use
+    /// plain directories on the host file system.
+    pub fn umbrella_sized(size: &str) -> Target {
+        let bin = cairn_bin();
+        let d = open_tempdir("cairn-umbrella-");
+        let root = d.path().join("mnt");
+        fs::create_dir(&root).unwrap();
+        let bytes = parse_size(size).unwrap_or(512 << 20);
+        for b in ["b1", "b2", "b3"] {
+            let p = d.path().join(b);
+            fs::create_dir(&p).unwrap();
+            if bytes < (256 << 20) {
+                let each = (bytes / 3).max(1 << 20);
+                let o = run(Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", &format!("size={each},nr_inodes=2000,mode=0755"), "tmpfs"])
+                    .arg(&p));
+                assert!(o.status.success(), "mounting a tmpfs branch failed: {}", show(&o));
+            }
+        }
+        let config = d.path().join("umbrella.toml");
+        fs::write(&config, UMBRELLA_CONFIG).unwrap();
+        let mut t = Target {
+            kind: Kind::Cairn {
+                bin,
+                mode: UMBRELLA.to_string(),
+                image: config,
+                mounted: false,
+            },
+            root,
+            _dir: d,
+        };
+        t.mount();
+        t
+    }
+
+    /// For an umbrella target: the branch directories.
+    pub fn umbrella_branches(&self) -> Vec<PathBuf> {
+        ["b1", "b2", "b3"].iter().map(|b| self._dir.path().join(b)).collect()
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let (n, m) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 1u64 << 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<u64>().ok()?.checked_mul(m)
+}
+
+/// Lazily unmounts everything mounted below `dir` (deepest first).
+fn umount_below(dir: &Path) {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else { return };
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    let mut below: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| m.starts_with(&*want) && m.len() > want.len())
+        .collect();
+    below.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in below {
+        let _ = Command::new("umount").arg("-l").arg(m.replace("\\040", " ")).output();
     }
 }
 
