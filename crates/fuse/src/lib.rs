@@ -369,32 +369,6 @@ impl Drop for MountHandle {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_split_between_layers() {
-        let mut o = FuseOptions::default();
-        assert_eq!(o.set("threads", Some("4")), Ok(true));
-        assert_eq!(o.threads, 4);
-        assert!(o.set("threads", Some("0")).is_err());
-        assert!(o.set("threads", None).is_err());
-        assert_eq!(o.set("mode", Some("sync")), Ok(false));
-        assert_eq!(o.set("cache", Some("1G")), Ok(false));
-        assert_eq!(o.set("noexec", None), Ok(true));
-        assert!(!o.exec);
-        assert_eq!(o.set("max_write", Some("128K")), Ok(true));
-        assert_eq!(o.max_write, 128 << 10);
-        assert!(o.set("max_write", Some("1")).is_err());
-        assert_eq!(o.set("readdirplus", Some("no")), Ok(true));
-        assert_eq!(o.readdirplus, ReaddirPlus::Off);
-        assert_eq!(o.set("writeback_cache", Some("off")), Ok(true));
-        assert!(!o.writeback_cache);
-        assert!(o.set("allow_other", Some("maybe")).is_err());
-    }
-}
-
 /// The kernel proposes its default read-ahead (128 KiB) at FUSE init and a file system may
 /// only lower it, so sequential reads arrive in 128 KiB requests. As root we raise the
 /// mount's backing-device read-ahead to `max_write` bytes through sysfs, so a sequential
@@ -420,5 +394,31 @@ fn raise_read_ahead(mountpoint: &Path, bytes: u32) {
         if let Err(e) = std::fs::write(&path, kb.to_string()) {
             log::debug!("could not raise read-ahead via {path}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_split_between_layers() {
+        let mut o = FuseOptions::default();
+        assert_eq!(o.set("threads", Some("4")), Ok(true));
+        assert_eq!(o.threads, 4);
+        assert!(o.set("threads", Some("0")).is_err());
+        assert!(o.set("threads", None).is_err());
+        assert_eq!(o.set("mode", Some("sync")), Ok(false));
+        assert_eq!(o.set("cache", Some("1G")), Ok(false));
+        assert_eq!(o.set("noexec", None), Ok(true));
+        assert!(!o.exec);
+        assert_eq!(o.set("max_write", Some("128K")), Ok(true));
+        assert_eq!(o.max_write, 128 << 10);
+        assert!(o.set("max_write", Some("1")).is_err());
+        assert_eq!(o.set("readdirplus", Some("no")), Ok(true));
+        assert_eq!(o.readdirplus, ReaddirPlus::Off);
+        assert_eq!(o.set("writeback_cache", Some("off")), Ok(true));
+        assert!(!o.writeback_cache);
+        assert!(o.set("allow_other", Some("maybe")).is_err());
     }
 }
