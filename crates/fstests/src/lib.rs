@@ -583,7 +583,7 @@ impl Target {
             let p = d.path().join(b);
             fs::create_dir(&p).unwrap();
             if bytes < (256 << 20) {
-                let each = (bytes / 3).max(1 << 20);
+                let each = (bytes / 3 / 4096 * 4096).max(1 << 20);
                 let o = run(Command::new("mount")
                     .args(["-t", "tmpfs", "-o", &format!("size={each},nr_inodes=2000,mode=0755"), "tmpfs"])
                     .arg(&p));

@@ -354,16 +354,30 @@ impl Inner {
         let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
         let rel = ns.rel(ino);
         let mut last = err(libc::ENOENT);
+        let mut found: Option<Attr> = None;
         for b in self.dir_branches(d) {
             match b.dir(&rel).and_then(|fd| sys::fstat(fd.as_fd())) {
                 Ok(st) => {
-                    let mut a = sys::attr_from(&st, ino);
-                    a.nlink = 2 + d.nsubdirs;
-                    a.mtime += Duration::from_nanos(self.epoch.load(Ordering::Relaxed));
-                    return Ok(a);
+                    let a = sys::attr_from(&st, ino);
+                    match &mut found {
+                        // The first copy gives mode and owner (all copies are kept equal);
+                        // the times are the newest of any copy, since a name added on any
+                        // branch changes the union directory.
+                        Some(f) => {
+                            f.mtime = f.mtime.max(a.mtime);
+                            f.ctime = f.ctime.max(a.ctime);
+                            f.atime = f.atime.max(a.atime);
+                        }
+                        None => found = Some(a),
+                    }
                 }
                 Err(e) => last = ioerr(e),
             }
+        }
+        if let Some(mut a) = found {
+            a.nlink = 2 + d.nsubdirs;
+            a.mtime += Duration::from_nanos(self.epoch.load(Ordering::Relaxed));
+            return Ok(a);
         }
         if ino == ROOT {
             // Every branch gone: still answer for the root so the mount stays usable.
@@ -445,6 +459,9 @@ impl Inner {
     }
 
     fn lookup_in(&self, ns: &Tree, parent: Ino, name: &OsStr, count: bool) -> Result<Attr> {
+        if name.len() > 255 {
+            return Err(err(libc::ENAMETOOLONG));
+        }
         let d = ns
             .dirs
             .get(&parent)

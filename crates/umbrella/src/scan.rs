@@ -39,8 +39,10 @@ impl Inner {
                     }
                 }
             }
-            // From now on the saved index is stale until the next clean unmount.
+            // From now on the saved index is stale until the next clean unmount; it is only
+            // trusted with the marker, so drop both (the file's space goes back too).
             let _ = sys::unlinkat(meta.as_fd(), OsStr::new(CLEAN), false);
+            let _ = sys::unlinkat(meta.as_fd(), OsStr::new(INDEX), false);
             if let Ok(real) = sys::openat(
                 meta.as_fd(),
                 OsStr::new("."),
