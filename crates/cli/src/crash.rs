@@ -22,6 +22,19 @@ enum Sub {
     Replay(ReplayArgs),
     /// List the modes (with what they promise) and the workloads
     List,
+    /// Run one workload in one mode and save its recording (for inspection or `run --recording`)
+    Record(RecordArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+struct RecordArgs {
+    #[arg(long, default_value = "sync")]
+    mode: String,
+    #[arg(long)]
+    workload: String,
+    /// The recording file (JSON lines)
+    #[arg(long, short)]
+    out: PathBuf,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -70,6 +83,20 @@ pub fn run(a: Args) -> Result<i32> {
     match a.cmd {
         Sub::Run(r) => run_campaign(r),
         Sub::Replay(r) => replay(r),
+        Sub::Record(r) => {
+            let w = workload::by_name(&r.workload)
+                .ok_or_else(|| anyhow!("unknown workload '{}'", r.workload))?;
+            let rec =
+                workload::record(&w, &r.mode, &Default::default()).map_err(|e| anyhow!("{e}"))?;
+            rec.save(&r.out).map_err(|e| anyhow!("{e}"))?;
+            println!(
+                "{} events ({} from the crash start) written to {}",
+                rec.events.len(),
+                rec.events.len() - rec.header.start,
+                r.out.display()
+            );
+            Ok(0)
+        }
         Sub::List => {
             println!("modes:");
             for m in modes::registered() {
@@ -162,6 +189,11 @@ fn run_campaign(a: RunArgs) -> Result<i32> {
     };
     // A crash state may make the engine panic; the harness catches it and reports it as a
     // finding, so the default hook's backtrace on stderr would only garble the progress bar.
+    // The engine logs every corruption it meets at error level; in a campaign corruption is
+    // the expected finding of thousands of states, reported in the table instead.
+    if std::env::var_os("RUST_LOG").is_none() {
+        log::set_max_level(log::LevelFilter::Off);
+    }
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|info| {
         log::error!("panic while checking a crash state: {info}")

@@ -163,19 +163,40 @@ pub fn run(
     }
     // Spread the budget: every job gets an equal share, small ones give theirs away.
     let caps: Vec<u64> = jobs.iter().map(|j| j.capacity).collect();
-    let shares = water_fill(&caps, opts.states as u64);
-    for (k, (j, &n)) in jobs.iter_mut().zip(&shares).enumerate() {
-        let ep = states::epochs(&j.rec);
-        j.states = states::generate(
-            &ep,
-            &GenOptions {
-                states: n.max(1) as usize,
-                seed: opts.seed.wrapping_add(k as u64 * 7919),
-                torn: opts.torn,
-                sectors: j.rec.header.block_size / 512,
-                ..Default::default()
-            },
-        );
+    let mut shares = water_fill(&caps, opts.states as u64);
+    // The capacities are estimates (torn masks and duplicates make an epoch yield fewer
+    // states than its share): what a job could not use goes to the jobs that used all of
+    // theirs, a few rounds.
+    for round in 0..4 {
+        for (k, (j, &n)) in jobs.iter_mut().zip(&shares).enumerate() {
+            if round > 0 && j.states.len() as u64 >= n {
+                continue;
+            }
+            let ep = states::epochs(&j.rec);
+            j.states = states::generate(
+                &ep,
+                &GenOptions {
+                    states: n.max(1) as usize,
+                    seed: opts.seed.wrapping_add(k as u64 * 7919),
+                    torn: opts.torn,
+                    sectors: j.rec.header.block_size / 512,
+                    ..Default::default()
+                },
+            );
+        }
+        let made: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
+        let short = (opts.states as u64).saturating_sub(made);
+        let full: Vec<usize> = (0..jobs.len())
+            .filter(|&k| jobs[k].states.len() as u64 >= shares[k])
+            .collect();
+        if short == 0 || full.is_empty() {
+            break;
+        }
+        for k in full.iter().copied() {
+            shares[k] += short.div_ceil(full.len() as u64);
+            // Regenerate this job with its larger share in the next round.
+            jobs[k].states.clear();
+        }
     }
     let total: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
     let done = AtomicU64::new(0);

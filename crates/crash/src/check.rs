@@ -26,9 +26,9 @@ pub enum StateClass {
     Clean,
     /// Only leaks: allocated but unreferenced blocks or inodes, link counts too high.
     LeakOnly,
-    /// A directory caught between the two flushes of its rename: its new name is on disk,
-    /// its old one gone, its `..` still names the old parent (or it has both names). fsck
-    /// repairs it. Only while a directory rename was in flight at the crash point.
+    /// A directory caught between the flushes of its rename: both names on disk, or the
+    /// new one with `..` still naming the old parent. fsck repairs it. Only while a
+    /// directory rename was in flight at the crash point (see docs/CRASH.md).
     InterruptedRename,
     /// Anything else fsck calls corruption, a walk that fails, or a state that cannot be
     /// mounted.
@@ -62,10 +62,13 @@ impl StateOutcome {
     }
 }
 
-/// The fsck message of a directory whose `..` disagrees with the entry naming it — the
-/// footprint of a rename interrupted between writing the new name and rewriting `..`.
-fn is_dotdot_mismatch(msg: &str) -> bool {
-    msg.contains("'..' names") && msg.contains("but its parent is")
+/// The fsck messages of a directory rename caught between its steps (001 §3.4: without a
+/// log, "both old and new names persist"): a directory with a second name (fsck: leak, the
+/// name `..` agrees with is kept), or one whose `..` still names the old parent after the
+/// old name went (fsck: corruption, `..` is rewritten).
+fn is_rename_footprint(msg: &str) -> bool {
+    (msg.contains("'..' names") && msg.contains("but its parent is"))
+        || (msg.starts_with("directory ") && msg.contains("has a second name in directory"))
 }
 
 /// Everything needed to check the states of one recording.
@@ -285,10 +288,8 @@ impl Checker {
             Ok(rep) => {
                 for f in &rep.findings {
                     match f.class {
+                        _ if rename_in_flight && is_rename_footprint(&f.message) => irename = true,
                         Class::Leak => leak = true,
-                        Class::Corruption if rename_in_flight && is_dotdot_mismatch(&f.message) => {
-                            irename = true
-                        }
                         Class::Corruption => corrupt = true,
                     }
                     out.findings.push(f.to_string());
