@@ -47,6 +47,8 @@ enum Cmd {
     Stats(stats::Args),
     /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
     InstallHelper(helper::InstallArgs),
+    /// List the metadata-update modes this build can mount (one per line: name, description)
+    Modes,
     /// Crash-consistency testing: check every crash state of recorded workloads per mode
     Crash(crash::Args),
     /// Mount the UmbrellaFS policy layer over branch directories, and manage it
@@ -88,6 +90,12 @@ fn main() {
         Cmd::Umount(a) => umount::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
+        Cmd::Modes => {
+            for m in cairn_ffs::modes() {
+                println!("{}\t{}", m.name, m.description);
+            }
+            Ok(0)
+        }
         Cmd::Crash(a) => crash::run(a),
         Cmd::Umbrella(a) => umbrella::run(a),
     };

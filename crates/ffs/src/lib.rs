@@ -37,26 +37,7 @@ use crate::strategy::{Io, Strategy};
 
 pub use mkfs::{mkfs, mkfs_device};
 
-/// A metadata-update discipline that can be chosen at mount time.
-#[derive(Clone, Copy, Debug)]
-pub struct ModeInfo {
-    pub name: &'static str,
-    pub description: &'static str,
-}
-
-/// Every mode this build knows, in the order tools list them.
-pub fn modes() -> &'static [ModeInfo] {
-    &[
-        ModeInfo {
-            name: "sync",
-            description: "classic FFS: metadata calls durable on return, written in rule order with flushes as barriers",
-        },
-        ModeInfo {
-            name: "async",
-            description: "FFS mounted async: delayed writes, no ordering (the unsafe upper bound)",
-        },
-    ]
-}
+pub use strategy::{ModeInfo, modes};
 
 /// Options of `cairn mount -o ...`.
 #[derive(Clone, Debug)]

@@ -185,11 +185,35 @@ pub trait Strategy: Send + std::marker::Sync {
     fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
 }
 
-/// The registry: every mode by name.
+/// A metadata-update discipline that can be chosen at mount time.
+#[derive(Clone, Copy, Debug)]
+pub struct ModeInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    make: fn() -> Box<dyn Strategy>,
+}
+
+/// The registry: every mode this build knows, in the order tools list them. A new
+/// strategy registers here and appears in `cairn modes`, the benchmarks and the crash
+/// harness without further changes.
+static MODES: &[ModeInfo] = &[
+    ModeInfo {
+        name: "sync",
+        description: "classic FFS: metadata calls durable on return, written in rule order with flushes as barriers",
+        make: || Box::new(Sync),
+    },
+    ModeInfo {
+        name: "async",
+        description: "FFS mounted async: delayed writes, no ordering (the unsafe upper bound)",
+        make: || Box::new(Delayed),
+    },
+];
+
+pub fn modes() -> &'static [ModeInfo] {
+    MODES
+}
+
+/// The strategy of the mode called `name`.
 pub fn by_name(name: &str) -> Option<Box<dyn Strategy>> {
-    match name {
-        "sync" => Some(Box::new(Sync)),
-        "async" => Some(Box::new(Delayed)),
-        _ => None,
-    }
+    MODES.iter().find(|m| m.name == name).map(|m| (m.make)())
 }
