@@ -371,10 +371,12 @@ impl Inner {
             let nodes = self.nodes.lock();
             nodes.files.get(&ino).is_some_and(|n| n.branch == src)
         } && names.iter().all(|(d, n)| {
+            // Same object under every name, and no name added meanwhile (a link made during
+            // the copy would be left behind on the source as a separate file).
             ns.dirs.get(d).and_then(|dd| dd.children.get(n)) == Some(&Entry::File(src))
-                && self
-                    .stat_entry(&ns, *d, n, src)
-                    .is_ok_and(|(_, s)| (s.st_dev, s.st_ino) == key)
+                && self.stat_entry(&ns, *d, n, src).is_ok_and(|(_, s)| {
+                    (s.st_dev, s.st_ino) == key && s.st_nlink == names.len() as u64
+                })
         });
         if !still {
             drop(ns);
@@ -516,6 +518,15 @@ impl Inner {
                                 Ok(n) => {
                                     *self.hits.lock().entry(d.rule).or_insert(0) += 1;
                                     Some(n)
+                                }
+                                Err(e) if matches!(e.errno().0, libc::EAGAIN | libc::ENOENT) => {
+                                    // The file changed under the copy (renamed, linked, removed): not a
+                                    // failure; its next close or the enforcer looks again.
+                                    log::debug!(
+                                        "move of {} abandoned: {e}",
+                                        String::from_utf8_lossy(&path)
+                                    );
+                                    None
                                 }
                                 Err(e) => {
                                     self.counters
