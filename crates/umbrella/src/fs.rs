@@ -597,8 +597,19 @@ impl Inner {
         let model = self.dir_attr(ns, dir).ok();
         let pfd = self.ensure_dir(ns, parent, b)?;
         let mode = model.map_or(0o755, |a| a.perm as u32);
+        // A lazily made copy is not a change of the union parent: keep its times.
+        let ptimes = sys::fstat(pfd.as_fd()).ok();
         match sys::mkdirat(pfd.as_fd(), &name, mode) {
             Ok(()) => {
+                if let Some(pt) = ptimes {
+                    let a = sys::attr_from(&pt, 0);
+                    let _ = sys::utimensat(
+                        pfd.as_fd(),
+                        OsStr::new("."),
+                        TimeSet::At(a.atime),
+                        TimeSet::At(a.mtime),
+                    );
+                }
                 if let Some(a) = model {
                     let _ = sys::fchownat(pfd.as_fd(), &name, Some(a.uid), Some(a.gid));
                     // chown clears setgid on some file systems; put the mode back.

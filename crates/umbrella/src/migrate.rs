@@ -382,6 +382,20 @@ impl Inner {
             drop(ns);
             return Err(cleanup(err(libc::EAGAIN)));
         }
+        // The directory times are put back afterwards: a migration does not change the
+        // union directory, so its mtime (the newest copy's) must not move.
+        let mut saved: Vec<(OwnedFd, sys::Stat)> = Vec::new();
+        for (d, _) in &names {
+            let copies = [
+                self.ensure_dir(&mut ns, *d, dst).ok(),
+                sb.dir(&ns.rel(*d)).ok(),
+            ];
+            for fd in copies.into_iter().flatten() {
+                if let Ok(st) = sys::fstat(fd.as_fd()) {
+                    saved.push((fd, st));
+                }
+            }
+        }
         let mut dfds: Vec<OwnedFd> = Vec::new();
         for (k, (d, n)) in names.iter().enumerate() {
             let nfd = match self.ensure_dir(&mut ns, *d, dst) {
@@ -438,6 +452,15 @@ impl Inner {
         }
         for fd in &sfds {
             let _ = fsync_dir(fd);
+        }
+        for (fd, st) in &saved {
+            let a = sys::attr_from(st, 0);
+            let _ = sys::utimensat(
+                fd.as_fd(),
+                OsStr::new("."),
+                TimeSet::At(a.atime),
+                TimeSet::At(a.mtime),
+            );
         }
         for (d, n) in &names {
             if let Some(dd) = ns.dirs.get_mut(d) {
