@@ -62,7 +62,7 @@ impl StateOutcome {
     }
 }
 
-/// The fsck messages of a directory rename caught between its steps (001 §3.4: without a
+/// The fsck messages of a directory rename caught between its steps (001 §6: without a
 /// log, "both old and new names persist"): a directory with a second name (fsck: leak, the
 /// name `..` agrees with is kept), or one whose `..` still names the old parent after the
 /// old name went (fsck: corruption, `..` is rewritten).

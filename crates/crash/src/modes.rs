@@ -68,7 +68,7 @@ pub struct Expectation {
 impl Expectation {
     /// Classic FFS (`sync`): metadata durable on return, ordered writes, so a crash leaves
     /// only what fsck reclaims (000 §5, 002 §3.3); a directory rename is not atomic without a
-    /// log (001 §3.4), so the window between its steps is allowed and repaired by fsck.
+    /// log (001 §6), so the window between its steps is allowed and repaired by fsck.
     pub fn synchronous(mode: &str) -> Expectation {
         Expectation {
             mode: mode.into(),
@@ -81,7 +81,7 @@ impl Expectation {
             interrupted_rename: Allow::Allowed,
             durability: Allow::Forbidden,
             recovery: None,
-            basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §3.4: rename not atomic",
+            basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
         }
     }
 
@@ -104,7 +104,7 @@ impl Expectation {
     }
 
     /// Soft updates: delayed but ordered writes: leaks only, never stale data (000 §5,
-    /// 002 §3–4); two names after a directory rename are possible (001 §3.4).
+    /// 002 §3–4); two names after a directory rename are possible (001 §6).
     pub fn soft_updates(mode: &str) -> Expectation {
         Expectation {
             mode: mode.into(),

@@ -174,7 +174,7 @@ pub fn markdown(
     );
     row(
         &mut s,
-        "interrupted directory rename (fsck repairs; 001 §3.4)",
+        "interrupted directory rename (fsck repairs; 001 §6)",
         &|t, _| t.interrupted_rename.to_string(),
     );
     row(
