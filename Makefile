@@ -42,5 +42,5 @@ fuzz: deps
 
 # Crash-consistency harness (kill -9 / power-cut schedules); not written yet.
 crash: deps
-	@if [ -d crates/crash ]; then $(CARGO) run --release -p cairn-crash; \
+	@if [ -d crates/crash ]; then $(CARGO) run --release -p cairn-cli --bin cairn -- crash run; \
 	else echo "crash: the crash harness (crates/crash) is not written yet"; exit 1; fi

@@ -347,7 +347,7 @@ fn run_job(
             }
         }
         let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if d % 64 == 0 || d == total {
+        if d.is_multiple_of(64) || d == total {
             progress(Progress {
                 done: d,
                 total,

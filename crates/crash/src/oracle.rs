@@ -473,13 +473,13 @@ impl Timeline {
     fn last_touching(&self, p: &str, cp: usize) -> Option<&OpRec> {
         self.ops
             .iter()
+            .rev()
             .filter(|o| o.end.is_some_and(|e| e < cp))
-            .filter(|o| {
+            .find(|o| {
                 touched_paths(&o.op)
                     .iter()
                     .any(|t| under(p, t) || under(t, p))
             })
-            .last()
     }
 
     /// Every mode: fsynced files hold their fsynced contents.

@@ -313,7 +313,7 @@ fn epoch_states(
         tries += 1;
         let (kept, write, sectors) = if k < n && made < torn_want / 2 + 1 {
             let half = secs / 2;
-            let sectors: Vec<u16> = if k % 2 == 0 {
+            let sectors: Vec<u16> = if k.is_multiple_of(2) {
                 (0..half).collect()
             } else {
                 (half..secs).collect()
