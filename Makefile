@@ -40,7 +40,7 @@ fuzz: deps
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
 	done
 
-# Crash-consistency harness (kill -9 / power-cut schedules); not written yet.
+# A crash-consistency campaign over every mode (crates/crash, docs/CRASH.md).
 crash: deps
 	@if [ -d crates/crash ]; then $(CARGO) run --release -p cairn-cli --bin cairn -- crash run; \
 	else echo "crash: the crash harness (crates/crash) is not written yet"; exit 1; fi
