@@ -227,8 +227,8 @@ impl Strategy for DirentFirst {
         self.held.lock().extend(bufs.iter().map(|b| Arc::clone(b)));
         Ok(())
     }
-    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_directory_grow(io, bufs)
+    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.inner.setup_block_init(io, bufs)
     }
     fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
         // The directory block alone first: the parent's inode often shares an inode block
@@ -287,8 +287,8 @@ impl Strategy for LazyReturn {
     fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
         self.0.setup_inode_alloc(io, bufs)
     }
-    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_directory_grow(io, bufs)
+    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        self.0.setup_block_init(io, bufs)
     }
     fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
         self.0.setup_directory_add(io, bufs)

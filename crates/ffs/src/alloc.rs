@@ -29,13 +29,17 @@ impl Ffs {
     }
 
     /// Allocates an inode near `parent` (or spread out, for a directory). Returns the inode
-    /// number and the group buffers changed.
+    /// number, its previous generation and the group buffers changed.
+    ///
+    /// An inode whose bit is clear but whose table slot is in use (a crash left the inode
+    /// written but not its bitmap, and no fsck ran) is skipped and its bit set: reusing it
+    /// could hand out an inode some directory still names. fsck reclaims it if it is a leak.
     pub(crate) fn alloc_inode(
         &self,
         st: &mut State,
         parent: u64,
         dir: bool,
-    ) -> Result<(u64, [BufRef; 2])> {
+    ) -> Result<(u64, u32, [BufRef; 2])> {
         let n = self.geo.group_count;
         let pg = self.geo.group_of_ino(parent).min(n - 1);
         let start = if dir {
@@ -51,31 +55,46 @@ impl Ffs {
         };
         for i in 0..n {
             let g = (start + i) % n;
-            if st.groups[g as usize].free_inodes == 0 {
-                continue;
-            }
-            let bufs = self.group_bufs(g, true)?;
             let ipg = self.geo.inodes_per_group as usize;
-            let idx = {
-                let mut m = bufs[1].write();
-                let Some(idx) = bitmap::find_clear(&m, 0, ipg) else {
-                    // The summary said free but the bitmap is full: trust the bitmap.
-                    drop(m);
-                    st.groups[g as usize].free_inodes = 0;
-                    continue;
+            while st.groups[g as usize].free_inodes > 0 {
+                let bufs = self.group_bufs(g, true)?;
+                let idx = {
+                    let mut m = bufs[1].write();
+                    let Some(idx) = bitmap::find_clear(&m, 0, ipg) else {
+                        // The summary said free but the bitmap is full: trust the bitmap.
+                        drop(m);
+                        st.groups[g as usize].free_inodes = 0;
+                        break;
+                    };
+                    bitmap::set(&mut m, idx, true);
+                    idx
                 };
-                bitmap::set(&mut m, idx, true);
-                idx
-            };
-            self.cache.mark_dirty(&bufs[1]);
-            let gd = &mut st.groups[g as usize];
-            gd.free_inodes -= 1;
-            if dir {
-                gd.dirs += 1;
+                self.cache.mark_dirty(&bufs[1]);
+                let gd = &mut st.groups[g as usize];
+                gd.free_inodes -= 1;
+                st.free_inodes = st.free_inodes.saturating_sub(1);
+                let ino = g * self.geo.inodes_per_group + idx as u64;
+                let old = if ino < crate::format::ROOT_INO {
+                    None
+                } else {
+                    self.read_disk_inode(ino).ok()
+                };
+                match old {
+                    Some(old) if old.is_free() => {
+                        if dir {
+                            st.groups[g as usize].dirs += 1;
+                        }
+                        self.store_desc(st, g)?;
+                        return Ok((ino, old.generation, bufs));
+                    }
+                    _ => {
+                        log::warn!(
+                            "inode {ino} is marked free but its slot is in use or unreadable: skipped (run cairn fsck)"
+                        );
+                        self.store_desc(st, g)?;
+                    }
+                }
             }
-            st.free_inodes = st.free_inodes.saturating_sub(1);
-            self.store_desc(st, g)?;
-            return Ok((g * self.geo.inodes_per_group + idx as u64, bufs));
         }
         Err(Errno::ENOSPC.into())
     }

@@ -187,7 +187,7 @@ impl Ffs {
     }
 
     /// Adds `name -> ino` to directory `dino`. Grows the directory if no chunk has room
-    /// (the new block is made durable as empty through `setup_directory_grow` before the
+    /// (the new block is made durable as empty through `setup_block_init` before the
     /// entry is placed in it). Returns the block changed; the caller updates the inode.
     pub(crate) fn dir_add(
         &self,
@@ -233,16 +233,20 @@ impl Ffs {
 
     fn dir_grow(&self, st: &mut State, dino: u64) -> Result<usize> {
         let nblocks = self.dir_index(st, dino)?.nblocks;
-        let (p, _, mut changed) = self.bmap_alloc(st, dino, nblocks)?;
+        let (p, _, changed) = self.bmap_alloc(st, dino, nblocks)?;
         let nb = self.bnew(p, kind::DIRECTORY);
         dir::init_empty(&mut nb.write());
         self.cache.mark_dirty(&nb);
-        changed.push(nb);
         let g = self.geo.group_of_block(p);
         let gb = self.group_bufs(g, false)?;
-        let mut refs: Vec<&BufRef> = changed.iter().collect();
-        refs.extend(gb.iter());
-        self.strategy.setup_directory_grow(&self.io, &refs)?;
+        self.strategy
+            .setup_block_init(&self.io, &[&nb, &gb[0], &gb[1]])?;
+        // Indirect blocks that now point to it follow, before the inode's new size does: a
+        // directory must never have a hole.
+        if !changed.is_empty() {
+            let refs: Vec<&BufRef> = changed.iter().collect();
+            self.strategy.setup_block_init(&self.io, &refs)?;
+        }
         let bs = self.geo.block_size as u64;
         self.iget(st, dino)?.d.size = (nblocks + 1) * bs;
         let per = self.geo.bs() / DIR_CHUNK;

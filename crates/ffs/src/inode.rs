@@ -218,6 +218,7 @@ impl Ffs {
             if level > 0 {
                 let nb = self.bnew(cur, kind::INDIRECT);
                 self.cache.mark_dirty(&nb);
+                self.init_indirect(&nb)?;
                 changed.push(nb);
             }
         }
@@ -241,6 +242,7 @@ impl Ffs {
                 if depth + 1 < level {
                     let nb = self.bnew(next, kind::INDIRECT);
                     self.cache.mark_dirty(&nb);
+                    self.init_indirect(&nb)?;
                     changed.push(nb);
                 }
             } else {
@@ -249,6 +251,14 @@ impl Ffs {
             cur = next;
         }
         Ok((cur, fresh, changed))
+    }
+
+    /// A new indirect block reaches disk zeroed, with its bitmap, before anything points
+    /// to it (rule 1): otherwise a crash could leave a pointer to a block holding stale
+    /// pointers from its previous life.
+    fn init_indirect(&self, b: &BufRef) -> Result<()> {
+        let g = self.group_bufs(self.geo.group_of_block(b.blkno()), false)?;
+        self.strategy.setup_block_init(&self.io, &[b, &g[0], &g[1]])
     }
 
     /// Every block pointer in the tree of `ino` (data and indirect), walking the indirect

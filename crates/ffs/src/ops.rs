@@ -160,13 +160,7 @@ impl Ffs {
         if !is_dir && mode & libc::S_ISGID != 0 && !ctx.is_root() && !ctx.in_group(gid) {
             mode &= !libc::S_ISGID;
         }
-        let (ino, cg) = self.alloc_inode(st, parent, is_dir)?;
-        let old = self.read_disk_inode(ino)?;
-        if !old.is_free() {
-            return Err(corrupt_err(format!(
-                "inode {ino} is marked free in its bitmap but in use"
-            )));
-        }
+        let (ino, old_generation, cg) = self.alloc_inode(st, parent, is_dir)?;
         let now = now_ns();
         let mut d = DiskInode {
             mode,
@@ -177,7 +171,7 @@ impl Ffs {
             mtime: now,
             ctime: now,
             btime: now,
-            generation: old.generation.wrapping_add(1),
+            generation: old_generation.wrapping_add(1),
             rdev,
             ..Default::default()
         };
@@ -195,8 +189,10 @@ impl Ffs {
                 nopen: 0,
             },
         );
-        let mut extra: Vec<BufRef> = Vec::new();
         if is_dir || link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX) {
+            // The first block: initialized and on disk before the inode points to it
+            // (rule 1). A new directory's ".." is a reference to the parent, so the parent's
+            // raised link count goes in the same step, before the entry makes it count.
             let (p, _, _) = self.bmap_alloc(st, ino, 0)?;
             let b = self.bnew(p, if is_dir { kind::DIRECTORY } else { kind::DATA });
             if is_dir {
@@ -206,18 +202,35 @@ impl Ffs {
                 b.write()[..t.len()].copy_from_slice(t);
             }
             self.cache.mark_dirty(&b);
-            extra.push(b);
-            extra.extend(self.group_bufs(self.geo.group_of_block(p), false)?);
+            let g = self.group_bufs(self.geo.group_of_block(p), false)?;
+            let mut step: Vec<&BufRef> = vec![&b, &g[0], &g[1]];
+            let pb;
+            if is_dir {
+                self.iget(st, parent)?.d.nlink += 1;
+                pb = self.iput(st, parent)?;
+                step.push(&pb);
+            }
+            self.strategy.setup_block_init(&self.io, &step)?;
         }
         let ib = self.iput(st, ino)?;
-        let mut refs: Vec<&BufRef> = cg.iter().chain(extra.iter()).collect();
-        refs.push(&ib);
-        self.strategy.setup_inode_alloc(&self.io, &refs)?;
+        self.strategy
+            .setup_inode_alloc(&self.io, &[&cg[0], &cg[1], &ib])?;
         // Rule 1 satisfied: now the name.
-        let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
-        if is_dir {
-            self.iget(st, parent)?.d.nlink += 1;
-        }
+        let db = match self.dir_add(st, parent, name, ino, dtype_of(mode)) {
+            Ok(db) => db,
+            Err(e) => {
+                // No room for the name (ENOSPC growing the directory): give back the inode
+                // and the parent's link, so a failed call changes nothing visible.
+                self.iget(st, ino)?.d.nlink = 0;
+                if is_dir {
+                    let p = self.iget(st, parent)?;
+                    p.d.nlink = p.d.nlink.saturating_sub(1);
+                    self.iput(st, parent)?;
+                }
+                self.maybe_free_inode(st, ino)?;
+                return Err(e);
+            }
+        };
         let pb = self.touch_dir(st, parent)?;
         self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
         if is_dir {
@@ -399,7 +412,7 @@ impl Ffs {
         if fresh {
             let cg = self.group_bufs(self.geo.group_of_block(blk), false)?;
             self.strategy
-                .setup_inode_alloc(&self.io, &[&b, &cg[0], &cg[1]])?;
+                .setup_block_init(&self.io, &[&b, &cg[0], &cg[1]])?;
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
             ic.d.blocks += 1;

@@ -30,7 +30,7 @@ impl Strategy for Delayed {
     fn setup_inode_alloc(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
         Ok(())
     }
-    fn setup_directory_grow(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
+    fn setup_block_init(&self, _: &Io, _: &[&BufRef]) -> Result<()> {
         Ok(())
     }
     fn setup_directory_add(&self, _: &Io, _: &[&BufRef]) -> Result<()> {

@@ -80,7 +80,11 @@ impl Io {
         Ok(())
     }
 
+    /// Writes every dirty group block (bitmaps, descriptors). A barrier comes first: a
+    /// group block may carry freed bits whose cleared pointers were written but not yet
+    /// flushed (rule 2: the bitmap may free a block only after no pointer to it is on disk).
     fn write_groups(&self) -> Result<()> {
+        self.barrier()?;
         self.cache
             .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
         self.unflushed.store(true, Ordering::Release);
@@ -147,9 +151,11 @@ pub trait Strategy: Send + std::marker::Sync {
     /// and initialized; bitmaps included. Rule 1: on disk before any entry names it.
     fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
 
-    /// A directory grew by a block (bitmap, new empty block, pointer block): the block must
-    /// be initialized on disk before the directory's inode points to it.
-    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
+    /// A newly allocated block was initialized (a directory's block, an indirect block, a
+    /// slow symlink's target, an xattr block), with the bitmap that allocated it. Rule 1:
+    /// on disk before any pointer to it. Sync writes it behind a barrier, as FFS writes a
+    /// new indirect or directory block synchronously before linking it.
+    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
 
     /// A directory entry now names an inode (new entry or an existing entry re-pointed).
     fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;

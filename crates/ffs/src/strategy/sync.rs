@@ -38,7 +38,7 @@ impl Strategy for Sync {
     fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
     }
-    fn setup_directory_grow(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
+    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
     }
     fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
