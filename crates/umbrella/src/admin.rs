@@ -313,6 +313,7 @@ fn add_branch(i: &Arc<Inner>, name: &str, path: &Path) -> Result<usize, String> 
     // union's copy (the scan counts them as conflicts).
     let mut ns = i.ns.write();
     i.scan_branch(&mut ns, &br);
+    br.forget_dirs();
     br.set_state(State::Active);
     i.epoch.fetch_add(1, Ordering::Relaxed);
     Ok(br.id)

@@ -1,5 +1,6 @@
 //! One branch: a host directory the layer places files in.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -48,7 +49,11 @@ pub struct Branch {
     state: AtomicU8,
     /// (when, free bytes, total bytes): statvfs is a syscall per placement otherwise.
     space: Mutex<Option<(Instant, u64, u64)>>,
+    dirs: Mutex<HashMap<Vec<u8>, DirFd>>,
 }
+
+/// A shared directory descriptor.
+pub type DirFd = Arc<OwnedFd>;
 
 /// How long a free-space reading is trusted for placement. A stale reading only costs an
 /// ENOSPC on write, which overflow then handles.
@@ -66,6 +71,7 @@ impl Branch {
             dev: AtomicU64::new(st.st_dev),
             state: AtomicU8::new(0),
             space: Mutex::new(None),
+            dirs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -108,6 +114,7 @@ impl Branch {
         *self.root.write() = Arc::new(root);
         *self.path.write() = p;
         *self.space.lock() = None;
+        self.forget_dirs();
         Ok(())
     }
 
@@ -129,10 +136,26 @@ impl Branch {
         }
     }
 
-    /// Opens the directory `rel` beneath the root (O_PATH).
-    pub fn dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+    /// The directory `rel` beneath the root (an O_PATH descriptor), from a cache: resolving
+    /// a path beneath the root is the most frequent host call of the layer. The cache is
+    /// keyed by path, so it is dropped whenever a directory is renamed or removed.
+    pub fn dir(&self, rel: &[u8]) -> io::Result<DirFd> {
+        if let Some(fd) = self.dirs.lock().get(rel) {
+            return Ok(fd.clone());
+        }
         let root = self.root();
-        sys::open_dir_beneath(root.as_fd(), rel)
+        let fd = Arc::new(sys::open_dir_beneath(root.as_fd(), rel)?);
+        let mut c = self.dirs.lock();
+        if c.len() >= 16384 {
+            c.clear();
+        }
+        c.insert(rel.to_vec(), fd.clone());
+        Ok(fd)
+    }
+
+    /// Drops the directory cache (a directory was renamed or removed).
+    pub fn forget_dirs(&self) {
+        self.dirs.lock().clear();
     }
 
     /// (free bytes, total bytes), cached briefly.

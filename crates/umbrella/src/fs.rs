@@ -31,7 +31,7 @@ use cairn_vfs::{
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::branch::{Branch, META, State};
+use crate::branch::{Branch, DirFd, META, State};
 use crate::config::{Config, ErrorMode};
 use crate::ns::{Dir, Entry, ROOT, Tree};
 use crate::rules::{Amount, BranchId, BranchView, Decision, Facts, RuleRef, RuleSet};
@@ -411,7 +411,7 @@ impl Inner {
         dir: Ino,
         name: &OsStr,
         b: BranchId,
-    ) -> Result<(OwnedFd, sys::Stat)> {
+    ) -> Result<(DirFd, sys::Stat)> {
         let br = self.branch(b)?;
         let pfd = br.dir(&ns.rel(dir)).map_err(ioerr)?;
         let st = sys::fstatat(pfd.as_fd(), name).map_err(ioerr)?;
@@ -574,7 +574,7 @@ impl Inner {
     /// Makes sure directory `dir` exists on branch `b`, creating it (and its missing
     /// ancestors) with the mode, owner and times of an existing copy: the lazy directory
     /// creation of issue 3 item 1. Returns an O_PATH descriptor of it.
-    pub fn ensure_dir(&self, ns: &mut Tree, dir: Ino, b: BranchId) -> Result<OwnedFd> {
+    pub fn ensure_dir(&self, ns: &mut Tree, dir: Ino, b: BranchId) -> Result<DirFd> {
         let br = self.branch(b)?;
         let has = ns.dirs.get(&dir).ok_or_else(|| err(libc::ENOENT))?.mask & (1u64 << b) != 0;
         let rel = ns.rel(dir);
@@ -669,7 +669,7 @@ impl Inner {
         parent: Ino,
         name: &OsStr,
         facts: &Facts<'_>,
-        mut make: impl FnMut(&OwnedFd) -> io::Result<T>,
+        mut make: impl FnMut(&DirFd) -> io::Result<T>,
     ) -> Result<(BranchId, T)> {
         let d = self.decide(facts, true);
         let mut last = err(libc::ENOSPC);
@@ -752,7 +752,7 @@ impl Inner {
         name: &OsStr,
         kind: FileKind,
         perm: u32,
-        make: &mut dyn FnMut(&OwnedFd, u32) -> io::Result<Option<OwnedFd>>,
+        make: &mut dyn FnMut(&DirFd, u32) -> io::Result<Option<OwnedFd>>,
     ) -> Result<(Attr, Option<OwnedFd>)> {
         self.check_new_name(parent, name)?;
         let mut ns = self.ns.write();
@@ -822,6 +822,43 @@ impl Inner {
             Some(Open::File(h)) => Ok(h.clone()),
             _ => Err(err(libc::EBADF)),
         }
+    }
+
+    /// Drops every branch's directory cache (a directory was renamed or removed).
+    pub fn forget_dirs(&self) {
+        for b in self.branches.read().iter() {
+            b.forget_dirs();
+        }
+    }
+
+    /// Would the rules move this file now? Evaluated from an open handle's descriptor, so
+    /// the common close (nothing to move) costs no path resolution and no hand-off to the
+    /// migration worker.
+    fn misplaced_via(&self, ino: Ino, h: &Handle) -> bool {
+        let Ok(st) = sys::fstat(h.fd.read().as_fd()) else {
+            return true;
+        };
+        let ns = self.ns.read();
+        let Ok((b, Some((d, n)))) = self.file_loc(ino) else {
+            return false;
+        };
+        let path = ns.union_path(d, &n);
+        drop(ns);
+        let a = sys::attr_from(&st, ino);
+        let f = Facts {
+            path: &path,
+            kind: a.kind,
+            size: a.size,
+            perm: a.perm as u32,
+            uid: a.uid,
+            gid: a.gid,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            current: Some(b),
+        };
+        let d = self.decide(&f, false);
+        self.target_for(&d, Some(b), a.size).is_some()
     }
 
     /// Queues a placement check of a file (runs when it is not open).
@@ -1433,6 +1470,7 @@ impl FileSystem for Umbrella {
             }
         }
         if let Some(e) = failed {
+            i.forget_dirs();
             // Copies already removed are re-created lazily when needed; the index keeps the
             // directory so nothing under it is lost.
             if let Some(dd) = ns.dirs.get_mut(&ino) {
@@ -1442,6 +1480,7 @@ impl FileSystem for Umbrella {
             return Err(ioerr(e));
         }
         ns.remove(parent, name);
+        i.forget_dirs();
         Ok(())
     }
 
@@ -1569,7 +1608,15 @@ impl FileSystem for Umbrella {
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         let i = &self.inner;
-        let h = i.open.lock().remove(&fh);
+        let h = match i.open.lock().remove(&fh) {
+            Some(Open::File(h)) => Some(h),
+            _ => None,
+        };
+        let last = i.nodes.lock().files.get(&ino).is_some_and(|n| n.open == 1);
+        let misplaced = match &h {
+            Some(h) if last => i.misplaced_via(ino, h),
+            _ => false,
+        };
         drop(h);
         let now_closed = {
             let mut nodes = i.nodes.lock();
@@ -1584,8 +1631,8 @@ impl FileSystem for Umbrella {
             i.maybe_drop(&mut nodes, ino);
             r
         };
-        if now_closed {
-            // Migration on last close (§2.2): the worker re-evaluates the rules.
+        if now_closed && misplaced {
+            // Migration on last close (§2.2): the worker re-evaluates and moves.
             i.queue_check(ino);
         }
         Ok(())

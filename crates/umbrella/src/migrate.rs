@@ -30,7 +30,7 @@ use cairn_vfs::{FileKind, Ino, Result};
 use log::{info, warn};
 use parking_lot::RwLockWriteGuard;
 
-use crate::branch::Branch;
+use crate::branch::{Branch, DirFd};
 use crate::fs::{Handle, Inner, err, ioerr, now};
 use crate::ns::{Entry, Tree};
 use crate::rules::{BranchId, Facts};
@@ -155,7 +155,7 @@ fn read_file(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Vec<u8>> {
 
 /// Creates `rel` (and its parents) on `b` if missing, with the mode and owner of the copy
 /// on `model` when there is one. Used by recovery, before the index exists.
-fn mkdir_p(b: &Branch, rel: &[u8], model: Option<&Branch>) -> std::io::Result<OwnedFd> {
+fn mkdir_p(b: &Branch, rel: &[u8], model: Option<&Branch>) -> std::io::Result<DirFd> {
     if rel.is_empty() {
         return b.dir(b"");
     }
@@ -384,7 +384,7 @@ impl Inner {
         }
         // The directory times are put back afterwards: a migration does not change the
         // union directory, so its mtime (the newest copy's) must not move.
-        let mut saved: Vec<(OwnedFd, sys::Stat)> = Vec::new();
+        let mut saved: Vec<(DirFd, sys::Stat)> = Vec::new();
         for (d, _) in &names {
             let copies = [
                 self.ensure_dir(&mut ns, *d, dst).ok(),
@@ -396,7 +396,7 @@ impl Inner {
                 }
             }
         }
-        let mut dfds: Vec<OwnedFd> = Vec::new();
+        let mut dfds: Vec<DirFd> = Vec::new();
         for (k, (d, n)) in names.iter().enumerate() {
             let nfd = match self.ensure_dir(&mut ns, *d, dst) {
                 Ok(fd) => fd,
@@ -418,7 +418,7 @@ impl Inner {
                     libc::RENAME_NOREPLACE,
                 )
             } else {
-                let first: &OwnedFd = &dfds[0];
+                let first: &DirFd = &dfds[0];
                 sys::linkat(first.as_fd(), &names[0].1, nfd.as_fd(), n)
             };
             if let Err(e) = r {

@@ -226,6 +226,7 @@ pub fn rename(
                             let _ = sys::renameat2(n.as_fd(), nn, o.as_fd(), name, 0);
                         }
                     }
+                    i.forget_dirs();
                     return Err(e);
                 }
                 done.push(b.id);
@@ -250,6 +251,7 @@ pub fn rename(
                 ns.remove(np, nn);
             }
             move_entry(&mut ns, parent, name, np, nn);
+            i.forget_dirs();
             let path_rules = i.policy().rules.rules.iter().any(|r| match &r.body {
                 RuleBody::Namespace(_) => true,
                 RuleBody::Meta { conds, .. } => conds
@@ -387,6 +389,7 @@ fn exchange(
     };
     fix(ns, a, np, nn, p);
     fix(ns, bb, p, n, np);
+    i.forget_dirs();
     // File nodes: names swap too. Do the second through a placeholder so the two updates do
     // not undo each other.
     let tmp = OsString::from("\0swap");
