@@ -756,6 +756,18 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_two_tier_example_parses() {
+        let text = include_str!("../../../examples/umbrella-two-tier.toml");
+        let d = dirs(&["fast", "slow"]);
+        let c = parse(&d, text).unwrap();
+        assert_eq!(c.rules.rules.len(), 3);
+        assert_eq!(c.errors, ErrorMode::And);
+        assert_eq!(c.rules.default, vec![1, 0]);
+        let RuleBody::Meta { conds, .. } = &c.rules.rules[0].body else { panic!() };
+        assert_eq!(conds, &vec![Cond::Size { cmp: Cmp::Gt, bytes: 64 << 20, margin: 8 << 20 }]);
+    }
+
+    #[test]
     fn conditions_parse() {
         let d = dirs(&["fast", "slow"]);
         let c = parse(
