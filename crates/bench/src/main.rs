@@ -373,16 +373,15 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
             skipped.insert(t.name.clone(), why);
         }
     }
+    // Package versions say exactly what ran; `--version` output of each tool varies in shape.
     let mut tool_versions = BTreeMap::new();
-    for (name, cmd, args) in [
-        ("e2fsprogs", "mkfs.ext4", &["-V"][..]),
-        ("mergerfs", "mergerfs", &["--version"][..]),
-        ("fuse2fs", "fuse2fs", &["--help"][..]),
-        ("cairn", env.cairn.as_str(), &["--version"][..]),
-    ] {
-        if let Some(v) = tool_version(cmd, args) {
-            tool_versions.insert(name.to_string(), v);
+    for pkg in ["e2fsprogs", "fuse2fs", "mergerfs", "postmark", "fuse3"] {
+        if let Ok(v) = sys::run(Command::new("dpkg-query").args(["-W", "-f", "${Version}", pkg])) {
+            tool_versions.insert(pkg.to_string(), v.trim().to_string());
         }
+    }
+    if let Some(v) = tool_version(&env.cairn, &["--version"]) {
+        tool_versions.insert("cairn".to_string(), v);
     }
     let mut meta = Meta {
         started: started.clone(),

@@ -360,6 +360,97 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             }
         }
     }
+    s.push_str(&breakdowns(meta, records));
+    s
+}
+
+/// Median over repetitions of `f(phase)` for one target's phase.
+fn median_by(
+    records: &[Record],
+    w: &str,
+    t: &str,
+    phase: &str,
+    f: impl Fn(&PhaseResult) -> Option<f64>,
+) -> Option<f64> {
+    let v: Vec<f64> = records
+        .iter()
+        .filter(|r| r.workload == w && r.target == t)
+        .flat_map(|r| r.phases.iter().filter(|p| p.phase == phase))
+        .filter_map(&f)
+        .collect();
+    Stat::of(&v).map(|s| s.median)
+}
+
+/// For targets that report them (cairn): FUSE requests per operation by opcode, and device
+/// writes and flushes per call of each file-system operation. These say where a rate comes
+/// from: which round trips a workload pays for, and which operation waits for which flush.
+fn breakdowns(meta: &Meta, records: &[Record]) -> String {
+    let mut s = String::new();
+    let mut header = false;
+    for w in &meta.workloads {
+        for t in &meta.targets {
+            let Some(first) = records.iter().find(|r| {
+                &r.workload == w && &r.target == t && r.phases.iter().any(|p| p.counters.is_some())
+            }) else {
+                continue;
+            };
+            for p in &first.phases {
+                let Some(c) = &p.counters else { continue };
+                let fuse: Vec<String> =
+                    c.0.keys()
+                        .filter_map(|k| k.strip_prefix("fuse.requests.").map(|op| (k, op)))
+                        .filter_map(|(k, op)| {
+                            let v = median_by(records, w, t, &p.phase, |q| {
+                                q.per_op(|c| c.0.get(k).copied())
+                            })?;
+                            (v >= 0.005).then(|| format!("{op} {}", fmt_per_op(v)))
+                        })
+                        .collect();
+                let ops: Vec<String> = c
+                    .0
+                    .keys()
+                    .filter_map(|k| {
+                        k.strip_prefix("fs.ops.")
+                            .and_then(|r| r.strip_suffix(".calls"))
+                    })
+                    .filter_map(|op| {
+                        let per_call = |what: &str| {
+                            let key = format!("fs.ops.{op}.{what}");
+                            let calls = format!("fs.ops.{op}.calls");
+                            median_by(records, w, t, &p.phase, |q| {
+                                let c = q.counters.as_ref()?;
+                                let n = *c.0.get(&calls)?;
+                                (n > 0.0).then(|| c.0.get(&key).map(|v| v / n)).flatten()
+                            })
+                        };
+                        let (wr, fl) = (per_call("device_writes")?, per_call("device_flushes")?);
+                        (wr >= 0.005 || fl >= 0.005)
+                            .then(|| format!("{op} {}w/{}f", fmt_per_op(wr), fmt_per_op(fl)))
+                    })
+                    .collect();
+                if fuse.is_empty() && ops.is_empty() {
+                    continue;
+                }
+                if !header {
+                    s.push_str("\n### Where the counts come from\n\n");
+                    s.push_str(
+                        "FUSE requests per operation by opcode, and device writes (w) and flushes (f) per call of \
+                         each file-system operation that wrote (medians over repetitions).\n\n",
+                    );
+                    s.push_str("| workload | phase | target | FUSE requests per op | device writes/flushes per call |\n");
+                    s.push_str("|---|---|---|---|---|\n");
+                    header = true;
+                }
+                let _ = writeln!(
+                    s,
+                    "| {w} | {} | {t} | {} | {} |",
+                    p.phase,
+                    fuse.join(", "),
+                    ops.join(", ")
+                );
+            }
+        }
+    }
     s
 }
 
@@ -434,9 +525,11 @@ mod tests {
             ..Meta::default()
         };
         let dev = |w: u64, f: u64| {
-            Some(
-                serde_json::json!({"device": {"writes": w, "flushes": f}, "fuse": {"create": 100, "unlink": 100}}),
-            )
+            Some(serde_json::json!({
+                "device": {"writes": w, "flushes": f},
+                "fuse": {"requests": {"create": 100, "unlink": 100, "mkdir": 0}},
+                "fs": {"ops": {"create": {"calls": 100, "device_writes": w, "device_flushes": f}}},
+            }))
         };
         let mut failed = rec("fuse2fs", 1, 1.0, None);
         failed.phases.clear();
@@ -477,6 +570,8 @@ mod tests {
             md.contains("| fuse2fs | create+unlink (files/s) | *failed: mount / failed* |"),
             "{md}"
         );
+        let breakdown = "| create-unlink | create+unlink | cairn-sync | create 1.00, unlink 1.00 | create 4.00w/2.00f |";
+        assert!(md.contains(breakdown), "{md}");
     }
 
     #[test]
