@@ -54,7 +54,7 @@ fn populated() -> Vec<u8> {
             fs.write(f.ino, fh, 0, &vec![j as u8; len]).unwrap();
             fs.release(f.ino, fh).unwrap();
         }
-        fs.symlink(&c, d.ino, OsStr::new("s"), &vec![b'x'; 200])
+        fs.symlink(&c, d.ino, OsStr::new("s"), &[b'x'; 200])
             .unwrap();
         fs.setxattr(&c, d.ino, OsStr::new("user.k"), b"v", 0)
             .unwrap();
