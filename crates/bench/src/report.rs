@@ -249,10 +249,10 @@ fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 }
 
 fn fmt_per_op(v: f64) -> String {
-    if v != 0.0 && v.abs() < 0.01 {
-        format!("{v:.4}")
-    } else {
-        format!("{v:.2}")
+    match v.abs() {
+        a if a == 0.0 || a >= 0.01 => format!("{v:.2}"),
+        a if a >= 0.0001 => format!("{v:.4}"),
+        _ => "<0.0001".into(),
     }
 }
 
@@ -504,6 +504,10 @@ mod tests {
         assert_eq!(fmt_rate(95.34), "95.3");
         assert_eq!(fmt_rate(0.5), "0.50");
         assert_eq!(fmt_rate(f64::NAN), "—");
+        assert_eq!(fmt_per_op(2.0), "2.00");
+        assert_eq!(fmt_per_op(0.002), "0.0020");
+        assert_eq!(fmt_per_op(0.00002), "<0.0001");
+        assert_eq!(fmt_per_op(0.0), "0.00");
     }
 
     #[test]
