@@ -97,6 +97,8 @@ class Target:
     def mount(self):
         os.makedirs(self.mnt, exist_ok=True)
         umount(self.mnt)
+        if not os.path.ismount(self.mnt):
+            fresh(self.mnt)  # leftovers of an earlier broken run
         if self.kind == "raw":
             return self.branches[0][1]
         if self.kind.startswith("umbrella"):
@@ -105,7 +107,7 @@ class Target:
                 f.write(config(self.branches, self.rules, self.extra))
             opts = os.environ.get("UMBRELLA_OPTS", "")
             sh(CAIRN, "umbrella", *(["-o", opts] if opts else []), cfg, self.mnt)
-        elif self.kind == "mergerfs":
+        elif self.kind.startswith("mergerfs"):
             sh("mergerfs", "-o", "allow_other,use_ino,minfreespace=16M,category.create=ff",
                ":".join(p for _, p in self.branches), self.mnt)
         return self.mnt
@@ -113,6 +115,10 @@ class Target:
     def unmount(self):
         if self.kind != "raw":
             umount(self.mnt)
+
+    def check(self):
+        if self.kind != "raw":
+            assert os.path.ismount(self.mnt), "%s is not mounted" % self.mnt
 
 
 def postmark(dirpath, files=12500, trans=25000, subdirs=200, lo=8192, hi=65536):
@@ -191,6 +197,7 @@ def main():
                 for _, p in t.branches:
                     fresh(p)
                 d = t.mount()
+                t.check()
                 wd = os.path.join(d, "w")
                 os.makedirs(wd, exist_ok=True)
                 v = fn(wd, t)

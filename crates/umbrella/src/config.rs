@@ -763,8 +763,17 @@ mod tests {
         assert_eq!(c.rules.rules.len(), 3);
         assert_eq!(c.errors, ErrorMode::And);
         assert_eq!(c.rules.default, vec![1, 0]);
-        let RuleBody::Meta { conds, .. } = &c.rules.rules[0].body else { panic!() };
-        assert_eq!(conds, &vec![Cond::Size { cmp: Cmp::Gt, bytes: 64 << 20, margin: 8 << 20 }]);
+        let RuleBody::Meta { conds, .. } = &c.rules.rules[0].body else {
+            panic!()
+        };
+        assert_eq!(
+            conds,
+            &vec![Cond::Size {
+                cmp: Cmp::Gt,
+                bytes: 64 << 20,
+                margin: 8 << 20
+            }]
+        );
     }
 
     #[test]

@@ -506,6 +506,12 @@ impl Inner {
     }
 
     pub fn file_attr(&self, ns: &Tree, ino: Ino) -> Result<Attr> {
+        // An open file is stat'ed through its descriptor: no path to resolve.
+        if let Some(h) = self.any_handle(ino)
+            && let Ok(st) = sys::fstat(h.fd.read().as_fd())
+        {
+            return Ok(sys::attr_from(&st, ino));
+        }
         let (b, name) = self.file_loc(ino)?;
         if let Some((dir, name)) = name {
             match self.stat_entry(ns, dir, &name, b) {
@@ -548,7 +554,10 @@ impl Inner {
             Amount::Bytes(n) => n,
             Amount::Percent(p) => (total as f64 * p / 100.0) as u64,
         };
-        free >= need.saturating_add(reserve)
+        // Strictly more than needed: a branch reporting 0 bytes available is full even for
+        // an empty file (root could still eat into ext4's reserved blocks, and then every
+        // write would overflow).
+        free > need.saturating_add(reserve)
     }
 
     /// The branch a file of `size` bytes should be on, given where it is now. None: stay.
@@ -1388,6 +1397,25 @@ impl FileSystem for Umbrella {
 
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         let i = &self.inner;
+        // Wait for a migration of this file in progress: it then sees the name gone and
+        // removes its copy before unlink returns, so the space is back when the caller
+        // looks (lock order: the file's mig lock before the namespace lock).
+        let mig = {
+            let ns = i.ns.read();
+            match ns.dirs.get(&parent).and_then(|d| d.children.get(name)) {
+                Some(Entry::File(b)) => {
+                    i.stat_entry(&ns, parent, name, *b)
+                        .ok()
+                        .and_then(|(_, st)| {
+                            let nodes = i.nodes.lock();
+                            let ino = nodes.keymap.get(&(st.st_dev, st.st_ino))?;
+                            nodes.files.get(ino).map(|n| n.mig.clone())
+                        })
+                }
+                _ => None,
+            }
+        };
+        let _moving = mig.as_ref().map(|m| m.lock());
         let mut ns = i.ns.write();
         let d = ns
             .dirs

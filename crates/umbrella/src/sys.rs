@@ -490,6 +490,34 @@ pub fn getxattr(dir: BorrowedFd<'_>, name: Option<&OsStr>, attr: &OsStr) -> io::
     }
 }
 
+/// getxattr through an open descriptor (no path resolution at all).
+pub fn fgetxattr(fd: BorrowedFd<'_>, attr: &OsStr) -> io::Result<Vec<u8>> {
+    let a = cstr(attr.as_bytes())?;
+    let call = |buf: &mut [u8]| -> io::Result<usize> {
+        // SAFETY: valid descriptor, NUL-terminated name, buf valid for its length.
+        cvt_s(unsafe {
+            libc::fgetxattr(
+                fd.as_raw_fd(),
+                a.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        })
+    };
+    loop {
+        let n = call(&mut [])?;
+        let mut buf = vec![0u8; n];
+        match call(&mut buf) {
+            Ok(m) => {
+                buf.truncate(m);
+                return Ok(buf);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 pub fn listxattr(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<Vec<u8>> {
     let p = proc_path(dir, name)?;
     let call = |buf: &mut [u8]| -> io::Result<usize> {

@@ -26,6 +26,11 @@ pub fn get(i: &Inner, _ctx: &Ctx, ino: Ino, name: Option<&OsStr>) -> Result<Vec<
         }
         .map_err(ioerr);
     }
+    // The kernel asks for security.capability before every write(2) (file_remove_privs);
+    // the file is open then, and its descriptor answers without resolving a path.
+    if let (Some(n), Some(h)) = (name, i.any_handle(ino)) {
+        return sys::fgetxattr(h.fd.read().as_fd(), n).map_err(ioerr);
+    }
     let (b, loc) = i.file_loc(ino)?;
     let (dir, fname) = loc.ok_or_else(|| err(libc::ENOENT))?;
     let br = i.branch(b)?;
