@@ -219,8 +219,11 @@ impl Umbrella {
                         break;
                     }
                     inner.check_and_move(ino);
-                    let mut p = inner.pending.lock();
-                    p.remove(&ino);
+                    inner.pending.lock().remove(&ino);
+                    {
+                        let mut nodes = inner.nodes.lock();
+                        inner.maybe_drop(&mut nodes, ino);
+                    }
                     inner.pending_cv.notify_all();
                 }
             })
@@ -886,6 +889,8 @@ impl Inner {
             && n.nlookup == 0
             && n.open == 0
             && Arc::strong_count(&n.mig) == 1
+            // A queued placement check needs the node (its names) to act.
+            && !self.pending.lock().contains(&ino)
         {
             nodes.files.remove(&ino);
         }
