@@ -57,9 +57,20 @@ impl Io {
     /// Writes `bufs` after everything written before them is durable: the barrier that
     /// separates two ordered steps. Group blocks owed by the data path go first.
     pub fn write_ordered(&self, bufs: &[&BufRef]) -> Result<()> {
-        let has_pointers = bufs
-            .iter()
-            .any(|b| matches!(b.kind(), kind::INODE | kind::INDIRECT));
+        self.ordered(bufs, &[kind::INODE, kind::INDIRECT])
+    }
+
+    /// Writes newly initialized blocks after everything written before them is durable.
+    /// Unlike [`Io::write_ordered`], a new indirect block does not first need the group
+    /// blocks owed by the data path: it holds no pointer to those blocks yet (a new indirect
+    /// block is zero; a directory's point only to directory blocks whose bitmaps went first).
+    /// An inode block in the step still does: it may hold other files' new pointers.
+    pub fn write_initialized(&self, bufs: &[&BufRef]) -> Result<()> {
+        self.ordered(bufs, &[kind::INODE])
+    }
+
+    fn ordered(&self, bufs: &[&BufRef], pointer_kinds: &[u8]) -> Result<()> {
+        let has_pointers = bufs.iter().any(|b| pointer_kinds.contains(&b.kind()));
         if has_pointers && self.data_allocs_pending.swap(false, Ordering::AcqRel) {
             self.write_groups()?;
         }

@@ -39,7 +39,7 @@ impl Strategy for Sync {
         io.write_ordered(bufs)
     }
     fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
-        io.write_ordered(bufs)
+        io.write_initialized(bufs)
     }
     fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()> {
         io.write_ordered(bufs)
