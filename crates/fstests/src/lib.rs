@@ -585,9 +585,19 @@ impl Target {
             if bytes < (256 << 20) {
                 let each = (bytes / 3 / 4096 * 4096).max(1 << 20);
                 let o = run(Command::new("mount")
-                    .args(["-t", "tmpfs", "-o", &format!("size={each},nr_inodes=2000,mode=0755"), "tmpfs"])
+                    .args([
+                        "-t",
+                        "tmpfs",
+                        "-o",
+                        &format!("size={each},nr_inodes=2000,mode=0755"),
+                        "tmpfs",
+                    ])
                     .arg(&p));
-                assert!(o.status.success(), "mounting a tmpfs branch failed: {}", show(&o));
+                assert!(
+                    o.status.success(),
+                    "mounting a tmpfs branch failed: {}",
+                    show(&o)
+                );
             }
         }
         let config = d.path().join("umbrella.toml");
@@ -608,7 +618,10 @@ impl Target {
 
     /// For an umbrella target: the branch directories.
     pub fn umbrella_branches(&self) -> Vec<PathBuf> {
-        ["b1", "b2", "b3"].iter().map(|b| self._dir.path().join(b)).collect()
+        ["b1", "b2", "b3"]
+            .iter()
+            .map(|b| self._dir.path().join(b))
+            .collect()
     }
 }
 
@@ -624,7 +637,9 @@ fn parse_size(s: &str) -> Option<u64> {
 
 /// Lazily unmounts everything mounted below `dir` (deepest first).
 fn umount_below(dir: &Path) {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else { return };
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+        return;
+    };
     let want = dir.to_string_lossy().replace(' ', "\\040");
     let mut below: Vec<&str> = mounts
         .lines()
@@ -633,7 +648,10 @@ fn umount_below(dir: &Path) {
         .collect();
     below.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for m in below {
-        let _ = Command::new("umount").arg("-l").arg(m.replace("\\040", " ")).output();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(m.replace("\\040", " "))
+            .output();
     }
 }
 

@@ -218,8 +218,15 @@ pub trait FileSystem: Send + Sync {
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
 
     /// Creates a non-directory, non-symlink node; `mode` includes the `S_IFMT` bits.
-    fn mknod(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u32)
-    -> Result<Attr>;
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<Attr>;
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr>;
 

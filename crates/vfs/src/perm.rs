@@ -16,11 +16,21 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn root() -> Ctx {
-        Ctx { uid: 0, gid: 0, pid: 0, groups: Some(Vec::new()) }
+        Ctx {
+            uid: 0,
+            gid: 0,
+            pid: 0,
+            groups: Some(Vec::new()),
+        }
     }
 
     pub fn user(uid: u32, gid: u32) -> Ctx {
-        Ctx { uid, gid, pid: 0, groups: Some(Vec::new()) }
+        Ctx {
+            uid,
+            gid,
+            pid: 0,
+            groups: Some(Vec::new()),
+        }
     }
 
     pub fn is_root(&self) -> bool {
@@ -59,7 +69,11 @@ impl Ctx {
         } else {
             mode & 7
         };
-        if want.0 & !bits == 0 { Ok(()) } else { Err(FsError::Errno(Errno::EACCES)) }
+        if want.0 & !bits == 0 {
+            Ok(())
+        } else {
+            Err(FsError::Errno(Errno::EACCES))
+        }
     }
 }
 
@@ -69,7 +83,12 @@ fn proc_groups(pid: u32) -> Option<Vec<u32>> {
     }
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = s.lines().find(|l| l.starts_with("Groups:"))?;
-    Some(line["Groups:".len()..].split_whitespace().filter_map(|g| g.parse().ok()).collect())
+    Some(
+        line["Groups:".len()..]
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect(),
+    )
 }
 
 /// An access(2) mask: R=4, W=2, X=1.
