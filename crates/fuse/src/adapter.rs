@@ -12,6 +12,7 @@
 //!   and every hand-off adds one.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -25,11 +26,11 @@ use cairn_vfs::{
     SetTime,
 };
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, error, warn};
 use parking_lot::Mutex;
@@ -52,7 +53,26 @@ pub(crate) struct Adapter {
     /// Decided in `init` (before any request thread runs) from the policy, the options and
     /// what the kernel offers.
     writeback: bool,
+    /// Decided in `init` like `writeback`: the kernel agreed to FUSE passthrough.
+    passthrough: bool,
+    /// Regular-file opens per inode, and the backing file they share when passed through.
+    /// The kernel insists that while one open of an inode is passed through, every open of
+    /// it is, with the same backing file (otherwise EINVAL), and that a passthrough open
+    /// not join cached opens (ETXTBSY): so the choice is made by an inode's first open and
+    /// holds until its last release, which drops (unregisters) the backing id.
+    opens: Mutex<HashMap<Ino, InodeOpens>>,
     destroyed: DestroyResult,
+}
+
+struct InodeOpens {
+    count: u32,
+    backing: Option<(BackingId, bool)>,
+}
+
+/// How one open of a regular file is answered.
+enum OpenMode<'a> {
+    Plain,
+    Passthrough(&'a BackingId),
 }
 
 thread_local! {
@@ -76,6 +96,8 @@ impl Adapter {
             counts,
             opts,
             writeback: false,
+            passthrough: false,
+            opens: Mutex::new(HashMap::new()),
             destroyed,
         }
     }
@@ -185,6 +207,57 @@ impl Adapter {
             FopenFlags::FOPEN_KEEP_CACHE
         }
     }
+
+    /// Counts one more open of a regular file and says whether the kernel should pass it
+    /// through (see `opens`). `register` turns the file system's descriptor into a backing
+    /// id; when it fails (no CAP_SYS_ADMIN, a backing file on a stacking file system) the
+    /// open falls back to the ordinary path.
+    fn open_mode<'m>(
+        &self,
+        opens: &'m mut HashMap<Ino, InodeOpens>,
+        ino: Ino,
+        fh: u64,
+        flags: i32,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<BackingId>,
+    ) -> cairn_vfs::Result<OpenMode<'m>> {
+        let o = opens.entry(ino).or_insert(InodeOpens {
+            count: 0,
+            backing: None,
+        });
+        if o.count == 0
+            && self.passthrough
+            && let Some(fd) = self.fs.backing_fd(ino, fh)
+        {
+            let acc = fcntl_accmode(&fd);
+            let writable = acc == Some(libc::O_RDWR);
+            if writable
+                || (acc == Some(libc::O_RDONLY) && flags & libc::O_ACCMODE == libc::O_RDONLY)
+            {
+                match register(std::os::fd::AsFd::as_fd(&fd)) {
+                    Ok(id) => o.backing = Some((id, writable)),
+                    Err(e) => debug!("passthrough refused for inode {ino}: {e}"),
+                }
+            }
+        }
+        if let Some((_, writable)) = &o.backing
+            && !writable
+            && flags & libc::O_ACCMODE != libc::O_RDONLY
+        {
+            // The shared backing file is read-only (the host file system refused a
+            // read-write descriptor) and this open cannot leave passthrough.
+            return Err(FsError::Errno(cairn_vfs::Errno(libc::EROFS)));
+        }
+        o.count += 1;
+        Ok(match &o.backing {
+            Some((id, _)) => OpenMode::Passthrough(id),
+            None => OpenMode::Plain,
+        })
+    }
+}
+
+fn fcntl_accmode(fd: &std::os::fd::OwnedFd) -> Option<i32> {
+    let fl = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).ok()?;
+    Some(fl & libc::O_ACCMODE)
 }
 
 fn kind_out(k: FileKind) -> FileType {
@@ -276,6 +349,15 @@ impl fuser::Filesystem for Adapter {
             && config
                 .capabilities()
                 .contains(InitFlags::FUSE_WRITEBACK_CACHE);
+        // Passthrough and the writeback cache exclude each other in the kernel. A stack
+        // depth of 1 lets branches live on any non-stacking file system (and lets this
+        // mount sit under one more stacking layer).
+        if self.opts.passthrough && !self.writeback && config.set_max_stack_depth(1).is_ok() {
+            self.passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            if !self.passthrough {
+                let _ = config.set_max_stack_depth(0);
+            }
+        }
         if let Err(nearest) = config.set_max_write(self.opts.max_write) {
             let _ = config.set_max_write(nearest);
         }
@@ -286,8 +368,8 @@ impl fuser::Filesystem for Adapter {
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         debug!(
-            "FUSE init: writeback cache {}, max_write {}",
-            self.writeback, self.opts.max_write
+            "FUSE init: writeback cache {}, passthrough {}, max_write {}",
+            self.writeback, self.passthrough, self.opts.max_write
         );
         Ok(())
     }
@@ -502,9 +584,22 @@ impl fuser::Filesystem for Adapter {
             } else {
                 self.fs.open(&c, ino, flags)
             };
-            match r {
-                Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
-                Err(e) => reply.error(self.err(Op::Open, e)),
+            let fh = match r {
+                Ok(fh) => fh,
+                Err(e) => return reply.error(self.err(Op::Open, e)),
+            };
+            let mut opens = self.opens.lock();
+            let mode = self.open_mode(&mut opens, ino, fh, flags, |fd| reply.open_backing(fd));
+            match mode {
+                Ok(OpenMode::Plain) => reply.opened(FileHandle(fh), self.fopen_flags()),
+                Ok(OpenMode::Passthrough(id)) => {
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
+                }
+                Err(e) => {
+                    drop(opens);
+                    let _ = self.fs.release(ino, fh);
+                    reply.error(self.err(Op::Open, e))
+                }
             }
         });
     }
@@ -588,7 +683,19 @@ impl fuser::Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         self.serve(Op::Release, || {
-            let r = self.fs.release(self.ino_in(ino), fh.0);
+            let ino = self.ino_in(ino);
+            let r = self.fs.release(ino, fh.0);
+            {
+                let mut opens = self.opens.lock();
+                if let Some(o) = opens.get_mut(&ino) {
+                    o.count = o.count.saturating_sub(1);
+                    if o.count == 0 {
+                        // Dropping the BackingId unregisters it; opens still in the kernel
+                        // hold their own reference to the backing file.
+                        opens.remove(&ino);
+                    }
+                }
+            }
             self.reply_empty(Op::Release, reply, r);
         });
     }
@@ -801,18 +908,38 @@ impl fuser::Filesystem for Adapter {
                 // read access lets the kernel fill partial pages through this handle.
                 flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             }
-            match self
-                .fs
-                .create(&ctx(req), self.ino_in(parent), name, mode, umask, flags)
-            {
-                Ok((a, fh)) => reply.created(
-                    &self.combined_ttl(),
-                    &self.attr_out(&a),
-                    Generation(a.generation),
+            let (a, fh) =
+                match self
+                    .fs
+                    .create(&ctx(req), self.ino_in(parent), name, mode, umask, flags)
+                {
+                    Ok(r) => r,
+                    Err(e) => return reply.error(self.err(Op::Create, e)),
+                };
+            let mut opens = self.opens.lock();
+            let mode = self.open_mode(&mut opens, a.ino, fh, flags, |fd| reply.open_backing(fd));
+            let (ttl, attr, generation) = (
+                self.combined_ttl(),
+                self.attr_out(&a),
+                Generation(a.generation),
+            );
+            match mode {
+                Ok(OpenMode::Plain) => {
+                    reply.created(&ttl, &attr, generation, FileHandle(fh), self.fopen_flags())
+                }
+                Ok(OpenMode::Passthrough(id)) => reply.created_passthrough(
+                    &ttl,
+                    &attr,
+                    generation,
                     FileHandle(fh),
-                    self.fopen_flags(),
+                    FopenFlags::empty(),
+                    id,
                 ),
-                Err(e) => reply.error(self.err(Op::Create, e)),
+                Err(e) => {
+                    drop(opens);
+                    let _ = self.fs.release(a.ino, fh);
+                    reply.error(self.err(Op::Create, e))
+                }
             }
         });
     }

@@ -72,6 +72,10 @@ pub struct FuseOptions {
     /// Pass O_TRUNC to open instead of a separate SETATTR (the vfs contract's `open`
     /// handles O_TRUNC).
     pub atomic_o_trunc: bool,
+    /// Let the kernel read and write host files directly (FUSE passthrough, Linux 6.9+,
+    /// needs CAP_SYS_ADMIN) when the file system offers a backing descriptor for an open.
+    /// Unavailable with the writeback cache: the kernel grants one or the other.
+    pub passthrough: bool,
 }
 
 impl Default for FuseOptions {
@@ -92,6 +96,7 @@ impl Default for FuseOptions {
             writeback_cache: true,
             readdirplus: ReaddirPlus::Auto,
             atomic_o_trunc: true,
+            passthrough: true,
         }
     }
 }
@@ -155,6 +160,7 @@ impl FuseOptions {
                 }
             }
             "atomic_o_trunc" => self.atomic_o_trunc = flag(value)?,
+            "passthrough" => self.passthrough = flag(value)?,
             _ => return Ok(false),
         }
         Ok(true)

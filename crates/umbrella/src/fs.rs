@@ -873,6 +873,65 @@ impl Inner {
         self.target_for(&d, Some(b), a.size).is_some()
     }
 
+    /// The branch file of an open handle, for the kernel to read and write directly (FUSE
+    /// passthrough), or None when the writes must come through here. Passed-through writes
+    /// never reach `write_overflowing`, so a branch filling up would give the application
+    /// ENOSPC instead of a move to the next branch: only a file that could not overflow
+    /// anyway qualifies (its rule allows one branch, overflow is forbidden, or it already
+    /// sits on the rule's last branch). Migration on last close is unaffected: release
+    /// still comes here and reads the size from the branch file.
+    pub(crate) fn backing_fd(&self, ino: Ino, fh: Fh) -> Option<OwnedFd> {
+        let h = self.handle(fh).ok()?;
+        // A copy, so no handle lock is held while the namespace and nodes are consulted.
+        let fd = h.fd.read().try_clone().ok()?;
+        let st = sys::fstat(fd.as_fd()).ok()?;
+        if sys::kind_of(st.st_mode) != FileKind::RegularFile {
+            return None;
+        }
+        let (b, Some((d, n))) = self.file_loc(ino).ok()? else {
+            return None;
+        };
+        let path = self.ns.read().union_path(d, &n);
+        let a = sys::attr_from(&st, ino);
+        let f = Facts {
+            path: &path,
+            kind: a.kind,
+            size: a.size,
+            perm: a.perm as u32,
+            uid: a.uid,
+            gid: a.gid,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            current: Some(b),
+        };
+        let dec = self.decide(&f, false);
+        let cands = dec.candidates();
+        let can_overflow = match cands.iter().position(|&c| c == b) {
+            Some(i) => i + 1 < cands.len(),
+            None => !cands.is_empty(),
+        };
+        if can_overflow {
+            return None;
+        }
+        // The kernel shares one backing file among all opens of the inode while any is
+        // passed through, so hand it a read-write descriptor when the host allows one;
+        // reopening the open file through /proc reaches exactly this inode, no path walk.
+        if h.flags & libc::O_ACCMODE == libc::O_RDWR {
+            return Some(fd);
+        }
+        let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&proc)
+        {
+            Ok(f) => Some(f.into()),
+            Err(_) if h.flags & libc::O_ACCMODE == libc::O_RDONLY => Some(fd),
+            Err(_) => None,
+        }
+    }
+
     /// Queues a placement check of a file (runs when it is not open).
     pub fn queue_check(&self, ino: Ino) {
         let tx = self.work_tx.lock().clone();
@@ -1669,6 +1728,10 @@ impl FileSystem for Umbrella {
             i.queue_check(ino);
         }
         Ok(())
+    }
+
+    fn backing_fd(&self, ino: Ino, fh: Fh) -> Option<OwnedFd> {
+        self.inner.backing_fd(ino, fh)
     }
 
     fn fsync(&self, _ino: Ino, fh: Fh, datasync: bool) -> Result<()> {

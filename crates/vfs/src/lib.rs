@@ -277,6 +277,17 @@ pub trait FileSystem: Send + Sync {
     /// The last descriptor of the handle is gone.
     fn release(&self, ino: Ino, fh: Fh) -> Result<()>;
 
+    /// A host descriptor the kernel may read and write directly for this open handle (FUSE
+    /// passthrough), bypassing `read`/`write`. Return one only when the handle is a plain
+    /// host file whose every byte this file system would otherwise copy unchanged, and no
+    /// write needs to be seen here (e.g. to react to ENOSPC). The descriptor should be open
+    /// for reading and writing where possible: the kernel shares one backing file among all
+    /// opens of an inode while any is passed through, whatever each open's access mode.
+    /// `release` (and so anything done on last close) still reaches the file system.
+    fn backing_fd(&self, _ino: Ino, _fh: Fh) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
     /// When this returns, the file's data and the metadata needed to find it are durable.
     fn fsync(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()>;
 
