@@ -51,6 +51,48 @@ impl Commands {
 
 /// Binds the socket (replacing a stale one: the caller holds the mount point's record lock,
 /// so no live daemon owns it) and serves it on a background thread.
+impl Commands {
+    /// The commands every daemon answers: `stats` (the file system's counters, the FUSE
+    /// requests per opcode and `info` about the daemon), `ping` and `umount`.
+    pub fn for_daemon(
+        fs: Arc<dyn cairn_vfs::FileSystem>,
+        server: &cairn_fuse::Server,
+        mut info: Value,
+        stats_help: &'static str,
+    ) -> Commands {
+        let mut c = Commands::default();
+        let counts = server.counts();
+        let started = std::time::Instant::now();
+        info["pid"] = json!(std::process::id());
+        c.add(
+            "stats",
+            stats_help,
+            Box::new(move |_| {
+                let raw = fs.stats_json();
+                let fs_stats = serde_json::from_str::<Value>(&raw).unwrap_or(Value::String(raw));
+                let mut daemon = info.clone();
+                daemon["uptime_secs"] = json!(started.elapsed().as_secs_f64());
+                json!({ "fs": fs_stats, "fuse": counts.to_json(), "daemon": daemon })
+            }),
+        );
+        c.add(
+            "ping",
+            "is the daemon alive",
+            Box::new(|_| json!({"ok": true, "pid": std::process::id()})),
+        );
+        let u = server.unmounter();
+        c.add(
+            "umount",
+            "unmount (lazily if busy); the daemon flushes and exits",
+            Box::new(move |_| match u.unmount() {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => json!({"error": format!("unmount: {e}")}),
+            }),
+        );
+        c
+    }
+}
+
 pub fn serve(path: &Path, commands: Commands) -> Result<()> {
     let _ = std::fs::remove_file(path);
     let listener =

@@ -11,7 +11,6 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use cairn_ffs::MountOptions;
@@ -19,7 +18,7 @@ use cairn_fuse::{FuseOptions, Server, Unmounter};
 use cairn_vfs::FileSystem;
 use log::{error, info, warn};
 use nix::sys::signal::{SigSet, Signal};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{control, runtime};
 
@@ -346,42 +345,18 @@ impl Job {
 }
 
 fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Commands {
-    let mut c = control::Commands::default();
-    let counts = server.counts();
-    let started = Instant::now();
     let info = json!({
-        "pid": std::process::id(),
         "image": job.image.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
         "mode": job.plan.ffs.mode,
         "fuse_threads": job.plan.fuse.threads,
     });
-    c.add(
-        "stats",
+    control::Commands::for_daemon(
+        fs,
+        server,
+        info,
         "live counters: the file system's, the FUSE requests per opcode, the daemon's",
-        Box::new(move |_| {
-            let raw = fs.stats_json();
-            let fs_stats = serde_json::from_str::<Value>(&raw).unwrap_or(Value::String(raw));
-            let mut daemon = info.clone();
-            daemon["uptime_secs"] = json!(started.elapsed().as_secs_f64());
-            json!({ "fs": fs_stats, "fuse": counts.to_json(), "daemon": daemon })
-        }),
-    );
-    c.add(
-        "ping",
-        "is the daemon alive",
-        Box::new(|_| json!({"ok": true, "pid": std::process::id()})),
-    );
-    let u = server.unmounter();
-    c.add(
-        "umount",
-        "unmount (lazily if busy); the daemon flushes and exits",
-        Box::new(move |_| match u.unmount() {
-            Ok(()) => json!({"ok": true}),
-            Err(e) => json!({"error": format!("unmount: {e}")}),
-        }),
-    );
-    c
+    )
 }
 
 pub(crate) fn signal_loop(signals: SigSet, unmounter: Unmounter) {

@@ -537,40 +537,17 @@ impl Job {
 }
 
 fn commands(fs: Arc<Umbrella>, server: &Server, job: &Job) -> control::Commands {
-    let mut c = control::Commands::default();
-    let counts = server.counts();
-    let started = Instant::now();
     let info = json!({
-        "pid": std::process::id(),
         "config": job.cfg.source.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
         "fuse_threads": job.fuse.threads,
     });
-    let f = fs.clone();
-    c.add(
-        "stats",
+    let f: Arc<dyn cairn_vfs::FileSystem> = fs.clone();
+    let mut c = control::Commands::for_daemon(
+        f,
+        server,
+        info,
         "live counters: the layer's status, the FUSE requests per opcode, the daemon's",
-        Box::new(move |_| {
-            let raw = f.stats_json();
-            let fs_stats = serde_json::from_str::<Value>(&raw).unwrap_or(Value::String(raw));
-            let mut daemon = info.clone();
-            daemon["uptime_secs"] = json!(started.elapsed().as_secs_f64());
-            json!({ "fs": fs_stats, "fuse": counts.to_json(), "daemon": daemon })
-        }),
-    );
-    c.add(
-        "ping",
-        "is the daemon alive",
-        Box::new(|_| json!({"ok": true, "pid": std::process::id()})),
-    );
-    let u = server.unmounter();
-    c.add(
-        "umount",
-        "unmount (lazily if busy); the daemon flushes and exits",
-        Box::new(move |_| match u.unmount() {
-            Ok(()) => json!({"ok": true}),
-            Err(e) => json!({"error": format!("unmount: {e}")}),
-        }),
     );
     let table: [(&'static str, &'static str); 9] = [
         ("status", "branches, rules with hit counts, migrations"),
