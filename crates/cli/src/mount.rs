@@ -31,6 +31,8 @@ Options (-o, comma-separated, repeatable):
   threads=N           FUSE request threads (default 2)
   allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
+  passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
+                      umbrella layer does for files that cannot overflow; ffs never does)
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
   log=PATH            the daemon's log file
   record=PATH         record every block write (with contents), flush and operation to PATH
