@@ -669,8 +669,9 @@ impl Ffs {
             let in_blk = (pos % bs) as usize;
             let p = self.bmap(st, ino, lbn)?;
             // Gather a run of device-contiguous, uncached blocks and read them at once.
+            let cached = if p != 0 { self.cache.lookup(p) } else { None };
             let mut run = 1u64;
-            if p != 0 && self.cache.lookup(p).is_none() {
+            if p != 0 && cached.is_none() {
                 while (lbn + run) * bs < end && run < 256 {
                     let q = self.bmap(st, ino, lbn + run)?;
                     if q != p + run || self.cache.lookup(q).is_some() {
@@ -683,9 +684,11 @@ impl Ffs {
             let dst = &mut buf[(pos - offset) as usize..(chunk_end - offset) as usize];
             if p == 0 {
                 dst.fill(0);
-            } else if run > 1
-                || self.cache.lookup(p).is_none() && in_blk == 0 && dst.len() == bs as usize
-            {
+            } else if let Some(b) = cached {
+                dst.copy_from_slice(&b.read()[in_blk..in_blk + dst.len()]);
+            } else if in_blk == 0 && dst.len() as u64 == run * bs {
+                self.dev.read_blocks(p, dst)?;
+            } else if run > 1 {
                 let mut tmp = vec![0u8; (run * bs) as usize];
                 self.dev.read_blocks(p, &mut tmp)?;
                 dst.copy_from_slice(&tmp[in_blk..in_blk + dst.len()]);

@@ -170,18 +170,7 @@ fn where_is(i: &Inner, path: &[u8]) -> Value {
                 };
                 let a = sys::attr_from(&st, 0);
                 let up = ns.union_path(dir, name);
-                let f = Facts {
-                    path: &up,
-                    kind: a.kind,
-                    size: a.size,
-                    perm: a.perm as u32,
-                    uid: a.uid,
-                    gid: a.gid,
-                    atime: a.atime,
-                    mtime: a.mtime,
-                    ctime: a.ctime,
-                    current: Some(b),
-                };
+                let f = Facts::of(&up, &a, b);
                 let d = i.decide(&f, false);
                 let target = i.target_for(&d, Some(b), a.size);
                 let names = |v: &[usize]| {

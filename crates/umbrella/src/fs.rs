@@ -857,18 +857,7 @@ impl Inner {
         let path = ns.union_path(d, &n);
         drop(ns);
         let a = sys::attr_from(&st, ino);
-        let f = Facts {
-            path: &path,
-            kind: a.kind,
-            size: a.size,
-            perm: a.perm as u32,
-            uid: a.uid,
-            gid: a.gid,
-            atime: a.atime,
-            mtime: a.mtime,
-            ctime: a.ctime,
-            current: Some(b),
-        };
+        let f = Facts::of(&path, &a, b);
         let d = self.decide(&f, false);
         self.target_for(&d, Some(b), a.size).is_some()
     }
@@ -893,18 +882,7 @@ impl Inner {
         };
         let path = self.ns.read().union_path(d, &n);
         let a = sys::attr_from(&st, ino);
-        let f = Facts {
-            path: &path,
-            kind: a.kind,
-            size: a.size,
-            perm: a.perm as u32,
-            uid: a.uid,
-            gid: a.gid,
-            atime: a.atime,
-            mtime: a.mtime,
-            ctime: a.ctime,
-            current: Some(b),
-        };
+        let f = Facts::of(&path, &a, b);
         let dec = self.decide(&f, false);
         let cands = dec.candidates();
         let can_overflow = match cands.iter().position(|&c| c == b) {

@@ -522,18 +522,7 @@ impl Inner {
                     Err(_) => None,
                     Ok((b, path, st)) => {
                         let a = sys::attr_from(&st, ino);
-                        let f = Facts {
-                            path: &path,
-                            kind: a.kind,
-                            size: a.size,
-                            perm: a.perm as u32,
-                            uid: a.uid,
-                            gid: a.gid,
-                            atime: a.atime,
-                            mtime: a.mtime,
-                            ctime: a.ctime,
-                            current: Some(b),
-                        };
+                        let f = Facts::of(&path, &a, b);
                         let d = self.decide(&f, false);
                         match self.target_for(&d, Some(b), a.size) {
                             None => None,
@@ -603,16 +592,8 @@ impl Inner {
         }
         let a = sys::attr_from(&st, ino);
         let f = Facts {
-            path: &path,
-            kind: a.kind,
             size: need,
-            perm: a.perm as u32,
-            uid: a.uid,
-            gid: a.gid,
-            atime: a.atime,
-            mtime: a.mtime,
-            ctime: a.ctime,
-            current: Some(b),
+            ..Facts::of(&path, &a, b)
         };
         let d = self.decide(&f, false);
         let target = d

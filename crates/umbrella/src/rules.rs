@@ -217,7 +217,23 @@ pub struct Facts<'a> {
     pub current: Option<BranchId>,
 }
 
-impl Facts<'_> {
+impl<'a> Facts<'a> {
+    /// The facts of an existing file at `path` on branch `current`, from its attributes.
+    pub fn of(path: &'a [u8], a: &cairn_vfs::Attr, current: BranchId) -> Facts<'a> {
+        Facts {
+            path,
+            kind: a.kind,
+            size: a.size,
+            perm: a.perm as u32,
+            uid: a.uid,
+            gid: a.gid,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            current: Some(current),
+        }
+    }
+
     fn name(&self) -> &[u8] {
         match self.path.iter().rposition(|&b| b == b'/') {
             Some(i) => &self.path[i + 1..],
