@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 use crate::counters::{Counters, Source};
 use crate::sys;
 
+pub mod largefile;
+pub mod micro;
+pub mod netnews;
+pub mod sdet;
+pub mod ssh;
+
 /// What a workload needs from the file system it runs on.
 pub trait Stage {
     /// Directory to work in; exists and is empty.
@@ -72,6 +78,10 @@ pub struct PhaseResult {
     pub rate: f64,
     /// Counter deltas over the phase, if the target has counters.
     pub counters: Option<Counters>,
+    /// The swept parameter this phase belongs to, if the workload sweeps one (micro: file
+    /// size in bytes; SDET: script concurrency). Tables and plots group by it.
+    #[serde(default)]
+    pub param: Option<f64>,
     #[serde(default)]
     pub extra: serde_json::Value,
 }
@@ -87,7 +97,8 @@ impl PhaseResult {
     }
 }
 
-fn measure(
+/// Runs `f` as one timed phase of `ops` operations, with the counters' delta over exactly it.
+pub fn measure(
     stage: &dyn Stage,
     phase: &str,
     ops: f64,
@@ -110,6 +121,7 @@ fn measure(
         secs,
         rate: ops / secs.max(1e-9),
         counters,
+        param: None,
         extra,
     })
 }
@@ -605,6 +617,7 @@ mod tests {
             secs: 1.0,
             rate: 10.0,
             counters: Some(c),
+            param: None,
             extra: serde_json::Value::Null,
         };
         assert_eq!(p.per_op(Counters::device_flushes), Some(1.0));
