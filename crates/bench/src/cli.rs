@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::counters::{Counters, Source};
 use crate::report::{self, Meta, Record};
 use crate::sys;
-use crate::target::{Env, Kind, Mounted, TargetSpec};
+use crate::target::{self, Env, Kind, Mounted, TargetSpec};
 use crate::workload::{self, Params, PlainDir, Workload};
 
 /// `cairn-bench ...` as a stand-alone binary.
@@ -335,14 +335,11 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     };
     let params = a.sizes.params();
 
-    let mut all_targets: Vec<String> = ["ext4", "ext4-sync", "fuse2fs", "mergerfs"]
-        .map(String::from)
-        .to_vec();
-    all_targets.extend(
-        cairn_modes(&env.cairn)
-            .into_iter()
-            .map(|m| format!("cairn-{m}")),
-    );
+    let mut all_targets: Vec<String> = cairn_modes(&env.cairn)
+        .into_iter()
+        .map(|m| format!("cairn-{m}"))
+        .collect();
+    all_targets.extend(target::BASELINES.iter().map(|s| s.to_string()));
     let targets: Vec<TargetSpec> = list(&a.targets, all_targets)
         .iter()
         .map(|t| TargetSpec::parse(t))
@@ -502,6 +499,7 @@ fn cmd_workload(a: WorkloadArgs) -> Result<i32> {
     let source = a.cairn_stats.map(|mnt| Source::Cairn {
         cairn: find_cairn(a.cairn),
         mnt,
+        block: None,
     });
     let mut stage = PlainDir {
         dir,

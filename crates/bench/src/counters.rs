@@ -137,6 +137,11 @@ impl Counters {
         sum
     }
 
+    /// Milliseconds the block device was busy (requests in flight), when it is one.
+    pub fn busy_ms(&self) -> Option<f64> {
+        self.first(&["device.busy_ms", "block.device.busy_ms"])
+    }
+
     fn find_leaf(&self, pred: impl Fn(&[&str]) -> bool) -> Option<f64> {
         self.0.iter().find_map(|(k, v)| {
             let segs: Vec<&str> = k.split('.').collect();
@@ -148,10 +153,12 @@ impl Counters {
 /// Where a mounted target's counters come from.
 #[derive(Clone, Debug)]
 pub enum Source {
-    /// `cairn stats MNT --json` of a cairn mount.
+    /// `cairn stats MNT --json` of a cairn mount, plus the block layer's counters of the loop
+    /// device under it (under `block.`), if it sits on one.
     Cairn {
         cairn: String,
         mnt: std::path::PathBuf,
+        block: Option<Box<Source>>,
     },
     /// The block layer's counters for a device, e.g. `/dev/loop3`.
     Block { dev: String },
@@ -160,12 +167,18 @@ pub enum Source {
 impl Source {
     pub fn read(&self) -> Result<Counters> {
         match self {
-            Source::Cairn { cairn, mnt } => {
+            Source::Cairn { cairn, mnt, block } => {
                 let out = sys::run(Command::new(cairn).arg("stats").arg(mnt).arg("--json"))?;
                 let v: serde_json::Value = serde_json::from_str(&out).with_context(|| {
                     format!("`{cairn} stats --json` printed no JSON: {out:.200}")
                 })?;
-                Ok(Counters::from_json(&v))
+                let mut c = Counters::from_json(&v);
+                if let Some(b) = block {
+                    for (k, v) in b.read()?.0 {
+                        c.0.insert(format!("block.{k}"), v);
+                    }
+                }
+                Ok(c)
             }
             Source::Block { dev } => {
                 let name = Path::new(dev)
@@ -198,6 +211,8 @@ pub fn parse_block_stat(text: &str) -> Result<Counters> {
     m.insert("device.read_bytes".into(), f[2] * 512.0);
     m.insert("device.writes".into(), f[4]);
     m.insert("device.write_bytes".into(), f[6] * 512.0);
+    // io_ticks: milliseconds the device had requests in flight (its busy time, 004 §5.1).
+    m.insert("device.busy_ms".into(), f[9]);
     if f.len() >= 17 {
         m.insert("device.flushes".into(), f[15]);
     }

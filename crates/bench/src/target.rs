@@ -27,14 +27,24 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Kind {
-    /// Kernel ext4 on a loop device; `sync` = mounted `-o sync`.
+    /// Kernel ext4 on a loop device (data=ordered journal); `sync` = mounted `-o sync`, the
+    /// classic-FFS analogue (every metadata update synchronous).
     Ext4 { sync: bool },
-    /// fuse2fs (e2fsprogs' FUSE ext4) on an image file.
+    /// Kernel ext2 on a loop device: no journal, delayed metadata writes (the FFS-async analogue).
+    Ext2,
+    /// Kernel xfs with its log on a second loop device (`logdev=`): the two-disk journaling
+    /// analogue (000's LFFS-wafs-2async).
+    Xfs,
+    /// fuse2fs (e2fsprogs' FUSE ext4) on an image file: the same FUSE tax as cairn.
     Fuse2fs,
     /// mergerfs with one branch: a directory on a loop-mounted ext4.
     Mergerfs,
-    /// cairn in one of its metadata-update modes, on an image file.
-    Cairn { mode: String },
+    /// cairn's umbrella layer with one branch on a loop-mounted ext4, FUSE passthrough on: the
+    /// floor any FUSE file system pays.
+    Passthrough,
+    /// cairn in one of its metadata-update modes, on an image file or (`loopdev`) on a loop
+    /// block device over the same kind of image.
+    Cairn { mode: String, loopdev: bool },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -50,21 +60,50 @@ impl fmt::Display for TargetSpec {
     }
 }
 
+/// Baseline targets every run knows about, in table order (cairn's modes come first).
+pub const BASELINES: &[&str] = &[
+    "ext4",
+    "ext4-sync",
+    "ext2",
+    "xfs-logdev",
+    "fuse2fs",
+    "passthrough",
+    "mergerfs",
+];
+
 impl TargetSpec {
     pub fn parse(name: &str) -> Result<TargetSpec> {
         let kind = match name {
             "ext4" => Kind::Ext4 { sync: false },
             "ext4-sync" => Kind::Ext4 { sync: true },
+            "ext2" => Kind::Ext2,
+            "xfs-logdev" => Kind::Xfs,
             "fuse2fs" => Kind::Fuse2fs,
             "mergerfs" => Kind::Mergerfs,
-            n => match n.strip_prefix("cairn-") {
-                Some(mode) if !mode.is_empty() => Kind::Cairn {
-                    mode: mode.to_string(),
-                },
-                _ => bail!(
-                    "unknown target '{n}' (known: ext4, ext4-sync, fuse2fs, mergerfs, cairn-<mode>)"
-                ),
-            },
+            "passthrough" => Kind::Passthrough,
+            n => {
+                let (base, loopdev) = match n.strip_suffix("@loop") {
+                    Some(b) => (b, true),
+                    None => (n, false),
+                };
+                match base.strip_prefix("cairn-") {
+                    Some(mode)
+                        if !mode.is_empty()
+                            && mode
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+                    {
+                        Kind::Cairn {
+                            mode: mode.to_string(),
+                            loopdev,
+                        }
+                    }
+                    _ => bail!(
+                        "unknown target '{n}' (known: {}, cairn-<mode>, cairn-<mode>@loop)",
+                        BASELINES.join(", ")
+                    ),
+                }
+            }
         };
         Ok(TargetSpec {
             name: name.to_string(),
@@ -75,11 +114,38 @@ impl TargetSpec {
     /// Tools this target needs on PATH (cairn's path is checked separately).
     pub fn tools(&self) -> &'static [&'static str] {
         match self.kind {
-            Kind::Ext4 { .. } => &["mkfs.ext4", "losetup", "mount", "umount"],
-            Kind::Fuse2fs => &["mkfs.ext4", "fuse2fs", "umount"],
+            Kind::Ext4 { .. } => &["mkfs.ext4", "losetup", "mount", "umount", "e2fsck"],
+            Kind::Ext2 => &["mkfs.ext2", "losetup", "mount", "umount", "e2fsck"],
+            Kind::Xfs => &[
+                "mkfs.xfs",
+                "xfs_repair",
+                "xfs_io",
+                "losetup",
+                "mount",
+                "umount",
+            ],
+            Kind::Fuse2fs => &["mkfs.ext4", "fuse2fs", "umount", "e2fsck"],
             Kind::Mergerfs => &["mkfs.ext4", "losetup", "mount", "umount", "mergerfs"],
+            Kind::Passthrough => &["mkfs.ext4", "losetup", "mount", "umount"],
+            Kind::Cairn { loopdev: true, .. } => &["umount", "losetup"],
             Kind::Cairn { .. } => &["umount"],
         }
+    }
+
+    /// The kernel file system this target puts on a loop device, if any: for ext4/ext2/xfs the
+    /// file system under test, for mergerfs and the passthrough the ext4 holding their branch.
+    fn kernel_fs(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Ext4 { .. } | Kind::Mergerfs | Kind::Passthrough => Some("ext4"),
+            Kind::Ext2 => Some("ext2"),
+            Kind::Xfs => Some("xfs"),
+            Kind::Fuse2fs | Kind::Cairn { .. } => None,
+        }
+    }
+
+    /// Whether a FUSE layer sits on top of a kernel file system mounted at `lower`.
+    fn stacked(&self) -> bool {
+        matches!(self.kind, Kind::Mergerfs | Kind::Passthrough)
     }
 }
 
@@ -100,21 +166,27 @@ pub struct Mounted {
     cairn: String,
     root: PathBuf,
     image: PathBuf,
-    /// Where the target is mounted (the mergerfs mount for mergerfs).
+    /// Where the target is mounted (the FUSE layer's mount for mergerfs and the passthrough).
     mnt: PathBuf,
-    /// mergerfs: the ext4 mount holding the branch.
+    /// mergerfs/passthrough: the ext4 mount holding the branch.
     lower_mnt: Option<PathBuf>,
     loopdev: Option<String>,
+    /// xfs: the loop device holding the log.
+    logdev: Option<String>,
     daemon: Option<u32>,
     mounted: bool,
     /// Mount attempts' facts for the record (daemon CPU placement, options).
     pub notes: Vec<String>,
 }
 
+/// Size of xfs's external log device (xfs caps a log at 2 GiB; 128 MiB is its default for a
+/// file system of a few GiB).
+const XFS_LOG_SIZE: u64 = 128 << 20;
+
 impl Mounted {
     /// Makes a fresh file system for `spec` under `env.scratch/<name>` and mounts it.
     pub fn setup(spec: &TargetSpec, env: &Env) -> Result<Mounted> {
-        let root = env.scratch.join(&spec.name);
+        let root = env.scratch.join(spec.name.replace('@', "-"));
         if root.exists() {
             cleanup_stale(&root);
             fs::remove_dir_all(&root)
@@ -131,41 +203,48 @@ impl Mounted {
             mnt,
             lower_mnt: None,
             loopdev: None,
+            logdev: None,
             daemon: None,
             mounted: false,
             notes: Vec::new(),
         };
-        match &spec.kind {
-            Kind::Cairn { .. } => {
+        make_sparse(&image, env.image_size)?;
+        if spec.kernel_fs().is_some() || matches!(spec.kind, Kind::Cairn { loopdev: true, .. }) {
+            m.loopdev = Some(losetup(&image)?);
+        }
+        match (&spec.kind, spec.kernel_fs()) {
+            (Kind::Cairn { .. }, _) => {
+                sys::run(Command::new(&env.cairn).arg("mkfs").arg(m.device()))?;
+            }
+            (Kind::Xfs, _) => {
+                let log = root.join("log.img");
+                make_sparse(&log, XFS_LOG_SIZE)?;
+                let logdev = losetup(&log)?;
                 sys::run(
-                    Command::new(&env.cairn)
-                        .arg("mkfs")
-                        .arg(&image)
-                        .arg("--size")
-                        .arg(env.image_size.to_string()),
+                    Command::new("mkfs.xfs")
+                        .args(["-q", "-f", "-l"])
+                        .arg(format!("logdev={logdev},size={XFS_LOG_SIZE}"))
+                        .arg(m.device()),
+                )?;
+                m.logdev = Some(logdev);
+            }
+            (Kind::Ext2, _) => {
+                sys::run(
+                    Command::new("mkfs.ext2")
+                        .args(["-q", "-F", "-E", "lazy_itable_init=0"])
+                        .arg(m.device()),
                 )?;
             }
             _ => {
-                make_sparse(&image, env.image_size)?;
                 // lazy_itable_init=0: no background zeroing thread writing while we measure.
                 sys::run(
                     Command::new("mkfs.ext4")
                         .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-                        .arg(&image),
+                        .arg(m.device()),
                 )?;
             }
         }
-        if matches!(spec.kind, Kind::Ext4 { .. } | Kind::Mergerfs) {
-            let dev = sys::run(
-                Command::new("losetup")
-                    .args(["--find", "--show"])
-                    .arg(&image),
-            )?
-            .trim()
-            .to_string();
-            m.loopdev = Some(dev);
-        }
-        if matches!(spec.kind, Kind::Mergerfs) {
+        if spec.stacked() {
             m.lower_mnt = Some(sys::ensure_dir(&root.join("lower"))?);
         }
         m.notes.push(format!("options: {}", m.mount_options()));
@@ -178,22 +257,37 @@ impl Mounted {
         Ok(m)
     }
 
+    /// The image file or the loop device over it, whichever the file system is made on.
+    fn device(&self) -> PathBuf {
+        self.loopdev
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.image.clone())
+    }
+
     /// The directory workloads run in (a subdirectory, so lost+found is out of the way).
     pub fn dir(&self) -> PathBuf {
         self.mnt.join("bench")
     }
 
-    /// Where this target's counters come from, if anywhere.
+    /// The mount point (for tools that want the file system's root).
+    pub fn mount_point(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// Where this target's counters come from, if anywhere: cairn's own counters (device and
+    /// FUSE), plus the block layer's for a cairn on a loop device (its busy time); the block
+    /// layer's for every kernel file system.
     pub fn counter_source(&self) -> Option<Source> {
+        let block = self.loopdev.clone().map(|dev| Source::Block { dev });
         match &self.spec.kind {
             Kind::Cairn { .. } => Some(Source::Cairn {
                 cairn: self.cairn.clone(),
                 mnt: self.mnt.clone(),
+                block: block.map(Box::new),
             }),
-            Kind::Ext4 { .. } | Kind::Mergerfs => {
-                self.loopdev.clone().map(|dev| Source::Block { dev })
-            }
             Kind::Fuse2fs => None,
+            _ => block,
         }
     }
 
@@ -205,11 +299,11 @@ impl Mounted {
     /// forgets its cache and writes everything back), then every kernel cache is dropped
     /// (including the page cache over the image files), then the target is mounted again.
     pub fn make_cold(&mut self) -> Result<()> {
-        // Only a FUSE daemon holds a cache that drop_caches cannot reach; for mergerfs that is the
-        // mergerfs layer, while its ext4 branch is a kernel file system like the others.
+        // Only a FUSE daemon holds a cache that drop_caches cannot reach; for mergerfs and the
+        // passthrough that is the FUSE layer, while their ext4 is a kernel file system.
         match self.spec.kind {
-            Kind::Ext4 { .. } => sys::drop_caches(),
-            Kind::Mergerfs => {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => sys::drop_caches(),
+            Kind::Mergerfs | Kind::Passthrough => {
                 self.unmount_upper()?;
                 sys::drop_caches()?;
                 self.mount_upper()
@@ -222,40 +316,154 @@ impl Mounted {
         }
     }
 
+    /// Simulates a crash with recent activity in memory: a FUSE daemon is killed with SIGKILL
+    /// (everything it had not written is lost, as in a power cut of a user-space file system);
+    /// a kernel file system is shut down with FS_IOC_SHUTDOWN without flushing its log
+    /// (`xfs_io -x -c "shutdown"`, what xfstests uses to simulate a crash), then unmounted.
+    /// Afterwards the target is unmounted and [`Mounted::recover`] brings it back.
+    pub fn crash(&mut self) -> Result<()> {
+        match &self.spec.kind {
+            Kind::Fuse2fs | Kind::Cairn { .. } => {
+                let pid = self
+                    .daemon
+                    .take()
+                    .or_else(|| sys::find_daemon(&self.mnt))
+                    .context("no FUSE daemon to kill")?;
+                sys::run(Command::new("kill").args(["-9", &pid.to_string()]))?;
+                sys::wait_pid_exit(pid, EXIT_TIMEOUT)?;
+                // The kernel keeps the dead connection mounted until someone unmounts it.
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => {
+                sys::run(
+                    Command::new("xfs_io")
+                        .args(["-x", "-c", "shutdown"])
+                        .arg(&self.mnt),
+                )?;
+                sys::run(Command::new("umount").arg(&self.mnt))?;
+            }
+            Kind::Mergerfs | Kind::Passthrough => {
+                bail!(
+                    "{}: crash recovery is measured on the file systems themselves, not on a layer over ext4",
+                    self.spec.name
+                )
+            }
+        }
+        self.mounted = false;
+        Ok(())
+    }
+
+    /// What an administrator runs after a crash until the file system is mounted and usable:
+    /// journaling file systems replay their log at mount; ext2 and fuse2fs need e2fsck first
+    /// (`-p`, the boot-time preen); cairn's sync/async modes need `cairn fsck -y` (001 §3: FFS
+    /// must scan everything), modes that declare themselves crash-safe without a scan mount
+    /// directly. Ends with a walk of the root directory, so "usable" means it answered.
+    pub fn recover(&mut self) -> Result<String> {
+        let procedure = match &self.spec.kind {
+            Kind::Ext4 { .. } | Kind::Xfs => "mount (log replay)".to_string(),
+            Kind::Ext2 | Kind::Fuse2fs => {
+                fsck_status(Command::new("e2fsck").arg("-p").arg(self.device()))?;
+                "e2fsck -p, mount".to_string()
+            }
+            Kind::Cairn { mode, .. } => {
+                if cairn_mode_needs_fsck(mode) {
+                    fsck_status(
+                        Command::new(&self.cairn)
+                            .arg("fsck")
+                            .arg("-y")
+                            .arg(self.device()),
+                    )?;
+                    "cairn fsck -y, mount".to_string()
+                } else {
+                    "mount".to_string()
+                }
+            }
+            Kind::Mergerfs | Kind::Passthrough => bail!("no crash recovery for {}", self.spec.name),
+        };
+        self.mount()?;
+        fs::read_dir(&self.mnt)
+            .with_context(|| format!("{} unusable after recovery", self.spec.name))?
+            .count();
+        Ok(procedure)
+    }
+
+    /// A full, read-only consistency check of the unmounted file system (the scan an FFS needs
+    /// after a crash; 002 Table III), then mounts it again.
+    pub fn fsck(&mut self) -> Result<()> {
+        self.unmount()?;
+        match &self.spec.kind {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Fuse2fs => {
+                fsck_status(Command::new("e2fsck").args(["-f", "-n"]).arg(self.device()))?;
+            }
+            Kind::Xfs => {
+                sys::run(
+                    Command::new("xfs_repair")
+                        .arg("-n")
+                        .arg("-l")
+                        .arg(self.logdev.as_ref().context("xfs without log device")?)
+                        .arg(self.device()),
+                )?;
+            }
+            Kind::Cairn { .. } => {
+                fsck_status(Command::new(&self.cairn).arg("fsck").arg(self.device()))?;
+            }
+            Kind::Mergerfs | Kind::Passthrough => bail!("no fsck for {}", self.spec.name),
+        }
+        self.mount()
+    }
+
+    /// Free and total bytes of the mounted file system (what `df` reports).
+    pub fn space(&self) -> Result<(u64, u64)> {
+        let st = nix::sys::statvfs::statvfs(&self.mnt).context("statvfs")?;
+        let f = st.fragment_size();
+        Ok((st.blocks_available() * f, st.blocks() * f))
+    }
+
     /// How the target is mounted, for the record.
     fn mount_options(&self) -> String {
         match &self.spec.kind {
             Kind::Ext4 { sync: true } => "mount -o sync (loop device)".into(),
             Kind::Ext4 { sync: false } => "mount (defaults; loop device)".into(),
+            Kind::Ext2 => "mkfs.ext2, mount (defaults; loop device)".into(),
+            Kind::Xfs => format!(
+                "mkfs.xfs -l logdev=LOOP2,size={}M; mount -o logdev=LOOP2 (two loop devices)",
+                XFS_LOG_SIZE >> 20
+            ),
             Kind::Fuse2fs => "fuse2fs -o rw (image file)".into(),
             Kind::Mergerfs => {
                 format!("mergerfs -o {MERGERFS_OPTS}, one branch on ext4 (loop device)")
             }
-            Kind::Cairn { mode } => format!("cairn mount -o mode={mode} (image file)"),
+            Kind::Passthrough => {
+                "cairn umbrella, one branch on ext4 (loop device), passthrough=yes".into()
+            }
+            Kind::Cairn {
+                mode,
+                loopdev: false,
+            } => format!("cairn mount -o mode={mode} (image file)"),
+            Kind::Cairn {
+                mode,
+                loopdev: true,
+            } => format!("cairn mount -o mode={mode} (loop device)"),
         }
     }
 
-    /// Mounts the bottom layer: ext4 for the kernel targets and mergerfs, the FUSE daemon for
-    /// fuse2fs and cairn.
+    /// Mounts the bottom layer: the kernel file system for the kernel targets, mergerfs and
+    /// the passthrough; the FUSE daemon for fuse2fs and cairn.
     fn mount(&mut self) -> Result<()> {
         match &self.spec.kind {
-            Kind::Ext4 { sync } => {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs | Kind::Mergerfs | Kind::Passthrough => {
                 let mut c = Command::new("mount");
-                if *sync {
+                if let Some(fstype) = self.spec.kernel_fs() {
+                    c.args(["-t", fstype]);
+                }
+                if matches!(self.spec.kind, Kind::Ext4 { sync: true }) {
                     c.args(["-o", "sync"]);
                 }
-                sys::run(
-                    c.arg(self.loopdev.as_ref().expect("loop device set up"))
-                        .arg(&self.mnt),
-                )?;
-            }
-            Kind::Mergerfs => {
-                let lower = self.lower_mnt.as_ref().expect("lower mount point set up");
-                sys::run(
-                    Command::new("mount")
-                        .arg(self.loopdev.as_ref().expect("loop device set up"))
-                        .arg(lower),
-                )?;
+                if let Some(log) = &self.logdev {
+                    c.arg("-o").arg(format!("logdev={log}"));
+                }
+                let at = self.lower_mnt.clone().unwrap_or_else(|| self.mnt.clone());
+                sys::run(c.arg(self.device()).arg(at))?;
             }
             Kind::Fuse2fs => {
                 // fuse2fs forks into the background once the mount exists.
@@ -267,13 +475,13 @@ impl Mounted {
                 )?;
                 self.after_fuse_mount()?;
             }
-            Kind::Cairn { mode } => {
+            Kind::Cairn { mode, .. } => {
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
                         .arg("-o")
                         .arg(format!("mode={mode}"))
-                        .arg(&self.image)
+                        .arg(self.device())
                         .arg(&self.mnt),
                 )?;
                 self.after_fuse_mount()?;
@@ -284,19 +492,40 @@ impl Mounted {
     }
 
     fn mount_upper(&mut self) -> Result<()> {
-        if let (Kind::Mergerfs, Some(lower)) = (&self.spec.kind, &self.lower_mnt) {
-            let branch = lower.join("branch");
-            // Defaults, as a user would mount it, except minfreespace: its 4 GiB default makes
-            // every create on a small branch fail with ENOSPC.
-            sys::run(
-                Command::new("mergerfs")
-                    .args(["-o", MERGERFS_OPTS])
-                    .arg(&branch)
-                    .arg(&self.mnt),
-            )?;
-            self.after_fuse_mount()?;
+        let Some(lower) = self.lower_mnt.clone() else {
+            return Ok(());
+        };
+        let branch = lower.join("branch");
+        match self.spec.kind {
+            Kind::Mergerfs => {
+                // Defaults, as a user would mount it, except minfreespace: its 4 GiB default
+                // makes every create on a small branch fail with ENOSPC.
+                sys::run(
+                    Command::new("mergerfs")
+                        .args(["-o", MERGERFS_OPTS])
+                        .arg(&branch)
+                        .arg(&self.mnt),
+                )?;
+            }
+            Kind::Passthrough => {
+                let cfg = self.root.join("umbrella.toml");
+                fs::write(
+                    &cfg,
+                    format!(
+                        "# One branch, no rules: cairn's FUSE layer at its thinnest.\n[umbrella]\ndefault = [\"ext4\"]\n\n[[branch]]\nname = \"ext4\"\npath = \"{}\"\n",
+                        branch.display()
+                    ),
+                )?;
+                sys::run(
+                    Command::new(&self.cairn)
+                        .arg("umbrella")
+                        .arg(&cfg)
+                        .arg(&self.mnt),
+                )?;
+            }
+            _ => return Ok(()),
         }
-        Ok(())
+        self.after_fuse_mount()
     }
 
     fn after_fuse_mount(&mut self) -> Result<()> {
@@ -320,7 +549,7 @@ impl Mounted {
     }
 
     fn unmount_upper(&mut self) -> Result<()> {
-        if matches!(self.spec.kind, Kind::Mergerfs) && sys::mounted_fstype(&self.mnt).is_some() {
+        if self.spec.stacked() && sys::mounted_fstype(&self.mnt).is_some() {
             self.unmount_fuse(&self.mnt.clone())?;
         }
         Ok(())
@@ -331,10 +560,11 @@ impl Mounted {
             return Ok(());
         }
         match &self.spec.kind {
-            Kind::Ext4 { .. } => {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => {
                 sys::run(Command::new("umount").arg(&self.mnt))?;
             }
-            Kind::Mergerfs => {
+            Kind::Mergerfs | Kind::Passthrough => {
+                self.unmount_upper()?;
                 sys::run(
                     Command::new("umount").arg(self.lower_mnt.as_ref().expect("lower mount")),
                 )?;
@@ -368,7 +598,7 @@ impl Mounted {
         Ok(())
     }
 
-    /// Unmounts, detaches the loop device and deletes the image.
+    /// Unmounts, detaches the loop devices and deletes the images.
     pub fn teardown(mut self) -> Result<()> {
         self.release()
     }
@@ -376,7 +606,10 @@ impl Mounted {
     fn release(&mut self) -> Result<()> {
         self.unmount_upper()?;
         self.unmount()?;
-        if let Some(dev) = self.loopdev.take() {
+        for dev in [self.loopdev.take(), self.logdev.take()]
+            .into_iter()
+            .flatten()
+        {
             sys::run(Command::new("losetup").arg("-d").arg(&dev))?;
         }
         fs::remove_dir_all(&self.root)
@@ -390,10 +623,43 @@ impl Drop for Mounted {
         if self.root.exists()
             && let Err(e) = self.release()
         {
-            eprintln!("cairn-bench: cleanup of {} failed: {e:#}", self.spec.name);
+            eprintln!("cairn bench: cleanup of {} failed: {e:#}", self.spec.name);
             cleanup_stale(&self.root);
         }
     }
+}
+
+fn losetup(image: &Path) -> Result<String> {
+    Ok(sys::run(
+        Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(image),
+    )?
+    .trim()
+    .to_string())
+}
+
+/// fsck tools exit 1 when they fixed something (e2fsck, cairn fsck alike): success after a crash.
+fn fsck_status(cmd: &mut Command) -> Result<()> {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    match out.status.code() {
+        Some(0) | Some(1) => Ok(()),
+        _ => bail!(
+            "{cmd:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
+}
+
+/// cairn modes that keep the file system consistent without a scan after a crash (soft
+/// updates, journaling, LFS: 000 Table 3) mount directly; sync and async need fsck.
+fn cairn_mode_needs_fsck(mode: &str) -> bool {
+    matches!(mode, "sync" | "async")
 }
 
 fn make_sparse(image: &Path, size: u64) -> Result<()> {
@@ -420,10 +686,11 @@ fn cleanup_stale(root: &Path) {
             }
         }
     }
-    let img = root.join("fs.img");
-    if let Ok(out) = sys::run(Command::new("losetup").arg("-j").arg(&img)) {
-        for dev in out.lines().filter_map(|l| l.split(':').next()) {
-            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+    for img in ["fs.img", "log.img"] {
+        if let Ok(out) = sys::run(Command::new("losetup").arg("-j").arg(root.join(img))) {
+            for dev in out.lines().filter_map(|l| l.split(':').next()) {
+                let _ = Command::new("losetup").arg("-d").arg(dev).status();
+            }
         }
     }
 }
@@ -441,9 +708,20 @@ mod tests {
         assert_eq!(
             TargetSpec::parse("cairn-async").unwrap().kind,
             Kind::Cairn {
-                mode: "async".into()
+                mode: "async".into(),
+                loopdev: false
             }
         );
+        assert_eq!(
+            TargetSpec::parse("cairn-sync@loop").unwrap().kind,
+            Kind::Cairn {
+                mode: "sync".into(),
+                loopdev: true
+            }
+        );
+        assert_eq!(TargetSpec::parse("xfs-logdev").unwrap().kind, Kind::Xfs);
+        assert!(TargetSpec::parse("cairn-@loop").is_err());
+        assert!(TargetSpec::parse("cairn-a/b").is_err());
         assert!(TargetSpec::parse("cairn-").is_err());
         assert!(TargetSpec::parse("btrfs").is_err());
     }
