@@ -74,13 +74,15 @@ impl Config {
             self.io_size
         );
         ensure!(
-            self.bytes > 0 && self.bytes % self.io_size == 0,
+            self.bytes > 0 && self.bytes.is_multiple_of(self.io_size),
             "largefile: bytes {} must be a positive multiple of io_size {}",
             self.bytes,
             self.io_size
         );
         ensure!(
-            self.seq_chunk > 0 && self.seq_chunk % self.io_size == 0 && self.seq_chunk <= 1 << 30,
+            self.seq_chunk > 0
+                && self.seq_chunk.is_multiple_of(self.io_size)
+                && self.seq_chunk <= 1 << 30,
             "largefile: seq_chunk {} must be a multiple of io_size {} (at most 1 GiB)",
             self.seq_chunk,
             self.io_size

@@ -103,7 +103,7 @@ impl Config {
 }
 
 fn human(b: u64) -> String {
-    if b >= MIB && b % MIB == 0 {
+    if b >= MIB && b.is_multiple_of(MIB) {
         format!("{} MiB", b / MIB)
     } else {
         format!("{} KiB", b as f64 / KIB as f64)
@@ -120,7 +120,7 @@ pub fn run(stage: &mut dyn Stage, cfg: &Config) -> Result<Vec<PhaseResult>> {
             "files": set.files,
             "dirs": cfg.dirs_for(size),
         });
-        let phases: [(&str, fn(&FileSet) -> Result<()>); 4] = [
+        let phases: [(&str, PhaseFn); 4] = [
             ("create", FileSet::create),
             ("read", FileSet::read),
             ("overwrite", FileSet::overwrite),
@@ -142,6 +142,8 @@ pub fn run(stage: &mut dyn Stage, cfg: &Config) -> Result<Vec<PhaseResult>> {
     }
     Ok(out)
 }
+
+type PhaseFn = fn(&FileSet) -> Result<()>;
 
 /// The files of one size: `<dir>/s<size>/d<j>/f<i>`, file i in directory i / per_dir.
 struct FileSet {
