@@ -8,11 +8,13 @@ set -euo pipefail
 # library fuser links against; pkg-config finds it. e2fsprogs/fuse2fs/mergerfs/postmark:
 # the benchmark baselines. dpkg-dev/build-essential: `apt-get source` + configure && make of a
 # real C project on a mount (persistence test). xfsprogs/util-linux: mkfs/losetup/taskset/mount.
+# fonts-dejavu-core: the TTF cairn-bench's PNG plots draw their text with.
 PKGS=(
     fuse3 libfuse3-dev pkg-config
     e2fsprogs fuse2fs mergerfs postmark xfsprogs util-linux mount
     dpkg-dev build-essential autoconf automake libtool
     ca-certificates git procps kmod psmisc attr acl
+    fonts-dejavu-core
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod counters;
+pub mod plot;
 pub mod report;
 pub mod sys;
 pub mod target;
