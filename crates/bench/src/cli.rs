@@ -33,7 +33,7 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Run workloads against fresh file systems of every target; write JSON and Markdown.
     Run(RunArgs),
@@ -48,75 +48,118 @@ pub enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         secs: f64,
     },
-    /// Re-render the Markdown tables of an earlier run directory.
+    /// Re-render the tables (summary.md) and plots (*.png) of an earlier run directory from its
+    /// JSON.
     Report { dir: PathBuf },
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 pub struct SizeArgs {
-    /// Files created and unlinked by create-unlink.
-    #[arg(long, default_value_t = 50_000)]
-    files: u64,
-    /// Files of the smallfile workload.
-    #[arg(long, default_value_t = 10_000)]
-    small_files: u64,
+    /// Multiplies every workload's counts and sizes (1 = the papers' configuration; default:
+    /// the suite's).
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Netnews at the paper's full size (520,000 files, 2 GB) instead of the default 1/10.
+    #[arg(long)]
+    netnews_full: bool,
+    /// Files created and unlinked by create-unlink (overrides the scaled count).
+    #[arg(long)]
+    files: Option<u64>,
+    /// Files of the smallfile workload (overrides the scaled count).
+    #[arg(long)]
+    small_files: Option<u64>,
     /// Size of each smallfile file in bytes.
     #[arg(long, default_value_t = 1024)]
     small_size: usize,
-    /// PostMark's initial file count.
-    #[arg(long, default_value_t = 10_000)]
-    pm_files: u64,
-    /// PostMark's transaction count.
-    #[arg(long, default_value_t = 20_000)]
-    pm_tx: u64,
-    /// Size of the sequential file (e.g. 1G, 64M).
-    #[arg(long, default_value = "1G", value_parser = parse_size)]
-    seq_size: u64,
-    /// Small sizes for a smoke run (2,000 files, 1,000 small files, PostMark 500/1,000, 64 MiB).
-    #[arg(long)]
-    quick: bool,
+    /// Size of the `seq` file (e.g. 1G, 64M).
+    #[arg(long, value_parser = parse_size)]
+    seq_size: Option<u64>,
 }
 
 impl SizeArgs {
-    fn params(&self) -> Params {
-        if self.quick {
-            return Params {
-                create_unlink_files: 2_000,
-                small_files: 1_000,
-                small_size: self.small_size,
-                pm_files: 500,
-                pm_transactions: 1_000,
-                seq_bytes: 64 << 20,
-            };
+    fn params(&self, suite: Suite) -> Params {
+        let mut p = Params::scaled(
+            self.scale.unwrap_or(suite.scale()),
+            if self.netnews_full { 1.0 } else { 0.1 },
+        );
+        p.small_size = self.small_size;
+        if let Some(f) = self.files {
+            p.create_unlink_files = f;
         }
-        Params {
-            create_unlink_files: self.files,
-            small_files: self.small_files,
-            small_size: self.small_size,
-            pm_files: self.pm_files,
-            pm_transactions: self.pm_tx,
-            seq_bytes: self.seq_size,
+        if let Some(f) = self.small_files {
+            p.small_files = f;
         }
+        if let Some(b) = self.seq_size {
+            p.seq_bytes = b;
+        }
+        p
     }
 }
 
-#[derive(Args)]
+/// A named set of workloads, sizes and repetitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Suite {
+    /// Every paper workload at the papers' sizes (netnews at 1/10), on every target.
+    Paper,
+    /// Every paper workload at a tiny scale: proves the harness end to end in minutes.
+    Quick,
+}
+
+impl Suite {
+    fn scale(self) -> f64 {
+        match self {
+            Suite::Paper => 1.0,
+            Suite::Quick => 0.01,
+        }
+    }
+
+    fn reps(self) -> u32 {
+        match self {
+            Suite::Paper => 3,
+            Suite::Quick => 1,
+        }
+    }
+
+    fn image_size(self) -> u64 {
+        match self {
+            Suite::Paper => 4 << 30,
+            Suite::Quick => 1 << 30,
+        }
+    }
+
+    /// The paper workloads (not the core benchmark's `seq`).
+    fn workloads(self) -> Vec<String> {
+        workload::NAMES
+            .iter()
+            .filter(|n| **n != "seq")
+            .map(|s| s.to_string())
+            .collect()
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Comma-separated targets: ext4, ext4-sync, fuse2fs, mergerfs, cairn-<mode>, or `all`
-    /// (every baseline and cairn in every mode `cairn modes` lists).
+    /// Which suite: sizes, repetitions and the default workload list.
+    #[arg(long, value_enum, default_value = "paper")]
+    suite: Suite,
+    /// Comma-separated targets, or `all`: every cairn mode `cairn modes` lists (image file;
+    /// add `@loop` for a loop device, e.g. cairn-sync@loop), ext4, ext4-sync, ext2, xfs-logdev,
+    /// fuse2fs, passthrough, mergerfs.
     #[arg(long, default_value = "all")]
     targets: String,
-    /// Comma-separated workloads: create-unlink, smallfile, postmark, seq, or `all`.
+    /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, largefile,
+    /// micro, postmark, postmark-umbrella, postmark-large, ssh, netnews, sdet, recovery, seq.
     #[arg(long, default_value = "all")]
     workloads: String,
-    /// Repetitions; tables show min/median/max.
-    #[arg(long, default_value_t = 3)]
-    reps: u32,
+    /// Repetitions (default: the suite's, 3 for paper, 1 for quick); tables show min/median/max.
+    #[arg(long)]
+    reps: Option<u32>,
     /// CPU(s) to pin the benchmark and every FUSE daemon it starts to ("0", "0,1"), or `none`.
     #[arg(long, default_value = "0")]
     cpu: String,
-    /// Target whose median rates the others are divided by.
-    #[arg(long, default_value = "ext4")]
+    /// Target the others are normalized to (the papers normalize to FFS-async, whose analogue
+    /// is cairn's async mode).
+    #[arg(long, default_value = "cairn-async")]
     baseline: String,
     /// Directory on the local disk (not tmpfs) for images and mount points.
     #[arg(long, default_value = "/var/tmp/cairn-bench")]
@@ -124,20 +167,23 @@ pub struct RunArgs {
     /// Output directory (default results/<UTC timestamp>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Size of every target's image.
-    #[arg(long, default_value = "4G", value_parser = parse_size)]
-    image_size: u64,
+    /// Size of every target's image (default: the suite's, 4G for paper, 1G for quick).
+    #[arg(long, value_parser = parse_size)]
+    image_size: Option<u64>,
     /// The cairn binary (default: `cairn` next to this binary, else on PATH).
     #[arg(long)]
     cairn: Option<String>,
     /// Skip the raw flush-rate measurement.
     #[arg(long)]
     no_flush_rate: bool,
+    /// No progress bar (one line per result instead).
+    #[arg(long)]
+    no_progress: bool,
     #[command(flatten)]
     sizes: SizeArgs,
 }
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct WorkloadArgs {
     /// create-unlink, smallfile, postmark or seq.
     name: String,
@@ -152,6 +198,9 @@ pub struct WorkloadArgs {
     /// Drop the kernel's caches between phases that read back (needs root).
     #[arg(long)]
     drop_caches: bool,
+    /// Sizes as in this suite.
+    #[arg(long, value_enum, default_value = "paper")]
+    suite: Suite,
     /// Print the phase results as JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -191,9 +240,9 @@ pub fn main_with(cmd: Cmd) -> i32 {
             );
             0
         }),
-        Cmd::Report { dir } => report::load(&dir).map(|(m, r)| {
-            print!("{}", report::markdown(&m, &r));
-            0
+        Cmd::Report { dir } => report::load(&dir).and_then(|(m, r)| {
+            print!("{}", report::render(&dir, &m, &r)?);
+            Ok(0)
         }),
     };
     match res {
@@ -279,6 +328,17 @@ fn unavailable(spec: &TargetSpec, env: &Env) -> Option<String> {
     None
 }
 
+/// The commit the benchmark was built from, when run inside the repository.
+fn git_commit() -> Option<String> {
+    let out = Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn tool_version(cmd: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(cmd).args(args).output().ok()?;
     let text = format!(
@@ -328,12 +388,14 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
             scratch.display()
         );
     }
+    let reps = a.reps.unwrap_or(a.suite.reps()).max(1);
+    let image_size = a.image_size.unwrap_or(a.suite.image_size());
     let env = Env {
         scratch: scratch.clone(),
-        image_size: a.image_size,
+        image_size,
         cairn: find_cairn(a.cairn),
     };
-    let params = a.sizes.params();
+    let params = a.sizes.params(a.suite);
 
     let mut all_targets: Vec<String> = cairn_modes(&env.cairn)
         .into_iter()
@@ -344,13 +406,10 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         .iter()
         .map(|t| TargetSpec::parse(t))
         .collect::<Result<_>>()?;
-    let workloads: Vec<Workload> = list(
-        &a.workloads,
-        workload::NAMES.iter().map(|s| s.to_string()).collect(),
-    )
-    .iter()
-    .map(|w| Workload::named(w, &params))
-    .collect::<Result<_>>()?;
+    let workloads: Vec<Workload> = list(&a.workloads, a.suite.workloads())
+        .iter()
+        .map(|w| Workload::named(w, &params))
+        .collect::<Result<_>>()?;
 
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let started = sys::utc_stamp(now);
@@ -368,7 +427,15 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     }
     // Package versions say exactly what ran; `--version` output of each tool varies in shape.
     let mut tool_versions = BTreeMap::new();
-    for pkg in ["e2fsprogs", "fuse2fs", "mergerfs", "postmark", "fuse3"] {
+    for pkg in [
+        "e2fsprogs",
+        "fuse2fs",
+        "mergerfs",
+        "postmark",
+        "fuse3",
+        "xfsprogs",
+        "gcc",
+    ] {
         if let Ok(v) = sys::run(Command::new("dpkg-query").args(["-W", "-f", "${Version}", pkg])) {
             tool_versions.insert(pkg.to_string(), v.trim().to_string());
         }
@@ -382,8 +449,12 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         cpu_model: sys::cpu_model(),
         cpus,
         pinned: cpus_wanted.is_some(),
-        reps: a.reps,
-        image_size: a.image_size,
+        reps,
+        image_size,
+        suite: format!("{:?}", a.suite).to_lowercase(),
+        scale: params.scale,
+        netnews_scale: params.netnews_scale,
+        commit: git_commit(),
         scratch: scratch.display().to_string(),
         scratch_fs,
         baseline: a.baseline.clone(),
@@ -406,59 +477,97 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     }
     report::write_json(&out.join("meta.json"), &meta)?;
 
+    for w in &workloads {
+        w.prepare()
+            .with_context(|| format!("preparing {}", w.name()))?;
+    }
+    let runnable: Vec<&TargetSpec> = targets
+        .iter()
+        .filter(|t| !meta.skipped.contains_key(&t.name))
+        .collect();
+    let total: u64 = workloads
+        .iter()
+        .map(|w| runnable.iter().filter(|t| w.applies_to(t)).count() as u64)
+        .sum::<u64>()
+        * u64::from(reps);
+    let bar = if a.no_progress {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} runs (eta {eta}) {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let say = |line: String| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
+
     // Repetitions outermost: a burst of noise on the shared machine then hits one repetition of
     // every target rather than every repetition of one.
     let mut seq = 0;
     let mut failures = 0;
     let t_run = Instant::now();
-    for rep in 1..=a.reps {
+    for rep in 1..=reps {
         for w in &workloads {
-            for t in targets
-                .iter()
-                .filter(|t| !meta.skipped.contains_key(&t.name))
-            {
+            for t in runnable.iter().filter(|t| w.applies_to(t)) {
                 seq += 1;
+                bar.set_message(format!("rep {rep}/{reps}: {} on {t}", w.name()));
+                let t0 = Instant::now();
                 let rec = run_one(t, w, rep, &env);
+                bar.inc(1);
                 match &rec.error {
                     Some(e) => {
                         failures += 1;
-                        eprintln!("[rep {rep}/{}] {} on {t}: FAILED: {e}", a.reps, w.name());
+                        say(format!(
+                            "[rep {rep}/{reps}] {} on {t}: FAILED: {e}",
+                            w.name()
+                        ));
                     }
                     None => {
-                        for p in &rec.phases {
-                            eprintln!(
-                                "[rep {rep}/{}] {} on {t}: {} {} {}/s in {:.2} s{}",
-                                a.reps,
-                                w.name(),
-                                p.phase,
-                                report::fmt_rate(p.rate),
-                                p.unit,
-                                p.secs,
-                                p.per_op(Counters::device_flushes)
-                                    .map(|f| format!(", {f:.2} flushes/op"))
-                                    .unwrap_or_default()
-                            );
+                        let phases: Vec<String> = rec
+                            .phases
+                            .iter()
+                            .map(|p| format!("{} {}", p.label(), report::fmt_phase_value(p)))
+                            .collect();
+                        let mut line = format!(
+                            "[rep {rep}/{reps}] {} on {t} ({:.0} s): {}",
+                            w.name(),
+                            t0.elapsed().as_secs_f64(),
+                            phases.join(", ")
+                        );
+                        if line.len() > 300 {
+                            line.truncate(297);
+                            line += "...";
                         }
+                        say(line);
                     }
                 }
                 report::write_json(
                     &out.join(format!(
                         "rec-{seq:04}-{}-{}-rep{rep}.json",
                         w.name(),
-                        t.name
+                        t.name.replace('@', "-")
                     )),
                     &rec,
                 )?;
             }
         }
     }
+    bar.finish_and_clear();
     let (meta, records) = report::load(&out)?;
     report::write_json(
         &out.join("summary.json"),
         &report::summarize(&meta, &records),
     )?;
-    let md = report::markdown(&meta, &records);
-    fs::write(out.join("summary.md"), &md)?;
+    let md = report::render(&out, &meta, &records)?;
     println!("{md}");
     eprintln!(
         "cairn-bench: {} record(s), {failures} failed, in {:.0} s; results in {}",
@@ -494,7 +603,8 @@ fn run_one(t: &TargetSpec, w: &Workload, rep: u32, env: &Env) -> Record {
 }
 
 fn cmd_workload(a: WorkloadArgs) -> Result<i32> {
-    let w = Workload::named(&a.name, &a.sizes.params())?;
+    let w = Workload::named(&a.name, &a.sizes.params(a.suite))?;
+    w.prepare()?;
     let dir = sys::ensure_dir(&a.dir)?;
     let source = a.cairn_stats.map(|mnt| Source::Cairn {
         cairn: find_cairn(a.cairn),

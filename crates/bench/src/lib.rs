@@ -10,8 +10,10 @@
 pub mod cli;
 pub mod counters;
 pub mod plot;
+pub mod published;
 pub mod report;
 pub mod sys;
+pub mod tables;
 pub mod target;
 pub mod workload;
 

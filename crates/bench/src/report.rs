@@ -54,6 +54,16 @@ pub struct Meta {
     pub flush_rate: Option<FlushRate>,
     pub tool_versions: BTreeMap<String, String>,
     pub command: String,
+    /// Suite name ("paper", "quick"), scale factor of every workload, netnews' own factor.
+    #[serde(default)]
+    pub suite: String,
+    #[serde(default)]
+    pub scale: f64,
+    #[serde(default)]
+    pub netnews_scale: f64,
+    /// `git describe` of the source the benchmark was built from, when known.
+    #[serde(default)]
+    pub commit: Option<String>,
 }
 
 pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
@@ -144,8 +154,9 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
         let mut phases: Vec<(String, String)> = Vec::new();
         for r in records.iter().filter(|r| &r.workload == w) {
             for p in &r.phases {
-                if !phases.iter().any(|(n, _)| n == &p.phase) {
-                    phases.push((p.phase.clone(), p.unit.clone()));
+                let l = p.label();
+                if !phases.iter().any(|(n, _)| n == &l) {
+                    phases.push((l, p.unit.clone()));
                 }
             }
         }
@@ -160,7 +171,7 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
                     .collect();
                 let ok: Vec<&PhaseResult> = recs
                     .iter()
-                    .flat_map(|r| r.phases.iter().filter(|p| &p.phase == phase))
+                    .flat_map(|r| r.phases.iter().filter(|p| &p.label() == phase))
                     .collect();
                 let failed = recs.iter().filter(|r| r.error.is_some()).count();
                 let err = recs.iter().find_map(|r| r.error.clone());
@@ -264,6 +275,31 @@ pub fn fmt_bytes(n: u64) -> String {
     }
 }
 
+/// How one phase's result reads in a progress line: "1,230 files/s", "12.3 s".
+pub fn fmt_phase_value(p: &PhaseResult) -> String {
+    match p.unit.as_str() {
+        "s" => format!("{:.2} s", p.secs),
+        "scripts" => format!("{} scripts/h", fmt_rate(p.rate * 3600.0)),
+        u => format!("{} {u}/s", fmt_rate(p.rate)),
+    }
+}
+
+/// Writes a run directory's summary (summary.md, summary.json, the plots) from its records and
+/// returns the Markdown: the papers' tables first, then every phase's numbers and counters.
+pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
+    let full = markdown(meta, records);
+    let (head, detail) = full
+        .split_once("\n### ")
+        .map(|(h, d)| (h.to_string(), format!("### {d}")))
+        .unwrap_or((full.clone(), String::new()));
+    let papers = crate::tables::render(dir, meta, records)?;
+    let md = format!("{head}{papers}\n## Every phase, with counters\n\n{detail}");
+    write_json(&dir.join("summary.json"), &summarize(meta, records))?;
+    fs::write(dir.join("summary.md"), &md)
+        .with_context(|| format!("writing {}", dir.join("summary.md").display()))?;
+    Ok(md)
+}
+
 /// The Markdown report: a header with the run's conditions, the device's flush rate, then one
 /// table per workload.
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
@@ -298,6 +334,16 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(s, "- tools: {}", v.join("; "));
+    }
+    if !meta.suite.is_empty() {
+        let _ = writeln!(
+            s,
+            "- suite `{}`, scale {} (netnews {}), commit {}",
+            meta.suite,
+            meta.scale,
+            meta.scale * meta.netnews_scale,
+            meta.commit.as_deref().unwrap_or("unknown")
+        );
     }
     let _ = writeln!(s, "- command: `{}`", meta.command);
     if let Some(fr) = &meta.flush_rate {
@@ -375,7 +421,7 @@ fn median_by(
     let v: Vec<f64> = records
         .iter()
         .filter(|r| r.workload == w && r.target == t)
-        .flat_map(|r| r.phases.iter().filter(|p| p.phase == phase))
+        .flat_map(|r| r.phases.iter().filter(|p| p.label() == phase))
         .filter_map(&f)
         .collect();
     Stat::of(&v).map(|s| s.median)
@@ -400,7 +446,7 @@ fn breakdowns(meta: &Meta, records: &[Record]) -> String {
                     c.0.keys()
                         .filter_map(|k| k.strip_prefix("fuse.requests.").map(|op| (k, op)))
                         .filter_map(|(k, op)| {
-                            let v = median_by(records, w, t, &p.phase, |q| {
+                            let v = median_by(records, w, t, &p.label(), |q| {
                                 q.per_op(|c| c.0.get(k).copied())
                             })?;
                             (v >= 0.005).then(|| format!("{op} {}", fmt_per_op(v)))
@@ -417,7 +463,7 @@ fn breakdowns(meta: &Meta, records: &[Record]) -> String {
                         let per_call = |what: &str| {
                             let key = format!("fs.ops.{op}.{what}");
                             let calls = format!("fs.ops.{op}.calls");
-                            median_by(records, w, t, &p.phase, |q| {
+                            median_by(records, w, t, &p.label(), |q| {
                                 let c = q.counters.as_ref()?;
                                 let n = *c.0.get(&calls)?;
                                 (n > 0.0).then(|| c.0.get(&key).map(|v| v / n)).flatten()
@@ -444,7 +490,7 @@ fn breakdowns(meta: &Meta, records: &[Record]) -> String {
                 let _ = writeln!(
                     s,
                     "| {w} | {} | {t} | {} | {} |",
-                    p.phase,
+                    p.label(),
                     fuse.join(", "),
                     ops.join(", ")
                 );
@@ -466,6 +512,7 @@ mod tests {
             secs: 100.0 / rate,
             rate,
             counters: counters.map(|c| Counters::from_json(&c)),
+            param: None,
             extra: serde_json::Value::Null,
         }
     }

@@ -53,6 +53,11 @@ enum Cmd {
     Crash(crash::Args),
     /// Mount the UmbrellaFS policy layer over branch directories, and manage it
     Umbrella(umbrella::Args),
+    /// Reproduce the papers' benchmarks on cairn, kernel file systems and FUSE peers
+    Bench {
+        #[command(subcommand)]
+        cmd: cairn_bench::Cmd,
+    },
 }
 
 fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
@@ -98,6 +103,7 @@ fn main() {
         }
         Cmd::Crash(a) => crash::run(a),
         Cmd::Umbrella(a) => umbrella::run(a),
+        Cmd::Bench { cmd } => Ok(cairn_bench::main_with(cmd)),
     };
     match result {
         Ok(code) => std::process::exit(code),

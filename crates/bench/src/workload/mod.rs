@@ -17,6 +17,7 @@ use crate::sys;
 pub mod largefile;
 pub mod micro;
 pub mod netnews;
+pub mod recovery;
 pub mod sdet;
 pub mod ssh;
 
@@ -28,6 +29,24 @@ pub trait Stage {
     fn counters(&self) -> Result<Option<Counters>>;
     /// Makes the next reads come from the device rather than any cache.
     fn make_cold(&mut self) -> Result<()>;
+    /// Crashes the file system with whatever it has in memory (recovery workload).
+    fn crash(&mut self) -> Result<()> {
+        bail!("this stage cannot crash: recovery needs a target the harness mounted")
+    }
+    /// Brings a crashed file system back until it is usable; returns the procedure used.
+    fn recover(&mut self) -> Result<String> {
+        bail!("this stage cannot recover")
+    }
+    /// Full read-only consistency check (unmounts and remounts).
+    fn fsck(&mut self) -> Result<()> {
+        bail!("this stage has no fsck")
+    }
+    /// Free and total bytes.
+    fn space(&self) -> Result<(u64, u64)> {
+        let st = nix::sys::statvfs::statvfs(&self.dir()).context("statvfs")?;
+        let f = st.fragment_size();
+        Ok((st.blocks_available() * f, st.blocks() * f))
+    }
 }
 
 impl Stage for crate::target::Mounted {
@@ -39,6 +58,18 @@ impl Stage for crate::target::Mounted {
     }
     fn make_cold(&mut self) -> Result<()> {
         crate::target::Mounted::make_cold(self)
+    }
+    fn crash(&mut self) -> Result<()> {
+        crate::target::Mounted::crash(self)
+    }
+    fn recover(&mut self) -> Result<String> {
+        crate::target::Mounted::recover(self)
+    }
+    fn fsck(&mut self) -> Result<()> {
+        crate::target::Mounted::fsck(self)
+    }
+    fn space(&self) -> Result<(u64, u64)> {
+        crate::target::Mounted::space(self)
     }
 }
 
@@ -86,7 +117,27 @@ pub struct PhaseResult {
     pub extra: serde_json::Value,
 }
 
+/// A file size the way the papers' axes print it: 0, 512, 1K, 96K, 1M, 4M.
+pub fn fmt_size(bytes: f64) -> String {
+    let b = bytes.max(0.0) as u64;
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
 impl PhaseResult {
+    /// The phase's name in tables: the phase plus its swept parameter, if any
+    /// ("create 64K", "scripts N=4").
+    pub fn label(&self) -> String {
+        match self.param {
+            None => self.phase.clone(),
+            Some(n) if self.unit == "scripts" => format!("{} N={n}", self.phase),
+            Some(b) => format!("{} {}", self.phase, fmt_size(b)),
+        }
+    }
+
     /// Counter per operation, e.g. device flushes per create+unlink pair.
     pub fn per_op(&self, f: impl Fn(&Counters) -> Option<f64>) -> Option<f64> {
         let c = self.counters.as_ref()?;
@@ -126,85 +177,243 @@ pub fn measure(
     })
 }
 
+/// PostMark's configuration (the commands fed to Debian's `postmark` on standard input).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PostmarkConfig {
+    pub files: u64,
+    pub min_size: u64,
+    pub max_size: u64,
+    pub transactions: u64,
+    /// 0 = every file in one directory (PostMark's default).
+    pub subdirs: u64,
+    /// Read and write request size (PostMark's default and the papers': 512 B).
+    pub block: u64,
+    /// stdio buffering (PostMark's default); 003 §4.3 turned it off.
+    pub buffered: bool,
+    pub seed: u64,
+}
+
+impl PostmarkConfig {
+    /// 000/001 §4.3.4: PostMark's defaults — 10,000 files of 512 B–16 KiB, 20,000
+    /// transactions, 512-byte blocks.
+    pub fn seltzer() -> PostmarkConfig {
+        PostmarkConfig {
+            files: 10_000,
+            min_size: 512,
+            max_size: 16 << 10,
+            transactions: 20_000,
+            subdirs: 0,
+            block: 512,
+            buffered: true,
+            seed: 42,
+        }
+    }
+
+    /// 003 §4.3: 12,500 files of 8–64 KiB in 200 subdirectories, 25,000 transactions, 512-byte
+    /// blocks, unbuffered I/O.
+    pub fn umbrella() -> PostmarkConfig {
+        PostmarkConfig {
+            files: 12_500,
+            min_size: 8 << 10,
+            max_size: 64 << 10,
+            transactions: 25_000,
+            subdirs: 200,
+            block: 512,
+            buffered: false,
+            seed: 42,
+        }
+    }
+
+    /// A file set (~1 GiB) four times cairn's default 256 MiB buffer cache, so metadata and
+    /// data are evicted and re-read during the transactions (the regime of 000 §5.2.2's news
+    /// server, where soft updates' rollbacks cost writes).
+    pub fn large() -> PostmarkConfig {
+        PostmarkConfig {
+            files: 30_000,
+            transactions: 30_000,
+            ..PostmarkConfig::umbrella()
+        }
+    }
+
+    pub fn scaled(&self, scale: f64) -> PostmarkConfig {
+        let n = |x: u64, min: u64| ((x as f64 * scale).round() as u64).max(min);
+        PostmarkConfig {
+            files: n(self.files, 50),
+            transactions: n(self.transactions, 100),
+            subdirs: if self.subdirs == 0 {
+                0
+            } else {
+                n(self.subdirs, 2)
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The commands PostMark reads from standard input.
+    pub fn script(&self, dir: &Path) -> String {
+        let mut s = format!(
+            "set location {}\nset number {}\nset size {} {}\nset transactions {}\nset read {}\nset write {}\nset buffering {}\nset seed {}\n",
+            dir.display(),
+            self.files,
+            self.min_size,
+            self.max_size,
+            self.transactions,
+            self.block,
+            self.block,
+            self.buffered,
+            self.seed
+        );
+        if self.subdirs > 0 {
+            s += &format!("set subdirectories {}\n", self.subdirs);
+        }
+        s + "run\nquit\n"
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "workload", rename_all = "kebab-case")]
 pub enum Workload {
-    /// Create and immediately unlink `files` 0-length files in one directory (001 §7.2's
-    /// create/delete benchmark: metadata operations only, no data).
+    /// Create and immediately unlink `files` 0-length files in one directory (000 Table 4:
+    /// metadata operations only, no data).
     CreateUnlink { files: u64 },
-    /// Create `files` files of `size` bytes in one directory, read them back cold, delete them.
+    /// Create `files` files of `size` bytes in one directory, read them back cold, delete them
+    /// (004 Fig. 8).
     Smallfile { files: u64, size: usize },
-    /// Debian's `postmark` with the paper's default configuration (001 §7.3.4).
+    /// Debian's `postmark` in one of three configurations (`variant`).
     Postmark {
-        files: u64,
-        min_size: u64,
-        max_size: u64,
-        transactions: u64,
-        seed: u64,
+        variant: String,
+        #[serde(flatten)]
+        cfg: PostmarkConfig,
     },
     /// Write a file of `bytes` sequentially in `chunk`-sized writes and fsync it, then read it
-    /// back cold.
+    /// back cold (the core benchmark's bandwidth check; not a paper workload).
     Seq { bytes: u64, chunk: usize },
+    /// 000 §4.2 microbenchmarks over file sizes (Figures 1–4).
+    Micro(micro::Config),
+    /// 004 Fig. 9.
+    Largefile(largefile::Config),
+    /// 000 §4.3.2.
+    Netnews(netnews::Config),
+    /// 000 §4.3.1.
+    Ssh(ssh::Config),
+    /// 000 §4.3.3 (Figure 5).
+    Sdet(sdet::Config),
+    /// 002 Table III, 004 Table III.
+    Recovery(recovery::Config),
 }
 
-pub const NAMES: &[&str] = &["create-unlink", "smallfile", "postmark", "seq"];
+/// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
+/// early).
+pub const NAMES: &[&str] = &[
+    "create-unlink",
+    "smallfile",
+    "largefile",
+    "micro",
+    "postmark",
+    "postmark-umbrella",
+    "postmark-large",
+    "ssh",
+    "netnews",
+    "sdet",
+    "recovery",
+    "seq",
+];
 
-/// Sizes of every workload; [`Params::default`] is the configuration.
+/// Sizes of every workload: `scale` multiplies the papers' counts and sizes (1.0 = the paper);
+/// the netnews spool has its own factor because the default is 1/10 of the paper's.
+/// The explicit fields are the core benchmark's knobs (`cairn bench workload`).
 #[derive(Clone, Debug)]
 pub struct Params {
+    pub scale: f64,
+    pub netnews_scale: f64,
     pub create_unlink_files: u64,
     pub small_files: u64,
     pub small_size: usize,
-    pub pm_files: u64,
-    pub pm_transactions: u64,
     pub seq_bytes: u64,
 }
 
 impl Default for Params {
     fn default() -> Self {
+        Params::scaled(1.0, 0.1)
+    }
+}
+
+impl Params {
+    pub fn scaled(scale: f64, netnews_scale: f64) -> Params {
+        let n = |x: f64, min: u64| ((x * scale).round() as u64).max(min);
         Params {
-            create_unlink_files: 50_000,
-            small_files: 10_000,
+            scale,
+            netnews_scale,
+            create_unlink_files: n(50_000.0, 100),
+            small_files: n(10_000.0, 100),
             small_size: 1024,
-            pm_files: 10_000,
-            pm_transactions: 20_000,
-            seq_bytes: 1 << 30,
+            seq_bytes: n((1u64 << 30) as f64, 1 << 20),
         }
     }
 }
 
 impl Workload {
     pub fn named(name: &str, p: &Params) -> Result<Workload> {
+        let pm = |variant: &str, cfg: PostmarkConfig| Workload::Postmark {
+            variant: variant.into(),
+            cfg: cfg.scaled(p.scale),
+        };
         Ok(match name {
-            "create-unlink" => Workload::CreateUnlink {
+            "create-unlink" | "create-delete" => Workload::CreateUnlink {
                 files: p.create_unlink_files,
             },
             "smallfile" => Workload::Smallfile {
                 files: p.small_files,
                 size: p.small_size,
             },
-            "postmark" => Workload::Postmark {
-                files: p.pm_files,
-                min_size: 512,
-                max_size: 16384,
-                transactions: p.pm_transactions,
-                seed: 42,
-            },
+            "postmark" | "postmark-seltzer" => pm("postmark", PostmarkConfig::seltzer()),
+            "postmark-umbrella" => pm(name, PostmarkConfig::umbrella()),
+            "postmark-large" => pm(name, PostmarkConfig::large()),
             "seq" => Workload::Seq {
                 bytes: p.seq_bytes,
                 chunk: 1 << 20,
             },
+            "micro" => Workload::Micro(micro::Config::scaled(p.scale)),
+            "largefile" => Workload::Largefile(largefile::Config::scaled(p.scale)),
+            "netnews" => Workload::Netnews(netnews::Config::scaled(p.scale * p.netnews_scale)),
+            "ssh" => Workload::Ssh(ssh::Config::scaled(p.scale)),
+            "sdet" => Workload::Sdet(sdet::Config::scaled(p.scale)),
+            "recovery" => Workload::Recovery(recovery::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
 
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Workload::CreateUnlink { .. } => "create-unlink",
             Workload::Smallfile { .. } => "smallfile",
-            Workload::Postmark { .. } => "postmark",
+            Workload::Postmark { variant, .. } => variant,
             Workload::Seq { .. } => "seq",
+            Workload::Micro(_) => "micro",
+            Workload::Largefile(_) => "largefile",
+            Workload::Netnews(_) => "netnews",
+            Workload::Ssh(_) => "ssh",
+            Workload::Sdet(_) => "sdet",
+            Workload::Recovery(_) => "recovery",
         }
+    }
+
+    /// Whether the workload can run on this target at all (crash recovery is a property of a
+    /// file system, not of a FUSE layer stacked over ext4).
+    pub fn applies_to(&self, t: &crate::target::TargetSpec) -> bool {
+        use crate::target::Kind;
+        !matches!(
+            (self, &t.kind),
+            (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough)
+        )
+    }
+
+    /// Runs whatever must happen once before the first repetition (downloads).
+    pub fn prepare(&self) -> Result<()> {
+        if let Workload::Ssh(c) = self {
+            ssh::prepare(c)?;
+        }
+        Ok(())
     }
 
     /// One line saying what the workload does, for tables.
@@ -217,38 +426,52 @@ impl Workload {
             }
             Workload::Smallfile { files, size } => {
                 format!(
-                    "{files} files of {size} B in one directory: create, read back (cold cache), delete; rate in files/s per phase"
+                    "{files} files of {size} B in one directory: create, read back (cold cache), delete; rate in files/s per phase, device busy fraction"
                 )
             }
-            Workload::Postmark {
-                files,
-                min_size,
-                max_size,
-                transactions,
-                ..
-            } => format!(
-                "PostMark: {files} files of {min_size} B–{} KiB, {transactions} transactions; rate in transactions/s over the whole run (creation and deletion included)",
-                max_size / 1024
+            Workload::Postmark { cfg, .. } => format!(
+                "PostMark: {} files of {} B–{} KiB{}, {} transactions, {} B blocks, {}; rate in transactions/s over the whole run (creation and deletion included)",
+                cfg.files,
+                cfg.min_size,
+                cfg.max_size / 1024,
+                if cfg.subdirs > 0 {
+                    format!(" in {} subdirectories", cfg.subdirs)
+                } else {
+                    String::new()
+                },
+                cfg.transactions,
+                cfg.block,
+                if cfg.buffered {
+                    "buffered"
+                } else {
+                    "unbuffered"
+                }
             ),
             Workload::Seq { bytes, chunk } => format!(
                 "sequential write (then fsync) and cold read of a {} MiB file in {} KiB requests; rate in MiB/s",
                 bytes >> 20,
                 chunk >> 10
             ),
+            Workload::Micro(c) => c.describe(),
+            Workload::Largefile(c) => c.describe(),
+            Workload::Netnews(c) => c.describe(),
+            Workload::Ssh(c) => c.describe(),
+            Workload::Sdet(c) => c.describe(),
+            Workload::Recovery(c) => c.describe(),
         }
     }
 
     pub fn run(&self, stage: &mut dyn Stage) -> Result<Vec<PhaseResult>> {
         let dir = stage.dir();
-        match *self {
-            Workload::CreateUnlink { files } => Ok(vec![measure(
+        match self {
+            &Workload::CreateUnlink { files } => Ok(vec![measure(
                 stage,
                 "create+unlink",
                 files as f64,
                 "files",
                 || create_unlink(&dir, files),
             )?]),
-            Workload::Smallfile { files, size } => {
+            &Workload::Smallfile { files, size } => {
                 let create = measure(stage, "create", files as f64, "files", || {
                     small_create(&dir, files, size)
                 })?;
@@ -261,23 +484,17 @@ impl Workload {
                 })?;
                 Ok(vec![create, read, delete])
             }
-            Workload::Postmark {
-                files,
-                min_size,
-                max_size,
-                transactions,
-                seed,
-            } => {
-                let cfg = postmark_config(&dir, files, min_size, max_size, transactions, seed);
+            Workload::Postmark { cfg, .. } => {
+                let script = cfg.script(&dir);
                 Ok(vec![measure(
                     stage,
                     "run",
-                    transactions as f64,
+                    cfg.transactions as f64,
                     "tx",
-                    || run_postmark(&cfg),
+                    || run_postmark(&script),
                 )?])
             }
-            Workload::Seq { bytes, chunk } => {
+            &Workload::Seq { bytes, chunk } => {
                 let path = dir.join("seq.dat");
                 let mib = bytes as f64 / f64::from(1u32 << 20);
                 let write = measure(stage, "write", mib, "MiB", || {
@@ -287,6 +504,12 @@ impl Workload {
                 let read = measure(stage, "read", mib, "MiB", || seq_read(&path, bytes, chunk))?;
                 Ok(vec![write, read])
             }
+            Workload::Micro(c) => micro::run(stage, c),
+            Workload::Largefile(c) => largefile::run(stage, c),
+            Workload::Netnews(c) => netnews::run(stage, c),
+            Workload::Ssh(c) => ssh::run(stage, c),
+            Workload::Sdet(c) => sdet::run(stage, c),
+            Workload::Recovery(c) => recovery::run(stage, c),
         }
     }
 }
@@ -360,14 +583,6 @@ fn small_delete(dir: &Path, files: u64) -> Result<serde_json::Value> {
         fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
     }
     Ok(serde_json::Value::Null)
-}
-
-/// PostMark reads its configuration from standard input, one command a line.
-pub fn postmark_config(dir: &Path, files: u64, min: u64, max: u64, tx: u64, seed: u64) -> String {
-    format!(
-        "set location {}\nset number {files}\nset size {min} {max}\nset transactions {tx}\nset seed {seed}\nrun\nquit\n",
-        dir.display()
-    )
 }
 
 fn run_postmark(cfg: &str) -> Result<serde_json::Value> {
@@ -640,8 +855,15 @@ mod tests {
             }
         );
         assert!(parse_postmark("garbage").is_none());
-        let cfg = postmark_config(Path::new("/m/b"), 10, 512, 16384, 20, 1);
+        let cfg = PostmarkConfig::seltzer().script(Path::new("/m/b"));
         assert!(cfg.starts_with("set location /m/b\n") && cfg.ends_with("run\nquit\n"));
+        assert!(cfg.contains("set number 10000\n") && cfg.contains("set read 512\n"));
+        assert!(!cfg.contains("subdirectories"));
+        let u = PostmarkConfig::umbrella().script(Path::new("/m"));
+        assert!(u.contains("set subdirectories 200\n") && u.contains("set buffering false\n"));
+        assert!(u.contains("set size 8192 65536\n") && u.contains("set transactions 25000\n"));
+        let q = PostmarkConfig::umbrella().scaled(0.001);
+        assert_eq!((q.files, q.transactions, q.subdirs), (50, 100, 2));
     }
 
     #[test]
@@ -653,11 +875,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut st = plain(d.path());
         let w = Workload::Postmark {
-            files: 50,
-            min_size: 512,
-            max_size: 4096,
-            transactions: 100,
-            seed: 1,
+            variant: "postmark".into(),
+            cfg: PostmarkConfig {
+                files: 50,
+                max_size: 4096,
+                transactions: 100,
+                subdirs: 3,
+                ..PostmarkConfig::seltzer()
+            },
         };
         let r = w.run(&mut st).unwrap();
         assert_eq!(r[0].extra["created"].as_u64().map(|c| c >= 50), Some(true));

@@ -1,0 +1,693 @@
+//! The papers' tables, rebuilt from a run's records: the same rows, columns and normalization
+//! as the paper (000 §5.2: "for throughput results we divide the measured result by that of
+//! FFS-async; for elapsed time we divide FFS-async's by each measured result", so > 1 is
+//! better than the baseline either way), the published numbers beside them, and the plots of
+//! the papers' figures.
+//!
+//! Rates are per-second for every phase (elapsed-time phases have ops = 1), which makes both
+//! of the papers' normalizations one division: `rate / baseline rate`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::counters::Counters;
+use crate::plot;
+use crate::published::{self, Published};
+use crate::report::{Meta, Record, Stat, fmt_rate};
+use crate::workload::{PhaseResult, fmt_size};
+
+/// Per target, per repetition: the value of `f` over a record (None when the record lacks it).
+fn per_rep(
+    records: &[Record],
+    workload: &str,
+    target: &str,
+    f: &dyn Fn(&Record) -> Option<f64>,
+) -> Option<Stat> {
+    let v: Vec<f64> = records
+        .iter()
+        .filter(|r| r.workload == workload && r.target == target && r.error.is_none())
+        .filter_map(f)
+        .collect();
+    Stat::of(&v)
+}
+
+fn phase<'a>(r: &'a Record, label: &str) -> Option<&'a PhaseResult> {
+    r.phases.iter().find(|p| p.label() == label)
+}
+
+/// Rate of one phase.
+fn rate_of(label: &str) -> impl Fn(&Record) -> Option<f64> + '_ {
+    move |r| phase(r, label).map(|p| p.rate)
+}
+
+/// Rate of a run of consecutive phases measured in seconds: 1 / (sum of times) — the papers'
+/// "total" column.
+fn total_rate(labels: &[String]) -> impl Fn(&Record) -> Option<f64> + '_ {
+    move |r| {
+        let mut secs = 0.0;
+        for l in labels {
+            secs += phase(r, l)?.secs;
+        }
+        (secs > 0.0).then(|| 1.0 / secs)
+    }
+}
+
+/// One column of a normalized table.
+pub struct Column<'a> {
+    pub name: String,
+    pub value: Box<dyn Fn(&Record) -> Option<f64> + 'a>,
+}
+
+/// A computed table: per target, per column, the stat of values and its ratio to the baseline.
+pub struct Normalized {
+    pub columns: Vec<String>,
+    /// target -> per column (stat, ratio to baseline median).
+    pub rows: Vec<(String, Vec<Option<(Stat, Option<f64>)>>)>,
+}
+
+pub fn normalize(meta: &Meta, records: &[Record], workload: &str, cols: &[Column]) -> Normalized {
+    let base: Vec<Option<Stat>> = cols
+        .iter()
+        .map(|c| per_rep(records, workload, &meta.baseline, &*c.value))
+        .collect();
+    let rows = meta
+        .targets
+        .iter()
+        .map(|t| {
+            let vals = cols
+                .iter()
+                .zip(&base)
+                .map(|(c, b)| {
+                    per_rep(records, workload, t, &*c.value).map(|st| {
+                        let ratio = b
+                            .as_ref()
+                            .filter(|b| b.median > 0.0)
+                            .map(|b| st.median / b.median);
+                        (st, ratio)
+                    })
+                })
+                .collect();
+            (t.clone(), vals)
+        })
+        .collect();
+    Normalized {
+        columns: cols.iter().map(|c| c.name.clone()).collect(),
+        rows,
+    }
+}
+
+/// Ratios only, like the papers' Tables 5–7 (targets that produced nothing are left out).
+fn ratio_table(s: &mut String, n: &Normalized, baseline: &str) {
+    let _ = writeln!(s, "| target (÷ {baseline}) | {} |", n.columns.join(" | "));
+    let _ = writeln!(s, "|---|{}", "--:|".repeat(n.columns.len()));
+    for (t, vals) in &n.rows {
+        if vals.iter().all(Option::is_none) {
+            continue;
+        }
+        let cells: Vec<String> = vals
+            .iter()
+            .map(|v| match v {
+                Some((st, Some(r))) if st.n > 1 && st.min > 0.0 && st.median > 0.0 => {
+                    // The spread of the ratio is the spread of the target's own repetitions.
+                    format!(
+                        "{r:.2} ({:.2}–{:.2})",
+                        r * st.min / st.median,
+                        r * st.max / st.median
+                    )
+                }
+                Some((_, Some(r))) => format!("{r:.2}"),
+                _ => "—".into(),
+            })
+            .collect();
+        let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
+    }
+}
+
+/// Absolute medians with min–max, in `fmt(value)` form.
+fn absolute_table(s: &mut String, n: &Normalized, unit: &str, fmt: &dyn Fn(f64) -> String) {
+    let _ = writeln!(s, "| target | {} |", n.columns.join(" | "));
+    let _ = writeln!(s, "|---|{}", "--:|".repeat(n.columns.len()));
+    for (t, vals) in &n.rows {
+        if vals.iter().all(Option::is_none) {
+            continue;
+        }
+        let cells: Vec<String> = vals
+            .iter()
+            .map(|v| match v {
+                Some((st, _)) if st.n > 1 && st.min != st.max => {
+                    format!("{} ({}–{})", fmt(st.median), fmt(st.min), fmt(st.max))
+                }
+                Some((st, _)) => fmt(st.median),
+                None => "—".into(),
+            })
+            .collect();
+        let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(s, "\n*{unit}; median (min–max) over repetitions.*");
+}
+
+fn published_block(s: &mut String, p: &Published) {
+    let _ = writeln!(
+        s,
+        "\n*Published, {} ({}; {}):*\n",
+        p.source, p.title, p.note
+    );
+    let _ = writeln!(
+        s,
+        "| system | {} | role played here by |",
+        p.columns.join(" | ")
+    );
+    let _ = writeln!(s, "|---|{}---|", "--:|".repeat(p.columns.len()));
+    for (sys, vals) in p.rows {
+        let cells: Vec<String> = vals
+            .iter()
+            .map(|v| v.map(fmt_rate).unwrap_or_else(|| "—".into()))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {sys} | {} | {} |",
+            cells.join(" | "),
+            published::analogue(sys)
+        );
+    }
+}
+
+fn claims_block(s: &mut String, workload: &str) {
+    for c in published::claims(workload) {
+        let _ = writeln!(s, "\n> {c}");
+    }
+}
+
+/// Labels of a workload's phases, in run order, from any record.
+fn labels(records: &[Record], workload: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in records.iter().filter(|r| r.workload == workload) {
+        for p in &r.phases {
+            let l = p.label();
+            if !out.contains(&l) {
+                out.push(l);
+            }
+        }
+    }
+    out
+}
+
+/// Per-op medians of a counter over a phase, per target (for the evidence columns).
+fn per_op_median(
+    records: &[Record],
+    workload: &str,
+    target: &str,
+    label: &str,
+    f: fn(&Counters) -> Option<f64>,
+) -> Option<f64> {
+    per_rep(records, workload, target, &|r| phase(r, label)?.per_op(f)).map(|s| s.median)
+}
+
+fn has(meta: &Meta, w: &str) -> bool {
+    meta.workloads.iter().any(|x| x == w)
+}
+
+/// Every paper table this run has data for, as Markdown; plots are written into `dir`.
+pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
+    let mut s = String::new();
+    let b = meta.baseline.as_str();
+    let _ = writeln!(
+        s,
+        "\n## The papers' tables\n\nNormalized as the papers do: throughput ÷ `{b}`'s, or `{b}`'s time ÷ time, so > 1 is faster than `{b}` either way. In parentheses: the spread of the target's own repetitions."
+    );
+
+    if has(meta, "create-unlink") {
+        let l = "create+unlink".to_string();
+        let n = normalize(
+            meta,
+            records,
+            "create-unlink",
+            &[Column {
+                name: "files/s".into(),
+                value: Box::new(rate_of(&l)),
+            }],
+        );
+        let _ = writeln!(
+            s,
+            "\n### 0-length create/delete (000 Table 4)\n\n| target | files/s median (min–max) | ÷ {b} | device writes/op | flushes/op |\n|---|--:|--:|--:|--:|"
+        );
+        for (t, vals) in &n.rows {
+            let Some(Some((st, r))) = vals.first() else {
+                continue;
+            };
+            let per = |f| {
+                per_op_median(records, "create-unlink", t, &l, f)
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "—".into())
+            };
+            let _ = writeln!(
+                s,
+                "| {t} | {} ({}–{}) | {} | {} | {} |",
+                fmt_rate(st.median),
+                fmt_rate(st.min),
+                fmt_rate(st.max),
+                r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
+                per(Counters::device_writes),
+                per(Counters::device_flushes)
+            );
+        }
+        for p in published::for_workload("create-unlink") {
+            published_block(&mut s, p);
+        }
+    }
+
+    if has(meta, "micro") {
+        micro(&mut s, dir, meta, records)?;
+    }
+
+    if has(meta, "ssh") {
+        let ls = ["unpack", "config", "build"].map(String::from).to_vec();
+        let mut cols: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(rate_of(l)),
+            })
+            .collect();
+        cols.push(Column {
+            name: "total".into(),
+            value: Box::new(total_rate(&ls)),
+        });
+        let _ = writeln!(s, "\n### ssh build (000 Table 5)\n");
+        ratio_table(&mut s, &normalize(meta, records, "ssh", &cols), b);
+        let _ = writeln!(s, "\nSeconds per phase:\n");
+        let secs: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(move |r: &Record| phase(r, l).map(|p| p.secs)),
+            })
+            .collect();
+        absolute_table(
+            &mut s,
+            &normalize(meta, records, "ssh", &secs),
+            "seconds",
+            &|v| format!("{v:.1}"),
+        );
+        for p in published::for_workload("ssh") {
+            published_block(&mut s, p);
+        }
+    }
+
+    if has(meta, "netnews") {
+        let ls = ["unbatch", "expire"].map(String::from).to_vec();
+        let mut cols: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(rate_of(l)),
+            })
+            .collect();
+        cols.push(Column {
+            name: "total".into(),
+            value: Box::new(total_rate(&ls)),
+        });
+        let _ = writeln!(s, "\n### Netnews (000 Table 6)\n");
+        ratio_table(&mut s, &normalize(meta, records, "netnews", &cols), b);
+        let _ = writeln!(s, "\nFiles per second and device writes per file:\n");
+        evidence_table(&mut s, meta, records, "netnews", &ls);
+        for p in published::for_workload("netnews") {
+            published_block(&mut s, p);
+        }
+    }
+
+    if has(meta, "sdet") {
+        let ls: Vec<String> = labels(records, "sdet");
+        let cols: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(rate_of(l)),
+            })
+            .collect();
+        let n = normalize(meta, records, "sdet", &cols);
+        let _ = writeln!(s, "\n### SDET (000 Figure 5)\n\nScripts per hour:\n");
+        absolute_table(&mut s, &n, "scripts/hour", &|v| fmt_rate(v * 3600.0));
+        let _ = writeln!(s, "\nNormalized:\n");
+        ratio_table(&mut s, &n, b);
+        let series = series_over_param(meta, records, "sdet", "scripts", 3600.0);
+        plot::render_line(
+            &plot::LinePlot {
+                title: "SDET-like: scripts/hour vs concurrency (000 Fig. 5)".into(),
+                x_label: "concurrent scripts".into(),
+                y_label: "scripts/hour".into(),
+                x_log: true,
+                y_log: false,
+                x_fmt: plot::XFormat::Plain,
+                series,
+            },
+            &dir.join("sdet.png"),
+        )?;
+        let _ = writeln!(s, "\n![SDET](sdet.png)");
+        claims_block(&mut s, "sdet");
+    }
+
+    for (w, src) in [
+        ("postmark", "000 Table 7, 002 Table I"),
+        ("postmark-umbrella", "003 §4.3"),
+        ("postmark-large", "a file set 4× cairn's buffer cache"),
+    ] {
+        if !has(meta, w) {
+            continue;
+        }
+        let _ = writeln!(s, "\n### PostMark: {w} ({src})\n");
+        evidence_table(&mut s, meta, records, w, &["run".to_string()]);
+        for p in published::for_workload(w) {
+            published_block(&mut s, p);
+        }
+        claims_block(&mut s, w);
+    }
+
+    if has(meta, "smallfile") {
+        let ls = ["create", "read", "delete"].map(String::from).to_vec();
+        let _ = writeln!(s, "\n### Small files (004 Fig. 8)\n");
+        evidence_table(&mut s, meta, records, "smallfile", &ls);
+        let _ = writeln!(
+            s,
+            "\nDevice busy fraction (block-layer busy time ÷ elapsed; loop-device targets only):\n"
+        );
+        let busy: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(move |r: &Record| {
+                    let p = phase(r, l)?;
+                    Some(p.counters.as_ref()?.busy_ms()? / 1000.0 / p.secs.max(1e-9))
+                }),
+            })
+            .collect();
+        absolute_table(
+            &mut s,
+            &normalize(meta, records, "smallfile", &busy),
+            "fraction of the phase the device had I/O in flight",
+            &|v| format!("{:.0}%", v * 100.0),
+        );
+        bars(&mut s, dir, meta, records, "smallfile", &ls, "files/s", 1.0)?;
+        claims_block(&mut s, "smallfile");
+    }
+
+    if has(meta, "largefile") {
+        let ls = labels(records, "largefile");
+        let _ = writeln!(s, "\n### Large file (004 Fig. 9)\n");
+        evidence_table(&mut s, meta, records, "largefile", &ls);
+        bars(&mut s, dir, meta, records, "largefile", &ls, "MiB/s", 1.0)?;
+        claims_block(&mut s, "largefile");
+    }
+
+    if has(meta, "recovery") {
+        let ls = labels(records, "recovery");
+        let secs: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(move |r: &Record| phase(r, l).map(|p| p.secs)),
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n### Recovery time (002 Table III, 004 Table III)\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n"
+        );
+        absolute_table(
+            &mut s,
+            &normalize(meta, records, "recovery", &secs),
+            "seconds",
+            &|v| format!("{v:.2}"),
+        );
+        let procs: BTreeMap<String, String> = records
+            .iter()
+            .filter(|r| r.workload == "recovery")
+            .filter_map(|r| {
+                let p = r.phases.first()?.extra.get("procedure")?.as_str()?;
+                Some((r.target.clone(), p.to_string()))
+            })
+            .collect();
+        if !procs.is_empty() {
+            let v: Vec<String> = procs.iter().map(|(t, p)| format!("{t}: {p}")).collect();
+            let _ = writeln!(s, "\nRecovery procedures: {}.", v.join("; "));
+        }
+        for p in published::for_workload("recovery") {
+            published_block(&mut s, p);
+        }
+        claims_block(&mut s, "recovery");
+    }
+    Ok(s)
+}
+
+/// Median rate per phase with min–max, ratio to the baseline, and device writes and flushes
+/// per operation: the numbers and the evidence for them in one table.
+fn evidence_table(s: &mut String, meta: &Meta, records: &[Record], w: &str, ls: &[String]) {
+    let b = &meta.baseline;
+    let unit = records
+        .iter()
+        .find(|r| r.workload == w)
+        .and_then(|r| r.phases.iter().find(|p| ls.contains(&p.label())))
+        .map(|p| p.unit.clone())
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "| target | phase | {unit}/s median (min–max) | ÷ {b} | dev writes/op | dev flushes/op |\n|---|---|--:|--:|--:|--:|"
+    );
+    for l in ls {
+        let n = normalize(
+            meta,
+            records,
+            w,
+            &[Column {
+                name: l.clone(),
+                value: Box::new(rate_of(l)),
+            }],
+        );
+        for (t, vals) in &n.rows {
+            let Some(Some((st, r))) = vals.first() else {
+                continue;
+            };
+            let per = |f| {
+                per_op_median(records, w, t, l, f)
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "—".into())
+            };
+            let _ = writeln!(
+                s,
+                "| {t} | {l} | {} ({}–{}) | {} | {} | {} |",
+                fmt_rate(st.median),
+                fmt_rate(st.min),
+                fmt_rate(st.max),
+                r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
+                per(Counters::device_writes),
+                per(Counters::device_flushes)
+            );
+        }
+    }
+}
+
+/// One series per target of the median rate (× `mult`) against the phase's swept parameter.
+fn series_over_param(
+    meta: &Meta,
+    records: &[Record],
+    w: &str,
+    phase_name: &str,
+    mult: f64,
+) -> Vec<plot::Series> {
+    series_with(meta, records, w, phase_name, &|p: &PhaseResult| {
+        Some(p.rate * mult)
+    })
+}
+
+fn series_with(
+    meta: &Meta,
+    records: &[Record],
+    w: &str,
+    phase_name: &str,
+    value: &dyn Fn(&PhaseResult) -> Option<f64>,
+) -> Vec<plot::Series> {
+    let mut out = Vec::new();
+    for t in &meta.targets {
+        let mut by_x: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in records
+            .iter()
+            .filter(|r| r.workload == w && &r.target == t && r.error.is_none())
+        {
+            for p in r.phases.iter().filter(|p| p.phase == phase_name) {
+                if let (Some(x), Some(v)) = (p.param, value(p)) {
+                    by_x.entry(x as u64).or_default().push(v);
+                }
+            }
+        }
+        if by_x.is_empty() {
+            continue;
+        }
+        let stats: Vec<(f64, Stat)> = by_x
+            .into_iter()
+            .filter_map(|(x, v)| Some((x as f64, Stat::of(&v)?)))
+            .collect();
+        out.push(plot::Series {
+            label: t.clone(),
+            points: stats.iter().map(|(x, s)| (*x, s.median)).collect(),
+            spread: Some(stats.iter().map(|(x, s)| (*x, s.min, s.max)).collect()),
+        });
+    }
+    out
+}
+
+fn bars(
+    s: &mut String,
+    dir: &Path,
+    meta: &Meta,
+    records: &[Record],
+    w: &str,
+    ls: &[String],
+    unit: &str,
+    mult: f64,
+) -> Result<()> {
+    let series: Vec<(String, Vec<Option<f64>>)> = meta
+        .targets
+        .iter()
+        .map(|t| {
+            let v = ls
+                .iter()
+                .map(|l| per_rep(records, w, t, &rate_of(l)).map(|st| st.median * mult))
+                .collect::<Vec<_>>();
+            (t.clone(), v)
+        })
+        .filter(|(_, v)| v.iter().any(Option::is_some))
+        .collect();
+    let file = format!("{w}.png");
+    plot::render_bars(
+        &plot::BarPlot {
+            title: format!("{w}: {unit} per phase (median)"),
+            y_label: unit.into(),
+            // Bars on a log axis exaggerate small differences; the papers' bars are linear.
+            y_log: false,
+            groups: ls.to_vec(),
+            series,
+        },
+        &dir.join(&file),
+    )?;
+    let _ = writeln!(s, "\n![{w}]({file})");
+    Ok(())
+}
+
+/// 000 §4.2 / Figures 1–4: one table and one plot per phase, throughput against file size.
+fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
+    let _ = writeln!(
+        s,
+        "\n### Microbenchmarks (000 Figures 1–4)\n\nMB/s (MiB/s) for create, read and overwrite, files/s for delete, per file size; cold cache before every phase."
+    );
+    for (ph, fig, unit) in [
+        ("create", "Fig. 3", "MiB/s"),
+        ("read", "Fig. 1", "MiB/s"),
+        ("overwrite", "Fig. 2", "MiB/s"),
+        ("delete", "Fig. 4", "files/s"),
+    ] {
+        let mbps = unit == "MiB/s";
+        let value = move |p: &PhaseResult| -> Option<f64> {
+            if mbps {
+                let size = p.param?;
+                (size > 0.0).then(|| p.rate * size / f64::from(1u32 << 20))
+            } else {
+                Some(p.rate)
+            }
+        };
+        let series = series_with(meta, records, "micro", ph, &value);
+        if series.is_empty() {
+            continue;
+        }
+        let sizes: Vec<f64> = {
+            let mut v: Vec<f64> = series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.0))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v.dedup();
+            v
+        };
+        let _ = writeln!(s, "\n#### {ph} ({fig}), {unit}\n");
+        let _ = writeln!(
+            s,
+            "| target | {} |",
+            sizes
+                .iter()
+                .map(|x| fmt_size(*x))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(s, "|---|{}", "--:|".repeat(sizes.len()));
+        for se in &series {
+            let cells: Vec<String> = sizes
+                .iter()
+                .map(|x| {
+                    se.points
+                        .iter()
+                        .find(|p| p.0 == *x)
+                        .map(|p| fmt_rate(p.1))
+                        .unwrap_or_else(|| "—".into())
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", se.label, cells.join(" | "));
+        }
+        let file = format!("micro-{ph}.png");
+        plot::render_line(
+            &plot::LinePlot {
+                title: format!("{ph} throughput vs file size (000 {fig})"),
+                x_label: "file size".into(),
+                y_label: unit.into(),
+                x_log: true,
+                y_log: true,
+                x_fmt: plot::XFormat::Bytes,
+                series: series
+                    .into_iter()
+                    .map(|mut se| {
+                        se.points.retain(|p| p.0 > 0.0);
+                        if let Some(sp) = &mut se.spread {
+                            sp.retain(|p| p.0 > 0.0);
+                        }
+                        se
+                    })
+                    .collect(),
+            },
+            &dir.join(&file),
+        )?;
+        let _ = writeln!(s, "\n![micro {ph}]({file})");
+    }
+    // Device writes per created file: why create rates differ.
+    let create_labels: Vec<String> = labels(records, "micro")
+        .into_iter()
+        .filter(|l| l.starts_with("create "))
+        .collect();
+    if !create_labels.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### Device writes per created file\n\n| target | {} |\n|---|{}",
+            create_labels
+                .iter()
+                .map(|l| l.trim_start_matches("create ").to_string())
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "--:|".repeat(create_labels.len())
+        );
+        for t in &meta.targets {
+            let cells: Vec<String> = create_labels
+                .iter()
+                .map(|l| {
+                    per_op_median(records, "micro", t, l, Counters::device_writes)
+                        .map(|v| format!("{v:.2}"))
+                        .unwrap_or_else(|| "—".into())
+                })
+                .collect();
+            if cells.iter().all(|c| c == "—") {
+                continue;
+            }
+            let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
+        }
+    }
+    claims_block(s, "micro");
+    Ok(())
+}
