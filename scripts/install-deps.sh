@@ -15,6 +15,9 @@ PKGS=(
     dpkg-dev build-essential autoconf automake libtool
     ca-certificates git procps kmod psmisc attr acl
     fonts-dejavu-core
+    # bench ssh build (000 §4.3.1): what OpenSSH's configure needs beyond build-essential;
+    # the tarball itself comes from `apt-get source openssh` (deb-src entries below).
+    libssl-dev zlib1g-dev libcrypt-dev
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }
