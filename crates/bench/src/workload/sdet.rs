@@ -565,11 +565,11 @@ mod tests {
 
     #[test]
     fn fixed_seed_gives_fixed_mix() {
-        // Pinned so a change to the generator that alters the work every target does is seen.
+        // Pinned so that a change to the generator, which changes the work every target does and
+        // so the comparability of results across versions, is a deliberate one.
         let a = generate(&Config::paper(), 42);
-        assert_eq!(a.counts, generate(&Config::paper(), 42).counts);
-        assert_eq!(a.counts.iter().sum::<u32>(), 150);
-        eprintln!("seed 42 mix: {:?}, {} entries", a.counts, a.entries);
+        assert_eq!(a.counts, [32, 10, 13, 20, 20, 8, 16, 14, 13, 4]);
+        assert_eq!(a.entries, 39);
     }
 
     #[test]
