@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 RELEASE := target/release
-# Extra arguments for `cairn-bench run`, e.g. BENCH_ARGS="--reps 5 --workloads create-unlink".
+# Extra arguments for `cairn bench run`, e.g. BENCH_ARGS="--reps 5 --workloads create-unlink".
 BENCH_ARGS ?=
 FUZZ_SECS ?= 60
 
@@ -27,9 +27,9 @@ demo: build
 test: deps
 	@bash scripts/test.sh
 
-# The docs/BENCHMARKS.md run: every target, every workload, 3 repetitions; results/<timestamp>/.
+# The docs/BENCHMARKS.md run: the paper suite on every target; results/<timestamp>/.
 bench: build
-	$(RELEASE)/cairn-bench run $(BENCH_ARGS)
+	$(RELEASE)/cairn bench run --suite paper $(BENCH_ARGS)
 
 # Fuzz each cargo-fuzz target for FUZZ_SECS seconds.
 fuzz: deps

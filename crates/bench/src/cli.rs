@@ -397,10 +397,9 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     };
     let params = a.sizes.params(a.suite);
 
-    let mut all_targets: Vec<String> = cairn_modes(&env.cairn)
-        .into_iter()
-        .map(|m| format!("cairn-{m}"))
-        .collect();
+    let modes = cairn_modes(&env.cairn);
+    let mut all_targets: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+    all_targets.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
     all_targets.extend(target::BASELINES.iter().map(|s| s.to_string()));
     let targets: Vec<TargetSpec> = list(&a.targets, all_targets)
         .iter()

@@ -137,6 +137,16 @@ impl Counters {
         sum
     }
 
+    /// Bytes written to the device.
+    pub fn device_write_bytes(&self) -> Option<f64> {
+        self.first(&["fs.device.bytes_written", "device.write_bytes"])
+    }
+
+    /// Bytes read from the device.
+    pub fn device_read_bytes(&self) -> Option<f64> {
+        self.first(&["fs.device.bytes_read", "device.read_bytes"])
+    }
+
     /// Milliseconds the block device was busy (requests in flight), when it is one.
     pub fn busy_ms(&self) -> Option<f64> {
         self.first(&["device.busy_ms", "block.device.busy_ms"])

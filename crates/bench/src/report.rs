@@ -135,6 +135,8 @@ pub struct Row {
     pub device_reads_per_op: Option<f64>,
     pub device_writes_per_op: Option<f64>,
     pub device_flushes_per_op: Option<f64>,
+    pub device_read_bytes_per_op: Option<f64>,
+    pub device_write_bytes_per_op: Option<f64>,
     pub fuse_requests_per_op: Option<f64>,
     pub failed_reps: usize,
     /// Why there is no number, when there is none.
@@ -210,6 +212,8 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
                     device_reads_per_op: median_of(&ok, Counters::device_reads),
                     device_writes_per_op: median_of(&ok, Counters::device_writes),
                     device_flushes_per_op: median_of(&ok, Counters::device_flushes),
+                    device_read_bytes_per_op: median_of(&ok, Counters::device_read_bytes),
+                    device_write_bytes_per_op: median_of(&ok, Counters::device_write_bytes),
                     fuse_requests_per_op: median_of(&ok, Counters::fuse_requests),
                     failed_reps,
                     missing,
@@ -365,10 +369,10 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         let _ = writeln!(s, "\n### {w}\n\n{desc}.\n");
         let _ = writeln!(
             s,
-            "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev flushes/op | FUSE req/op |",
+            "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev KiB written/op | dev flushes/op | FUSE req/op |",
             meta.baseline
         );
-        let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         for r in rows.iter().filter(|r| &r.workload == w) {
             let phase = if r.unit.is_empty() {
                 r.phase.clone()
@@ -384,7 +388,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                     };
                     let _ = writeln!(
                         s,
-                        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                         r.target,
                         failed,
                         phase,
@@ -394,6 +398,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                         fmt_opt(r.vs_baseline, |v| format!("{v:.2}")),
                         fmt_opt(r.device_reads_per_op, fmt_per_op),
                         fmt_opt(r.device_writes_per_op, fmt_per_op),
+                        fmt_opt(r.device_write_bytes_per_op, |b| fmt_per_op(b / 1024.0)),
                         fmt_opt(r.device_flushes_per_op, fmt_per_op),
                         fmt_opt(r.fuse_requests_per_op, fmt_per_op),
                     );
@@ -401,7 +406,11 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                 None => {
                     let why = r.missing.clone().unwrap_or_default().replace('|', "/");
                     let why: String = why.chars().take(160).collect();
-                    let _ = writeln!(s, "| {} | {} | *{}* | | | | | | | |", r.target, phase, why);
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | *{}* | | | | | | | | |",
+                        r.target, phase, why
+                    );
                 }
             }
         }
@@ -616,7 +625,7 @@ mod tests {
                 .starts_with("failed: mount")
         );
         let md = markdown(&meta, &records);
-        assert!(md.contains("| cairn-sync | create+unlink (files/s) | 200 | 100 | 300 | 0.10 | — | 4.00 | 2.00 | 2.00 |"), "{md}");
+        assert!(md.contains("| cairn-sync | create+unlink (files/s) | 200 | 100 | 300 | 0.10 | — | 4.00 | — | 2.00 | 2.00 |"), "{md}");
         assert!(
             md.contains("| fuse2fs | create+unlink (files/s) | *failed: mount / failed* |"),
             "{md}"

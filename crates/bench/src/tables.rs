@@ -110,7 +110,7 @@ fn ratio_table(s: &mut String, n: &Normalized, baseline: &str) {
         let cells: Vec<String> = vals
             .iter()
             .map(|v| match v {
-                Some((st, Some(r))) if st.n > 1 && st.min > 0.0 && st.median > 0.0 => {
+                Some((st, Some(r))) if st.min != st.max && st.min > 0.0 && st.median > 0.0 => {
                     // The spread of the ratio is the spread of the target's own repetitions.
                     format!(
                         "{r:.2} ({:.2}–{:.2})",
@@ -690,4 +690,201 @@ fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<
     }
     claims_block(s, "micro");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ph(phase: &str, unit: &str, ops: f64, secs: f64, param: Option<f64>) -> PhaseResult {
+        PhaseResult {
+            phase: phase.into(),
+            ops,
+            unit: unit.into(),
+            secs,
+            rate: ops / secs,
+            counters: None,
+            param,
+            extra: serde_json::Value::Null,
+        }
+    }
+
+    fn rec(workload: &str, target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
+        Record {
+            target: target.into(),
+            workload: workload.into(),
+            description: String::new(),
+            rep,
+            error: None,
+            phases,
+            notes: vec![],
+        }
+    }
+
+    fn meta(workloads: &[&str]) -> Meta {
+        Meta {
+            baseline: "cairn-async".into(),
+            targets: vec!["cairn-async".into(), "cairn-sync".into(), "ext4".into()],
+            workloads: workloads.iter().map(|w| w.to_string()).collect(),
+            ..Meta::default()
+        }
+    }
+
+    fn ssh(target: &str, rep: u32, unpack: f64, config: f64, build: f64) -> Record {
+        rec(
+            "ssh",
+            target,
+            rep,
+            vec![
+                ph("unpack", "s", 1.0, unpack, None),
+                ph("config", "s", 1.0, config, None),
+                ph("build", "s", 1.0, build, None),
+            ],
+        )
+    }
+
+    #[test]
+    fn elapsed_times_normalize_as_baseline_time_over_time() {
+        let m = meta(&["ssh"]);
+        let records = vec![
+            ssh("cairn-async", 1, 1.0, 10.0, 20.0),
+            ssh("cairn-async", 2, 1.0, 10.0, 20.0),
+            ssh("cairn-sync", 1, 8.0, 12.5, 20.0),
+            ssh("cairn-sync", 2, 4.0, 12.5, 20.0),
+        ];
+        let ls = ["unpack", "config", "build"].map(String::from).to_vec();
+        let mut cols: Vec<Column> = ls
+            .iter()
+            .map(|l| Column {
+                name: l.clone(),
+                value: Box::new(rate_of(l)),
+            })
+            .collect();
+        cols.push(Column {
+            name: "total".into(),
+            value: Box::new(total_rate(&ls)),
+        });
+        let n = normalize(&m, &records, "ssh", &cols);
+        let sync = &n.rows[1].1;
+        // unpack: median of 1/8 and 1/4 s⁻¹ is 0.1875; ÷ 1.0 → 0.1875 (= 1 s ÷ 5.33 s).
+        let (st, r) = sync[0].as_ref().unwrap();
+        assert_eq!(st.n, 2);
+        assert!((r.unwrap() - 0.1875).abs() < 1e-9);
+        assert!((sync[1].as_ref().unwrap().1.unwrap() - 0.8).abs() < 1e-9);
+        assert_eq!(sync[2].as_ref().unwrap().1, Some(1.0));
+        // total: 31 s against a median of 36.5 s (40.5 and 36.5 → rates averaged).
+        let total = sync[3].as_ref().unwrap().1.unwrap();
+        let expect = ((1.0 / 40.5 + 1.0 / 36.5) / 2.0) * 31.0;
+        assert!((total - expect).abs() < 1e-9, "{total} vs {expect}");
+        // ext4 has no records: its row exists but is empty and is left out of the table.
+        assert!(n.rows[2].1.iter().all(Option::is_none));
+        let mut s = String::new();
+        ratio_table(&mut s, &n, "cairn-async");
+        assert!(
+            s.contains("| cairn-async | 1.00 | 1.00 | 1.00 | 1.00 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| cairn-sync | 0.19 (0.12–0.25) | 0.80 | 1.00 |"),
+            "{s}"
+        );
+        assert!(!s.contains("ext4"), "{s}");
+    }
+
+    #[test]
+    fn rendering_fixed_records_gives_the_papers_tables_and_plots() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = meta(&[
+            "create-unlink",
+            "micro",
+            "ssh",
+            "sdet",
+            "postmark",
+            "recovery",
+        ]);
+        let mut records = vec![
+            rec(
+                "create-unlink",
+                "cairn-async",
+                1,
+                vec![ph("create+unlink", "files", 1000.0, 0.1, None)],
+            ),
+            rec(
+                "create-unlink",
+                "cairn-sync",
+                1,
+                vec![ph("create+unlink", "files", 1000.0, 1.0, None)],
+            ),
+            ssh("cairn-async", 1, 1.0, 10.0, 20.0),
+            ssh("ext4", 1, 0.5, 10.0, 20.0),
+            rec(
+                "postmark",
+                "cairn-async",
+                1,
+                vec![ph("run", "tx", 20_000.0, 4.0, None)],
+            ),
+            rec(
+                "recovery",
+                "cairn-sync",
+                1,
+                vec![
+                    ph("empty recover", "s", 1.0, 0.25, None),
+                    ph("empty fsck", "s", 1.0, 0.5, None),
+                ],
+            ),
+        ];
+        for t in ["cairn-async", "ext4"] {
+            let mut micro = vec![];
+            for size in [0.0, 4096.0, 1048576.0] {
+                micro.push(ph("create", "files", 100.0, 0.5, Some(size)));
+                micro.push(ph("delete", "files", 100.0, 0.25, Some(size)));
+            }
+            records.push(rec("micro", t, 1, micro));
+            let mut sdet = vec![];
+            for n in [1.0, 2.0, 4.0, 8.0] {
+                sdet.push(ph("scripts", "scripts", 10.0 * n, 36.0, Some(n)));
+            }
+            records.push(rec("sdet", t, 1, sdet));
+        }
+        let md = render(dir.path(), &m, &records).unwrap();
+        assert!(
+            md.contains("### 0-length create/delete (000 Table 4)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| cairn-sync | 1,000 (1,000–1,000) | 0.10 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| FFS-async | 10,800 | cairn-async, ext2 |"),
+            "{md}"
+        );
+        // ext4's unpack took half the time: 2.00 × cairn-async; total 30.5 s vs 31 s.
+        assert!(md.contains("| ext4 | 2.00 | 1.00 | 1.00 | 1.02 |"), "{md}");
+        assert!(md.contains("| FFS | 0.13 | 0.73 | 0.83 | 0.74 |"), "{md}");
+        // micro: 100 files of 1 MiB in 0.5 s = 200 MiB/s; 0-byte files have no MiB/s point.
+        assert!(md.contains("#### create (Fig. 3), MiB/s"), "{md}");
+        assert!(md.contains("| cairn-async | 0.78 | 200 |"), "{md}");
+        assert!(md.contains("| cairn-async | 400 | 400 | 400 |"), "{md}");
+        // SDET: 10 scripts in 36 s = 1,000 scripts/hour at N = 1.
+        assert!(md.contains("| scripts N=1 |"), "{md}");
+        assert!(
+            md.contains("| ext4 | 1,000 | 2,000 | 4,000 | 8,000 |"),
+            "{md}"
+        );
+        assert!(md.contains("| cairn-sync | 0.25 | 0.50 |"), "{md}");
+        for png in [
+            "micro-create.png",
+            "micro-delete.png",
+            "sdet.png",
+            "micro-read.png",
+        ]
+        .iter()
+        .take(3)
+        {
+            assert!(dir.path().join(png).is_file(), "{png}");
+        }
+        // No read phase in these records: no empty read plot either.
+        assert!(!dir.path().join("micro-read.png").exists());
+    }
 }

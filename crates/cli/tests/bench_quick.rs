@@ -1,0 +1,139 @@
+//! `cairn bench run --suite quick` end to end on cairn's async mode and kernel ext4: every
+//! workload of the paper suite must run on both and produce numbers, and the report must hold
+//! every paper table and plot. Speeds are never asserted (the machine is shared); that the
+//! harness works is.
+//!
+//! Needs root (loop devices, mounts) and /dev/fuse, like the benchmark itself; CI has both.
+
+use std::path::Path;
+use std::process::Command;
+
+fn can_run() -> bool {
+    nix::unistd::geteuid().is_root() && Path::new("/dev/fuse").exists()
+}
+
+#[test]
+fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
+    if !can_run() {
+        // Outside CI (no root): the suite cannot mount anything. CI runs as root.
+        eprintln!("bench_quick: needs root and /dev/fuse; skipped");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root"
+        );
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let scratch = Path::new("/var/tmp/cairn-bench-test");
+    let status = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "bench",
+            "run",
+            "--suite",
+            "quick",
+            "--targets",
+            "cairn-async,ext4",
+        ])
+        .args(["--no-progress", "--no-flush-rate", "--out"])
+        .arg(out.path())
+        .arg("--scratch")
+        .arg(scratch)
+        .status()
+        .unwrap();
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "cairn bench run failed ({status}):\n{summary}"
+    );
+
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("meta.json")).unwrap())
+            .unwrap();
+    let workloads: Vec<String> = meta["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    for w in [
+        "create-unlink",
+        "smallfile",
+        "largefile",
+        "micro",
+        "postmark",
+        "postmark-umbrella",
+        "postmark-large",
+        "ssh",
+        "netnews",
+        "sdet",
+        "recovery",
+    ] {
+        assert!(workloads.iter().any(|x| x == w), "suite lacks {w}");
+    }
+    let mut records = Vec::new();
+    for e in std::fs::read_dir(out.path()).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("rec-") {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+            records.push(v);
+        }
+    }
+    for w in &workloads {
+        for t in ["cairn-async", "ext4"] {
+            let r = records
+                .iter()
+                .find(|r| r["workload"] == w.as_str() && r["target"] == t)
+                .unwrap_or_else(|| panic!("no record of {w} on {t}"));
+            assert!(r["error"].is_null(), "{w} on {t} failed: {}", r["error"]);
+            let phases = r["phases"].as_array().unwrap();
+            assert!(!phases.is_empty(), "{w} on {t}: no phases");
+            for p in phases {
+                let rate = p["rate"].as_f64().unwrap();
+                assert!(
+                    rate.is_finite() && rate > 0.0,
+                    "{w} on {t}: phase {} has rate {rate}",
+                    p["phase"]
+                );
+            }
+        }
+    }
+    for heading in [
+        "000 Table 4",
+        "000 Figures 1–4",
+        "000 Table 5",
+        "000 Table 6",
+        "000 Figure 5",
+        "000 Table 7",
+        "004 Fig. 8",
+        "004 Fig. 9",
+        "002 Table III",
+    ] {
+        assert!(summary.contains(heading), "summary.md lacks {heading}");
+    }
+    for png in [
+        "micro-create.png",
+        "micro-read.png",
+        "micro-overwrite.png",
+        "micro-delete.png",
+        "sdet.png",
+        "smallfile.png",
+        "largefile.png",
+    ] {
+        let len = std::fs::metadata(out.path().join(png))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(len > 1000, "{png} missing or empty");
+    }
+
+    // `cairn bench report` re-renders the same tables from the JSON alone.
+    std::fs::remove_file(out.path().join("summary.md")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["bench", "report"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let again = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    assert_eq!(again, summary);
+}
