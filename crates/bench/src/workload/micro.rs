@@ -8,6 +8,7 @@
 //! turns files/s into MB/s with the size (`param`). Each 4 KiB block of a file starts with the
 //! file's number, the block's number and a generation, so the read phase catches a misplaced
 //! block and the overwrite is checked to have replaced the data.
+//! A 0-byte file's overwrite is an open and close: there is no data to rewrite.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
