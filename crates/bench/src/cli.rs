@@ -388,6 +388,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
             scratch.display()
         );
     }
+    target::cleanup_scratch(&scratch)?;
     let reps = a.reps.unwrap_or(a.suite.reps()).max(1);
     let image_size = a.image_size.unwrap_or(a.suite.image_size());
     let env = Env {

@@ -55,17 +55,22 @@ fn total_rate(labels: &[String]) -> impl Fn(&Record) -> Option<f64> + '_ {
     }
 }
 
+/// What a column shows of one record (one repetition of one target).
+pub type Value<'a> = Box<dyn Fn(&Record) -> Option<f64> + 'a>;
+
 /// One column of a normalized table.
 pub struct Column<'a> {
     pub name: String,
-    pub value: Box<dyn Fn(&Record) -> Option<f64> + 'a>,
+    pub value: Value<'a>,
 }
 
-/// A computed table: per target, per column, the stat of values and its ratio to the baseline.
+/// One cell: the stat over repetitions and its median's ratio to the baseline's median.
+pub type Cell = Option<(Stat, Option<f64>)>;
+
+/// A computed table: per target, per column, one cell.
 pub struct Normalized {
     pub columns: Vec<String>,
-    /// target -> per column (stat, ratio to baseline median).
-    pub rows: Vec<(String, Vec<Option<(Stat, Option<f64>)>>)>,
+    pub rows: Vec<(String, Vec<Cell>)>,
 }
 
 pub fn normalize(meta: &Meta, records: &[Record], workload: &str, cols: &[Column]) -> Normalized {
@@ -390,7 +395,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
             "fraction of the phase the device had I/O in flight",
             &|v| format!("{:.0}%", v * 100.0),
         );
-        bars(&mut s, dir, meta, records, "smallfile", &ls, "files/s", 1.0)?;
+        bars(&mut s, dir, meta, records, "smallfile", &ls, "files/s")?;
         claims_block(&mut s, "smallfile");
     }
 
@@ -398,7 +403,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         let ls = labels(records, "largefile");
         let _ = writeln!(s, "\n### Large file (004 Fig. 9)\n");
         evidence_table(&mut s, meta, records, "largefile", &ls);
-        bars(&mut s, dir, meta, records, "largefile", &ls, "MiB/s", 1.0)?;
+        bars(&mut s, dir, meta, records, "largefile", &ls, "MiB/s")?;
         claims_block(&mut s, "largefile");
     }
 
@@ -545,7 +550,6 @@ fn bars(
     w: &str,
     ls: &[String],
     unit: &str,
-    mult: f64,
 ) -> Result<()> {
     let series: Vec<(String, Vec<Option<f64>>)> = meta
         .targets
@@ -553,7 +557,7 @@ fn bars(
         .map(|t| {
             let v = ls
                 .iter()
-                .map(|l| per_rep(records, w, t, &rate_of(l)).map(|st| st.median * mult))
+                .map(|l| per_rep(records, w, t, &rate_of(l)).map(|st| st.median))
                 .collect::<Vec<_>>();
             (t.clone(), v)
         })

@@ -669,6 +669,19 @@ fn make_sparse(image: &Path, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// Releases and deletes everything an interrupted earlier run (Ctrl-C, a killed benchmark) left
+/// in the scratch directory: mounts, loop devices, images.
+pub fn cleanup_scratch(scratch: &Path) -> Result<()> {
+    for e in fs::read_dir(scratch)?.flatten() {
+        let p = e.path();
+        if p.join("fs.img").exists() || p.join("mnt").exists() {
+            cleanup_stale(&p);
+            fs::remove_dir_all(&p).with_context(|| format!("removing stale {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Forcibly releases whatever an interrupted earlier run left under `root`: mounts (lazy
 /// unmount, topmost first) and loop devices backed by its image.
 fn cleanup_stale(root: &Path) {

@@ -18,6 +18,7 @@ pub mod largefile;
 pub mod micro;
 pub mod netnews;
 pub mod recovery;
+mod rng;
 pub mod sdet;
 pub mod ssh;
 

@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::largefile::SplitMix64;
+use super::rng::SplitMix64;
 use super::{PhaseResult, Stage, measure};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
