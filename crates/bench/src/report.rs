@@ -41,6 +41,9 @@ pub struct Meta {
     pub cpus: Vec<usize>,
     pub pinned: bool,
     pub reps: u32,
+    /// Repetitions each workload ran (the paper suite repeats only the short ones).
+    #[serde(default)]
+    pub reps_per_workload: BTreeMap<String, u32>,
     pub image_size: u64,
     pub scratch: String,
     pub scratch_fs: String,
@@ -325,7 +328,16 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     let _ = writeln!(
         s,
         "- {} repetition(s), fresh {} image per workload on {} ({}); ratios are to `{}` in this run",
-        meta.reps,
+        if meta.reps_per_workload.values().any(|r| *r != meta.reps) {
+            let v: Vec<String> = meta
+                .reps_per_workload
+                .iter()
+                .map(|(w, r)| format!("{w} {r}"))
+                .collect();
+            format!("up to {} ({})", meta.reps, v.join(", "))
+        } else {
+            meta.reps.to_string()
+        },
         fmt_bytes(meta.image_size),
         meta.scratch,
         meta.scratch_fs,

@@ -78,11 +78,14 @@ impl Config {
         )
     }
 
-    /// Files used for `size`: enough for `data_bytes`, at least `min_files`. A 0-byte file
-    /// moves no data, so it gets the 1 KiB count (the paper's smallest nonzero size).
+    /// Files used for `size`: enough for `data_bytes`, at least `min_files`. 0-byte files
+    /// never add up to `data_bytes`, so they get the floor, `min_files` (their create and
+    /// delete rates are the 0-length create/delete benchmark's, measured over 50,000 files).
     pub fn files_for(&self, size: u64) -> u64 {
-        let unit = if size == 0 { KIB } else { size };
-        self.data_bytes.div_ceil(unit).max(self.min_files)
+        if size == 0 {
+            return self.min_files;
+        }
+        self.data_bytes.div_ceil(size).max(self.min_files)
     }
 
     pub fn dirs_for(&self, size: u64) -> u64 {
@@ -304,7 +307,7 @@ mod tests {
         assert_eq!(p.sizes.len(), 16);
         assert_eq!(p.sizes[9], 104 * KIB);
         assert_eq!(*p.sizes.last().unwrap(), 4 * MIB);
-        assert_eq!(p.files_for(0), 131_072);
+        assert_eq!(p.files_for(0), 512);
         assert_eq!(p.files_for(KIB), 131_072);
         assert_eq!(p.files_for(4 * KIB), 32_768);
         assert_eq!(p.files_for(96 * KIB), 1366); // ceil(128 MiB / 96 KiB)
@@ -376,7 +379,7 @@ mod tests {
             assert_eq!(p.extra["bytes"], files * size);
             assert!(p.rate > 0.0);
         }
-        assert_eq!(r[0].ops, 196.0); // size 0 uses the 1 KiB count: ceil(200,000 / 1024)
+        assert_eq!(r[0].ops, cfg.min_files as f64); // size 0 uses the floor
         assert_eq!(r[12].ops, 7.0);
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
     }

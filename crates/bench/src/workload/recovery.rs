@@ -41,7 +41,7 @@ impl Config {
         let n = |x: f64, min: u64| ((x * scale).round() as u64).max(min);
         Config {
             recent_files: n(1000.0, 20),
-            fill_files: n(100_000.0, 200),
+            fill_files: n(50_000.0, 200),
             fill_file_size: 16 << 10,
             per_dir: 100,
             fill_fraction: 0.85,
@@ -187,7 +187,7 @@ mod tests {
     fn scaled_counts() {
         let p = Config::paper();
         assert_eq!(p.recent_files, 1000);
-        assert_eq!(p.fill_files, 100_000);
+        assert_eq!(p.fill_files, 50_000);
         assert_eq!(Config::scaled(1.0), p);
         let q = Config::scaled(0.001);
         assert_eq!(q.recent_files, 20);
