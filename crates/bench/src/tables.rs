@@ -58,6 +58,34 @@ fn total_rate(labels: &[String]) -> impl Fn(&Record) -> Option<f64> + '_ {
 /// What a column shows of one record (one repetition of one target).
 pub type Value<'a> = Box<dyn Fn(&Record) -> Option<f64> + 'a>;
 
+/// One rate column per phase label, plus the papers' "total" (1 / summed time) if asked.
+fn rate_columns(ls: &[String], total: bool) -> Vec<Column<'_>> {
+    let mut cols: Vec<Column> = ls
+        .iter()
+        .map(|l| Column {
+            name: l.clone(),
+            value: Box::new(rate_of(l)),
+        })
+        .collect();
+    if total {
+        cols.push(Column {
+            name: "total".into(),
+            value: Box::new(total_rate(ls)),
+        });
+    }
+    cols
+}
+
+/// One elapsed-seconds column per phase label.
+fn secs_columns(ls: &[String]) -> Vec<Column<'_>> {
+    ls.iter()
+        .map(|l| Column {
+            name: l.clone(),
+            value: Box::new(move |r: &Record| phase(r, l).map(|p| p.secs)),
+        })
+        .collect()
+}
+
 /// One column of a normalized table.
 pub struct Column<'a> {
     pub name: String,
@@ -274,30 +302,16 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 
     if has(meta, "ssh") {
         let ls = ["unpack", "config", "build"].map(String::from).to_vec();
-        let mut cols: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(rate_of(l)),
-            })
-            .collect();
-        cols.push(Column {
-            name: "total".into(),
-            value: Box::new(total_rate(&ls)),
-        });
         let _ = writeln!(s, "\n### ssh build (000 Table 5)\n");
-        ratio_table(&mut s, &normalize(meta, records, "ssh", &cols), b);
+        ratio_table(
+            &mut s,
+            &normalize(meta, records, "ssh", &rate_columns(&ls, true)),
+            b,
+        );
         let _ = writeln!(s, "\nSeconds per phase:\n");
-        let secs: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(move |r: &Record| phase(r, l).map(|p| p.secs)),
-            })
-            .collect();
         absolute_table(
             &mut s,
-            &normalize(meta, records, "ssh", &secs),
+            &normalize(meta, records, "ssh", &secs_columns(&ls)),
             "seconds",
             &|v| format!("{v:.1}"),
         );
@@ -308,19 +322,12 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 
     if has(meta, "netnews") {
         let ls = ["unbatch", "expire"].map(String::from).to_vec();
-        let mut cols: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(rate_of(l)),
-            })
-            .collect();
-        cols.push(Column {
-            name: "total".into(),
-            value: Box::new(total_rate(&ls)),
-        });
         let _ = writeln!(s, "\n### Netnews (000 Table 6)\n");
-        ratio_table(&mut s, &normalize(meta, records, "netnews", &cols), b);
+        ratio_table(
+            &mut s,
+            &normalize(meta, records, "netnews", &rate_columns(&ls, true)),
+            b,
+        );
         let _ = writeln!(s, "\nFiles per second and device writes per file:\n");
         evidence_table(&mut s, meta, records, "netnews", &ls);
         for p in published::for_workload("netnews") {
@@ -330,14 +337,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 
     if has(meta, "sdet") {
         let ls: Vec<String> = labels(records, "sdet");
-        let cols: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(rate_of(l)),
-            })
-            .collect();
-        let n = normalize(meta, records, "sdet", &cols);
+        let n = normalize(meta, records, "sdet", &rate_columns(&ls, false));
         let _ = writeln!(s, "\n### SDET (000 Figure 5)\n\nScripts per hour:\n");
         absolute_table(&mut s, &n, "scripts/hour", &|v| fmt_rate(v * 3600.0));
         let _ = writeln!(s, "\nNormalized:\n");
@@ -413,13 +413,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 
     if has(meta, "recovery") {
         let ls = labels(records, "recovery");
-        let secs: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(move |r: &Record| phase(r, l).map(|p| p.secs)),
-            })
-            .collect();
+        let secs = secs_columns(&ls);
         let _ = writeln!(
             s,
             "\n### Recovery time (002 Table III, 004 Table III)\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n"
@@ -759,18 +753,7 @@ mod tests {
             ssh("cairn-sync", 2, 4.0, 12.5, 20.0),
         ];
         let ls = ["unpack", "config", "build"].map(String::from).to_vec();
-        let mut cols: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(rate_of(l)),
-            })
-            .collect();
-        cols.push(Column {
-            name: "total".into(),
-            value: Box::new(total_rate(&ls)),
-        });
-        let n = normalize(&m, &records, "ssh", &cols);
+        let n = normalize(&m, &records, "ssh", &rate_columns(&ls, true));
         let sync = &n.rows[1].1;
         // unpack: median of 1/8 and 1/4 s⁻¹ is 0.1875; ÷ 1.0 → 0.1875 (= 1 s ÷ 5.33 s).
         let (st, r) = sync[0].as_ref().unwrap();

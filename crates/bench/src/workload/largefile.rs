@@ -267,14 +267,6 @@ mod tests {
     use super::*;
     use crate::workload::PlainDir;
 
-    fn plain(dir: &Path) -> PlainDir {
-        PlainDir {
-            dir: dir.to_path_buf(),
-            source: None,
-            drop_caches: false,
-        }
-    }
-
     #[test]
     fn paper_and_scaled_sizes() {
         let p = Config::paper();
@@ -326,7 +318,7 @@ mod tests {
         c.io_size = 8;
         assert!(c.check().is_err());
         let d = tempfile::tempdir().unwrap();
-        assert!(run(&mut plain(d.path()), &c).is_err());
+        assert!(run(&mut PlainDir::new(d.path()), &c).is_err());
     }
 
     #[test]
@@ -338,7 +330,7 @@ mod tests {
             seq_chunk: 5 * 4096,
             seed: 3,
         };
-        let r = run(&mut plain(d.path()), &cfg).unwrap();
+        let r = run(&mut PlainDir::new(d.path()), &cfg).unwrap();
         let names: Vec<_> = r.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(
             names,

@@ -292,14 +292,6 @@ mod tests {
     use super::*;
     use crate::workload::PlainDir;
 
-    fn plain(dir: &Path) -> PlainDir {
-        PlainDir {
-            dir: dir.to_path_buf(),
-            source: None,
-            drop_caches: false,
-        }
-    }
-
     #[test]
     fn paper_counts_follow_the_128_mib_or_512_files_rule() {
         let p = Config::paper();
@@ -366,7 +358,7 @@ mod tests {
             min_files: 7,
             per_dir: 5,
         };
-        let r = run(&mut plain(d.path()), &cfg).unwrap();
+        let r = run(&mut PlainDir::new(d.path()), &cfg).unwrap();
         assert_eq!(r.len(), 16);
         let phases: Vec<_> = r[..4].iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(phases, ["create", "read", "overwrite", "delete"]);
@@ -415,6 +407,6 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut cfg = Config::scaled(0.001);
         cfg.sizes.clear();
-        assert!(run(&mut plain(d.path()), &cfg).is_err());
+        assert!(run(&mut PlainDir::new(d.path()), &cfg).is_err());
     }
 }

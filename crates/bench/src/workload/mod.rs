@@ -82,6 +82,17 @@ pub struct PlainDir {
     pub drop_caches: bool,
 }
 
+impl PlainDir {
+    /// A directory with no counters whose "cold cache" is a no-op (tests, dry runs).
+    pub fn new(dir: &Path) -> PlainDir {
+        PlainDir {
+            dir: dir.to_path_buf(),
+            source: None,
+            drop_caches: false,
+        }
+    }
+}
+
 impl Stage for PlainDir {
     fn dir(&self) -> PathBuf {
         self.dir.clone()
@@ -767,18 +778,10 @@ pub fn flush_rate(dir: &Path, max_iters: u64, max_secs: f64) -> Result<FlushRate
 mod tests {
     use super::*;
 
-    fn plain(dir: &Path) -> PlainDir {
-        PlainDir {
-            dir: dir.to_path_buf(),
-            source: None,
-            drop_caches: false,
-        }
-    }
-
     #[test]
     fn metadata_workloads_run_and_leave_the_directory_empty() {
         let d = tempfile::tempdir().unwrap();
-        let mut st = plain(d.path());
+        let mut st = PlainDir::new(d.path());
         let r = Workload::CreateUnlink { files: 200 }.run(&mut st).unwrap();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].ops, 200.0);
@@ -808,7 +811,7 @@ mod tests {
     #[test]
     fn seq_round_trip_and_corruption_is_caught() {
         let d = tempfile::tempdir().unwrap();
-        let mut st = plain(d.path());
+        let mut st = PlainDir::new(d.path());
         let r = Workload::Seq {
             bytes: 3 * 65536 + 100,
             chunk: 65536,
@@ -874,7 +877,7 @@ mod tests {
             return;
         }
         let d = tempfile::tempdir().unwrap();
-        let mut st = plain(d.path());
+        let mut st = PlainDir::new(d.path());
         let w = Workload::Postmark {
             variant: "postmark".into(),
             cfg: PostmarkConfig {

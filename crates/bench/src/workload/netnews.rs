@@ -566,15 +566,6 @@ pub fn run(stage: &mut dyn Stage, cfg: &Config) -> Result<Vec<PhaseResult>> {
 mod tests {
     use super::*;
     use crate::workload::PlainDir;
-    use std::path::Path;
-
-    fn plain(dir: &Path) -> PlainDir {
-        PlainDir {
-            dir: dir.to_path_buf(),
-            source: None,
-            drop_caches: false,
-        }
-    }
 
     #[test]
     fn paper_plan_has_the_papers_shape() {
@@ -674,14 +665,14 @@ mod tests {
         c.sigma = f64::NAN;
         assert!(Plan::new(&c).is_err());
         let d = tempfile::tempdir().unwrap();
-        assert!(run(&mut plain(d.path()), &c).is_err());
+        assert!(run(&mut PlainDir::new(d.path()), &c).is_err());
     }
 
     #[test]
     fn runs_end_to_end_and_checks_the_spool() {
         let d = tempfile::tempdir().unwrap();
         let cfg = Config::scaled(0.002);
-        let r = run(&mut plain(d.path()), &cfg).unwrap();
+        let r = run(&mut PlainDir::new(d.path()), &cfg).unwrap();
         let names: Vec<_> = r.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(names, ["populate", "unbatch", "expire"]);
         assert_eq!(r[0].ops, cfg.initial_files as f64);

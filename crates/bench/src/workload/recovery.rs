@@ -198,11 +198,7 @@ mod tests {
     #[test]
     fn a_plain_directory_cannot_crash() {
         let d = tempfile::tempdir().unwrap();
-        let mut st = super::super::PlainDir {
-            dir: d.path().to_path_buf(),
-            source: None,
-            drop_caches: false,
-        };
+        let mut st = super::super::PlainDir::new(d.path());
         let e = run(&mut st, &Config::scaled(0.001)).unwrap_err();
         assert!(format!("{e:#}").contains("crash"), "{e:#}");
     }
