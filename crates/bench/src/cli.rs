@@ -99,15 +99,40 @@ impl SizeArgs {
 
 /// Workloads that take seconds per target. They are also the ones that run on the loop-device
 /// variants of cairn's modes when targets are not named (`--targets all`): those variants
-/// differ from the image-file ones only in the device path, which the small-file, large-file,
-/// create/delete and PostMark numbers (and the device busy time) show.
-const LIGHT: &[&str] = &[
-    "create-unlink",
-    "smallfile",
-    "largefile",
-    "postmark",
-    "postmark-umbrella",
-];
+/// differ from the image-file ones only in the device path, which the small-file, large-file
+/// and create/delete numbers (and the device busy time) show.
+const LIGHT: &[&str] = &["create-unlink", "smallfile", "largefile"];
+
+/// Which targets a workload runs on when targets are not named (`--targets all`): the systems
+/// its paper compared, by their analogues here, plus the peers where they answer a question
+/// the workload asks. Everything runs the short workloads; the FFS-variant macrobenchmarks
+/// (000) run on cairn's modes and the kernel file systems (and fuse2fs, the FUSE peer, where
+/// the question is "what does a whole job cost"); 003's PostMark compares the policy layer
+/// with ext2 and mergerfs. This keeps the paper suite under 90 minutes; name targets to run
+/// any workload on any of them.
+fn in_default_set(workload: &str, kind: &Kind) -> bool {
+    let loopdev = matches!(kind, Kind::Cairn { loopdev: true, .. });
+    let ffs_like = matches!(
+        kind,
+        Kind::Cairn { .. } | Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs
+    );
+    match workload {
+        w if LIGHT.contains(&w) => true,
+        _ if loopdev => false,
+        "postmark" => true,
+        "postmark-umbrella" => {
+            matches!(kind, Kind::Cairn { mode, .. } if mode == "async")
+                || matches!(kind, Kind::Ext2 | Kind::Passthrough | Kind::Mergerfs)
+        }
+        "micro" | "postmark-large" => ffs_like,
+        "ssh" | "netnews" | "sdet" => ffs_like || matches!(kind, Kind::Fuse2fs),
+        "recovery" => {
+            (ffs_like && !matches!(kind, Kind::Ext4 { sync: true }))
+                || matches!(kind, Kind::Fuse2fs)
+        }
+        _ => true,
+    }
+}
 
 /// A named set of workloads, sizes and repetitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -519,10 +544,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         .filter(|t| !meta.skipped.contains_key(&t.name))
         .collect();
     let runs_on = |w: &Workload, t: &TargetSpec| {
-        w.applies_to(t)
-            && !(all
-                && matches!(t.kind, Kind::Cairn { loopdev: true, .. })
-                && !LIGHT.contains(&w.name()))
+        w.applies_to(t) && (!all || in_default_set(w.name(), &t.kind))
     };
     let total: u64 = workloads
         .iter()
@@ -712,6 +734,30 @@ mod tests {
             ["sync", "softdep"]
         );
         assert!(parse_modes("").is_empty());
+    }
+
+    #[test]
+    fn default_sets_follow_the_papers_comparisons() {
+        let k = |n: &str| TargetSpec::parse(n).unwrap().kind;
+        for w in LIGHT {
+            assert!(in_default_set(w, &k("cairn-sync@loop")) && in_default_set(w, &k("mergerfs")));
+        }
+        assert!(
+            in_default_set("micro", &k("cairn-sync")) && in_default_set("micro", &k("xfs-logdev"))
+        );
+        assert!(
+            !in_default_set("micro", &k("mergerfs"))
+                && !in_default_set("micro", &k("cairn-sync@loop"))
+        );
+        assert!(in_default_set("postmark-umbrella", &k("passthrough")));
+        assert!(!in_default_set("postmark-umbrella", &k("cairn-sync")));
+        assert!(in_default_set("ssh", &k("fuse2fs")) && !in_default_set("ssh", &k("passthrough")));
+        assert!(
+            !in_default_set("recovery", &k("ext4-sync")) && in_default_set("recovery", &k("ext2"))
+        );
+        assert_eq!(Suite::Paper.reps("smallfile"), 3);
+        assert_eq!(Suite::Paper.reps("micro"), 1);
+        assert_eq!(Suite::Quick.reps("smallfile"), 1);
     }
 
     #[test]

@@ -34,7 +34,8 @@ fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
             "--targets",
             "cairn-async,ext4",
         ])
-        .args(["--no-progress", "--no-flush-rate", "--out"])
+        // Unpinned: the test asserts no speeds, and the caller's placement stays in force.
+        .args(["--no-progress", "--no-flush-rate", "--cpu", "none", "--out"])
         .arg(out.path())
         .arg("--scratch")
         .arg(scratch)

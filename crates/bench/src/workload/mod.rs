@@ -236,14 +236,15 @@ impl PostmarkConfig {
         }
     }
 
-    /// A file set (~1 GiB) four times cairn's default 256 MiB buffer cache, so metadata and
-    /// data are evicted and re-read during the transactions (the regime of 000 §5.2.2's news
-    /// server, where soft updates' rollbacks cost writes).
+    /// The Seltzer configuration with a file set (50,000 files, ~400 MB) larger than cairn's
+    /// default 256 MiB buffer cache, so metadata and data are evicted and re-read during the
+    /// transactions (the regime of 000 §5.2.2's news server, where soft updates' rollbacks
+    /// cost writes).
     pub fn large() -> PostmarkConfig {
         PostmarkConfig {
-            files: 30_000,
-            transactions: 30_000,
-            ..PostmarkConfig::umbrella()
+            files: 50_000,
+            transactions: 50_000,
+            ..PostmarkConfig::seltzer()
         }
     }
 
