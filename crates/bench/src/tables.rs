@@ -245,8 +245,13 @@ fn per_op_median(
     per_rep(records, workload, target, &|r| phase(r, label)?.per_op(f)).map(|s| s.median)
 }
 
-fn has(meta: &Meta, w: &str) -> bool {
+/// Whether the run has numbers for workload `w` (a run cut short, or one whose every
+/// repetition of `w` failed, gets no empty table).
+fn has(meta: &Meta, records: &[Record], w: &str) -> bool {
     meta.workloads.iter().any(|x| x == w)
+        && records
+            .iter()
+            .any(|r| r.workload == w && r.error.is_none() && !r.phases.is_empty())
 }
 
 /// Every paper table this run has data for, as Markdown; plots are written into `dir`.
@@ -258,7 +263,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         "\n## The papers' tables\n\nNormalized as the papers do: throughput ÷ `{b}`'s, or `{b}`'s time ÷ time, so > 1 is faster than `{b}` either way. In parentheses: the spread of the target's own repetitions."
     );
 
-    if has(meta, "create-unlink") {
+    if has(meta, records, "create-unlink") {
         let l = "create+unlink".to_string();
         let n = normalize(
             meta,
@@ -296,11 +301,11 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         }
     }
 
-    if has(meta, "micro") {
+    if has(meta, records, "micro") {
         micro(&mut s, dir, meta, records)?;
     }
 
-    if has(meta, "ssh") {
+    if has(meta, records, "ssh") {
         let ls = ["unpack", "config", "build"].map(String::from).to_vec();
         let _ = writeln!(s, "\n### ssh build (000 Table 5)\n");
         ratio_table(
@@ -320,7 +325,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         }
     }
 
-    if has(meta, "netnews") {
+    if has(meta, records, "netnews") {
         let ls = ["unbatch", "expire"].map(String::from).to_vec();
         let _ = writeln!(s, "\n### Netnews (000 Table 6)\n");
         ratio_table(
@@ -335,7 +340,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         }
     }
 
-    if has(meta, "sdet") {
+    if has(meta, records, "sdet") {
         let ls: Vec<String> = labels(records, "sdet");
         let n = normalize(meta, records, "sdet", &rate_columns(&ls, false));
         let _ = writeln!(s, "\n### SDET (000 Figure 5)\n\nScripts per hour:\n");
@@ -364,7 +369,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         ("postmark-umbrella", "003 §4.3"),
         ("postmark-large", "a file set 4× cairn's buffer cache"),
     ] {
-        if !has(meta, w) {
+        if !has(meta, records, w) {
             continue;
         }
         let _ = writeln!(s, "\n### PostMark: {w} ({src})\n");
@@ -375,7 +380,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         claims_block(&mut s, w);
     }
 
-    if has(meta, "smallfile") {
+    if has(meta, records, "smallfile") {
         let ls = ["create", "read", "delete"].map(String::from).to_vec();
         let _ = writeln!(s, "\n### Small files (004 Fig. 8)\n");
         evidence_table(&mut s, meta, records, "smallfile", &ls);
@@ -403,7 +408,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         claims_block(&mut s, "smallfile");
     }
 
-    if has(meta, "largefile") {
+    if has(meta, records, "largefile") {
         let ls = labels(records, "largefile");
         let _ = writeln!(s, "\n### Large file (004 Fig. 9)\n");
         evidence_table(&mut s, meta, records, "largefile", &ls);
@@ -411,7 +416,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         claims_block(&mut s, "largefile");
     }
 
-    if has(meta, "recovery") {
+    if has(meta, records, "recovery") {
         let ls = labels(records, "recovery");
         let secs = secs_columns(&ls);
         let _ = writeln!(
