@@ -320,7 +320,8 @@ impl Mounted {
     /// (everything it had not written is lost, as in a power cut of a user-space file system);
     /// a kernel file system is shut down with FS_IOC_SHUTDOWN without flushing its log
     /// (`xfs_io -x -c "shutdown"`, what xfstests uses to simulate a crash), then unmounted.
-    /// Afterwards the target is unmounted and [`Mounted::recover`] brings it back.
+    /// Afterwards the target is unmounted, every cache is dropped (as a machine crash would)
+    /// and [`Mounted::recover`] brings it back.
     pub fn crash(&mut self) -> Result<()> {
         match &self.spec.kind {
             Kind::Fuse2fs | Kind::Cairn { .. } => {
@@ -350,7 +351,9 @@ impl Mounted {
             }
         }
         self.mounted = false;
-        Ok(())
+        // A machine crash takes the page cache with it: recovery reads the device, not the
+        // host's cached copy of the image (which would make a full scan look free).
+        sys::drop_caches()
     }
 
     /// What an administrator runs after a crash until the file system is mounted and usable:
@@ -387,10 +390,12 @@ impl Mounted {
         Ok(procedure)
     }
 
-    /// A full, read-only consistency check of the unmounted file system (the scan an FFS needs
-    /// after a crash; 002 Table III), then mounts it again.
+    /// A full, read-only consistency check of the unmounted file system with a cold cache (the
+    /// scan an FFS needs after a crash; 002 Table III), then mounts it again.
     pub fn fsck(&mut self) -> Result<()> {
         self.unmount()?;
+        // Cold, as after a crash: the check reads what is on the device.
+        sys::drop_caches()?;
         match &self.spec.kind {
             Kind::Ext4 { .. } | Kind::Ext2 | Kind::Fuse2fs => {
                 fsck_status(Command::new("e2fsck").args(["-f", "-n"]).arg(self.device()))?;
