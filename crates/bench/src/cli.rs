@@ -495,6 +495,8 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         }
     }
     if let Some(v) = tool_version(&env.cairn, &["--version"]) {
+        // `cairn --version` prints "cairn 0.1.0"; the table already names the tool.
+        let v = v.strip_prefix("cairn ").map(str::to_string).unwrap_or(v);
         tool_versions.insert("cairn".to_string(), v);
     }
     let mut meta = Meta {

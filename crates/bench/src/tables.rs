@@ -368,7 +368,10 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     for (w, src) in [
         ("postmark", "000 Table 7, 002 Table I"),
         ("postmark-umbrella", "003 §4.3"),
-        ("postmark-large", "a file set 4× cairn's buffer cache"),
+        (
+            "postmark-large",
+            "a file set larger than cairn's buffer cache",
+        ),
     ] {
         if !has(meta, records, w) {
             continue;
