@@ -62,5 +62,5 @@ echo
 echo "== summary (rates per second; device writes/flushes and FUSE requests per operation)"
 cat "$summary"
 echo
-echo "cairn demo: done. Full comparison with ext4, fuse2fs and mergerfs: make bench (docs/BENCHMARKS.md)."
+echo "cairn demo: done. The papers' benchmarks beside ext4, ext2, xfs, fuse2fs and mergerfs: cairn bench run --suite paper (docs/BENCHMARKS.md)."
 exit $status

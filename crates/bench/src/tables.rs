@@ -264,38 +264,14 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     );
 
     if has(meta, records, "create-unlink") {
-        let l = "create+unlink".to_string();
-        let n = normalize(
+        let _ = writeln!(s, "\n### 0-length create/delete (000 Table 4)\n");
+        evidence_table(
+            &mut s,
             meta,
             records,
             "create-unlink",
-            &[Column {
-                name: "files/s".into(),
-                value: Box::new(rate_of(&l)),
-            }],
+            &["create+unlink".to_string()],
         );
-        let _ = writeln!(
-            s,
-            "\n### 0-length create/delete (000 Table 4)\n\n| target | files/s median (min–max) | ÷ {b} | device writes/op | flushes/op |\n|---|--:|--:|--:|--:|"
-        );
-        for (t, vals) in &n.rows {
-            let Some(Some((st, r))) = vals.first() else {
-                continue;
-            };
-            let per = |f| {
-                per_op_median(records, "create-unlink", t, &l, f)
-                    .map(|v| format!("{v:.2}"))
-                    .unwrap_or_else(|| "—".into())
-            };
-            let _ = writeln!(
-                s,
-                "| {t} | {} | {} | {} | {} |",
-                fmt_stat(st, &fmt_rate),
-                r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
-                per(Counters::device_writes),
-                per(Counters::device_flushes)
-            );
-        }
         for p in published::for_workload("create-unlink") {
             published_block(&mut s, p);
         }
@@ -849,7 +825,10 @@ mod tests {
             md.contains("### 0-length create/delete (000 Table 4)"),
             "{md}"
         );
-        assert!(md.contains("| cairn-sync | 1,000 | 0.10 |"), "{md}");
+        assert!(
+            md.contains("| cairn-sync | create+unlink | 1,000 | 0.10 |"),
+            "{md}"
+        );
         assert!(
             md.contains("| FFS-async | 10,800 | cairn-async, ext2 |"),
             "{md}"

@@ -10,7 +10,7 @@
 //! every block.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
-use super::{PhaseResult, Stage, measure};
+use super::{PhaseResult, Stage, measure, read_full};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -183,16 +183,8 @@ fn seq_read(path: &Path, cfg: &Config, generation: u64) -> Result<serde_json::Va
     let mut scratch = vec![0u8; io];
     let mut blk = 0;
     loop {
-        let mut got = 0;
-        while got < buf.len() {
-            let n = f
-                .read(&mut buf[got..])
-                .with_context(|| format!("read {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
+        let got =
+            read_full(&mut f, &mut buf).with_context(|| format!("read {}", path.display()))?;
         if got == 0 {
             break;
         }

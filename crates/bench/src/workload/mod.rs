@@ -681,22 +681,27 @@ fn seq_write(path: &Path, bytes: u64, chunk: usize) -> Result<serde_json::Value>
     Ok(serde_json::Value::Null)
 }
 
+/// Fills `buf` from `r` unless the end comes first; returns how much it read (short only at
+/// the end). A single read(2) may return less than asked for on any file system.
+pub fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
 fn seq_read(path: &Path, bytes: u64, chunk: usize) -> Result<serde_json::Value> {
     let mut f = File::open(path).with_context(|| format!("open {}", path.display()))?;
     let mut buf = vec![0u8; chunk];
     let mut total = 0u64;
     let mut idx = 0u64;
     loop {
-        let mut got = 0;
-        while got < chunk {
-            let n = f
-                .read(&mut buf[got..])
-                .with_context(|| format!("read {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
+        let got =
+            read_full(&mut f, &mut buf).with_context(|| format!("read {}", path.display()))?;
         if got == 0 {
             break;
         }
