@@ -1,9 +1,9 @@
 //! The `cairn bench` command line (also the stand-alone `cairn-bench` binary).
 //!
-//! `cairn bench run` makes a fresh file system per target and workload (kernel ext4 on a loop
-//! device, ext4 `-o sync`, fuse2fs, mergerfs over ext4, cairn in each mode), runs the workload,
-//! records rates and I/O counts per operation as JSON under `results/<timestamp>/`, and prints
-//! Markdown tables. `cairn-bench workload` runs one workload in an existing directory (what
+//! `cairn bench run` makes a fresh file system per target, workload and repetition (see
+//! `target`), runs the workload, records rates and I/O counts per operation as JSON under
+//! `results/<timestamp>/`, and renders the papers' tables and plots from them (`report`,
+//! `tables`, `plot`). `cairn bench workload` runs one workload in an existing directory (what
 //! `make demo` uses on a mount it made by hand). See docs/BENCHMARKS.md.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ pub enum Cmd {
 pub struct SizeArgs {
     /// Multiplies every workload's counts and sizes (1 = the papers' configuration; default:
     /// the suite's).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_scale)]
     scale: Option<f64>,
     /// Netnews at the paper's full size (520,000 files, 2 GB) instead of the default 1/10
     /// (images default to 16 GiB then, for the inodes).
@@ -137,7 +137,8 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
 /// A named set of workloads, sizes and repetitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Suite {
-    /// Every paper workload at the papers' sizes (netnews at 1/10), on every target.
+    /// Every paper workload at the papers' sizes (netnews at 1/10), each on the targets its
+    /// paper compared (all of them for the short ones).
     Paper,
     /// Every paper workload at a tiny scale: proves the harness end to end in minutes.
     Quick,
@@ -227,7 +228,8 @@ pub struct RunArgs {
 
 #[derive(Args, Debug)]
 pub struct WorkloadArgs {
-    /// create-unlink, smallfile, postmark or seq.
+    /// Any workload `run` knows (create-unlink, smallfile, micro, ssh, ...; not recovery, which
+    /// needs a target the harness mounted).
     name: String,
     /// Directory to run in (created if missing; should be empty).
     #[arg(long)]
@@ -251,6 +253,15 @@ pub struct WorkloadArgs {
     label: String,
     #[command(flatten)]
     sizes: SizeArgs,
+}
+
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!(
+            "bad scale '{s}': a positive number, 1 = the papers' sizes"
+        )),
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -337,42 +348,51 @@ fn parse_modes(out: &str) -> Vec<String> {
         .collect()
 }
 
-/// Why a target cannot run here, if it cannot.
-fn unavailable(spec: &TargetSpec, env: &Env) -> Option<String> {
+/// Why the cairn binary cannot make file systems here, if it cannot (asked once per run: a
+/// tiny mkfs answers for every cairn target).
+fn cairn_unusable(env: &Env) -> Option<String> {
+    if !sys::have_tool(&env.cairn) {
+        return Some(format!(
+            "cairn binary `{}` not found (cargo build --release -p cairn-cli)",
+            env.cairn
+        ));
+    }
+    let probe = env.scratch.join("probe.img");
+    let r = sys::run(
+        Command::new(&env.cairn)
+            .arg("mkfs")
+            .arg(&probe)
+            .arg("--size")
+            .arg("64M"),
+    );
+    let _ = fs::remove_file(&probe);
+    r.err().map(|e| {
+        let msg = format!("{e:#}");
+        format!(
+            "`cairn mkfs` fails: {}",
+            msg.lines().last().unwrap_or("").trim()
+        )
+    })
+}
+
+/// Why a target cannot run here, if it cannot; `cairn` is [`cairn_unusable`]'s answer.
+fn unavailable(spec: &TargetSpec, cairn: &Option<String>) -> Option<String> {
     if let Some(t) = spec.tools().iter().find(|t| !sys::have_tool(t)) {
         return Some(format!("`{t}` not installed (scripts/install-deps.sh)"));
     }
-    if let Kind::Cairn { .. } = spec.kind {
-        if !sys::have_tool(&env.cairn) {
-            return Some(format!(
-                "cairn binary `{}` not found (cargo build --release -p cairn-cli)",
-                env.cairn
-            ));
-        }
-        // A tiny mkfs tells whether this build of cairn can make file systems at all.
-        let probe = env.scratch.join("probe.img");
-        let r = sys::run(
-            Command::new(&env.cairn)
-                .arg("mkfs")
-                .arg(&probe)
-                .arg("--size")
-                .arg("64M"),
-        );
-        let _ = fs::remove_file(&probe);
-        if let Err(e) = r {
-            let msg = format!("{e:#}");
-            return Some(format!(
-                "`cairn mkfs` fails: {}",
-                msg.lines().last().unwrap_or("").trim()
-            ));
-        }
+    match spec.kind {
+        Kind::Cairn { .. } | Kind::Passthrough => cairn.clone(),
+        _ => None,
     }
-    None
 }
 
-/// The commit the benchmark was built from, when run inside the repository.
+/// The commit of the repository the benchmark binary was built in (its directory's, not the
+/// caller's working directory's), when it lives in one.
 fn git_commit() -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
     let out = Command::new("git")
+        .arg("-C")
+        .arg(exe.parent()?)
         .args(["describe", "--always", "--dirty", "--abbrev=12"])
         .output()
         .ok()?;
@@ -472,9 +492,10 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         .unwrap_or_else(|| PathBuf::from("results").join(&started));
     fs::create_dir_all(&out).with_context(|| format!("mkdir {}", out.display()))?;
 
+    let cairn_problem = cairn_unusable(&env);
     let mut skipped = BTreeMap::new();
     for t in &targets {
-        if let Some(why) = unavailable(t, &env) {
+        if let Some(why) = unavailable(t, &cairn_problem) {
             eprintln!("cairn-bench: skipping {t}: {why}");
             skipped.insert(t.name.clone(), why);
         }
@@ -576,13 +597,12 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
 
     // Repetitions outermost: a burst of noise on the shared machine then hits one repetition of
     // every target rather than every repetition of one.
-    let mut seq = 0;
+    let mut records = Vec::new();
     let mut failures = 0;
     let t_run = Instant::now();
     for rep in 1..=reps {
         for w in workloads.iter().filter(|w| rep <= reps_of(w.name())) {
             for t in runnable.iter().filter(|t| runs_on(w, t)) {
-                seq += 1;
                 bar.set_message(format!("rep {rep}/{reps}: {} on {t}", w.name()));
                 let t0 = Instant::now();
                 let rec = run_one(t, w, rep, &env);
@@ -607,30 +627,26 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
                             t0.elapsed().as_secs_f64(),
                             phases.join(", ")
                         );
-                        if line.len() > 300 {
-                            line.truncate(297);
-                            line += "...";
+                        if line.chars().count() > 300 {
+                            line = line.chars().take(297).collect::<String>() + "...";
                         }
                         say(line);
                     }
                 }
                 report::write_json(
                     &out.join(format!(
-                        "rec-{seq:04}-{}-{}-rep{rep}.json",
+                        "rec-{:04}-{}-{}-rep{rep}.json",
+                        records.len() + 1,
                         w.name(),
                         t.name.replace('@', "-")
                     )),
                     &rec,
                 )?;
+                records.push(rec);
             }
         }
     }
     bar.finish_and_clear();
-    let (meta, records) = report::load(&out)?;
-    report::write_json(
-        &out.join("summary.json"),
-        &report::summarize(&meta, &records),
-    )?;
     let md = report::render(&out, &meta, &records)?;
     println!("{md}");
     eprintln!(

@@ -168,7 +168,8 @@ pub enum Source {
     Cairn {
         cairn: String,
         mnt: std::path::PathBuf,
-        block: Option<Box<Source>>,
+        /// The loop device under the mount, e.g. `/dev/loop3`.
+        block: Option<String>,
     },
     /// The block layer's counters for a device, e.g. `/dev/loop3`.
     Block { dev: String },
@@ -183,24 +184,27 @@ impl Source {
                     format!("`{cairn} stats --json` printed no JSON: {out:.200}")
                 })?;
                 let mut c = Counters::from_json(&v);
-                if let Some(b) = block {
-                    for (k, v) in b.read()?.0 {
+                if let Some(dev) = block {
+                    for (k, v) in block_counters(dev)?.0 {
                         c.0.insert(format!("block.{k}"), v);
                     }
                 }
                 Ok(c)
             }
-            Source::Block { dev } => {
-                let name = Path::new(dev)
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or(dev);
-                let text = std::fs::read_to_string(format!("/sys/block/{name}/stat"))
-                    .with_context(|| format!("reading block stats of {dev}"))?;
-                parse_block_stat(&text)
-            }
+            Source::Block { dev } => block_counters(dev),
         }
     }
+}
+
+/// The block layer's counters of a device, from `/sys/block/<name>/stat`.
+fn block_counters(dev: &str) -> Result<Counters> {
+    let name = Path::new(dev)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(dev);
+    let text = std::fs::read_to_string(format!("/sys/block/{name}/stat"))
+        .with_context(|| format!("reading block stats of {dev}"))?;
+    parse_block_stat(&text)
 }
 
 /// `/sys/block/X/stat` (Documentation/block/stat.rst): 17 fields on current kernels; the

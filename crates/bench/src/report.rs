@@ -23,7 +23,7 @@ pub struct Record {
     pub workload: String,
     pub description: String,
     pub rep: u32,
-    /// The error that stopped this repetition, if any (then `phases` holds what finished).
+    /// The error that stopped this repetition, if any (then `phases` is empty).
     pub error: Option<String>,
     pub phases: Vec<PhaseResult>,
     /// Facts about the mount, e.g. the FUSE daemon's CPU placement.
@@ -294,14 +294,15 @@ pub fn fmt_phase_value(p: &PhaseResult) -> String {
 /// Writes a run directory's summary (summary.md, summary.json, the plots) from its records and
 /// returns the Markdown: the papers' tables first, then every phase's numbers and counters.
 pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
-    let full = markdown(meta, records);
-    let (head, detail) = full
-        .split_once("\n### ")
-        .map(|(h, d)| (h.to_string(), format!("### {d}")))
-        .unwrap_or((full.clone(), String::new()));
+    let rows = summarize(meta, records);
     let papers = crate::tables::render(dir, meta, records)?;
-    let md = format!("{head}{papers}\n## Every phase, with counters\n\n{detail}");
-    write_json(&dir.join("summary.json"), &summarize(meta, records))?;
+    let detail = phase_tables(meta, records, &rows);
+    let md = format!(
+        "{}{papers}\n## Every phase, with counters\n\n{}",
+        header(meta),
+        detail.strip_prefix('\n').unwrap_or(&detail)
+    );
+    write_json(&dir.join("summary.json"), &rows)?;
     fs::write(dir.join("summary.md"), &md)
         .with_context(|| format!("writing {}", dir.join("summary.md").display()))?;
     Ok(md)
@@ -310,7 +311,11 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 /// The Markdown report: a header with the run's conditions, the device's flush rate, then one
 /// table per workload.
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
-    let rows = summarize(meta, records);
+    header(meta) + &phase_tables(meta, records, &summarize(meta, records))
+}
+
+/// The run's conditions: machine, placement, repetitions, tools, command, flush rate.
+fn header(meta: &Meta) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Run {}\n", meta.started);
     let _ = writeln!(s, "- kernel {}, CPU {}", meta.kernel, meta.cpu_model);
@@ -372,6 +377,13 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             fmt_rate(fr.append_per_sec)
         );
     }
+    s
+}
+
+/// One table per workload with every phase's rates and counts per operation, then where the
+/// counts come from.
+fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
+    let mut s = String::new();
     for w in &meta.workloads {
         let desc = records
             .iter()

@@ -92,8 +92,11 @@ pub struct Column<'a> {
     pub value: Value<'a>,
 }
 
-/// One cell: the stat over repetitions and its median's ratio to the baseline's median.
-pub type Cell = Option<(Stat, Option<f64>)>;
+/// A measured cell: the stat over repetitions and its median's ratio to the baseline's.
+pub type Measured = (Stat, Option<f64>);
+
+/// One cell, empty where the target has no number.
+pub type Cell = Option<Measured>;
 
 /// A computed table: per target, per column, one cell.
 pub struct Normalized {
@@ -141,9 +144,9 @@ fn fmt_stat(st: &Stat, fmt: &dyn Fn(f64) -> String) -> String {
     }
 }
 
-/// Ratios only, like the papers' Tables 5–7 (targets that produced nothing are left out).
-fn ratio_table(s: &mut String, n: &Normalized, baseline: &str) {
-    let _ = writeln!(s, "| target (÷ {baseline}) | {} |", n.columns.join(" | "));
+/// One row per target that has a number, one cell per column, `cell` deciding what it shows.
+fn table(s: &mut String, n: &Normalized, first: &str, cell: &dyn Fn(&Measured) -> String) {
+    let _ = writeln!(s, "| {first} | {} |", n.columns.join(" | "));
     let _ = writeln!(s, "|---|{}", "--:|".repeat(n.columns.len()));
     for (t, vals) in &n.rows {
         if vals.iter().all(Option::is_none) {
@@ -151,40 +154,36 @@ fn ratio_table(s: &mut String, n: &Normalized, baseline: &str) {
         }
         let cells: Vec<String> = vals
             .iter()
-            .map(|v| match v {
-                Some((st, Some(r))) if st.min != st.max && st.min > 0.0 && st.median > 0.0 => {
-                    // The spread of the ratio is the spread of the target's own repetitions.
-                    format!(
-                        "{r:.2} ({:.2}–{:.2})",
-                        r * st.min / st.median,
-                        r * st.max / st.median
-                    )
-                }
-                Some((_, Some(r))) => format!("{r:.2}"),
-                _ => "—".into(),
-            })
+            .map(|v| v.as_ref().map(cell).unwrap_or_else(|| "—".into()))
             .collect();
         let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
     }
 }
 
+/// Ratios only, like the papers' Tables 5–7 (targets that produced nothing are left out).
+fn ratio_table(s: &mut String, n: &Normalized, baseline: &str) {
+    table(
+        s,
+        n,
+        &format!("target (÷ {baseline})"),
+        &|(st, r)| match r {
+            Some(r) if st.min != st.max && st.min > 0.0 && st.median > 0.0 => {
+                // The spread of the ratio is the spread of the target's own repetitions.
+                format!(
+                    "{r:.2} ({:.2}–{:.2})",
+                    r * st.min / st.median,
+                    r * st.max / st.median
+                )
+            }
+            Some(r) => format!("{r:.2}"),
+            None => "—".into(),
+        },
+    );
+}
+
 /// Absolute medians with min–max, in `fmt(value)` form.
 fn absolute_table(s: &mut String, n: &Normalized, unit: &str, fmt: &dyn Fn(f64) -> String) {
-    let _ = writeln!(s, "| target | {} |", n.columns.join(" | "));
-    let _ = writeln!(s, "|---|{}", "--:|".repeat(n.columns.len()));
-    for (t, vals) in &n.rows {
-        if vals.iter().all(Option::is_none) {
-            continue;
-        }
-        let cells: Vec<String> = vals
-            .iter()
-            .map(|v| match v {
-                Some((st, _)) => fmt_stat(st, fmt),
-                None => "—".into(),
-            })
-            .collect();
-        let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
-    }
+    table(s, n, "target", &|(st, _)| fmt_stat(st, fmt));
     let _ = writeln!(s, "\n*{unit}; median (min–max) over repetitions.*");
 }
 

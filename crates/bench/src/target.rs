@@ -212,11 +212,11 @@ impl Mounted {
         if spec.kernel_fs().is_some() || matches!(spec.kind, Kind::Cairn { loopdev: true, .. }) {
             m.loopdev = Some(losetup(&image)?);
         }
-        match (&spec.kind, spec.kernel_fs()) {
-            (Kind::Cairn { .. }, _) => {
+        match &spec.kind {
+            Kind::Cairn { .. } => {
                 sys::run(Command::new(&env.cairn).arg("mkfs").arg(m.device()))?;
             }
-            (Kind::Xfs, _) => {
+            Kind::Xfs => {
                 let log = root.join("log.img");
                 make_sparse(&log, XFS_LOG_SIZE)?;
                 let logdev = losetup(&log)?;
@@ -228,7 +228,7 @@ impl Mounted {
                 )?;
                 m.logdev = Some(logdev);
             }
-            (Kind::Ext2, _) => {
+            Kind::Ext2 => {
                 sys::run(
                     Command::new("mkfs.ext2")
                         .args(["-q", "-F", "-E", "lazy_itable_init=0"])
@@ -270,24 +270,18 @@ impl Mounted {
         self.mnt.join("bench")
     }
 
-    /// The mount point (for tools that want the file system's root).
-    pub fn mount_point(&self) -> &Path {
-        &self.mnt
-    }
-
     /// Where this target's counters come from, if anywhere: cairn's own counters (device and
     /// FUSE), plus the block layer's for a cairn on a loop device (its busy time); the block
     /// layer's for every kernel file system.
     pub fn counter_source(&self) -> Option<Source> {
-        let block = self.loopdev.clone().map(|dev| Source::Block { dev });
         match &self.spec.kind {
             Kind::Cairn { .. } => Some(Source::Cairn {
                 cairn: self.cairn.clone(),
                 mnt: self.mnt.clone(),
-                block: block.map(Box::new),
+                block: self.loopdev.clone(),
             }),
             Kind::Fuse2fs => None,
-            _ => block,
+            _ => self.loopdev.clone().map(|dev| Source::Block { dev }),
         }
     }
 
@@ -415,13 +409,6 @@ impl Mounted {
             Kind::Mergerfs | Kind::Passthrough => bail!("no fsck for {}", self.spec.name),
         }
         self.mount()
-    }
-
-    /// Free and total bytes of the mounted file system (what `df` reports).
-    pub fn space(&self) -> Result<(u64, u64)> {
-        let st = nix::sys::statvfs::statvfs(&self.mnt).context("statvfs")?;
-        let f = st.fragment_size();
-        Ok((st.blocks_available() * f, st.blocks() * f))
     }
 
     /// How the target is mounted, for the record.

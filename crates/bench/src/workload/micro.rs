@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{PhaseResult, Stage, measure};
+use super::{PhaseResult, Stage, measure, scaled_count};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;
@@ -56,8 +56,8 @@ impl Config {
     pub fn scaled(scale: f64) -> Config {
         let p = Config::paper();
         Config {
-            data_bytes: (p.data_bytes as f64 * scale).round() as u64,
-            min_files: ((p.min_files as f64 * scale).round() as u64).max(16),
+            data_bytes: scaled_count(p.data_bytes, scale, 0),
+            min_files: scaled_count(p.min_files, scale, 16),
             ..p
         }
     }

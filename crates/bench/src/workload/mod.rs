@@ -1,6 +1,7 @@
-//! The core benchmark's workloads (issue 2, "Performance"; the microbenchmarks and PostMark of
-//! the Journaling-versus-Soft-Updates paper, 001 §7.2–7.3.4). Each runs in a directory and
-//! reports one result per phase, with the I/O counters' delta over exactly that phase.
+//! The workloads: the papers' benchmarks (one module each for the larger ones) and the core
+//! benchmark's create-unlink, smallfile, PostMark and seq here. Each runs in a `Stage` (a
+//! directory plus counters, cold-cache and crash hooks) and reports one result per phase, with
+//! the I/O counters' delta over exactly that phase.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -42,7 +43,7 @@ pub trait Stage {
     fn fsck(&mut self) -> Result<()> {
         bail!("this stage has no fsck")
     }
-    /// Free and total bytes.
+    /// Free and total bytes of the file system holding `dir()` (what `df` reports).
     fn space(&self) -> Result<(u64, u64)> {
         let st = nix::sys::statvfs::statvfs(&self.dir()).context("statvfs")?;
         let f = st.fragment_size();
@@ -68,9 +69,6 @@ impl Stage for crate::target::Mounted {
     }
     fn fsck(&mut self) -> Result<()> {
         crate::target::Mounted::fsck(self)
-    }
-    fn space(&self) -> Result<(u64, u64)> {
-        crate::target::Mounted::space(self)
     }
 }
 
@@ -127,6 +125,12 @@ pub struct PhaseResult {
     pub param: Option<f64>,
     #[serde(default)]
     pub extra: serde_json::Value,
+}
+
+/// `n` × `scale`, rounded, but never below `floor`: how every workload shrinks its counts
+/// (a hostile or tiny scale still leaves a run that measures something).
+pub fn scaled_count(n: u64, scale: f64, floor: u64) -> u64 {
+    ((n as f64 * scale).round() as u64).max(floor)
 }
 
 /// A file size the way the papers' axes print it: 0, 512, 1K, 96K, 1M, 4M.
@@ -249,7 +253,7 @@ impl PostmarkConfig {
     }
 
     pub fn scaled(&self, scale: f64) -> PostmarkConfig {
-        let n = |x: u64, min: u64| ((x as f64 * scale).round() as u64).max(min);
+        let n = |x: u64, min: u64| scaled_count(x, scale, min);
         PostmarkConfig {
             files: n(self.files, 50),
             transactions: n(self.transactions, 100),
@@ -345,22 +349,16 @@ pub struct Params {
     pub seq_bytes: u64,
 }
 
-impl Default for Params {
-    fn default() -> Self {
-        Params::scaled(1.0, 0.1)
-    }
-}
-
 impl Params {
     pub fn scaled(scale: f64, netnews_scale: f64) -> Params {
-        let n = |x: f64, min: u64| ((x * scale).round() as u64).max(min);
+        let n = |x: u64, min: u64| scaled_count(x, scale, min);
         Params {
             scale,
             netnews_scale,
-            create_unlink_files: n(50_000.0, 100),
-            small_files: n(10_000.0, 100),
+            create_unlink_files: n(50_000, 100),
+            small_files: n(10_000, 100),
             small_size: 1024,
-            seq_bytes: n((1u64 << 30) as f64, 1 << 20),
+            seq_bytes: n(1 << 30, 1 << 20),
         }
     }
 }

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::rng::SplitMix64;
-use super::{PhaseResult, Stage, measure};
+use super::{PhaseResult, Stage, measure, scaled_count};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -71,7 +71,7 @@ impl Config {
     /// the counts), so scale 0.1 is the paper's spool with a tenth of the groups.
     pub fn scaled(scale: f64) -> Config {
         let p = Config::paper();
-        let count = |n: u64, floor: u64| ((n as f64 * scale).round() as u64).max(floor);
+        let count = |n: u64, floor: u64| scaled_count(n, scale, floor);
         let bytes =
             |files: u64, pf: u64, pb: u64| (files as f64 * pb as f64 / pf as f64).round() as u64;
         let initial_files = count(p.initial_files, 64);

@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 
-use super::{PhaseResult, Stage};
+use super::{PhaseResult, Stage, scaled_count};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -38,10 +38,9 @@ impl Config {
     }
 
     pub fn scaled(scale: f64) -> Config {
-        let n = |x: f64, min: u64| ((x * scale).round() as u64).max(min);
         Config {
-            recent_files: n(1000.0, 20),
-            fill_files: n(50_000.0, 200),
+            recent_files: scaled_count(1000, scale, 20),
+            fill_files: scaled_count(50_000, scale, 200),
             fill_file_size: 16 << 10,
             per_dir: 100,
             fill_fraction: 0.85,

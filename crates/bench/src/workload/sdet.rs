@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
-use super::{PhaseResult, Stage, measure};
+use super::{PhaseResult, Stage, measure, scaled_count};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -58,7 +58,9 @@ impl Config {
     /// Fewer commands per script and fewer runs; the tree and the concurrency sweep stay, since
     /// the sweep is the result and the tree is already small.
     pub fn scaled(scale: f64) -> Config {
-        let s = |v: u32, min: u32| ((f64::from(v) * scale).round() as u32).max(min);
+        let s = |v: u32, min: u32| {
+            u32::try_from(scaled_count(u64::from(v), scale, u64::from(min))).unwrap_or(u32::MAX)
+        };
         Config {
             commands: s(PAPER_COMMANDS, 20),
             scripts: s(PAPER_SCRIPTS, 1),
