@@ -2,10 +2,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::lock::{self, Lock};
 use crate::{BlockDevice, DeviceCore, DeviceCounters, TraceSink, check_block_size};
 
 /// A device over an image file or a raw block device (e.g. `/dev/loop0`).
@@ -23,10 +24,34 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Opens an existing image file or block device.
+    /// Opens an existing image file or block device, locked for its access (see [`Lock`]):
+    /// exclusively when writable, shared when read-only. A device someone else holds is an
+    /// error of kind [`io::ErrorKind::ResourceBusy`] naming the holder.
     pub fn open(path: &Path, block_size: u32, read_only: bool) -> io::Result<FileDevice> {
+        FileDevice::open_with(path, block_size, read_only, Lock::for_access(read_only))
+    }
+
+    /// [`FileDevice::open`] with an explicit lock; `Lock::None` only for read-only looks
+    /// at a live image.
+    pub fn open_with(
+        path: &Path,
+        block_size: u32,
+        read_only: bool,
+        lock: Lock,
+    ) -> io::Result<FileDevice> {
         check_block_size(block_size)?;
-        let mut file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        let file = open_locked(path, read_only, lock, false)?;
+        FileDevice::from_file(file, path, block_size, read_only)
+    }
+
+    /// Wraps a file already opened (and locked) by [`open_locked`].
+    pub fn from_file(
+        mut file: File,
+        path: &Path,
+        block_size: u32,
+        read_only: bool,
+    ) -> io::Result<FileDevice> {
+        check_block_size(block_size)?;
         let meta = file.metadata()?;
         let is_block_device = meta.file_type().is_block_device();
         let size = if is_block_device {
@@ -55,19 +80,14 @@ impl FileDevice {
         })
     }
 
-    /// Creates (or resizes) an image file of `size_bytes` bytes and opens it read-write.
-    /// The file is sparse: `set_len` allocates nothing.
+    /// Creates (or resizes) an image file of `size_bytes` bytes and opens it read-write,
+    /// locked exclusively before anything changes. The file is sparse: `set_len`
+    /// allocates nothing.
     pub fn create(path: &Path, block_size: u32, size_bytes: u64) -> io::Result<FileDevice> {
         check_block_size(block_size)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_locked(path, false, Lock::Exclusive, true)?;
         file.set_len(size_bytes)?;
-        drop(file);
-        FileDevice::open(path, block_size, false)
+        FileDevice::from_file(file, path, block_size, false)
     }
 
     pub fn path(&self) -> &Path {
@@ -133,6 +153,32 @@ impl BlockDevice for FileDevice {
     fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>) {
         self.core.set_trace(sink);
     }
+}
+
+/// Opens an image file or block device (creating a missing image file when `create`) and
+/// takes `lock` on it before anything else happens. A raw block device opened for writing
+/// is opened `O_EXCL` too, so a device a kernel file system has mounted is refused.
+pub fn open_locked(path: &Path, read_only: bool, lock: Lock, create: bool) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(!read_only);
+    if create && !read_only {
+        o.create(true).truncate(false);
+    }
+    let is_block_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    if is_block_device && !read_only {
+        o.custom_flags(libc::O_EXCL);
+    }
+    let file = match o.open(path) {
+        Err(e) if is_block_device && e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(lock::busy(
+                path,
+                "a kernel file system or another program that opened it exclusively",
+            ));
+        }
+        other => other?,
+    };
+    lock::acquire(&file, path, lock)?;
+    Ok(file)
 }
 
 /// Opens an image file or block device as a shared [`BlockDevice`].

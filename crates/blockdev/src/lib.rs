@@ -27,12 +27,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod contents;
 mod fault;
 mod file;
+pub mod lock;
 mod mem;
 
 pub use fault::FaultDevice;
-pub use file::{FileDevice, open_path, read_bytes_at};
+pub use file::{FileDevice, open_locked, open_path, read_bytes_at};
+pub use lock::Lock;
 pub use mem::MemDevice;
 
 /// Smallest block size a device accepts (a disk sector).

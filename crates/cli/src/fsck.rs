@@ -14,6 +14,10 @@ pub struct Args {
     /// Check only, never write (the default; for e2fsck muscle memory)
     #[arg(short = 'n')]
     pub no: bool,
+    /// Check an image that a read-write mount holds (check only, never with -y); the
+    /// findings may be stale because the mount keeps writing
+    #[arg(long, conflicts_with = "yes")]
+    pub force: bool,
     /// Print the report as JSON on stdout
     #[arg(long)]
     pub json: bool,
@@ -42,7 +46,20 @@ pub fn run(args: Args) -> Result<i32> {
             b.set_position(p.done);
         }) as Box<dyn FnMut(&Progress) + Send>
     });
-    let result = cairn_fsck::check_path(&args.image, CheckOptions { repair, progress });
+    if args.force && !args.json {
+        eprintln!(
+            "cairn fsck: {name}: checking without the image lock (--force); if it is mounted, \
+             findings may be stale"
+        );
+    }
+    let result = cairn_fsck::check_path(
+        &args.image,
+        CheckOptions {
+            repair,
+            progress,
+            force: args.force,
+        },
+    );
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

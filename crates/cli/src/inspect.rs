@@ -15,7 +15,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let shown = Inspector::open(&args.image).and_then(|i| i.run(&args.what));
+    let shown = Inspector::open(&args.image).and_then(|i| {
+        if let Some(warning) = &i.live {
+            eprintln!("cairn inspect: warning: {warning}");
+        }
+        i.run(&args.what)
+    });
     match shown {
         Ok(text) => {
             print!("{text}");

@@ -21,6 +21,14 @@ pub struct Args {
     /// Volume label
     #[arg(long, short = 'L', default_value = "")]
     pub label: String,
+    /// Overwrite an image or device that already holds a file system or other data (a
+    /// mounted one is refused regardless)
+    #[arg(long, short = 'F')]
+    pub force: bool,
+    /// Allow an image file larger than the free space of the file system holding it (it
+    /// is sparse; writes into it may later fail when the host fills up)
+    #[arg(long)]
+    pub sparse: bool,
 }
 
 pub fn run(args: Args) -> Result<i32> {
@@ -35,10 +43,14 @@ pub fn run(args: Args) -> Result<i32> {
         block_size: args.block_size,
         inodes: args.inodes,
         label: args.label,
+        force: args.force,
+        sparse: args.sparse,
         ..Default::default()
     };
-    cairn_ffs::mkfs(&args.image, &opts)
-        .map_err(|e| anyhow!("mkfs {}: {e}", args.image.display()))?;
+    if let Err(e) = cairn_ffs::mkfs(&args.image, &opts) {
+        eprintln!("cairn mkfs: {}: {e}", args.image.display());
+        return Ok(1);
+    }
     println!("created a cairn file system on {}", args.image.display());
     Ok(0)
 }

@@ -129,6 +129,12 @@ pub struct MkfsOptions {
     /// Blocks per group; `None` = 8 × block size (one bitmap block). Smaller groups give
     /// small test images several groups.
     pub blocks_per_group: Option<u64>,
+    /// Overwrite an image or device that already holds a file system or other data
+    /// (`--force`); a mounted or locked one is refused regardless.
+    pub force: bool,
+    /// Create an image file larger than the free space of the file system holding it
+    /// (`--sparse`): writes into it may later fail with ENOSPC from the host.
+    pub sparse: bool,
 }
 
 impl Default for MkfsOptions {
@@ -139,6 +145,8 @@ impl Default for MkfsOptions {
             inodes: None,
             label: String::new(),
             blocks_per_group: None,
+            force: false,
+            sparse: false,
         }
     }
 }
@@ -201,10 +209,33 @@ impl Ffs {
     /// Opens and mounts the file system on `path`. A bad image gives an error whose message
     /// is one line naming the problem.
     pub fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
-        let head = cairn_blockdev::read_bytes_at(path, 0, superblock::SB_BYTES)
-            .map_err(|e| FsError::Corrupt(format!("cannot read superblock: {e}")))?;
+        let head = cairn_blockdev::read_bytes_at(path, 0, superblock::SB_BYTES).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    "not a cairn file system (too small to hold a superblock)".into(),
+                )
+            } else {
+                FsError::Corrupt(format!("cannot read superblock: {e}"))
+            }
+        })?;
+        if !superblock::has_magic(&head) {
+            return Err(FsError::Refused(
+                cairn_vfs::Errno::EINVAL,
+                "not a cairn file system (no cairn superblock at its start)".into(),
+            ));
+        }
         let sb = Superblock::decode(&head).map_err(|e| FsError::Corrupt(e.0))?;
-        let dev = cairn_blockdev::open_path(path, sb.block_size, opts.read_only)?;
+        // The image lock (exclusive for read-write, shared for read-only) is taken here and
+        // held for the life of the mount: two mounts of one image would each hand out the
+        // same free blocks (see cairn_blockdev::lock).
+        let dev = cairn_blockdev::open_path(path, sb.block_size, opts.read_only).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ResourceBusy {
+                FsError::Refused(cairn_vfs::Errno::EBUSY, e.to_string())
+            } else {
+                FsError::Io(e)
+            }
+        })?;
         Self::mount_device(dev, opts)
     }
 

@@ -1,20 +1,26 @@
 //! Creating a file system.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use cairn_blockdev::{BlockDevice, FileDevice};
-use cairn_vfs::FsError;
+use cairn_blockdev::{BlockDevice, FileDevice, Lock};
+use cairn_vfs::{Errno, FsError};
 
 use crate::MkfsOptions;
 use crate::format::{
     DiskInode, FORMAT_VERSION, Geometry, GroupDesc, INODE_SIZE, LOST_FOUND_INO, ROOT_INO,
-    Superblock, bitmap, dir, superblock::STATE_CLEAN,
+    Superblock, bitmap, dir, superblock, superblock::STATE_CLEAN,
 };
 use crate::inode::now_ns;
 
 /// Creates a file system on `path`: an image file (created sparse, or resized to `size`) or
 /// a block device (`size` at most the device's).
+///
+/// Nothing is changed until every refusal has been considered, in this order: a geometry
+/// that cannot hold a file system (the message says the minimum), an image someone holds
+/// (a mount, a running fsck: always refused, see `cairn_blockdev::lock`), existing contents
+/// (a cairn file system, a foreign signature, any non-zero byte at the start: refused
+/// unless `opts.force`), an image file larger than the host's free space (refused unless
+/// `opts.sparse`). An image file this call created is removed again if it fails.
 pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<(), FsError> {
     let bs = opts.block_size;
     let meta = std::fs::metadata(path).ok();
@@ -22,21 +28,151 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<(), FsError> {
         use std::os::unix::fs::FileTypeExt;
         m.file_type().is_block_device()
     });
-    let dev: Arc<dyn BlockDevice> = if is_blockdev {
-        Arc::new(FileDevice::open(path, bs, false)?)
-    } else {
-        let size = match (opts.size, &meta) {
-            (Some(s), _) => s,
-            (None, Some(m)) if m.len() > 0 => m.len(),
-            _ => {
-                return Err(FsError::Corrupt(
-                    "no --size given and the image does not exist".into(),
-                ));
-            }
-        };
-        Arc::new(FileDevice::create(path, bs, size)?)
+    let size = match (opts.size, &meta) {
+        (Some(s), _) => Some(s),
+        _ if is_blockdev => None,
+        (None, Some(m)) if m.len() > 0 => Some(m.len()),
+        _ => {
+            return Err(refused(
+                Errno::EINVAL,
+                "no --size given and the image does not exist (or is empty)".into(),
+            ));
+        }
     };
-    mkfs_device(dev.as_ref(), opts)
+    if let Some(s) = size {
+        check_size(bs, s, opts)?;
+    }
+    let created = meta.is_none();
+    let r = mkfs_locked(path, opts, is_blockdev, size);
+    if r.is_err() && created {
+        // Leave nothing behind: the file did not exist before this call.
+        let _ = std::fs::remove_file(path);
+    }
+    r
+}
+
+fn refused(e: Errno, msg: String) -> FsError {
+    FsError::Refused(e, msg)
+}
+
+/// The smallest file system `for_mkfs` accepts with this block size and inode count.
+fn min_bytes(block_size: u32, opts: &MkfsOptions) -> Option<u64> {
+    (1..=1u64 << 16)
+        .find(|&n| Geometry::for_mkfs(block_size, n, opts.inodes, opts.blocks_per_group).is_ok())
+        .map(|n| n * block_size as u64)
+}
+
+/// Refuses a size that cannot hold a file system, naming the minimum.
+fn check_size(bs: u32, size: u64, opts: &MkfsOptions) -> Result<(), FsError> {
+    match Geometry::for_mkfs(bs, size / bs as u64, opts.inodes, opts.blocks_per_group) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(refused(
+            Errno::EINVAL,
+            match min_bytes(bs, opts) {
+                Some(min) if size < min => format!(
+                    "size {size} bytes is below the minimum of {min} bytes ({} KiB) for {bs}-byte blocks",
+                    min / 1024
+                ),
+                _ => e.0,
+            },
+        )),
+    }
+}
+
+fn mkfs_locked(
+    path: &Path,
+    opts: &MkfsOptions,
+    is_blockdev: bool,
+    size: Option<u64>,
+) -> Result<(), FsError> {
+    let bs = opts.block_size;
+    // The exclusive lock first: nothing below may look at or change an image that a mount
+    // or another tool is using.
+    let file =
+        cairn_blockdev::open_locked(path, false, Lock::Exclusive, !is_blockdev).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ResourceBusy {
+                refused(Errno::EBUSY, e.to_string())
+            } else {
+                FsError::Io(e)
+            }
+        })?;
+    if !opts.force
+        && let Some(what) = existing_contents(&file)?
+    {
+        return Err(refused(
+            Errno::EEXIST,
+            format!(
+                "{} already holds {what}; use --force (-F) to overwrite it",
+                path.display()
+            ),
+        ));
+    }
+    if !is_blockdev && let Some(size) = size {
+        let have = file.metadata()?.len();
+        if size > have && !opts.sparse {
+            check_host_space(path, size - have)?;
+        }
+        file.set_len(size)?;
+    }
+    let dev = FileDevice::from_file(file, path, bs, false)?;
+    mkfs_device(&dev, opts)
+}
+
+/// What the image already holds, if anything: a cairn file system (with its size and
+/// label), a foreign signature, or non-zero bytes.
+fn existing_contents(file: &std::fs::File) -> Result<Option<String>, FsError> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; cairn_blockdev::contents::PROBE_BYTES];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FsError::Io(e)),
+        }
+    }
+    head.truncate(got);
+    if superblock::has_magic(&head) {
+        return Ok(Some(match Superblock::decode(&head) {
+            Ok(sb) => {
+                let mib = (sb.total_blocks * sb.block_size as u64) >> 20;
+                if sb.label.is_empty() {
+                    format!("a cairn file system ({mib} MiB)")
+                } else {
+                    format!("a cairn file system ({mib} MiB, label '{}')", sb.label)
+                }
+            }
+            Err(_) => "a damaged cairn file system".to_string(),
+        }));
+    }
+    Ok(cairn_blockdev::contents::describe(&head))
+}
+
+/// Refuses to grow an image by more than the host file system has free: the image would be
+/// sparse, and the file system inside it would fail with ENOSPC at unexpected moments.
+fn check_host_space(path: &Path, grow: u64) -> Result<(), FsError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(vfs) = nix::sys::statvfs::statvfs(dir) else {
+        return Ok(()); // unknown: do not refuse on a guess
+    };
+    let free = vfs.blocks_available() * vfs.fragment_size();
+    if grow > free {
+        return Err(refused(
+            Errno::ENOSPC,
+            format!(
+                "{} needs {} MiB more but its file system has only {} MiB free; use --sparse to \
+                 create it anyway (a sparse image: writes may later fail when the host fills up)",
+                path.display(),
+                grow >> 20,
+                free >> 20
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Creates a file system on an open device (the whole device, or `opts.size` of it).

@@ -119,6 +119,7 @@ pub fn fsck_image(data: &[u8]) {
         CheckOptions {
             repair: true,
             progress: None,
+            ..Default::default()
         },
     ) else {
         return;

@@ -42,15 +42,27 @@ pub struct Inspector {
     sb: Superblock,
     g: Geometry,
     backup: Option<(u64, String)>,
+    /// Set when the image is mounted read-write: what is shown may be changing under us.
+    pub live: Option<String>,
 }
 
 /// What `cairn inspect IMAGE [WHAT...]` accepts.
 pub const USAGE: &str = "superblock | group N | inode N | dir PATH | block N";
 
 impl Inspector {
-    /// Opens an image or device read-only.
+    /// Opens an image or device read-only. Inspecting never writes, so an image a
+    /// read-write mount holds is still shown, with [`Inspector::live`] saying so.
     pub fn open(path: &Path) -> Result<Inspector> {
-        Inspector::from_device(crate::open(path, true)?)
+        match crate::open(path, true, cairn_blockdev::Lock::Shared) {
+            Ok(dev) => Inspector::from_device(dev),
+            Err(FsckError::Busy(msg)) => {
+                let mut i =
+                    Inspector::from_device(crate::open(path, true, cairn_blockdev::Lock::None)?)?;
+                i.live = Some(format!("{msg}; what is shown may be stale"));
+                Ok(i)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub fn from_device(dev: Arc<dyn BlockDevice>) -> Result<Inspector> {
@@ -60,6 +72,7 @@ impl Inspector {
             sb: loc.sb,
             g: loc.geo,
             backup: loc.backup,
+            live: None,
         })
     }
 

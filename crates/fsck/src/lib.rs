@@ -27,7 +27,7 @@
 use std::io;
 use std::path::Path;
 
-use cairn_blockdev::BlockDevice;
+use cairn_blockdev::{BlockDevice, FileDevice, Lock};
 
 mod check;
 mod disk;
@@ -179,6 +179,10 @@ pub struct CheckOptions {
     pub repair: bool,
     /// Called as the check advances (at most a few thousand times per run).
     pub progress: Option<ProgressFn>,
+    /// Check an image even while a read-write mount holds it (`--force`): read-only, no
+    /// lock, and the findings may be stale because the mount keeps changing the image.
+    /// Never combined with `repair`.
+    pub force: bool,
 }
 
 /// Why the check could not run at all (exit code 8).
@@ -192,6 +196,10 @@ pub enum FsckError {
     /// A cairn file system this fsck cannot work on (no usable superblock, device too small).
     #[error("{0}")]
     Unusable(String),
+    /// The image is in use (a read-write mount, or any mount when repairing): checking it
+    /// would read a moving target, repairing it would corrupt a live file system.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl FsckError {
@@ -207,8 +215,31 @@ pub fn check(dev: &dyn BlockDevice, opts: CheckOptions) -> Result<Report, FsckEr
 }
 
 /// Opens `path` (an image file or a block device; read-only unless repairing) and checks it.
+///
+/// The image is locked like a mount locks it (see `cairn_blockdev::lock`): a check takes a
+/// shared lock, so it is refused while a read-write mount holds the image; a repair takes
+/// an exclusive one, refused while anything holds it. `opts.force` checks without a lock.
 pub fn check_path(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
-    let dev = open(path, !opts.repair)?;
+    if opts.force && opts.repair {
+        return Err(FsckError::Unusable(
+            "--force only checks; a repair needs the image unmounted".into(),
+        ));
+    }
+    let lock = if opts.force {
+        Lock::None
+    } else {
+        Lock::for_access(!opts.repair)
+    };
+    let dev = open(path, !opts.repair, lock).map_err(|e| match e {
+        FsckError::Busy(msg) if opts.repair => FsckError::Busy(format!(
+            "{msg}: refusing to repair a mounted file system (unmount it first)"
+        )),
+        FsckError::Busy(msg) => FsckError::Busy(format!(
+            "{msg}: refusing to check a live file system (unmount it, or use --force to \
+             check it read-only anyway; findings may then be stale)"
+        )),
+        other => other,
+    })?;
     check(&*dev, opts)
 }
 
@@ -217,11 +248,14 @@ pub fn check_path(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> 
 pub(crate) fn open(
     path: &Path,
     read_only: bool,
+    lock: Lock,
 ) -> Result<std::sync::Arc<dyn BlockDevice>, FsckError> {
-    cairn_blockdev::open_path(path, cairn_ffs::format::MIN_BLOCK_SIZE, read_only).map_err(|e| {
-        FsckError::Io(io::Error::new(
+    match FileDevice::open_with(path, cairn_ffs::format::MIN_BLOCK_SIZE, read_only, lock) {
+        Ok(d) => Ok(std::sync::Arc::new(d)),
+        Err(e) if e.kind() == io::ErrorKind::ResourceBusy => Err(FsckError::Busy(e.to_string())),
+        Err(e) => Err(FsckError::Io(io::Error::new(
             e.kind(),
             format!("cannot open {}: {e}", path.display()),
-        ))
-    })
+        ))),
+    }
 }

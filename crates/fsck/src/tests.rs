@@ -14,6 +14,7 @@ fn run(bytes: &[u8], repair: bool) -> (Report, Vec<u8>) {
         CheckOptions {
             repair,
             progress: None,
+            ..Default::default()
         },
     )
     .expect("check runs");
@@ -649,6 +650,7 @@ fn progress_reports_every_pass() {
         progress: Some(Box::new(move |p: &Progress| {
             s2.lock().unwrap().push(p.pass)
         })),
+        ..Default::default()
     };
     check(&dev, opts).unwrap();
     let seen = seen.lock().unwrap();
@@ -712,6 +714,7 @@ fn random_byte_flips_then_repair_is_clean() {
             CheckOptions {
                 repair: true,
                 progress: None,
+                ..Default::default()
             },
         ) {
             Ok(r) => {

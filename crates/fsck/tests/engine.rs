@@ -115,6 +115,7 @@ fn run(bytes: &[u8], repair: bool) -> (Report, Vec<u8>) {
         CheckOptions {
             repair,
             progress: None,
+            ..Default::default()
         },
     )
     .expect("check runs");
@@ -290,6 +291,7 @@ fn random_flips_on_engine_image() {
             CheckOptions {
                 repair: true,
                 progress: None,
+                ..Default::default()
             },
         ) else {
             continue;

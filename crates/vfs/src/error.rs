@@ -54,6 +54,11 @@ pub enum FsError {
     /// The on-disk structures are inconsistent; the message names what is wrong.
     #[error("file system corrupt: {0}")]
     Corrupt(String),
+    /// The image or device cannot be used as asked, through no fault of its contents: not
+    /// this file system's format, in use by another mount, a newer format version. The
+    /// message is the whole one-line explanation.
+    #[error("{1}")]
+    Refused(Errno, String),
 }
 
 impl FsError {
@@ -62,6 +67,7 @@ impl FsError {
             FsError::Errno(e) => *e,
             FsError::Io(e) => Errno(e.raw_os_error().unwrap_or(libc::EIO)),
             FsError::Corrupt(_) => Errno::EUCLEAN,
+            FsError::Refused(e, _) => *e,
         }
     }
 }

@@ -16,6 +16,12 @@ pub const GD_MAGIC: [u8; 4] = *b"CGRP";
 /// Bytes of a block that the superblock / descriptor occupy (the rest of the block is zero).
 pub const SB_BYTES: usize = 512;
 
+/// Whether `b` starts with a cairn FFS superblock's magic: the test that tells "not a cairn
+/// file system" apart from "a damaged one".
+pub fn has_magic(b: &[u8]) -> bool {
+    b.len() >= SB_MAGIC.len() && b[..SB_MAGIC.len()] == SB_MAGIC
+}
+
 /// Superblock state values.
 pub const STATE_CLEAN: u32 = 0;
 pub const STATE_MOUNTED: u32 = 1;
