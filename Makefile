@@ -3,12 +3,17 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
-RELEASE := target/release
+# Where cargo puts its builds: CARGO_TARGET_DIR or a cargo config may move it off ./target.
+TARGET_DIR = $(or $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | \
+	sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'),target)
+RELEASE = $(TARGET_DIR)/release
+# `make install` puts `cairn` in $(DESTDIR)$(PREFIX)/bin.
+PREFIX ?= /usr/local
 # Extra arguments for `cairn bench run`, e.g. BENCH_ARGS="--reps 5 --workloads create-unlink".
 BENCH_ARGS ?=
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build demo test bench fuzz crash
+.PHONY: all deps build demo test bench fuzz crash install uninstall
 
 all: build
 
@@ -17,6 +22,15 @@ deps:
 
 build: deps
 	$(CARGO) build --release -p cairn-cli -p cairn-bench
+
+# `cairn` (every subcommand, `cairn bench` included) on the PATH. For `mount -t cairn` and
+# fstab, run `cairn install-helper --link` afterwards: the helpers then point at this copy.
+install: build
+	install -D -m 0755 $(RELEASE)/cairn $(DESTDIR)$(PREFIX)/bin/cairn
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/cairn"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/cairn
 
 # Mount an image in each mode, run a short metadata-heavy workload, print ops/s and device
 # writes/flushes per operation, unmount, fsck.

@@ -38,7 +38,10 @@ step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 # The mount suites run the `cairn` binary: build it (same profile as the tests) before them.
 step build cargo build --workspace --bins
-export CAIRN_BIN="${CAIRN_BIN:-$PWD/target/debug/cairn}"
+# Where cargo put it: CARGO_TARGET_DIR (or a config file) may move the target directory.
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+export CAIRN_BIN="${CAIRN_BIN:-${target_dir:-$PWD/target}/debug/cairn}"
 
 log=$(mktemp /tmp/cairn-test-log.XXXXXX)
 run_tests() {

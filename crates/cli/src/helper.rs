@@ -1,7 +1,8 @@
 //! The mount(8)/umount(8) helpers: `mount -t cairn IMAGE DIR` runs
 //! `/sbin/mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]`, and `umount DIR` of a `fuse.cairn`
-//! mount runs `/sbin/umount.fuse.cairn DIR [-flnrv]`. Both are symlinks to `cairn`
-//! (`cairn install-helper`), which recognises them by its argv[0] and turns them into
+//! mount runs `/sbin/umount.fuse.cairn DIR [-flnrv]`. Both are symlinks to a copy of `cairn`
+//! in /usr/local/lib/cairn (`cairn install-helper`; the copy keeps fstab mounts working after
+//! the build tree is cleaned), which recognises them by its argv[0] and turns them into
 //! `cairn mount` / `cairn umount` (the latter waits for the final flush, which plain
 //! umount(2) does not).
 
@@ -111,20 +112,51 @@ pub fn umount_args(argv: &[OsString]) -> Result<Helper, String> {
 
 #[derive(clap::Args, Debug)]
 pub struct InstallArgs {
-    /// Directory for the helper symlinks
+    /// Directory for the helpers (where mount(8) looks for them)
     #[arg(long, default_value = "/sbin")]
     pub prefix: PathBuf,
+    /// Directory the helpers' copy of this binary goes to, so that a rebuild or
+    /// `cargo clean` of the tree it came from cannot break fstab mounts
+    #[arg(long, default_value = "/usr/local/lib/cairn")]
+    pub lib_dir: PathBuf,
+    /// Point the helpers at this binary where it is instead of at a copy (for a binary
+    /// already installed in a stable place, as `make install` does)
+    #[arg(long)]
+    pub link: bool,
 }
 
-/// Creates `PREFIX/mount.cairn` and `PREFIX/umount.fuse.cairn`, symlinks to this binary.
+/// Creates `PREFIX/mount.cairn` and `PREFIX/umount.fuse.cairn`, symlinks to a copy of this
+/// binary in `LIB_DIR` (or, with `--link`, to this binary itself), and says where.
 pub fn install(args: InstallArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the cairn binary")?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    std::fs::create_dir_all(&args.prefix)?;
+    // A relative directory would make relative symlinks that resolve against /sbin.
+    let lib_dir = std::path::absolute(&args.lib_dir)
+        .with_context(|| format!("bad directory {}", args.lib_dir.display()))?;
+    let target = if args.link {
+        exe
+    } else {
+        std::fs::create_dir_all(&lib_dir)
+            .with_context(|| format!("cannot create {}", lib_dir.display()))?;
+        let copy = lib_dir.join("cairn");
+        if copy != exe {
+            // Copy beside, then rename: a mount starting meanwhile runs the old binary or
+            // the new one, never half of one.
+            let tmp = lib_dir.join(format!(".cairn.{}", std::process::id()));
+            std::fs::copy(&exe, &tmp)
+                .with_context(|| format!("cannot copy {} to {}", exe.display(), tmp.display()))?;
+            std::fs::rename(&tmp, &copy)
+                .with_context(|| format!("cannot install {}", copy.display()))?;
+        }
+        println!("{} (a copy of {})", copy.display(), exe.display());
+        copy
+    };
+    std::fs::create_dir_all(&args.prefix)
+        .with_context(|| format!("cannot create {}", args.prefix.display()))?;
     for name in [MOUNT_HELPER, UMOUNT_HELPER] {
         let link = args.prefix.join(name);
-        replace_symlink(&exe, &link)?;
-        println!("{} -> {}", link.display(), exe.display());
+        replace_symlink(&target, &link)?;
+        println!("{} -> {}", link.display(), target.display());
     }
     Ok(0)
 }

@@ -312,7 +312,6 @@ impl Job {
             Ok(s) => s,
             Err(e) => {
                 let _ = fs.destroy();
-                record.remove();
                 bail!(
                     "cannot mount {} on {}: {e}",
                     self.shown,
@@ -351,6 +350,7 @@ fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Com
         "image": job.image.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
         "mode": job.plan.ffs.mode,
+        "read_only": job.plan.ffs.read_only,
         "fuse_threads": job.plan.fuse.threads,
     });
     control::Commands::for_daemon(
@@ -428,16 +428,22 @@ fn daemon_main<D>(
         let _ = writeln!(ready, "ERR cannot daemonize: {e:#}");
         return 1;
     }
+    let new_log = !log.exists();
     init_log(Some(log));
     match start() {
         Ok(daemon) => {
             let _ = ready.write_all(b"OK\n");
             drop(ready);
+            runtime::prune_logs(&runtime::runtime_dir(), runtime::KEEP_LOGS);
             serve(daemon)
         }
         Err(e) => {
             error!("{e:#}");
             let _ = writeln!(ready, "ERR {}", format!("{e:#}").replace('\n', " "));
+            // The caller printed the reason; a log holding only that line is clutter.
+            if new_log {
+                let _ = std::fs::remove_file(log);
+            }
             1
         }
     }

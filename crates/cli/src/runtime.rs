@@ -161,6 +161,36 @@ impl Record {
     }
 }
 
+/// A claim dropped without serving (a mount that failed) leaves no pid file or socket.
+impl Drop for Record {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// How many daemon logs the runtime directory keeps: those of live daemons plus this many
+/// of the most recent others.
+pub const KEEP_LOGS: usize = 8;
+
+/// Deletes the logs of all but the `keep` most recently written finished mounts in `dir`
+/// (a log whose pid file still exists belongs to a live daemon and is kept).
+pub fn prune_logs(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut finished: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter(|p| !p.with_extension("pid").exists())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    finished.sort_by_key(|e| std::cmp::Reverse(e.0));
+    for (_, p) in finished.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// Opens the pid file of the daemon serving `mountpoint`, if there is one.
 pub fn open_record(mountpoint: &Path) -> Option<File> {
     File::open(paths(mountpoint).pid).ok()
@@ -245,5 +275,37 @@ mod tests {
         r.remove();
         drop(r);
         waiter.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_dropped_claim_leaves_nothing_and_old_logs_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Record::claim_in(dir.path(), Path::new("/m")).unwrap();
+        let pid = r.paths.pid.clone();
+        assert!(pid.exists());
+        drop(r);
+        assert!(!pid.exists(), "a failed mount left its pid file");
+        for i in 0..12 {
+            let p = dir.path().join(format!("m{i}.log"));
+            std::fs::write(&p, "x").unwrap();
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i);
+            std::fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        // m0 is the oldest but belongs to a live daemon.
+        std::fs::write(dir.path().join("m0.pid"), "1").unwrap();
+        prune_logs(dir.path(), 3);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".log"))
+            .collect();
+        left.sort();
+        assert_eq!(left, ["m0.log", "m10.log", "m11.log", "m9.log"]);
     }
 }

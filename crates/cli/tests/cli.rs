@@ -266,54 +266,50 @@ fn foreground_mount_serves_until_unmounted() {
     assert!(child.wait().unwrap().success());
 }
 
-fn install_helpers() {
-    let o = Command::new(CAIRN)
-        .args(["install-helper", "--prefix", "/sbin"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "install-helper: {}", stderr(&o));
-    assert!(Path::new("/sbin/mount.cairn").exists());
-}
-
+/// `mount -t cairn` and `umount` through the helpers, inside a private mount namespace in
+/// which /usr/sbin (where /sbin points) is an overlay: the helpers are installed there and
+/// vanish with the namespace, so the test never touches the machine's /sbin.
 #[test]
 fn mount_dash_t_cairn_and_umount_work_through_the_helpers() {
     let e = Env::new();
     e.image();
-    install_helpers();
-    let run = |cmd: &str, args: &[&str]| {
-        let o = Command::new(cmd)
-            .args(args)
-            .env("CAIRN_RUNTIME_DIR", e.p("run"))
-            .current_dir(e.dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{cmd} {args:?}: {}", stderr(&o));
-    };
-    run(
-        "mount",
-        &[
-            "-t",
-            "cairn",
-            "-o",
-            "mode=async,noatime,nofail",
-            "disk.img",
-            "mnt",
-        ],
+    let sbin = fs::canonicalize("/sbin").unwrap();
+    let had_helper = Path::new("/sbin/mount.cairn").exists();
+    let script = format!(
+        r#"set -e
+mkdir -p ov && mount -t tmpfs none ov && mkdir ov/up ov/work
+mount -t overlay overlay -o lowerdir={sbin},upperdir=ov/up,workdir=ov/work {sbin}
+"$CAIRN" install-helper --lib-dir lib
+test "$(readlink /sbin/mount.cairn)" = "$PWD/lib/cairn"
+mount -t cairn -o mode=async,noatime,nofail disk.img mnt
+grep -q ' - fuse.cairn .*disk.img' /proc/self/mountinfo
+echo helper > mnt/h
+umount mnt
+! grep -q ' - fuse.cairn .*disk.img' /proc/self/mountinfo
+"#,
+        sbin = sbin.display()
     );
-    assert!(e.mounted());
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("CAIRN", CAIRN)
+        .env("CAIRN_RUNTIME_DIR", e.p("run"))
+        .current_dir(e.dir.path())
+        .output()
+        .unwrap();
     assert!(
-        info.lines()
-            .any(|l| l.contains(" - fuse.cairn ") && l.contains("disk.img")),
-        "{info}"
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr(&o)
     );
-    fs::write(e.mnt().join("h"), b"helper").unwrap();
-    let pid = e.daemon_pid();
-    run("umount", &["mnt"]);
-    assert!(!e.mounted());
-    wait_until("the daemon to exit", || !alive(pid));
+    assert_eq!(
+        Path::new("/sbin/mount.cairn").exists(),
+        had_helper,
+        "the machine's /sbin was changed"
+    );
+    // umount.fuse.cairn waited for the daemon's final flush: the file is on the image.
     e.ok(&["mount", "disk.img", "mnt"]);
-    assert_eq!(fs::read(e.mnt().join("h")).unwrap(), b"helper");
+    assert_eq!(fs::read(e.mnt().join("h")).unwrap(), b"helper\n");
     e.ok(&["umount", "mnt"]);
 }
 
@@ -384,4 +380,182 @@ fn memory_backend_mounts_without_an_image() {
     assert!(v["fs"]["inodes"].as_u64().unwrap() >= 2, "{v}");
     e.ok(&["umount", "mnt"]);
     assert!(!e.mounted());
+}
+
+/// Issue: two read-write mounts of one image both succeeded and destroyed it. The image lock
+/// refuses the second, naming the first; read-only mounts may share.
+#[test]
+fn one_image_is_mounted_read_write_only_once() {
+    let e = Env::new();
+    e.image();
+    fs::create_dir(e.p("mnt2")).unwrap();
+    e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
+    let first = e.mnt().canonicalize().unwrap();
+    for opts in ["rw", "ro"] {
+        let o = e.cairn(&["mount", "-o", opts, "disk.img", "mnt2"]);
+        assert_eq!(o.status.code(), Some(1), "-o {opts}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("mount on {} (read-write", first.display())),
+            "the message must name the mount holding the image: {err}"
+        );
+    }
+    fs::write(e.mnt().join("f"), b"kept").unwrap();
+    e.ok(&["umount", "mnt"]);
+    // Read-only mounts share the image; a read-write one is refused while they hold it.
+    e.ok(&["mount", "-o", "ro", "disk.img", "mnt"]);
+    e.ok(&["mount", "-o", "ro", "disk.img", "mnt2"]);
+    assert_eq!(fs::read(e.p("mnt2/f")).unwrap(), b"kept");
+    fs::create_dir(e.p("mnt3")).unwrap();
+    let o = e.cairn(&["mount", "disk.img", "mnt3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    e.ok(&["umount", "mnt2"]);
+    e.ok(&["umount", "mnt"]);
+}
+
+/// Issue: `fsck -y` repaired a mounted image into a corrupt one. fsck refuses a live image
+/// (exit 8, one line), `--force` checks it read-only and says the findings may be stale,
+/// and a repair is refused even under a read-only mount.
+#[test]
+fn fsck_refuses_a_mounted_image() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "disk.img", "mnt"]);
+    fs::write(e.mnt().join("f"), vec![7u8; 50_000]).unwrap();
+    let before = fs::read(e.p("disk.img")).unwrap();
+    for args in [&["fsck", "disk.img"][..], &["fsck", "-y", "disk.img"][..]] {
+        let o = e.cairn(args);
+        assert_eq!(o.status.code(), Some(8), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+        assert!(stderr(&o).contains("in use by"), "{}", stderr(&o));
+    }
+    assert!(
+        fs::read(e.p("disk.img")).unwrap() == before,
+        "fsck wrote to a live image"
+    );
+    let o = e.cairn(&["fsck", "--force", "disk.img"]);
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(4)),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("may be stale"), "{}", stderr(&o));
+    assert_ne!(
+        e.cairn(&["fsck", "--force", "-y", "disk.img"])
+            .status
+            .code(),
+        Some(0)
+    );
+    // inspect never writes: it shows a live image, with a warning.
+    let o = e.cairn(&["inspect", "disk.img", "superblock"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("may be stale"), "{}", stderr(&o));
+    e.ok(&["umount", "mnt"]);
+    e.ok(&["mount", "-o", "ro", "disk.img", "mnt"]);
+    e.ok(&["fsck", "disk.img"]);
+    let o = e.cairn(&["fsck", "-y", "disk.img"]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    assert!(stderr(&o).contains("refusing to repair"), "{}", stderr(&o));
+    e.ok(&["umount", "mnt"]);
+    e.ok(&["fsck", "-y", "disk.img"]);
+}
+
+/// Issue: mkfs replaced a text file and reformatted an image under its running daemon.
+#[test]
+fn mkfs_refuses_mounted_images_and_existing_data() {
+    let e = Env::new();
+    e.image();
+    // An existing cairn file system: refused without --force, named.
+    let o = e.cairn(&["mkfs", "disk.img", "--size", "64M"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("already holds a cairn file system (64 MiB)"),
+        "{}",
+        stderr(&o)
+    );
+    // Mounted: refused even with --force, and the image is untouched.
+    e.ok(&["mount", "disk.img", "mnt"]);
+    fs::write(e.mnt().join("f"), b"live").unwrap();
+    let o = e.cairn(&["mkfs", "-F", "disk.img", "--size", "32M"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("in use by the cairn mount"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::metadata(e.p("disk.img")).unwrap().len(), 64 << 20);
+    e.ok(&["umount", "mnt"]);
+    e.ok(&["fsck", "disk.img"]);
+    e.ok(&["mount", "disk.img", "mnt"]);
+    assert_eq!(fs::read(e.mnt().join("f")).unwrap(), b"live");
+    e.ok(&["umount", "mnt"]);
+    e.ok(&["mkfs", "--force", "disk.img", "--size", "32M"]);
+    // A text file and foreign signatures are data.
+    fs::write(e.p("notes.txt"), b"my notes\n").unwrap();
+    let o = e.cairn(&["mkfs", "notes.txt", "--size", "8M"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("already holds text"), "{}", stderr(&o));
+    assert_eq!(fs::read(e.p("notes.txt")).unwrap(), b"my notes\n");
+    let mut ext = vec![0u8; 2 << 20];
+    ext[1080] = 0x53;
+    ext[1081] = 0xEF;
+    fs::write(e.p("ext.img"), &ext).unwrap();
+    let o = e.cairn(&["mkfs", "ext.img"]);
+    assert!(stderr(&o).contains("ext2/ext3/ext4"), "{}", stderr(&o));
+    // An all-zero image is free to use.
+    fs::write(e.p("zero.img"), vec![0u8; 8 << 20]).unwrap();
+    e.ok(&["mkfs", "zero.img"]);
+    // Too small: the message says the minimum, and no file is left behind.
+    let o = e.cairn(&["mkfs", "tiny.img", "--size", "16K"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("below the minimum of"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!e.p("tiny.img").exists());
+}
+
+/// An image larger than the host's free space is refused unless --sparse says it may be.
+#[test]
+fn mkfs_refuses_an_image_larger_than_the_free_space_unless_sparse() {
+    let e = Env::new();
+    let small = e.p("small");
+    fs::create_dir(&small).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &small,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=4m"),
+    )
+    .unwrap();
+    let o = e.cairn(&["mkfs", "small/big.img", "--size", "64M"]);
+    let err = stderr(&o);
+    let sparse = e.cairn(&["mkfs", "small/big.img", "--size", "64M", "--sparse"]);
+    let _ = nix::mount::umount2(&small, nix::mount::MntFlags::MNT_DETACH);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--sparse"), "{err}");
+    assert!(sparse.status.success(), "{}", stderr(&sparse));
+}
+
+/// A file that is not a cairn image is named as such, not as a corrupt file system.
+#[test]
+fn mounting_a_foreign_file_says_not_a_cairn_file_system() {
+    let e = Env::new();
+    fs::write(e.p("zeros.img"), vec![0u8; 1 << 20]).unwrap();
+    let o = e.cairn(&["mount", "zeros.img", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not a cairn file system") && !stderr(&o).contains("corrupt"),
+        "{}",
+        stderr(&o)
+    );
+    // A failed mount leaves no pid file, socket or log behind.
+    let left: Vec<_> = fs::read_dir(e.p("run"))
+        .map(|d| d.flatten().map(|x| x.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

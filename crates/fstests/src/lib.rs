@@ -7,8 +7,10 @@
 //! and fails on cairn has found a cairn bug; a suite that fails on the host is itself wrong.
 //!
 //! Environment (see also the crate README section in each suite's header):
-//! - `CAIRN_BIN`: the `cairn` binary. Otherwise `target/{debug,release}/cairn` under the
-//!   workspace root is used; if neither exists, `cargo build -p cairn-cli` is run once.
+//! - `CAIRN_BIN`: the `cairn` binary. Otherwise the `cairn` built beside the test binary
+//!   (same target directory and profile, wherever `CARGO_TARGET_DIR` points), then
+//!   `$CARGO_TARGET_DIR` or `target/` `{debug,release}/cairn`; if none exists,
+//!   `cargo build -p cairn-cli` is run once.
 //! - `CAIRN_TEST_MODES`: comma-separated modes to mount (default `sync,async`).
 //! - `CAIRN_TEST_HOST_ONLY=1`: run the suites against host directories only.
 //! - `CAIRN_TEST_HEAVY=1`: also run the heavy parts (the zlib build in `persistence`).
@@ -85,10 +87,18 @@ pub fn cairn_bin() -> PathBuf {
         p
     } else {
         let root = workspace_root();
-        let candidates = [
-            root.join("target/debug/cairn"),
-            root.join("target/release/cairn"),
-        ];
+        // The test binary runs from <target>/<profile>/deps/: its profile directory holds
+        // the `cairn` of the same build wherever CARGO_TARGET_DIR put it.
+        let beside = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent()?.parent().map(|p| p.join("cairn")));
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let candidates: Vec<PathBuf> = beside
+            .into_iter()
+            .chain([target.join("debug/cairn"), target.join("release/cairn")])
+            .collect();
         match candidates.iter().find(|p| p.is_file()) {
             Some(p) => p.clone(),
             None => {

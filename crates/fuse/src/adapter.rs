@@ -154,8 +154,8 @@ impl Adapter {
     }
 
     fn err(&self, op: Op, e: FsError) -> Errno {
-        self.counts.error(op);
         let errno = e.errno().0;
+        self.counts.answered(op, errno);
         if let FsError::Errno(_) = e {
             debug!("{}: {e}", op.name());
         } else {
@@ -392,7 +392,7 @@ impl fuser::Filesystem for Adapter {
                 Err(e) if e.errno().0 == libc::ENOENT && !self.policy.negative_ttl.is_zero() => {
                     // A negative entry (node id 0 with a timeout) lets the kernel remember
                     // the miss: the next stat or O_EXCL create of this name skips us.
-                    self.counts.error(Op::Lookup);
+                    self.counts.answered(Op::Lookup, libc::ENOENT);
                     let mut neg = self.attr_out(&placeholder_attr(0, FileKind::RegularFile));
                     neg.ino = INodeNo(0);
                     reply.entry_with_ttls(

@@ -84,6 +84,10 @@ const N: usize = Op::ALL.len();
 pub struct RequestCounts {
     requests: [AtomicU64; N],
     errors: [AtomicU64; N],
+    /// Answers that are errors to the protocol but not failures: a lookup of a name that
+    /// does not exist, an extended attribute that is not set, the deliberate ENOSYS to
+    /// FLUSH that tells the kernel to stop sending it.
+    negative: [AtomicU64; N],
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
 }
@@ -93,6 +97,7 @@ impl Default for RequestCounts {
         RequestCounts {
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            negative: std::array::from_fn(|_| AtomicU64::new(0)),
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
         }
@@ -108,6 +113,16 @@ impl RequestCounts {
         self.errors[op.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts an error answer as a failure or, when it is the normal answer to the
+    /// question asked (see [`is_negative_answer`]), as a negative answer.
+    pub(crate) fn answered(&self, op: Op, errno: i32) {
+        if is_negative_answer(op, errno) {
+            self.negative[op.index()].fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.error(op);
+        }
+    }
+
     pub(crate) fn read_bytes(&self, n: usize) {
         self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -121,9 +136,14 @@ impl RequestCounts {
         self.requests[op.index()].load(Ordering::Relaxed)
     }
 
-    /// Requests of type `op` answered with an error.
+    /// Requests of type `op` answered with an error that is a failure.
     pub fn errors(&self, op: Op) -> u64 {
         self.errors[op.index()].load(Ordering::Relaxed)
+    }
+
+    /// Requests of type `op` answered "no such name / attribute / operation" as asked.
+    pub fn negative(&self, op: Op) -> u64 {
+        self.negative[op.index()].load(Ordering::Relaxed)
     }
 
     /// All requests served so far.
@@ -136,8 +156,8 @@ impl RequestCounts {
 
     /// The counts as JSON (`forget` counts inodes forgotten: the binding splits each
     /// BATCH_FORGET round trip into one call per inode):
-    /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "bytes_read": n,
-    /// "bytes_written": n}`. Opcodes never seen are left out of `requests` and `errors`
+    /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "negative": {...},
+    /// "bytes_read": n, "bytes_written": n}`. Opcodes never seen are left out of `requests` and `errors`
     /// (absent means zero), so a report lists only what a workload actually used.
     pub fn to_json(&self) -> serde_json::Value {
         let nonzero = |counters: &[AtomicU64; N]| {
@@ -154,10 +174,24 @@ impl RequestCounts {
             "total": self.total(),
             "requests": nonzero(&self.requests),
             "errors": nonzero(&self.errors),
+            "negative": nonzero(&self.negative),
             "bytes_read": self.bytes_read.load(Ordering::Relaxed),
             "bytes_written": self.bytes_written.load(Ordering::Relaxed),
         })
     }
+}
+
+/// Whether `errno` is the ordinary answer to `op` rather than a failure: ENOENT to a lookup
+/// (the kernel asks before every create), ENODATA to getxattr/removexattr (most files have
+/// no such attribute: `ls -l` asks for ACLs and capabilities), ENOSYS to FLUSH (answered on
+/// purpose so the kernel stops sending it).
+pub fn is_negative_answer(op: Op, errno: i32) -> bool {
+    matches!(
+        (op, errno),
+        (Op::Lookup, libc::ENOENT)
+            | (Op::Getxattr | Op::Removexattr, libc::ENODATA)
+            | (Op::Flush, libc::ENOSYS)
+    )
 }
 
 #[cfg(test)]
@@ -192,5 +226,22 @@ mod tests {
         assert_eq!(j["bytes_written"], 10);
         assert_eq!(c.get(Op::Lookup), 2);
         assert_eq!(c.errors(Op::Create), 0);
+    }
+
+    #[test]
+    fn ordinary_negative_answers_are_not_errors() {
+        let c = RequestCounts::default();
+        c.answered(Op::Lookup, libc::ENOENT);
+        c.answered(Op::Getxattr, libc::ENODATA);
+        c.answered(Op::Flush, libc::ENOSYS);
+        c.answered(Op::Lookup, libc::EACCES);
+        c.answered(Op::Create, libc::ENOENT);
+        assert_eq!(c.errors(Op::Lookup), 1);
+        assert_eq!(c.negative(Op::Lookup), 1);
+        assert_eq!(c.errors(Op::Getxattr) + c.errors(Op::Flush), 0);
+        assert_eq!(c.errors(Op::Create), 1);
+        let j = c.to_json();
+        assert_eq!(j["negative"]["getxattr"], 1);
+        assert!(j["errors"].get("flush").is_none());
     }
 }
