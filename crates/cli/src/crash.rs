@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
 use cairn_crash::campaign::{self, CampaignOptions, Progress};
-use cairn_crash::{modes, workload};
+use cairn_crash::{modes, planted, workload};
 use clap::{Args as ClapArgs, Subcommand};
 
 #[derive(ClapArgs, Debug)]
@@ -20,7 +20,7 @@ enum Sub {
     Run(RunArgs),
     /// Re-check a reproducer saved by `cairn crash run`
     Replay(ReplayArgs),
-    /// List the modes (with what they promise) and the workloads
+    /// List the modes (with what they promise), the planted bugs and the workloads
     List,
     /// Run one workload in one mode and save its recording (for inspection or `run --recording`)
     Record(RecordArgs),
@@ -48,9 +48,13 @@ struct RunArgs {
     /// Also check recordings made with `cairn mount -o record=FILE` (repeatable)
     #[arg(long = "recording")]
     recordings: Vec<PathBuf>,
-    /// Crash states to check in total
-    #[arg(long, default_value_t = 100_000)]
-    states: usize,
+    /// Run the campaign against a planted bug (see `cairn crash list`): exits 1 when it is
+    /// caught, 0 when it slips through
+    #[arg(long, conflicts_with_all = ["modes", "recordings"])]
+    planted: Option<String>,
+    /// Crash states to check in total (default 100000; with --planted, CI's budget)
+    #[arg(long)]
+    states: Option<usize>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Worker threads (default: one per CPU)
@@ -115,11 +119,10 @@ pub fn run(a: Args) -> Result<i32> {
                     None => println!("  {m:<8} NO EXPECTATIONS DECLARED"),
                 }
             }
-            println!(
-                "  (test-only: {}, {})",
-                modes::DIRENT_FIRST,
-                modes::LAZY_RETURN
-            );
+            println!("planted bugs (cairn crash run --planted NAME: exit 1 = caught):");
+            for p in planted::CATALOGUE {
+                println!("planted {} — {}", p.name, p.breaks);
+            }
             println!("workloads:");
             for w in workload::all() {
                 println!(
@@ -138,14 +141,21 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 fn run_campaign(a: RunArgs) -> Result<i32> {
-    let mut opts = CampaignOptions {
-        states: a.states,
-        seed: a.seed,
-        torn: !a.no_torn,
-        recordings: a.recordings,
-        repro_dir: Some(a.repro_dir),
-        ..Default::default()
+    let mut opts = match &a.planted {
+        Some(name) => {
+            let p = planted::by_name(name)
+                .ok_or_else(|| anyhow!("unknown planted bug '{name}' (see `cairn crash list`)"))?;
+            planted::campaign(p, a.states)
+        }
+        None => CampaignOptions {
+            states: a.states.unwrap_or(100_000),
+            recordings: a.recordings,
+            ..Default::default()
+        },
     };
+    opts.seed = a.seed;
+    opts.torn = !a.no_torn;
+    opts.repro_dir = Some(a.repro_dir);
     if !a.modes.is_empty() {
         opts.modes = a.modes;
     }
@@ -242,6 +252,23 @@ fn run_campaign(a: RunArgs) -> Result<i32> {
     }
     if let Some(p) = &a.markdown {
         std::fs::write(p, r.markdown()).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(name) = &a.planted {
+        let caught: u64 = r.cells.iter().map(|c| c.unexpected).sum();
+        if r.passed() {
+            println!("planted {name}: NOT CAUGHT in {} states", r.states);
+            return Ok(0);
+        }
+        println!(
+            "planted {name}: caught in {caught} of {} states ({})",
+            r.states,
+            r.cells
+                .iter()
+                .filter(|c| c.unexpected > 0)
+                .map(|c| format!("{} {}", c.workload, c.unexpected))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     if r.passed() {
         println!("every mode delivered what it declares");

@@ -11,7 +11,7 @@ use crate::Error;
 use crate::check::{Checker, StateOutcome};
 use crate::modes::{self, Expectation};
 use crate::record::{self, Recording};
-use crate::report::{self, CellResult, Repro};
+use crate::report::{self, CellResult, FirstFailure, Repro};
 use crate::states::{self, CrashState, GenOptions};
 use crate::workload::{self, ImageSpec, Workload};
 
@@ -248,9 +248,9 @@ pub fn run(
                 c.workload,
                 c.unexpected,
                 c.states,
-                c.failures
-                    .first()
-                    .map_or(String::new(), |f| format!("; first: {f}"))
+                c.first
+                    .as_ref()
+                    .map_or(String::new(), |f| format!("; {}", f.describe()))
             ));
         }
     }
@@ -333,6 +333,9 @@ fn run_job(
         );
         if unexpected {
             bad.fetch_add(1, Ordering::Relaxed);
+            if cell.first.is_none() {
+                cell.first = Some(first_failure(&checker, st, out, cell.states - 1));
+            }
             if cell.failures.len() < 5 {
                 cell.failures.push(describe_failure(&checker, st, out));
             }
@@ -362,21 +365,46 @@ fn run_job(
     Ok(cell)
 }
 
-/// One line for a failing state: where the crash was, and what was wrong.
-pub fn describe_failure(c: &Checker, st: &CrashState, out: &StateOutcome) -> String {
-    let what: Vec<&str> = out
-        .violations
+/// The report of a cell's first unexpected state (`checked_before` states came before it).
+pub fn first_failure(
+    c: &Checker,
+    st: &CrashState,
+    out: &StateOutcome,
+    checked_before: u64,
+) -> FirstFailure {
+    FirstFailure {
+        workload: c.rec.header.workload.clone(),
+        epoch: st.epoch,
+        checked_before,
+        state: format!(
+            "{} [{:?}] ({})",
+            st.describe(&c.epochs),
+            out.class,
+            c.describe_point(out.crash_point)
+        ),
+        what: what_failed(out),
+        prefix: c.op_prefix(out.crash_point),
+        calls: c.op_prefix(usize::MAX).len(),
+    }
+}
+
+fn what_failed(out: &StateOutcome) -> Vec<String> {
+    out.violations
         .iter()
         .chain(out.findings.iter().filter(|f| !f.starts_with("LEAK")))
-        .map(String::as_str)
         .take(3)
-        .collect();
+        .cloned()
+        .collect()
+}
+
+/// One line for a failing state: where the crash was, and what was wrong.
+pub fn describe_failure(c: &Checker, st: &CrashState, out: &StateOutcome) -> String {
     format!(
         "{} [{:?}] ({}): {}",
         st.describe(&c.epochs),
         out.class,
         c.describe_point(out.crash_point),
-        what.join("; ")
+        what_failed(out).join("; ")
     )
 }
 
@@ -400,6 +428,7 @@ pub fn save_repro(
         findings: out.findings.clone(),
         violations: out.violations.clone(),
         point: c.describe_point(out.crash_point),
+        prefix: c.op_prefix(out.crash_point),
     });
     let name = format!(
         "{}-{}-{n}.jsonl",

@@ -2,13 +2,15 @@
 //! mode's recovery if it has one, fsck it (check only), mount it read-only in process and
 //! walk it, and ask the durability oracle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
+use cairn_ffs::format::{Geometry, INODE_SIZE, Superblock};
 use cairn_ffs::{Ffs, MountOptions};
 use cairn_fsck::{CheckOptions, Class};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -16,7 +18,7 @@ use crate::model::Model;
 use crate::modes::{Allow, Expectation};
 use crate::oracle::{Observed, Timeline, model_of, observe};
 use crate::overlay::{Base, Overlay};
-use crate::record::{self, Event, Recording};
+use crate::record::{self, Event, Op, Recording};
 use crate::states::{CrashState, Epoch, crash_point, epochs};
 
 /// What fsck and the walk found in a state.
@@ -81,6 +83,11 @@ pub struct Checker {
     start: Arc<Base>,
     /// A mode for the read-only mount (any registered one reads the same format).
     mount_mode: String,
+    /// Where inodes live (from the start image's superblock), for the fsync-order check.
+    geo: Option<Geometry>,
+    /// The inode slot of each in-flight fsync's file as it could be on disk before the
+    /// fsync began (every version written up to then), by operation id.
+    pre_fsync: Mutex<HashMap<u64, Vec<Box<[u8]>>>>,
 }
 
 impl Checker {
@@ -127,6 +134,10 @@ impl Checker {
         };
         let timeline = Timeline::new(&rec, initial);
         let epochs = epochs(&rec);
+        let geo = Superblock::decode(start.block(0))
+            .ok()
+            .and_then(|sb| sb.geometry().ok())
+            .filter(|g| g.block_size == h.block_size);
         Ok(Checker {
             rec,
             epochs,
@@ -134,6 +145,8 @@ impl Checker {
             expect,
             start,
             mount_mode,
+            geo,
+            pre_fsync: Mutex::new(HashMap::new()),
         })
     }
 
@@ -281,8 +294,8 @@ impl Checker {
             out.findings.push(format!("recovery failed: {e}"));
             return out;
         }
-        let verdict_in_flight = self.timeline.judge(cp, &Observed::default(), no_promises());
-        let rename_in_flight = verdict_in_flight.dir_rename_in_flight;
+        let rename_in_flight = self.timeline.dir_rename_in_flight(cp);
+        let fsync_wrote = self.fsync_wrote(&dev, cp);
         let (mut corrupt, mut leak, mut irename) = (false, false, false);
         match cairn_fsck::check(&dev, CheckOptions::default()) {
             Ok(rep) => {
@@ -329,9 +342,56 @@ impl Checker {
         };
         // A state that does not mount has no tree to judge; its corruption is the finding.
         if !(corrupt && obs.paths.is_empty()) {
-            let v = self.timeline.judge(cp, &obs, self.expect.promises);
+            let v = self
+                .timeline
+                .judge(cp, &obs, self.expect.promises, &fsync_wrote);
             out.violations = v.violations;
             out.stale = v.stale;
+        }
+        out
+    }
+
+    /// The inodes whose fsync was in flight at `cp` and whose inode on `dev` the fsync
+    /// itself wrote: the slot differs from every version it had on disk before the fsync
+    /// began. Before that write the file is as earlier calls left it (a size that reached
+    /// disk ahead of its data is FFS's ordinary stale-data window, not the fsync's doing);
+    /// after it, the fsync's promise — data before the pointers to it — says the contents
+    /// are complete. FFS layout: a new format locates its inodes its own way.
+    fn fsync_wrote(&self, dev: &Overlay, cp: usize) -> HashSet<u64> {
+        let mut out = HashSet::new();
+        let Some(geo) = self.geo else { return out };
+        for o in self.timeline.in_flight(cp) {
+            let Op::Fsync { ino } = o.op else { continue };
+            if !geo.valid_ino(ino) {
+                continue;
+            }
+            let (blk, off) = geo.inode_location(ino);
+            let mut block = vec![0u8; geo.bs()];
+            if dev.read_blocks(blk, &mut block).is_err() {
+                continue;
+            }
+            let slot = &block[off..off + INODE_SIZE];
+            let mut cache = self.pre_fsync.lock();
+            let pre = cache.entry(o.id).or_insert_with(|| {
+                let mut v: Vec<Box<[u8]>> =
+                    vec![Box::from(&self.start.block(blk)[off..off + INODE_SIZE])];
+                let mut tmp = vec![0u8; geo.bs()];
+                for ev in &self.rec.events[self.rec.header.start..o.begin] {
+                    if let Event::Write { block, data } = ev
+                        && *block == blk
+                    {
+                        data.copy_to(&mut tmp);
+                        let s = &tmp[off..off + INODE_SIZE];
+                        if !v.iter().any(|x| **x == *s) {
+                            v.push(Box::from(s));
+                        }
+                    }
+                }
+                v
+            });
+            if !pre.iter().any(|s| **s == *slot) {
+                out.insert(ino);
+            }
         }
         out
     }
@@ -361,6 +421,41 @@ impl Checker {
         )
     }
 
+    /// The shortest prefix of the workload's calls that reaches a crash at `cp`: every call
+    /// that had begun by then (the recording is deterministic, so running only these calls
+    /// gives the same writes up to that point). Releases are left out, and forgets unless
+    /// in flight (the one that frees); calls in flight are marked.
+    pub fn op_prefix(&self, cp: usize) -> Vec<String> {
+        self.timeline
+            .begun_before(cp)
+            .iter()
+            .filter(|o| {
+                let flying = o.end.is_none_or(|e| e >= cp);
+                match o.op {
+                    Op::Release { .. } => false,
+                    Op::Forget { .. } => flying,
+                    _ => true,
+                }
+            })
+            .map(|o| {
+                let failed = o
+                    .result
+                    .as_ref()
+                    .filter(|r| !r.ok() && o.end.is_some_and(|e| e < cp))
+                    .map_or(String::new(), |r| format!(" (errno {})", r.errno));
+                let flying = if o.end.is_none_or(|e| e >= cp) {
+                    " (in flight)"
+                } else {
+                    ""
+                };
+                format!("{} #{} {}{failed}{flying}", o.op.kind(), o.id, o.op.path())
+                    .replace("  ", " ")
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+
     /// The recording cut right after the state's epoch (its flush included): with the state,
     /// everything a reproducer needs.
     pub fn prefix_end(&self, st: &CrashState) -> usize {
@@ -370,13 +465,6 @@ impl Checker {
         self.epochs[st.epoch]
             .flush
             .map_or(self.rec.events.len(), |f| f + 1)
-    }
-}
-
-fn no_promises() -> crate::oracle::Promises {
-    crate::oracle::Promises {
-        metadata_on_return: false,
-        no_stale_data: false,
     }
 }
 

@@ -20,6 +20,8 @@
 //! 4. **Expectations** ([`modes`]): one table of what each mode promises; a campaign
 //!    ([`campaign`]) fails on anything a mode's entry forbids, and on a weakness a baseline
 //!    must demonstrate but did not.
+//! 5. **Planted bugs** ([`planted`]): a catalogue of deliberately broken orderings that
+//!    claim a mode's guarantees; CI's campaign must catch every one.
 
 pub mod campaign;
 pub mod check;
@@ -27,6 +29,7 @@ pub mod model;
 pub mod modes;
 pub mod oracle;
 pub mod overlay;
+pub mod planted;
 pub mod recfs;
 pub mod record;
 pub mod report;

@@ -51,6 +51,14 @@ pub struct FileState {
     pub fsync_op: u64,
     /// A name of the inode went away after the fsync (unlink, rename over it).
     pub name_lost_since_fsync: bool,
+    /// The generation the creating call reported (`None`: not known).
+    pub generation: Option<u64>,
+    /// The sizes the file may have on disk in a mode whose metadata calls are durable on
+    /// return: the size it had when its size was last made durable (create, truncate or
+    /// extension by setattr, fsync, sync) and each size a later write gave it (a write's
+    /// new size is delayed like its data: it reaches disk with the next write of the inode
+    /// block, or not). Empty: nothing promised (contents unknown).
+    pub sizes: Vec<u64>,
 }
 
 /// The namespace and file contents at one moment.
@@ -101,6 +109,8 @@ impl Model {
                         i,
                         FileState {
                             content: Some(Arc::new(Vec::new())),
+                            generation: result.and_then(|r| r.generation),
+                            sizes: vec![0],
                             ..Default::default()
                         },
                     );
@@ -145,12 +155,11 @@ impl Model {
                 let f = self.files.entry(*i).or_default();
                 f.fsynced = None;
                 if let Some(c) = &mut f.content {
-                    let c = Arc::make_mut(c);
-                    let end = *offset as usize + data.len();
-                    if c.len() < end {
-                        c.resize(end, 0);
+                    write_into(Arc::make_mut(c), *offset, data);
+                    let len = c.len() as u64;
+                    if !f.sizes.is_empty() && !f.sizes.contains(&len) {
+                        f.sizes.push(len);
                     }
-                    c[*offset as usize..end].copy_from_slice(data);
                 }
             }
             Op::Truncate { ino: i, size } => {
@@ -158,6 +167,8 @@ impl Model {
                 f.fsynced = None;
                 if let Some(c) = &mut f.content {
                     Arc::make_mut(c).resize(*size as usize, 0);
+                    // Durable on return in `sync` (setattr is a metadata call).
+                    f.sizes = vec![*size];
                 }
             }
             Op::Chmod { ino: i, mode } => {
@@ -166,7 +177,7 @@ impl Model {
                     self.perms.insert(*i, (*mode & 0o7777) as u16);
                 }
             }
-            Op::SetAttr { .. } | Op::Release { .. } | Op::Fsyncdir { .. } => {}
+            Op::SetAttr { .. } | Op::Release { .. } | Op::Forget { .. } | Op::Fsyncdir { .. } => {}
             Op::Fsync { ino: i } => {
                 if result.is_some()
                     && let Some(f) = self.files.get_mut(i)
@@ -174,9 +185,16 @@ impl Model {
                 {
                     f.fsynced = Some(c.clone());
                     f.name_lost_since_fsync = false;
+                    f.sizes = vec![c.len() as u64];
                 }
             }
-            Op::SyncAll | Op::Unmount => {}
+            Op::SyncAll | Op::Unmount => {
+                for f in self.files.values_mut() {
+                    if let Some(c) = &f.content {
+                        f.sizes = vec![c.len() as u64];
+                    }
+                }
+            }
             Op::Unknown { .. } => self.unknown = true,
         }
     }
@@ -197,6 +215,31 @@ impl Model {
                 f.name_lost_since_fsync = true;
             }
         }
+    }
+
+    /// The namespaces a rename passes through on disk when it is not atomic: rule 3 (002
+    /// §3) puts the new name (replacing what `to` named) on disk before the old one is
+    /// removed, so between the two both names exist. A directory reached by its second name
+    /// is not descended again by the walk, so its subtree shows under whichever name the
+    /// walk reached first: two variants. Empty when the rename would do nothing.
+    pub fn rename_midway(&self, from: &str, to: &str) -> Vec<Model> {
+        if from == to || under(to, from) {
+            return Vec::new();
+        }
+        let Some(node) = self.paths.get(from).cloned() else {
+            return Vec::new();
+        };
+        let mut both = self.clone();
+        both.remove_tree(to);
+        if node.kind != Kind::Dir {
+            both.paths.insert(to.to_string(), node);
+            return vec![both];
+        }
+        let mut subtree_at_to = both.clone();
+        subtree_at_to.rename(from, to);
+        subtree_at_to.paths.insert(from.to_string(), node.clone());
+        both.paths.insert(to.to_string(), node);
+        vec![both, subtree_at_to]
     }
 
     fn rename(&mut self, from: &str, to: &str) {
@@ -229,6 +272,15 @@ impl Model {
     }
 }
 
+/// Writes `data` at `offset` of `c`, growing it with zeros as a file grows.
+pub fn write_into(c: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if c.len() < end {
+        c.resize(end, 0);
+    }
+    c[offset as usize..end].copy_from_slice(data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +290,7 @@ mod tests {
             errno: 0,
             ino: Some(ino),
             perm: Some(0o644),
+            generation: Some(1),
         }
     }
 
@@ -278,6 +331,7 @@ mod tests {
                 errno: libc::ENOTEMPTY,
                 ino: None,
                 perm: None,
+                generation: None,
             }),
         );
         assert!(m.paths.contains_key("c"));
@@ -314,6 +368,39 @@ mod tests {
         // An in-flight fsync promises nothing yet.
         m.apply(&Op::Fsync { ino: 5 }, None);
         assert!(m.files[&5].fsynced.is_none());
+    }
+
+    #[test]
+    fn a_half_done_rename_has_both_names() {
+        let mut m = Model::default();
+        m.apply(&Op::Mkdir { path: "a".into() }, Some(&ok(10)));
+        m.apply(&Op::Create { path: "a/f".into() }, Some(&ok(11)));
+        m.apply(&Op::Create { path: "g".into() }, Some(&ok(12)));
+        m.apply(&Op::Create { path: "h".into() }, Some(&ok(13)));
+        // A file over another: the new name is re-pointed, the old one still there.
+        let half = m.rename_midway("g", "h");
+        assert_eq!(half.len(), 1);
+        assert_eq!(half[0].paths["g"].ino, Some(12));
+        assert_eq!(half[0].paths["h"].ino, Some(12));
+        // A directory: its subtree under either name (the walk descends it once).
+        let half = m.rename_midway("a", "b");
+        assert_eq!(half.len(), 2);
+        let keys = |m: &Model| m.paths.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&half[0]), vec!["a", "a/f", "b", "g", "h"]);
+        assert_eq!(keys(&half[1]), vec!["a", "b", "b/f", "g", "h"]);
+        assert!(m.rename_midway("a", "a/x").is_empty());
+        // Sizes: a write adds one, a truncate or fsync fixes it.
+        m.apply(
+            &Op::Write {
+                ino: 12,
+                offset: 0,
+                data: Arc::from(&[1u8; 32][..]),
+            },
+            Some(&ok(12)),
+        );
+        assert_eq!(m.files[&12].sizes, vec![0, 32]);
+        m.apply(&Op::Truncate { ino: 12, size: 8 }, Some(&ok(12)));
+        assert_eq!(m.files[&12].sizes, vec![8]);
     }
 
     #[test]

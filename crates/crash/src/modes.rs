@@ -6,18 +6,11 @@
 //! add one line using the constructors below (`soft_updates`, `journaling`, `log_structured`),
 //! with their recovery where they have one.
 //!
-//! The test-only mode [`DIRENT_FIRST`] claims `sync`'s guarantees but writes a new directory
-//! entry before the inode it names (breaking rule 1, 002 §3): the campaign must catch it.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The planted bugs of [`crate::planted`] claim their base mode's guarantees: the campaign
+//! must show they do not deliver them.
 
 use cairn_blockdev::BlockDevice;
-use cairn_bufcache::BufRef;
-use cairn_ffs::format::kind;
-use cairn_ffs::strategy::{self, Io, Strategy};
-use cairn_vfs::{KernelCachePolicy, Result as FsResult};
-use parking_lot::Mutex;
+use cairn_ffs::strategy::{self, Strategy};
 use serde::Serialize;
 
 use crate::oracle::Promises;
@@ -74,6 +67,7 @@ impl Expectation {
             mode: mode.into(),
             promises: Promises {
                 metadata_on_return: true,
+                fsync_data_first: true,
                 no_stale_data: false,
             },
             corrupt: Allow::Forbidden,
@@ -92,6 +86,7 @@ impl Expectation {
             mode: mode.into(),
             promises: Promises {
                 metadata_on_return: false,
+                fsync_data_first: true,
                 no_stale_data: false,
             },
             corrupt: Allow::Demonstrated,
@@ -110,6 +105,7 @@ impl Expectation {
             mode: mode.into(),
             promises: Promises {
                 metadata_on_return: false,
+                fsync_data_first: true,
                 no_stale_data: true,
             },
             corrupt: Allow::Forbidden,
@@ -128,6 +124,7 @@ impl Expectation {
             mode: mode.into(),
             promises: Promises {
                 metadata_on_return: sync_log,
+                fsync_data_first: true,
                 no_stale_data: false,
             },
             corrupt: Allow::Forbidden,
@@ -145,6 +142,7 @@ impl Expectation {
             mode: mode.into(),
             promises: Promises {
                 metadata_on_return: false,
+                fsync_data_first: true,
                 no_stale_data: false,
             },
             corrupt: Allow::Forbidden,
@@ -157,20 +155,18 @@ impl Expectation {
     }
 }
 
-/// The test-only broken ordering: a new name reaches the disk before its inode.
-pub const DIRENT_FIRST: &str = "broken-dirent-first";
-/// The test-only broken durability: `sync` whose calls return before their last step is
-/// flushed (no barrier in `op_done`).
-pub const LAZY_RETURN: &str = "broken-lazy-return";
+/// The planted bug writing a new name before its inode (see [`crate::planted`]).
+pub const DIRENT_FIRST: &str = "dirent-first";
+/// The planted bug whose calls return before their last step is flushed.
+pub const LAZY_RETURN: &str = "lazy-return";
 
-/// Every mode's expectation. `None` for a mode that declared nothing.
+/// Every mode's expectation, planted bugs included (each claims its base mode's). `None`
+/// for a mode that declared nothing.
 pub fn expectation(mode: &str) -> Option<Expectation> {
     match mode {
         "sync" => Some(Expectation::synchronous(mode)),
         "async" => Some(Expectation::unordered(mode)),
-        // Claims sync's guarantees; the campaign must show that it does not deliver them.
-        DIRENT_FIRST | LAZY_RETURN => Some(Expectation::synchronous(mode)),
-        _ => None,
+        _ => crate::planted::by_name(mode).and_then(|p| p.expectation()),
     }
 }
 
@@ -179,140 +175,11 @@ pub fn registered() -> Vec<&'static str> {
     cairn_ffs::modes().iter().map(|m| m.name).collect()
 }
 
-/// The strategy for `mode`: a registered one, or a test-only broken one.
+/// The strategy for `mode`: a registered one, or a planted bug.
 pub fn strategy_for(mode: &str) -> Option<Box<dyn Strategy>> {
-    if mode == DIRENT_FIRST {
-        return Some(Box::new(DirentFirst::new()));
-    }
-    if mode == LAZY_RETURN {
-        return Some(Box::new(LazyReturn(strategy::by_name("sync")?)));
-    }
-    strategy::by_name(mode)
-}
-
-/// `sync` with rule 1 broken: the inode written in `setup_inode_alloc` is held back and
-/// written only after the directory entry that names it, behind a barrier. A crash between
-/// the two leaves a name pointing at an unallocated, uninitialized inode.
-pub struct DirentFirst {
-    inner: Box<dyn Strategy>,
-    held: Mutex<Vec<BufRef>>,
-}
-
-impl DirentFirst {
-    pub fn new() -> DirentFirst {
-        DirentFirst {
-            inner: strategy::by_name("sync").expect("sync is always registered"),
-            held: Mutex::new(Vec::new()),
-        }
-    }
-}
-
-impl Default for DirentFirst {
-    fn default() -> Self {
-        DirentFirst::new()
-    }
-}
-
-impl Strategy for DirentFirst {
-    fn name(&self) -> &'static str {
-        DIRENT_FIRST
-    }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.inner.cache_policy()
-    }
-    fn syncer_interval(&self) -> Duration {
-        self.inner.syncer_interval()
-    }
-    fn setup_inode_alloc(&self, _io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.held.lock().extend(bufs.iter().map(|b| Arc::clone(b)));
-        Ok(())
-    }
-    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_block_init(io, bufs)
-    }
-    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        // The directory block alone first: the parent's inode often shares an inode block
-        // with the new inode and would carry it along.
-        let (entries, rest): (Vec<&BufRef>, Vec<&BufRef>) =
-            bufs.iter().partition(|b| b.kind() == kind::DIRECTORY);
-        io.write_ordered(&entries)?;
-        let held = std::mem::take(&mut *self.held.lock());
-        let mut refs: Vec<&BufRef> = held.iter().collect();
-        refs.extend(rest);
-        io.write_ordered(&refs)
-    }
-    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_directory_remove(io, bufs)
-    }
-    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_link_add(io, bufs)
-    }
-    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_link_remove(io, bufs)
-    }
-    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_freeblocks(io, bufs)
-    }
-    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.inner.setup_attr_change(io, bufs)
-    }
-    fn op_done(&self, io: &Io) -> FsResult<()> {
-        // Whatever is still held (an xattr block allocation) goes out before the call returns.
-        let held = std::mem::take(&mut *self.held.lock());
-        if !held.is_empty() {
-            let refs: Vec<&BufRef> = held.iter().collect();
-            io.write_ordered(&refs)?;
-        }
-        self.inner.op_done(io)
-    }
-    fn write_back(&self, io: &Io, durable: bool) -> FsResult<()> {
-        self.inner.write_back(io, durable)
-    }
-}
-
-/// `sync` without the flush at the end of a call: each step is still ordered behind a
-/// barrier, but the last one is not durable when the call returns.
-pub struct LazyReturn(Box<dyn Strategy>);
-
-impl Strategy for LazyReturn {
-    fn name(&self) -> &'static str {
-        LAZY_RETURN
-    }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.0.cache_policy()
-    }
-    fn syncer_interval(&self) -> Duration {
-        self.0.syncer_interval()
-    }
-    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_inode_alloc(io, bufs)
-    }
-    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_block_init(io, bufs)
-    }
-    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_directory_add(io, bufs)
-    }
-    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_directory_remove(io, bufs)
-    }
-    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_link_add(io, bufs)
-    }
-    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_link_remove(io, bufs)
-    }
-    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_freeblocks(io, bufs)
-    }
-    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.0.setup_attr_change(io, bufs)
-    }
-    fn op_done(&self, _io: &Io) -> FsResult<()> {
-        Ok(())
-    }
-    fn write_back(&self, io: &Io, durable: bool) -> FsResult<()> {
-        self.0.write_back(io, durable)
+    match crate::planted::by_name(mode) {
+        Some(p) => p.strategy(),
+        None => strategy::by_name(mode),
     }
 }
 

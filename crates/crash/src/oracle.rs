@@ -7,18 +7,24 @@
 //!
 //! [`Timeline`] replays a recording's operation markers into [`Model`]s, and
 //! [`Timeline::judge`] compares an observed state with what the mode promised at the crash
-//! point (issue 5 §3c):
-//! - `sync` (metadata durable on return): every name must be as the operations that had
-//!   returned left it, or as the operation in flight would leave it;
+//! point:
+//! - `sync` (metadata durable on return): the *whole* namespace — every name, its kind,
+//!   inode and permissions, and a file's size where a returned setattr, create, fsync or
+//!   sync fixed it — must be explained by one candidate: the returned operations plus some
+//!   of those in flight, each done or (a rename) half done with both names. A crash state
+//!   is one moment; two names cannot each be explained by a different moment;
 //! - every mode: a file whose fsync returned (and that nothing changed since) holds exactly
 //!   the fsynced contents, found by its inode number wherever its name is now;
 //! - every mode: what a returned sync(2) or unmount made durable stays, except where a later
 //!   operation touched it;
+//! - every mode honouring fsync: once an fsync in flight has written the file's inode,
+//!   every byte within the size on disk is content the file had — data before pointers;
 //! - stale data (000 §5: "no meta-data ever points to bad data", a Soft Updates guarantee
-//!   FFS never made): each 16-byte piece of a tagged workload's file is zero or carries the
-//!   file's own inode and generation.
+//!   FFS never made): each 16-byte piece of a file is one a version of the file the state
+//!   may show holds at that place: not another file's bytes, and not zeros where every such
+//!   version had data. Counted for every mode, a violation where promised.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -255,8 +261,14 @@ pub struct OpRec {
 /// What a mode promises (see `modes::Expectation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Promises {
-    /// Every metadata call is durable when it returns (`sync`).
+    /// Every metadata call is durable when it returns (`sync`): names, permissions, and the
+    /// size a setattr gave a file.
     pub metadata_on_return: bool,
+    /// fsync writes a file's data before the pointers to it: while an fsync is in flight,
+    /// every byte within the file's size on disk is content the file had (never zeros
+    /// where data was written, never another file's bytes) once the fsync has written the
+    /// inode.
+    pub fsync_data_first: bool,
     /// No file ever shows data it was not given (000 §5, Soft Updates).
     pub no_stale_data: bool,
 }
@@ -266,12 +278,45 @@ pub struct Promises {
 pub struct Verdict {
     /// Broken promises.
     pub violations: Vec<String>,
-    /// Files showing data that is not theirs (a violation only for modes promising
-    /// `no_stale_data`; counted for every mode).
+    /// Files showing data that is not theirs: another file's bytes, bytes never written as
+    /// file data, or zeros where every version of the file the state may show had data (a
+    /// violation only for modes promising `no_stale_data`; counted for every mode).
     pub stale: Vec<String>,
     /// An operation renaming a directory was in flight at the crash point.
     pub dir_rename_in_flight: bool,
 }
+
+/// One version of a file's contents: what it held after a call that changed it returned.
+#[derive(Clone, Debug)]
+pub struct Version {
+    /// Event index of the call's return (0: the recording's start).
+    pub end: usize,
+    pub content: Arc<Vec<u8>>,
+    pub generation: Option<u64>,
+    /// The file was created here: earlier versions belong to an earlier file that had the
+    /// same inode number.
+    pub created: bool,
+}
+
+/// The contents a file may show at a crash point, oldest first (see
+/// [`Timeline::versions_at`]).
+pub struct Versions {
+    pub contents: Vec<Arc<Vec<u8>>>,
+    /// The file's generation, where the creating call reported it.
+    pub generation: Option<u64>,
+}
+
+/// A candidate explanation of a crash state: the returned operations plus some of those in
+/// flight, each done or half done.
+pub struct Candidate {
+    /// How the operations in flight stand in it, for reports.
+    pub label: String,
+    pub model: Model,
+}
+
+/// More in flight than this (concurrent FUSE requests): only prefixes in begin order.
+const SUBSET_LIMIT: usize = 4;
+const CANDIDATE_LIMIT: usize = 256;
 
 /// A recording's operations, and models of the namespace at any crash point.
 pub struct Timeline {
@@ -282,6 +327,12 @@ pub struct Timeline {
     /// Models after every `SNAP`-th returned operation.
     snaps: Vec<Model>,
     tagged: bool,
+    /// Every version of every file's contents, in the order the calls returned.
+    versions: HashMap<u64, Vec<Version>>,
+    /// Event indices at which an fsync of the inode returned.
+    fsync_ends: HashMap<u64, Vec<usize>>,
+    /// Event indices at which sync(2) or an unmount returned.
+    sync_ends: Vec<usize>,
 }
 
 const SNAP: usize = 32;
@@ -315,10 +366,54 @@ impl Timeline {
                 _ => {}
             }
         }
+        let mut versions: HashMap<u64, Vec<Version>> = HashMap::new();
+        for (&ino, f) in &initial.files {
+            if let Some(c) = &f.content {
+                versions.insert(
+                    ino,
+                    vec![Version {
+                        end: 0,
+                        content: c.clone(),
+                        generation: f.generation,
+                        created: true,
+                    }],
+                );
+            }
+        }
+        let mut fsync_ends: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut sync_ends = Vec::new();
         let mut snaps = vec![initial.clone()];
         let mut m = initial.clone();
         for (n, &k) in ends.iter().enumerate() {
-            m.apply(&ops[k].op, ops[k].result.as_ref());
+            let o = &ops[k];
+            m.apply(&o.op, o.result.as_ref());
+            let end = o.end.unwrap_or(0);
+            if o.result.as_ref().is_some_and(|r| r.ok()) {
+                let changed = match &o.op {
+                    Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino),
+                    Op::Write { ino, .. } | Op::Truncate { ino, .. } => Some(*ino),
+                    Op::Fsync { ino } => {
+                        fsync_ends.entry(*ino).or_default().push(end);
+                        None
+                    }
+                    Op::SyncAll | Op::Unmount => {
+                        sync_ends.push(end);
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(ino) = changed
+                    && let Some(f) = m.files.get(&ino)
+                    && let Some(c) = &f.content
+                {
+                    versions.entry(ino).or_default().push(Version {
+                        end,
+                        content: c.clone(),
+                        generation: f.generation,
+                        created: matches!(o.op, Op::Create { .. }),
+                    });
+                }
+            }
             if (n + 1) % SNAP == 0 {
                 snaps.push(m.clone());
             }
@@ -329,6 +424,9 @@ impl Timeline {
             initial,
             snaps,
             tagged: rec.header.tagged,
+            versions,
+            fsync_ends,
+            sync_ends,
         }
     }
 
@@ -353,12 +451,24 @@ impl Timeline {
             .partition_point(|&k| self.ops[k].end.is_some_and(|e| e < cp))
     }
 
-    /// Operations in flight at `cp`.
+    /// Operations in flight at `cp`, in the order they began.
     pub fn in_flight(&self, cp: usize) -> Vec<&OpRec> {
         self.ops
             .iter()
             .filter(|o| o.begin < cp && o.end.is_none_or(|e| e >= cp))
             .collect()
+    }
+
+    /// Operations that had begun before `cp`, in the order they began: the shortest prefix
+    /// of the workload that reaches a crash at `cp`.
+    pub fn begun_before(&self, cp: usize) -> &[OpRec] {
+        let n = self.ops.partition_point(|o| o.begin < cp);
+        &self.ops[..n]
+    }
+
+    /// Whether an operation renaming a directory was in flight at `cp`.
+    pub fn dir_rename_in_flight(&self, cp: usize) -> bool {
+        dir_rename(&self.after(self.returned_before(cp)), &self.in_flight(cp))
     }
 
     /// The last operation that had returned before `cp`, for reports.
@@ -367,90 +477,194 @@ impl Timeline {
         n.checked_sub(1).map(|i| &self.ops[self.ends[i]])
     }
 
-    /// Judges `obs`, a crash at event index `cp`, against `promises`.
-    pub fn judge(&self, cp: usize, obs: &Observed, promises: Promises) -> Verdict {
+    /// Every model a crash at `cp` may match: the returned operations, plus any subset of
+    /// those in flight (in the order they began; only prefixes when many are in flight),
+    /// each done or — a rename — half done (both names).
+    pub fn candidates(&self, cp: usize) -> Vec<Candidate> {
+        let returned = self.after(self.returned_before(cp));
+        let flying: Vec<&OpRec> = self
+            .in_flight(cp)
+            .into_iter()
+            .filter(|o| changes_model(&o.op))
+            .collect();
+        let mut out = vec![Candidate {
+            label: "no call in flight done".into(),
+            model: returned.clone(),
+        }];
+        let n = flying.len();
+        if n == 0 {
+            return out;
+        }
+        out.clear();
+        let subsets: Vec<Vec<usize>> = if n <= SUBSET_LIMIT {
+            (0u32..1 << n)
+                .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
+                .collect()
+        } else {
+            (0..=n).map(|k| (0..k).collect()).collect()
+        };
+        for set in subsets {
+            let mut partial = vec![(Vec::<String>::new(), returned.clone())];
+            for &i in &set {
+                let o = flying[i];
+                let mut next = Vec::new();
+                for (label, m) in partial {
+                    let mut done = m.clone();
+                    done.apply(&o.op, None);
+                    let mut l = label.clone();
+                    l.push(format!("{} #{} done", o.op.kind(), o.id));
+                    next.push((l, done));
+                    if let Op::Rename { from, to } = &o.op {
+                        for half in m.rename_midway(from, to) {
+                            let mut l = label.clone();
+                            l.push(format!("rename #{} half done (both names)", o.id));
+                            next.push((l, half));
+                        }
+                    }
+                }
+                partial = next;
+            }
+            for (label, model) in partial {
+                out.push(Candidate {
+                    label: if label.is_empty() {
+                        "no call in flight done".into()
+                    } else {
+                        label.join(", ")
+                    },
+                    model,
+                });
+                if out.len() >= CANDIDATE_LIMIT {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// Judges `obs`, a crash at event index `cp`, against `promises`. `fsync_wrote` names
+    /// the inodes with an fsync in flight whose inode on disk was written by that fsync
+    /// (see `check.rs`): their contents must already be complete.
+    pub fn judge(
+        &self,
+        cp: usize,
+        obs: &Observed,
+        promises: Promises,
+        fsync_wrote: &HashSet<u64>,
+    ) -> Verdict {
         let mut v = Verdict::default();
         let n = self.returned_before(cp);
         let returned = self.after(n);
         let flying = self.in_flight(cp);
-        v.dir_rename_in_flight = flying.iter().any(|o| match &o.op {
-            Op::Rename { from, .. } => returned
-                .paths
-                .get(from)
-                .is_some_and(|n| n.kind == Kind::Dir),
-            _ => false,
-        });
-        // The models the state may match: the returned operations, plus each operation in
-        // flight (or all of them) having taken effect.
-        let mut cands = vec![returned.clone()];
-        for o in &flying {
-            let mut m = returned.clone();
-            m.apply(&o.op, None);
-            cands.push(m);
-        }
-        if flying.len() > 1 {
-            let mut m = returned.clone();
-            for o in &flying {
-                m.apply(&o.op, None);
+        v.dir_rename_in_flight = dir_rename(&returned, &flying);
+        let unknown = returned.unknown || flying.iter().any(|o| matches!(o.op, Op::Unknown { .. }));
+        if promises.metadata_on_return && !unknown {
+            let cands = self.candidates(cp);
+            if !cands.iter().any(|c| c.model.unknown) {
+                self.whole_state(&cands, obs, cp, &mut v);
             }
-            cands.push(m);
-        }
-
-        if promises.metadata_on_return && !cands.iter().any(|m| m.unknown) {
-            self.names(&cands, obs, cp, &mut v);
         }
         self.fsynced(&returned, &flying, obs, &mut v);
         self.synced(cp, obs, &mut v);
-        if self.tagged {
-            for (p, o) in &obs.paths {
-                if let Some(c) = &o.content
-                    && let Some((off, what)) = stale_piece(c, o.ino, o.generation)
-                {
-                    v.stale.push(format!(
-                        "'/{p}' (inode {}) holds {what} at offset {off}",
-                        o.ino
-                    ));
-                }
-            }
-            if promises.no_stale_data {
-                v.violations.extend(v.stale.iter().cloned());
-            }
+        if !unknown {
+            self.contents(cp, &flying, obs, promises, fsync_wrote, &mut v);
+        }
+        if promises.no_stale_data {
+            v.violations.extend(v.stale.iter().cloned());
         }
         v
     }
 
-    /// `sync`: every name as the returned operations left it (or the ones in flight would).
-    fn names(&self, cands: &[Model], obs: &Observed, cp: usize, v: &mut Verdict) {
-        let mut all: HashSet<&str> = obs.paths.keys().map(String::as_str).collect();
-        for m in cands {
-            all.extend(m.paths.keys().map(String::as_str));
+    /// Metadata durable on return: the whole namespace (every name, its kind, inode and
+    /// permissions, a file's size) must be explained by one candidate. Judging each name
+    /// alone would let "old name absent" (explained by the rename done) and "new name
+    /// absent" (explained by the rename not done) pass together, a state no correct rename
+    /// leaves.
+    fn whole_state(&self, cands: &[Candidate], obs: &Observed, cp: usize, v: &mut Verdict) {
+        let mut best: Option<(usize, Vec<String>)> = None;
+        for (i, c) in cands.iter().enumerate() {
+            let diff = self.differences(&c.model, obs, cp);
+            if diff.is_empty() {
+                return;
+            }
+            if best.as_ref().is_none_or(|(_, b)| diff.len() < b.len()) {
+                best = Some((i, diff));
+            }
         }
-        let mut all: Vec<&str> = all.into_iter().collect();
+        let Some((i, diff)) = best else { return };
+        let note = if cands.len() > 1 {
+            format!(" [closest explanation: {}]", cands[i].label)
+        } else {
+            String::new()
+        };
+        for d in diff {
+            v.violations.push(format!("{d}{note}"));
+        }
+        // An inode every explanation names, under names a call in flight changes, that the
+        // state names nowhere: a returned call had made one of its names durable and the
+        // state lost them all. fsck calls the inode unreferenced (a leak, reconnected to
+        // lost+found); under durability on return it is a violation.
+        let on_disk: HashSet<u64> = obs.paths.values().map(|o| o.ino).collect();
+        let names_of = |m: &Model, ino: u64| -> Vec<String> {
+            m.paths
+                .iter()
+                .filter(|(_, n)| n.ino == Some(ino))
+                .map(|(p, _)| format!("'/{p}'"))
+                .collect()
+        };
+        let lost: BTreeSet<u64> = cands[0]
+            .model
+            .paths
+            .values()
+            .filter_map(|n| n.ino)
+            .filter(|i| !on_disk.contains(i))
+            .collect();
+        for ino in lost {
+            let per: Vec<Vec<String>> = cands.iter().map(|c| names_of(&c.model, ino)).collect();
+            if per.iter().all(|n| !n.is_empty()) && per.iter().any(|n| *n != per[0]) {
+                let mut all: Vec<String> = per.concat();
+                all.sort();
+                all.dedup();
+                v.violations.push(format!(
+                    "inode {ino} has no name on disk ({} in the explanations): a call in flight lost the name a returned call had made durable",
+                    all.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// How `obs` differs from model `m` (empty: `m` explains it).
+    fn differences(&self, m: &Model, obs: &Observed, cp: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut all: Vec<&str> = obs.paths.keys().map(String::as_str).collect();
+        all.extend(m.paths.keys().map(String::as_str));
         all.sort_unstable();
+        all.dedup();
         for p in all {
-            let o = obs.paths.get(p);
-            let ok = cands.iter().any(|m| {
-                let n = m.paths.get(p);
-                match (n, o) {
-                    (None, None) => true,
-                    (Some(n), Some(o)) => {
-                        n.kind == o.kind
-                            && n.ino.is_none_or(|i| i == o.ino)
-                            && n.ino
-                                .and_then(|i| m.perms.get(&i))
-                                .is_none_or(|&perm| perm == o.perm)
-                    }
-                    _ => false,
+            let (n, o) = (m.paths.get(p), obs.paths.get(p));
+            let ok = match (n, o) {
+                (None, None) => true,
+                (Some(n), Some(o)) => {
+                    n.kind == o.kind
+                        && n.ino.is_none_or(|i| i == o.ino)
+                        && n.ino
+                            .and_then(|i| m.perms.get(&i))
+                            .is_none_or(|&perm| perm == o.perm)
                 }
-            });
+                _ => false,
+            };
+            let by = || {
+                self.last_touching(p, cp).map_or(String::new(), |o| {
+                    format!(" after {} #{} returned", o.op.kind(), o.id)
+                })
+            };
             if !ok {
-                let want = match cands[0].paths.get(p) {
+                let want = match n {
                     Some(n) => format!(
                         "{} (inode {}{})",
                         n.kind.describe(),
                         n.ino.map_or("?".into(), |i| i.to_string()),
                         n.ino
-                            .and_then(|i| cands[0].perms.get(&i))
+                            .and_then(|i| m.perms.get(&i))
                             .map_or(String::new(), |p| format!(", mode {p:o}"))
                     ),
                     None => "absent".into(),
@@ -461,13 +675,31 @@ impl Timeline {
                     }
                     None => "absent".into(),
                 };
-                let by = self.last_touching(p, cp).map_or(String::new(), |o| {
-                    format!(" after {} #{} returned", o.op.kind(), o.id)
+                out.push(format!("'/{p}': expected {want}{}, found {got}", by()));
+                continue;
+            }
+            // A size set by a returned setattr (or create, fsync, sync) is durable.
+            if let (Some(n), Some(o)) = (n, o)
+                && n.kind == Kind::File
+                && let Some(f) = n.ino.and_then(|i| m.files.get(&i))
+                && !f.sizes.is_empty()
+                && !f.sizes.contains(&o.size)
+            {
+                let by = self.last_sizing(o.ino, cp).map_or(String::new(), |r| {
+                    format!(" after {} #{} returned", r.op.kind(), r.id)
                 });
-                v.violations
-                    .push(format!("'/{p}': expected {want}{by}, found {got}"));
+                out.push(format!(
+                    "'/{p}': size {} on disk, expected {}{by}",
+                    o.size,
+                    f.sizes
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ));
             }
         }
+        out
     }
 
     fn last_touching(&self, p: &str, cp: usize) -> Option<&OpRec> {
@@ -482,6 +714,20 @@ impl Timeline {
             })
     }
 
+    /// The last returned call that made `ino`'s size durable.
+    fn last_sizing(&self, ino: u64, cp: usize) -> Option<&OpRec> {
+        self.ops
+            .iter()
+            .rev()
+            .filter(|o| o.end.is_some_and(|e| e < cp))
+            .find(|o| match &o.op {
+                Op::Truncate { ino: i, .. } | Op::Fsync { ino: i } => *i == ino,
+                Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino) == Some(ino),
+                Op::SyncAll | Op::Unmount => true,
+                _ => false,
+            })
+    }
+
     /// Every mode: fsynced files hold their fsynced contents.
     fn fsynced(&self, returned: &Model, flying: &[&OpRec], obs: &Observed, v: &mut Verdict) {
         let busy: HashSet<u64> = flying.iter().filter_map(|o| op_ino(&o.op)).collect();
@@ -491,10 +737,7 @@ impl Timeline {
                 Op::Unlink { .. } | Op::Rename { .. } | Op::Rmdir { .. } | Op::Unknown { .. }
             )
         });
-        let mut by_ino: HashMap<u64, &ObsNode> = HashMap::new();
-        for o in obs.paths.values() {
-            by_ino.entry(o.ino).or_insert(o);
-        }
+        let by_ino = by_ino(obs);
         for (&ino, f) in &returned.files {
             let Some(want) = &f.fsynced else { continue };
             if f.name_lost_since_fsync || busy.contains(&ino) {
@@ -505,7 +748,7 @@ impl Timeline {
                 None => v
                     .violations
                     .push(format!("fsynced file (inode {ino}) is not in the tree")),
-                Some(o) => {
+                Some((_, o)) => {
                     let got = o.content.as_deref().map_or(&[][..], |c| c.as_slice());
                     if got != want.as_slice() {
                         let at = got
@@ -520,6 +763,99 @@ impl Timeline {
                         ));
                     }
                 }
+            }
+        }
+    }
+
+    /// The contents of `ino` a crash at `cp` may show, oldest first, and the file's
+    /// generation: the version at its last durable point (fsync, sync(2), the start) or
+    /// its creation if later, every version since, and those the calls in flight would
+    /// make. `None`: the model does not know the file's contents.
+    pub fn versions_at(&self, ino: u64, cp: usize, flying: &[&OpRec]) -> Option<Versions> {
+        let all = self.versions.get(&ino)?;
+        let all = &all[..all.partition_point(|v| v.end < cp)];
+        if all.is_empty() {
+            return None;
+        }
+        let last_before =
+            |ends: &[usize]| ends[..ends.partition_point(|&e| e < cp)].last().copied();
+        let durable = [
+            self.fsync_ends.get(&ino).and_then(|e| last_before(e)),
+            last_before(&self.sync_ends),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        let at_durable = all.partition_point(|v| v.end <= durable).saturating_sub(1);
+        let created = all.iter().rposition(|v| v.created).unwrap_or(0);
+        let from = at_durable.max(created);
+        let mut out: Vec<Arc<Vec<u8>>> = all[from..].iter().map(|v| v.content.clone()).collect();
+        let generation = all[from..].last().and_then(|v| v.generation);
+        for o in flying {
+            let mut c = out.last().map_or_else(Vec::new, |c| c.as_ref().clone());
+            match &o.op {
+                Op::Write {
+                    ino: i,
+                    offset,
+                    data,
+                } if *i == ino => crate::model::write_into(&mut c, *offset, data),
+                Op::Truncate { ino: i, size } if *i == ino => c.resize(*size as usize, 0),
+                _ => continue,
+            }
+            out.push(Arc::new(c));
+        }
+        Some(Versions {
+            contents: out,
+            generation,
+        })
+    }
+
+    /// Every file's contents against the versions it may show: an fsync in flight that
+    /// already wrote the inode promises complete contents (`fsync_data_first`); anything
+    /// else that is not the file's content is counted as stale data.
+    fn contents(
+        &self,
+        cp: usize,
+        flying: &[&OpRec],
+        obs: &Observed,
+        promises: Promises,
+        fsync_wrote: &HashSet<u64>,
+        v: &mut Verdict,
+    ) {
+        let syncing: HashMap<u64, u64> = flying
+            .iter()
+            .filter_map(|o| match o.op {
+                Op::Fsync { ino } => Some((ino, o.id)),
+                _ => None,
+            })
+            .collect();
+        for (p, o) in &obs.paths {
+            let Some(c) = &o.content else { continue };
+            if o.size > READ_CAP {
+                continue;
+            }
+            let versions = self
+                .versions_at(o.ino, cp, flying)
+                .filter(|v| v.generation.is_none_or(|g| g == o.generation));
+            let bad = match &versions {
+                Some(v) => foreign_piece(c, &v.contents, o.ino, o.generation, self.tagged),
+                None if self.tagged => stale_piece(c, o.ino, o.generation),
+                None => None,
+            };
+            let Some((off, what)) = bad else { continue };
+            let msg = format!("'/{p}' (inode {}) holds {what} at offset {off}", o.ino);
+            match syncing.get(&o.ino) {
+                Some(id) if fsync_wrote.contains(&o.ino) && versions.is_some() => {
+                    let m = format!(
+                        "{msg}, while fsync #{id} was in flight and had already written its inode: data must reach disk before the pointers to it"
+                    );
+                    if promises.fsync_data_first {
+                        v.violations.push(m.clone());
+                    }
+                    v.stale.push(m);
+                }
+                _ => v.stale.push(msg),
             }
         }
     }
@@ -592,6 +928,83 @@ impl Timeline {
     }
 }
 
+fn dir_rename(returned: &Model, flying: &[&OpRec]) -> bool {
+    flying.iter().any(|o| match &o.op {
+        Op::Rename { from, .. } => returned
+            .paths
+            .get(from)
+            .is_some_and(|n| n.kind == Kind::Dir),
+        _ => false,
+    })
+}
+
+/// Whether an operation in flight can change what the names check compares (names,
+/// permissions, sizes) in a way a candidate must allow for.
+fn changes_model(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Release { .. }
+            | Op::Forget { .. }
+            | Op::Fsync { .. }
+            | Op::Fsyncdir { .. }
+            | Op::SetAttr { .. }
+            | Op::SyncAll
+            | Op::Unmount
+    )
+}
+
+/// The first name found for each inode of `obs`.
+fn by_ino(obs: &Observed) -> HashMap<u64, (&String, &ObsNode)> {
+    let mut m = HashMap::new();
+    for (p, o) in &obs.paths {
+        m.entry(o.ino).or_insert((p, o));
+    }
+    m
+}
+
+/// The first 16-byte piece of `content` that no version in `versions` holds at that place,
+/// and what it is. A version holds a piece when it covers those bytes with the same bytes:
+/// zeros are accepted where a version has zeros (a hole, or written zeros), never beyond a
+/// version's size, so a file whose size reached disk before its data is seen ("zeros
+/// where data was written"). A state shows each piece from one write of its block, and
+/// every write of a block reflects the file as some call left it; sectors (512 bytes)
+/// hold whole pieces, so a torn write does too.
+pub fn foreign_piece(
+    content: &[u8],
+    versions: &[Arc<Vec<u8>>],
+    ino: u64,
+    generation: u64,
+    tagged: bool,
+) -> Option<(usize, String)> {
+    if versions.iter().any(|v| v.as_slice() == content) {
+        return None;
+    }
+    for (i, p) in content.chunks(TAG_LEN).enumerate() {
+        let off = i * TAG_LEN;
+        let end = off + p.len();
+        if versions.iter().any(|v| v.len() >= end && v[off..end] == *p) {
+            continue;
+        }
+        let what = if p.iter().all(|&b| b == 0) {
+            "zeros where data was written".to_string()
+        } else if tagged && p.len() == TAG_LEN && p[0..4] == TAG_MAGIC {
+            let pi = u32::from_le_bytes(p[4..8].try_into().unwrap_or_default());
+            let pg = u32::from_le_bytes(p[8..12].try_into().unwrap_or_default());
+            if pi == ino as u32 && pg == generation as u32 {
+                "its own data from a version it no longer may show".to_string()
+            } else {
+                format!("data of inode {pi} generation {pg}")
+            }
+        } else if tagged {
+            "bytes never written as file data".to_string()
+        } else {
+            "bytes no version of the file held there".to_string()
+        };
+        return Some((off, what));
+    }
+    None
+}
+
 /// The names an operation may change (a directory's whole subtree is under its name).
 fn touched_paths(op: &Op) -> Vec<String> {
     match op {
@@ -631,7 +1044,10 @@ pub fn model_of(obs: &Observed) -> Model {
             m.files.insert(
                 o.ino,
                 crate::model::FileState {
-                    content: o.content.clone(),
+                    // Contents cut at READ_CAP are not known.
+                    content: o.content.clone().filter(|_| o.size <= READ_CAP),
+                    generation: Some(o.generation),
+                    sizes: vec![o.size],
                     ..Default::default()
                 },
             );
@@ -664,7 +1080,12 @@ mod tests {
             errno: 0,
             ino,
             perm: None,
+            generation: Some(1),
         }
+    }
+
+    fn none() -> HashSet<u64> {
+        HashSet::new()
     }
 
     fn file(ino: u64, content: &[u8]) -> ObsNode {
@@ -680,10 +1101,12 @@ mod tests {
 
     const SYNC: Promises = Promises {
         metadata_on_return: true,
+        fsync_data_first: true,
         no_stale_data: false,
     };
     const ASYNC: Promises = Promises {
         metadata_on_return: false,
+        fsync_data_first: true,
         no_stale_data: false,
     };
 
@@ -740,14 +1163,14 @@ mod tests {
         let (_, t) = timeline();
         // Crash after the create returned (event 3 on), with an empty root.
         let empty = Observed::default();
-        let v = t.judge(3, &empty, SYNC);
+        let v = t.judge(3, &empty, SYNC, &none());
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
         assert!(v.violations[0].contains("'/a'"), "{}", v.violations[0]);
         assert!(v.violations[0].contains("create #1"), "{}", v.violations[0]);
         // The same state before the create returned is fine: it was in flight.
-        assert!(t.judge(2, &empty, SYNC).violations.is_empty());
+        assert!(t.judge(2, &empty, SYNC, &none()).violations.is_empty());
         // async promises no names.
-        assert!(t.judge(3, &empty, ASYNC).violations.is_empty());
+        assert!(t.judge(3, &empty, ASYNC, &none()).violations.is_empty());
     }
 
     #[test]
@@ -756,12 +1179,12 @@ mod tests {
         let data = tag_data(7, 1, 0, 32);
         let mut obs = Observed::default();
         obs.paths.insert("a".into(), file(7, &data));
-        assert!(t.judge(9, &obs, SYNC).violations.is_empty());
+        assert!(t.judge(9, &obs, SYNC, &none()).violations.is_empty());
         obs.paths.insert("b".into(), file(8, b""));
-        assert!(t.judge(9, &obs, SYNC).violations.is_empty());
+        assert!(t.judge(9, &obs, SYNC, &none()).violations.is_empty());
         // But a name nobody created is flagged.
         obs.paths.insert("c".into(), file(9, b""));
-        let v = t.judge(9, &obs, SYNC);
+        let v = t.judge(9, &obs, SYNC, &none());
         assert_eq!(v.violations.len(), 1);
         assert!(v.violations[0].contains("'/c': expected absent"));
     }
@@ -772,17 +1195,17 @@ mod tests {
         let data = tag_data(7, 1, 0, 32);
         let mut obs = Observed::default();
         obs.paths.insert("a".into(), file(7, &data[..16]));
-        let v = t.judge(9, &obs, ASYNC);
+        let v = t.judge(9, &obs, ASYNC, &none());
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
         assert!(v.violations[0].contains("fsynced file (inode 7) holds 16 bytes, 32"));
         // Before the fsync returned there is no promise.
-        assert!(t.judge(6, &obs, ASYNC).violations.is_empty());
+        assert!(t.judge(6, &obs, ASYNC, &none()).violations.is_empty());
         // Found by inode wherever its name is.
         let mut moved = Observed::default();
         moved.paths.insert("elsewhere".into(), file(7, &data));
-        assert!(t.judge(9, &moved, ASYNC).violations.is_empty());
+        assert!(t.judge(9, &moved, ASYNC, &none()).violations.is_empty());
         assert_eq!(
-            t.judge(9, &Observed::default(), ASYNC).violations,
+            t.judge(9, &Observed::default(), ASYNC, &none()).violations,
             vec!["fsynced file (inode 7) is not in the tree".to_string()]
         );
     }
@@ -808,7 +1231,7 @@ mod tests {
         let (_, t) = timeline();
         let mut obs = Observed::default();
         obs.paths.insert("a".into(), file(7, &mixed));
-        let v = t.judge(4, &obs, ASYNC);
+        let v = t.judge(4, &obs, ASYNC, &none());
         assert_eq!(v.stale.len(), 1);
         assert!(v.violations.is_empty(), "async does not promise it");
         let v = t.judge(
@@ -816,9 +1239,210 @@ mod tests {
             &obs,
             Promises {
                 metadata_on_return: false,
+                fsync_data_first: true,
                 no_stale_data: true,
             },
+            &none(),
         );
         assert_eq!(v.violations.len(), 1);
+    }
+
+    fn begin(id: u64, op: Op) -> Event {
+        Event::Begin { id, op }
+    }
+
+    fn end(id: u64, ino: Option<u64>) -> Event {
+        Event::End {
+            id,
+            result: ok(ino),
+        }
+    }
+
+    fn dir(ino: u64) -> ObsNode {
+        ObsNode {
+            kind: Kind::Dir,
+            ino,
+            generation: 1,
+            perm: 0o755,
+            size: 4096,
+            content: None,
+        }
+    }
+
+    fn timeline_of(events: Vec<Event>) -> Timeline {
+        let rec = Recording {
+            header: hdr(),
+            events,
+        };
+        Timeline::new(&rec, Model::default())
+    }
+
+    /// A state is one moment: a rename in flight may show the old name, the new one, or
+    /// both (rule 3 writes the new first), but never neither, though each missing name
+    /// alone is explained by some moment.
+    #[test]
+    fn a_rename_in_flight_is_judged_as_a_whole_state() {
+        let t = timeline_of(vec![
+            begin(1, Op::Mkdir { path: "p".into() }),
+            end(1, Some(10)),
+            begin(2, Op::Mkdir { path: "q".into() }),
+            end(2, Some(11)),
+            begin(3, Op::Create { path: "p/f".into() }),
+            end(3, Some(12)),
+            begin(
+                4,
+                Op::Rename {
+                    from: "p/f".into(),
+                    to: "q/f".into(),
+                },
+            ),
+            Event::Flush,
+            end(4, None),
+        ]);
+        let state = |names: &[&str]| {
+            let mut o = Observed::default();
+            o.paths.insert("p".into(), dir(10));
+            o.paths.insert("q".into(), dir(11));
+            for n in names {
+                o.paths.insert(n.to_string(), file(12, b""));
+            }
+            t.judge(7, &o, SYNC, &none())
+        };
+        assert!(state(&["p/f"]).violations.is_empty());
+        assert!(state(&["q/f"]).violations.is_empty());
+        assert!(state(&["p/f", "q/f"]).violations.is_empty(), "half done");
+        let v = state(&[]);
+        assert!(!v.violations.is_empty());
+        assert!(
+            v.violations
+                .iter()
+                .any(|m| m.contains("inode 12 has no name on disk")),
+            "{:?}",
+            v.violations
+        );
+        // After the rename returned, only the new name.
+        let mut o = Observed::default();
+        o.paths.insert("p".into(), dir(10));
+        o.paths.insert("q".into(), dir(11));
+        o.paths.insert("p/f".into(), file(12, b""));
+        assert!(!t.judge(9, &o, SYNC, &none()).violations.is_empty());
+    }
+
+    /// A returned setattr's size is durable in sync; a write's size is not promised.
+    #[test]
+    fn a_returned_truncate_fixes_the_size_on_disk_in_sync() {
+        let data: Arc<[u8]> = Arc::from(tag_data(7, 1, 0, 64));
+        let t = timeline_of(vec![
+            begin(1, Op::Create { path: "a".into() }),
+            end(1, Some(7)),
+            begin(
+                2,
+                Op::Write {
+                    ino: 7,
+                    offset: 0,
+                    data: data.clone(),
+                },
+            ),
+            end(2, None),
+            begin(3, Op::Truncate { ino: 7, size: 32 }),
+            Event::Flush,
+            end(3, None),
+            begin(4, Op::Fsync { ino: 99 }),
+            Event::Flush,
+        ]);
+        let with = |content: &[u8]| {
+            let mut o = Observed::default();
+            o.paths.insert("a".into(), file(7, content));
+            o
+        };
+        // Before the truncate returned: 0 (create) or 64 (the write's size reached disk).
+        assert!(
+            t.judge(6, &with(&data), SYNC, &none())
+                .violations
+                .is_empty()
+        );
+        assert!(t.judge(6, &with(b""), SYNC, &none()).violations.is_empty());
+        assert!(
+            t.judge(6, &with(&data[..32]), SYNC, &none())
+                .violations
+                .is_empty()
+        );
+        // After: 32 only.
+        assert!(
+            t.judge(8, &with(&data[..32]), SYNC, &none())
+                .violations
+                .is_empty()
+        );
+        let v = t.judge(8, &with(&data), SYNC, &none());
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert!(
+            v.violations[0].contains("size 64 on disk, expected 32 after truncate #3"),
+            "{}",
+            v.violations[0]
+        );
+        assert!(
+            t.judge(8, &with(&data), ASYNC, &none())
+                .violations
+                .is_empty()
+        );
+    }
+
+    /// Once an fsync in flight has written the inode, the file's bytes within its size are
+    /// content it had: zeros where data was written, or another file's bytes, break the
+    /// promise. Before that write, the same state is FFS's ordinary stale-data window:
+    /// counted, not a violation.
+    #[test]
+    fn an_fsync_that_wrote_the_inode_promises_complete_contents() {
+        let data: Arc<[u8]> = Arc::from(tag_data(7, 1, 0, 32));
+        let t = timeline_of(vec![
+            begin(1, Op::Create { path: "a".into() }),
+            end(1, Some(7)),
+            begin(
+                2,
+                Op::Write {
+                    ino: 7,
+                    offset: 0,
+                    data: data.clone(),
+                },
+            ),
+            end(2, None),
+            begin(3, Op::Fsync { ino: 7 }),
+            Event::Flush,
+            Event::Flush,
+            end(3, None),
+        ]);
+        let with = |content: &[u8]| {
+            let mut o = Observed::default();
+            o.paths.insert("a".into(), file(7, content));
+            o
+        };
+        let wrote: HashSet<u64> = [7].into();
+        let zeros = with(&[0u8; 32]);
+        let v = t.judge(6, &zeros, ASYNC, &wrote);
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert!(
+            v.violations[0].contains("zeros where data was written at offset 0")
+                && v.violations[0].contains("fsync #3"),
+            "{}",
+            v.violations[0]
+        );
+        let v = t.judge(6, &zeros, ASYNC, &none());
+        assert!(v.violations.is_empty());
+        assert_eq!(v.stale.len(), 1, "counted as stale data");
+        let mut foreign = data.to_vec();
+        foreign[16..].copy_from_slice(&tag_data(9, 4, 0, 16));
+        let v = t.judge(6, &with(&foreign), SYNC, &wrote);
+        assert!(
+            v.violations
+                .iter()
+                .any(|m| m.contains("data of inode 9 generation 4 at offset 16")),
+            "{:?}",
+            v.violations
+        );
+        // The complete contents, or the old (empty) file, are fine.
+        assert!(t.judge(6, &with(&data), SYNC, &wrote).violations.is_empty());
+        assert!(t.judge(6, &with(b""), SYNC, &wrote).violations.is_empty());
+        // A hole is zeros the file had.
+        assert!(foreign_piece(&[0u8; 16], &[Arc::new(vec![0u8; 16])], 7, 1, true).is_none());
     }
 }

@@ -101,6 +101,7 @@ impl RecordingFs {
                 errno: e.errno().0,
                 ino: None,
                 perm: None,
+                generation: None,
             },
         };
         self.rec.end(id, res);
@@ -118,6 +119,7 @@ fn done() -> OpResult {
         errno: 0,
         ino: None,
         perm: None,
+        generation: None,
     }
 }
 
@@ -126,6 +128,7 @@ fn of_attr(a: &Attr) -> OpResult {
         errno: 0,
         ino: Some(a.ino),
         perm: Some(a.perm & 0o7777),
+        generation: Some(a.generation),
     }
 }
 
@@ -149,7 +152,16 @@ impl FileSystem for RecordingFs {
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
-        self.inner.forget(ino, nlookup)
+        // Marked: dropping the last reference to an unlinked inode frees it, and those
+        // writes belong to this call, not to the one before.
+        let _ = self.run(
+            Op::Forget { ino },
+            || {
+                self.inner.forget(ino, nlookup);
+                Ok(())
+            },
+            |_| done(),
+        );
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {

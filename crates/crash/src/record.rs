@@ -112,6 +112,11 @@ pub enum Op {
     Release {
         ino: u64,
     },
+    /// The kernel dropped its references to an inode (may free an unlinked inode: where a
+    /// real mount frees most of them). No effect on names or contents.
+    Forget {
+        ino: u64,
+    },
     /// sync(2): everything written so far is durable when it returns.
     SyncAll,
     /// Unmount: everything is durable when it returns.
@@ -141,6 +146,7 @@ impl Op {
             Op::Fsync { .. } => "fsync",
             Op::Fsyncdir { .. } => "fsyncdir",
             Op::Release { .. } => "release",
+            Op::Forget { .. } => "forget",
             Op::SyncAll => "sync",
             Op::Unmount => "unmount",
             Op::Unknown { .. } => "unknown",
@@ -164,7 +170,8 @@ impl Op {
             | Op::Chmod { ino, .. }
             | Op::SetAttr { ino }
             | Op::Fsync { ino }
-            | Op::Release { ino } => format!("#{ino}"),
+            | Op::Release { ino }
+            | Op::Forget { ino } => format!("#{ino}"),
             Op::SyncAll | Op::Unmount => String::new(),
             Op::Unknown { what } => what.clone(),
         }
@@ -182,6 +189,9 @@ pub struct OpResult {
     /// Its permission bits after the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perm: Option<u16>,
+    /// Its generation (tells a file from an earlier one that had the same inode number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 impl OpResult {
@@ -660,6 +670,7 @@ mod tests {
                 errno: 0,
                 ino: Some(5),
                 perm: None,
+                generation: None,
             },
         );
         let evs = rec.events();
@@ -724,6 +735,7 @@ mod tests {
                         errno: 0,
                         ino: None,
                         perm: None,
+                        generation: None,
                     },
                 },
             ],

@@ -23,6 +23,44 @@ pub struct Repro {
     /// The last operation that had returned and those in flight.
     #[serde(default)]
     pub point: String,
+    /// The shortest prefix of the workload's calls that reaches the state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefix: Vec<String>,
+}
+
+/// The first unexpected state of a mode × workload: the states are checked epoch by epoch,
+/// so it is the one reached by the shortest prefix of the workload.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstFailure {
+    pub workload: String,
+    pub epoch: usize,
+    /// States of this mode × workload checked before it.
+    pub checked_before: u64,
+    /// The state (`epoch E: k/n writes [...]`), its class and crash point.
+    pub state: String,
+    /// The first broken promises and corruption findings.
+    pub what: Vec<String>,
+    /// The shortest prefix of the workload's calls that reproduces it (calls in flight
+    /// marked), and how many calls the workload made in all.
+    pub prefix: Vec<String>,
+    pub calls: usize,
+}
+
+impl FirstFailure {
+    /// One paragraph for a verdict.
+    pub fn describe(&self) -> String {
+        format!(
+            "first failure in workload {} at epoch {} ({} state(s) checked before it): {}: {}; shortest reproducing prefix ({} of {} calls): {}",
+            self.workload,
+            self.epoch,
+            self.checked_before,
+            self.state,
+            self.what.join("; "),
+            self.prefix.len(),
+            self.calls,
+            self.prefix.join(", ")
+        )
+    }
 }
 
 /// Counts for one mode × workload.
@@ -48,6 +86,9 @@ pub struct CellResult {
     /// The first few unexpected states, described.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
+    /// The first unexpected state in check order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<FirstFailure>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reproducers: Vec<String>,
 }
@@ -121,16 +162,17 @@ pub fn markdown(
     let _ = writeln!(s, "### Declared expectations\n");
     let _ = writeln!(
         s,
-        "| mode | metadata durable on return | no stale data | corruption | leaks | interrupted rename | durability violations | recovery |"
+        "| mode | metadata durable on return | fsync: data before pointers | no stale data | corruption | leaks | interrupted rename | durability violations | recovery |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for m in &modes {
         if let Some(e) = exp(m) {
             let yes = |b: bool| if b { "promised" } else { "–" };
             let _ = writeln!(
                 s,
-                "| {m} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {m} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 yes(e.promises.metadata_on_return),
+                yes(e.promises.fsync_data_first),
                 yes(e.promises.no_stale_data),
                 e.corrupt.word(),
                 e.leak.word(),
@@ -198,7 +240,7 @@ pub fn markdown(
     );
     row(
         &mut s,
-        "files showing another file's data (\"new data blocks are written before inodes\": Soft Updates only)",
+        "stale data: another file's bytes, or zeros where data was written (\"new data blocks are written before inodes\": Soft Updates only)",
         &|t, e| {
             let note = if e.is_some_and(|e| e.promises.no_stale_data) {
                 ""

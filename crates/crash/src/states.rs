@@ -11,9 +11,10 @@
 //! The full subset of an epoch that ends in a flush is the same image as the empty subset of
 //! the next epoch, which is checked with the later (stricter) crash point, so it is skipped.
 //!
-//! When an epoch has few writes every subset is generated; otherwise a seeded random sample
-//! plus the systematic edge cases CrashMonkey-style tools use: nothing, each single write
-//! missing, only the first `k`, only the last `k`, each write alone.
+//! Every epoch starts with the systematic edge cases CrashMonkey-style tools use: nothing,
+//! each single write missing, only the first `k`, only the last `k`, each write alone. Then
+//! an epoch with few writes gets every other subset, a larger one a seeded random sample;
+//! a budget too small for all of them keeps the edge cases.
 
 use std::collections::HashSet;
 
@@ -266,6 +267,19 @@ fn epoch_states(
             plain.push(kept);
         }
     };
+    // Edge cases first, interleaved so a small budget still gets some of each kind: a
+    // write alone or a write missing is where a misordered step shows (an entry without
+    // its inode, a bitmap without the cleared pointer), whatever its place in the epoch.
+    push(Vec::new(), &mut plain);
+    for k in 0..n {
+        push((0..k).collect(), &mut plain); // only the first k
+        push((0..n).filter(|&i| i != k).collect(), &mut plain); // write k missing
+        push((n - k..n).collect(), &mut plain); // only the last k
+        push(vec![k], &mut plain); // write k alone
+        if plain.len() >= plain_want {
+            break;
+        }
+    }
     if n <= opts.exhaustive_writes.min(20) {
         for mask in 0u32..(1u32 << n) {
             push(
@@ -274,17 +288,6 @@ fn epoch_states(
             );
         }
     } else {
-        // Edge cases, interleaved so a small budget still gets some of each kind.
-        push(Vec::new(), &mut plain);
-        for k in 0..n {
-            push((0..k).collect(), &mut plain); // only the first k
-            push((0..n).filter(|&i| i != k).collect(), &mut plain); // write k missing
-            push((n - k..n).collect(), &mut plain); // only the last k
-            push(vec![k], &mut plain); // write k alone
-            if plain.len() >= plain_want {
-                break;
-            }
-        }
         let mut tries = 0;
         while plain.len() < plain_want && tries < plain_want * 20 {
             tries += 1;

@@ -6,12 +6,21 @@
 //! sync), then the operations under test, then unmount. Everything is in process and
 //! deterministic in its seed; no FUSE is involved.
 //!
-//! The scripted set covers each metadata operation alone and the classic dangerous pairs
-//! (issue 5 §5, after 002 Fig. 1 for create+delete sharing an inode block and a directory
-//! block); `random-N` are seeded random sequences; `untar` and `build` imitate the
-//! metadata pattern of unpacking a source tree and building it (000 §4.3.1's ssh build).
-//! Programs run on a real mount are recorded with `cairn mount -o record=FILE` instead.
+//! The scripted set covers each metadata operation alone, the classic dangerous pairs
+//! (after 002 Fig. 1 for create+delete sharing an inode block and a directory block), and
+//! one workload per ordering class the planted bugs ([`crate::planted`]) belong to, so CI
+//! never depends on a random seed to find them; `random-N` are seeded random sequences;
+//! `untar` and `build` imitate the metadata pattern of unpacking a source tree and building
+//! it (000 §4.3.1's ssh build). Programs run on a real mount are recorded with
+//! `cairn mount -o record=FILE` instead.
+//!
+//! The driver plays the kernel: it sends forget for its lookups after every call (seeded
+//! points for the random workloads), so unlinked, replaced and removed inodes are freed
+//! during the workload as on a real mount; `unlink-batch` never forgets and keeps the
+//! batch-at-unmount path. Everything on the write path is deterministic: the same workload
+//! gives the same stream of writes, flushes and operations on every run.
 
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 
@@ -60,6 +69,23 @@ pub enum Body {
 pub struct Workload {
     pub name: String,
     pub body: Body,
+    /// When the emulated kernel drops its references to inodes.
+    pub forget: Forget,
+}
+
+/// When the driver, standing in for the kernel, sends FUSE's forget for the lookups it
+/// holds. A real mount frees an unlinked inode when the kernel forgets it, usually right
+/// after the call that removed its last name; without forgets every unlinked inode would
+/// wait for unmount and be freed there in one batch, a path a real mount rarely takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forget {
+    /// After every call (the kernel dropping each dentry as soon as it is unused).
+    EachCall,
+    /// After a call when a generator seeded with this value says so: references pile up
+    /// and an unlinked inode is freed at a later call, or at unmount.
+    Seeded(u64),
+    /// Never: unlinked inodes are freed in one batch at unmount.
+    AtUnmount,
 }
 
 impl Workload {
@@ -69,11 +95,19 @@ impl Workload {
     }
 }
 
-/// Drives a file system by path, marking every operation in the recording.
+/// Drives a file system by path, marking every operation in the recording. It plays the
+/// kernel's part: it looks up what it names (the victim of an unlink, rmdir or rename too,
+/// as the kernel resolves a dentry before the call), holds those lookup references, and
+/// forgets them as its [`Forget`] policy says.
 pub struct Driver {
     pub fs: Arc<RecordingFs>,
     ctx: Ctx,
     seq: u32,
+    /// Lookup references held, by inode (an ordered map: forgets go out in inode order,
+    /// the same on every run).
+    refs: BTreeMap<Ino, u64>,
+    forget: Forget,
+    rng: Rng,
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -84,83 +118,159 @@ fn split(path: &str) -> (&str, &str) {
 }
 
 impl Driver {
-    pub fn new(fs: Arc<RecordingFs>) -> Driver {
+    pub fn new(fs: Arc<RecordingFs>, forget: Forget) -> Driver {
+        let seed = match forget {
+            Forget::Seeded(s) => s,
+            _ => 0,
+        };
         Driver {
             fs,
             ctx: Ctx::root(),
             seq: 0,
+            refs: BTreeMap::new(),
+            forget,
+            rng: Rng::new(seed ^ 0x0f0f_7e57_f0f0_7e57),
         }
     }
 
-    fn dir(&self, path: &str) -> Result<Ino, FsError> {
+    /// Counts a reference the file system handed out (an entry reply).
+    fn hold(&mut self, a: Attr) -> Attr {
+        *self.refs.entry(a.ino).or_default() += 1;
+        a
+    }
+
+    fn lookup(&mut self, dir: Ino, name: &OsStr) -> Result<Attr, FsError> {
+        let a = self.fs.lookup(&self.ctx, dir, name)?;
+        Ok(self.hold(a))
+    }
+
+    /// The end of a call: forget what the policy says to.
+    fn settle(&mut self) {
+        let now = match self.forget {
+            Forget::EachCall => true,
+            Forget::Seeded(_) => self.rng.chance(1, 2),
+            Forget::AtUnmount => false,
+        };
+        if now {
+            self.forget_all();
+        }
+    }
+
+    /// Sends forget for every reference held, in inode order.
+    pub fn forget_all(&mut self) {
+        for (ino, n) in std::mem::take(&mut self.refs) {
+            self.fs.forget(ino, n);
+        }
+    }
+
+    /// Runs one call of the workload, then settles its references.
+    fn call<T>(&mut self, f: impl FnOnce(&mut Driver) -> Result<T, FsError>) -> Result<T, FsError> {
+        let r = f(self);
+        self.settle();
+        r
+    }
+
+    fn dir(&mut self, path: &str) -> Result<Ino, FsError> {
         let mut ino = self.fs.root_ino();
         for c in path.split('/').filter(|c| !c.is_empty()) {
-            ino = self.fs.lookup(&self.ctx, ino, OsStr::new(c))?.ino;
+            ino = self.lookup(ino, OsStr::new(c))?.ino;
         }
         Ok(ino)
     }
 
-    fn parent(&self, path: &str) -> Result<(Ino, OsString), FsError> {
+    fn parent(&mut self, path: &str) -> Result<(Ino, OsString), FsError> {
         let (d, n) = split(path);
         Ok((self.dir(d)?, OsString::from(n)))
     }
 
-    pub fn stat(&self, path: &str) -> Result<Attr, FsError> {
+    /// The parent and name of `path`, with the name looked up as the kernel does before
+    /// removing or renaming it (it may not exist: the call then fails on its own).
+    fn victim(&mut self, path: &str) -> Result<(Ino, OsString), FsError> {
         let (p, n) = self.parent(path)?;
-        self.fs.lookup(&self.ctx, p, &n)
+        let _ = self.lookup(p, &n);
+        Ok((p, n))
+    }
+
+    pub fn stat(&mut self, path: &str) -> Result<Attr, FsError> {
+        let (p, n) = self.parent(path)?;
+        self.lookup(p, &n)
     }
 
     pub fn create(&mut self, path: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        let (a, fh) =
-            self.fs
-                .create(&self.ctx, p, &n, libc::S_IFREG | 0o644, 0o022, libc::O_RDWR)?;
-        self.fs.release(a.ino, fh)
+        self.call(|d| {
+            let (p, n) = d.parent(path)?;
+            let (a, fh) =
+                d.fs.create(&d.ctx, p, &n, libc::S_IFREG | 0o644, 0o022, libc::O_RDWR)?;
+            d.hold(a);
+            d.fs.release(a.ino, fh)
+        })
     }
 
     pub fn mkdir(&mut self, path: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        self.fs.mkdir(&self.ctx, p, &n, 0o755, 0o022).map(|_| ())
+        self.call(|d| {
+            let (p, n) = d.parent(path)?;
+            let a = d.fs.mkdir(&d.ctx, p, &n, 0o755, 0o022)?;
+            d.hold(a);
+            Ok(())
+        })
     }
 
     pub fn mknod_fifo(&mut self, path: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        self.fs
-            .mknod(&self.ctx, p, &n, libc::S_IFIFO | 0o644, 0o022, 0)
-            .map(|_| ())
+        self.call(|d| {
+            let (p, n) = d.parent(path)?;
+            let a = d.fs.mknod(&d.ctx, p, &n, libc::S_IFIFO | 0o644, 0o022, 0)?;
+            d.hold(a);
+            Ok(())
+        })
     }
 
     pub fn symlink(&mut self, path: &str, target: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        self.fs
-            .symlink(&self.ctx, p, &n, target.as_bytes())
-            .map(|_| ())
+        self.call(|d| {
+            let (p, n) = d.parent(path)?;
+            let a = d.fs.symlink(&d.ctx, p, &n, target.as_bytes())?;
+            d.hold(a);
+            Ok(())
+        })
     }
 
     pub fn unlink(&mut self, path: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        self.fs.unlink(&self.ctx, p, &n)
+        self.call(|d| {
+            let (p, n) = d.victim(path)?;
+            d.fs.unlink(&d.ctx, p, &n)
+        })
     }
 
     pub fn rmdir(&mut self, path: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(path)?;
-        self.fs.rmdir(&self.ctx, p, &n)
+        self.call(|d| {
+            let (p, n) = d.victim(path)?;
+            d.fs.rmdir(&d.ctx, p, &n)
+        })
     }
 
     pub fn rename(&mut self, from: &str, to: &str) -> Result<(), FsError> {
-        let (p, n) = self.parent(from)?;
-        let (q, m) = self.parent(to)?;
-        self.fs.rename(&self.ctx, p, &n, q, &m, Default::default())
+        self.call(|d| {
+            let (p, n) = d.victim(from)?;
+            let (q, m) = d.victim(to)?;
+            d.fs.rename(&d.ctx, p, &n, q, &m, Default::default())
+        })
     }
 
     pub fn link(&mut self, existing: &str, new: &str) -> Result<(), FsError> {
-        let a = self.stat(existing)?;
-        let (q, m) = self.parent(new)?;
-        self.fs.link(&self.ctx, a.ino, q, &m).map(|_| ())
+        self.call(|d| {
+            let a = d.stat(existing)?;
+            let (q, m) = d.parent(new)?;
+            let a = d.fs.link(&d.ctx, a.ino, q, &m)?;
+            d.hold(a);
+            Ok(())
+        })
     }
 
     /// Writes `len` bytes (rounded up to 16) of tagged data at `offset` (rounded down).
     pub fn write(&mut self, path: &str, offset: u64, len: usize) -> Result<(), FsError> {
+        self.call(|d| d.write_now(path, offset, len))
+    }
+
+    fn write_now(&mut self, path: &str, offset: u64, len: usize) -> Result<(), FsError> {
         let a = self.stat(path)?;
         let offset = offset & !15;
         let len = len.div_ceil(16) * 16;
@@ -181,58 +291,68 @@ impl Driver {
 
     /// Appends `len` bytes at the end (rounded up to a 16-byte boundary).
     pub fn append(&mut self, path: &str, len: usize) -> Result<(), FsError> {
-        let size = self.stat(path)?.size;
-        self.write(path, size.div_ceil(16) * 16, len)
+        self.call(|d| {
+            let size = d.stat(path)?.size;
+            d.write_now(path, size.div_ceil(16) * 16, len)
+        })
     }
 
     pub fn fsync(&mut self, path: &str) -> Result<(), FsError> {
-        let a = self.stat(path)?;
-        let fh = self.fs.open(&self.ctx, a.ino, libc::O_RDONLY)?;
-        let r = self.fs.fsync(a.ino, fh, false);
-        self.fs.release(a.ino, fh)?;
-        r
+        self.call(|d| {
+            let a = d.stat(path)?;
+            let fh = d.fs.open(&d.ctx, a.ino, libc::O_RDONLY)?;
+            let r = d.fs.fsync(a.ino, fh, false);
+            d.fs.release(a.ino, fh)?;
+            r
+        })
+    }
+
+    fn setattr(&mut self, path: &str, set: SetAttr) -> Result<(), FsError> {
+        self.call(|d| {
+            let a = d.stat(path)?;
+            d.fs.setattr(&d.ctx, a.ino, set).map(|_| ())
+        })
     }
 
     pub fn truncate(&mut self, path: &str, size: u64) -> Result<(), FsError> {
-        let a = self.stat(path)?;
         let set = SetAttr {
             size: Some(size & !15),
             ..Default::default()
         };
-        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+        self.setattr(path, set)
     }
 
     pub fn chmod(&mut self, path: &str, mode: u32) -> Result<(), FsError> {
-        let a = self.stat(path)?;
         let set = SetAttr {
             mode: Some(mode),
             ..Default::default()
         };
-        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+        self.setattr(path, set)
     }
 
     pub fn touch(&mut self, path: &str) -> Result<(), FsError> {
-        let a = self.stat(path)?;
         let set = SetAttr {
             mtime: Some(SetTime::Now),
             atime: Some(SetTime::Now),
             ..Default::default()
         };
-        self.fs.setattr(&self.ctx, a.ino, set).map(|_| ())
+        self.setattr(path, set)
     }
 
     /// Reads a whole file (no marker: reads change nothing the oracle compares).
     pub fn read(&mut self, path: &str) -> Result<Vec<u8>, FsError> {
-        let a = self.stat(path)?;
-        let fh = self.fs.open(&self.ctx, a.ino, libc::O_RDONLY)?;
-        let mut out = Vec::new();
-        let r = self.fs.read(a.ino, fh, 0, a.size as u32, &mut out);
-        self.fs.release(a.ino, fh)?;
-        r.map(|_| out)
+        self.call(|d| {
+            let a = d.stat(path)?;
+            let fh = d.fs.open(&d.ctx, a.ino, libc::O_RDONLY)?;
+            let mut out = Vec::new();
+            let r = d.fs.read(a.ino, fh, 0, a.size as u32, &mut out);
+            d.fs.release(a.ino, fh)?;
+            r.map(|_| out)
+        })
     }
 
     pub fn sync(&mut self) -> Result<(), FsError> {
-        self.fs.sync_all()
+        self.call(|d| d.fs.sync_all())
     }
 }
 
@@ -267,7 +387,7 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
     let ffs = Ffs::mount_device_with_strategy(dev.clone() as Arc<dyn BlockDevice>, &opts, strategy)
         .map_err(|e| fail("mount", e))?;
     let fs = Arc::new(RecordingFs::new(ffs.clone(), rec.clone()));
-    let mut d = Driver::new(fs.clone());
+    let mut d = Driver::new(fs.clone(), w.forget);
     match &w.body {
         Body::Scripted { setup, .. } => setup(&mut d).map_err(|e| fail("setup", e))?,
         Body::Build { seed } => build_setup(&mut d, *seed).map_err(|e| fail("setup", e))?,
@@ -307,6 +427,7 @@ fn scripted(name: &str, setup: Script, run: Script) -> Workload {
     Workload {
         name: name.into(),
         body: Body::Scripted { setup, run },
+        forget: Forget::EachCall,
     }
 }
 
@@ -321,15 +442,18 @@ pub fn all() -> Vec<Workload> {
         v.push(Workload {
             name: format!("random-{seed}"),
             body: Body::Random { seed, ops: 60 },
+            forget: Forget::Seeded(seed),
         });
     }
     v.push(Workload {
         name: "untar".into(),
         body: Body::Untar { seed: 7 },
+        forget: Forget::EachCall,
     });
     v.push(Workload {
         name: "build".into(),
         body: Body::Build { seed: 7 },
+        forget: Forget::EachCall,
     });
     v
 }
@@ -339,12 +463,14 @@ pub fn all() -> Vec<Workload> {
 pub fn by_name(name: &str) -> Option<Workload> {
     if let Some(rest) = name.strip_prefix("random-") {
         let (s, n) = rest.split_once(':').unwrap_or((rest, "60"));
+        let seed = s.parse().ok()?;
         return Some(Workload {
             name: name.into(),
             body: Body::Random {
-                seed: s.parse().ok()?,
+                seed,
                 ops: n.parse().ok()?,
             },
+            forget: Forget::Seeded(seed),
         });
     }
     all().into_iter().find(|w| w.name == name)
@@ -544,6 +670,108 @@ pub fn scripted_set() -> Vec<Workload> {
                 d.unlink("d/c")
             },
         ),
+        // Rule 2 with reuse: a new file's blocks are allocated (bitmaps owed), then another
+        // file, already durable, is truncated; the new file grows into the freed blocks and
+        // is fsynced.
+        scripted(
+            "write-truncate-other",
+            |d| {
+                d.create("b")?;
+                d.write("b", 0, 64 << 10)
+            },
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 16 << 10)?;
+                d.truncate("b", 0)?;
+                d.write("a", 16 << 10, 32 << 10)?;
+                d.fsync("a")
+            },
+        ),
+        // fsync of a file past its direct blocks: its indirect block (the pointers to the
+        // data) must reach disk after the data and before the inode.
+        scripted(
+            "fsync-indirect",
+            |d| d.create("a"),
+            |d| {
+                d.write("a", 0, 96 << 10)?;
+                d.fsync("a")?;
+                d.write("a", 96 << 10, 16 << 10)?;
+                d.fsync("a")
+            },
+        ),
+        // A write's allocations are owed when a directory removal writes inode blocks.
+        scripted(
+            "write-rmdir",
+            |d| {
+                d.mkdir("d")?;
+                d.create("a")
+            },
+            |d| {
+                d.write("a", 0, 16 << 10)?;
+                d.rmdir("d")
+            },
+        ),
+        // Bitmap before pointer: a write allocates, then a chmod of the same file writes its
+        // inode (with the new pointers), with no fsync between.
+        scripted(
+            "write-chmod",
+            |d| d.create("a"),
+            |d| {
+                d.write("a", 0, 16 << 10)?;
+                d.chmod("a", 0o600)
+            },
+        ),
+        // Freed-block reuse under fsync: a's blocks are freed and b, fsynced, grows into
+        // them: until b's data is on disk, no pointer of b's may be.
+        scripted(
+            "reuse-fsync",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 32 << 10)
+            },
+            |d| {
+                d.unlink("a")?;
+                d.create("b")?;
+                d.write("b", 0, 32 << 10)?;
+                d.fsync("b")
+            },
+        ),
+        // setattr size changes are metadata calls: durable on return in sync (shrink within
+        // a block, extend, shrink to zero, extend by a partial block).
+        scripted(
+            "setattr-size",
+            |d| {
+                d.create("a")?;
+                d.write("a", 0, 64 << 10)
+            },
+            |d| {
+                d.truncate("a", 10_000)?;
+                d.truncate("a", 100_000)?;
+                d.truncate("a", 0)?;
+                d.truncate("a", 5_000)
+            },
+        ),
+        // The batch path: the driver never forgets, so the unlinked and replaced inodes
+        // (with data) are all freed at unmount, in inode order.
+        Workload {
+            forget: Forget::AtUnmount,
+            ..scripted(
+                "unlink-batch",
+                |d| {
+                    d.mkdir("d")?;
+                    for (f, len) in [("a", 8192), ("b", 4096), ("d/c", 16384), ("e", 4096)] {
+                        d.create(f)?;
+                        d.write(f, 0, len)?;
+                    }
+                    Ok(())
+                },
+                |d| {
+                    d.unlink("a")?;
+                    d.unlink("d/c")?;
+                    d.rename("e", "b")
+                },
+            )
+        },
     ]
 }
 

@@ -169,8 +169,9 @@ pub(crate) struct State {
     pub next_fh: u64,
     /// Device counters at the start of the current operation (for per-op attribution).
     pub op_stats: HashMap<&'static str, OpStat>,
-    /// Unlinked inodes still referenced (open, or not yet forgotten by the kernel).
-    pub orphans: std::collections::HashSet<u64>,
+    /// Unlinked inodes still referenced (open, or not yet forgotten by the kernel). An
+    /// ordered set: nothing on the write path may depend on hash order.
+    pub orphans: std::collections::BTreeSet<u64>,
     /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
     pub free_on_truncate: Option<u64>,
 }
@@ -419,12 +420,16 @@ impl Ffs {
         }
         {
             let mut st = self.st.lock();
-            let orphans: Vec<u64> = st
+            let mut orphans: Vec<u64> = st
                 .inodes
                 .iter()
                 .filter(|(_, ic)| ic.d.nlink == 0)
                 .map(|(&i, _)| i)
                 .collect();
+            // In inode order, not the map's hash order: each free is an ordered write, so
+            // the order is part of the device's write stream, which must be the same on
+            // every run (crash recordings are compared and replayed by seed).
+            orphans.sort_unstable();
             for ino in orphans {
                 if let Some(ic) = st.inodes.get_mut(&ino) {
                     ic.nopen = 0;

@@ -1348,7 +1348,7 @@ impl FileSystem for Ffs {
                 .file_blocks(st, ino)?
                 .into_iter()
                 .filter_map(|b| self.cache.lookup(b))
-                .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+                .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
                 .collect();
             self.strategy.fsync(&self.io, &data)
         })

@@ -1,7 +1,7 @@
 //! Hand-made corruptions of every class the checker knows: each must be detected with the
 //! right class, repaired, and a second run must be clean.
 
-use cairn_ffs::format::{DiskInode, ROOT_INO, bitmap, dir};
+use cairn_ffs::format::{DiskInode, NDIRECT, ROOT_INO, bitmap, dir};
 use rand::{Rng, RngCore, SeedableRng};
 
 use crate::testimage::{Image, pattern};
@@ -299,6 +299,20 @@ fn wrong_block_count() {
     case(&img, Class::Leak, "block count");
     let mut img = Image::populated();
     edit_inode(&mut img, n.big, |d| d.blocks -= 1);
+    case(&img, Class::Corruption, "block count");
+    // An indirect block that reached disk before the inode growing over its new pointers
+    // (fsync's order): the count lags by the blocks past the end of the file, a leak.
+    let mut img = Image::populated();
+    edit_inode(&mut img, n.big, |d| {
+        d.size = (NDIRECT as u64 + 518) * 4096;
+        d.blocks -= 3;
+    });
+    case(&img, Class::Leak, "block count");
+    let mut img = Image::populated();
+    edit_inode(&mut img, n.big, |d| {
+        d.size = (NDIRECT as u64 + 518) * 4096;
+        d.blocks -= 4;
+    });
     case(&img, Class::Corruption, "block count");
 }
 

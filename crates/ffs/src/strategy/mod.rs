@@ -116,19 +116,31 @@ impl Io {
         Ok(())
     }
 
-    /// fsync of one file: its dirty data blocks and the group blocks (bitmaps) that
-    /// allocated them, a barrier, then every dirty metadata buffer (inodes, indirect blocks,
-    /// directories: the file's name may not be on disk yet), and a flush. Other files' data
-    /// stays in the cache. Data reaches disk before the pointers to it, so an fsynced file
-    /// never shows stale blocks after a crash.
-    pub fn fsync_file(&self, data: &[BufRef]) -> Result<()> {
-        let dirty: Vec<&BufRef> = data.iter().filter(|b| b.is_dirty()).collect();
-        if !dirty.is_empty() {
-            self.cache.write_now(&dirty)?;
+    /// fsync of one file whose dirty data and indirect blocks are `blocks`: its data and
+    /// the group blocks (bitmaps) that allocated it, a barrier, its indirect blocks (the
+    /// pointers to that data) behind a barrier of their own, then every dirty metadata
+    /// buffer (inodes, directories: the file's name may not be on disk yet), and a flush.
+    /// Other files' data stays in the cache. Every pointer reaches disk after what it points
+    /// to — data, then indirect blocks, then the inode — so while the fsync is in flight the
+    /// file never shows zeros or another file's blocks within its size on disk (an inode
+    /// written with its indirect block in one epoch could land alone: its new size over a
+    /// hole), and an fsynced file never shows stale blocks after a crash.
+    pub fn fsync_file(&self, blocks: &[BufRef]) -> Result<()> {
+        let (data, indirect): (Vec<&BufRef>, Vec<&BufRef>) = blocks
+            .iter()
+            .filter(|b| b.is_dirty())
+            .partition(|b| b.kind() != kind::INDIRECT);
+        if !data.is_empty() {
+            self.cache.write_now(&data)?;
             self.unflushed.store(true, Ordering::Release);
         }
         self.data_allocs_pending.store(false, Ordering::Release);
         self.write_groups()?;
+        if !indirect.is_empty() {
+            self.barrier()?;
+            self.cache.write_now(&indirect)?;
+            self.unflushed.store(true, Ordering::Release);
+        }
         self.barrier()?;
         self.cache
             .write_back_filter(&|b: &Buf| b.kind() != kind::DATA)?;
@@ -192,10 +204,12 @@ pub trait Strategy: Send + std::marker::Sync {
     /// The end of a metadata call: the point where the mode's durability promise holds.
     fn op_done(&self, io: &Io) -> Result<()>;
 
-    /// fsync(2) of one file whose cached data blocks are `data`: when this returns, the
-    /// file's data and the metadata needed to find it are durable.
-    fn fsync(&self, io: &Io, data: &[BufRef]) -> Result<()> {
-        io.fsync_file(data)
+    /// fsync(2) of one file whose dirty cached data and indirect blocks are `blocks`: when
+    /// this returns, the file's data and the metadata needed to find it are durable. While
+    /// it is in flight, data reaches disk before the pointers to it (the crash harness
+    /// holds every mode to this).
+    fn fsync(&self, io: &Io, blocks: &[BufRef]) -> Result<()> {
+        io.fsync_file(blocks)
     }
 
     /// Writes every dirty buffer (syncer, memory pressure); `durable` ends with a flush.
