@@ -52,7 +52,10 @@ pub fn run(args: Args) -> Result<i32> {
              findings may be stale"
         );
     }
-    let result = cairn_fsck::check_path(
+    // The image's format picks the checker; an image no format recognizes goes to the
+    // default one, which looks for backup superblocks before it gives up.
+    let fs = cairn_fstypes::probe_path(&args.image).unwrap_or_else(|_| cairn_fstypes::types()[0]);
+    let result = (fs.check)(
         &args.image,
         CheckOptions {
             repair,

@@ -48,7 +48,12 @@ enum Cmd {
     /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
     InstallHelper(helper::InstallArgs),
     /// List the metadata-update modes this build can mount (one per line: name, description)
-    Modes,
+    Modes {
+        /// One JSON object per line instead: format, mode, target name, what to do after a
+        /// crash, the guarantees the crash harness holds the mode to
+        #[arg(long)]
+        json: bool,
+    },
     /// Crash-consistency testing: check every crash state of recorded workloads per mode
     Crash(crash::Args),
     /// Mount the UmbrellaFS policy layer over branch directories, and manage it
@@ -95,9 +100,13 @@ fn main() {
         Cmd::Umount(a) => umount::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
-        Cmd::Modes => {
-            for m in cairn_ffs::modes() {
-                println!("{}\t{}", m.name, m.description);
+        Cmd::Modes { json } => {
+            for m in cairn_fstypes::modes() {
+                if json {
+                    println!("{}", m.to_json());
+                } else {
+                    println!("{}\t{}", m.spec.name, m.spec.description);
+                }
             }
             Ok(0)
         }

@@ -1,9 +1,9 @@
-//! `cairn mkfs`: a thin front for `cairn_ffs::mkfs`.
+//! `cairn mkfs`: a thin front for the format's mkfs (see `cairn_fstypes`).
 
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow};
-use cairn_ffs::MkfsOptions;
+use anyhow::{Result, anyhow, bail};
+use cairn_fstypes::MkfsArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -12,9 +12,12 @@ pub struct Args {
     /// File-system size (e.g. 512M, 1G); default: the size of the existing image or device
     #[arg(long, short = 's')]
     pub size: Option<String>,
-    /// Block size in bytes, a power of two from 4096 to 65536
-    #[arg(long, short = 'b', default_value_t = 4096)]
-    pub block_size: u32,
+    /// Block size in bytes, a power of two from 4096 to 65536 (default 4096)
+    #[arg(long, short = 'b')]
+    pub block_size: Option<u32>,
+    /// On-disk format (`cairn modes` lists each format's modes)
+    #[arg(long, default_value = "ffs")]
+    pub format: String,
     /// Number of inodes (default: one per 16 KiB)
     #[arg(long, short = 'N')]
     pub inodes: Option<u64>,
@@ -32,25 +35,36 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<i32> {
+    let Some(fs) = cairn_fstypes::by_name(&args.format) else {
+        let known: Vec<_> = cairn_fstypes::types().iter().map(|t| t.name).collect();
+        bail!(
+            "unknown format '{}' (known: {})",
+            args.format,
+            known.join(", ")
+        );
+    };
     let size = args
         .size
         .as_deref()
         .map(cairn_ffs::parse_size)
         .transpose()
         .map_err(|e| anyhow!(e))?;
-    let opts = MkfsOptions {
+    let opts = MkfsArgs {
         size,
         block_size: args.block_size,
         inodes: args.inodes,
         label: args.label,
         force: args.force,
         sparse: args.sparse,
-        ..Default::default()
     };
-    if let Err(e) = cairn_ffs::mkfs(&args.image, &opts) {
+    if let Err(e) = (fs.mkfs)(&args.image, &opts) {
         eprintln!("cairn mkfs: {}: {e}", args.image.display());
         return Ok(1);
     }
-    println!("created a cairn file system on {}", args.image.display());
+    println!(
+        "created a cairn {} file system on {}",
+        fs.name,
+        args.image.display()
+    );
     Ok(0)
 }

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
-use cairn_ffs::MountOptions;
+use cairn_fstypes::FsType;
 use cairn_fuse::{FuseOptions, Server, Unmounter};
-use cairn_vfs::FileSystem;
+use cairn_vfs::{FileSystem, FsError};
 use log::{error, info, warn};
 use nix::sys::signal::{SigSet, Signal};
 use serde_json::json;
@@ -72,10 +72,28 @@ pub struct Args {
 /// What `-o` asked of each layer.
 #[derive(Debug)]
 pub struct Plan {
-    pub ffs: MountOptions,
+    /// The image's format (probed before the options are parsed: each format checks its
+    /// own options).
+    pub fs: &'static FsType,
+    /// The format's options (`mode=`, `cache=`, `syncer=`, ...), checked by the format.
+    pub fs_options: Vec<(String, Option<String>)>,
+    pub read_only: bool,
     pub fuse: FuseOptions,
     pub log: Option<PathBuf>,
     pub record: Option<PathBuf>,
+}
+
+impl Plan {
+    /// The metadata-update mode asked for, or the format's default.
+    pub fn mode(&self) -> String {
+        self.fs_options
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "mode")
+            .and_then(|(_, v)| v.clone())
+            .or_else(|| (self.fs.modes)().first().map(|m| m.name.to_string()))
+            .unwrap_or_default()
+    }
 }
 
 /// Options mount(8) and fstab use that mean nothing to cairn.
@@ -103,9 +121,11 @@ fn ignored(key: &str) -> bool {
     ) || key.starts_with("x-")
 }
 
-pub fn parse_options(list: &[String], sloppy: bool) -> Result<Plan> {
+pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Result<Plan> {
     let mut plan = Plan {
-        ffs: MountOptions::default(),
+        fs,
+        fs_options: Vec::new(),
+        read_only: false,
         fuse: FuseOptions::default(),
         log: None,
         record: None,
@@ -125,12 +145,13 @@ pub fn parse_options(list: &[String], sloppy: bool) -> Result<Plan> {
         match key {
             "ro" | "rw" => {
                 plan.fuse.read_only = key == "ro";
-                plan.ffs.set(key, None).map_err(|e| anyhow!(e))?;
+                plan.read_only = key == "ro";
                 continue;
             }
             // fstab's generic sync/async flags pick the matching metadata-update mode.
             "sync" | "async" if value.is_none() => {
-                plan.ffs.set("mode", Some(key)).map_err(|e| anyhow!(e))?;
+                plan.fs_options
+                    .push(("mode".to_string(), Some(key.to_string())));
                 continue;
             }
             "log" => {
@@ -154,19 +175,28 @@ pub fn parse_options(list: &[String], sloppy: bool) -> Result<Plan> {
         if plan.fuse.set(key, value).map_err(|e| anyhow!(e))? {
             continue;
         }
-        if let Err(e) = plan.ffs.set(key, value) {
-            if sloppy {
-                eprintln!("cairn: ignoring option '{item}': {e}");
-            } else {
-                bail!("{e}");
-            }
+        let opt = (key.to_string(), value.map(str::to_string));
+        match (fs.check_options)(std::slice::from_ref(&opt), false) {
+            Ok(()) => plan.fs_options.push(opt),
+            Err(e) if sloppy => eprintln!("cairn: ignoring option '{item}': {e}"),
+            Err(e) => bail!("{e}"),
         }
     }
     Ok(plan)
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let mut plan = parse_options(&args.options, args.sloppy)?;
+    // The format decides which options exist: find it first (the default one for the
+    // in-memory test backend, which has no image).
+    let fs = if args.memory {
+        cairn_fstypes::types()[0]
+    } else {
+        cairn_fstypes::probe_path(&args.image).map_err(|e| match e {
+            FsError::Refused(_, msg) => anyhow!("cannot mount {msg}"),
+            e => anyhow!("cannot mount {}: {e}", args.image.display()),
+        })?
+    };
+    let mut plan = parse_options(&args.options, args.sloppy, fs)?;
     // The daemon works from `/`: resolve relative paths against the caller's directory now.
     for p in [&mut plan.log, &mut plan.record].into_iter().flatten() {
         *p = std::path::absolute(&*p).with_context(|| format!("bad path {}", p.display()))?;
@@ -299,12 +329,12 @@ impl Job {
             Arc::new(cairn_fuse::memfs::MemFs::default())
         } else {
             if let Some(path) = &self.plan.record {
-                let (ffs, rec) = crate::record::mount_recorded(&self.image, &self.plan.ffs, path)?;
+                let (ffs, rec) = crate::record::mount_recorded(&self.image, &self.plan, path)?;
                 let marked = cairn_crash::RecordingFs::new(ffs, rec.clone());
                 trace = Some(rec);
                 Arc::new(marked)
             } else {
-                cairn_ffs::Ffs::mount(&self.image, &self.plan.ffs)
+                (self.plan.fs.mount)(&self.image, &self.plan.fs_options, self.plan.read_only)
                     .map_err(|e| anyhow!("cannot mount {}: {e}", self.shown))?
             }
         };
@@ -333,7 +363,7 @@ impl Job {
             "mounted {} on {} (mode {}, {} FUSE threads)",
             self.shown,
             self.mountpoint.display(),
-            self.plan.ffs.mode,
+            self.plan.mode(),
             self.plan.fuse.threads
         );
         Ok(Daemon {
@@ -349,8 +379,9 @@ fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Com
     let info = json!({
         "image": job.image.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
-        "mode": job.plan.ffs.mode,
-        "read_only": job.plan.ffs.read_only,
+        "format": job.plan.fs.name,
+        "mode": job.plan.mode(),
+        "read_only": job.plan.read_only,
         "fuse_threads": job.plan.fuse.threads,
     });
     control::Commands::for_daemon(
@@ -472,7 +503,19 @@ mod tests {
     use super::*;
 
     fn plan(s: &str) -> Result<Plan> {
-        parse_options(&[s.to_string()], false)
+        parse_options(
+            &[s.to_string()],
+            false,
+            cairn_fstypes::by_name("ffs").unwrap(),
+        )
+    }
+
+    fn opt<'a>(p: &'a Plan, k: &str) -> Option<&'a str> {
+        p.fs_options
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .and_then(|(_, v)| v.as_deref())
     }
 
     #[test]
@@ -481,15 +524,17 @@ mod tests {
             "mode=async,cache=64M,threads=3,ro,noexec,defaults,noauto,_netdev,x-systemd.foo=1",
         )
         .unwrap();
-        assert_eq!(p.ffs.mode, "async");
-        assert_eq!(p.ffs.cache_bytes, 64 << 20);
-        assert!(p.ffs.read_only && p.fuse.read_only);
+        assert_eq!(p.mode(), "async");
+        assert_eq!(opt(&p, "cache"), Some("64M"));
+        assert!(p.read_only && p.fuse.read_only);
         assert_eq!(p.fuse.threads, 3);
         assert!(!p.fuse.exec);
         let p = plan("sync,log=/tmp/x.log,record=/tmp/t").unwrap();
-        assert_eq!(p.ffs.mode, "sync");
+        assert_eq!(p.mode(), "sync");
         assert_eq!(p.log.as_deref(), Some(Path::new("/tmp/x.log")));
-        assert!(plan("async").unwrap().ffs.mode == "async");
+        assert!(plan("async").unwrap().mode() == "async");
+        // Without mode=, the format's default.
+        assert_eq!(plan("ro").unwrap().mode(), "sync");
     }
 
     #[test]
@@ -497,12 +542,13 @@ mod tests {
         let e = plan("frobnicate").unwrap_err().to_string();
         assert!(e.contains("frobnicate"), "{e}");
         assert!(plan("mode=turbo").is_err());
+        assert!(plan("cache=lots").is_err());
         assert!(plan("threads=0").is_err());
+        let ffs = cairn_fstypes::by_name("ffs").unwrap();
         assert!(
-            parse_options(&["frobnicate,mode=async".into()], true)
+            parse_options(&["frobnicate,mode=async".into()], true, ffs)
                 .unwrap()
-                .ffs
-                .mode
+                .mode()
                 == "async"
         );
     }

@@ -17,9 +17,20 @@ use cairn_ffs::{Ffs, MountOptions};
 /// recorder (call `finish` after the final flush).
 pub fn mount_recorded(
     image: &Path,
-    opts: &MountOptions,
+    plan: &crate::mount::Plan,
     out: &Path,
 ) -> Result<(Arc<Ffs>, Arc<Recorder>)> {
+    if plan.fs.name != "ffs" {
+        anyhow::bail!("record= is supported on ffs images only");
+    }
+    let mut opts = MountOptions {
+        read_only: plan.read_only,
+        ..Default::default()
+    };
+    for (k, v) in &plan.fs_options {
+        opts.set(k, v.as_deref()).map_err(|e| anyhow!(e))?;
+    }
+    let opts = &opts;
     let head = cairn_blockdev::read_bytes_at(image, 0, superblock::SB_BYTES)
         .with_context(|| format!("cannot read the superblock of {}", image.display()))?;
     let sb = Superblock::decode(&head).map_err(|e| anyhow!("{}: {}", image.display(), e.0))?;
@@ -68,7 +79,9 @@ mod tests {
         )
         .unwrap();
         let out = dir.path().join("rec.jsonl");
-        let (fs, rec) = mount_recorded(&img, &MountOptions::default(), &out).unwrap();
+        let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
+        let plan = crate::mount::parse_options(&[], false, ffs_type).unwrap();
+        let (fs, rec) = mount_recorded(&img, &plan, &out).unwrap();
         fs.mkdir(&Ctx::root(), fs.root_ino(), "d".as_ref(), 0o755, 0)
             .unwrap();
         fs.unmount().unwrap();

@@ -80,9 +80,24 @@ impl Env {
 }
 
 impl Drop for Env {
+    /// Detaches every mount left under this test's directory (a failed assertion must not
+    /// leave mounts behind for the next test to trip over).
     fn drop(&mut self) {
-        if self.mounted() {
-            let _ = nix::mount::umount2(&self.mnt(), nix::mount::MntFlags::MNT_DETACH);
+        let root = self
+            .dir
+            .path()
+            .canonicalize()
+            .unwrap_or(self.dir.path().into());
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut under: Vec<PathBuf> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(PathBuf::from)
+            .filter(|p| p.starts_with(&root))
+            .collect();
+        under.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+        for p in under {
+            let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
         }
     }
 }
@@ -282,10 +297,10 @@ mount -t overlay overlay -o lowerdir={sbin},upperdir=ov/up,workdir=ov/work {sbin
 "$CAIRN" install-helper --lib-dir lib
 test "$(readlink /sbin/mount.cairn)" = "$PWD/lib/cairn"
 mount -t cairn -o mode=async,noatime,nofail disk.img mnt
-grep -q ' - fuse.cairn .*disk.img' /proc/self/mountinfo
+grep -q " $PWD/mnt .* - fuse.cairn " /proc/self/mountinfo
 echo helper > mnt/h
 umount mnt
-! grep -q ' - fuse.cairn .*disk.img' /proc/self/mountinfo
+! grep -q " $PWD/mnt .* - fuse.cairn " /proc/self/mountinfo
 "#,
         sbin = sbin.display()
     );

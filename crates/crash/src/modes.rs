@@ -1,10 +1,10 @@
 //! Per-mode expectations: what each metadata-update mode promises about a crash, in one
 //! table that the campaign checks its measurements against (issue 5 §4).
 //!
-//! A mode registered in `cairn_ffs::modes()` without an entry here makes the campaign fail:
-//! a mode must declare what it guarantees before it can be said to deliver it. Later modes
-//! add one line using the constructors below (`soft_updates`, `journaling`, `log_structured`),
-//! with their recovery where they have one.
+//! Every mode of the registry (`cairn_fstypes::modes()`) declares what it guarantees beside
+//! its strategy (`cairn_vfs::modes::Guarantees`); the campaign holds it to exactly that
+//! ([`Expectation::declared`]), so a mode cannot be said to deliver what it never declared,
+//! and a new mode needs no edit here.
 //!
 //! The planted bugs of [`crate::planted`] claim their base mode's guarantees: the campaign
 //! must show they do not deliver them.
@@ -12,6 +12,8 @@
 use cairn_blockdev::BlockDevice;
 use cairn_ffs::strategy::{self, Strategy};
 use serde::Serialize;
+
+use cairn_vfs::modes::{Allowed, ModeSpec};
 
 use crate::oracle::Promises;
 
@@ -58,99 +60,36 @@ pub struct Expectation {
     pub basis: &'static str,
 }
 
+impl Allow {
+    /// The campaign's reading of a mode's declared [`Allowed`].
+    pub fn from_declared(a: Allowed) -> Allow {
+        match a {
+            Allowed::Never => Allow::Forbidden,
+            Allowed::May => Allow::Allowed,
+            Allowed::Shown => Allow::Demonstrated,
+        }
+    }
+}
+
 impl Expectation {
-    /// Classic FFS (`sync`): metadata durable on return, ordered writes, so a crash leaves
-    /// only what fsck reclaims (000 §5, 002 §3.3); a directory rename is not atomic without a
-    /// log (001 §6), so the window between its steps is allowed and repaired by fsck.
-    pub fn synchronous(mode: &str) -> Expectation {
+    /// What the campaign holds a mode to: exactly the guarantees its format declares for it
+    /// (`cairn_vfs::modes::Guarantees`, listed by `cairn_fstypes`). Durability violations
+    /// are never allowed: the promises say which durability is checked.
+    pub fn declared(spec: &ModeSpec, recovery: Option<Recovery>) -> Expectation {
+        let g = &spec.guarantees;
         Expectation {
-            mode: mode.into(),
+            mode: spec.name.to_string(),
             promises: Promises {
-                metadata_on_return: true,
-                fsync_data_first: true,
-                no_stale_data: false,
+                metadata_on_return: g.metadata_on_return,
+                fsync_data_first: g.fsync_data_first,
+                no_stale_data: g.no_stale_data,
             },
-            corrupt: Allow::Forbidden,
-            leak: Allow::Allowed,
-            interrupted_rename: Allow::Allowed,
+            corrupt: Allow::from_declared(g.corrupt),
+            leak: Allow::from_declared(g.leak),
+            interrupted_rename: Allow::from_declared(g.interrupted_rename),
             durability: Allow::Forbidden,
-            recovery: None,
-            basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
-        }
-    }
-
-    /// FFS mounted async: no ordering, so corruption is expected (000 Table 3: "recovery is
-    /// non-deterministic and may be impossible"); only fsync is honoured.
-    pub fn unordered(mode: &str) -> Expectation {
-        Expectation {
-            mode: mode.into(),
-            promises: Promises {
-                metadata_on_return: false,
-                fsync_data_first: true,
-                no_stale_data: false,
-            },
-            corrupt: Allow::Demonstrated,
-            leak: Allow::Allowed,
-            interrupted_rename: Allow::Allowed,
-            durability: Allow::Forbidden,
-            recovery: None,
-            basis: "000 §5 and Table 3: FFS-async makes no guarantee; fsync is honoured in every mode",
-        }
-    }
-
-    /// Soft updates: delayed but ordered writes: leaks only, never stale data (000 §5,
-    /// 002 §3–4); two names after a directory rename are possible (001 §6).
-    pub fn soft_updates(mode: &str) -> Expectation {
-        Expectation {
-            mode: mode.into(),
-            promises: Promises {
-                metadata_on_return: false,
-                fsync_data_first: true,
-                no_stale_data: true,
-            },
-            corrupt: Allow::Forbidden,
-            leak: Allow::Allowed,
-            interrupted_rename: Allow::Allowed,
-            durability: Allow::Forbidden,
-            recovery: None,
-            basis: "000 §5: integrity assured, freed blocks/inodes may leak, no metadata points to bad data",
-        }
-    }
-
-    /// Journaling: clean after log replay (001 §3, atomic rename); `sync_log` when the log
-    /// is written synchronously (FFS's durability).
-    pub fn journaling(mode: &str, sync_log: bool, replay: Recovery) -> Expectation {
-        Expectation {
-            mode: mode.into(),
-            promises: Promises {
-                metadata_on_return: sync_log,
-                fsync_data_first: true,
-                no_stale_data: false,
-            },
-            corrupt: Allow::Forbidden,
-            leak: Allow::Forbidden,
-            interrupted_rename: Allow::Forbidden,
-            durability: Allow::Forbidden,
-            recovery: Some(replay),
-            basis: "001 §3: after log replay the file system is consistent; rename is atomic",
-        }
-    }
-
-    /// Log-structured: clean after roll-forward from the last checkpoint (004 §4).
-    pub fn log_structured(mode: &str, roll_forward: Recovery) -> Expectation {
-        Expectation {
-            mode: mode.into(),
-            promises: Promises {
-                metadata_on_return: false,
-                fsync_data_first: true,
-                no_stale_data: false,
-            },
-            corrupt: Allow::Forbidden,
-            leak: Allow::Forbidden,
-            interrupted_rename: Allow::Forbidden,
-            durability: Allow::Forbidden,
-            recovery: Some(roll_forward),
-            basis: "004 §4: checkpoints plus roll-forward with the directory operation log",
+            recovery,
+            basis: g.basis,
         }
     }
 }
@@ -161,18 +100,19 @@ pub const DIRENT_FIRST: &str = "dirent-first";
 pub const LAZY_RETURN: &str = "lazy-return";
 
 /// Every mode's expectation, planted bugs included (each claims its base mode's). `None`
-/// for a mode that declared nothing.
+/// for a name that is neither a registered mode nor a planted bug.
 pub fn expectation(mode: &str) -> Option<Expectation> {
-    match mode {
-        "sync" => Some(Expectation::synchronous(mode)),
-        "async" => Some(Expectation::unordered(mode)),
-        _ => crate::planted::by_name(mode).and_then(|p| p.expectation()),
+    match cairn_fstypes::mode(mode) {
+        // A mode whose format has a recovery step (log replay, roll-forward) registers it
+        // here when that format's crash support lands; FFS's modes have none.
+        Some(m) => Some(Expectation::declared(&m.spec, None)),
+        None => crate::planted::by_name(mode).and_then(|p| p.expectation()),
     }
 }
 
 /// Every registered mode (the ones `cairn crash run` checks by default).
 pub fn registered() -> Vec<&'static str> {
-    cairn_ffs::modes().iter().map(|m| m.name).collect()
+    cairn_fstypes::modes().iter().map(|m| m.name()).collect()
 }
 
 /// The strategy for `mode`: a registered one, or a planted bug.
@@ -198,5 +138,20 @@ mod tests {
         }
         assert_eq!(strategy_for(DIRENT_FIRST).unwrap().name(), DIRENT_FIRST);
         assert_eq!(strategy_for(LAZY_RETURN).unwrap().name(), LAZY_RETURN);
+    }
+
+    /// The two baselines keep the promises the papers give them (000 §5, Table 3).
+    #[test]
+    fn sync_and_async_declare_the_papers_promises() {
+        let s = expectation("sync").unwrap();
+        assert!(s.promises.metadata_on_return && s.promises.fsync_data_first);
+        assert_eq!(
+            (s.corrupt, s.leak, s.interrupted_rename),
+            (Allow::Forbidden, Allow::Allowed, Allow::Allowed)
+        );
+        let a = expectation("async").unwrap();
+        assert!(!a.promises.metadata_on_return && a.promises.fsync_data_first);
+        assert_eq!(a.corrupt, Allow::Demonstrated);
+        assert!(expectation("turbo").is_none());
     }
 }

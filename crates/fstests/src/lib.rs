@@ -11,7 +11,8 @@
 //!   (same target directory and profile, wherever `CARGO_TARGET_DIR` points), then
 //!   `$CARGO_TARGET_DIR` or `target/` `{debug,release}/cairn`; if none exists,
 //!   `cargo build -p cairn-cli` is run once.
-//! - `CAIRN_TEST_MODES`: comma-separated modes to mount (default `sync,async`).
+//! - `CAIRN_TEST_MODES`: comma-separated modes to mount (default: every mode `cairn modes`
+//!   lists).
 //! - `CAIRN_TEST_HOST_ONLY=1`: run the suites against host directories only.
 //! - `CAIRN_TEST_HEAVY=1`: also run the heavy parts (the zlib build in `persistence`).
 //! - `CAIRN_MOUNT_OPTS`: extra `-o` options appended to every `cairn mount`.
@@ -60,14 +61,34 @@ pub fn heavy() -> bool {
     std::env::var("CAIRN_TEST_HEAVY").is_ok_and(|v| v == "1")
 }
 
-/// The modes to test, from `CAIRN_TEST_MODES` (default `sync,async`).
+/// The modes to test, from `CAIRN_TEST_MODES`; by default every mode the binary lists in
+/// `cairn modes`, so a new mode gets every suite without an edit here.
 pub fn modes() -> Vec<String> {
-    let s = std::env::var("CAIRN_TEST_MODES").unwrap_or_else(|_| "sync,async".into());
-    s.split(',')
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .map(str::to_string)
-        .collect()
+    if let Ok(s) = std::env::var("CAIRN_TEST_MODES") {
+        return s
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect();
+    }
+    static LISTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    LISTED
+        .get_or_init(|| {
+            let out = Command::new(cairn_bin())
+                .arg("modes")
+                .output()
+                .expect("run cairn modes");
+            assert!(out.status.success(), "cairn modes failed");
+            let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(str::to_string)
+                .collect();
+            assert!(!listed.is_empty(), "cairn modes listed nothing");
+            listed
+        })
+        .clone()
 }
 
 static BIN: Mutex<Option<PathBuf>> = Mutex::new(None);

@@ -18,6 +18,7 @@ use std::ffi::OsStr;
 use std::time::SystemTime;
 
 mod error;
+pub mod modes;
 mod perm;
 
 pub use error::{Errno, FsError, Result};

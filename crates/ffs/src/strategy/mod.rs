@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_bufcache::{Buf, BufRef, BufferCache};
+use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeSpec};
 use cairn_vfs::{KernelCachePolicy, Result};
 
 use crate::format::kind;
@@ -216,12 +217,25 @@ pub trait Strategy: Send + std::marker::Sync {
     fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
 }
 
-/// A metadata-update discipline that can be chosen at mount time.
+/// A metadata-update discipline that can be chosen at mount time, with what it promises
+/// about a crash (the crash harness holds it to exactly this).
 #[derive(Clone, Copy, Debug)]
 pub struct ModeInfo {
     pub name: &'static str,
     pub description: &'static str,
+    pub guarantees: Guarantees,
     make: fn() -> Box<dyn Strategy>,
+}
+
+impl ModeInfo {
+    /// The mode as the registry of file-system types lists it.
+    pub fn spec(&self) -> ModeSpec {
+        ModeSpec {
+            name: self.name,
+            description: self.description,
+            guarantees: self.guarantees,
+        }
+    }
 }
 
 /// The registry: every mode this build knows, in the order tools list them. A new
@@ -231,11 +245,35 @@ static MODES: &[ModeInfo] = &[
     ModeInfo {
         name: "sync",
         description: "classic FFS: metadata calls durable on return, written in rule order with flushes as barriers",
+        // Rules 1-3 by synchronous writes: what a crash leaves is what fsck reclaims; a
+        // directory rename is not atomic without a log (001 §6).
+        guarantees: Guarantees {
+            metadata_on_return: true,
+            fsync_data_first: true,
+            no_stale_data: false,
+            corrupt: Allowed::Never,
+            leak: Allowed::May,
+            interrupted_rename: Allowed::May,
+            after_crash: AfterCrash::Fsck,
+            basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
+        },
         make: || Box::new(Sync),
     },
     ModeInfo {
         name: "async",
         description: "FFS mounted async: delayed writes, no ordering (the unsafe upper bound)",
+        // No ordering at all: corruption is the expected outcome and must be shown (000
+        // Table 3: "recovery is non-deterministic and may be impossible"); only fsync holds.
+        guarantees: Guarantees {
+            metadata_on_return: false,
+            fsync_data_first: true,
+            no_stale_data: false,
+            corrupt: Allowed::Shown,
+            leak: Allowed::May,
+            interrupted_rename: Allowed::May,
+            after_crash: AfterCrash::Fsck,
+            basis: "000 §5 and Table 3: FFS-async makes no guarantee; fsync is honoured in every mode",
+        },
         make: || Box::new(Delayed),
     },
 ];

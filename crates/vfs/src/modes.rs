@@ -1,0 +1,64 @@
+//! What a metadata-update mode promises about a crash: the vocabulary every on-disk format
+//! declares its modes in, and every tool reads them back in.
+//!
+//! A format crate (ffs, later lfs) lists its modes as [`ModeSpec`]s; the registry of file
+//! system types (`cairn-fstypes`) gathers them; `cairn modes` prints them, the crash harness
+//! turns each mode's [`Guarantees`] into the expectations its campaign enforces, and the
+//! benchmark reads [`AfterCrash`] to know how to recover a target after a crash. A new mode
+//! is one `ModeSpec` in its format crate and nothing else.
+
+use serde::Serialize;
+
+/// Whether an outcome of a crash may occur in a mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Allowed {
+    /// Never: any occurrence is a bug in the mode.
+    Never,
+    /// May occur (and is repaired by what [`AfterCrash`] says).
+    May,
+    /// The mode's known weakness: a crash campaign must show it at least once, so a baseline
+    /// cannot look better than it is.
+    Shown,
+}
+
+/// What must happen after a crash before the file system is usable again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AfterCrash {
+    /// A full check and repair (`cairn fsck -y`) before mounting: FFS sync and async.
+    Fsck,
+    /// Mount at once; what is left (leaks) is reclaimed later or in the background: soft
+    /// updates (002 §4).
+    Mount,
+    /// The mount itself recovers (log replay, roll-forward): journaling, LFS.
+    Recover,
+}
+
+/// A mode's promises about the states a crash can leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Guarantees {
+    /// Every metadata call is durable when it returns (FFS sync, a synchronous log).
+    pub metadata_on_return: bool,
+    /// fsync writes a file's data before the pointers to it.
+    pub fsync_data_first: bool,
+    /// No file ever shows data it was not given (soft updates: 000 §5).
+    pub no_stale_data: bool,
+    /// Inconsistencies fsck must repair (dangling entries, doubly used blocks, ...).
+    pub corrupt: Allowed,
+    /// Blocks or inodes marked in use that nothing references.
+    pub leak: Allowed,
+    /// A directory rename caught between its steps (two names, or a stale `..`).
+    pub interrupted_rename: Allowed,
+    pub after_crash: AfterCrash,
+    /// Where the promise comes from (paper and section).
+    pub basis: &'static str,
+}
+
+/// One metadata-update mode of a format, chosen at mount time with `-o mode=NAME`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ModeSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub guarantees: Guarantees,
+}
