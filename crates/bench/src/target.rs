@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::counters::{Counters, Source};
+use crate::scratch;
 use crate::sys;
 
 /// mergerfs options (recorded in each record's notes).
@@ -188,9 +189,9 @@ impl Mounted {
     pub fn setup(spec: &TargetSpec, env: &Env) -> Result<Mounted> {
         let root = env.scratch.join(spec.name.replace('@', "-"));
         if root.exists() {
-            cleanup_stale(&root);
-            fs::remove_dir_all(&root)
-                .with_context(|| format!("removing old {}", root.display()))?;
+            // Left by an earlier repetition of this run whose teardown failed: ours to release.
+            scratch::release_under(&root);
+            scratch::remove_tree(&root)?;
         }
         let root = sys::ensure_dir(&root)?;
         let image = root.join("fs.img");
@@ -604,9 +605,7 @@ impl Mounted {
         {
             sys::run(Command::new("losetup").arg("-d").arg(&dev))?;
         }
-        fs::remove_dir_all(&self.root)
-            .with_context(|| format!("removing {}", self.root.display()))?;
-        Ok(())
+        scratch::remove_tree(&self.root)
     }
 }
 
@@ -616,7 +615,7 @@ impl Drop for Mounted {
             && let Err(e) = self.release()
         {
             eprintln!("cairn bench: cleanup of {} failed: {e:#}", self.spec.name);
-            cleanup_stale(&self.root);
+            scratch::release_under(&self.root);
         }
     }
 }
@@ -659,45 +658,6 @@ fn make_sparse(image: &Path, size: u64) -> Result<()> {
     f.set_len(size)
         .with_context(|| format!("sizing {}", image.display()))?;
     Ok(())
-}
-
-/// Releases and deletes everything an interrupted earlier run (Ctrl-C, a killed benchmark) left
-/// in the scratch directory: mounts, loop devices, images.
-pub fn cleanup_scratch(scratch: &Path) -> Result<()> {
-    for e in fs::read_dir(scratch)?.flatten() {
-        let p = e.path();
-        if p.join("fs.img").exists() || p.join("mnt").exists() {
-            cleanup_stale(&p);
-            fs::remove_dir_all(&p).with_context(|| format!("removing stale {}", p.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// Forcibly releases whatever an interrupted earlier run left under `root`: mounts (lazy
-/// unmount, topmost first) and loop devices backed by its image.
-fn cleanup_stale(root: &Path) {
-    for sub in ["mnt", "lower"] {
-        let p = root.join(sub);
-        while sys::mounted_fstype(&p).is_some() {
-            if Command::new("umount")
-                .arg("-l")
-                .arg(&p)
-                .status()
-                .map(|s| !s.success())
-                .unwrap_or(true)
-            {
-                break;
-            }
-        }
-    }
-    for img in ["fs.img", "log.img"] {
-        if let Ok(out) = sys::run(Command::new("losetup").arg("-j").arg(root.join(img))) {
-            for dev in out.lines().filter_map(|l| l.split(':').next()) {
-                let _ = Command::new("losetup").arg("-d").arg(dev).status();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
