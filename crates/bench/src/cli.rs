@@ -486,6 +486,14 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     } else {
         a.suite.image_size()
     });
+    if let Some(free) = sys::free_bytes(&parent).filter(|f| *f < image_size) {
+        eprintln!(
+            "cairn-bench: images of {} are larger than the {} free in {}: they are sparse, and a workload that filled one would fail with ENOSPC from the host",
+            report::fmt_bytes(image_size),
+            report::fmt_bytes(free),
+            parent.display()
+        );
+    }
     let env = Env {
         scratch: scratch.path().to_path_buf(),
         image_size,

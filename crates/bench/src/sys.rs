@@ -214,6 +214,12 @@ pub fn fs_type_of(path: &Path) -> Result<String> {
     )
 }
 
+/// Bytes available to this user on the file system holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(st.blocks_available().saturating_mul(st.fragment_size()))
+}
+
 /// Canonical absolute form of a directory that may not exist yet (created if missing).
 pub fn ensure_dir(p: &Path) -> Result<PathBuf> {
     fs::create_dir_all(p).with_context(|| format!("mkdir -p {}", p.display()))?;
