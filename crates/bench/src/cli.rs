@@ -382,19 +382,14 @@ fn unavailable(spec: &TargetSpec, cairn: &Option<String>) -> Option<String> {
     }
 }
 
-/// The commit of the repository the benchmark binary was built in (its directory's, not the
-/// caller's working directory's), when it lives in one.
-fn git_commit() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(exe.parent()?)
-        .args(["describe", "--always", "--dirty", "--abbrev=12"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+/// The commit of cairn's source this binary was built from, and whether tracked files had
+/// uncommitted changes then: embedded by build.rs (see there why at build time), so it does
+/// not depend on where the binary lives or on the tree's state when the benchmark runs.
+fn build_commit() -> (Option<String>, Option<bool>) {
+    (
+        option_env!("CAIRN_BUILD_COMMIT").map(str::to_string),
+        option_env!("CAIRN_BUILD_DIRTY").map(|d| d == "true"),
+    )
 }
 
 fn cmd_flush_rate(parent: &std::path::Path, secs: f64) -> Result<i32> {
@@ -555,6 +550,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         let v = v.strip_prefix("cairn ").map(str::to_string).unwrap_or(v);
         tool_versions.insert("cairn".to_string(), v);
     }
+    let (commit, dirty) = build_commit();
     let mut meta = Meta {
         started: started.clone(),
         kernel: sys::kernel_release(),
@@ -570,7 +566,8 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         suite: format!("{:?}", a.suite).to_lowercase(),
         scale: params.scale,
         netnews_scale: params.netnews_scale,
-        commit: git_commit(),
+        commit,
+        dirty,
         scratch: parent.display().to_string(),
         scratch_fs,
         baseline: a.baseline.clone(),
@@ -813,6 +810,29 @@ mod tests {
         assert_eq!(Suite::Paper.reps("smallfile"), 3);
         assert_eq!(Suite::Paper.reps("micro"), 1);
         assert_eq!(Suite::Quick.reps("smallfile"), 1);
+    }
+
+    /// The recorded commit is the source tree's this crate was built from (asked in its own
+    /// directory at build time), not found through where the binary lives: a build with
+    /// CARGO_TARGET_DIR outside the repository (as this test's usually is) still knows it.
+    #[test]
+    fn the_build_records_its_source_commit_and_dirt() {
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .arg("-C")
+                .arg(env!("CARGO_MANIFEST_DIR"))
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let Some(head) = git(&["rev-parse", "HEAD"]) else {
+            eprintln!("not built from a git checkout; nothing to compare");
+            return;
+        };
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
+        assert_eq!(build_commit(), (Some(head), dirty));
     }
 
     #[test]

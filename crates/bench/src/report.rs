@@ -64,9 +64,13 @@ pub struct Meta {
     pub scale: f64,
     #[serde(default)]
     pub netnews_scale: f64,
-    /// `git describe` of the source the benchmark was built from, when known.
+    /// The commit of cairn's source the benchmark was built from, when the build knew it
+    /// (older runs recorded `git describe` output here).
     #[serde(default)]
     pub commit: Option<String>,
+    /// Whether tracked files had uncommitted changes when the benchmark was built.
+    #[serde(default)]
+    pub dirty: Option<bool>,
 }
 
 pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
@@ -262,6 +266,22 @@ pub fn fmt_rate(v: f64) -> String {
     }
 }
 
+/// A commit as the run header shows it: 12 hex digits of a full hash, "+ uncommitted changes"
+/// when the tree was dirty at build time, "unknown" when the build could not tell.
+fn fmt_commit(commit: Option<&str>, dirty: Option<bool>) -> String {
+    let Some(c) = commit else {
+        return "unknown".into();
+    };
+    let short = match c.get(..12) {
+        Some(p) if c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()) => p,
+        _ => c,
+    };
+    match dirty {
+        Some(true) => format!("{short} + uncommitted changes"),
+        _ => short.to_string(),
+    }
+}
+
 fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())
 }
@@ -363,7 +383,7 @@ fn header(meta: &Meta) -> String {
             meta.suite,
             meta.scale,
             meta.scale * meta.netnews_scale,
-            meta.commit.as_deref().unwrap_or("unknown")
+            fmt_commit(meta.commit.as_deref(), meta.dirty)
         );
     }
     let _ = writeln!(s, "- command: `{}`", meta.command);
@@ -588,6 +608,22 @@ mod tests {
         assert_eq!(fmt_per_op(0.002), "0.0020");
         assert_eq!(fmt_per_op(0.00002), "<0.0001");
         assert_eq!(fmt_per_op(0.0), "0.00");
+    }
+
+    #[test]
+    fn commits_show_twelve_digits_and_whether_the_tree_was_dirty() {
+        let full = "0033bde8684a1771594d2aba14db26b0d4e02625";
+        assert_eq!(fmt_commit(Some(full), Some(false)), "0033bde8684a");
+        assert_eq!(
+            fmt_commit(Some(full), Some(true)),
+            "0033bde8684a + uncommitted changes"
+        );
+        // What older runs recorded (git describe) is shown as it is.
+        assert_eq!(
+            fmt_commit(Some("6e6445d2463c-dirty"), None),
+            "6e6445d2463c-dirty"
+        );
+        assert_eq!(fmt_commit(None, None), "unknown");
     }
 
     #[test]
