@@ -579,7 +579,10 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     if !a.no_flush_rate {
-        let fr = workload::flush_rate(scratch.path(), 20_000, 3.0)?;
+        let mut fr = workload::flush_rate(scratch.path(), 20_000, 3.0)?;
+        // Measured in this run's own directory, which is gone after the run: the record names
+        // the directory the user chose, on the same file system.
+        fr.dir = parent.clone();
         eprintln!(
             "cairn-bench: raw flush rate on {}: overwrite {}/s, append {}/s",
             fr.host_fs,
@@ -681,13 +684,10 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     bar.finish_and_clear();
     // Everything worth keeping is in `out` by now; the images and mount points go.
     scratch.remove()?;
-    let md = report::render(&out, &meta, &records)?;
-    println!("{md}");
-    eprintln!(
-        "cairn-bench: {} record(s), {failures} failed, in {:.0} s; results in {}",
-        records.len(),
-        t_run.elapsed().as_secs_f64(),
-        out.display()
+    report::render(&out, &meta, &records)?;
+    print!(
+        "{}",
+        report::terminal_summary(&out, &meta, &records, t_run.elapsed().as_secs_f64())
     );
     Ok(if failures > 0 { 1 } else { 0 })
 }

@@ -266,6 +266,24 @@ pub fn fmt_rate(v: f64) -> String {
     }
 }
 
+/// A scale factor with at most four significant digits and no trailing zeros: 1, 0.1, 0.01
+/// (`--scale 0.1` gives netnews 0.1 × 0.1, which `{}` prints as 0.010000000000000002).
+pub fn fmt_factor(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// A commit as the run header shows it: 12 hex digits of a full hash, "+ uncommitted changes"
 /// when the tree was dirty at build time, "unknown" when the build could not tell.
 fn fmt_commit(commit: Option<&str>, dirty: Option<bool>) -> String {
@@ -328,6 +346,94 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     Ok(md)
 }
 
+/// What `cairn bench run` prints when it is done: how many runs failed, a few lines per paper
+/// table with its headline numbers (ratios to the baseline, or seconds), and where the files
+/// are. The full tables are in summary.md.
+pub fn terminal_summary(out: &Path, meta: &Meta, records: &[Record], secs: f64) -> String {
+    const WIDTH: usize = 100;
+    let mut s = String::new();
+    let failed: Vec<String> = records
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| format!("{} on {}", r.workload, r.target))
+        .collect();
+    let _ = writeln!(
+        s,
+        "cairn bench: {} run(s), {} failed, in {}; ratios are to {} in this run (> 1 = faster)",
+        records.len(),
+        failed.len(),
+        fmt_duration(secs),
+        meta.baseline
+    );
+    for h in crate::tables::headlines(meta, records) {
+        let what = if h.ratios {
+            h.columns.join("/")
+        } else {
+            format!("{} ({})", h.columns.join("/"), h.unit)
+        };
+        match h.see {
+            Some(see) => {
+                let _ = writeln!(s, "  {}: {see}", h.title);
+                continue;
+            }
+            None => {
+                let _ = writeln!(s, "  {}, {what}:", h.title);
+            }
+        }
+        if h.rows.is_empty() {
+            let why = if h.baseline_measured {
+                "no target but the baseline has numbers"
+            } else {
+                "no numbers for the baseline, so no ratios"
+            };
+            let _ = writeln!(s, "    {why}");
+            continue;
+        }
+        let items = h.rows.iter().map(|(t, vals)| {
+            let v: Vec<String> = vals
+                .iter()
+                .map(|v| fmt_opt(*v, |x| format!("{x:.2}")))
+                .collect();
+            format!("{t} {}", v.join("/"))
+        });
+        let mut line = String::new();
+        for item in items {
+            if !line.is_empty() && 4 + line.chars().count() + 2 + item.chars().count() > WIDTH {
+                let _ = writeln!(s, "    {line}");
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push_str("  ");
+            }
+            line.push_str(&item);
+        }
+        let _ = writeln!(s, "    {line}");
+    }
+    if !failed.is_empty() {
+        let mut list: Vec<String> = failed.iter().take(8).cloned().collect();
+        if failed.len() > list.len() {
+            list.push(format!("{} more", failed.len() - list.len()));
+        }
+        let _ = writeln!(s, "  failed: {} (errors in summary.md)", list.join(", "));
+    }
+    let _ = writeln!(
+        s,
+        "results in {}: summary.md (every table, every phase), summary.json, meta.json and rec-*.json (raw), *.png (plots)",
+        out.display()
+    );
+    s
+}
+
+/// "42 s", "12 min 5 s", "1 h 6 min".
+fn fmt_duration(secs: f64) -> String {
+    let t = secs.max(0.0).round() as u64;
+    match t {
+        t if t < 120 => format!("{t} s"),
+        t if t < 3600 => format!("{} min {} s", t / 60, t % 60),
+        t => format!("{} h {} min", t / 3600, t / 60 % 60),
+    }
+}
+
 /// The Markdown report: a header with the run's conditions, the device's flush rate, then one
 /// table per workload.
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
@@ -381,8 +487,8 @@ fn header(meta: &Meta) -> String {
             s,
             "- suite `{}`, scale {} (netnews {}), commit {}",
             meta.suite,
-            meta.scale,
-            meta.scale * meta.netnews_scale,
+            fmt_factor(meta.scale),
+            fmt_factor(meta.scale * meta.netnews_scale),
             fmt_commit(meta.commit.as_deref(), meta.dirty)
         );
     }

@@ -69,6 +69,7 @@ fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
         .output()
         .unwrap();
     let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap_or_default();
+    let terminal = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
         "cairn bench run failed ({}):\n{}\n{summary}",
@@ -78,6 +79,29 @@ fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
     // The run made its own directory under the parent and removed it at the end.
     let left: Vec<_> = std::fs::read_dir(&scratch.0).unwrap().flatten().collect();
     assert!(left.is_empty(), "the run left {left:?}");
+    // The terminal gets a short summary pointing at the files, not summary.md.
+    assert!(
+        terminal.contains("0-length create/delete (000 Table 4)")
+            && terminal.contains(&out.path().display().to_string())
+            && !terminal.contains("## ")
+            && terminal.lines().count() < 40,
+        "{terminal}"
+    );
+
+    // Every number in summary.md is formatted: no float's full binary expansion
+    // (1.2799997329711914) anywhere, tables or prose.
+    let long: Vec<&str> = summary
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|t| {
+            t.split('.')
+                .skip(1)
+                .any(|f| f.len() > 4 && f.chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "unformatted numbers {long:?} in:\n{summary}"
+    );
 
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("meta.json")).unwrap())
