@@ -190,11 +190,13 @@ pub fn cleanup_dead_runs(parent: &Path) -> Result<Cleanup> {
             Ok(m) if m.is_dir() && m.uid() == me => {}
             _ => continue,
         }
-        let Some(lock) = take_dead_lock(&dir) else {
-            if dir.join(LOCK).is_file() {
+        let lock = match probe(&dir) {
+            Probe::NotARun => continue,
+            Probe::Live => {
                 out.live.push(dir);
+                continue;
             }
-            continue;
+            Probe::Dead(lock) => lock,
         };
         release_under(&dir);
         match remove_tree(&dir) {
@@ -206,29 +208,46 @@ pub fn cleanup_dead_runs(parent: &Path) -> Result<Cleanup> {
     Ok(out)
 }
 
-/// The lock of a run's directory if the run is dead: `None` if the directory has no regular
-/// lock file (not a run, or one still being made) or its lock is held (the run lives).
-fn take_dead_lock(dir: &Path) -> Option<Flock<File>> {
+/// What a directory named like a run's turned out to be.
+enum Probe {
+    /// No regular lock file (not a run's, or one still being made), or one that cannot be
+    /// opened or locked for another reason, or gone meanwhile: not ours to touch.
+    NotARun,
+    /// Its lock is held: the run lives.
+    Live,
+    /// Its lock is ours now: the run that made it is gone.
+    Dead(Flock<File>),
+}
+
+fn probe(dir: &Path) -> Probe {
     let path = dir.join(LOCK);
-    if !fs::symlink_metadata(&path).ok()?.file_type().is_file() {
-        return None;
+    if !fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+        return Probe::NotARun;
     }
-    let f = OpenOptions::new()
+    let Ok(f) = OpenOptions::new()
         .read(true)
         .custom_flags(OFlag::O_NOFOLLOW.bits())
         .open(&path)
-        .ok()?;
+    else {
+        return Probe::NotARun;
+    };
     let lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(l) => l,
-        Err((_, Errno::EWOULDBLOCK)) => return None,
-        Err(_) => return None,
+        Err((_, Errno::EWOULDBLOCK)) => return Probe::Live,
+        Err(_) => return Probe::NotARun,
     };
     // Another cleanup may have removed the directory between our open and our lock; then the
     // lock we hold is on a file that no longer has this name, and the directory is not ours to
     // clean.
-    let held = lock.metadata().ok()?;
-    let now = fs::symlink_metadata(&path).ok()?;
-    (held.dev() == now.dev() && held.ino() == now.ino()).then_some(lock)
+    let same = match (lock.metadata(), fs::symlink_metadata(&path)) {
+        (Ok(held), Ok(now)) => held.dev() == now.dev() && held.ino() == now.ino(),
+        _ => false,
+    };
+    if same {
+        Probe::Dead(lock)
+    } else {
+        Probe::NotARun
+    }
 }
 
 /// Mount points at or below `dir` (canonical), topmost first: the reverse of mount order, so
@@ -384,7 +403,7 @@ mod tests {
             .unwrap();
         // flock(1) takes the lock before it execs sleep; wait until it has.
         let t0 = std::time::Instant::now();
-        while take_dead_lock(&d).is_some() && t0.elapsed().as_secs() < 5 {
+        while matches!(probe(&d), Probe::Dead(_)) && t0.elapsed().as_secs() < 5 {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let r = cleanup_dead_runs(parent.path()).unwrap();
