@@ -682,13 +682,14 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         }
     }
     bar.finish_and_clear();
-    // Everything worth keeping is in `out` by now; the images and mount points go.
-    scratch.remove()?;
     report::render(&out, &meta, &records)?;
     print!(
         "{}",
         report::terminal_summary(&out, &meta, &records, t_run.elapsed().as_secs_f64())
     );
+    // Everything worth keeping is in `out` now; the images and mount points go (an error here
+    // still leaves the results complete).
+    scratch.remove()?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
@@ -819,6 +820,7 @@ mod tests {
     fn the_build_records_its_source_commit_and_dirt() {
         let git = |args: &[&str]| {
             Command::new("git")
+                .arg("--no-optional-locks")
                 .arg("-C")
                 .arg(env!("CARGO_MANIFEST_DIR"))
                 .args(args)
