@@ -17,6 +17,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::counters::{Counters, Source};
 use crate::report::{self, Meta, Record};
+use crate::scratch::{self, ScratchDir};
 use crate::sys;
 use crate::target::{self, Env, Kind, Mounted, TargetSpec};
 use crate::workload::{self, Params, PlainDir, Workload};
@@ -42,8 +43,9 @@ pub enum Cmd {
     Workload(WorkloadArgs),
     /// Measure the device's raw flush rate (4 KiB write + fdatasync in a loop) in a directory.
     FlushRate {
-        /// Directory on the disk to measure (a file is created and removed there).
-        #[arg(long, default_value = "/var/tmp/cairn-bench")]
+        /// Directory on the disk to measure: a private directory `cairn-bench.<pid>.<n>` is
+        /// made in it for the measurement and removed afterwards.
+        #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
         #[arg(long, default_value_t = 3.0)]
         secs: f64,
@@ -204,8 +206,11 @@ pub struct RunArgs {
     /// is cairn's async mode).
     #[arg(long, default_value = "cairn-async")]
     baseline: String,
-    /// Directory on the local disk (not tmpfs) for images and mount points.
-    #[arg(long, default_value = "/var/tmp/cairn-bench")]
+    /// Directory on the local disk (not tmpfs) in which the run makes its own directory
+    /// `cairn-bench.<pid>.<n>` for images and mount points, locked while the run lives and
+    /// removed at its end. Directories that earlier runs left when they died are cleaned up at
+    /// start; a live run's never.
+    #[arg(long, default_value = "/var/tmp")]
     scratch: PathBuf,
     /// Output directory (default results/<UTC timestamp>).
     #[arg(long)]
@@ -283,16 +288,7 @@ pub fn main_with(cmd: Cmd) -> i32 {
     let res = match cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Workload(a) => cmd_workload(a),
-        Cmd::FlushRate { dir, secs } => workload::flush_rate(&dir, u64::MAX, secs).map(|r| {
-            println!(
-                "raw flush rate on {} ({}): overwrite {}/s, append {}/s",
-                r.dir.display(),
-                r.host_fs,
-                report::fmt_rate(r.overwrite_per_sec),
-                report::fmt_rate(r.append_per_sec)
-            );
-            0
-        }),
+        Cmd::FlushRate { dir, secs } => cmd_flush_rate(&dir, secs),
         Cmd::Report { dir } => report::load(&dir).and_then(|(m, r)| {
             print!("{}", report::render(&dir, &m, &r)?);
             Ok(0)
@@ -386,19 +382,28 @@ fn unavailable(spec: &TargetSpec, cairn: &Option<String>) -> Option<String> {
     }
 }
 
-/// The commit of the repository the benchmark binary was built in (its directory's, not the
-/// caller's working directory's), when it lives in one.
-fn git_commit() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(exe.parent()?)
-        .args(["describe", "--always", "--dirty", "--abbrev=12"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+/// The commit of cairn's source this binary was built from, and whether tracked files had
+/// uncommitted changes then: embedded by build.rs (see there why at build time), so it does
+/// not depend on where the binary lives or on the tree's state when the benchmark runs.
+fn build_commit() -> (Option<String>, Option<bool>) {
+    (
+        option_env!("CAIRN_BUILD_COMMIT").map(str::to_string),
+        option_env!("CAIRN_BUILD_DIRTY").map(|d| d == "true"),
+    )
+}
+
+fn cmd_flush_rate(parent: &std::path::Path, secs: f64) -> Result<i32> {
+    let dir = ScratchDir::create(parent)?;
+    let r = workload::flush_rate(dir.path(), u64::MAX, secs)?;
+    dir.remove()?;
+    println!(
+        "raw flush rate on {} ({}): overwrite {}/s, append {}/s",
+        parent.display(),
+        r.host_fs,
+        report::fmt_rate(r.overwrite_per_sec),
+        report::fmt_rate(r.append_per_sec)
+    );
+    Ok(0)
 }
 
 fn tool_version(cmd: &str, args: &[&str]) -> Option<String> {
@@ -442,15 +447,32 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         ),
     };
     let cpus = sys::set_cpus(cpus_wanted.as_deref())?;
-    let scratch = sys::ensure_dir(&a.scratch)?;
-    let scratch_fs = sys::fs_type_of(&scratch)?;
+    let parent = sys::ensure_dir(&a.scratch)?;
+    let scratch_fs = sys::fs_type_of(&parent)?;
     if scratch_fs == "tmpfs" {
         bail!(
             "{} is on tmpfs: images must be on the local disk (--scratch)",
-            scratch.display()
+            parent.display()
         );
     }
-    target::cleanup_scratch(&scratch)?;
+    let cleaned = scratch::cleanup_dead_runs(&parent)?;
+    for d in &cleaned.removed {
+        eprintln!(
+            "cairn-bench: removed {} (left by a run that died)",
+            d.display()
+        );
+    }
+    for (d, why) in &cleaned.kept {
+        eprintln!("cairn-bench: cannot remove {}: {why}", d.display());
+    }
+    if !cleaned.live.is_empty() {
+        eprintln!(
+            "cairn-bench: {} other run(s) in progress in {} (left alone; they compete for the disk and CPU)",
+            cleaned.live.len(),
+            parent.display()
+        );
+    }
+    let scratch = ScratchDir::create(&parent)?;
     let reps_of = |w: &str| a.reps.unwrap_or(a.suite.reps(w)).max(1);
     // The full news spool holds 520,000 articles (2 GB): at mkfs's default of one inode per
     // 16 KiB, only an image of 16 GiB has enough inodes for it on every target.
@@ -459,8 +481,16 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     } else {
         a.suite.image_size()
     });
+    if let Some(free) = sys::free_bytes(&parent).filter(|f| *f < image_size) {
+        eprintln!(
+            "cairn-bench: images of {} are larger than the {} free in {}: they are sparse, and a workload that filled one would fail with ENOSPC from the host",
+            report::fmt_bytes(image_size),
+            report::fmt_bytes(free),
+            parent.display()
+        );
+    }
     let env = Env {
-        scratch: scratch.clone(),
+        scratch: scratch.path().to_path_buf(),
         image_size,
         cairn: find_cairn(a.cairn),
     };
@@ -520,6 +550,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         let v = v.strip_prefix("cairn ").map(str::to_string).unwrap_or(v);
         tool_versions.insert("cairn".to_string(), v);
     }
+    let (commit, dirty) = build_commit();
     let mut meta = Meta {
         started: started.clone(),
         kernel: sys::kernel_release(),
@@ -535,8 +566,9 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         suite: format!("{:?}", a.suite).to_lowercase(),
         scale: params.scale,
         netnews_scale: params.netnews_scale,
-        commit: git_commit(),
-        scratch: scratch.display().to_string(),
+        commit,
+        dirty,
+        scratch: parent.display().to_string(),
         scratch_fs,
         baseline: a.baseline.clone(),
         targets: targets.iter().map(|t| t.name.clone()).collect(),
@@ -547,7 +579,10 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     if !a.no_flush_rate {
-        let fr = workload::flush_rate(&scratch, 20_000, 3.0)?;
+        let mut fr = workload::flush_rate(scratch.path(), 20_000, 3.0)?;
+        // Measured in this run's own directory, which is gone after the run: the record names
+        // the directory the user chose, on the same file system.
+        fr.dir = parent.clone();
         eprintln!(
             "cairn-bench: raw flush rate on {}: overwrite {}/s, append {}/s",
             fr.host_fs,
@@ -647,14 +682,14 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         }
     }
     bar.finish_and_clear();
-    let md = report::render(&out, &meta, &records)?;
-    println!("{md}");
-    eprintln!(
-        "cairn-bench: {} record(s), {failures} failed, in {:.0} s; results in {}",
-        records.len(),
-        t_run.elapsed().as_secs_f64(),
-        out.display()
+    report::render(&out, &meta, &records)?;
+    print!(
+        "{}",
+        report::terminal_summary(&out, &meta, &records, t_run.elapsed().as_secs_f64())
     );
+    // Everything worth keeping is in `out` now; the images and mount points go (an error here
+    // still leaves the results complete).
+    scratch.remove()?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
@@ -776,6 +811,30 @@ mod tests {
         assert_eq!(Suite::Paper.reps("smallfile"), 3);
         assert_eq!(Suite::Paper.reps("micro"), 1);
         assert_eq!(Suite::Quick.reps("smallfile"), 1);
+    }
+
+    /// The recorded commit is the source tree's this crate was built from (asked in its own
+    /// directory at build time), not found through where the binary lives: a build with
+    /// CARGO_TARGET_DIR outside the repository (as this test's usually is) still knows it.
+    #[test]
+    fn the_build_records_its_source_commit_and_dirt() {
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .arg("--no-optional-locks")
+                .arg("-C")
+                .arg(env!("CARGO_MANIFEST_DIR"))
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let Some(head) = git(&["rev-parse", "HEAD"]) else {
+            eprintln!("not built from a git checkout; nothing to compare");
+            return;
+        };
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
+        assert_eq!(build_commit(), (Some(head), dirty));
     }
 
     #[test]

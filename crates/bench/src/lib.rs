@@ -4,7 +4,8 @@
 //! papers' published numbers beside ours, and PNG plots. See docs/BENCHMARKS.md.
 //!
 //! Layers inside the crate, bottom up: `sys` (processes, mounts, CPU placement) and `counters`
-//! (device and FUSE counts) → `target` (a fresh file system per run) → `workload` (what runs in
+//! (device and FUSE counts) → `scratch` (a locked directory of its own per run) → `target` (a
+//! fresh file system per target, workload and repetition) → `workload` (what runs in
 //! it) → `report`/`published`/`plot` (what the numbers mean) → `cli`.
 
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod counters;
 pub mod plot;
 pub mod published;
 pub mod report;
+pub mod scratch;
 pub mod sys;
 pub mod tables;
 pub mod target;

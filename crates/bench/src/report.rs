@@ -64,9 +64,13 @@ pub struct Meta {
     pub scale: f64,
     #[serde(default)]
     pub netnews_scale: f64,
-    /// `git describe` of the source the benchmark was built from, when known.
+    /// The commit of cairn's source the benchmark was built from, when the build knew it
+    /// (older runs recorded `git describe` output here).
     #[serde(default)]
     pub commit: Option<String>,
+    /// Whether tracked files had uncommitted changes when the benchmark was built.
+    #[serde(default)]
+    pub dirty: Option<bool>,
 }
 
 pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
@@ -262,6 +266,40 @@ pub fn fmt_rate(v: f64) -> String {
     }
 }
 
+/// A scale factor with at most four significant digits and no trailing zeros: 1, 0.1, 0.01
+/// (`--scale 0.1` gives netnews 0.1 × 0.1, which `{}` prints as 0.010000000000000002).
+pub fn fmt_factor(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A commit as the run header shows it: 12 hex digits of a full hash, "+ uncommitted changes"
+/// when the tree was dirty at build time, "unknown" when the build could not tell.
+fn fmt_commit(commit: Option<&str>, dirty: Option<bool>) -> String {
+    let Some(c) = commit else {
+        return "unknown".into();
+    };
+    let short = match c.get(..12) {
+        Some(p) if c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()) => p,
+        _ => c,
+    };
+    match dirty {
+        Some(true) => format!("{short} + uncommitted changes"),
+        _ => short.to_string(),
+    }
+}
+
 fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())
 }
@@ -306,6 +344,94 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     fs::write(dir.join("summary.md"), &md)
         .with_context(|| format!("writing {}", dir.join("summary.md").display()))?;
     Ok(md)
+}
+
+/// What `cairn bench run` prints when it is done: how many runs failed, a few lines per paper
+/// table with its headline numbers (ratios to the baseline, or seconds), and where the files
+/// are. The full tables are in summary.md.
+pub fn terminal_summary(out: &Path, meta: &Meta, records: &[Record], secs: f64) -> String {
+    const WIDTH: usize = 100;
+    let mut s = String::new();
+    let failed: Vec<String> = records
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| format!("{} on {}", r.workload, r.target))
+        .collect();
+    let _ = writeln!(
+        s,
+        "cairn bench: {} run(s), {} failed, in {}; ratios are to {} in this run (> 1 = faster)",
+        records.len(),
+        failed.len(),
+        fmt_duration(secs),
+        meta.baseline
+    );
+    for h in crate::tables::headlines(meta, records) {
+        let what = if h.ratios {
+            h.columns.join("/")
+        } else {
+            format!("{} ({})", h.columns.join("/"), h.unit)
+        };
+        match h.see {
+            Some(see) => {
+                let _ = writeln!(s, "  {}: {see}", h.title);
+                continue;
+            }
+            None => {
+                let _ = writeln!(s, "  {}, {what}:", h.title);
+            }
+        }
+        if h.rows.is_empty() {
+            let why = if h.baseline_measured {
+                "no target but the baseline has numbers"
+            } else {
+                "no numbers for the baseline, so no ratios"
+            };
+            let _ = writeln!(s, "    {why}");
+            continue;
+        }
+        let items = h.rows.iter().map(|(t, vals)| {
+            let v: Vec<String> = vals
+                .iter()
+                .map(|v| fmt_opt(*v, |x| format!("{x:.2}")))
+                .collect();
+            format!("{t} {}", v.join("/"))
+        });
+        let mut line = String::new();
+        for item in items {
+            if !line.is_empty() && 4 + line.chars().count() + 2 + item.chars().count() > WIDTH {
+                let _ = writeln!(s, "    {line}");
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push_str("  ");
+            }
+            line.push_str(&item);
+        }
+        let _ = writeln!(s, "    {line}");
+    }
+    if !failed.is_empty() {
+        let mut list: Vec<String> = failed.iter().take(8).cloned().collect();
+        if failed.len() > list.len() {
+            list.push(format!("{} more", failed.len() - list.len()));
+        }
+        let _ = writeln!(s, "  failed: {} (errors in summary.md)", list.join(", "));
+    }
+    let _ = writeln!(
+        s,
+        "results in {}: summary.md (every table, every phase), summary.json, meta.json and rec-*.json (raw), *.png (plots)",
+        out.display()
+    );
+    s
+}
+
+/// "42 s", "12 min 5 s", "1 h 6 min".
+fn fmt_duration(secs: f64) -> String {
+    let t = secs.max(0.0).round() as u64;
+    match t {
+        t if t < 120 => format!("{t} s"),
+        t if t < 3600 => format!("{} min {} s", t / 60, t % 60),
+        t => format!("{} h {} min", t / 3600, t / 60 % 60),
+    }
 }
 
 /// The Markdown report: a header with the run's conditions, the device's flush rate, then one
@@ -361,9 +487,9 @@ fn header(meta: &Meta) -> String {
             s,
             "- suite `{}`, scale {} (netnews {}), commit {}",
             meta.suite,
-            meta.scale,
-            meta.scale * meta.netnews_scale,
-            meta.commit.as_deref().unwrap_or("unknown")
+            fmt_factor(meta.scale),
+            fmt_factor(meta.scale * meta.netnews_scale),
+            fmt_commit(meta.commit.as_deref(), meta.dirty)
         );
     }
     let _ = writeln!(s, "- command: `{}`", meta.command);
@@ -588,6 +714,22 @@ mod tests {
         assert_eq!(fmt_per_op(0.002), "0.0020");
         assert_eq!(fmt_per_op(0.00002), "<0.0001");
         assert_eq!(fmt_per_op(0.0), "0.00");
+    }
+
+    #[test]
+    fn commits_show_twelve_digits_and_whether_the_tree_was_dirty() {
+        let full = "0033bde8684a1771594d2aba14db26b0d4e02625";
+        assert_eq!(fmt_commit(Some(full), Some(false)), "0033bde8684a");
+        assert_eq!(
+            fmt_commit(Some(full), Some(true)),
+            "0033bde8684a + uncommitted changes"
+        );
+        // What older runs recorded (git describe) is shown as it is.
+        assert_eq!(
+            fmt_commit(Some("6e6445d2463c-dirty"), None),
+            "6e6445d2463c-dirty"
+        );
+        assert_eq!(fmt_commit(None, None), "unknown");
     }
 
     #[test]

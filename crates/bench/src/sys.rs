@@ -105,6 +105,39 @@ pub fn mounted_fstype(mnt: &Path) -> Option<String> {
     parse_mountinfo_fstype(&info, mnt)
 }
 
+/// Every mount point in a mountinfo text, in mount order (unescaped).
+pub fn mount_points(info: &str) -> Vec<PathBuf> {
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|mp| PathBuf::from(unescape_mount_field(mp)))
+        .collect()
+}
+
+/// The backing file of a loop device (`/dev/loopN`), as the kernel reports it; a backing file
+/// deleted since it was attached keeps its old path here.
+pub fn loop_backing_file(dev: &str) -> Option<PathBuf> {
+    let name = Path::new(dev).file_name()?.to_str()?;
+    let s = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).ok()?;
+    let s = s.trim_end_matches('\n');
+    Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(s)))
+}
+
+/// Loop devices (`/dev/loopN`) whose backing file lies at or below `dir` (canonical).
+pub fn loop_devices_backed_under(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.starts_with("loop"))
+        .map(|n| format!("/dev/{n}"))
+        .filter(|dev| loop_backing_file(dev).is_some_and(|b| b.starts_with(dir)))
+        .collect();
+    v.sort();
+    v
+}
+
 fn parse_mountinfo_fstype(info: &str, mnt: &Path) -> Option<String> {
     // mountinfo: id parent maj:min root mountpoint opts [optional...] - fstype source superopts.
     // The last matching line wins: it is the mount on top.
@@ -179,6 +212,12 @@ pub fn fs_type_of(path: &Path) -> Result<String> {
             .trim()
             .to_string(),
     )
+}
+
+/// Bytes available to this user on the file system holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// Canonical absolute form of a directory that may not exist yet (created if missing).
@@ -256,6 +295,10 @@ mod tests {
             Some("ext4")
         );
         assert_eq!(parse_mountinfo_fstype(info, Path::new("/mnt")), None);
+        assert_eq!(
+            mount_points(info),
+            [Path::new("/"), Path::new("/mnt/a b"), Path::new("/mnt/a b")]
+        );
     }
 
     #[test]

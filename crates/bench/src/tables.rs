@@ -187,29 +187,42 @@ fn absolute_table(s: &mut String, n: &Normalized, unit: &str, fmt: &dyn Fn(f64) 
     let _ = writeln!(s, "\n*{unit}; median (min–max) over repetitions.*");
 }
 
+/// A published table as the paper prints it; for a table of the paper's systems, which target
+/// plays each one's role here.
 fn published_block(s: &mut String, p: &Published) {
     let _ = writeln!(
         s,
         "\n*Published, {} ({}; {}):*\n",
         p.source, p.title, p.note
     );
-    let _ = writeln!(
-        s,
-        "| system | {} | role played here by |",
-        p.columns.join(" | ")
-    );
-    let _ = writeln!(s, "|---|{}---|", "--:|".repeat(p.columns.len()));
-    for (sys, vals) in p.rows {
-        let cells: Vec<String> = vals
-            .iter()
-            .map(|v| v.map(fmt_rate).unwrap_or_else(|| "—".into()))
-            .collect();
+    if let Some(sys) = p.system {
         let _ = writeln!(
             s,
-            "| {sys} | {} | {} |",
-            cells.join(" | "),
+            "{sys} throughout; role played here by {}.\n",
             published::analogue(sys)
         );
+    }
+    let roles = p.system.is_none();
+    let _ = writeln!(
+        s,
+        "| {} | {} |{}",
+        p.row_header,
+        p.columns.join(" | "),
+        if roles { " role played here by |" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "|---|{}{}",
+        "--:|".repeat(p.columns.len()),
+        if roles { "---|" } else { "" }
+    );
+    for (row, vals) in p.rows {
+        let role = if roles {
+            format!(" {} |", published::analogue(row))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "| {row} | {} |{role}", vals.join(" | "));
     }
 }
 
@@ -253,6 +266,118 @@ fn has(meta: &Meta, records: &[Record], w: &str) -> bool {
             .any(|r| r.workload == w && r.error.is_none() && !r.phases.is_empty())
 }
 
+/// The phases of 000 Table 5's columns, Table 6's and 004 Fig. 8's, in the papers' order.
+const SSH_PHASES: &[&str] = &["unpack", "config", "build"];
+const NETNEWS_PHASES: &[&str] = &["unbatch", "expire"];
+const SMALLFILE_PHASES: &[&str] = &["create", "read", "delete"];
+
+fn owned(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// The heading of a workload's section: the papers' table or figure it reproduces. One place
+/// for summary.md and the terminal summary.
+pub fn title(w: &str) -> &'static str {
+    match w {
+        "create-unlink" => "0-length create/delete (000 Table 4)",
+        "micro" => "Microbenchmarks (000 Figures 1–4)",
+        "ssh" => "ssh build (000 Table 5)",
+        "netnews" => "Netnews (000 Table 6)",
+        "sdet" => "SDET (000 Figure 5, 002 Fig. 7)",
+        "postmark" => "PostMark: postmark (000 Table 7, 002 Table I)",
+        "postmark-umbrella" => "PostMark: postmark-umbrella (003 §4.3, Fig. 8)",
+        "postmark-large" => {
+            "PostMark: postmark-large (a file set larger than cairn's buffer cache)"
+        }
+        "smallfile" => "Small files (004 Fig. 8)",
+        "largefile" => "Large file (004 Fig. 9)",
+        "recovery" => "Recovery time (002 Table III, 004 Table III)",
+        _ => "",
+    }
+}
+
+/// What the terminal shows of one of the papers' tables: the table's headline numbers per
+/// target, the full table being in summary.md.
+pub struct Headline {
+    pub title: &'static str,
+    /// Column names, in the order of each row's values.
+    pub columns: Vec<String>,
+    /// Ratios to the baseline (the baseline's own row, all 1.00, is left out), or, when false,
+    /// absolute values in `unit`.
+    pub ratios: bool,
+    pub unit: &'static str,
+    /// Targets with at least one value.
+    pub rows: Vec<(String, Vec<Option<f64>>)>,
+    /// Whether the baseline has numbers here (without them there are no ratios).
+    pub baseline_measured: bool,
+    /// Where to look instead, for a table with no single headline number (the per-size sweeps).
+    pub see: Option<&'static str>,
+}
+
+/// One [`Headline`] per paper table the run has numbers for, in the run's workload order.
+pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
+    let mut out = Vec::new();
+    for w in meta.workloads.iter().map(String::as_str) {
+        if !has(meta, records, w) || title(w).is_empty() {
+            continue;
+        }
+        let (ls, total, ratios) = match w {
+            "ssh" => (owned(SSH_PHASES), true, true),
+            "netnews" => (owned(NETNEWS_PHASES), true, true),
+            "smallfile" => (owned(SMALLFILE_PHASES), false, true),
+            "create-unlink" => (owned(&["create+unlink"]), false, true),
+            "postmark" | "postmark-umbrella" | "postmark-large" => (owned(&["run"]), false, true),
+            "sdet" | "largefile" => (labels(records, w), false, true),
+            "recovery" => (labels(records, w), false, false),
+            _ => (Vec::new(), false, true),
+        };
+        let mut h = Headline {
+            title: title(w),
+            columns: Vec::new(),
+            ratios,
+            unit: if ratios { "" } else { "s" },
+            rows: Vec::new(),
+            baseline_measured: false,
+            see: None,
+        };
+        if ls.is_empty() {
+            h.see = Some("per file size: summary.md and micro-*.png");
+            out.push(h);
+            continue;
+        }
+        let cols = if ratios {
+            rate_columns(&ls, total)
+        } else {
+            secs_columns(&ls)
+        };
+        let n = normalize(meta, records, w, &cols);
+        // SDET's columns are "scripts N=1", ...: the concurrency is what tells them apart.
+        h.columns = n
+            .columns
+            .iter()
+            .map(|c| c.strip_prefix("scripts ").unwrap_or(c).to_string())
+            .collect();
+        for (t, cells) in n.rows {
+            if ratios && t == meta.baseline {
+                h.baseline_measured = cells.iter().any(Option::is_some);
+                continue;
+            }
+            let vals: Vec<Option<f64>> = cells
+                .iter()
+                .map(|c| {
+                    c.as_ref()
+                        .and_then(|(st, r)| if ratios { *r } else { Some(st.median) })
+                })
+                .collect();
+            if vals.iter().any(Option::is_some) {
+                h.rows.push((t, vals));
+            }
+        }
+        out.push(h);
+    }
+    out
+}
+
 /// Every paper table this run has data for, as Markdown; plots are written into `dir`.
 pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     let mut s = String::new();
@@ -263,7 +388,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     );
 
     if has(meta, records, "create-unlink") {
-        let _ = writeln!(s, "\n### 0-length create/delete (000 Table 4)\n");
+        let _ = writeln!(s, "\n### {}\n", title("create-unlink"));
         evidence_table(
             &mut s,
             meta,
@@ -281,8 +406,8 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
 
     if has(meta, records, "ssh") {
-        let ls = ["unpack", "config", "build"].map(String::from).to_vec();
-        let _ = writeln!(s, "\n### ssh build (000 Table 5)\n");
+        let ls = owned(SSH_PHASES);
+        let _ = writeln!(s, "\n### {}\n", title("ssh"));
         ratio_table(
             &mut s,
             &normalize(meta, records, "ssh", &rate_columns(&ls, true)),
@@ -301,8 +426,8 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
 
     if has(meta, records, "netnews") {
-        let ls = ["unbatch", "expire"].map(String::from).to_vec();
-        let _ = writeln!(s, "\n### Netnews (000 Table 6)\n");
+        let ls = owned(NETNEWS_PHASES);
+        let _ = writeln!(s, "\n### {}\n", title("netnews"));
         ratio_table(
             &mut s,
             &normalize(meta, records, "netnews", &rate_columns(&ls, true)),
@@ -318,14 +443,15 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     if has(meta, records, "sdet") {
         let ls: Vec<String> = labels(records, "sdet");
         let n = normalize(meta, records, "sdet", &rate_columns(&ls, false));
-        let _ = writeln!(s, "\n### SDET (000 Figure 5)\n\nScripts per hour:\n");
+        let _ = writeln!(s, "\n### {}\n\nScripts per hour:\n", title("sdet"));
         absolute_table(&mut s, &n, "scripts/hour", &|v| fmt_rate(v * 3600.0));
         let _ = writeln!(s, "\nNormalized:\n");
         ratio_table(&mut s, &n, b);
         let series = series_over_param(meta, records, "sdet", "scripts", 3600.0);
         plot::render_line(
             &plot::LinePlot {
-                title: "SDET-like: scripts/hour vs concurrency (000 Fig. 5)".into(),
+                // 002 Fig. 7 plots scripts/hour; 000 Fig. 5 the same normalized to FFS-async.
+                title: "SDET-like: scripts/hour vs concurrency (002 Fig. 7, 000 Fig. 5)".into(),
                 x_label: "concurrent scripts".into(),
                 y_label: "scripts/hour".into(),
                 // Linear, as the papers' figures: N = 1, 2, 4, 8 all get a labelled tick.
@@ -340,18 +466,11 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         claims_block(&mut s, "sdet");
     }
 
-    for (w, src) in [
-        ("postmark", "000 Table 7, 002 Table I"),
-        ("postmark-umbrella", "003 §4.3"),
-        (
-            "postmark-large",
-            "a file set larger than cairn's buffer cache",
-        ),
-    ] {
+    for w in ["postmark", "postmark-umbrella", "postmark-large"] {
         if !has(meta, records, w) {
             continue;
         }
-        let _ = writeln!(s, "\n### PostMark: {w} ({src})\n");
+        let _ = writeln!(s, "\n### {}\n", title(w));
         evidence_table(&mut s, meta, records, w, &["run".to_string()]);
         for p in published::for_workload(w) {
             published_block(&mut s, p);
@@ -360,8 +479,8 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
 
     if has(meta, records, "smallfile") {
-        let ls = ["create", "read", "delete"].map(String::from).to_vec();
-        let _ = writeln!(s, "\n### Small files (004 Fig. 8)\n");
+        let ls = owned(SMALLFILE_PHASES);
+        let _ = writeln!(s, "\n### {}\n", title("smallfile"));
         evidence_table(&mut s, meta, records, "smallfile", &ls);
         let _ = writeln!(
             s,
@@ -389,7 +508,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
 
     if has(meta, records, "largefile") {
         let ls = labels(records, "largefile");
-        let _ = writeln!(s, "\n### Large file (004 Fig. 9)\n");
+        let _ = writeln!(s, "\n### {}\n", title("largefile"));
         evidence_table(&mut s, meta, records, "largefile", &ls);
         bars(&mut s, dir, meta, records, "largefile", &ls, "MiB/s")?;
         claims_block(&mut s, "largefile");
@@ -400,7 +519,8 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         let secs = secs_columns(&ls);
         let _ = writeln!(
             s,
-            "\n### Recovery time (002 Table III, 004 Table III)\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n"
+            "\n### {}\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n",
+            title("recovery")
         );
         absolute_table(
             &mut s,
@@ -563,7 +683,8 @@ fn bars(
 fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
     let _ = writeln!(
         s,
-        "\n### Microbenchmarks (000 Figures 1–4)\n\nMB/s (MiB/s) for create, read and overwrite, files/s for delete, per file size; cold cache before every phase."
+        "\n### {}\n\nMB/s (MiB/s) for create, read and overwrite, files/s for delete, per file size; cold cache before every phase.",
+        title("micro")
     );
     for (ph, fig, unit) in [
         ("create", "Fig. 3", "MiB/s"),
@@ -646,18 +767,10 @@ fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<
         .into_iter()
         .filter(|l| l.starts_with("create "))
         .collect();
-    if !create_labels.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n#### Device writes per created file\n\n| target | {} |\n|---|{}",
-            create_labels
-                .iter()
-                .map(|l| l.trim_start_matches("create ").to_string())
-                .collect::<Vec<_>>()
-                .join(" | "),
-            "--:|".repeat(create_labels.len())
-        );
-        for t in &meta.targets {
+    let rows: Vec<String> = meta
+        .targets
+        .iter()
+        .filter_map(|t| {
             let cells: Vec<String> = create_labels
                 .iter()
                 .map(|l| {
@@ -666,11 +779,22 @@ fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<
                         .unwrap_or_else(|| "—".into())
                 })
                 .collect();
-            if cells.iter().all(|c| c == "—") {
-                continue;
-            }
-            let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
-        }
+            (!cells.iter().all(|c| c == "—")).then(|| format!("| {t} | {} |", cells.join(" | ")))
+        })
+        .collect();
+    // No table without rows: only targets that count device writes have any.
+    if !rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### Device writes per created file\n\n| target | {} |\n|---|{}\n{}",
+            create_labels
+                .iter()
+                .map(|l| l.trim_start_matches("create ").to_string())
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "--:|".repeat(create_labels.len()),
+            rows.join("\n")
+        );
     }
     claims_block(s, "micro");
     Ok(())
@@ -829,7 +953,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| FFS-async | 10,800 | cairn-async, ext2 |"),
+            md.contains("| FFS-async | 10782.8 | cairn-async, ext2 |"),
             "{md}"
         );
         // ext4's unpack took half the time: 2.00 × cairn-async; total 30.5 s vs 31 s.
@@ -859,6 +983,159 @@ mod tests {
         }
         // No read phase in these records: no empty read plot either.
         assert!(!dir.path().join("micro-read.png").exists());
+    }
+
+    /// Every maximal run of digits and dots with more than four digits after a dot: a float
+    /// printed with `{}` (0.0010000000000000002) rather than formatted.
+    fn long_floats(md: &str) -> Vec<String> {
+        md.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|t| {
+                t.split('.')
+                    .skip(1)
+                    .any(|frac| frac.len() > 4 && frac.chars().all(|c| c.is_ascii_digit()))
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Records whose every number has a long binary expansion, and scales whose product does
+    /// (0.1 × 0.1): summary.md formats them all, and the terminal gets a few lines per table.
+    #[test]
+    fn awkward_numbers_are_formatted_everywhere_and_the_terminal_gets_headlines() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = meta(&[
+            "create-unlink",
+            "micro",
+            "ssh",
+            "netnews",
+            "sdet",
+            "postmark",
+            "smallfile",
+            "recovery",
+        ]);
+        m.suite = "quick".into();
+        m.scale = 0.1;
+        m.netnews_scale = 0.1;
+        m.commit = Some("0123456789abcdef0123456789abcdef01234567".into());
+        m.dirty = Some(true);
+        m.image_size = 1 << 30;
+        m.targets
+            .extend(["ext2", "xfs-logdev", "fuse2fs", "mergerfs"].map(String::from));
+        let third = 1.0 / 3.0;
+        let mut records = Vec::new();
+        for (i, t) in m.targets.clone().iter().enumerate() {
+            let k = 1.0 + i as f64 * 0.123456789;
+            let phases = |names: &[&str], unit: &str| {
+                names
+                    .iter()
+                    .map(|n| ph(n, unit, 1234.0 * k, third * k, None))
+                    .collect::<Vec<_>>()
+            };
+            records.push(rec(
+                "create-unlink",
+                t,
+                1,
+                phases(&["create+unlink"], "files"),
+            ));
+            records.push(rec(
+                "ssh",
+                t,
+                1,
+                phases(&["unpack", "config", "build"], "s"),
+            ));
+            records.push(rec(
+                "netnews",
+                t,
+                1,
+                phases(&["unbatch", "expire"], "files"),
+            ));
+            records.push(rec("postmark", t, 1, phases(&["run"], "tx")));
+            records.push(rec(
+                "smallfile",
+                t,
+                1,
+                phases(&["create", "read", "delete"], "files"),
+            ));
+            records.push(rec(
+                "recovery",
+                t,
+                1,
+                phases(&["empty recover", "empty fsck"], "s"),
+            ));
+            let mut micro = vec![];
+            let mut sdet = vec![];
+            for (j, size) in [0.0, 4096.0, 65536.0].iter().enumerate() {
+                micro.push(ph(
+                    "create",
+                    "files",
+                    512.0,
+                    third * k * (j + 1) as f64,
+                    Some(*size),
+                ));
+            }
+            for n in [1.0, 2.0, 4.0, 8.0] {
+                sdet.push(ph("scripts", "scripts", n * 7.0, 36.7 * k, Some(n)));
+            }
+            records.push(rec("micro", t, 1, micro));
+            records.push(rec("sdet", t, 1, sdet));
+        }
+        let md = crate::report::render(dir.path(), &m, &records).unwrap();
+        assert_eq!(long_floats(&md), Vec::<String>::new(), "{md}");
+        assert!(md.contains("scale 0.1 (netnews 0.01)"), "{md}");
+        assert!(
+            md.contains("commit 0123456789ab + uncommitted changes"),
+            "{md}"
+        );
+        // No counters in these records: no empty table of device writes either.
+        assert!(!md.contains("Device writes per created file"), "{md}");
+
+        let term = crate::report::terminal_summary(dir.path(), &m, &records, 754.4);
+        assert_eq!(long_floats(&term), Vec::<String>::new(), "{term}");
+        assert!(
+            !term.contains("## "),
+            "the terminal got summary.md:\n{term}"
+        );
+        for w in &m.workloads {
+            assert!(term.contains(title(w)), "no {w} in\n{term}");
+        }
+        // A few lines per table: its title and the targets' values, wrapped.
+        assert!(term.lines().count() <= 3 + 3 * m.workloads.len(), "{term}");
+        for l in term.lines().filter(|l| l.starts_with("    ")) {
+            assert!(l.chars().count() <= 100, "{l}");
+        }
+        assert!(
+            term.starts_with("cairn bench: 56 run(s), 0 failed, in 12 min 34 s"),
+            "{term}"
+        );
+        assert!(
+            term.contains("ssh build (000 Table 5), unpack/config/build/total:"),
+            "{term}"
+        );
+        assert!(
+            term.contains("SDET (000 Figure 5, 002 Fig. 7), N=1/N=2/N=4/N=8:"),
+            "{term}"
+        );
+        // The baseline's own row is all 1.00 and left out; recovery is in seconds.
+        assert!(!term.contains("cairn-async 1.00"), "{term}");
+        assert!(term.contains("empty recover/empty fsck (s):"), "{term}");
+        assert!(
+            term.contains(&format!("results in {}", dir.path().display())),
+            "{term}"
+        );
+
+        // Only the baseline ran, or everything but the baseline: said so, not a wrong reason.
+        let (base, others): (Vec<Record>, Vec<Record>) =
+            records.into_iter().partition(|r| r.target == m.baseline);
+        let term = crate::report::terminal_summary(dir.path(), &m, &base, 1.0);
+        assert!(
+            term.contains("no target but the baseline has numbers"),
+            "{term}"
+        );
+        let term = crate::report::terminal_summary(dir.path(), &m, &others, 1.0);
+        assert!(
+            term.contains("no numbers for the baseline, so no ratios"),
+            "{term}"
+        );
     }
 
     /// A run directory written by hand, as the harness writes it: `cairn bench report` must

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::counters::{Counters, Source};
+use crate::scratch;
 use crate::sys;
 
 /// mergerfs options (recorded in each record's notes).
@@ -188,9 +189,9 @@ impl Mounted {
     pub fn setup(spec: &TargetSpec, env: &Env) -> Result<Mounted> {
         let root = env.scratch.join(spec.name.replace('@', "-"));
         if root.exists() {
-            cleanup_stale(&root);
-            fs::remove_dir_all(&root)
-                .with_context(|| format!("removing old {}", root.display()))?;
+            // Left by an earlier repetition of this run whose teardown failed: ours to release.
+            scratch::release_under(&root);
+            scratch::remove_tree(&root)?;
         }
         let root = sys::ensure_dir(&root)?;
         let image = root.join("fs.img");
@@ -208,13 +209,35 @@ impl Mounted {
             mounted: false,
             notes: Vec::new(),
         };
+        // Larger than the free space only when the run was asked for images the disk cannot
+        // hold (--image-size, --netnews-full's 16 GiB): they are sparse, and a workload that
+        // filled one would meet ENOSPC from the host, not from the target.
+        let beyond_free = sys::free_bytes(&root).is_some_and(|free| env.image_size > free);
         make_sparse(&image, env.image_size)?;
         if spec.kernel_fs().is_some() || matches!(spec.kind, Kind::Cairn { loopdev: true, .. }) {
             m.loopdev = Some(losetup(&image)?);
         }
         match &spec.kind {
-            Kind::Cairn { .. } => {
-                sys::run(Command::new(&env.cairn).arg("mkfs").arg(m.device()))?;
+            Kind::Cairn { loopdev, .. } => {
+                if let Some(dev) = m.loopdev.as_deref().filter(|_| *loopdev) {
+                    // The loop device was attached to the image made above a moment ago; check
+                    // that it still is, so the --force below can only ever cover this run's
+                    // own fresh image.
+                    let back = sys::loop_backing_file(dev);
+                    if back.as_deref() != Some(image.as_path()) {
+                        bail!(
+                            "{dev} is no longer attached to {} (backing file: {:?}); not formatting it",
+                            image.display(),
+                            back
+                        );
+                    }
+                }
+                sys::run(
+                    Command::new(&env.cairn)
+                        .arg("mkfs")
+                        .args(cairn_mkfs_flags(*loopdev, beyond_free))
+                        .arg(m.device()),
+                )?;
             }
             Kind::Xfs => {
                 let log = root.join("log.img");
@@ -248,6 +271,12 @@ impl Mounted {
             m.lower_mnt = Some(sys::ensure_dir(&root.join("lower"))?);
         }
         m.notes.push(format!("options: {}", m.mount_options()));
+        if beyond_free {
+            m.notes.push(format!(
+                "image ({}) larger than the free space of the scratch file system: sparse",
+                crate::report::fmt_bytes(env.image_size)
+            ));
+        }
         m.mount()?;
         if let Some(lower) = &m.lower_mnt {
             fs::create_dir_all(lower.join("branch"))?;
@@ -604,9 +633,7 @@ impl Mounted {
         {
             sys::run(Command::new("losetup").arg("-d").arg(&dev))?;
         }
-        fs::remove_dir_all(&self.root)
-            .with_context(|| format!("removing {}", self.root.display()))?;
-        Ok(())
+        scratch::remove_tree(&self.root)
     }
 }
 
@@ -616,7 +643,7 @@ impl Drop for Mounted {
             && let Err(e) = self.release()
         {
             eprintln!("cairn bench: cleanup of {} failed: {e:#}", self.spec.name);
-            cleanup_stale(&self.root);
+            scratch::release_under(&self.root);
         }
     }
 }
@@ -654,50 +681,31 @@ fn cairn_mode_needs_fsck(mode: &str) -> bool {
     matches!(mode, "sync" | "async")
 }
 
+/// The flags `cairn mkfs` gets for a target: `--force` on a loop device (`cairn mkfs` refuses a
+/// device that may hold data unless forced; this one is this run's own, just attached to its
+/// fresh image and checked), `--sparse` for an image file this run made larger than the free
+/// space on purpose (`cairn mkfs` refuses that unless told the image may stay sparse). Nothing
+/// otherwise: mkfs's refusals stay in force wherever the benchmark has no reason to override
+/// them.
+fn cairn_mkfs_flags(loopdev: bool, beyond_free: bool) -> &'static [&'static str] {
+    match (loopdev, beyond_free) {
+        (true, _) => &["--force"],
+        (false, true) => &["--sparse"],
+        (false, false) => &[],
+    }
+}
+
+/// A new sparse file of `size` bytes; never an existing one (create_new), so a target's mkfs can
+/// only ever format an image this run has just made.
 fn make_sparse(image: &Path, size: u64) -> Result<()> {
-    let f = fs::File::create(image).with_context(|| format!("creating {}", image.display()))?;
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(image)
+        .with_context(|| format!("creating {}", image.display()))?;
     f.set_len(size)
         .with_context(|| format!("sizing {}", image.display()))?;
     Ok(())
-}
-
-/// Releases and deletes everything an interrupted earlier run (Ctrl-C, a killed benchmark) left
-/// in the scratch directory: mounts, loop devices, images.
-pub fn cleanup_scratch(scratch: &Path) -> Result<()> {
-    for e in fs::read_dir(scratch)?.flatten() {
-        let p = e.path();
-        if p.join("fs.img").exists() || p.join("mnt").exists() {
-            cleanup_stale(&p);
-            fs::remove_dir_all(&p).with_context(|| format!("removing stale {}", p.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// Forcibly releases whatever an interrupted earlier run left under `root`: mounts (lazy
-/// unmount, topmost first) and loop devices backed by its image.
-fn cleanup_stale(root: &Path) {
-    for sub in ["mnt", "lower"] {
-        let p = root.join(sub);
-        while sys::mounted_fstype(&p).is_some() {
-            if Command::new("umount")
-                .arg("-l")
-                .arg(&p)
-                .status()
-                .map(|s| !s.success())
-                .unwrap_or(true)
-            {
-                break;
-            }
-        }
-    }
-    for img in ["fs.img", "log.img"] {
-        if let Ok(out) = sys::run(Command::new("losetup").arg("-j").arg(root.join(img))) {
-            for dev in out.lines().filter_map(|l| l.split(':').next()) {
-                let _ = Command::new("losetup").arg("-d").arg(dev).status();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -729,5 +737,22 @@ mod tests {
         assert!(TargetSpec::parse("cairn-a/b").is_err());
         assert!(TargetSpec::parse("cairn-").is_err());
         assert!(TargetSpec::parse("btrfs").is_err());
+    }
+
+    #[test]
+    fn images_are_always_new_and_mkfs_is_forced_only_on_its_own_loop_device() {
+        let d = tempfile::tempdir().unwrap();
+        let img = d.path().join("fs.img");
+        make_sparse(&img, 1 << 20).unwrap();
+        assert_eq!(fs::metadata(&img).unwrap().len(), 1 << 20);
+        // An image that exists already is never reused, let alone truncated.
+        fs::write(&img, "someone's data").unwrap();
+        assert!(make_sparse(&img, 1 << 20).is_err());
+        assert_eq!(fs::read_to_string(&img).unwrap(), "someone's data");
+
+        assert_eq!(cairn_mkfs_flags(false, false), [] as [&str; 0]);
+        assert_eq!(cairn_mkfs_flags(false, true), ["--sparse"]);
+        assert_eq!(cairn_mkfs_flags(true, false), ["--force"]);
+        assert_eq!(cairn_mkfs_flags(true, true), ["--force"]);
     }
 }

@@ -4,9 +4,36 @@
 //! harness works is.
 //!
 //! Needs root (loop devices, mounts) and /dev/fuse, like the benchmark itself; CI has both.
+//! The run's scratch parent is a private directory (never a fixed path another run could be
+//! using) that is removed when the test ends, failed or not.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// A private parent for the run's scratch directory on the local disk (/var/tmp; /tmp may be
+/// tmpfs, which the benchmark refuses). Removed on drop, also when the test fails: first
+/// whatever a run that died left in it (the benchmark's own cleanup), then the directory,
+/// never through a mount.
+struct ScratchParent(PathBuf);
+
+impl ScratchParent {
+    fn new() -> ScratchParent {
+        let d = tempfile::Builder::new()
+            .prefix("cairn-bench-test.")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        ScratchParent(d.keep())
+    }
+}
+
+impl Drop for ScratchParent {
+    fn drop(&mut self) {
+        let _ = cairn_bench::scratch::cleanup_dead_runs(&self.0);
+        if let Err(e) = cairn_bench::scratch::remove_tree(&self.0) {
+            eprintln!("bench_quick: {e:#}");
+        }
+    }
+}
 
 fn can_run() -> bool {
     nix::unistd::geteuid().is_root() && Path::new("/dev/fuse").exists()
@@ -24,8 +51,8 @@ fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let scratch = Path::new("/var/tmp/cairn-bench-test");
-    let status = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let scratch = ScratchParent::new();
+    let run = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args([
             "bench",
             "run",
@@ -38,13 +65,42 @@ fn quick_suite_produces_every_workload_on_cairn_and_ext4() {
         .args(["--no-progress", "--no-flush-rate", "--cpu", "none", "--out"])
         .arg(out.path())
         .arg("--scratch")
-        .arg(scratch)
-        .status()
+        .arg(&scratch.0)
+        .output()
         .unwrap();
     let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap_or_default();
+    let terminal = String::from_utf8_lossy(&run.stdout);
     assert!(
-        status.success(),
-        "cairn bench run failed ({status}):\n{summary}"
+        run.status.success(),
+        "cairn bench run failed ({}):\n{}\n{summary}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // The run made its own directory under the parent and removed it at the end.
+    let left: Vec<_> = std::fs::read_dir(&scratch.0).unwrap().flatten().collect();
+    assert!(left.is_empty(), "the run left {left:?}");
+    // The terminal gets a short summary pointing at the files, not summary.md.
+    assert!(
+        terminal.contains("0-length create/delete (000 Table 4)")
+            && terminal.contains(&out.path().display().to_string())
+            && !terminal.contains("## ")
+            && terminal.lines().count() < 40,
+        "{terminal}"
+    );
+
+    // Every number in summary.md is formatted: no float's full binary expansion
+    // (1.2799997329711914) anywhere, tables or prose.
+    let long: Vec<&str> = summary
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|t| {
+            t.split('.')
+                .skip(1)
+                .any(|f| f.len() > 4 && f.chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "unformatted numbers {long:?} in:\n{summary}"
     );
 
     let meta: serde_json::Value =

@@ -57,8 +57,8 @@ impl Config {
 
     pub fn describe(&self) -> String {
         format!(
-            "{} MiB file: sequential write ({} KiB requests, then fsync), sequential read, random write ({} KiB, every block once, then fsync), random read, sequential re-read; cold cache before each read; rate in MiB/s per phase",
-            self.bytes as f64 / MIB as f64,
+            "{} file: sequential write ({} KiB requests, then fsync), sequential read, random write ({} KiB, every block once, then fsync), random read, sequential re-read; cold cache before each read; rate in MiB/s per phase",
+            super::fmt_bytes_human(self.bytes),
             self.seq_chunk >> 10,
             self.io_size >> 10
         )

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{PhaseResult, Stage, measure, scaled_count};
+use super::{PhaseResult, Stage, fmt_bytes_human, measure, scaled_count};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;
@@ -65,14 +65,14 @@ impl Config {
     pub fn describe(&self) -> String {
         let total: u64 = self.sizes.iter().map(|&s| self.files_for(s)).sum();
         format!(
-            "for each of {} file sizes ({}): create, read, overwrite, delete {} MiB or {} files, whichever is more files ({total} files in all), {} per directory, cold cache before each phase; rate in files/s (MB/s = files/s × size)",
+            "for each of {} file sizes ({}): create, read, overwrite, delete {} or {} files, whichever is more files ({total} files in all), {} per directory, cold cache before each phase; rate in files/s (MB/s = files/s × size)",
             self.sizes.len(),
             self.sizes
                 .iter()
-                .map(|&s| human(s))
+                .map(|&s| fmt_bytes_human(s))
                 .collect::<Vec<_>>()
                 .join(", "),
-            self.data_bytes as f64 / MIB as f64,
+            fmt_bytes_human(self.data_bytes),
             self.min_files,
             self.per_dir
         )
@@ -103,14 +103,6 @@ impl Config {
             );
         }
         Ok(())
-    }
-}
-
-fn human(b: u64) -> String {
-    if b >= MIB && b.is_multiple_of(MIB) {
-        format!("{} MiB", b / MIB)
-    } else {
-        format!("{} KiB", b as f64 / KIB as f64)
     }
 }
 
@@ -306,6 +298,10 @@ mod tests {
         assert_eq!(p.files_for(256 * KIB), 512);
         assert_eq!(p.files_for(512 * KIB), 512);
         assert_eq!(p.files_for(4 * MIB), 512);
+        assert!(p.describe().contains("delete 128 MiB or 512 files"));
+        // The quick suite's 1/100: a size that is no whole number of KiB, formatted.
+        let q = Config::scaled(0.01).describe();
+        assert!(q.contains("delete 1.28 MiB or 16 files"), "{q}");
         assert_eq!(p.dirs_for(KIB), 2622);
         assert_eq!(p.dirs_for(4 * MIB), 11);
         let bytes: u64 = p.sizes.iter().map(|&s| s * p.files_for(s)).sum();

@@ -133,6 +133,19 @@ pub fn scaled_count(n: u64, scale: f64, floor: u64) -> u64 {
     ((n as f64 * scale).round() as u64).max(floor)
 }
 
+/// A byte count for a workload's description: whole KiB or MiB when exact ("96 KiB",
+/// "128 MiB"), else two decimals ("1.28 MiB"), never a float's full expansion.
+pub fn fmt_bytes_human(b: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    match b {
+        b if b >= MIB && b.is_multiple_of(MIB) => format!("{} MiB", b / MIB),
+        b if b.is_multiple_of(KIB) && b < MIB => format!("{} KiB", b / KIB),
+        b if b >= MIB => format!("{:.2} MiB", b as f64 / MIB as f64),
+        b => format!("{:.2} KiB", b as f64 / KIB as f64),
+    }
+}
+
 /// A file size the way the papers' axes print it: 0, 512, 1K, 96K, 1M, 4M.
 pub fn fmt_size(bytes: f64) -> String {
     let b = bytes.max(0.0) as u64;
@@ -781,6 +794,15 @@ pub fn flush_rate(dir: &Path, max_iters: u64, max_secs: f64) -> Result<FlushRate
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_in_descriptions_are_formatted() {
+        assert_eq!(fmt_bytes_human(0), "0 KiB");
+        assert_eq!(fmt_bytes_human(96 << 10), "96 KiB");
+        assert_eq!(fmt_bytes_human(128 << 20), "128 MiB");
+        assert_eq!(fmt_bytes_human(1_342_177), "1.28 MiB");
+        assert_eq!(fmt_bytes_human(1_500), "1.46 KiB");
+    }
 
     #[test]
     fn metadata_workloads_run_and_leave_the_directory_empty() {
