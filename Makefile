@@ -9,6 +9,7 @@ TARGET_DIR = $(or $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/
 RELEASE = $(TARGET_DIR)/release
 # `make install` puts `cairn` in $(DESTDIR)$(PREFIX)/bin.
 PREFIX ?= /usr/local
+export CARGO
 # Extra arguments for `cairn bench run`, e.g. BENCH_ARGS="--reps 5 --workloads create-unlink".
 BENCH_ARGS ?=
 FUZZ_SECS ?= 60

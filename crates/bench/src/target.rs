@@ -392,7 +392,7 @@ impl Mounted {
                 "e2fsck -p, mount".to_string()
             }
             Kind::Cairn { mode, .. } => {
-                if cairn_mode_needs_fsck(mode) {
+                if cairn_mode_needs_fsck(&self.cairn, mode) {
                     fsck_status(
                         Command::new(&self.cairn)
                             .arg("fsck")
@@ -497,11 +497,16 @@ impl Mounted {
                 self.after_fuse_mount()?;
             }
             Kind::Cairn { mode, .. } => {
+                // The daemon's log goes beside its image, so a run leaves nothing in the
+                // machine's runtime directory.
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
                         .arg("-o")
-                        .arg(format!("mode={mode}"))
+                        .arg(format!(
+                            "mode={mode},log={}",
+                            self.root.join("daemon.log").display()
+                        ))
                         .arg(self.device())
                         .arg(&self.mnt),
                 )?;
@@ -675,10 +680,21 @@ fn fsck_status(cmd: &mut Command) -> Result<()> {
     }
 }
 
-/// cairn modes that keep the file system consistent without a scan after a crash (soft
-/// updates, journaling, LFS: 000 Table 3) mount directly; sync and async need fsck.
-fn cairn_mode_needs_fsck(mode: &str) -> bool {
-    matches!(mode, "sync" | "async")
+/// Whether a cairn mode needs `cairn fsck -y` after a crash, as the mode itself declares
+/// (`cairn modes --json`, "after_crash": "fsck"; soft updates, journaling and LFS mount
+/// directly: 000 Table 3). Unknown answers mean fsck: the safe procedure.
+fn cairn_mode_needs_fsck(cairn: &str, mode: &str) -> bool {
+    let listed = sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default();
+    after_crash(&listed, mode).is_none_or(|a| a == "fsck")
+}
+
+/// The `after_crash` of `mode` in `cairn modes --json` output (one object per line).
+fn after_crash(listed: &str, mode: &str) -> Option<String> {
+    listed
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["mode"] == mode)
+        .and_then(|v| v["after_crash"].as_str().map(str::to_string))
 }
 
 /// The flags `cairn mkfs` gets for a target: `--force` on a loop device (`cairn mkfs` refuses a
@@ -711,6 +727,16 @@ fn make_sparse(image: &Path, size: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_crash_comes_from_the_modes_own_declaration() {
+        let listed = "{\"mode\":\"sync\",\"after_crash\":\"fsck\"}\n\
+                      garbage\n\
+                      {\"mode\":\"softdep\",\"after_crash\":\"mount\"}\n";
+        assert_eq!(after_crash(listed, "sync").as_deref(), Some("fsck"));
+        assert_eq!(after_crash(listed, "softdep").as_deref(), Some("mount"));
+        assert_eq!(after_crash(listed, "lfs"), None);
+    }
 
     #[test]
     fn target_names() {
