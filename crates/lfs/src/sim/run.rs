@@ -200,6 +200,7 @@ mod tests {
 
     #[test]
     fn a_run_measures_only_after_warm_up() {
+        println!("seed {}", spec(0.6, SHORT).seed);
         let r = run(&spec(0.6, SHORT), true).unwrap();
         assert_eq!(r.files, 307);
         // Exactly the measured epochs' worth of new data.
