@@ -10,6 +10,7 @@ mod crash;
 mod fsck;
 mod helper;
 mod inspect;
+mod lfs;
 mod mkfs;
 mod mount;
 mod record;
@@ -58,6 +59,8 @@ enum Cmd {
     Crash(crash::Args),
     /// Mount the UmbrellaFS policy layer over branch directories, and manage it
     Umbrella(umbrella::Args),
+    /// The log-structured file system's tools (now: the LFS paper's cleaning simulator)
+    Lfs(lfs::Args),
     /// Reproduce the papers' benchmarks on cairn, kernel file systems and FUSE peers
     Bench {
         #[command(subcommand)]
@@ -112,6 +115,7 @@ fn main() {
         }
         Cmd::Crash(a) => crash::run(a),
         Cmd::Umbrella(a) => umbrella::run(a),
+        Cmd::Lfs(a) => lfs::run(a),
         Cmd::Bench { cmd } => Ok(cairn_bench::main_with(cmd)),
     };
     match result {

@@ -1,0 +1,11 @@
+//! The segment cleaner (004 §3.3–3.6). For now its policy half: which segments to clean,
+//! when, and how live blocks are grouped. The mechanism (reading segments through their
+//! summary blocks, checking liveness against the inode map, rewriting) comes with the
+//! on-disk format and will call [`policy`] exactly as the simulator does.
+
+pub mod policy;
+
+pub use policy::{
+    Grouping, Plan, Policy, SegmentState, SegmentUsage, Selection, ThresholdError, Thresholds,
+    UsageTable, UsageVec,
+};
