@@ -909,17 +909,41 @@ impl Ffs {
         Ok((done - offset) as u32)
     }
 
+    /// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
+    ///
+    /// A non-owner may make exactly this change to a file it may write: it is how Linux's
+    /// FUSE client (without `handle_killpriv`) kills privileges when someone who is not the
+    /// owner writes or truncates a setuid/setgid file — it sends SETATTR with the old mode
+    /// minus S_ISUID (and minus S_ISGID when group-execute is set), as the writing user,
+    /// for a truncate in the same request as the new size. Refusing it would make the write
+    /// fail with EPERM and keep the bits, where ext4 lets the write succeed and clears them.
+    ///
+    /// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
+    /// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
+    /// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
+    /// privilege kill. Without `default_permissions`, a user who may write the file could
+    /// also clear the bits with chmod(2) — which only ever removes privilege, and the same
+    /// user could clear them anyway by writing to the file.
+    fn only_kills_privileges(old: u32, new: u32) -> bool {
+        let (old, new) = (old & 0o7777, new & 0o7777);
+        let cleared = old & !new;
+        new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+    }
+
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
         let d = self.iget(st, ino)?.d.clone();
         let owner = ctx.is_root() || ctx.uid == d.uid;
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
-            if !owner {
-                return Err(Errno::EPERM.into());
-            }
             let mut m = mode & 0o7777;
-            if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
+            if !owner {
+                if !Self::only_kills_privileges(d.mode, m)
+                    || ctx.check(d.mode, d.uid, d.gid, Access::W).is_err()
+                {
+                    return Err(Errno::EPERM.into());
+                }
+            } else if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
                 m &= !libc::S_ISGID;
             }
             n.mode = (d.mode & libc::S_IFMT) | m;
