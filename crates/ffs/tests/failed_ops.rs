@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use cairn_blockdev::{BlockDevice, FaultOp, MemDevice, TraceOp, VecTrace};
-use cairn_vfs::Errno;
+use cairn_vfs::{Errno, FileSystem};
 use common::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -525,4 +525,53 @@ fn check_crash_states(
         }
     }
     checked
+}
+
+/// Corruption found halfway through an operation: a write whose first block is allocated
+/// and whose second block's path crosses a planted bad pointer fails with EUCLEAN and
+/// leaves everything as before — the first block is freed again, the size and contents
+/// are unchanged, and fsck finds exactly the planted damage and nothing more.
+#[test]
+fn corruption_found_midway_changes_nothing() {
+    for mode in ["sync", "async"] {
+        let (base, mut model) = populated(mode, 1024);
+        let mem = MemDevice::from_bytes(BS as u32, base);
+        let fs = mount(&mem, mode);
+        let dbl = (12 + 512) * BS; // first byte of the double-indirect range
+        for op in [
+            Op::Create("c".into()),
+            Op::Write("c".into(), dbl, b"deep".to_vec()),
+        ] {
+            let w = op.run(&fs).unwrap();
+            op.apply(&mut model, w);
+        }
+        let ino = resolve(&fs, "c").unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        // The double-indirect block's first pointer (to the indirect block of "deep") now
+        // names a group descriptor (FORMAT.md: inode offset 184, group 0's block 1).
+        let mut bytes = mem.to_bytes();
+        let sb = cairn_ffs::format::Superblock::decode(&bytes[..512]).unwrap();
+        let (iblk, ioff) = sb.geometry().unwrap().inode_location(ino);
+        let at = iblk as usize * BS as usize + ioff + 184;
+        let d = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        bytes[d * BS as usize..d * BS as usize + 8].copy_from_slice(&1u64.to_le_bytes());
+        let planted = fsck(&MemDevice::from_bytes(BS as u32, bytes.clone()));
+        assert!(planted.contains("CORRUPTION"), "{planted}");
+
+        let img = MemDevice::from_bytes(BS as u32, bytes);
+        let fs = mount(&img, mode);
+        let before = free(&fs);
+        // The last block of the single-indirect range, then the first of the double.
+        let op = Op::Write("c".into(), dbl - 10, vec![7; 20]);
+        let r = op.run(&fs);
+        assert_eq!(r, Err(Errno::EUCLEAN), "{mode}");
+        assert_eq!(free(&fs), before, "{mode}: the first block was given back");
+        fs.self_check().unwrap();
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!(a.size, dbl + 4, "{mode}");
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_eq!(fsck(&img), planted, "{mode}: only the planted damage");
+    }
 }
