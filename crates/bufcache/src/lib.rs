@@ -652,8 +652,20 @@ impl BufferCache {
         for c in &changed {
             let cur = self.lookup(c.blkno);
             if c.absent {
-                start.insert(c.blkno, None);
-                bufs.push(cur);
+                // The scope created the block's first buffer it recorded — unless it
+                // invalidated an untouched buffer of the block before that: then that one,
+                // just put back, is the block's buffer from the start and stays.
+                // (If the scope wrote the block, the replay puts that buffer's contents back.)
+                match cur {
+                    Some(b) if b.undo_full.load(Ordering::Acquire) != log.next_scope => {
+                        start.insert(c.blkno, Some(b.read().clone()));
+                        bufs.push(None);
+                    }
+                    created => {
+                        start.insert(c.blkno, None);
+                        bufs.push(created);
+                    }
+                }
                 continue;
             }
             let Some(buf) = cur else {

@@ -880,3 +880,28 @@ fn range_saves_restore_exactly() {
     cache.rollback_undo().unwrap();
     assert_eq!(b.read()[0], 0x11, "an untracked change is not taken back");
 }
+
+/// A block whose untouched (dirty) buffer the scope invalidated, then created anew: the
+/// rollback drops the new buffer and puts the old one back, contents and dirty flag.
+#[test]
+fn rollback_of_free_then_reuse_keeps_the_old_buffer() {
+    let dev = mem(8);
+    let cache = cache_over(dev.clone(), 8);
+    fill(&cache, &cache.read(3).unwrap(), 0x33);
+    cache.begin_undo().unwrap();
+    cache.invalidate(3);
+    fill(&cache, &cache.get_new(3), 0x44);
+    cache.rollback_undo().unwrap();
+    assert_eq!(content(&cache, 3), Some((vec![0x33; BS as usize], true)));
+    // The same, with the new buffer written in the scope: the replay puts the old
+    // buffer's contents on the device.
+    cache.begin_undo().unwrap();
+    cache.invalidate(3);
+    let b = cache.get_new(3);
+    fill(&cache, &b, 0x55);
+    cache.write_now(&[&b]).unwrap();
+    drop(b);
+    cache.rollback_undo().unwrap();
+    assert_eq!(dev_block(&dev, 3), vec![0x33; BS as usize]);
+    assert_eq!(content(&cache, 3).unwrap().0, vec![0x33; BS as usize]);
+}

@@ -24,7 +24,8 @@ pub(crate) struct UndoShared {
 /// What the open scope has recorded.
 #[derive(Default)]
 pub(crate) struct UndoLog {
-    next_scope: u64,
+    /// The last scope opened (the open one, while one is).
+    pub next_scope: u64,
     /// Before-images in the order they were taken: the bytes a change was about to
     /// overwrite (the whole block for [`Buf::write`], a range for [`Buf::write_range`]),
     /// or "absent" for a buffer the scope created. Applied newest first, they turn a
