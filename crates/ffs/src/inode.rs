@@ -16,7 +16,7 @@ pub(crate) struct InCore {
     /// Open handles.
     pub nopen: u32,
     /// The undo scope that last saved this inode (see `undo`).
-    pub undo_gen: u64,
+    pub undo_scope: u64,
 }
 
 impl InCore {
@@ -25,7 +25,7 @@ impl InCore {
             d,
             nlookup: 0,
             nopen: 0,
-            undo_gen: 0,
+            undo_scope: 0,
         }
     }
 }
@@ -145,9 +145,9 @@ impl Ffs {
                 // Not expected (a free inode is never in core), but keep it restorable.
                 let ic = e.into_mut();
                 undo.touch_inode(ino, ic);
-                let saved_in = ic.undo_gen;
+                let saved_in = ic.undo_scope;
                 *ic = InCore::new(d);
-                ic.undo_gen = saved_in;
+                ic.undo_scope = saved_in;
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 let ic = e.insert(InCore::new(d));

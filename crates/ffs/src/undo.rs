@@ -71,8 +71,8 @@ impl Undo {
 
     /// Saves `ic` (inode `ino`) if this is the scope's first touch of it.
     pub fn touch_inode(&mut self, ino: u64, ic: &mut InCore) {
-        if self.scope != 0 && ic.undo_gen != self.scope {
-            ic.undo_gen = self.scope;
+        if self.scope != 0 && ic.undo_scope != self.scope {
+            ic.undo_scope = self.scope;
             self.inodes.push((ino, Some(ic.clone())));
         }
     }
@@ -80,7 +80,7 @@ impl Undo {
     /// Inode `ino` came into core during the scope (loaded or created).
     pub fn new_inode(&mut self, ino: u64, ic: &mut InCore) {
         if self.scope != 0 {
-            ic.undo_gen = self.scope;
+            ic.undo_scope = self.scope;
             self.inodes.push((ino, None));
         }
     }
