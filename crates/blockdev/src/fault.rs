@@ -4,15 +4,49 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::{BlockDevice, DeviceCounters, TraceSink};
 
-/// Wraps a device and makes writes and flushes fail with `EIO` once a budget of successful
-/// write/flush operations is used up (and, optionally, reads too).
+/// A class of device operation a planned fault applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultOp {
+    Read,
+    Write,
+    Flush,
+}
+
+impl FaultOp {
+    fn index(self) -> usize {
+        match self {
+            FaultOp::Read => 0,
+            FaultOp::Write => 1,
+            FaultOp::Flush => 2,
+        }
+    }
+}
+
+/// A planned fault: fail the `nth` operation of its class counted from when it was armed.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    nth: u64,
+    /// Keep failing every later operation of the class until healed (a dead device), rather
+    /// than only the `nth` (a transient error).
+    sticky: bool,
+}
+
+/// Wraps a device and makes operations fail with `EIO`, for error-path tests. Two ways:
 ///
-/// The budget counts operations, not blocks: `fail_after(n)` lets exactly `n` more writes or
-/// flushes through, then every later one fails until [`FaultDevice::heal`]. A failed write
-/// changes nothing on the inner device. Counters and traces are the inner device's, so they
-/// show only what really reached it.
+/// - a *budget* ([`FaultDevice::fail_after`]): exactly `n` more writes or flushes succeed,
+///   then every later one fails until [`FaultDevice::heal`] (and reads too with
+///   [`FaultDevice::set_fail_reads`]);
+/// - a *plan* per operation class ([`FaultDevice::fail_nth`]): the `n`-th read, write or
+///   flush from now fails, alone (a transient error) or with every later one of its class
+///   (a device that died).
+///
+/// The budget counts operations, not blocks. A failed write changes nothing on the inner
+/// device. Counters and traces are the inner device's, so they show only what really
+/// reached it.
 pub struct FaultDevice {
     inner: Arc<dyn BlockDevice>,
     /// Remaining successful writes/flushes; `u64::MAX` means unlimited.
@@ -20,6 +54,8 @@ pub struct FaultDevice {
     fail_reads: AtomicBool,
     attempts: AtomicU64,
     injected: AtomicU64,
+    /// Per class (read, write, flush): the armed plan and the operations seen since.
+    plans: Mutex<[(Option<Plan>, u64); 3]>,
 }
 
 const UNLIMITED: u64 = u64::MAX;
@@ -33,7 +69,32 @@ impl FaultDevice {
             fail_reads: AtomicBool::new(false),
             attempts: AtomicU64::new(0),
             injected: AtomicU64::new(0),
+            plans: Mutex::new([(None, 0); 3]),
         }
+    }
+
+    /// Fails the `nth` (1-based) operation of class `op` counted from now; with `sticky`,
+    /// every later one of the class too, until [`FaultDevice::heal`]. Replaces an earlier
+    /// plan for the class and restarts its count.
+    pub fn fail_nth(&self, op: FaultOp, nth: u64, sticky: bool) {
+        self.plans.lock()[op.index()] = (Some(Plan { nth, sticky }), 0);
+    }
+
+    /// Operations of class `op` seen since its plan was armed (or since creation/heal),
+    /// failed or not.
+    pub fn seen(&self, op: FaultOp) -> u64 {
+        self.plans.lock()[op.index()].1
+    }
+
+    /// Counts one operation of class `op` against its plan; an error if the plan fails it.
+    fn planned(&self, op: FaultOp) -> io::Result<()> {
+        let fail = {
+            let mut plans = self.plans.lock();
+            let (plan, seen) = &mut plans[op.index()];
+            *seen += 1;
+            plan.is_some_and(|p| *seen == p.nth || (p.sticky && *seen > p.nth))
+        };
+        if fail { Err(self.eio()) } else { Ok(()) }
     }
 
     /// A wrapper that lets `n` writes/flushes succeed and fails the rest.
@@ -56,10 +117,11 @@ impl FaultDevice {
         self.fail_reads.store(fail, Ordering::SeqCst);
     }
 
-    /// Stops injecting failures.
+    /// Stops injecting failures: no budget, no plans (their counts restart at 0).
     pub fn heal(&self) {
         self.set_fail_after(None);
         self.set_fail_reads(false);
+        *self.plans.lock() = [(None, 0); 3];
     }
 
     /// Write and flush calls seen so far, failed or not.
@@ -109,15 +171,18 @@ impl BlockDevice for FaultDevice {
         if self.fail_reads.load(Ordering::SeqCst) {
             return Err(self.eio());
         }
+        self.planned(FaultOp::Read)?;
         self.inner.read_blocks(block, buf)
     }
 
     fn write_blocks(&self, block: u64, buf: &[u8]) -> io::Result<()> {
+        self.planned(FaultOp::Write)?;
         self.admit()?;
         self.inner.write_blocks(block, buf)
     }
 
     fn flush(&self) -> io::Result<()> {
+        self.planned(FaultOp::Flush)?;
         self.admit()?;
         self.inner.flush()
     }
@@ -156,6 +221,42 @@ mod tests {
         d.write_blocks(1, &[2; 512]).unwrap();
         d.read_blocks(1, &mut b).unwrap();
         assert_eq!(b, [2; 512]);
+    }
+
+    #[test]
+    fn planned_faults_fail_the_nth_operation_once_or_from_then_on() {
+        let mem = Arc::new(MemDevice::new(512, 4));
+        let d = FaultDevice::new(mem.clone());
+        d.fail_nth(FaultOp::Write, 2, false);
+        d.write_blocks(0, &[1; 512]).unwrap();
+        assert!(d.write_blocks(1, &[2; 512]).is_err(), "the 2nd write fails");
+        d.write_blocks(2, &[3; 512]).unwrap();
+        d.flush().unwrap();
+        assert_eq!(d.seen(FaultOp::Write), 3);
+        // Sticky: the 2nd flush and every later one fail; writes are not affected.
+        d.fail_nth(FaultOp::Flush, 2, true);
+        d.flush().unwrap();
+        assert!(d.flush().is_err());
+        assert!(d.flush().is_err());
+        d.write_blocks(3, &[4; 512]).unwrap();
+        // Reads: the 1st read fails.
+        d.fail_nth(FaultOp::Read, 1, false);
+        let mut b = [0; 512];
+        assert_eq!(
+            d.read_blocks(0, &mut b).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
+        d.read_blocks(0, &mut b).unwrap();
+        assert_eq!(b, [1; 512]);
+        d.heal();
+        d.flush().unwrap();
+        assert_eq!(d.seen(FaultOp::Flush), 1, "heal restarts the counts");
+        assert_eq!(d.injected(), 4);
+        assert_eq!(
+            mem.counters().snapshot().writes,
+            3,
+            "the failed write did nothing"
+        );
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! - [`FileDevice`]: an image file (sparse when created here) or a raw block device such as a
 //!   loop device, accessed with `pread`/`pwrite`; `flush` is `fdatasync`.
 //! - [`MemDevice`]: memory, for tests; `flush` is a no-op because nothing can be lost.
-//! - [`FaultDevice`]: wraps another device and fails writes/flushes (and optionally reads) with
-//!   `EIO` on demand, for error-path tests.
+//! - [`FaultDevice`]: wraps another device and fails reads, writes or flushes with `EIO` on
+//!   demand (after a budget, or the n-th of a class, once or from then on), for error-path
+//!   tests.
 //!
 //! Every device counts its I/O ([`DeviceCounters`], relaxed atomics, always on: benchmarks
 //! report I/O counts rather than seconds) and can hand every operation to a [`TraceSink`].
@@ -33,7 +34,7 @@ mod file;
 pub mod lock;
 mod mem;
 
-pub use fault::FaultDevice;
+pub use fault::{FaultDevice, FaultOp};
 pub use file::{FileDevice, open_locked, open_path, read_bytes_at};
 pub use lock::Lock;
 pub use mem::MemDevice;

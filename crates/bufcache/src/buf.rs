@@ -5,7 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
-use parking_lot::{Mutex, MutexGuard, ReentrantMutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{
+    MappedRwLockWriteGuard, Mutex, MutexGuard, ReentrantMutex, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
+};
+
+use crate::undo::UndoShared;
 
 /// A block address on the device.
 pub type BlockNo = u64;
@@ -37,10 +42,27 @@ pub struct Buf {
     pub(crate) io: ReentrantMutex<()>,
     /// Set by `invalidate`: the buffer no longer belongs to the cache and is never written.
     pub(crate) detached: AtomicBool,
+    /// The cache's undo state (None for a buffer made outside a cache). [`Buf::write`]
+    /// saves the contents into the open undo scope the first time it runs in that scope.
+    undo: Option<Arc<UndoShared>>,
+    /// The last undo scope that saved (part of) this buffer's contents: the cache does not
+    /// evict it while that scope is open. Changed only under the contents' write lock.
+    pub(crate) undo_touched: AtomicU64,
+    /// The last undo scope that saved the whole contents (or created the buffer): later
+    /// changes in that scope need no save.
+    pub(crate) undo_full: AtomicU64,
+    /// Which 1/64ths of the contents the scope `undo_touched` has saved (for
+    /// [`Buf::write_range`]; meaningless once that scope has ended).
+    undo_saved: AtomicU64,
 }
 
 impl Buf {
+    #[cfg(test)]
     pub(crate) fn new(blkno: BlockNo, data: Vec<u8>) -> Buf {
+        Buf::with_undo(blkno, data, None)
+    }
+
+    pub(crate) fn with_undo(blkno: BlockNo, data: Vec<u8>, undo: Option<Arc<UndoShared>>) -> Buf {
         Buf {
             blkno,
             data: RwLock::new(data),
@@ -52,6 +74,10 @@ impl Buf {
             kind: AtomicU8::new(0),
             io: ReentrantMutex::new(()),
             detached: AtomicBool::new(false),
+            undo,
+            undo_touched: AtomicU64::new(0),
+            undo_full: AtomicU64::new(0),
+            undo_saved: AtomicU64::new(0),
         }
     }
 
@@ -67,10 +93,83 @@ impl Buf {
     /// The contents, for modification. Call [`crate::BufferCache::mark_dirty`] afterwards
     /// (while still holding the guard or after dropping it); call [`Buf::note_lsn`] while
     /// holding the guard. Do not resize the vector.
+    ///
+    /// While an undo scope is open ([`crate::BufferCache::begin_undo`]), the first `write` of
+    /// the buffer in that scope saves the whole contents, dirty flag and kind first: the
+    /// before-image a rollback restores. Every modification goes through here or
+    /// [`Buf::write_range`], so no change can escape the undo.
     pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
         let guard = self.data.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(scope) = self.undo_scope() {
+            // The contents' write lock is held: no other writer of this buffer races
+            // between the check and the stores.
+            if self.undo_full.load(Ordering::Acquire) != scope {
+                self.undo_full.store(scope, Ordering::Release);
+                self.undo_touched.store(scope, Ordering::Release);
+                if let Some(u) = &self.undo {
+                    u.save(self, 0, Some(&guard));
+                }
+            }
+        }
         guard
+    }
+
+    /// Bytes `at..at + len` of the contents, for modification (same rules as
+    /// [`Buf::write`]). Inside an undo scope only these bytes are saved (rounded out to
+    /// 1/64ths of the block, each saved once per scope), so a change of a few bytes (an
+    /// inode, a bitmap bit, a pointer, a directory chunk) costs a copy of a few bytes, not of
+    /// the block. The range is cut to the block.
+    pub fn write_range(&self, at: usize, len: usize) -> MappedRwLockWriteGuard<'_, [u8]> {
+        let guard = self.data.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let end = at.saturating_add(len).min(guard.len());
+        let at = at.min(end);
+        if let Some(scope) = self.undo_scope()
+            && self.undo_full.load(Ordering::Acquire) != scope
+            && at < end
+        {
+            let grain = guard.len().div_ceil(64).max(1);
+            let (g0, g1) = (at / grain, (end - 1) / grain);
+            let want = (u64::MAX >> (63 - (g1 - g0))) << g0;
+            let have = if self.undo_touched.swap(scope, Ordering::AcqRel) == scope {
+                self.undo_saved.load(Ordering::Acquire)
+            } else {
+                0
+            };
+            if want & !have != 0 {
+                self.undo_saved.store(have | want, Ordering::Release);
+                let (s0, s1) = (g0 * grain, ((g1 + 1) * grain).min(guard.len()));
+                if let Some(u) = &self.undo {
+                    u.save(self, s0, Some(&guard[s0..s1]));
+                }
+            }
+        }
+        RwLockWriteGuard::map(guard, |v| &mut v[at..end])
+    }
+
+    /// The contents, for a modification the open undo scope must not record: only for a
+    /// change made after the operation's last point of failure (so no rollback can
+    /// follow it), where saving a before-image would be wasted work (a data block
+    /// overwritten by a write). Otherwise as [`Buf::write`].
+    pub fn write_untracked(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
+        let guard = self.data.write();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        guard
+    }
+
+    /// The open undo scope, if this buffer belongs to the cache and one is open.
+    fn undo_scope(&self) -> Option<u64> {
+        let scope = self.undo.as_ref()?.scope();
+        (scope != 0 && !self.is_invalidated()).then_some(scope)
+    }
+
+    /// Replaces the contents without saving a before-image (a rollback restoring one).
+    pub(crate) fn restore(&self, image: &[u8]) {
+        let mut data = self.data.write();
+        data.clear();
+        data.extend_from_slice(image);
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn is_dirty(&self) -> bool {

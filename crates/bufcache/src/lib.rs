@@ -75,6 +75,44 @@
 //! - Dropping the cache does not write dirty buffers (so tests can simulate a crash); call
 //!   [`BufferCache::shutdown`] or [`BufferCache::sync`] to keep them.
 //!
+//! # Undo: taking back a failed operation
+//!
+//! A file-system operation changes several buffers and may fail halfway (no space left,
+//! a device error, corruption found). [`BufferCache::begin_undo`] opens a scope;
+//! [`BufferCache::commit_undo`] keeps what the scope did, [`BufferCache::rollback_undo`]
+//! takes it back. While a scope is open the cache records, at no cost to buffers the scope
+//! does not touch:
+//!
+//! - the *before-image* of every byte the scope changes: the first [`Buf::write`] of a
+//!   buffer in the scope copies its whole contents, dirty flag and kind; [`Buf::write_range`]
+//!   copies only the bytes it hands out (rounded to 1/64ths of the block, each once per
+//!   scope). Every modification goes through one of them, so none escapes (the one
+//!   exception, [`Buf::write_untracked`], is for changes made after the operation's last
+//!   point of failure). A buffer `get_new` creates is recorded as "absent". The copies are
+//!   recycled: a warm cache saves without allocating;
+//! - every buffer [`BufferCache::invalidate`] drops, so a rollback can put it back;
+//! - every device write the cache issues (the cluster image it already had) and every
+//!   flush: the writes between two flushes form an *epoch*.
+//!
+//! Buffers the open scope touched are not evicted until it ends.
+//!
+//! A rollback gives every recorded buffer its contents from the start of the scope and
+//! drops the buffers the scope created. On the device it writes the scope's epochs back in
+//! reverse order, each followed by a flush: every block an epoch wrote gets the image it had
+//! before that epoch. **Invariant**: every state the device passes through during a rollback
+//! is a state a crash during the scope's own writes could have left (a mix of one epoch's
+//! blocks before and after it), so a rollback is exactly as crash-safe as the operation it
+//! takes back, and when it completes the device holds, for every block the scope changed,
+//! the contents the cache holds. If the device refuses the rollback's writes, they stay
+//! pending and go first before any later write, flush or scope of the cache.
+//!
+//! Rules: one scope at a time, and every buffer modification made while it is open belongs
+//! to it (the caller serializes its operations; the ffs engine holds its state lock). Device
+//! writes that bypass the cache are not recorded. A buffer the scope created with `get_new`
+//! must be for a block the scope allocated, if the scope writes it: the rollback does not
+//! restore what the device held there. The rollback's own writes bypass the write hooks:
+//! they are images that already went through them, or contents from before the scope.
+//!
 //! # Memory budget
 //! `budget_bytes` bounds the cached blocks (metadata per buffer is not counted). When an
 //! insertion goes over budget, clean buffers nobody holds are evicted, least recently used
@@ -94,8 +132,11 @@ use cairn_blockdev::BlockDevice;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 mod buf;
+mod undo;
 
 pub use buf::{BlockNo, Buf, BufRef};
+
+use undo::{Replay, UndoShared};
 
 /// Called by the cache around every device write of a buffer (see the crate documentation
 /// for when they run and what they may do).
@@ -262,6 +303,13 @@ pub struct BufferCache {
     counters: Counters,
     syncer: Mutex<Option<JoinHandle<()>>>,
     control: Arc<SyncerControl>,
+    /// The undo scope's log, shared with every buffer (see "Undo").
+    undo: Arc<UndoShared>,
+    /// Reverse epochs of a rollback whose device writes failed, oldest first; written
+    /// before anything else the cache writes (see "Undo").
+    pending_undo: Mutex<std::collections::VecDeque<undo::Epoch>>,
+    /// Whether `pending_undo` may be non-empty (checked without its lock on every write).
+    undo_owed: std::sync::atomic::AtomicBool,
 }
 
 impl BufferCache {
@@ -283,6 +331,9 @@ impl BufferCache {
             counters: Counters::default(),
             syncer: Mutex::new(None),
             control: Arc::new(SyncerControl::default()),
+            undo: Arc::new(UndoShared::default()),
+            pending_undo: Mutex::new(Default::default()),
+            undo_owed: std::sync::atomic::AtomicBool::new(false),
         });
         if let Some(interval) = cache.cfg.syncer_interval {
             let weak = Arc::downgrade(&cache);
@@ -326,7 +377,7 @@ impl BufferCache {
             match st.touch(blk) {
                 Some(existing) => existing,
                 None => {
-                    let buf = Arc::new(Buf::new(blk, data));
+                    let buf = Arc::new(self.new_buf(blk, data));
                     st.insert(Arc::clone(&buf));
                     buf
                 }
@@ -363,7 +414,7 @@ impl BufferCache {
                 for (i, chunk) in data.chunks_exact(self.block_size).enumerate() {
                     let b = blk + i as u64;
                     if !st.map.contains_key(&b) {
-                        st.insert(Arc::new(Buf::new(b, chunk.to_vec())));
+                        st.insert(Arc::new(self.new_buf(b, chunk.to_vec())));
                     }
                 }
             }
@@ -389,13 +440,20 @@ impl BufferCache {
             match st.touch(blk) {
                 Some(buf) => (buf, false),
                 None => {
-                    let buf = Arc::new(Buf::new(blk, vec![0; self.block_size]));
+                    let buf = Arc::new(self.new_buf(blk, vec![0; self.block_size]));
                     st.insert(Arc::clone(&buf));
                     (buf, true)
                 }
             }
         };
         if fresh {
+            // A buffer the open undo scope made: a rollback drops it again.
+            let scope = self.undo.scope();
+            if scope != 0 {
+                buf.undo_full.store(scope, Ordering::Release);
+                buf.undo_touched.store(scope, Ordering::Release);
+                self.undo.save(&buf, 0, None);
+            }
             self.evict_if_needed();
         } else {
             buf.write().fill(0);
@@ -429,6 +487,8 @@ impl BufferCache {
 
     /// Device barrier, then the `after_flush` hook.
     pub fn flush_device(&self) -> io::Result<()> {
+        self.settle_undo()?;
+        self.undo.note_flush();
         self.dev.flush()?;
         let hooks = Arc::clone(&*self.hooks.read());
         hooks.after_flush();
@@ -464,13 +524,17 @@ impl BufferCache {
     /// The block was freed: drop its buffer without writing it, even if dirty. Waits for a
     /// write of it already in flight, so that write cannot land after the block's next
     /// contents. Holders of the buffer keep a detached copy that the cache ignores.
+    ///
+    /// Inside an undo scope the dropped buffer is kept in the scope's log: a rollback puts
+    /// it back, contents and dirty flag included.
     pub fn invalidate(&self, blk: BlockNo) {
         let removed = {
             let mut st = self.state.lock();
             let buf = st.remove(blk);
             if let Some(b) = &buf {
                 b.detached.store(true, Ordering::Release);
-                b.dirty.store(false, Ordering::Release);
+                let was_dirty = b.dirty.swap(false, Ordering::AcqRel);
+                self.undo.note_detached(Arc::clone(b), was_dirty);
             }
             buf
         };
@@ -527,6 +591,170 @@ impl BufferCache {
         }
     }
 
+    fn new_buf(&self, blk: BlockNo, data: Vec<u8>) -> Buf {
+        Buf::with_undo(blk, data, Some(Arc::clone(&self.undo)))
+    }
+
+    /// Opens an undo scope (see "Undo"). Fails if a scope is already open, or if the device
+    /// writes of an earlier rollback are still pending and the device refuses them again:
+    /// nothing may change before the image is back where that rollback left it.
+    pub fn begin_undo(&self) -> io::Result<()> {
+        self.settle_undo()?;
+        if !self.undo.begin() {
+            return Err(io::Error::other("an undo scope is already open"));
+        }
+        Ok(())
+    }
+
+    /// Closes the undo scope, keeping every change. Costs only emptying the log.
+    pub fn commit_undo(&self) {
+        self.undo.commit();
+    }
+
+    /// Closes the undo scope and takes back everything changed since [`Self::begin_undo`]:
+    ///
+    /// - in memory, every buffer the scope changed gets its contents, kind and dirty flag
+    ///   from the start of the scope back (its saved bytes applied newest first over its
+    ///   current contents); buffers the scope created are dropped; buffers it invalidated
+    ///   are put back;
+    /// - on the device, every block the scope changed and wrote is rewritten in reverse
+    ///   flush-epoch order, each epoch followed by a flush, so the image walks back through
+    ///   the states the scope's own writes passed through (see `UndoLog::replay`). A
+    ///   restored buffer is then clean if the replay wrote its start contents, else dirty as
+    ///   it was.
+    ///
+    /// Returns the replay's outcome. If the device refuses it, the remaining epochs stay
+    /// pending and the restored buffers stay dirty: every later write and flush of the cache,
+    /// and every [`Self::begin_undo`], first writes the pending epochs, so nothing newer can
+    /// reach the device before the image is back.
+    pub fn rollback_undo(&self) -> io::Result<()> {
+        let log = self.undo.take();
+        // Buffers the scope invalidated come back first (newest first): the saves of a
+        // block apply to the buffer it had at the start.
+        for (buf, dirty) in log.detached.iter().rev() {
+            let mut st = self.state.lock();
+            if let Some(cur) = st.remove(buf.blkno()) {
+                cur.detached.store(true, Ordering::Release);
+                cur.dirty.store(false, Ordering::Release);
+            }
+            buf.detached.store(false, Ordering::Release);
+            buf.dirty.store(*dirty, Ordering::Release);
+            if *dirty {
+                st.dirty.insert(buf.blkno());
+            }
+            st.insert(Arc::clone(buf));
+        }
+        // Each changed block's contents at the start of the scope. The scope's buffers are
+        // never evicted while it is open, so each is still cached.
+        let changed = log.changed();
+        let mut start: HashMap<BlockNo, Option<Vec<u8>>> = HashMap::new();
+        let mut bufs = Vec::with_capacity(changed.len());
+        for c in &changed {
+            let cur = self.lookup(c.blkno);
+            if c.absent {
+                // The scope created the block's first buffer it recorded — unless it
+                // invalidated an untouched buffer of the block before that: then that one,
+                // just put back, is the block's buffer from the start and stays.
+                // (If the scope wrote the block, the replay puts that buffer's contents back.)
+                match cur {
+                    Some(b) if b.undo_full.load(Ordering::Acquire) != log.next_scope => {
+                        start.insert(c.blkno, Some(b.read().clone()));
+                        bufs.push(None);
+                    }
+                    created => {
+                        start.insert(c.blkno, None);
+                        bufs.push(created);
+                    }
+                }
+                continue;
+            }
+            let Some(buf) = cur else {
+                log::error!(
+                    "rollback: block {} left the cache during its scope",
+                    c.blkno
+                );
+                bufs.push(None);
+                continue;
+            };
+            let mut image = buf.read().clone();
+            for (at, bytes) in c.saves.iter().rev() {
+                if let Some(dst) = image.get_mut(*at..*at + bytes.len()) {
+                    dst.copy_from_slice(bytes);
+                }
+            }
+            start.insert(c.blkno, Some(image));
+            bufs.push(Some(buf));
+        }
+        let replay: Replay = log.replay(&start, self.block_size);
+        let written: std::collections::HashSet<BlockNo> = replay
+            .iter()
+            .flat_map(|e| e.iter().map(|(b, _)| *b))
+            .collect();
+        if !replay.is_empty() {
+            self.pending_undo.lock().extend(replay);
+            self.undo_owed.store(true, Ordering::Release);
+        }
+        let device = self.settle_undo();
+        for (c, buf) in changed.iter().zip(bufs) {
+            let Some(buf) = buf else { continue };
+            if c.absent {
+                let mut st = self.state.lock();
+                if st.owns(&buf) {
+                    st.remove(c.blkno);
+                    buf.detached.store(true, Ordering::Release);
+                    buf.dirty.store(false, Ordering::Release);
+                }
+                continue;
+            }
+            if let Some(Some(image)) = start.get(&c.blkno) {
+                // Not under the state lock: a writer may hold the contents' lock while it
+                // takes the state lock (mark_dirty).
+                buf.restore(image);
+            }
+            buf.set_kind(c.kind);
+            let on_device = written.contains(&c.blkno) && device.is_ok();
+            let dirty = if written.contains(&c.blkno) {
+                !on_device
+            } else {
+                c.dirty
+            };
+            let mut st = self.state.lock();
+            if !st.owns(&buf) {
+                continue;
+            }
+            buf.dirty.store(dirty, Ordering::Release);
+            if dirty {
+                st.dirty.insert(c.blkno);
+            } else {
+                st.dirty.remove(&c.blkno);
+            }
+        }
+        device
+    }
+
+    /// Whether a rollback's device writes are still pending (the device refused them).
+    pub fn undo_pending(&self) -> bool {
+        !self.pending_undo.lock().is_empty()
+    }
+
+    /// Writes a rollback's pending reverse epochs, each followed by a flush. On failure the
+    /// epoch that failed and the later ones stay pending.
+    pub fn settle_undo(&self) -> io::Result<()> {
+        if !self.undo_owed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut pending = self.pending_undo.lock();
+        while let Some(epoch) = pending.front() {
+            for (b, image) in epoch {
+                self.dev.write_blocks(*b, image)?;
+            }
+            self.dev.flush()?;
+            pending.pop_front();
+        }
+        self.undo_owed.store(false, Ordering::Release);
+        Ok(())
+    }
+
     fn max_cluster_blocks(&self) -> usize {
         (self.cfg.max_cluster_bytes / self.block_size).max(1)
     }
@@ -534,6 +762,8 @@ impl BufferCache {
     /// Writes `bufs` (sorted by block, distinct) in clusters of contiguous blocks. With
     /// `only_dirty`, buffers found clean once locked (someone else wrote them) are skipped.
     fn write_sorted(&self, bufs: &[BufRef], mode: LockMode, only_dirty: bool) -> io::Result<()> {
+        // A rollback's device writes come before anything newer (see "Undo").
+        self.settle_undo()?;
         let max = self.max_cluster_blocks();
         let mut first_err = None;
         for run in runs(bufs, max) {
@@ -581,7 +811,10 @@ impl BufferCache {
                 return Err(e);
             }
         }
-        if let Err(e) = self.dev.write_blocks(run[0].blkno(), &image) {
+        let written = self.dev.write_blocks(run[0].blkno(), &image);
+        // Kept for a rollback even if the write failed: a device may have stored part of it.
+        self.undo.note_write(run[0].blkno(), image);
+        if let Err(e) = written {
             run.iter().for_each(|b| hooks.write_failed(b));
             self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
             return Err(e);
@@ -611,6 +844,7 @@ impl BufferCache {
     /// dirty (they are counted and logged; the next sync reports them).
     fn evict_if_needed(&self) {
         let max_bufs = (self.cfg.budget_bytes / self.block_size as u64) as usize;
+        let scope = self.undo.scope();
         let dirty_victims: Vec<BufRef> = {
             let mut st = self.state.lock();
             if st.map.len() <= max_bufs {
@@ -627,7 +861,13 @@ impl BufferCache {
                 let buf = &st.map[blk].buf;
                 // Only the map holds it: nobody can be using or writing it, and nobody can
                 // get a new reference without the state lock we hold.
-                if Arc::strong_count(buf) > 1 {
+                // A buffer the open undo scope changed is kept until the scope ends: its
+                // rollback starts from the buffer's contents; and writing it now would put
+                // on the device a change the scope may still take back, which for a buffer
+                // the scope created from nothing (`get_new`) the rollback could not undo.
+                if Arc::strong_count(buf) > 1
+                    || (scope != 0 && buf.undo_touched.load(Ordering::Acquire) == scope)
+                {
                     held.push(*blk);
                     continue;
                 }

@@ -1,7 +1,7 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
-use cairn_blockdev::{CounterSnapshot, FaultDevice, MemDevice};
+use cairn_blockdev::{CounterSnapshot, FaultDevice, FaultOp, MemDevice, TraceOp, VecTrace};
 
 use super::*;
 
@@ -637,4 +637,271 @@ mod model {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Undo scopes
+
+fn content(cache: &BufferCache, blk: BlockNo) -> Option<(Vec<u8>, bool)> {
+    cache.lookup(blk).map(|b| (b.read().clone(), b.is_dirty()))
+}
+
+#[test]
+fn rollback_restores_memory_as_it_was() {
+    let dev = mem(16);
+    dev.write_blocks(2, &[2; BS as usize]).unwrap();
+    dev.write_blocks(4, &[4; BS as usize]).unwrap();
+    let cache = cache_over(dev.clone(), 16);
+    let b1 = cache.read(1).unwrap();
+    fill(&cache, &b1, 0x11); // dirty before the scope
+    b1.set_kind(3);
+    let b2 = cache.read(2).unwrap(); // clean before the scope
+    let b4 = cache.read(4).unwrap();
+    fill(&cache, &b4, 0x44);
+    drop((b1, b2, b4));
+    let before = dev.counters().snapshot();
+
+    cache.begin_undo().unwrap();
+    let b1 = cache.read(1).unwrap();
+    fill(&cache, &b1, 0xA1);
+    b1.set_kind(9);
+    fill(&cache, &b1, 0xA2); // a second change saves nothing more
+    fill(&cache, &cache.read(2).unwrap(), 0xA3);
+    fill(&cache, &cache.get_new(3), 0xA4); // created by the scope
+    cache.invalidate(4); // a free the scope takes back too
+    fill(&cache, &cache.get_new(5), 0xA5);
+    cache.invalidate(5);
+    drop(b1);
+    cache.rollback_undo().unwrap();
+
+    assert_eq!(content(&cache, 1), Some((vec![0x11; BS as usize], true)));
+    assert_eq!(cache.lookup(1).unwrap().kind(), 3);
+    assert_eq!(content(&cache, 2), Some((vec![2; BS as usize], false)));
+    assert_eq!(
+        content(&cache, 3),
+        None,
+        "a buffer the scope created is gone"
+    );
+    assert_eq!(content(&cache, 4), Some((vec![0x44; BS as usize], true)));
+    assert_eq!(content(&cache, 5), None);
+    assert_eq!(cache.dirty_count(), 2);
+    assert_eq!(
+        writes_since(&dev, &before),
+        0,
+        "nothing was written, nothing to undo"
+    );
+    // The cache keeps working: a dirty restored buffer is written by the next write-back.
+    cache.write_back_all().unwrap();
+    assert_eq!(dev_block(&dev, 4), vec![0x44; BS as usize]);
+    assert_eq!(cache.dirty_count(), 0);
+}
+
+#[test]
+fn commit_keeps_everything() {
+    let dev = mem(8);
+    let cache = cache_over(dev.clone(), 8);
+    cache.begin_undo().unwrap();
+    fill(&cache, &cache.read(1).unwrap(), 7);
+    fill(&cache, &cache.get_new(2), 8);
+    cache.invalidate(1);
+    cache.commit_undo();
+    assert_eq!(content(&cache, 1), None);
+    assert_eq!(content(&cache, 2), Some((vec![8; BS as usize], true)));
+    // Scopes do not nest.
+    cache.begin_undo().unwrap();
+    assert!(cache.begin_undo().is_err());
+    cache.commit_undo();
+}
+
+/// The device half: a scope that wrote three flush epochs is written back newest epoch
+/// first, each block getting the image it had before that epoch, a flush after each; the
+/// device ends where it started and the buffers are clean again.
+#[test]
+fn rollback_writes_back_epochs_in_reverse() {
+    let dev = mem(16);
+    for b in 1..=3 {
+        dev.write_blocks(b, &[b as u8; BS as usize]).unwrap();
+    }
+    let cache = cache_over(dev.clone(), 16);
+    let trace = Arc::new(VecTrace::with_data());
+    cache.begin_undo().unwrap();
+    let (b1, b2, b3) = (
+        cache.read(1).unwrap(),
+        cache.read(2).unwrap(),
+        cache.read(3).unwrap(),
+    );
+    dev.set_trace(Some(trace.clone()));
+    fill(&cache, &b1, 0xB1);
+    cache.write_now(&[&b1]).unwrap(); // epoch 0: b1 = B1
+    cache.flush_device().unwrap();
+    fill(&cache, &b1, 0xC1);
+    fill(&cache, &b2, 0xC2);
+    cache.write_now(&[&b1, &b2]).unwrap(); // epoch 1: b1 = C1, b2 = C2
+    cache.flush_device().unwrap();
+    fill(&cache, &b3, 0xD3);
+    cache.write_now(&[&b3]).unwrap(); // epoch 2: b3 = D3, never flushed
+    trace.take();
+    drop((b1, b2, b3));
+    cache.rollback_undo().unwrap();
+    let got: Vec<(TraceOp, u64, Option<u8>)> = trace
+        .records()
+        .into_iter()
+        .map(|(e, d)| (e.op, e.block, d.map(|d| d[0])))
+        .collect();
+    use TraceOp::{Flush, Write};
+    assert_eq!(
+        got,
+        vec![
+            (Write, 3, Some(3)),
+            (Flush, 0, None),
+            (Write, 1, Some(0xB1)),
+            (Write, 2, Some(2)),
+            (Flush, 0, None),
+            (Write, 1, Some(1)),
+            (Flush, 0, None),
+        ]
+    );
+    for b in 1..=3u64 {
+        assert_eq!(dev_block(&dev, b), vec![b as u8; BS as usize]);
+        assert_eq!(
+            content(&cache, b),
+            Some((vec![b as u8; BS as usize], false))
+        );
+    }
+    dev.set_trace(None);
+}
+
+/// A device that refuses the rollback's writes: they stay pending, nothing newer reaches
+/// the device and no new scope opens until they are written; then everything proceeds.
+#[test]
+fn refused_rollback_stays_pending_and_goes_first() {
+    let mem_dev = mem(8);
+    mem_dev.write_blocks(1, &[1; BS as usize]).unwrap();
+    let fault = Arc::new(FaultDevice::new(mem_dev.clone()));
+    let cache = cache_over(fault.clone(), 8);
+    cache.begin_undo().unwrap();
+    let b1 = cache.read(1).unwrap();
+    fill(&cache, &b1, 0xEE);
+    cache.write_now(&[&b1]).unwrap();
+    fault.fail_nth(FaultOp::Write, 1, true);
+    drop(b1);
+    assert!(cache.rollback_undo().is_err());
+    assert!(cache.undo_pending());
+    assert_eq!(
+        dev_block(&mem_dev, 1),
+        vec![0xEE; BS as usize],
+        "not yet undone"
+    );
+    assert_eq!(content(&cache, 1), Some((vec![1; BS as usize], true)));
+    assert!(
+        cache.begin_undo().is_err(),
+        "no new scope before the image is back"
+    );
+    fill(&cache, &cache.read(2).unwrap(), 2);
+    assert!(cache.write_back_all().is_err());
+    assert_eq!(
+        dev_block(&mem_dev, 2),
+        vec![0; BS as usize],
+        "nothing newer went first"
+    );
+    fault.heal();
+    cache.write_back_all().unwrap();
+    assert!(!cache.undo_pending());
+    assert_eq!(dev_block(&mem_dev, 1), vec![1; BS as usize]);
+    assert_eq!(dev_block(&mem_dev, 2), vec![2; BS as usize]);
+    cache.begin_undo().unwrap();
+    cache.commit_undo();
+}
+
+/// Under memory pressure the cache neither writes back nor drops what the open scope
+/// changed (the change may be taken back, and the rollback starts from the buffer), not even
+/// once a step wrote it clean.
+#[test]
+fn eviction_spares_what_the_scope_changed() {
+    let dev = mem(64);
+    let cache = cache_over(dev.clone(), 4);
+    let before = dev.counters().snapshot();
+    cache.begin_undo().unwrap();
+    for b in 0..8 {
+        fill(&cache, &cache.read(b).unwrap(), 0x50 + b as u8);
+    }
+    assert_eq!(
+        writes_since(&dev, &before),
+        0,
+        "nothing the scope changed was written"
+    );
+    cache.commit_undo();
+    // Now they may go.
+    for b in 8..16 {
+        cache.read(b).unwrap();
+    }
+    assert!(writes_since(&dev, &before) > 0);
+    cache.sync().unwrap();
+
+    cache.begin_undo().unwrap();
+    let b20 = cache.read(20).unwrap();
+    fill(&cache, &b20, 0x20);
+    cache.write_now(&[&b20]).unwrap();
+    drop(b20);
+    for b in 30..40 {
+        cache.read(b).unwrap();
+    }
+    assert!(cache.lookup(20).is_some(), "written clean, still kept");
+    cache.rollback_undo().unwrap();
+    assert_eq!(content(&cache, 20), Some((vec![0; BS as usize], false)));
+    assert_eq!(dev_block(&dev, 20), vec![0; BS as usize]);
+}
+
+/// `write_range` saves only the bytes it hands out; saves of one buffer apply newest first,
+/// whatever mix of ranges and whole-block saves the scope made; `write_untracked` saves
+/// nothing.
+#[test]
+fn range_saves_restore_exactly() {
+    let dev = mem(8);
+    let cache = cache_over(dev.clone(), 8);
+    let b = cache.read(1).unwrap();
+    for (i, x) in b.write().iter_mut().enumerate() {
+        *x = i as u8;
+    }
+    let orig = b.read().clone();
+    cache.begin_undo().unwrap();
+    b.write_range(10, 4).fill(0xAA);
+    b.write_range(12, 8).fill(0xBB); // overlaps the first range
+    b.write_range(500, 100).fill(0xCC); // cut to the block
+    b.write()[0] = 0xDD; // now a whole-block save of the changed contents
+    b.write_range(11, 2).fill(0xEE); // after a whole save: nothing more to save
+    cache.mark_dirty(&b);
+    cache.rollback_undo().unwrap();
+    assert_eq!(*b.read(), orig);
+    assert!(!b.is_dirty());
+
+    cache.begin_undo().unwrap();
+    b.write_untracked()[0] = 0x11;
+    cache.rollback_undo().unwrap();
+    assert_eq!(b.read()[0], 0x11, "an untracked change is not taken back");
+}
+
+/// A block whose untouched (dirty) buffer the scope invalidated, then created anew: the
+/// rollback drops the new buffer and puts the old one back, contents and dirty flag.
+#[test]
+fn rollback_of_free_then_reuse_keeps_the_old_buffer() {
+    let dev = mem(8);
+    let cache = cache_over(dev.clone(), 8);
+    fill(&cache, &cache.read(3).unwrap(), 0x33);
+    cache.begin_undo().unwrap();
+    cache.invalidate(3);
+    fill(&cache, &cache.get_new(3), 0x44);
+    cache.rollback_undo().unwrap();
+    assert_eq!(content(&cache, 3), Some((vec![0x33; BS as usize], true)));
+    // The same, with the new buffer written in the scope: the replay puts the old
+    // buffer's contents on the device.
+    cache.begin_undo().unwrap();
+    cache.invalidate(3);
+    let b = cache.get_new(3);
+    fill(&cache, &b, 0x55);
+    cache.write_now(&[&b]).unwrap();
+    drop(b);
+    cache.rollback_undo().unwrap();
+    assert_eq!(dev_block(&dev, 3), vec![0x33; BS as usize]);
+    assert_eq!(content(&cache, 3).unwrap().0, vec![0x33; BS as usize]);
 }

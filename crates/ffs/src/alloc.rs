@@ -4,10 +4,15 @@
 //! blocks follow the previous block of the file so reads are sequential.
 
 use cairn_bufcache::BufRef;
-use cairn_vfs::{Errno, Result};
+use cairn_vfs::{Errno, FsError, Result};
 
-use crate::format::{bitmap, kind};
+use crate::format::{bitmap, kind, superblock};
 use crate::{Ffs, State, corrupt_err};
+
+/// Sets bit `i` of a bitmap block, saving (in an undo scope) only the byte it changes.
+fn set_bit(b: &BufRef, i: usize, v: bool) {
+    bitmap::set(&mut b.write_range(i / 8, 1), i % 8, v);
+}
 
 impl Ffs {
     /// The group descriptor and one bitmap of group `g`, for a step's buffer list.
@@ -23,7 +28,7 @@ impl Ffs {
 
     fn store_desc(&self, st: &State, g: u64) -> Result<()> {
         let b = self.bread(self.geo.desc_block(g), kind::GROUP)?;
-        st.groups[g as usize].encode(&mut b.write()[..]);
+        st.groups[g as usize].encode(&mut b.write_range(0, superblock::SB_BYTES));
         self.cache.mark_dirty(&b);
         Ok(())
     }
@@ -58,31 +63,31 @@ impl Ffs {
             let ipg = self.geo.inodes_per_group as usize;
             while st.groups[g as usize].free_inodes > 0 {
                 let bufs = self.group_bufs(g, true)?;
-                let idx = {
-                    let mut m = bufs[1].write();
-                    let Some(idx) = bitmap::find_clear(&m, 0, ipg) else {
-                        // The summary said free but the bitmap is full: trust the bitmap.
-                        drop(m);
-                        st.groups[g as usize].free_inodes = 0;
-                        break;
-                    };
-                    bitmap::set(&mut m, idx, true);
-                    idx
+                let Some(idx) = bitmap::find_clear(&bufs[1].read(), 0, ipg) else {
+                    // The summary said free but the bitmap is full: trust the bitmap.
+                    st.group_mut(g).free_inodes = 0;
+                    break;
                 };
+                set_bit(&bufs[1], idx, true);
                 self.cache.mark_dirty(&bufs[1]);
-                let gd = &mut st.groups[g as usize];
-                gd.free_inodes -= 1;
+                st.group_mut(g).free_inodes -= 1;
                 st.free_inodes = st.free_inodes.saturating_sub(1);
                 let ino = g * self.geo.inodes_per_group + idx as u64;
                 let old = if ino < crate::format::ROOT_INO {
                     None
                 } else {
-                    self.read_disk_inode(ino).ok()
+                    match self.read_disk_inode(ino) {
+                        Ok(d) => Some(d),
+                        // The device failed, not the slot: fail the operation (its undo
+                        // clears the bit again) rather than leak a good inode.
+                        Err(e @ FsError::Io(_)) => return Err(e),
+                        Err(_) => None,
+                    }
                 };
                 match old {
                     Some(old) if old.is_free() => {
                         if dir {
-                            st.groups[g as usize].dirs += 1;
+                            st.group_mut(g).dirs += 1;
                         }
                         self.store_desc(st, g)?;
                         return Ok((ino, old.generation, bufs));
@@ -103,17 +108,14 @@ impl Ffs {
         let g = self.geo.group_of_ino(ino);
         let b = self.bread(self.geo.inode_bitmap(g), kind::GROUP)?;
         let idx = (ino % self.geo.inodes_per_group) as usize;
-        {
-            let mut m = b.write();
-            if !bitmap::get(&m, idx) {
-                return Err(corrupt_err(format!(
-                    "freeing inode {ino} that is not allocated"
-                )));
-            }
-            bitmap::set(&mut m, idx, false);
+        if !bitmap::get(&b.read(), idx) {
+            return Err(corrupt_err(format!(
+                "freeing inode {ino} that is not allocated"
+            )));
         }
+        set_bit(&b, idx, false);
         self.cache.mark_dirty(&b);
-        let gd = &mut st.groups[g as usize];
+        let gd = st.group_mut(g);
         gd.free_inodes += 1;
         if dir {
             gd.dirs = gd.dirs.saturating_sub(1);
@@ -145,18 +147,13 @@ impl Ffs {
                 self.geo.meta_blocks() as usize
             };
             let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
-            let bit = {
-                let mut m = b.write();
-                let Some(bit) = bitmap::find_clear(&m, from, len) else {
-                    drop(m);
-                    st.groups[g as usize].free_blocks = 0;
-                    continue;
-                };
-                bitmap::set(&mut m, bit, true);
-                bit
+            let Some(bit) = bitmap::find_clear(&b.read(), from, len) else {
+                st.group_mut(g).free_blocks = 0;
+                continue;
             };
+            set_bit(&b, bit, true);
             self.cache.mark_dirty(&b);
-            st.groups[g as usize].free_blocks -= 1;
+            st.group_mut(g).free_blocks -= 1;
             st.free_blocks = st.free_blocks.saturating_sub(1);
             self.store_desc(st, g)?;
             let blk = self.geo.group_start(g) + bit as u64;
@@ -179,19 +176,16 @@ impl Ffs {
         let g = self.geo.group_of_block(blk);
         let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
         let bit = (blk - self.geo.group_start(g)) as usize;
-        {
-            let mut m = b.write();
-            if !bitmap::get(&m, bit) {
-                return Err(corrupt_err(format!(
-                    "freeing block {blk} that is already free"
-                )));
-            }
-            bitmap::set(&mut m, bit, false);
+        if !bitmap::get(&b.read(), bit) {
+            return Err(corrupt_err(format!(
+                "freeing block {blk} that is already free"
+            )));
         }
+        set_bit(&b, bit, false);
         self.cache.mark_dirty(&b);
         // A freed block's cached contents must never be written over its next owner.
         self.cache.invalidate(blk);
-        st.groups[g as usize].free_blocks += 1;
+        st.group_mut(g).free_blocks += 1;
         st.free_blocks += 1;
         self.store_desc(st, g)
     }

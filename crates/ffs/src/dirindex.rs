@@ -14,7 +14,7 @@ use crate::format::{DIR_CHUNK, dir, kind};
 use crate::{Ffs, State, corrupt_err};
 
 /// Where an entry lives.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub ino: u64,
     pub dtype: u8,
@@ -70,6 +70,11 @@ impl MaxTree {
             self.t[p] = self.t[2 * p].max(self.t[2 * p + 1]);
         }
     }
+    /// The per-chunk values, in order.
+    pub fn values(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.n).map(|i| self.t[self.cap() + i])
+    }
+
     /// First index with value >= `need`.
     pub fn find(&self, need: u16) -> Option<usize> {
         if self.n == 0 || self.t[1] < need {
@@ -152,6 +157,8 @@ impl Ffs {
             if idx.dotdot.ino == 0 {
                 return Err(corrupt_err(format!("directory {dino}: no '..' entry")));
             }
+            // Built from blocks the open scope may have changed: a rollback drops it.
+            st.undo.touch_dir(dino);
             st.dirs.insert(dino, idx);
         }
         Ok(st.dirs.get_mut(&dino).expect("just inserted"))
@@ -186,6 +193,18 @@ impl Ffs {
         self.bread(p, kind::DIRECTORY)
     }
 
+    /// Blocks that adding `name` to `dino` would allocate: none if a chunk has room, else
+    /// the new directory block and the indirect blocks on its path.
+    pub(crate) fn dir_add_blocks(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<u64> {
+        let need = dir::rec_size(name.len()) as u16;
+        let idx = self.dir_index(st, dino)?;
+        if idx.free.find(need).is_some() {
+            return Ok(0);
+        }
+        let nblocks = idx.nblocks;
+        self.blocks_to_map(st, dino, nblocks)
+    }
+
     /// Adds `name -> ino` to directory `dino`. Grows the directory if no chunk has room
     /// (the new block is made durable as empty through `setup_block_init` before the
     /// entry is placed in it). Returns the block changed; the caller updates the inode.
@@ -199,6 +218,7 @@ impl Ffs {
     ) -> Result<BufRef> {
         let need = dir::rec_size(name.len()) as u16;
         let chunks_per_block = self.geo.bs() / DIR_CHUNK;
+        st.undo.touch_dir(dino);
         let found = self.dir_index(st, dino)?.free.find(need);
         let chunk = match found {
             Some(c) => c,
@@ -207,14 +227,18 @@ impl Ffs {
         let lbn = (chunk / chunks_per_block) as u64;
         let c_in_block = chunk % chunks_per_block;
         let b = self.dir_block(st, dino, lbn)?;
+        // An entry never leaves its 512-byte chunk: only the chunk changes (and is saved).
         let (off, free) = {
-            let mut data = b.write();
-            let off = dir::insert(&mut data, c_in_block, ino, dtype, name)
+            let mut data = b.write_range(c_in_block * DIR_CHUNK, DIR_CHUNK);
+            let off = dir::insert(&mut data, 0, ino, dtype, name)
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?
                 .ok_or_else(|| {
                     corrupt_err(format!("directory {dino}: free-space index out of date"))
                 })?;
-            (off, dir::chunk_free(&data, c_in_block) as u16)
+            (
+                c_in_block * DIR_CHUNK + off,
+                dir::chunk_free(&data, 0) as u16,
+            )
         };
         self.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
@@ -232,6 +256,7 @@ impl Ffs {
     }
 
     fn dir_grow(&self, st: &mut State, dino: u64) -> Result<usize> {
+        st.undo.touch_dir(dino);
         let nblocks = self.dir_index(st, dino)?.nblocks;
         let (p, _, changed) = self.bmap_alloc(st, dino, nblocks)?;
         let nb = self.bnew(p, kind::DIRECTORY);
@@ -260,6 +285,7 @@ impl Ffs {
 
     /// Removes `name` from `dino`; returns the block changed.
     pub(crate) fn dir_remove(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<BufRef> {
+        st.undo.touch_dir(dino);
         let slot = self
             .dir_index(st, dino)?
             .names
@@ -269,10 +295,10 @@ impl Ffs {
         let b = self.dir_block(st, dino, slot.lbn)?;
         let c_in_block = slot.off / DIR_CHUNK;
         let free = {
-            let mut data = b.write();
-            dir::remove(&mut data, slot.off)
+            let mut data = b.write_range(c_in_block * DIR_CHUNK, DIR_CHUNK);
+            dir::remove(&mut data, slot.off % DIR_CHUNK)
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?;
-            dir::chunk_free(&data, c_in_block) as u16
+            dir::chunk_free(&data, 0) as u16
         };
         self.cache.mark_dirty(&b);
         let per = self.geo.bs() / DIR_CHUNK;
@@ -291,9 +317,10 @@ impl Ffs {
         ino: u64,
         dtype: u8,
     ) -> Result<BufRef> {
+        st.undo.touch_dir(dino);
         let slot = self.dir_lookup(st, dino, name)?.ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
-        dir::set_ino(&mut b.write(), slot.off, ino, dtype);
+        dir::set_ino(&mut b.write_range(slot.off, 8), 0, ino, dtype);
         self.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
         let new = Slot { ino, dtype, ..slot };

@@ -8,12 +8,26 @@ use crate::format::{DiskInode, NDIRECT, get_u64, kind, put_u64};
 use crate::{Ffs, State, corrupt_err};
 
 /// An inode in memory: its disk form plus the references that keep it alive.
+#[derive(Clone)]
 pub(crate) struct InCore {
     pub d: DiskInode,
     /// Lookups the kernel holds (FUSE lookup count).
     pub nlookup: u64,
     /// Open handles.
     pub nopen: u32,
+    /// The undo scope that last saved this inode (see `undo`).
+    pub undo_scope: u64,
+}
+
+impl InCore {
+    pub fn new(d: DiskInode) -> InCore {
+        InCore {
+            d,
+            nlookup: 0,
+            nopen: 0,
+            undo_scope: 0,
+        }
+    }
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -39,6 +53,9 @@ pub(crate) fn time_to_ns(t: SystemTime) -> i64 {
         Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
     }
 }
+
+/// Most blocks mapping one logical block can allocate: a triple-indirect path and the data.
+pub(crate) const MAX_MAP_BLOCKS: u64 = 4;
 
 /// Where logical block `lbn` sits in the pointer tree: the level (0 direct, 1..=3
 /// indirect) and the index at each level from the root.
@@ -96,20 +113,47 @@ impl Ffs {
     }
 
     /// The in-core inode `ino`, loading it. A free inode is ENOENT (stale handle).
+    ///
+    /// This is the only way to change an in-core inode: inside an undo scope it saves the
+    /// inode on its first touch, so a failed operation can put it back (see `undo`).
     pub(crate) fn iget<'a>(&self, st: &'a mut State, ino: u64) -> Result<&'a mut InCore> {
-        if let std::collections::hash_map::Entry::Vacant(e) = st.inodes.entry(ino) {
-            let d = self.read_disk_inode(ino)?;
-            if d.is_free() {
-                return Err(Errno::ENOENT.into());
+        let State { inodes, undo, .. } = st;
+        match inodes.entry(ino) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let d = self.read_disk_inode(ino)?;
+                if d.is_free() {
+                    return Err(Errno::ENOENT.into());
+                }
+                self.validate_pointers(ino, &d)?;
+                let ic = e.insert(InCore::new(d));
+                undo.new_inode(ino, ic);
+                Ok(ic)
             }
-            self.validate_pointers(ino, &d)?;
-            e.insert(InCore {
-                d,
-                nlookup: 0,
-                nopen: 0,
-            });
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let ic = e.into_mut();
+                undo.touch_inode(ino, ic);
+                Ok(ic)
+            }
         }
-        Ok(st.inodes.get_mut(&ino).expect("just inserted"))
+    }
+
+    /// Puts a new inode in core (inode allocation), recording it in the undo scope.
+    pub(crate) fn iinsert(&self, st: &mut State, ino: u64, d: DiskInode) {
+        let State { inodes, undo, .. } = st;
+        match inodes.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                // Not expected (a free inode is never in core), but keep it restorable.
+                let ic = e.into_mut();
+                undo.touch_inode(ino, ic);
+                let saved_in = ic.undo_scope;
+                *ic = InCore::new(d);
+                ic.undo_scope = saved_in;
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let ic = e.insert(InCore::new(d));
+                undo.new_inode(ino, ic);
+            }
+        }
     }
 
     fn validate_pointers(&self, ino: u64, d: &DiskInode) -> Result<()> {
@@ -135,7 +179,7 @@ impl Ffs {
     pub(crate) fn write_disk_inode(&self, ino: u64, d: &DiskInode) -> Result<BufRef> {
         let (blk, off) = self.geo.inode_location(ino);
         let b = self.bread(blk, kind::INODE)?;
-        d.encode(ino, &mut b.write()[off..off + 256]);
+        d.encode(ino, &mut b.write_range(off, 256));
         self.cache.mark_dirty(&b);
         Ok(b)
     }
@@ -173,6 +217,31 @@ impl Ffs {
             p = self.read_ptr(p, idx)?;
         }
         Ok(p)
+    }
+
+    /// How many blocks `bmap_alloc(ino, lbn)` would allocate: the data block and the missing
+    /// indirect blocks on its path (0 if mapped; at most [`MAX_MAP_BLOCKS`]).
+    pub(crate) fn blocks_to_map(&self, st: &mut State, ino: u64, lbn: u64) -> Result<u64> {
+        let ppb = self.geo.ptrs_per_block();
+        let Some((level, path)) = tree_path(lbn, ppb) else {
+            return Err(Errno::EFBIG.into());
+        };
+        let d = &self.iget(st, ino)?.d;
+        let mut p = if level == 0 {
+            d.direct[path[0] as usize]
+        } else {
+            d.indirect[path[0] as usize]
+        };
+        if p == 0 {
+            return Ok(level as u64 + 1);
+        }
+        for (depth, &idx) in path[1..=level].iter().enumerate() {
+            p = self.read_ptr(p, idx)?;
+            if p == 0 {
+                return Ok((level - depth) as u64);
+            }
+        }
+        Ok(0)
     }
 
     /// Maps `lbn`, allocating the data block and any missing indirect blocks. Returns the
@@ -234,7 +303,7 @@ impl Ffs {
                 next = self.alloc_block(st, pref, ino)?;
                 fresh = true;
                 self.iget(st, ino)?.d.blocks += 1;
-                put_u64(&mut ib.write(), (idx * 8) as usize, next);
+                put_u64(&mut ib.write_range((idx * 8) as usize, 8), 0, next);
                 self.cache.mark_dirty(&ib);
                 if !changed.iter().any(|b: &BufRef| b.blkno() == ib.blkno()) {
                     changed.push(ib);
@@ -349,7 +418,7 @@ impl Ffs {
                 "indirect block {cur}: pointer {old} out of range"
             )));
         }
-        put_u64(&mut b.write(), off, 0);
+        put_u64(&mut b.write_range(off, 8), 0, 0);
         self.cache.mark_dirty(&b);
         Ok(Some((old, Some(b))))
     }
@@ -451,7 +520,7 @@ impl Ffs {
             };
             if release {
                 to_free.push(p);
-                put_u64(&mut b.write(), (i * 8) as usize, 0);
+                put_u64(&mut b.write_range((i * 8) as usize, 8), 0, 0);
                 modified = true;
             }
         }

@@ -3,7 +3,8 @@
 //! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O);
 //! `alloc`, `inode` and `dirindex` are the engine's allocation, block-map and directory
 //! machinery; [`strategy`] holds the metadata-update disciplines behind one interface;
-//! `ops` implements the [`cairn_vfs::FileSystem`] contract; `mkfs` creates file systems.
+//! `ops` implements the [`cairn_vfs::FileSystem`] contract; `undo` makes a failed
+//! operation change nothing; `mkfs` creates file systems.
 //!
 //! Concurrency: one mutex guards the in-memory state of a mounted file system (in-core
 //! inodes, directory indexes, group summaries, open handles). Requests from several FUSE
@@ -20,6 +21,7 @@ mod mkfs;
 mod ops;
 #[cfg(test)]
 mod tests;
+mod undo;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -174,6 +176,8 @@ pub(crate) struct State {
     pub orphans: std::collections::BTreeSet<u64>,
     /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
     pub free_on_truncate: Option<u64>,
+    /// The in-core half of the open undo scope (see `undo`).
+    pub undo: undo::Undo,
 }
 
 /// Per-operation-type counts for `cairn stats`.
@@ -329,6 +333,7 @@ impl Ffs {
                 op_stats: HashMap::new(),
                 free_on_truncate: None,
                 orphans: Default::default(),
+                undo: Default::default(),
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
@@ -435,7 +440,7 @@ impl Ffs {
                     ic.nopen = 0;
                     ic.nlookup = 0;
                 }
-                self.maybe_free_inode(&mut st, ino)?;
+                self.atomically(&mut st, |st| self.maybe_free_inode(st, ino))?;
             }
             self.sync_locked(&mut st)?;
             st.sb.state = superblock::STATE_CLEAN;

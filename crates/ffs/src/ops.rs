@@ -1,7 +1,8 @@
 //! The file-system operations: the [`FileSystem`] contract on top of the engine.
 //!
 //! Every mutating operation runs under the state lock and calls the strategy's `setup_*`
-//! hooks in rule order (see `strategy`), then `op_done`, the mode's durability point.
+//! hooks in rule order (see `strategy`), then `op_done`, the mode's durability point, all
+//! inside an undo scope: if any of it fails, the operation changes nothing (see `undo`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -9,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
 use cairn_vfs::{
-    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino,
+    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
     KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
@@ -24,6 +25,30 @@ const STREAM_BYTES: u64 = 256 << 10;
 /// Largest single device write of a stream (1 MiB of 4 KiB blocks).
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
+
+/// One block of a write request, as pass 1 of `do_write` mapped it.
+struct Piece {
+    lbn: u64,
+    /// The device block.
+    p: u64,
+    /// Allocated by this request.
+    fresh: bool,
+    in_blk: usize,
+    n: usize,
+    /// Offset in the request's data.
+    doff: usize,
+    target: Target,
+}
+
+/// Where a piece's bytes go.
+enum Target {
+    /// Into this cached buffer (it holds the block's other bytes).
+    Cached(BufRef),
+    /// Into a new buffer: the block is new or entirely overwritten.
+    New,
+    /// Straight to the device, in a run (a stream's whole, uncached blocks).
+    Direct,
+}
 
 fn check_name(name: &OsStr) -> Result<&[u8]> {
     let n = name.as_bytes();
@@ -57,10 +82,16 @@ impl Ffs {
         }
         let mut st = self.st.lock();
         let before: CounterSnapshot = self.dev.counters().snapshot();
-        let r = f(&mut st);
-        let r = match r {
-            Ok(v) if mutating => self.strategy.op_done(&self.io).map(|_| v),
-            other => other,
+        // A mutating operation either completes, durability point included, or changes
+        // nothing (see `undo`).
+        let r = if mutating {
+            self.atomically(&mut st, |st| {
+                let v = f(st)?;
+                self.strategy.op_done(&self.io)?;
+                Ok(v)
+            })
+        } else {
+            f(&mut st)
         };
         if mutating {
             self.relieve_memory_pressure();
@@ -165,6 +196,11 @@ impl Ffs {
         if !is_dir && mode & libc::S_ISGID != 0 && !ctx.is_root() && !ctx.in_group(gid) {
             mode &= !libc::S_ISGID;
         }
+        // Preflight: the inode, the first block of a directory or slow symlink, and what
+        // the name needs if the parent must grow, or ENOSPC before anything changes.
+        let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
+        let blocks = u64::from(is_dir || slow_link) + self.dir_add_blocks(st, parent, name)?;
+        self.reserve(st, 1, blocks)?;
         let (ino, old_generation, cg) = self.alloc_inode(st, parent, is_dir)?;
         let now = now_ns();
         let mut d = DiskInode {
@@ -186,15 +222,8 @@ impl Ffs {
                 d.fast_link = Some(t.to_vec());
             }
         }
-        st.inodes.insert(
-            ino,
-            crate::inode::InCore {
-                d,
-                nlookup: 0,
-                nopen: 0,
-            },
-        );
-        if is_dir || link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX) {
+        self.iinsert(st, ino, d);
+        if is_dir || slow_link {
             // The first block: initialized and on disk before the inode points to it
             // (rule 1). A new directory's ".." is a reference to the parent, so the parent's
             // raised link count goes in the same step, before the entry makes it count.
@@ -220,22 +249,9 @@ impl Ffs {
         let ib = self.iput(st, ino)?;
         self.strategy
             .setup_inode_alloc(&self.io, &[&cg[0], &cg[1], &ib])?;
-        // Rule 1 satisfied: now the name.
-        let db = match self.dir_add(st, parent, name, ino, dtype_of(mode)) {
-            Ok(db) => db,
-            Err(e) => {
-                // No room for the name (ENOSPC growing the directory): give back the inode
-                // and the parent's link, so a failed call changes nothing visible.
-                self.iget(st, ino)?.d.nlink = 0;
-                if is_dir {
-                    let p = self.iget(st, parent)?;
-                    p.d.nlink = p.d.nlink.saturating_sub(1);
-                    self.iput(st, parent)?;
-                }
-                self.maybe_free_inode(st, ino)?;
-                return Err(e);
-            }
-        };
+        // Rule 1 satisfied: now the name. (If anything fails from here on, the operation's
+        // undo scope takes back the inode, its block and the parent's link count.)
+        let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
         let pb = self.touch_dir(st, parent)?;
         self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
         if is_dir {
@@ -304,7 +320,8 @@ impl Ffs {
         let p = self.bmap(st, ino, size / bs)?;
         if p != 0 {
             let b = self.bread(p, kind::DATA)?;
-            b.write()[(size % bs) as usize..].fill(0);
+            let at = (size % bs) as usize;
+            b.write_range(at, bs as usize - at).fill(0);
             self.cache.mark_dirty(&b);
         }
         Ok(())
@@ -339,7 +356,9 @@ impl Ffs {
         let fh = st.next_fh;
         st.next_fh += 1;
         st.handles.insert(fh, Handle { ino, flags });
-        if let Some(ic) = st.inodes.get_mut(&ino) {
+        let State { inodes, undo, .. } = st;
+        if let Some(ic) = inodes.get_mut(&ino) {
+            undo.touch_inode(ino, ic);
             ic.nopen += 1;
         }
         fh
@@ -403,6 +422,7 @@ impl Ffs {
             return Err(Errno::ENOSPC.into());
         }
         let (blk, fresh) = if old == 0 {
+            self.reserve(st, 0, 1)?;
             (self.alloc_block(st, 0, ino)?, true)
         } else {
             (old, false)
@@ -512,6 +532,10 @@ impl Ffs {
             }
         } else if src_dir && np != parent && npd.nlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
+        }
+        if dst.is_none() {
+            let blocks = self.dir_add_blocks(st, np, nname)?;
+            self.reserve(st, 0, blocks)?;
         }
         let now = now_ns();
         // 1. Link count up before the second name exists (link count >= references).
@@ -735,75 +759,175 @@ impl Ffs {
         // metadata in these modes, and a block written here reaches the device before any
         // pointer to it can.
         let streaming = data.len() as u64 >= STREAM_BYTES;
-        let mut run: Option<(u64, usize, usize)> = None; // (first block, data offset, blocks)
-        let flush_run = |run: &mut Option<(u64, usize, usize)>| -> Result<()> {
-            if let Some((blk, off, n)) = run.take() {
-                self.dev
-                    .write_blocks(blk, &data[off..off + n * bs as usize])?;
-            }
-            Ok(())
+        // Held until the inode is written at the end, so that write cannot need a device
+        // read once data has gone straight to the device (see pass 2).
+        let (iblk, _) = self.geo.inode_location(ino);
+        let _inode_block = match self.cache.lookup(iblk) {
+            Some(b) => b,
+            None => self.bread(iblk, kind::INODE)?,
         };
+        // Pass 1 maps every block of the request (allocating) and reads the blocks that
+        // keep part of their old contents: everything that can fail except a stream's
+        // device writes happens here, and the undo takes all of it back. Nothing of the
+        // file's contents changes in this pass.
+        let mut pieces: Vec<Piece> = Vec::new();
         let mut pos = offset;
-        let mut allocated = false;
         while pos < end {
             let lbn = pos / bs;
             let in_blk = (pos % bs) as usize;
             let n = ((bs as usize) - in_blk).min((end - pos) as usize);
+            // Preflight: a block whose data and indirect blocks cannot all be allocated is
+            // not started (a short write, or ENOSPC for the first), so no half-built
+            // pointer path is left behind. Only near a full file system is it worth a walk.
+            if st.free_blocks < crate::inode::MAX_MAP_BLOCKS
+                && st.free_blocks < self.blocks_to_map(st, ino, lbn)?
+            {
+                if pos > offset {
+                    break;
+                }
+                return Err(Errno::ENOSPC.into());
+            }
             let (p, fresh, _changed) = match self.bmap_alloc(st, ino, lbn) {
                 Ok(v) => v,
                 Err(e) if pos > offset && e.errno() == Errno::ENOSPC => break,
-                Err(e) => {
-                    flush_run(&mut run)?;
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             };
-            allocated |= fresh;
-            let doff = (pos - offset) as usize;
             let whole = n == bs as usize;
-            let cached = if whole { self.cache.lookup(p) } else { None };
-            if streaming && whole && cached.is_none() {
-                match &mut run {
-                    Some((b0, off0, k))
-                        if *b0 + *k as u64 == p
-                            && *off0 + *k * bs as usize == doff
-                            && *k < STREAM_RUN_BLOCKS =>
-                    {
-                        *k += 1
-                    }
-                    _ => {
-                        flush_run(&mut run)?;
-                        run = Some((p, doff, 1));
-                    }
-                }
-                pos += n as u64;
-                continue;
-            }
-            // A run is contiguous on the device and in the request: a block taking the
-            // cache path ends it.
-            flush_run(&mut run)?;
-            let b = match cached {
-                Some(b) => b,
-                None if fresh || whole => self.bnew(p, kind::DATA),
-                None => self.bread(p, kind::DATA)?,
+            let target = match self.cache.lookup(p) {
+                // A new block's cached buffer (if any) is zeroed in place by `bnew`.
+                Some(_) if fresh => Target::New,
+                Some(b) => Target::Cached(b),
+                None if streaming && whole => Target::Direct,
+                None if fresh || whole => Target::New,
+                None => Target::Cached(self.bread(p, kind::DATA)?),
             };
-            b.set_kind(kind::DATA);
-            b.write()[in_blk..in_blk + n].copy_from_slice(&data[doff..doff + n]);
-            self.cache.mark_dirty(&b);
+            pieces.push(Piece {
+                lbn,
+                p,
+                fresh,
+                in_blk,
+                n,
+                doff: (pos - offset) as usize,
+                target,
+            });
             pos += n as u64;
         }
-        flush_run(&mut run)?;
-        if allocated {
+        // The last point of failure. The steps pass 1 wrote in `sync` mode (new indirect
+        // blocks) are made durable now rather than by `op_done`, so that nothing after
+        // this can fail: pass 2 changes file contents without before-images (a stream's
+        // direct writes replace bytes the undo has no copy of; cache copies are not saved,
+        // to keep overwrites cheap), and the inode update at the end uses a held buffer.
+        self.io.barrier()?;
+        // Pass 2, in request order: copy into the cache (cannot fail) and write the runs of
+        // direct blocks. If a run's device write fails after earlier bytes reached the file,
+        // the call is a short write of those bytes (write(2) on Linux does the same); the
+        // blocks this request allocated past them stay allocated, zeroed, past the end of
+        // the file (as after fallocate with FALLOC_FL_KEEP_SIZE). If nothing reached the
+        // file yet, the error fails the call and the undo takes everything back.
+        let mut run: Option<(u64, usize, usize)> = None; // (first block, data offset, blocks)
+        let mut done = offset; // every byte before this reached the file
+        let mut failed: Option<(FsError, u64)> = None;
+        for pc in &pieces {
+            let pc_end = offset + (pc.doff + pc.n) as u64;
+            if let Target::Direct = pc.target {
+                match &mut run {
+                    Some((b0, off0, k))
+                        if *b0 + *k as u64 == pc.p
+                            && *off0 + *k * bs as usize == pc.doff
+                            && *k < STREAM_RUN_BLOCKS =>
+                    {
+                        *k += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            // A run is contiguous on the device and in the request: anything else ends it.
+            if let Some((blk, off, k)) = run.take() {
+                if let Err(e) = self
+                    .dev
+                    .write_blocks(blk, &data[off..off + k * bs as usize])
+                {
+                    failed = Some((e.into(), offset + off as u64));
+                    break;
+                }
+                done = offset + (off + k * bs as usize) as u64;
+            }
+            match &pc.target {
+                Target::Direct => run = Some((pc.p, pc.doff, 1)),
+                // After the last point of failure (see above): no before-image needed.
+                Target::Cached(b) => {
+                    b.set_kind(kind::DATA);
+                    b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
+                        .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
+                    self.cache.mark_dirty(b);
+                    done = pc_end;
+                }
+                Target::New => {
+                    let b = self.bnew(pc.p, kind::DATA);
+                    b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
+                        .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
+                    self.cache.mark_dirty(&b);
+                    done = pc_end;
+                }
+            }
+        }
+        if failed.is_none()
+            && let Some((blk, off, k)) = run.take()
+        {
+            match self
+                .dev
+                .write_blocks(blk, &data[off..off + k * bs as usize])
+            {
+                Ok(()) => done = offset + (off + k * bs as usize) as u64,
+                Err(e) => failed = Some((e.into(), offset + off as u64)),
+            }
+        }
+        if let Some((e, at)) = failed {
+            if at == offset {
+                return Err(e);
+            }
+            log::warn!("write to inode {ino} cut short at byte {at}: {e}");
+            // Blocks this request allocated from the failed run on hold stale bytes (or part
+            // of the run): zero them, in memory, which cannot fail.
+            for pc in pieces.iter().filter(|pc| pc.fresh && pc.lbn * bs >= at) {
+                let b = self.bnew(pc.p, kind::DATA);
+                self.cache.mark_dirty(&b);
+            }
+        }
+        if pieces.iter().any(|pc| pc.fresh) {
             self.io
                 .data_allocs_pending
                 .store(true, std::sync::atomic::Ordering::Release);
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
-        ic.d.size = ic.d.size.max(pos);
+        ic.d.size = ic.d.size.max(done);
         ic.d.mtime = now;
         ic.d.ctime = now;
         self.iput(st, ino)?;
-        Ok((pos - offset) as u32)
+        Ok((done - offset) as u32)
+    }
+
+    /// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
+    ///
+    /// A non-owner may make exactly this change to a file it may write: it is how Linux's
+    /// FUSE client (without `handle_killpriv`) kills privileges when someone who is not the
+    /// owner writes or truncates a setuid/setgid file — it sends SETATTR with the old mode
+    /// minus S_ISUID (and minus S_ISGID when group-execute is set), as the writing user,
+    /// for a truncate in the same request as the new size. Refusing it would make the write
+    /// fail with EPERM and keep the bits, where ext4 lets the write succeed and clears them.
+    ///
+    /// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
+    /// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
+    /// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
+    /// privilege kill. Without `default_permissions`, a user who may write the file could
+    /// also clear the bits with chmod(2) — which only ever removes privilege, and the same
+    /// user could clear them anyway by writing to the file.
+    fn only_kills_privileges(old: u32, new: u32) -> bool {
+        let (old, new) = (old & 0o7777, new & 0o7777);
+        let cleared = old & !new;
+        new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
     }
 
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
@@ -812,11 +936,14 @@ impl Ffs {
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
-            if !owner {
-                return Err(Errno::EPERM.into());
-            }
             let mut m = mode & 0o7777;
-            if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
+            if !owner {
+                if !Self::only_kills_privileges(d.mode, m)
+                    || ctx.check(d.mode, d.uid, d.gid, Access::W).is_err()
+                {
+                    return Err(Errno::EPERM.into());
+                }
+            } else if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
                 m &= !libc::S_ISGID;
             }
             n.mode = (d.mode & libc::S_IFMT) | m;
@@ -957,7 +1084,7 @@ impl Ffs {
                         let p = self.bmap(st, ino, lbn)?;
                         if p != 0 {
                             let b = self.bread(p, kind::DATA)?;
-                            b.write()[in_blk as usize..(in_blk + n) as usize].fill(0);
+                            b.write_range(in_blk as usize, n as usize).fill(0);
                             self.cache.mark_dirty(&b);
                         }
                     }
@@ -1044,7 +1171,7 @@ impl FileSystem for Ffs {
                     // Freeing an orphan promises nothing durable: no op_done. The next
                     // ordered step's barrier makes the cleared inode durable before any
                     // freed resource can be pointed to again (rule 2).
-                    return self.maybe_free_inode(st, ino);
+                    return self.atomically(st, |st| self.maybe_free_inode(st, ino));
                 } else if !ic.d.is_dir() {
                     st.inodes.remove(&ino);
                 }
@@ -1234,6 +1361,8 @@ impl FileSystem for Ffs {
             if d.nlink == 0 {
                 return Err(Errno::ENOENT.into());
             }
+            let blocks = self.dir_add_blocks(st, np, n)?;
+            self.reserve(st, 0, blocks)?;
             let ic = self.iget(st, ino)?;
             ic.d.nlink += 1;
             ic.d.ctime = now_ns();
@@ -1330,8 +1459,12 @@ impl FileSystem for Ffs {
             {
                 ic.nopen = ic.nopen.saturating_sub(1);
                 if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
-                    self.maybe_free_inode(st, ino)?;
-                    self.strategy.op_done(&self.io)?;
+                    // The handle is gone whatever happens; freeing the inode is all or
+                    // nothing (a failure leaves an orphan that unmount frees).
+                    self.atomically(st, |st| {
+                        self.maybe_free_inode(st, ino)?;
+                        self.strategy.op_done(&self.io)
+                    })?;
                 }
             }
             Ok(())

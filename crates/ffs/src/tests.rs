@@ -484,3 +484,81 @@ fn streaming_writes_mix_with_cached_blocks() {
         assert!(got == want, "{mode}: differs after remount");
     }
 }
+
+/// A non-owner who may write a setuid/setgid file clears the bits the way Linux's FUSE
+/// client asks (SETATTR of the old mode minus S_ISUID, minus S_ISGID when group-execute is
+/// set; with the new size for a truncate), and nothing else: no other bit, no bit set, not
+/// without write permission.
+#[test]
+fn non_owner_writer_may_only_clear_setuid_and_setgid() {
+    let (_dev, fs) = fresh(2048, "sync");
+    let root = Ctx::root();
+    let other = Ctx::user(2000, 2000);
+    let mk = |name: &str, mode: u32| {
+        let f = fs
+            .mknod(&root, 2, n(name), libc::S_IFREG | 0o644, 0, 0)
+            .unwrap();
+        fs.setattr(
+            &root,
+            f.ino,
+            SetAttr {
+                uid: Some(1000),
+                gid: Some(1000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        fs.setattr(
+            &root,
+            f.ino,
+            SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        f.ino
+    };
+    let mode = |set: u32| SetAttr {
+        mode: Some(set),
+        ..Default::default()
+    };
+    let perm = |ino| fs.getattr(ino).unwrap().perm as u32;
+
+    // What the kernel sends for a write: setuid off, setgid off (group-execute is set).
+    let a = mk("a", 0o6777);
+    fs.write(a, 0, 0, b"by another user").unwrap();
+    fs.setattr(&other, a, mode(0o0777)).unwrap();
+    assert_eq!(perm(a), 0o0777);
+    // For a truncate: the mode and the size in one request.
+    let b = mk("b", 0o4666);
+    fs.setattr(
+        &other,
+        b,
+        SetAttr {
+            mode: Some(0o0666),
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(perm(b), 0o0666);
+    // setgid without group-execute: the kernel asks only for setuid; setgid stays.
+    let c = mk("c", 0o6666);
+    fs.setattr(&other, c, mode(0o2666)).unwrap();
+    assert_eq!(perm(c), 0o2666);
+
+    // Anything else from a non-owner is still refused.
+    let d = mk("d", 0o6777);
+    for bad in [0o6775, 0o6577, 0o7777, 0o0775, 0o6777] {
+        assert_eq!(
+            errno(fs.setattr(&other, d, mode(bad))),
+            Errno::EPERM,
+            "{bad:o}"
+        );
+    }
+    let e = mk("e", 0o6755); // not writable by others
+    assert_eq!(errno(fs.setattr(&other, e, mode(0o0755))), Errno::EPERM);
+    assert_eq!(perm(d), 0o6777);
+    assert_eq!(perm(e), 0o6755);
+}

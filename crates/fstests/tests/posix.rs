@@ -2057,6 +2057,98 @@ fn permissions_non_root() {
     });
 }
 
+/// A user who may write someone else's setuid/setgid file writes and truncates it, and the
+/// bits are cleared as on ext4: setuid always, setgid only with group-execute. (Linux's FUSE
+/// client asks for the clearing with a SETATTR of the mode sent as the writing user, which
+/// the file system must accept from a non-owner.)
+#[test]
+fn non_owner_write_clears_setuid_and_setgid() {
+    each("killpriv", |_t, d| {
+        chmod(d, 0o777);
+        let d = d.to_path_buf();
+        let p = |n: &str| -> PathBuf { d.join(n) };
+        for (name, m) in [
+            ("ug-x", 0o6777),
+            ("g-nox", 0o2666),
+            ("u-trunc", 0o4666),
+            ("ug-ftrunc", 0o6676),
+            ("u-chmod", 0o4666),
+        ] {
+            write_file(&p(name), b"original");
+            chown(&p(name), Some(Uid::from_raw(UA)), Some(Gid::from_raw(UA))).unwrap();
+            chmod(&p(name), m);
+            assert_eq!(mode(&p(name)) & 0o7777, m, "{name}: set up as root");
+        }
+        let dd = d.clone();
+        // UB is in the files' group: Linux (6.x) also drops S_ISGID without group-execute
+        // when the writer is outside the file's group, on local file systems, but its FUSE
+        // client never asks for that; a group member keeps it everywhere.
+        as_user(UB, UB, &[UB, UA], "setuid/setgid write", move |c| {
+            let p = |n: &str| dd.join(n);
+            let perm = |n: &str| match lstat(&p(n)) {
+                Ok(m) => format!("{:o}", m.mode() & 0o7777),
+                Err(e) => format!("stat failed: {e}"),
+            };
+            c.ok(
+                OpenOptions::new()
+                    .write(true)
+                    .open(p("ug-x"))
+                    .and_then(|mut f| f.write_all(b"X")),
+                "write another user's 06777 file",
+            );
+            let m = perm("ug-x");
+            c.check(
+                m == "777",
+                &format!("setuid and setgid (group-execute set) cleared by the write (mode {m})"),
+            );
+            c.ok(
+                OpenOptions::new()
+                    .write(true)
+                    .open(p("g-nox"))
+                    .and_then(|mut f| f.write_all(b"X")),
+                "write another user's 02666 file",
+            );
+            let m = perm("g-nox");
+            c.check(
+                m == "2666",
+                &format!("setgid without group-execute kept (mode {m})"),
+            );
+            c.ok(
+                nix::unistd::truncate(&p("u-trunc"), 3),
+                "truncate another user's 04666 file",
+            );
+            let m = perm("u-trunc");
+            c.check(
+                m == "666",
+                &format!("setuid cleared by truncate (mode {m})"),
+            );
+            c.ok(
+                OpenOptions::new()
+                    .write(true)
+                    .open(p("ug-ftrunc"))
+                    .and_then(|f| f.set_len(2)),
+                "ftruncate another user's 06676 file",
+            );
+            let m = perm("ug-ftrunc");
+            c.check(
+                m == "676",
+                &format!("setuid and setgid cleared by ftruncate (mode {m})"),
+            );
+            c.err(
+                fs::set_permissions(p("u-chmod"), fs::Permissions::from_mode(0o0666)),
+                EPERM,
+                "an explicit chmod clearing setuid of another user's file",
+            );
+        });
+        assert_eq!(fs::read(p("ug-x")).unwrap(), b"Xriginal");
+        assert_eq!(fs::read(p("g-nox")).unwrap(), b"Xriginal");
+        assert_eq!(fs::read(p("u-trunc")).unwrap(), b"ori");
+        assert_eq!(fs::read(p("ug-ftrunc")).unwrap(), b"or");
+        assert_eq!(mode(&p("u-chmod")) & 0o7777, 0o4666);
+        say!("ok: non-owner writes clear setuid/setgid as on ext4");
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // running out of space and inodes
 
