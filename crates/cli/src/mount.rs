@@ -28,6 +28,8 @@ Options (-o, comma-separated, repeatable):
   cache=SIZE          buffer-cache budget (default 256M)
   syncer=SECS         interval of the syncer thread (default: the mode's, 30 s for async)
   ro / rw             read-only / read-write
+  force               mount read-write an image a crash left behind although its last mode
+                      needs fsck first (by default refused: run cairn fsck -y)
   threads=N           FUSE request threads (default 2)
   allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no

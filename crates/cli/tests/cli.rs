@@ -574,3 +574,39 @@ fn mounting_a_foreign_file_says_not_a_cairn_file_system() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// An image a crash left behind (its daemon killed) is not mounted read-write until fsck has
+/// repaired it, in a mode that needs fsck after a crash; read-only and `-o force` still work.
+#[test]
+fn an_image_left_by_a_crash_needs_fsck_before_a_read_write_mount() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
+    fs::write(e.mnt().join("f"), b"data").unwrap();
+    let pid = e.daemon_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until("the daemon to die", || !alive(pid));
+    let _ = nix::mount::umount2(&e.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    let o = e.cairn(&["mount", "disk.img", "mnt"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("not unmounted cleanly") && err.contains("cairn fsck -y"),
+        "{err}"
+    );
+    e.ok(&["mount", "-o", "ro", "disk.img", "mnt"]);
+    e.ok(&["umount", "mnt"]);
+    let o = e.cairn(&["fsck", "-y", "disk.img"]);
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(1)),
+        "{}",
+        stderr(&o)
+    );
+    e.ok(&["mount", "disk.img", "mnt"]);
+    e.ok(&["umount", "mnt"]);
+}

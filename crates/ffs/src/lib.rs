@@ -32,6 +32,7 @@ use std::time::Duration;
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
 use cairn_vfs::FsError;
+use cairn_vfs::modes::AfterCrash;
 use parking_lot::{Condvar, Mutex};
 
 use crate::format::{Geometry, GroupDesc, Superblock, kind, superblock};
@@ -51,6 +52,9 @@ pub struct MountOptions {
     /// How often the syncer writes dirty buffers; `None` = the mode's default (30 s for async).
     pub syncer_interval: Option<Duration>,
     pub read_only: bool,
+    /// Mount read-write although the image was not unmounted cleanly and its last mode
+    /// needs fsck after a crash (`-o force`); see `Ffs::mount_device_with_strategy`.
+    pub force: bool,
 }
 
 impl Default for MountOptions {
@@ -60,6 +64,7 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             syncer_interval: None,
             read_only: false,
+            force: false,
         }
     }
 }
@@ -91,6 +96,7 @@ impl MountOptions {
                 self.syncer_interval = Some(Duration::from_secs_f64(secs));
             }
             "ro" => self.read_only = true,
+            "force" => self.force = true,
             "rw" => self.read_only = false,
             _ => return Err(format!("unknown mount option '{key}'")),
         }
@@ -279,6 +285,24 @@ impl Ffs {
                 geo.total_blocks,
                 dev.num_blocks()
             )));
+        }
+        // A read-write mount of an image a crash left behind would build on whatever the
+        // crash left: in a mode that needs fsck after a crash (sync, async: 000 §5), the
+        // bitmaps may disagree with the inodes, and new allocations would double-use blocks.
+        // FFS refuses such a mount until fsck has run; so does cairn, unless forced. Modes
+        // that recover by themselves (soft updates, a journal) declare so and mount.
+        if !opts.read_only && !opts.force && sb.state == superblock::STATE_MOUNTED {
+            let last = modes().iter().find(|m| m.name == sb.last_mode);
+            if last.is_none_or(|m| m.guarantees.after_crash == AfterCrash::Fsck) {
+                return Err(FsError::Refused(
+                    cairn_vfs::Errno::EUCLEAN,
+                    format!(
+                        "not unmounted cleanly (last mounted in mode '{}'): run `cairn fsck -y` \
+                         on it first, mount it read-only, or mount with -o force",
+                        sb.last_mode
+                    ),
+                ));
+            }
         }
         if sb.feature_ro_compat != 0 && !opts.read_only {
             return Err(FsError::Corrupt(format!(
