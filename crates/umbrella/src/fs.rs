@@ -1078,12 +1078,13 @@ impl Inner {
         let _g = mig.lock();
         let ns = self.ns.read();
         let cur = self.file_attr(&ns, ino)?;
-        check_setattr(ctx, &cur, set)?;
+        let via = set.fh.and_then(|f| self.handle(f).ok());
+        let via_writable = via
+            .as_ref()
+            .is_some_and(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY);
+        check_setattr(ctx, &cur, set, via_writable)?;
         let (b, name) = self.file_loc(ino)?;
-        let handle = set
-            .fh
-            .and_then(|f| self.handle(f).ok())
-            .or_else(|| self.any_handle(ino));
+        let handle = via.or_else(|| self.any_handle(ino));
         let loc = match &name {
             Some((dir, n)) => {
                 let br = self.branch(b)?;
@@ -1132,7 +1133,13 @@ impl Inner {
             }
         }
         if let Some(mut m) = mode {
-            if !ctx.is_root() && m & libc::S_ISGID != 0 && !ctx.in_group(set.gid.unwrap_or(cur.gid))
+            // A caller outside the file's group cannot set setgid; a change that only
+            // clears setuid/setgid (a write's or truncate's, see `check_setattr`) keeps
+            // what it does not clear.
+            if !ctx.is_root()
+                && m & libc::S_ISGID != 0
+                && !ctx.in_group(set.gid.unwrap_or(cur.gid))
+                && !only_clears_suid_sgid(&cur, m)
             {
                 m &= !libc::S_ISGID;
             }
@@ -1176,7 +1183,7 @@ impl Inner {
     fn setattr_dir(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let ns = self.ns.read();
         let cur = self.dir_attr(&ns, ino)?;
-        check_setattr(ctx, &cur, set)?;
+        check_setattr(ctx, &cur, set, false)?;
         if set.size.is_some() {
             return Err(err(libc::EISDIR));
         }
@@ -1294,13 +1301,46 @@ impl Inner {
     }
 }
 
-fn check_setattr(ctx: &Ctx, cur: &Attr, set: &SetAttr) -> Result<()> {
+/// Does mode `m` differ from the file's current mode only by clearing setuid and/or
+/// setgid?
+fn only_clears_suid_sgid(cur: &Attr, m: u32) -> bool {
+    let (old, new) = (cur.perm as u32 & 0o7777, m & 0o7777);
+    let cleared = old & !new;
+    new != old && new & !old == 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+}
+
+/// POSIX permission rules for setattr by `ctx`. `via_writable`: the change comes through a
+/// handle open for writing (ftruncate; permission was checked at open).
+///
+/// A mode change is the owner's, with one exception: when a user who may write a regular
+/// file writes or truncates it, Linux's FUSE client (without handle_killpriv) clears
+/// setuid (and setgid when group-execute is set) by sending the new mode *as that user*,
+/// with a truncate in the same request as the size. Such a change — one that only clears
+/// setuid and/or setgid — is allowed to anyone who may write the file, as ext4 allows the
+/// write that causes it. An explicit chmod by a non-owner never gets here under
+/// `default_permissions` (the kernel refuses it first); without it, a writer could clear
+/// these bits by chmod too, which a one-byte rewrite would do anyway.
+fn check_setattr(ctx: &Ctx, cur: &Attr, set: &SetAttr, via_writable: bool) -> Result<()> {
     if ctx.is_root() {
         return Ok(());
     }
     let owner = ctx.uid == cur.uid;
-    if set.mode.is_some() && !owner {
-        return Err(err(libc::EPERM));
+    if let Some(m) = set.mode
+        && !owner
+    {
+        let may_write = via_writable
+            || ctx
+                .check(
+                    cur.kind.mode_bits() | cur.perm as u32,
+                    cur.uid,
+                    cur.gid,
+                    Access::W,
+                )
+                .is_ok();
+        let kill_priv = cur.kind == FileKind::RegularFile && only_clears_suid_sgid(cur, m);
+        if !(kill_priv && may_write) {
+            return Err(err(libc::EPERM));
+        }
     }
     if let Some(u) = set.uid
         && u != cur.uid
@@ -1956,4 +1996,72 @@ impl FileSystem for Umbrella {
 /// Returns the config file the mount was started with.
 pub(crate) fn config_path(i: &Inner) -> Option<std::path::PathBuf> {
     i.config_path.lock().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(perm: u32, uid: u32, gid: u32) -> Attr {
+        let t = SystemTime::UNIX_EPOCH;
+        Attr {
+            ino: 2,
+            generation: 0,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileKind::RegularFile,
+            perm: perm as u16,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn chmod(m: u32) -> SetAttr {
+        SetAttr {
+            mode: Some(m),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 9 §6: the mode change a write or truncate sends as a non-owner.
+    #[test]
+    fn a_writer_may_only_clear_setuid_and_setgid() {
+        let writer = Ctx::user(20, 20);
+        let f = file(0o6666, 10, 10);
+        for m in [0o2666, 0o4666, 0o0666] {
+            assert!(
+                check_setattr(&writer, &f, &chmod(m), false).is_ok(),
+                "{m:o}"
+            );
+        }
+        // With a size, as a truncate sends it.
+        let trunc = SetAttr {
+            size: Some(3),
+            ..chmod(0o2666)
+        };
+        assert!(check_setattr(&writer, &f, &trunc, false).is_ok());
+        // Anything else stays the owner's.
+        for m in [0o6666 | 0o1000, 0o6644, 0o6766, 0o6666, 0o2667] {
+            assert!(
+                check_setattr(&writer, &f, &chmod(m), false).is_err(),
+                "{m:o}"
+            );
+        }
+        // Only for someone who may write the file (or writes through a writable handle).
+        let ro = file(0o6644, 10, 10);
+        assert!(check_setattr(&writer, &ro, &chmod(0o2644), false).is_err());
+        assert!(check_setattr(&writer, &ro, &chmod(0o2644), true).is_ok());
+        // Only for regular files.
+        let mut d = file(0o2777, 10, 10);
+        d.kind = FileKind::Directory;
+        assert!(check_setattr(&writer, &d, &chmod(0o0777), false).is_err());
+    }
 }
