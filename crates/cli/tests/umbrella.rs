@@ -1,5 +1,6 @@
-//! `cairn umbrella` end to end, through the real daemon: a SIGKILL of the daemon at every
-//! step of a migration (`CAIRN_UMBRELLA_CRASH_AT`), and a randomized workload that renames
+//! `cairn umbrella` end to end, through the real daemon: `reload` by mount point from
+//! another working directory (issue 9 §10), a SIGKILL of the daemon at every step of a
+//! migration (`CAIRN_UMBRELLA_CRASH_AT`), and a randomized workload that renames
 //! directories, creates, links and removes files while migrations are in flight, with
 //! clean and kill -9 remounts, checked against a model (issue 9 §5).
 //!
@@ -251,6 +252,33 @@ fn check(e: &Env, model: &Model, what: &str) {
             );
         }
     }
+}
+
+/// Issue 9 §10: the daemon is started with a relative config path and changes its working
+/// directory; `reload MNT` (no path) must still find the file.
+#[test]
+fn reload_by_mount_point_from_another_directory() {
+    let e = Env::new(TIERS);
+    e.ok_in(e.dir.path(), &["umbrella", "u.toml", "mnt"]);
+    fs::write(e.m("x"), b"x").unwrap();
+    // New rules: everything on slow.
+    fs::write(
+        e.p("u.toml"),
+        TIERS.replace("default = [\"fast\"]", "default = [\"slow\"]"),
+    )
+    .unwrap();
+    let mnt = e.m("");
+    let o = e.ok_in(
+        &e.p("elsewhere"),
+        &["umbrella", "reload", mnt.to_str().unwrap()],
+    );
+    let said = String::from_utf8_lossy(&o.stdout);
+    let abs = e.p("u.toml").canonicalize().unwrap();
+    assert!(said.contains(abs.to_str().unwrap()), "{said}");
+    fs::write(e.m("y"), b"y").unwrap();
+    assert!(e.p("slow/y").exists(), "the reloaded rules place new files");
+    assert_eq!(e.status()["config"], abs.to_str().unwrap());
+    e.ok_in(&e.p("elsewhere"), &["umount", mnt.to_str().unwrap()]);
 }
 
 /// A daemon that kills itself (SIGKILL) at each failpoint of a migration of a file with two

@@ -65,6 +65,7 @@ pub struct BranchConf {
 /// A validated configuration. Branch ids in `rules` index `branches`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// The file it was read from; absolute (canonical) when read by [`Config::load`].
     pub source: PathBuf,
     pub branches: Vec<BranchConf>,
     pub rules: RuleSet,
@@ -295,12 +296,18 @@ impl Config {
             path: shown.clone(),
             msg: e.to_string(),
         })?;
-        let dir = path
-            .canonicalize()
-            .ok()
+        let canon = path.canonicalize().ok();
+        let dir = canon
+            .as_ref()
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
-        Config::parse(&text, &shown, &dir)
+        let mut cfg = Config::parse(&text, &shown, &dir)?;
+        // Absolute, resolved now: a daemon changes its working directory before it mounts,
+        // and `reload` without a path re-reads this file (issue 9 §10).
+        if let Some(abs) = canon.or_else(|| std::path::absolute(path).ok()) {
+            cfg.source = abs;
+        }
+        Ok(cfg)
     }
 
     /// Parses `text`; relative branch paths are resolved against `base`.
