@@ -783,6 +783,33 @@ mod tests {
         );
     }
 
+    /// Every TOML block of the README is a shipped example, byte for byte, and the two-tier
+    /// one is shown: they cannot drift apart.
+    #[test]
+    fn the_readme_shows_the_shipped_examples_verbatim() {
+        let readme = include_str!("../../../README.md");
+        let examples = [
+            include_str!("../../../examples/umbrella-two-tier.toml"),
+            include_str!("../../../examples/umbrella-fig4.toml"),
+        ];
+        let blocks: Vec<String> = readme
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| format!("{}\n", b.split("\n```").next().unwrap_or_default()))
+            .collect();
+        assert!(!blocks.is_empty(), "no TOML block in the README");
+        for b in &blocks {
+            assert!(
+                examples.contains(&b.as_str()),
+                "a README TOML block is not a shipped example:\n{b}"
+            );
+        }
+        assert!(
+            blocks.iter().any(|b| b == examples[0]),
+            "the two-tier example is not shown"
+        );
+    }
+
     #[test]
     fn conditions_parse() {
         let d = dirs(&["fast", "slow"]);
