@@ -550,7 +550,13 @@ fn randomized_renames_and_migrations_with_clean_and_kill9_remounts() {
             e.kill(d, false);
             kills += 1;
         } else {
+            // No move record outlives its move: once nothing is queued, none is left.
+            wait_until("queued migrations", || {
+                e.status()["migrations"]["pending"] == 0
+            });
             let st = e.status();
+            assert_eq!(st["migrations"]["records"], 0, "{what}: {st}");
+            assert_eq!(st["migrations"]["unfinished"], 0, "{what}: {st}");
             abandoned += st["migrations"]["abandoned"].as_u64().unwrap_or(0);
             e.stop(d);
         }
