@@ -386,14 +386,26 @@ fn render_status(v: &Value) -> String {
     }
     let m = &v["migrations"];
     s += &format!(
-        "\nmigrations: {} done, {} pending, {} failed, {} moved, {} overflows, {} recovered at mount\n",
+        "\nmigrations: {} done, {} pending, {} failed, {} abandoned (the file changed; retried), \
+         {} moved, {} overflows\n",
         m["done"],
         m["pending"],
         m["failed"],
+        m["abandoned"],
         human(m["bytes"].as_u64().unwrap_or(0)),
         m["overflows"],
-        m["recovered_at_mount"]
     );
+    s += &format!(
+        "move records on the branches: {} ({} left unfinished for the next mount); \
+         at mount: {} recovered, {} copies kept\n",
+        m["records"], m["unfinished"], m["recovered_at_mount"], m["kept_at_mount"]
+    );
+    if let Some(k) = v["kept"].as_array().filter(|k| !k.is_empty()) {
+        s += "copies kept by recovery (it could not tell which copy was right; see the log):\n";
+        for d in k {
+            s += &format!("  {}\n", d.as_str().unwrap_or("?"));
+        }
+    }
     if v["conflicts"].as_u64().unwrap_or(0) > 0 {
         s += &format!("conflicts found by the index scan: {}\n", v["conflicts"]);
     }

@@ -119,6 +119,7 @@ pub fn status(i: &Inner) -> Value {
         })
         .collect();
     let c = &i.counters;
+    let all = i.branches.read().clone();
     json!({
         "errors": p.errors.name(),
         "config": config_path(i).map(|p| p.display().to_string()),
@@ -128,10 +129,15 @@ pub fn status(i: &Inner) -> Value {
             "done": c.migrations_done.load(Ordering::Relaxed),
             "pending": i.pending.lock().len(),
             "failed": c.migrations_failed.load(Ordering::Relaxed),
+            "abandoned": c.migrations_abandoned.load(Ordering::Relaxed),
+            "unfinished": c.unfinished.load(Ordering::Relaxed),
+            "records": crate::recover::records_present(&all),
             "bytes": c.migrated_bytes.load(Ordering::Relaxed),
             "overflows": c.overflows.load(Ordering::Relaxed),
             "recovered_at_mount": c.recovered.load(Ordering::Relaxed),
+            "kept_at_mount": c.kept.load(Ordering::Relaxed),
         },
+        "kept": crate::recover::kept_dirs(&all),
         "conflicts": c.conflicts.load(Ordering::Relaxed),
         "enforce": i.enforce.lock().as_ref().map(|j| j.to_json()),
     })

@@ -65,6 +65,7 @@ pub struct BranchConf {
 /// A validated configuration. Branch ids in `rules` index `branches`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// The file it was read from; absolute (canonical) when read by [`Config::load`].
     pub source: PathBuf,
     pub branches: Vec<BranchConf>,
     pub rules: RuleSet,
@@ -295,12 +296,18 @@ impl Config {
             path: shown.clone(),
             msg: e.to_string(),
         })?;
-        let dir = path
-            .canonicalize()
-            .ok()
+        let canon = path.canonicalize().ok();
+        let dir = canon
+            .as_ref()
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
-        Config::parse(&text, &shown, &dir)
+        let mut cfg = Config::parse(&text, &shown, &dir)?;
+        // Absolute, resolved now: a daemon changes its working directory before it mounts,
+        // and `reload` without a path re-reads this file (issue 9 §10).
+        if let Some(abs) = canon.or_else(|| std::path::absolute(path).ok()) {
+            cfg.source = abs;
+        }
+        Ok(cfg)
     }
 
     /// Parses `text`; relative branch paths are resolved against `base`.
@@ -773,6 +780,33 @@ mod tests {
                 bytes: 64 << 20,
                 margin: 8 << 20
             }]
+        );
+    }
+
+    /// Every TOML block of the README is a shipped example, byte for byte, and the two-tier
+    /// one is shown: they cannot drift apart.
+    #[test]
+    fn the_readme_shows_the_shipped_examples_verbatim() {
+        let readme = include_str!("../../../README.md");
+        let examples = [
+            include_str!("../../../examples/umbrella-two-tier.toml"),
+            include_str!("../../../examples/umbrella-fig4.toml"),
+        ];
+        let blocks: Vec<String> = readme
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| format!("{}\n", b.split("\n```").next().unwrap_or_default()))
+            .collect();
+        assert!(!blocks.is_empty(), "no TOML block in the README");
+        for b in &blocks {
+            assert!(
+                examples.contains(&b.as_str()),
+                "a README TOML block is not a shipped example:\n{b}"
+            );
+        }
+        assert!(
+            blocks.iter().any(|b| b == examples[0]),
+            "the two-tier example is not shown"
         );
     }
 

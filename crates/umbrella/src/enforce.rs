@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::fs::Inner;
+use crate::migrate::Outcome;
 
 #[derive(Default)]
 pub struct Job {
@@ -92,18 +93,15 @@ impl Inner {
                 }
             };
             if let Some(ino) = ino {
-                let failed_before = self.counters.migrations_failed.load(Ordering::Relaxed);
                 match self.check_and_move(ino) {
-                    Some(n) => {
+                    Outcome::Moved(n) => {
                         job.moved.fetch_add(1, Ordering::Relaxed);
                         job.bytes.fetch_add(n, Ordering::Relaxed);
                     }
-                    None => {
-                        if self.counters.migrations_failed.load(Ordering::Relaxed) != failed_before
-                        {
-                            job.failed.fetch_add(1, Ordering::Relaxed);
-                        }
+                    Outcome::Failed => {
+                        job.failed.fetch_add(1, Ordering::Relaxed);
                     }
+                    Outcome::Stayed | Outcome::Changed => {}
                 }
             }
             job.done.fetch_add(1, Ordering::Relaxed);

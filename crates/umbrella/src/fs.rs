@@ -2,14 +2,19 @@
 //! branches.
 //!
 //! Locking, outermost first (every path takes them in this order, so none deadlocks):
-//! 1. a file's `mig` mutex: held by a migration for its whole length, and briefly by open
-//!    and setattr, so a file is never opened or changed while it is being copied;
-//! 2. `ns` (the location index): read for lookups and attribute reads, write for every
+//! 1. a file's `mig` mutex: held by a migration for its whole length, and briefly by open,
+//!    unlink and setattr, so a file is never opened, unlinked or changed while it is being
+//!    copied;
+//! 2. a handle's descriptor lock, *write* side: held by the migration of an open file
+//!    (overflow) from before it takes the source's identity to the end, so no write lands
+//!    on the source after the copy;
+//! 3. `ns` (the location index): read for lookups and attribute reads, write for every
 //!    namespace change and for a migration's commit; host calls that change names run
 //!    under the write lock, so the index and the branches change together;
-//! 3. `nodes` (file nodes and the inode map): short critical sections only;
-//! 4. a handle's descriptor lock: read for I/O, write to swap the descriptor when an open
-//!    file overflows to another branch.
+//! 4. `nodes` (file nodes and the inode map): short critical sections only;
+//! 5. a handle's descriptor lock, *read* side, for I/O. Under `ns` it is only tried
+//!    (`try_read`), unless the file's `mig` is held: a migration holding the write side
+//!    waits for `ns`, so blocking on it there would deadlock.
 //!
 //! Inode numbers: the root is 1, directories get a number when they enter the index, files
 //! one per host object `(st_dev, st_ino)`, kept for the life of the mount (a migration
@@ -90,11 +95,21 @@ pub(crate) struct Policy {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub migrations_done: AtomicU64,
+    /// Moves that failed and were rolled back (the file stays where it was).
     pub migrations_failed: AtomicU64,
+    /// Moves rolled back because the file changed under the copy (tried again).
+    pub migrations_abandoned: AtomicU64,
+    /// Moves whose record could not be removed (see `migrate`): finished by the next
+    /// mount's recovery.
+    pub unfinished: AtomicU64,
     pub migrated_bytes: AtomicU64,
     pub overflows: AtomicU64,
     pub conflicts: AtomicU64,
+    /// Move records resolved by recovery at mount.
     pub recovered: AtomicU64,
+    /// Objects recovery kept aside in `.umbrella/kept/` because it could not tell which
+    /// copy was right.
+    pub kept: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -119,6 +134,7 @@ pub(crate) struct Inner {
     /// directory's mtime changes, and a branch change alters listings without touching any
     /// host directory. Zero (exact times) on a mount whose branches never changed.
     pub epoch: AtomicU64,
+    pub failpoints: crate::failpoint::Failpoints,
 }
 
 /// The policy layer as a file system.
@@ -193,9 +209,11 @@ impl Umbrella {
             config_path: Mutex::new(Some(cfg.source.clone())),
             enforce: Mutex::new(None),
             epoch: AtomicU64::new(0),
+            failpoints: Default::default(),
         });
-        inner.recover_moves();
-        inner.load_or_scan();
+        // Any record means the saved index may not describe the branches any more.
+        let recovered = inner.recover_moves();
+        inner.load_or_scan(recovered.records > 0);
         let fs = Umbrella {
             inner,
             threads: Mutex::new(Vec::new()),
@@ -211,6 +229,9 @@ impl Umbrella {
         let w = std::thread::Builder::new()
             .name("umbrella-migrate".into())
             .spawn(move || {
+                // Moves rolled back because the file changed under the copy are tried
+                // again, a few times (a file renamed right after its close still moves).
+                let mut retries: HashMap<Ino, u32> = HashMap::new();
                 while let Ok(ino) = rx.recv() {
                     let Some(inner) = weak.upgrade() else { break };
                     if inner.stopping.load(Ordering::Acquire) {
@@ -218,8 +239,24 @@ impl Umbrella {
                         inner.pending_cv.notify_all();
                         break;
                     }
-                    inner.check_and_move(ino);
-                    inner.pending.lock().remove(&ino);
+                    let outcome = inner.check_and_move(ino);
+                    let again = outcome == crate::migrate::Outcome::Changed && {
+                        let n = retries.entry(ino).or_insert(0);
+                        *n += 1;
+                        *n <= 3
+                    };
+                    // A retry stays pending throughout: `quiesce` (unmount, branch removal)
+                    // must not see an empty queue between two attempts.
+                    let requeued = again
+                        && inner
+                            .work_tx
+                            .lock()
+                            .as_ref()
+                            .is_some_and(|tx| tx.send(ino).is_ok());
+                    if !requeued {
+                        retries.remove(&ino);
+                        inner.pending.lock().remove(&ino);
+                    }
                     {
                         let mut nodes = inner.nodes.lock();
                         inner.maybe_drop(&mut nodes, ino);
@@ -256,6 +293,13 @@ impl Umbrella {
     /// Waits until no migration is queued (tests, `enforce`).
     pub fn quiesce(&self) {
         self.inner.quiesce();
+    }
+
+    /// Sets (or clears) the action run at each migration failpoint of this mount
+    /// ([`crate::FAILPOINTS`]); for tests.
+    #[doc(hidden)]
+    pub fn set_failpoint_hook(&self, hook: Option<crate::FailpointHook>) {
+        self.inner.failpoints.set(hook);
     }
 
     /// A control-socket command (`status`, `where PATH`, `reload [CONFIG]`, `enforce`,
@@ -508,10 +552,14 @@ impl Inner {
             .find_map(Weak::upgrade)
     }
 
+    /// The attributes of a file node, under the caller's `ns` lock.
     pub fn file_attr(&self, ns: &Tree, ino: Ino) -> Result<Attr> {
-        // An open file is stat'ed through its descriptor: no path to resolve.
+        // An open file is stat'ed through its descriptor: no path to resolve. Only tried:
+        // an overflowing migration holds it while it waits for `ns` (lock order, above);
+        // the path still names the source until that migration commits.
         if let Some(h) = self.any_handle(ino)
-            && let Ok(st) = sys::fstat(h.fd.read().as_fd())
+            && let Some(fd) = h.fd.try_read()
+            && let Ok(st) = sys::fstat(fd.as_fd())
         {
             return Ok(sys::attr_from(&st, ino));
         }
@@ -523,9 +571,11 @@ impl Inner {
                 Err(_) => {}
             }
         }
-        // Unlinked but open: the descriptor still reaches it.
+        // Unlinked but open: the descriptor still reaches it. (A migration never holds it:
+        // one needs a name to move the file, and one that lost its name rolls back.)
         let h = self.any_handle(ino).ok_or_else(|| err(libc::ENOENT))?;
-        let st = sys::fstat(h.fd.read().as_fd()).map_err(ioerr)?;
+        let fd = h.fd.try_read().ok_or_else(|| err(libc::EAGAIN))?;
+        let st = sys::fstat(fd.as_fd()).map_err(ioerr)?;
         Ok(sys::attr_from(&st, ino))
     }
 
@@ -1028,12 +1078,13 @@ impl Inner {
         let _g = mig.lock();
         let ns = self.ns.read();
         let cur = self.file_attr(&ns, ino)?;
-        check_setattr(ctx, &cur, set)?;
+        let via = set.fh.and_then(|f| self.handle(f).ok());
+        let via_writable = via
+            .as_ref()
+            .is_some_and(|h| h.flags & libc::O_ACCMODE != libc::O_RDONLY);
+        check_setattr(ctx, &cur, set, via_writable)?;
         let (b, name) = self.file_loc(ino)?;
-        let handle = set
-            .fh
-            .and_then(|f| self.handle(f).ok())
-            .or_else(|| self.any_handle(ino));
+        let handle = via.or_else(|| self.any_handle(ino));
         let loc = match &name {
             Some((dir, n)) => {
                 let br = self.branch(b)?;
@@ -1082,7 +1133,13 @@ impl Inner {
             }
         }
         if let Some(mut m) = mode {
-            if !ctx.is_root() && m & libc::S_ISGID != 0 && !ctx.in_group(set.gid.unwrap_or(cur.gid))
+            // A caller outside the file's group cannot set setgid; a change that only
+            // clears setuid/setgid (a write's or truncate's, see `check_setattr`) keeps
+            // what it does not clear.
+            if !ctx.is_root()
+                && m & libc::S_ISGID != 0
+                && !ctx.in_group(set.gid.unwrap_or(cur.gid))
+                && !only_clears_suid_sgid(&cur, m)
             {
                 m &= !libc::S_ISGID;
             }
@@ -1126,7 +1183,7 @@ impl Inner {
     fn setattr_dir(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let ns = self.ns.read();
         let cur = self.dir_attr(&ns, ino)?;
-        check_setattr(ctx, &cur, set)?;
+        check_setattr(ctx, &cur, set, false)?;
         if set.size.is_some() {
             return Err(err(libc::EISDIR));
         }
@@ -1244,13 +1301,46 @@ impl Inner {
     }
 }
 
-fn check_setattr(ctx: &Ctx, cur: &Attr, set: &SetAttr) -> Result<()> {
+/// Does mode `m` differ from the file's current mode only by clearing setuid and/or
+/// setgid?
+fn only_clears_suid_sgid(cur: &Attr, m: u32) -> bool {
+    let (old, new) = (cur.perm as u32 & 0o7777, m & 0o7777);
+    let cleared = old & !new;
+    new != old && new & !old == 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+}
+
+/// POSIX permission rules for setattr by `ctx`. `via_writable`: the change comes through a
+/// handle open for writing (ftruncate; permission was checked at open).
+///
+/// A mode change is the owner's, with one exception: when a user who may write a regular
+/// file writes or truncates it, Linux's FUSE client (without handle_killpriv) clears
+/// setuid (and setgid when group-execute is set) by sending the new mode *as that user*,
+/// with a truncate in the same request as the size. Such a change — one that only clears
+/// setuid and/or setgid — is allowed to anyone who may write the file, as ext4 allows the
+/// write that causes it. An explicit chmod by a non-owner never gets here under
+/// `default_permissions` (the kernel refuses it first); without it, a writer could clear
+/// these bits by chmod too, which a one-byte rewrite would do anyway.
+fn check_setattr(ctx: &Ctx, cur: &Attr, set: &SetAttr, via_writable: bool) -> Result<()> {
     if ctx.is_root() {
         return Ok(());
     }
     let owner = ctx.uid == cur.uid;
-    if set.mode.is_some() && !owner {
-        return Err(err(libc::EPERM));
+    if let Some(m) = set.mode
+        && !owner
+    {
+        let may_write = via_writable
+            || ctx
+                .check(
+                    cur.kind.mode_bits() | cur.perm as u32,
+                    cur.uid,
+                    cur.gid,
+                    Access::W,
+                )
+                .is_ok();
+        let kill_priv = cur.kind == FileKind::RegularFile && only_clears_suid_sgid(cur, m);
+        if !(kill_priv && may_write) {
+            return Err(err(libc::EPERM));
+        }
     }
     if let Some(u) = set.uid
         && u != cur.uid
@@ -1356,6 +1446,13 @@ impl FileSystem for Umbrella {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
+        // An open file answers from its descriptor, before `ns` (lock order: this may wait
+        // for a migration of the file, which needs `ns` to finish).
+        if let Some(h) = self.inner.any_handle(ino)
+            && let Ok(st) = sys::fstat(h.fd.read().as_fd())
+        {
+            return Ok(sys::attr_from(&st, ino));
+        }
         let ns = self.inner.ns.read();
         self.inner.attr_of(&ns, ino)
     }
@@ -1899,4 +1996,72 @@ impl FileSystem for Umbrella {
 /// Returns the config file the mount was started with.
 pub(crate) fn config_path(i: &Inner) -> Option<std::path::PathBuf> {
     i.config_path.lock().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(perm: u32, uid: u32, gid: u32) -> Attr {
+        let t = SystemTime::UNIX_EPOCH;
+        Attr {
+            ino: 2,
+            generation: 0,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileKind::RegularFile,
+            perm: perm as u16,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn chmod(m: u32) -> SetAttr {
+        SetAttr {
+            mode: Some(m),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 9 §6: the mode change a write or truncate sends as a non-owner.
+    #[test]
+    fn a_writer_may_only_clear_setuid_and_setgid() {
+        let writer = Ctx::user(20, 20);
+        let f = file(0o6666, 10, 10);
+        for m in [0o2666, 0o4666, 0o0666] {
+            assert!(
+                check_setattr(&writer, &f, &chmod(m), false).is_ok(),
+                "{m:o}"
+            );
+        }
+        // With a size, as a truncate sends it.
+        let trunc = SetAttr {
+            size: Some(3),
+            ..chmod(0o2666)
+        };
+        assert!(check_setattr(&writer, &f, &trunc, false).is_ok());
+        // Anything else stays the owner's.
+        for m in [0o6666 | 0o1000, 0o6644, 0o6766, 0o6666, 0o2667] {
+            assert!(
+                check_setattr(&writer, &f, &chmod(m), false).is_err(),
+                "{m:o}"
+            );
+        }
+        // Only for someone who may write the file (or writes through a writable handle).
+        let ro = file(0o6644, 10, 10);
+        assert!(check_setattr(&writer, &ro, &chmod(0o2644), false).is_err());
+        assert!(check_setattr(&writer, &ro, &chmod(0o2644), true).is_ok());
+        // Only for regular files.
+        let mut d = file(0o2777, 10, 10);
+        d.kind = FileKind::Directory;
+        assert!(check_setattr(&writer, &d, &chmod(0o0777), false).is_err());
+    }
 }

@@ -10,7 +10,8 @@
 //!   overflow lists, branch-state conditions, hysteresis);
 //! - `ns`: the location index and its persisted form;
 //! - `fs`: the [`cairn_vfs::FileSystem`] implementation;
-//! - `migrate`: moving files between branches with crash recovery;
+//! - `migrate`: moving files between branches; `record` and `recover`: the move record
+//!   and the recovery of interrupted moves at mount;
 //! - `enforce`, `admin`: the enforcer and the control commands.
 
 mod admin;
@@ -21,6 +22,8 @@ mod failpoint;
 mod fs;
 mod migrate;
 mod ns;
+mod record;
+mod recover;
 mod rename;
 pub mod rules;
 mod scan;
@@ -29,4 +32,5 @@ mod xattr;
 
 pub use admin::{hex, unhex};
 pub use config::{Config, ConfigError, ErrorMode};
+pub use failpoint::{Hook as FailpointHook, POINTS as FAILPOINTS};
 pub use fs::Umbrella;

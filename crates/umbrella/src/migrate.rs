@@ -1,28 +1,42 @@
-//! Moving a file between branches, atomically from the user's view (issue 3 item 3).
+//! Moving a file between branches, atomically from the user's view.
 //!
-//! The protocol, for a file with names P1..Pn on branch S moving to branch D:
-//! 1. a move record (`D/.umbrella/moves/SEQ`: source, target, names) is written and
-//!    fsynced — from here on a crash is resolved by recovery;
-//! 2. the data, mode, owner, times and xattrs are copied to `D/.umbrella/tmp/SEQ`, which is
-//!    fsynced;
-//! 3. under the namespace lock: the temporary is renamed to P1 on D (creating directories
-//!    on D as needed), P2..Pn are linked to it, D's directories are fsynced;
-//! 4. P1..Pn are removed from S and S's directories fsynced; the index now says D;
-//! 5. the record is removed.
+//! The protocol, for a file with names P1..Pn on branch S moving to branch D, one function
+//! per step (the failpoint reached after each is in quotes, see `failpoint`):
+//! 1. [`Inner::gather`], under the namespace read lock: the names, their paths, the
+//!    source's stat (its *identity*: device, inode, size, mtime) and an open descriptor
+//!    of it, so a later rename of its directory cannot make the copy read something else
+//!    ("gathered");
+//! 2. [`Staged::copy_from`]: data, xattrs, owner, mode and times go to
+//!    `D/.umbrella/tmp/SEQ`, which is fsynced ("copied");
+//! 3. [`Staged::write_record`]: the move record (`record`: both branches, the temporary,
+//!    every name, the source's and the copy's identities) is written and fsynced on D
+//!    ("recorded"); from here on a crash is resolved by recovery (`recover`);
+//! 4. [`Inner::commit`], under the namespace write lock: [`Inner::still_same`] checks that
+//!    nothing changed since step 1 (the names, their paths, the object under each, its
+//!    size and mtime, both branches active) — otherwise the move is rolled back and the
+//!    caller may try again; [`Inner::place_names`] renames the temporary to P1 on D
+//!    (`RENAME_NOREPLACE`; "renamed"), links P2..Pn, fsyncs D's directories ("linked");
+//!    open handles are re-opened on the copy; [`Inner::remove_source_names`] removes
+//!    P1..Pn from S ("unlinked-one" after the first) and fsyncs S's directories; the
+//!    index and the file node now say D ("unlinked"), and the record is removed.
 //!
-//! Recovery at mount, per record: if P1 exists on D, step 3 completed (the temporary was
-//! complete before the rename), so the move is finished (missing links made, source names
-//! removed); otherwise it is rolled back (the temporary is deleted, the source is intact).
-//! Either way exactly one complete copy stays visible.
+//! **No exit leaves a record behind.** Steps 2–4 work on a [`Staged`] move: dropping it
+//! before the commit completes (an error, an early return, a panic) removes the names it
+//! made on D, the temporary and the record, under the namespace lock when the commit holds
+//! it. The one exit that keeps its record is a commit that put the copy in place but could
+//! not remove a source name (the source branch refused): the record is rewritten in its
+//! *committed* phase, `status` counts it under `unfinished`, and the next mount's recovery
+//! removes the stale source names after verifying them.
 //!
-//! A file is moved only while nobody has it open (its `mig` lock keeps opens out), except
-//! when a write overflows: then every handle's descriptor is held exclusively during the
-//! copy and re-pointed at the new copy afterwards.
+//! A file is moved only while nobody has it open (its `mig` lock keeps opens and setattr
+//! out), except when a write overflows: then every handle's descriptor is held exclusively
+//! from before step 1 to the end (writers wait), the new descriptors are opened on the
+//! copy before any source name is removed, and swapped in at the end.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,6 +47,7 @@ use parking_lot::RwLockWriteGuard;
 use crate::branch::{Branch, DirFd};
 use crate::fs::{Handle, Inner, err, ioerr, now};
 use crate::ns::{Entry, Tree};
+use crate::record::{Ident, MoveRecord, Phase};
 use crate::rules::{BranchId, Facts};
 use crate::sys::{self, TimeSet};
 
@@ -49,80 +64,6 @@ fn new_seq() -> String {
     )
 }
 
-/// A move record (see the module comment). Layout, little-endian: magic `UMBRMOVE`,
-/// u16+bytes source branch name, u16+bytes target branch name, u16+bytes temporary name,
-/// u32 name count, count × (u32+bytes relative path), u32 crc32c of all before.
-#[derive(Debug, PartialEq, Eq)]
-pub struct MoveRecord {
-    pub src: String,
-    pub dst: String,
-    pub tmp: String,
-    pub paths: Vec<Vec<u8>>,
-}
-
-impl MoveRecord {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = b"UMBRMOVE".to_vec();
-        for s in [&self.src, &self.dst, &self.tmp] {
-            v.extend_from_slice(&(s.len() as u16).to_le_bytes());
-            v.extend_from_slice(s.as_bytes());
-        }
-        v.extend_from_slice(&(self.paths.len() as u32).to_le_bytes());
-        for p in &self.paths {
-            v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-            v.extend_from_slice(p);
-        }
-        let c = crc32c::crc32c(&v);
-        v.extend_from_slice(&c.to_le_bytes());
-        v
-    }
-
-    pub fn decode(d: &[u8]) -> Option<MoveRecord> {
-        if d.len() < 12 {
-            return None;
-        }
-        let (body, crc) = d.split_at(d.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?)
-            || !body.starts_with(b"UMBRMOVE")
-        {
-            return None;
-        }
-        let mut at = 8;
-        let mut take = |n: usize| -> Option<&[u8]> {
-            let s = body.get(at..at + n)?;
-            at += n;
-            Some(s)
-        };
-        let mut strs = Vec::new();
-        for _ in 0..3 {
-            let l = u16::from_le_bytes(take(2)?.try_into().ok()?) as usize;
-            strs.push(String::from_utf8(take(l)?.to_vec()).ok()?);
-        }
-        let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-        let mut paths = Vec::new();
-        for _ in 0..n {
-            let l = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            paths.push(take(l)?.to_vec());
-        }
-        let tmp = strs.pop()?;
-        let dst = strs.pop()?;
-        let src = strs.pop()?;
-        Some(MoveRecord {
-            src,
-            dst,
-            tmp,
-            paths,
-        })
-    }
-}
-
-fn split(rel: &[u8]) -> (&[u8], &OsStr) {
-    match rel.iter().rposition(|&c| c == b'/') {
-        Some(i) => (&rel[..i], OsStr::from_bytes(&rel[i + 1..])),
-        None => (b"", OsStr::from_bytes(rel)),
-    }
-}
-
 fn fsync_dir(fd: &OwnedFd) -> std::io::Result<()> {
     let real = sys::openat(
         fd.as_fd(),
@@ -133,52 +74,14 @@ fn fsync_dir(fd: &OwnedFd) -> std::io::Result<()> {
     sys::fsync(real.as_fd(), false)
 }
 
-fn write_file_durable(dir: &OwnedFd, name: &str, data: &[u8]) -> std::io::Result<()> {
-    let fd = sys::openat(
-        dir.as_fd(),
-        OsStr::new(name),
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-        0o600,
-    )?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(data)?;
-    f.sync_all()?;
-    fsync_dir(dir)
-}
-
-fn read_file(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Vec<u8>> {
-    let fd = sys::openat(dir.as_fd(), name, libc::O_RDONLY, 0)?;
-    let mut v = Vec::new();
-    std::fs::File::from(fd).read_to_end(&mut v)?;
-    Ok(v)
-}
-
-/// Creates `rel` (and its parents) on `b` if missing, with the mode and owner of the copy
-/// on `model` when there is one. Used by recovery, before the index exists.
-fn mkdir_p(b: &Branch, rel: &[u8], model: Option<&Branch>) -> std::io::Result<DirFd> {
-    if rel.is_empty() {
-        return b.dir(b"");
+/// The path of `dir/name` relative to a branch root, as a record stores it.
+fn rel_path(ns: &Tree, dir: Ino, name: &OsStr) -> Vec<u8> {
+    let mut r = ns.rel(dir);
+    if !r.is_empty() {
+        r.push(b'/');
     }
-    if let Ok(fd) = b.dir(rel) {
-        return Ok(fd);
-    }
-    let (parent, name) = split(rel);
-    let pfd = mkdir_p(b, parent, model)?;
-    let st = model
-        .and_then(|m| m.dir(parent).ok())
-        .and_then(|fd| sys::fstatat(fd.as_fd(), name).ok());
-    let mode = st.map_or(0o755, |s| s.st_mode & 0o7777);
-    match sys::mkdirat(pfd.as_fd(), name, mode) {
-        Ok(()) => {
-            if let Some(s) = st {
-                let _ = sys::fchownat(pfd.as_fd(), name, Some(s.st_uid), Some(s.st_gid));
-                let _ = sys::fchmodat(pfd.as_fd(), name, mode);
-            }
-        }
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-        Err(e) => return Err(e),
-    }
-    b.dir(rel)
+    r.extend_from_slice(name.as_bytes());
+    r
 }
 
 /// Copies the data of a regular file; kernel copy first, read/write when the kernel
@@ -230,6 +133,258 @@ fn copy_xattrs(sdir: &OwnedFd, sname: &OsStr, ddir: &OwnedFd, dname: &OsStr) {
     }
 }
 
+/// How a placement check ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The rules keep the file where it is (or it is open, or gone).
+    Stayed,
+    /// Moved; the bytes copied.
+    Moved(u64),
+    /// The file changed while it was being copied (renamed, linked, written behind our
+    /// back): the move was rolled back and may be tried again.
+    Changed,
+    /// The move failed and was rolled back (counted in `status`).
+    Failed,
+}
+
+/// What a move copies, taken under the namespace read lock (step 1).
+struct Source {
+    branch: Arc<Branch>,
+    names: Vec<(Ino, OsString)>,
+    /// The names' paths relative to the branch roots, as the record stores them.
+    rels: Vec<Vec<u8>>,
+    st: sys::Stat,
+    /// The directory of the first name (an O_PATH descriptor: it follows the directory
+    /// through renames) and that name.
+    dir: DirFd,
+    name: OsString,
+    body: Body,
+}
+
+enum Body {
+    /// A regular file, opened when its identity was taken.
+    Data(OwnedFd),
+    /// A symlink's target.
+    Link(Vec<u8>),
+    /// A device, fifo or socket (mode and rdev are in the stat).
+    Node,
+}
+
+impl Source {
+    fn id(&self) -> BranchId {
+        self.branch.id
+    }
+
+    fn ident(&self) -> Ident {
+        Ident::of(&self.st)
+    }
+
+    fn key(&self) -> (u64, u64) {
+        (self.st.st_dev, self.st.st_ino)
+    }
+}
+
+/// A move under way on its target branch: the temporary copy, then the record, then the
+/// names made from the copy. Until [`Staged::close`] it is undone when dropped, so that no
+/// exit — an error, an early return, a panic — leaves a copy, a name or a record behind.
+struct Staged<'a> {
+    inner: &'a Inner,
+    dst: Arc<Branch>,
+    tmpdir: OwnedFd,
+    moves: OwnedFd,
+    seq: String,
+    /// The temporary's identity once it is complete.
+    copy: Option<Ident>,
+    /// The record as written, once it is durable.
+    record: Option<MoveRecord>,
+    /// Names made on the target from the copy (directory, name), in order.
+    placed: Vec<(DirFd, OsString)>,
+    open: bool,
+}
+
+impl<'a> Staged<'a> {
+    fn new(inner: &'a Inner, dst: Arc<Branch>) -> Result<Staged<'a>> {
+        let tmpdir = dst.meta_dir(Some("tmp")).map_err(ioerr)?;
+        let moves = dst.meta_dir(Some("moves")).map_err(ioerr)?;
+        Ok(Staged {
+            inner,
+            dst,
+            tmpdir,
+            moves,
+            seq: new_seq(),
+            copy: None,
+            record: None,
+            placed: Vec::new(),
+            open: true,
+        })
+    }
+
+    fn tmpname(&self) -> &OsStr {
+        OsStr::new(&self.seq)
+    }
+
+    /// Step 2: the complete, fsynced copy in `tmp/SEQ`. Returns the bytes copied.
+    fn copy_from(&mut self, src: &Source) -> std::io::Result<u64> {
+        let (tmpdir, tmp) = (&self.tmpdir, OsStr::new(&self.seq));
+        let st = &src.st;
+        let mut bytes = 0;
+        match &src.body {
+            Body::Data(from) => {
+                let to = sys::openat(
+                    tmpdir.as_fd(),
+                    tmp,
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                    0o600,
+                )?;
+                bytes = copy_data(from, &to)?;
+                sys::fsync(to.as_fd(), false)?;
+            }
+            Body::Link(t) => sys::symlinkat(t, tmpdir.as_fd(), tmp)?,
+            Body::Node => sys::mknodat(tmpdir.as_fd(), tmp, st.st_mode, st.st_rdev)?,
+        }
+        copy_xattrs(&src.dir, &src.name, tmpdir, tmp);
+        sys::fchownat(tmpdir.as_fd(), tmp, Some(st.st_uid), Some(st.st_gid))?;
+        if sys::kind_of(st.st_mode) != FileKind::Symlink {
+            // After chown, which may clear setuid/setgid.
+            sys::fchmodat(tmpdir.as_fd(), tmp, st.st_mode & 0o7777)?;
+        }
+        let at = sys::attr_from(st, 0);
+        sys::utimensat(
+            tmpdir.as_fd(),
+            tmp,
+            TimeSet::At(at.atime),
+            TimeSet::At(at.mtime),
+        )?;
+        fsync_dir(tmpdir)?;
+        self.copy = Some(Ident::of(&sys::fstatat(tmpdir.as_fd(), tmp)?));
+        Ok(bytes)
+    }
+
+    /// Step 3: the record, durable before anything of the move is visible on the target.
+    fn write_record(&mut self, src: &Source) -> std::io::Result<()> {
+        let copy = self
+            .copy
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let rec = MoveRecord {
+            phase: Phase::Placing,
+            src: src.branch.name.clone(),
+            dst: self.dst.name.clone(),
+            tmp: self.seq.clone(),
+            ids: Some((src.ident(), copy)),
+            paths: src.rels.clone(),
+        };
+        // Set first: a half-written record is removed by the roll-back too.
+        self.record = Some(rec.clone());
+        self.write_record_file(&rec)
+    }
+
+    fn write_record_file(&self, rec: &MoveRecord) -> std::io::Result<()> {
+        let fd = sys::openat(
+            self.moves.as_fd(),
+            self.tmpname(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            0o600,
+        )?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(&rec.encode())?;
+        f.sync_all()?;
+        fsync_dir(&self.moves)
+    }
+
+    /// Is this (directory, name) on the target our copy?
+    fn holds_copy(&self, dir: &DirFd, name: &OsStr) -> bool {
+        self.copy
+            .is_some_and(|c| sys::fstatat(dir.as_fd(), name).is_ok_and(|st| c.is_object(&st)))
+    }
+
+    /// Undoes the move: the names made on the target (only where they still are the copy),
+    /// the temporary, the record. The source was never touched before the commit, so this
+    /// leaves the file exactly as it was.
+    fn roll_back(&mut self) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        for (dir, name) in self.placed.iter().rev() {
+            if self.holds_copy(dir, name) {
+                let _ = sys::unlinkat(dir.as_fd(), name, false);
+            }
+        }
+        for (dir, _) in &self.placed {
+            let _ = fsync_dir(dir);
+        }
+        let _ = sys::unlinkat(self.tmpdir.as_fd(), self.tmpname(), false);
+        if self.record.is_some() {
+            let gone = sys::unlinkat(self.moves.as_fd(), self.tmpname(), false);
+            let synced = fsync_dir(&self.moves);
+            if let Err(e) = gone.and(synced) {
+                // Recovery verifies identities, so a record left here is harmless, but it is
+                // counted: a record must never outlive its move unnoticed.
+                self.inner
+                    .counters
+                    .unfinished
+                    .fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    "migration rolled back, but its record {} on '{}' could not be removed: {e}",
+                    self.seq, self.dst.name
+                );
+            }
+        }
+    }
+
+    /// The commit ended. `complete`: every source name is gone, so the record goes (its
+    /// directory is fsynced by [`Staged::sync`], outside the namespace lock). Otherwise the
+    /// record is rewritten in its committed phase for recovery to finish the removals.
+    fn close(&mut self, complete: bool) {
+        self.open = false;
+        if complete {
+            let _ = sys::unlinkat(self.moves.as_fd(), self.tmpname(), false);
+            return;
+        }
+        self.inner
+            .counters
+            .unfinished
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(rec) = &self.record {
+            let rec = MoveRecord {
+                phase: Phase::Committed,
+                ..rec.clone()
+            };
+            if let Err(e) = self.write_record_file(&rec) {
+                warn!("migration: marking record {} committed: {e}", self.seq);
+            }
+        }
+    }
+
+    fn sync(&self) {
+        let _ = fsync_dir(&self.moves);
+    }
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        self.roll_back();
+    }
+}
+
+/// Times of directory copies touched by a move, put back after it: a migration is not a
+/// change of the union directory, so its mtime (the newest copy's) must not move.
+struct DirTimes(Vec<(DirFd, sys::Stat)>);
+
+impl DirTimes {
+    fn restore(&self) {
+        for (fd, st) in &self.0 {
+            let a = sys::attr_from(st, 0);
+            let _ = sys::utimensat(
+                fd.as_fd(),
+                OsStr::new("."),
+                TimeSet::At(a.atime),
+                TimeSet::At(a.mtime),
+            );
+        }
+    }
+}
+
 impl Inner {
     /// Every (dir, name) of the index naming host object `key` on branch `b`.
     fn all_names(&self, ns: &Tree, b: BranchId, key: (u64, u64)) -> Vec<(Ino, OsString)> {
@@ -247,148 +402,196 @@ impl Inner {
         out
     }
 
-    /// Moves file `ino` to branch `dst`. The caller holds the file's `mig` lock; `handles`
-    /// are its open handles (empty unless overflowing). Returns the bytes copied.
+    /// Step 1 (see the module comment). EBUSY: the file has links outside the union.
+    fn gather(&self, ino: Ino) -> Result<Source> {
+        let ns = self.ns.read();
+        let (src, first) = self.file_loc(ino)?;
+        let (d0, n0) = first.ok_or_else(|| err(libc::ENOENT))?;
+        let (dir, st) = self.stat_entry(&ns, d0, &n0, src)?;
+        let key = (st.st_dev, st.st_ino);
+        let mut names: Vec<(Ino, OsString)> = self
+            .nodes
+            .lock()
+            .files
+            .get(&ino)
+            .map(|n| n.names.clone())
+            .unwrap_or_default();
+        if (names.len() as u64) < st.st_nlink {
+            names = self.all_names(&ns, src, key);
+        }
+        if (names.len() as u64) != st.st_nlink || names.is_empty() {
+            // A link the union cannot see (outside it): moving would break it.
+            warn!(
+                "not moving a file with {} links of which {} are in the union",
+                st.st_nlink,
+                names.len()
+            );
+            return Err(err(libc::EBUSY));
+        }
+        // The first name must come first: the copy is renamed to it.
+        if let Some(k) = names.iter().position(|(d, n)| *d == d0 && *n == n0) {
+            names.swap(0, k);
+        }
+        let rels = names.iter().map(|(d, n)| rel_path(&ns, *d, n)).collect();
+        let body = match sys::kind_of(st.st_mode) {
+            FileKind::RegularFile => {
+                let fd = sys::openat(dir.as_fd(), &n0, libc::O_RDONLY | libc::O_NOATIME, 0)
+                    .or_else(|_| sys::openat(dir.as_fd(), &n0, libc::O_RDONLY, 0))
+                    .map_err(ioerr)?;
+                let now = sys::fstat(fd.as_fd()).map_err(ioerr)?;
+                if (now.st_dev, now.st_ino) != key {
+                    return Err(err(libc::EAGAIN));
+                }
+                Body::Data(fd)
+            }
+            FileKind::Symlink => Body::Link(sys::readlinkat(dir.as_fd(), &n0).map_err(ioerr)?),
+            _ => Body::Node,
+        };
+        Ok(Source {
+            branch: self.branch(src)?,
+            names,
+            rels,
+            st,
+            dir,
+            name: n0,
+            body,
+        })
+    }
+
+    /// Moves file `ino` to branch `dst`, counting the outcome in `status`. The caller holds
+    /// the file's `mig` lock; `handles` are its open handles (empty unless overflowing).
+    /// Returns the bytes copied.
     pub(crate) fn move_file(
         &self,
         ino: Ino,
         dst: BranchId,
         handles: &[Arc<Handle>],
     ) -> Result<u64> {
-        // Gather the names and where they are.
-        let (src, names, key, st0, rels) = {
-            let ns = self.ns.read();
-            let (src, first) = self.file_loc(ino)?;
-            let (d0, n0) = first.ok_or_else(|| err(libc::ENOENT))?;
-            let (_, st0) = self.stat_entry(&ns, d0, &n0, src)?;
-            let key = (st0.st_dev, st0.st_ino);
-            let mut names: Vec<(Ino, OsString)> = {
-                let nodes = self.nodes.lock();
-                nodes
-                    .files
-                    .get(&ino)
-                    .map(|n| n.names.clone())
-                    .unwrap_or_default()
-            };
-            if (names.len() as u64) < st0.st_nlink {
-                names = self.all_names(&ns, src, key);
+        let r = self.try_move(ino, dst, handles);
+        let c = &self.counters;
+        match &r {
+            Ok(Some(bytes)) => {
+                c.migrations_done.fetch_add(1, Ordering::Relaxed);
+                c.migrated_bytes.fetch_add(*bytes, Ordering::Relaxed);
             }
-            if (names.len() as u64) != st0.st_nlink || names.is_empty() {
-                // A link the union cannot see (outside it): moving would break it.
-                warn!(
-                    "not moving a file with {} links of which {} are in the union",
-                    st0.st_nlink,
-                    names.len()
-                );
-                return Err(err(libc::EBUSY));
+            Ok(None) => {}
+            Err(e) if e.errno().0 == libc::EAGAIN => {
+                c.migrations_abandoned.fetch_add(1, Ordering::Relaxed);
             }
-            let rels: Vec<Vec<u8>> = names
-                .iter()
-                .map(|(d, n)| {
-                    let mut r = ns.rel(*d);
-                    if !r.is_empty() {
-                        r.push(b'/');
-                    }
-                    r.extend_from_slice(n.as_bytes());
-                    r
-                })
-                .collect();
-            (src, names, key, st0, rels)
-        };
-        if src == dst {
-            return Ok(0);
+            Err(_) => {
+                c.migrations_failed.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        let sb = self.branch(src)?;
-        let db = self.branch(dst)?;
-        let seq = new_seq();
-        let rec = MoveRecord {
-            src: sb.name.clone(),
-            dst: db.name.clone(),
-            tmp: seq.clone(),
-            paths: rels.clone(),
-        };
-        // The record goes on the target: the source may be full (overflow).
-        let moves = db.meta_dir(Some("moves")).map_err(ioerr)?;
-        write_file_durable(&moves, &seq, &rec.encode()).map_err(ioerr)?;
-        let tmpdir = db.meta_dir(Some("tmp")).map_err(ioerr)?;
-        let tmpname = OsString::from(&seq);
-        let cleanup = |e: cairn_vfs::FsError| {
-            let _ = sys::unlinkat(tmpdir.as_fd(), &tmpname, false);
-            let _ = sys::unlinkat(moves.as_fd(), OsStr::new(&seq), false);
-            e
-        };
-        // Writers through any open handle wait until the move is over.
+        r.map(Option::unwrap_or_default)
+    }
+
+    /// The steps of the module comment. Ok(None): the file already is on `dst`.
+    fn try_move(&self, ino: Ino, dst: BranchId, handles: &[Arc<Handle>]) -> Result<Option<u64>> {
+        // Writers through any open handle wait until the move is over; taken before the
+        // source's identity so that it cannot change under the copy.
         let mut guards: Vec<RwLockWriteGuard<'_, OwnedFd>> =
             handles.iter().map(|h| h.fd.write()).collect();
-        let kind = sys::kind_of(st0.st_mode);
-        let (d0, n0) = (&rels[0], &names[0].1);
-        let sdir = sb.dir(split(d0).0).map_err(ioerr)?;
-        let copied = (|| -> std::io::Result<u64> {
-            let mut bytes = 0;
-            match kind {
-                FileKind::RegularFile => {
-                    let from = sys::openat(sdir.as_fd(), n0, libc::O_RDONLY | libc::O_NOATIME, 0)
-                        .or_else(|_| sys::openat(sdir.as_fd(), n0, libc::O_RDONLY, 0))?;
-                    let to = sys::openat(
-                        tmpdir.as_fd(),
-                        &tmpname,
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                        0o600,
-                    )?;
-                    bytes = copy_data(&from, &to)?;
-                    sys::fsync(to.as_fd(), false)?;
-                }
-                FileKind::Symlink => {
-                    let t = sys::readlinkat(sdir.as_fd(), n0)?;
-                    sys::symlinkat(&t, tmpdir.as_fd(), &tmpname)?;
-                }
-                _ => sys::mknodat(tmpdir.as_fd(), &tmpname, st0.st_mode, st0.st_rdev)?,
-            }
-            copy_xattrs(&sdir, n0, &tmpdir, &tmpname);
-            sys::fchownat(tmpdir.as_fd(), &tmpname, Some(st0.st_uid), Some(st0.st_gid))?;
-            if kind != FileKind::Symlink {
-                sys::fchmodat(tmpdir.as_fd(), &tmpname, st0.st_mode & 0o7777)?;
-            }
-            let at = sys::attr_from(&st0, 0);
-            sys::utimensat(
-                tmpdir.as_fd(),
-                &tmpname,
-                TimeSet::At(at.atime),
-                TimeSet::At(at.mtime),
-            )?;
-            fsync_dir(&tmpdir)?;
-            Ok(bytes)
-        })();
-        let bytes = match copied {
-            Ok(b) => b,
-            Err(e) => return Err(cleanup(ioerr(e))),
-        };
-        crate::failpoint::hit("after-copy");
-
-        // Commit, under the namespace lock.
-        let mut ns = self.ns.write();
-        let still = {
-            let nodes = self.nodes.lock();
-            nodes.files.get(&ino).is_some_and(|n| n.branch == src)
-        } && names.iter().all(|(d, n)| {
-            // Same object under every name, and no name added meanwhile (a link made during
-            // the copy would be left behind on the source as a separate file).
-            ns.dirs.get(d).and_then(|dd| dd.children.get(n)) == Some(&Entry::File(src))
-                && self.stat_entry(&ns, *d, n, src).is_ok_and(|(_, s)| {
-                    (s.st_dev, s.st_ino) == key && s.st_nlink == names.len() as u64
-                })
-        });
-        if !still {
-            drop(ns);
-            return Err(cleanup(err(libc::EAGAIN)));
+        let src = self.gather(ino)?;
+        if src.id() == dst {
+            return Ok(None);
         }
-        // The directory times are put back afterwards: a migration does not change the
-        // union directory, so its mtime (the newest copy's) must not move.
-        let mut saved: Vec<(DirFd, sys::Stat)> = Vec::new();
-        for (d, _) in &names {
+        self.failpoints.hit("gathered");
+        let mut staged = Staged::new(self, self.branch(dst)?)?;
+        let bytes = staged.copy_from(&src).map_err(ioerr)?;
+        self.failpoints.hit("copied");
+        staged.write_record(&src).map_err(ioerr)?;
+        self.failpoints.hit("recorded");
+        self.commit(ino, &src, &mut staged, handles, &mut guards)?;
+        staged.sync();
+        src.branch.space_changed();
+        staged.dst.space_changed();
+        Ok(Some(bytes))
+    }
+
+    /// Step 4, under the namespace write lock. Any error before the first source name is
+    /// removed rolls the move back, still under the lock (so no operation sees a name of
+    /// the copy on the target that the index does not know).
+    fn commit(
+        &self,
+        ino: Ino,
+        src: &Source,
+        staged: &mut Staged<'_>,
+        handles: &[Arc<Handle>],
+        guards: &mut [RwLockWriteGuard<'_, OwnedFd>],
+    ) -> Result<()> {
+        let mut ns = self.ns.write();
+        let dst = staged.dst.id;
+        let placed = self.still_same(&ns, ino, src, dst).and_then(|()| {
+            let times = self.dir_times(&mut ns, src, dst);
+            let dfds = self.place_names(&mut ns, src, staged)?;
+            let fds = reopen_handles(&dfds[0], &src.names[0].1, handles)?;
+            Ok((times, dfds, fds))
+        });
+        let (times, dfds, fds) = match placed {
+            Ok(x) => x,
+            Err(e) => {
+                staged.roll_back();
+                return Err(e);
+            }
+        };
+        self.failpoints.hit("linked");
+        let complete = self.remove_source_names(&ns, src);
+        times.restore();
+        let nst = sys::fstatat(dfds[0].as_fd(), &src.names[0].1).map_err(ioerr);
+        self.point_index_at(&mut ns, ino, src, dst, nst.as_ref().ok());
+        for (g, fd) in guards.iter_mut().zip(fds) {
+            **g = fd;
+        }
+        self.failpoints.hit("unlinked");
+        staged.close(complete);
+        drop(ns);
+        if !complete {
+            warn!(
+                "moving {} to '{}': a source name on '{}' could not be removed; the record \
+                 stays for the next mount's recovery",
+                String::from_utf8_lossy(&src.rels[0]),
+                staged.dst.name,
+                src.branch.name
+            );
+        }
+        Ok(())
+    }
+
+    /// Nothing changed since step 1: the file is still on the source with the same names
+    /// at the same paths (a renamed directory changes them), the same object under every
+    /// name with the same size and mtime and no other link, and both branches are active.
+    /// EAGAIN otherwise.
+    fn still_same(&self, ns: &Tree, ino: Ino, src: &Source, dst: BranchId) -> Result<()> {
+        let on_src = self
+            .nodes
+            .lock()
+            .files
+            .get(&ino)
+            .is_some_and(|n| n.branch == src.id());
+        let active = src.branch.active() && self.branch(dst).is_ok_and(|b| b.active());
+        let id = src.ident();
+        let nlink = src.names.len() as u64;
+        let same = src.names.iter().zip(&src.rels).all(|((d, n), rel)| {
+            ns.dirs.get(d).and_then(|dd| dd.children.get(n)) == Some(&Entry::File(src.id()))
+                && rel_path(ns, *d, n) == *rel
+                && self
+                    .stat_entry(ns, *d, n, src.id())
+                    .is_ok_and(|(_, s)| id.is_unchanged(&s) && s.st_nlink == nlink)
+        });
+        if on_src && active && same {
+            Ok(())
+        } else {
+            Err(err(libc::EAGAIN))
+        }
+    }
+
+    /// The times of every directory copy the move touches (creating the target's copies).
+    fn dir_times(&self, ns: &mut Tree, src: &Source, dst: BranchId) -> DirTimes {
+        let mut saved = Vec::new();
+        for (d, _) in &src.names {
             let copies = [
-                self.ensure_dir(&mut ns, *d, dst).ok(),
-                sb.dir(&ns.rel(*d)).ok(),
+                self.ensure_dir(ns, *d, dst).ok(),
+                src.branch.dir(&ns.rel(*d)).ok(),
             ];
             for fd in copies.into_iter().flatten() {
                 if let Ok(st) = sys::fstat(fd.as_fd()) {
@@ -396,108 +599,107 @@ impl Inner {
                 }
             }
         }
+        DirTimes(saved)
+    }
+
+    /// Renames the temporary to the first name on the target, links the others, fsyncs the
+    /// target's directories. Returns the target directories, in name order.
+    fn place_names(
+        &self,
+        ns: &mut Tree,
+        src: &Source,
+        staged: &mut Staged<'_>,
+    ) -> Result<Vec<DirFd>> {
+        let dst = staged.dst.id;
         let mut dfds: Vec<DirFd> = Vec::new();
-        for (k, (d, n)) in names.iter().enumerate() {
-            let nfd = match self.ensure_dir(&mut ns, *d, dst) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    // Undo the names placed so far; the source is untouched.
-                    for (j, (_, nn)) in names.iter().enumerate().take(k) {
-                        let _ = sys::unlinkat(dfds[j].as_fd_ref(), nn, false);
-                    }
-                    drop(ns);
-                    return Err(cleanup(e));
-                }
-            };
-            let r = if k == 0 {
+        for (k, (d, n)) in src.names.iter().enumerate() {
+            let nfd = self.ensure_dir(ns, *d, dst)?;
+            if k == 0 {
                 sys::renameat2(
-                    tmpdir.as_fd(),
-                    &tmpname,
+                    staged.tmpdir.as_fd(),
+                    staged.tmpname(),
                     nfd.as_fd(),
                     n,
                     libc::RENAME_NOREPLACE,
                 )
+                .map_err(ioerr)?;
             } else {
-                let first: &DirFd = &dfds[0];
-                sys::linkat(first.as_fd(), &names[0].1, nfd.as_fd(), n)
-            };
-            if let Err(e) = r {
-                for (j, (_, nn)) in names.iter().enumerate().take(k) {
-                    let _ = sys::unlinkat(dfds[j].as_fd_ref(), nn, false);
-                }
-                drop(ns);
-                return Err(cleanup(ioerr(e)));
+                sys::linkat(dfds[0].as_fd(), &src.names[0].1, nfd.as_fd(), n).map_err(ioerr)?;
             }
-            if k == 0 {
-                crate::failpoint::hit("after-rename");
-            }
+            staged.placed.push((nfd.clone(), n.clone()));
             dfds.push(nfd);
+            if k == 0 {
+                self.failpoints.hit("renamed");
+            }
         }
         for fd in &dfds {
-            let _ = fsync_dir(fd);
+            fsync_dir(fd).map_err(ioerr)?;
         }
-        crate::failpoint::hit("before-unlink");
+        Ok(dfds)
+    }
+
+    /// Removes the names from the source (each only if it still is the source object) and
+    /// fsyncs its directories. False if any name stays.
+    fn remove_source_names(&self, ns: &Tree, src: &Source) -> bool {
+        let mut complete = true;
         let mut sfds = Vec::new();
-        for (d, n) in &names {
-            let r = sb
-                .dir(&ns.rel(*d))
-                .and_then(|fd| sys::unlinkat(fd.as_fd(), n, false).map(|()| fd));
+        for (k, (d, n)) in src.names.iter().enumerate() {
+            let r = src.branch.dir(&ns.rel(*d)).and_then(|fd| {
+                let st = sys::fstatat(fd.as_fd(), n)?;
+                if (st.st_dev, st.st_ino) != src.key() {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+                }
+                sys::unlinkat(fd.as_fd(), n, false).map(|()| fd)
+            });
             match r {
                 Ok(fd) => sfds.push(fd),
-                Err(e) => warn!(
-                    "migration: removing the source name {n:?} on '{}': {e}",
-                    sb.name
-                ),
+                Err(e) => {
+                    complete = false;
+                    warn!(
+                        "migration: removing the source name {n:?} on '{}': {e}",
+                        src.branch.name
+                    );
+                }
+            }
+            if k == 0 {
+                self.failpoints.hit("unlinked-one");
             }
         }
         for fd in &sfds {
-            let _ = fsync_dir(fd);
+            if let Err(e) = fsync_dir(fd) {
+                complete = false;
+                warn!("migration: fsync of a source directory: {e}");
+            }
         }
-        for (fd, st) in &saved {
-            let a = sys::attr_from(st, 0);
-            let _ = sys::utimensat(
-                fd.as_fd(),
-                OsStr::new("."),
-                TimeSet::At(a.atime),
-                TimeSet::At(a.mtime),
-            );
-        }
-        for (d, n) in &names {
+        complete
+    }
+
+    /// The index and the file node now say `dst` (same inode number of ours).
+    fn point_index_at(
+        &self,
+        ns: &mut Tree,
+        ino: Ino,
+        src: &Source,
+        dst: BranchId,
+        new: Option<&sys::Stat>,
+    ) {
+        for (d, n) in &src.names {
             if let Some(dd) = ns.dirs.get_mut(d) {
                 dd.children.insert(n.clone(), Entry::File(dst));
             }
         }
-        let nst = sys::fstatat(dfds[0].as_fd(), &names[0].1).map_err(ioerr)?;
-        {
-            let mut nodes = self.nodes.lock();
-            nodes.keymap.remove(&key);
-            nodes.keymap.insert((nst.st_dev, nst.st_ino), ino);
-            if let Some(n) = nodes.files.get_mut(&ino) {
-                n.branch = dst;
-                n.key = (nst.st_dev, nst.st_ino);
-                n.names = names.clone();
-            }
+        let mut nodes = self.nodes.lock();
+        nodes.keymap.remove(&src.key());
+        if let Some(st) = new {
+            nodes.keymap.insert((st.st_dev, st.st_ino), ino);
         }
-        for (g, h) in guards.iter_mut().zip(handles) {
-            let flags = h.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL);
-            match sys::openat(dfds[0].as_fd(), &names[0].1, flags, 0) {
-                Ok(fd) => **g = fd,
-                Err(e) => warn!("migration: re-opening a handle on the new branch: {e}"),
+        if let Some(n) = nodes.files.get_mut(&ino) {
+            n.branch = dst;
+            if let Some(st) = new {
+                n.key = (st.st_dev, st.st_ino);
             }
+            n.names = src.names.clone();
         }
-        drop(guards);
-        drop(ns);
-        let _ = sys::unlinkat(moves.as_fd(), OsStr::new(&seq), false);
-        let _ = fsync_dir(&moves);
-        sb.space_changed();
-        db.space_changed();
-        self.counters
-            .migrations_done
-            .fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .migrated_bytes
-            .fetch_add(bytes, Ordering::Relaxed);
-        Ok(bytes)
     }
 
     /// Facts for the rules about a file as it is now.
@@ -510,56 +712,50 @@ impl Inner {
     }
 
     /// Re-evaluates the rules for a closed file and moves it if they now choose another
-    /// branch. Returns the bytes moved.
-    pub(crate) fn check_and_move(&self, ino: Ino) -> Option<u64> {
-        let mig = self.nodes.lock().files.get(&ino).map(|n| n.mig.clone())?;
+    /// branch.
+    pub(crate) fn check_and_move(&self, ino: Ino) -> Outcome {
+        let Some(mig) = self.nodes.lock().files.get(&ino).map(|n| n.mig.clone()) else {
+            return Outcome::Stayed;
+        };
         let r = {
             let _g = mig.lock();
-            if self.nodes.lock().files.get(&ino).is_none_or(|n| n.open > 0) {
-                None
-            } else {
-                match self.facts_now(ino) {
-                    Err(_) => None,
-                    Ok((b, path, st)) => {
-                        let a = sys::attr_from(&st, ino);
-                        let f = Facts::of(&path, &a, b);
-                        let d = self.decide(&f, false);
-                        match self.target_for(&d, Some(b), a.size) {
-                            None => None,
-                            Some(t) => match self.move_file(ino, t, &[]) {
-                                Ok(n) => {
-                                    *self.hits.lock().entry(d.rule).or_insert(0) += 1;
-                                    Some(n)
-                                }
-                                Err(e) if matches!(e.errno().0, libc::EAGAIN | libc::ENOENT) => {
-                                    // The file changed under the copy (renamed, linked, removed): not a
-                                    // failure; its next close or the enforcer looks again.
-                                    log::debug!(
-                                        "move of {} abandoned: {e}",
-                                        String::from_utf8_lossy(&path)
-                                    );
-                                    None
-                                }
-                                Err(e) => {
-                                    self.counters
-                                        .migrations_failed
-                                        .fetch_add(1, Ordering::Relaxed);
-                                    warn!(
-                                        "moving {} to branch {t}: {e}",
-                                        String::from_utf8_lossy(&path)
-                                    );
-                                    None
-                                }
-                            },
-                        }
-                    }
-                }
-            }
+            self.check_and_move_locked(ino)
         };
         drop(mig);
         let mut nodes = self.nodes.lock();
         self.maybe_drop(&mut nodes, ino);
         r
+    }
+
+    fn check_and_move_locked(&self, ino: Ino) -> Outcome {
+        if self.nodes.lock().files.get(&ino).is_none_or(|n| n.open > 0) {
+            return Outcome::Stayed;
+        }
+        let Ok((b, path, st)) = self.facts_now(ino) else {
+            return Outcome::Stayed;
+        };
+        let a = sys::attr_from(&st, ino);
+        let d = self.decide(&Facts::of(&path, &a, b), false);
+        let Some(t) = self.target_for(&d, Some(b), a.size) else {
+            return Outcome::Stayed;
+        };
+        let shown = String::from_utf8_lossy(&path);
+        match self.move_file(ino, t, &[]) {
+            Ok(n) => {
+                *self.hits.lock().entry(d.rule).or_insert(0) += 1;
+                Outcome::Moved(n)
+            }
+            Err(e) if matches!(e.errno().0, libc::EAGAIN | libc::ENOENT) => {
+                // The file changed under the copy (renamed, linked, removed): rolled back,
+                // not a failure; the worker looks again.
+                log::debug!("move of {shown} abandoned: {e}");
+                Outcome::Changed
+            }
+            Err(e) => {
+                warn!("moving {shown} to branch {t}: {e}");
+                Outcome::Failed
+            }
+        }
     }
 
     /// A write found the file's branch full: move the open file to the rule's next branch
@@ -627,140 +823,16 @@ impl Inner {
     ) -> Ino {
         self.node_seen(dir, name, b, st, 0)
     }
-
-    /// Finishes or rolls back moves interrupted by a crash (see the module comment), then
-    /// empties every temporary directory.
-    pub(crate) fn recover_moves(&self) {
-        let branches = self.branches.read().clone();
-        for sb in &branches {
-            let Ok(moves) = sb.meta_dir(Some("moves")) else {
-                continue;
-            };
-            let Ok(list) = sys::openat(
-                moves.as_fd(),
-                OsStr::new("."),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-            )
-            .and_then(sys::read_dir) else {
-                continue;
-            };
-            for ent in list {
-                let rname = OsString::from_vec(ent.name.clone());
-                let rec = read_file(&moves, &rname)
-                    .ok()
-                    .and_then(|d| MoveRecord::decode(&d));
-                let Some(rec) = rec else {
-                    warn!(
-                        "recovery: unreadable move record {rname:?} on '{}': removed",
-                        sb.name
-                    );
-                    let _ = sys::unlinkat(moves.as_fd(), &rname, false);
-                    continue;
-                };
-                let (Some(db), Some(sb)) = (
-                    branches.iter().find(|b| b.name == rec.dst),
-                    branches.iter().find(|b| b.name == rec.src),
-                ) else {
-                    warn!(
-                        "recovery: move between unknown branches '{}' -> '{}' dropped",
-                        rec.src, rec.dst
-                    );
-                    let _ = sys::unlinkat(moves.as_fd(), &rname, false);
-                    continue;
-                };
-                let (d0, n0) = split(&rec.paths[0]);
-                let done = db
-                    .dir(d0)
-                    .and_then(|fd| sys::fstatat(fd.as_fd(), n0))
-                    .is_ok();
-                if done {
-                    let first = db.dir(d0);
-                    for p in &rec.paths[1..] {
-                        let (d, n) = split(p);
-                        if db
-                            .dir(d)
-                            .and_then(|fd| sys::fstatat(fd.as_fd(), n))
-                            .is_err()
-                            && let (Ok(f), Ok(nfd)) = (&first, mkdir_p(db, d, Some(sb)))
-                            && let Err(e) = sys::linkat(f.as_fd(), n0, nfd.as_fd(), n)
-                        {
-                            warn!("recovery: relinking {}: {e}", String::from_utf8_lossy(p));
-                        }
-                    }
-                    for p in &rec.paths {
-                        let (d, n) = split(p);
-                        if let Ok(fd) = sb.dir(d) {
-                            let _ = sys::unlinkat(fd.as_fd(), n, false);
-                            let _ = fsync_dir(&fd);
-                        }
-                    }
-                    info!(
-                        "recovery: finished the move of {} to '{}'",
-                        String::from_utf8_lossy(&rec.paths[0]),
-                        db.name
-                    );
-                } else {
-                    if let Ok(t) = db.meta_dir(Some("tmp")) {
-                        let _ = sys::unlinkat(t.as_fd(), OsStr::new(&rec.tmp), false);
-                    }
-                    info!(
-                        "recovery: rolled back the move of {} to '{}'",
-                        String::from_utf8_lossy(&rec.paths[0]),
-                        db.name
-                    );
-                }
-                let _ = sys::unlinkat(moves.as_fd(), &rname, false);
-                let _ = fsync_dir(&moves);
-                self.counters.recovered.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        for b in &branches {
-            let Ok(t) = b.meta_dir(Some("tmp")) else {
-                continue;
-            };
-            if let Ok(list) = sys::openat(
-                t.as_fd(),
-                OsStr::new("."),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-            )
-            .and_then(sys::read_dir)
-            {
-                for e in list {
-                    let _ = sys::unlinkat(t.as_fd(), OsStr::from_bytes(&e.name), false);
-                }
-            }
-        }
-    }
 }
 
-trait AsFdRef {
-    fn as_fd_ref(&self) -> std::os::fd::BorrowedFd<'_>;
-}
-impl AsFdRef for OwnedFd {
-    fn as_fd_ref(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.as_fd()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn record_round_trip() {
-        let r = MoveRecord {
-            src: "fast".into(),
-            dst: "slow".into(),
-            tmp: new_seq(),
-            paths: vec![b"a/b".to_vec(), b"c".to_vec()],
-        };
-        let e = r.encode();
-        assert_eq!(MoveRecord::decode(&e), Some(r));
-        let mut bad = e.clone();
-        bad[10] ^= 0x40;
-        assert_eq!(MoveRecord::decode(&bad), None);
-        assert_eq!(MoveRecord::decode(&e[..e.len() - 2]), None);
-    }
+/// Descriptors on the copy for every open handle, opened before any source name is removed
+/// so a failure still rolls back with the source whole.
+fn reopen_handles(dir: &DirFd, name: &OsStr, handles: &[Arc<Handle>]) -> Result<Vec<OwnedFd>> {
+    handles
+        .iter()
+        .map(|h| {
+            let flags = h.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL);
+            sys::openat(dir.as_fd(), name, flags, 0).map_err(ioerr)
+        })
+        .collect()
 }

@@ -19,14 +19,15 @@ const INDEX: &str = "index";
 const CLEAN: &str = "clean";
 
 impl Inner {
-    pub(crate) fn load_or_scan(&self) {
+    /// `rescan`: ignore a saved index (recovery changed the branches since it was saved).
+    pub(crate) fn load_or_scan(&self, rescan: bool) {
         let names = self.branch_names();
         let ib = self.branch(self.policy().index_branch).ok();
         let mut loaded = None;
         if let Some(ib) = &ib
             && let Ok(meta) = ib.meta_dir(None)
         {
-            if sys::fstatat(meta.as_fd(), OsStr::new(CLEAN)).is_ok() {
+            if !rescan && sys::fstatat(meta.as_fd(), OsStr::new(CLEAN)).is_ok() {
                 let data = sys::openat(meta.as_fd(), OsStr::new(INDEX), libc::O_RDONLY, 0)
                     .and_then(|fd| {
                         let mut v = Vec::new();

@@ -11,6 +11,13 @@ use crate::fs::{Inner, err, ioerr};
 use crate::sys;
 
 pub fn get(i: &Inner, _ctx: &Ctx, ino: Ino, name: Option<&OsStr>) -> Result<Vec<u8>> {
+    // The kernel asks for security.capability before every write(2) (file_remove_privs);
+    // the file is open then, and its descriptor answers without resolving a path. Asked
+    // before `ns` is taken: an overflowing migration of the file holds the descriptor and
+    // waits for `ns` (the lock order in `fs`).
+    if let (Some(n), Some(h)) = (name, i.any_handle(ino)) {
+        return sys::fgetxattr(h.fd.read().as_fd(), n).map_err(ioerr);
+    }
     let ns = i.ns.read();
     if let Some(d) = ns.dirs.get(&ino) {
         let rel = ns.rel(ino);
@@ -25,11 +32,6 @@ pub fn get(i: &Inner, _ctx: &Ctx, ino: Ino, name: Option<&OsStr>) -> Result<Vec<
             None => sys::listxattr(fd.as_fd(), None),
         }
         .map_err(ioerr);
-    }
-    // The kernel asks for security.capability before every write(2) (file_remove_privs);
-    // the file is open then, and its descriptor answers without resolving a path.
-    if let (Some(n), Some(h)) = (name, i.any_handle(ino)) {
-        return sys::fgetxattr(h.fd.read().as_fd(), n).map_err(ioerr);
     }
     let (b, loc) = i.file_loc(ino)?;
     let (dir, fname) = loc.ok_or_else(|| err(libc::ENOENT))?;
