@@ -43,7 +43,14 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 export CAIRN_BIN="${CAIRN_BIN:-${target_dir:-$PWD/target}/debug/cairn}"
 
-log=$(mktemp /tmp/cairn-test-log.XXXXXX)
+# Everything the suites leave outside their own temporary directories goes into one scratch
+# directory removed at the end: the mount daemons' runtime files and logs, the benchmark's
+# source-tarball cache. `make test` changes nothing else on the machine.
+scratch=$(mktemp -d /tmp/cairn-test.XXXXXX)
+trap 'rm -rf --one-file-system "$scratch"' EXIT
+export CAIRN_RUNTIME_DIR="${CAIRN_RUNTIME_DIR:-$scratch/run}"
+export CAIRN_BENCH_CACHE="${CAIRN_BENCH_CACHE:-$scratch/cache}"
+log="$scratch/test.log"
 run_tests() {
     # --no-fail-fast: one failing suite must not hide the results of the others.
     cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
@@ -57,7 +64,6 @@ read -r passed failed_n ignored < <(awk '/^test result:/ {
             if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i
         }
     } END { printf "%d %d %d\n", p, f, g }' "$log")
-rm -f "$log"
 
 echo
 echo "=== summary"

@@ -18,8 +18,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{PhaseResult, Stage, measure};
 
-/// Where the source tarball is kept between runs.
+/// Where the source tarball is kept between runs (`$CAIRN_BENCH_CACHE/openssh` when that is
+/// set: `make test` keeps it in its scratch directory, so the suite leaves nothing behind).
 pub const DEFAULT_CACHE_DIR: &str = "/var/cache/cairn-bench/openssh";
+
+fn cache_dir() -> PathBuf {
+    match std::env::var_os("CAIRN_BENCH_CACHE") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("openssh"),
+        _ => PathBuf::from(DEFAULT_CACHE_DIR),
+    }
+}
 
 /// The make target of a scaled run: OpenSSH's portability library, a few dozen files compiled
 /// against the generated config.h (about a tenth of the full build), so a quick run still
@@ -46,7 +54,7 @@ pub struct Config {
 impl Config {
     pub fn paper() -> Config {
         Config {
-            cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
+            cache_dir: cache_dir(),
             package: "openssh".into(),
             configure_args: [
                 "--without-pam",
