@@ -17,6 +17,7 @@ mod runtime;
 mod stats;
 mod umbrella;
 mod umount;
+mod wal;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,6 +59,8 @@ enum Cmd {
     Crash(crash::Args),
     /// Mount the UmbrellaFS policy layer over branch directories, and manage it
     Umbrella(umbrella::Args),
+    /// Make, dump, summarize and measure a stand-alone write-ahead log (a journal's log device)
+    Wal(wal::Args),
     /// Reproduce the papers' benchmarks on cairn, kernel file systems and FUSE peers
     Bench {
         #[command(subcommand)]
@@ -112,6 +115,7 @@ fn main() {
         }
         Cmd::Crash(a) => crash::run(a),
         Cmd::Umbrella(a) => umbrella::run(a),
+        Cmd::Wal(a) => wal::run(a),
         Cmd::Bench { cmd } => Ok(cairn_bench::main_with(cmd)),
     };
     match result {
