@@ -17,6 +17,9 @@ pub(crate) enum Plant {
     ScanPastBad,
     /// Recovery ignores epochs (ghosts of an earlier open come back).
     NoEpochCheck,
+    /// Recovery ignores where the current epoch starts and only demands epochs that do not
+    /// decrease (a record completed from an old one's fragments comes back).
+    NoEpochStart,
     /// A read-write open reuses the previous epoch instead of starting a new one.
     NoEpochBump,
     /// `append` ignores the checkpoint: new records overwrite unreleased ones.

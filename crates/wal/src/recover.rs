@@ -122,14 +122,15 @@ pub(crate) fn scan(
         }
         if !plant::on(Plant::NoEpochCheck) {
             let current = pos >= sb.epoch_start;
-            let least = if current { sb.epoch } else { prev };
+            let start = !plant::on(Plant::NoEpochStart);
+            let least = if current && start { sb.epoch } else { prev };
             if h.epoch < least {
                 break End::EarlierOpen {
                     epoch: h.epoch,
                     least,
                 };
             }
-            if h.epoch > sb.epoch || (!current && h.epoch == sb.epoch) {
+            if h.epoch > sb.epoch || (!current && h.epoch == sb.epoch && start) {
                 break End::ImpossibleEpoch { epoch: h.epoch };
             }
         }

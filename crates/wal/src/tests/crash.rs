@@ -594,12 +594,15 @@ fn planted_bugs_are_caught() {
         (Plant::CheckpointWithoutFlush, MIXED),
         (Plant::OneSuperblockCopy, MIXED),
         (Plant::NoEpochCheck, UNIFORM),
+        (Plant::NoEpochStart, UNIFORM),
         (Plant::NoEpochBump, UNIFORM),
     ];
     let mut missed = Vec::new();
     for (p, shape) in plants {
         plant::set(Some(p));
-        let caught = (1..=4).find_map(|s| campaign(shape, s).err().map(|e| (s, e)));
+        // A torn write completing an old record needs a rare alignment: seed 9 is the first
+        // to show it for NoEpochStart; every other plant is caught by seed 4.
+        let caught = (1..=12).find_map(|s| campaign(shape, s).err().map(|e| (s, e)));
         plant::set(None);
         match caught {
             Some((s, e)) => println!("{p:?}: caught with seed {s}: {e}"),

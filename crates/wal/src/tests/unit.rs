@@ -309,6 +309,56 @@ fn a_ghost_at_the_checkpoint_is_not_recovered() {
     let _ = r2;
 }
 
+/// What the crash test found: a torn write of a new open completes an old torn record at the
+/// same LSN. Open 1's record r2 straddles a sector boundary with its first 8 header bytes
+/// (magic, length) in the first sector; that sector did not land, the rest did. Open 2
+/// recovers up to r2, appends r2' of the same length there, and its write tears the other
+/// way: only the first sector lands. Sector by sector, r2 is whole again, checksum and all.
+fn fragment_setup() -> (Arc<MemDevice>, Region, Lsn, Lsn) {
+    let (dev, region) = log_dev(4096, 16, 0);
+    let w = open(&dev, region);
+    let cap = w.capacity();
+    let r1 = w.append(&payload(1, 504 - REC_HEADER)).unwrap();
+    let r2 = w.append(&payload(2, 300)).unwrap();
+    assert_eq!(r2.0 % 512, 504);
+    w.sync().unwrap();
+    drop(w);
+    poke(&dev, region, cap, r2.0, &[0u8; 8]);
+    let before = dev.to_bytes();
+    let w = open(&dev, region);
+    assert_eq!(w.end(), r2);
+    let n = w.append(&payload(9, 300)).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    // The torn write: only the first sector of the data area's block 0 landed.
+    let data0 = ((region.first_block + 2) * 4096) as usize;
+    let mut now = dev.to_bytes();
+    now[data0 + 512..data0 + 4096].copy_from_slice(&before[data0 + 512..data0 + 4096]);
+    let dev = Arc::new(MemDevice::from_bytes(4096, now));
+    (dev, region, r1, n)
+}
+
+#[test]
+fn a_torn_write_cannot_complete_an_old_record() {
+    let (dev, region, r1, _) = fragment_setup();
+    let w = open(&dev, region);
+    assert_eq!(records(&w), vec![(r1.0, payload(1, 504 - REC_HEADER))]);
+    assert_eq!(w.recovery().stop, End::EarlierOpen { epoch: 1, least: 2 });
+    // Without the superblock's epoch_start the fragments pass for a record.
+    let (dev, region, r1, r2) = fragment_setup();
+    plant::set(Some(Plant::NoEpochStart));
+    let w = open(&dev, region);
+    plant::set(None);
+    assert_eq!(
+        records(&w),
+        vec![
+            (r1.0, payload(1, 504 - REC_HEADER)),
+            (r2.0, payload(2, 300))
+        ],
+        "planted: open 1's torn r2 is back"
+    );
+}
+
 #[test]
 fn without_epochs_the_log_is_wrong() {
     for p in [Plant::NoEpochCheck, Plant::NoEpochBump] {
