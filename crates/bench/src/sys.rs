@@ -248,9 +248,14 @@ pub fn kernel_release() -> String {
 
 /// UTC timestamp `YYYYMMDDTHHMMSSZ` for result directory names (sorts by time as text).
 pub fn utc_stamp(unix_secs: u64) -> String {
-    let days = (unix_secs / 86_400) as i64;
-    let sod = unix_secs % 86_400;
-    // Howard Hinnant's days-from-civil inverse.
+    let (y, m, d, hh, mm, ss) = utc_civil(unix_secs as i64);
+    format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
+}
+
+/// Seconds since the Unix epoch (negative: before it) as UTC (year, month, day, hour,
+/// minute, second): the civil-from-days conversion of Howard Hinnant's date algorithms.
+pub fn utc_civil(unix_secs: i64) -> (i64, i64, i64, i64, i64, i64) {
+    let (days, sod) = (unix_secs.div_euclid(86_400), unix_secs.rem_euclid(86_400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -260,12 +265,7 @@ pub fn utc_stamp(unix_secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    )
+    (y, m, d, sod / 3600, sod / 60 % 60, sod % 60)
 }
 
 #[cfg(test)]
