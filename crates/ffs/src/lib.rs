@@ -1,27 +1,34 @@
 //! cairn-ffs: the FFS-style on-disk format and its metadata-update strategies.
 //!
-//! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O);
-//! `alloc`, `inode` and `dirindex` are the engine's allocation, block-map and directory
-//! machinery; [`strategy`] holds the metadata-update disciplines behind one interface;
-//! `ops` implements the [`cairn_vfs::FileSystem`] contract; `undo` makes a failed
+//! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O). The
+//! engine's pieces are types of their own, each owning its state, its invariant and its
+//! half of the undo (see `undo`): `volume` (geometry and block reads), `alloc`
+//! (`Allocator`: bitmaps, group summaries, free counts), `inode` (`InodeTable`: in-core
+//! inodes and orphans), `directory` (`Directories`: the name indexes, and the entry
+//! updates), `handles` (`Handles`: open handles). `bmap` is the block map over them.
+//! [`strategy`] holds the metadata-update disciplines behind one interface; `ops`
+//! implements the [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed
 //! operation change nothing; `mkfs` creates file systems.
 //!
-//! Concurrency: one mutex guards the in-memory state of a mounted file system (in-core
-//! inodes, directory indexes, group summaries, open handles). Requests from several FUSE
-//! threads serialize on it; the buffer cache below has its own locks. A device wait in
-//! `sync` mode holds the lock, as a classic FFS holds the vnode locks of the operation.
+//! Concurrency: one mutex guards the in-memory state of a mounted file system ([`State`]:
+//! the pieces above and the superblock fields). Requests from several FUSE threads
+//! serialize on it; the buffer cache below has its own locks. A device wait in `sync` mode
+//! holds the lock, as a classic FFS holds the vnode locks of the operation.
 
 pub mod format;
 pub mod strategy;
 
 mod alloc;
-mod dirindex;
+mod bmap;
+mod directory;
+mod handles;
 mod inode;
 mod mkfs;
 mod ops;
 #[cfg(test)]
 mod tests;
 mod undo;
+mod volume;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,8 +41,13 @@ use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
 use cairn_vfs::FsError;
 use parking_lot::{Condvar, Mutex};
 
-use crate::format::{Geometry, GroupDesc, Superblock, kind, superblock};
+use crate::alloc::Allocator;
+use crate::directory::Directories;
+use crate::format::{DiskInode, Geometry, GroupDesc, Superblock, kind, superblock};
+use crate::handles::Handles;
+use crate::inode::{InCore, InodeTable};
 use crate::strategy::{Io, Strategy};
+use crate::volume::Volume;
 
 pub use mkfs::{mkfs, mkfs_device};
 
@@ -153,31 +165,18 @@ impl Default for MkfsOptions {
     }
 }
 
-/// One open file or directory handle.
-pub(crate) struct Handle {
-    pub ino: u64,
-    pub flags: i32,
-}
-
-/// Everything the big lock protects.
+/// Everything the engine's lock protects: the engine's pieces (each its own type, with its
+/// own invariant and its own half of the undo) and the superblock fields.
 pub(crate) struct State {
     pub sb: Superblock,
-    pub groups: Vec<GroupDesc>,
-    pub free_blocks: u64,
-    pub free_inodes: u64,
-    pub inodes: HashMap<u64, inode::InCore>,
-    pub dirs: HashMap<u64, dirindex::DirIndex>,
-    pub handles: HashMap<u64, Handle>,
-    pub next_fh: u64,
-    /// Device counters at the start of the current operation (for per-op attribution).
+    pub alloc: Allocator,
+    pub inodes: InodeTable,
+    pub dirs: Directories,
+    pub handles: Handles,
+    /// Device counters per operation type (for `cairn stats`).
     pub op_stats: HashMap<&'static str, OpStat>,
-    /// Unlinked inodes still referenced (open, or not yet forgotten by the kernel). An
-    /// ordered set: nothing on the write path may depend on hash order.
-    pub orphans: std::collections::BTreeSet<u64>,
     /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
     pub free_on_truncate: Option<u64>,
-    /// The in-core half of the open undo scope (see `undo`).
-    pub undo: undo::Undo,
 }
 
 /// Per-operation-type counts for `cairn stats`.
@@ -196,8 +195,7 @@ pub(crate) fn corrupt_err(msg: impl Into<String>) -> FsError {
 
 /// A mounted file system. Implements [`cairn_vfs::FileSystem`].
 pub struct Ffs {
-    pub(crate) geo: Geometry,
-    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) vol: Volume,
     pub(crate) dev: Arc<dyn BlockDevice>,
     pub(crate) io: Io,
     pub(crate) strategy: Box<dyn Strategy>,
@@ -296,7 +294,6 @@ impl Ffs {
             Arc::new(NoHooks),
         );
         let mut groups = Vec::with_capacity(geo.group_count as usize);
-        let (mut free_blocks, mut free_inodes) = (0u64, 0u64);
         for g in 0..geo.group_count {
             let b = cache.read(geo.desc_block(g))?;
             b.set_kind(kind::GROUP);
@@ -308,32 +305,24 @@ impl Ffs {
                     "group {g}: free counts exceed the group's size"
                 )));
             }
-            free_blocks += d.free_blocks as u64;
-            free_inodes += d.free_inodes as u64;
             groups.push(d);
         }
         let syncer_interval = opts
             .syncer_interval
             .unwrap_or_else(|| strategy.syncer_interval());
         let fs = Arc::new(Ffs {
-            geo,
             io: Io::new(cache.clone()),
-            cache,
+            vol: Volume { geo, cache },
             dev,
             strategy,
             st: Mutex::new(State {
                 sb: sb.clone(),
-                groups,
-                free_blocks,
-                free_inodes,
-                inodes: HashMap::new(),
-                dirs: HashMap::new(),
-                handles: HashMap::new(),
-                next_fh: 1,
+                alloc: Allocator::new(groups),
+                inodes: InodeTable::default(),
+                dirs: Directories::default(),
+                handles: Handles::default(),
                 op_stats: HashMap::new(),
                 free_on_truncate: None,
-                orphans: Default::default(),
-                undo: Default::default(),
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
@@ -368,37 +357,47 @@ impl Ffs {
     }
 
     pub(crate) fn bread(&self, blk: u64, k: u8) -> Result<BufRef, FsError> {
-        if blk >= self.geo.total_blocks {
-            return Err(corrupt_err(format!(
-                "block {blk} beyond the end of the file system"
-            )));
-        }
-        let b = self.cache.read(blk)?;
-        b.set_kind(k);
-        Ok(b)
+        self.vol.bread(blk, k)
     }
 
     pub(crate) fn bnew(&self, blk: u64, k: u8) -> BufRef {
-        let b = self.cache.get_new(blk);
-        b.set_kind(k);
-        b
+        self.vol.bnew(blk, k)
+    }
+
+    /// The in-core inode `ino`, loading it (see [`InodeTable::get`]).
+    pub(crate) fn iget<'a>(&self, st: &'a mut State, ino: u64) -> Result<&'a mut InCore, FsError> {
+        st.inodes.get(&self.vol, ino)
+    }
+
+    /// Puts a newly allocated inode in core.
+    pub(crate) fn iinsert(&self, st: &mut State, ino: u64, d: DiskInode) {
+        st.inodes.insert(ino, d)
+    }
+
+    /// Encodes inode `ino` into its table block and marks it dirty; returns the block.
+    pub(crate) fn iput(&self, st: &State, ino: u64) -> Result<BufRef, FsError> {
+        st.inodes.store(&self.vol, ino)
+    }
+
+    pub(crate) fn attr_of(&self, ino: u64, d: &DiskInode) -> cairn_vfs::Attr {
+        inode::attr_of(&self.vol.geo, ino, d)
     }
 
     /// Writes the primary superblock with the current summary counts and flushes.
     fn write_superblock(&self) -> Result<(), FsError> {
         let b = {
             let mut st = self.st.lock();
-            st.sb.free_blocks = st.free_blocks;
-            st.sb.free_inodes = st.free_inodes;
-            st.sb.dirs = st.groups.iter().map(|g| g.dirs as u64).sum();
+            st.sb.free_blocks = st.alloc.free_blocks();
+            st.sb.free_inodes = st.alloc.free_inodes();
+            st.sb.dirs = st.alloc.dirs();
             st.sb.written_ns = inode::now_ns();
             let b = self.bread(0, kind::SUPERBLOCK)?;
             st.sb.encode(&mut b.write());
             b
         };
-        self.cache.mark_dirty(&b);
-        self.cache.write_now(&[&b])?;
-        self.cache.flush_device()?;
+        self.vol.cache.mark_dirty(&b);
+        self.vol.cache.write_now(&[&b])?;
+        self.vol.cache.flush_device()?;
         Ok(())
     }
 
@@ -425,18 +424,11 @@ impl Ffs {
         }
         {
             let mut st = self.st.lock();
-            let mut orphans: Vec<u64> = st
-                .inodes
-                .iter()
-                .filter(|(_, ic)| ic.d.nlink == 0)
-                .map(|(&i, _)| i)
-                .collect();
             // In inode order, not the map's hash order: each free is an ordered write, so
             // the order is part of the device's write stream, which must be the same on
             // every run (crash recordings are compared and replayed by seed).
-            orphans.sort_unstable();
-            for ino in orphans {
-                if let Some(ic) = st.inodes.get_mut(&ino) {
+            for ino in st.inodes.unlinked() {
+                if let Some(ic) = st.inodes.loaded_mut(ino) {
                     ic.nopen = 0;
                     ic.nlookup = 0;
                 }
@@ -454,7 +446,7 @@ impl Ffs {
     }
 
     pub fn geometry(&self) -> Geometry {
-        self.geo
+        self.vol.geo
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
@@ -487,7 +479,7 @@ fn syncer_loop(fs: std::sync::Weak<Ffs>, ctl: Arc<(Mutex<bool>, Condvar)>, inter
         }
         let Some(f) = fs.upgrade() else { return };
         let _st = f.st.lock();
-        if f.cache.dirty_count() > 0
+        if f.vol.cache.dirty_count() > 0
             && let Err(e) = f.strategy.write_back(&f.io, false)
         {
             log::error!("syncer write-back failed: {e}");

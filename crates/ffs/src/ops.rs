@@ -16,7 +16,7 @@ use cairn_vfs::{
 
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
 use crate::inode::{now_ns, time_to_ns};
-use crate::{Ffs, Handle, State, corrupt_err};
+use crate::{Ffs, State, corrupt_err};
 
 const LINK_MAX: u32 = 65_000;
 /// A write request at least this long is a stream: its whole blocks go straight to the
@@ -109,8 +109,8 @@ impl Ffs {
     /// Keeps dirty buffers under half the cache budget by writing back in the mode's order,
     /// so the cache itself never has to evict a dirty buffer out of order.
     fn relieve_memory_pressure(&self) {
-        let dirty_bytes = self.cache.dirty_count() as u64 * self.geo.block_size as u64;
-        if dirty_bytes > self.cache.config().budget_bytes / 2
+        let dirty_bytes = self.vol.cache.dirty_count() as u64 * self.vol.geo.block_size as u64;
+        if dirty_bytes > self.vol.cache.config().budget_bytes / 2
             && let Err(e) = self.strategy.write_back(&self.io, false)
         {
             log::error!("write-back under memory pressure failed: {e}");
@@ -200,8 +200,8 @@ impl Ffs {
         // the name needs if the parent must grow, or ENOSPC before anything changes.
         let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
         let blocks = u64::from(is_dir || slow_link) + self.dir_add_blocks(st, parent, name)?;
-        self.reserve(st, 1, blocks)?;
-        let (ino, old_generation, cg) = self.alloc_inode(st, parent, is_dir)?;
+        st.alloc.reserve(1, blocks)?;
+        let (ino, old_generation, cg) = st.alloc.alloc_inode(&self.vol, parent, is_dir)?;
         let now = now_ns();
         let mut d = DiskInode {
             mode,
@@ -231,13 +231,15 @@ impl Ffs {
             let b = self.bnew(p, if is_dir { kind::DIRECTORY } else { kind::DATA });
             if is_dir {
                 dir::init_first(&mut b.write(), ino, parent);
-                self.iget(st, ino)?.d.size = self.geo.block_size as u64;
+                self.iget(st, ino)?.d.size = self.vol.geo.block_size as u64;
             } else if let Some(t) = link_target {
                 b.write()[..t.len()].copy_from_slice(t);
             }
-            self.cache.mark_dirty(&b);
-            let g = self.group_bufs(self.geo.group_of_block(p), false)?;
-            let mut step: Vec<&BufRef> = vec![&b, &g[0], &g[1]];
+            self.vol.cache.mark_dirty(&b);
+            let g = st
+                .alloc
+                .group_bufs(&self.vol, self.vol.geo.group_of_block(p), false)?;
+            let mut step: Vec<&BufRef> = vec![&b, &g.desc, &g.bitmap];
             let pb;
             if is_dir {
                 self.iget(st, parent)?.d.nlink += 1;
@@ -248,7 +250,7 @@ impl Ffs {
         }
         let ib = self.iput(st, ino)?;
         self.strategy
-            .setup_inode_alloc(&self.io, &[&cg[0], &cg[1], &ib])?;
+            .setup_inode_alloc(&self.io, &[&cg.desc, &cg.bitmap, &ib])?;
         // Rule 1 satisfied: now the name. (If anything fails from here on, the operation's
         // undo scope takes back the inode, its block and the parent's link count.)
         let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
@@ -269,27 +271,27 @@ impl Ffs {
 
     /// Frees an inode with no links, no open handles and no kernel references.
     pub(crate) fn maybe_free_inode(&self, st: &mut State, ino: u64) -> Result<()> {
-        let Some(ic) = st.inodes.get(&ino) else {
+        let Some(ic) = st.inodes.loaded(ino) else {
             return Ok(());
         };
         if ic.d.nlink > 0 {
             return Ok(());
         }
         if ic.nopen > 0 || ic.nlookup > 0 {
-            st.orphans.insert(ino);
+            st.inodes.add_orphan(ino);
             return Ok(());
         }
-        st.orphans.remove(&ino);
         let was_dir = ic.d.is_dir();
         let xattr = ic.d.xattr;
+        st.inodes.remove_orphan(ino);
         // One write clears the pointers and the inode (rule 2); bitmaps are freed after.
         self.truncate_blocks_and(st, ino, 0, true)?;
         if xattr != 0 {
-            self.free_block(st, xattr)?;
+            st.alloc.free_block(&self.vol, xattr)?;
         }
-        self.free_inode_bit(st, ino, was_dir)?;
-        st.inodes.remove(&ino);
-        st.dirs.remove(&ino);
+        st.alloc.free_inode(&self.vol, ino, was_dir)?;
+        st.inodes.remove(ino);
+        st.dirs.remove(ino);
         Ok(())
     }
 
@@ -313,7 +315,7 @@ impl Ffs {
     }
 
     fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         if size.is_multiple_of(bs) {
             return Ok(());
         }
@@ -322,7 +324,7 @@ impl Ffs {
             let b = self.bread(p, kind::DATA)?;
             let at = (size % bs) as usize;
             b.write_range(at, bs as usize - at).fill(0);
-            self.cache.mark_dirty(&b);
+            self.vol.cache.mark_dirty(&b);
         }
         Ok(())
     }
@@ -332,7 +334,7 @@ impl Ffs {
             return Err(Errno::EFBIG.into());
         }
         let old = self.iget(st, ino)?.d.size;
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         if size < old {
             self.zero_tail(st, ino, size)?;
             self.iget(st, ino)?.d.size = size;
@@ -346,19 +348,12 @@ impl Ffs {
     }
 
     fn handle(&self, st: &State, fh: Fh) -> Result<(u64, i32)> {
-        st.handles
-            .get(&fh)
-            .map(|h| (h.ino, h.flags))
-            .ok_or_else(|| Errno::EBADF.into())
+        st.handles.get(fh)
     }
 
     fn new_handle(&self, st: &mut State, ino: u64, flags: i32) -> Fh {
-        let fh = st.next_fh;
-        st.next_fh += 1;
-        st.handles.insert(fh, Handle { ino, flags });
-        let State { inodes, undo, .. } = st;
-        if let Some(ic) = inodes.get_mut(&ino) {
-            undo.touch_inode(ino, ic);
+        let fh = st.handles.open(ino, flags);
+        if let Some(ic) = st.inodes.loaded_mut(ino) {
             ic.nopen += 1;
         }
         fh
@@ -414,16 +409,16 @@ impl Ffs {
                 self.iget(st, ino)?.d.blocks -= 1;
                 let ib = self.iput(st, ino)?;
                 self.strategy.setup_freeblocks(&self.io, &[&ib])?;
-                self.free_block(st, old)?;
+                st.alloc.free_block(&self.vol, old)?;
             }
             return Ok(());
         }
-        if xattr::encoded_size(attrs) > self.geo.bs() {
+        if xattr::encoded_size(attrs) > self.vol.geo.bs() {
             return Err(Errno::ENOSPC.into());
         }
         let (blk, fresh) = if old == 0 {
-            self.reserve(st, 0, 1)?;
-            (self.alloc_block(st, 0, ino)?, true)
+            st.alloc.reserve(0, 1)?;
+            (st.alloc.alloc_block(&self.vol, 0, ino)?.0, true)
         } else {
             (old, false)
         };
@@ -433,11 +428,13 @@ impl Ffs {
             self.bread(blk, kind::XATTR)?
         };
         xattr::encode(attrs, &mut b.write());
-        self.cache.mark_dirty(&b);
+        self.vol.cache.mark_dirty(&b);
         if fresh {
-            let cg = self.group_bufs(self.geo.group_of_block(blk), false)?;
+            let cg = st
+                .alloc
+                .group_bufs(&self.vol, self.vol.geo.group_of_block(blk), false)?;
             self.strategy
-                .setup_block_init(&self.io, &[&b, &cg[0], &cg[1]])?;
+                .setup_block_init(&self.io, &[&b, &cg.desc, &cg.bitmap])?;
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
             ic.d.blocks += 1;
@@ -535,7 +532,7 @@ impl Ffs {
         }
         if dst.is_none() {
             let blocks = self.dir_add_blocks(st, np, nname)?;
-            self.reserve(st, 0, blocks)?;
+            st.alloc.reserve(0, blocks)?;
         }
         let now = now_ns();
         // 1. Link count up before the second name exists (link count >= references).
@@ -611,11 +608,11 @@ impl Ffs {
         ctx: &Ctx,
         parent: u64,
         name: &[u8],
-        src: crate::dirindex::Slot,
+        src: crate::directory::Slot,
         sd: &DiskInode,
         np: u64,
         nname: &[u8],
-        dst: crate::dirindex::Slot,
+        dst: crate::directory::Slot,
         dd: &DiskInode,
     ) -> Result<()> {
         if src.ino == dst.ino {
@@ -685,7 +682,7 @@ impl Ffs {
             return Ok(());
         }
         let end = (offset + size as u64).min(d.size);
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         buf.resize((end - offset) as usize, 0);
         let mut pos = offset;
         while pos < end {
@@ -693,12 +690,16 @@ impl Ffs {
             let in_blk = (pos % bs) as usize;
             let p = self.bmap(st, ino, lbn)?;
             // Gather a run of device-contiguous, uncached blocks and read them at once.
-            let cached = if p != 0 { self.cache.lookup(p) } else { None };
+            let cached = if p != 0 {
+                self.vol.cache.lookup(p)
+            } else {
+                None
+            };
             let mut run = 1u64;
             if p != 0 && cached.is_none() {
                 while (lbn + run) * bs < end && run < 256 {
                     let q = self.bmap(st, ino, lbn + run)?;
-                    if q != p + run || self.cache.lookup(q).is_some() {
+                    if q != p + run || self.vol.cache.lookup(q).is_some() {
                         break;
                     }
                     run += 1;
@@ -750,7 +751,7 @@ impl Ffs {
         if offset > d.size {
             self.zero_tail(st, ino, d.size)?;
         }
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         // Streaming writes (a request of at least STREAM_BYTES) bypass the buffer cache for
         // whole blocks nobody has cached: the request's bytes go to the device in one write
         // per run of contiguous blocks, with no copy (FFS's write-behind clustering). Small
@@ -761,8 +762,8 @@ impl Ffs {
         let streaming = data.len() as u64 >= STREAM_BYTES;
         // Held until the inode is written at the end, so that write cannot need a device
         // read once data has gone straight to the device (see pass 2).
-        let (iblk, _) = self.geo.inode_location(ino);
-        let _inode_block = match self.cache.lookup(iblk) {
+        let (iblk, _) = self.vol.geo.inode_location(ino);
+        let _inode_block = match self.vol.cache.lookup(iblk) {
             Some(b) => b,
             None => self.bread(iblk, kind::INODE)?,
         };
@@ -779,8 +780,8 @@ impl Ffs {
             // Preflight: a block whose data and indirect blocks cannot all be allocated is
             // not started (a short write, or ENOSPC for the first), so no half-built
             // pointer path is left behind. Only near a full file system is it worth a walk.
-            if st.free_blocks < crate::inode::MAX_MAP_BLOCKS
-                && st.free_blocks < self.blocks_to_map(st, ino, lbn)?
+            if st.alloc.free_blocks() < crate::bmap::MAX_MAP_BLOCKS
+                && st.alloc.free_blocks() < self.blocks_to_map(st, ino, lbn)?
             {
                 if pos > offset {
                     break;
@@ -793,7 +794,7 @@ impl Ffs {
                 Err(e) => return Err(e),
             };
             let whole = n == bs as usize;
-            let target = match self.cache.lookup(p) {
+            let target = match self.vol.cache.lookup(p) {
                 // A new block's cached buffer (if any) is zeroed in place by `bnew`.
                 Some(_) if fresh => Target::New,
                 Some(b) => Target::Cached(b),
@@ -860,14 +861,14 @@ impl Ffs {
                     b.set_kind(kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
-                    self.cache.mark_dirty(b);
+                    self.vol.cache.mark_dirty(b);
                     done = pc_end;
                 }
                 Target::New => {
                     let b = self.bnew(pc.p, kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
-                    self.cache.mark_dirty(&b);
+                    self.vol.cache.mark_dirty(&b);
                     done = pc_end;
                 }
             }
@@ -892,7 +893,7 @@ impl Ffs {
             // of the run): zero them, in memory, which cannot fail.
             for pc in pieces.iter().filter(|pc| pc.fresh && pc.lbn * bs >= at) {
                 let b = self.bnew(pc.p, kind::DATA);
-                self.cache.mark_dirty(&b);
+                self.vol.cache.mark_dirty(&b);
             }
         }
         if pieces.iter().any(|pc| pc.fresh) {
@@ -1043,7 +1044,7 @@ impl Ffs {
         if end > self.max_file_size {
             return Err(Errno::EFBIG.into());
         }
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
@@ -1051,7 +1052,7 @@ impl Ffs {
                     let (p, fresh, _) = self.bmap_alloc(st, ino, lbn)?;
                     if fresh {
                         let b = self.bnew(p, kind::DATA);
-                        self.cache.mark_dirty(&b);
+                        self.vol.cache.mark_dirty(&b);
                         self.io
                             .data_allocs_pending
                             .store(true, std::sync::atomic::Ordering::Release);
@@ -1085,7 +1086,7 @@ impl Ffs {
                         if p != 0 {
                             let b = self.bread(p, kind::DATA)?;
                             b.write_range(in_blk as usize, n as usize).fill(0);
-                            self.cache.mark_dirty(&b);
+                            self.vol.cache.mark_dirty(&b);
                         }
                     }
                     pos += n;
@@ -1096,7 +1097,7 @@ impl Ffs {
                 refs.push(&ib);
                 self.strategy.setup_freeblocks(&self.io, &refs)?;
                 for b in freed {
-                    self.free_block(st, b)?;
+                    st.alloc.free_block(&self.vol, b)?;
                 }
             }
             _ => return Err(Errno::EOPNOTSUPP.into()),
@@ -1120,28 +1121,20 @@ impl FileSystem for Ffs {
 
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
-        let meta = self.geo.group_count * self.geo.meta_blocks();
+        let meta = self.vol.geo.group_count * self.vol.geo.meta_blocks();
         // An unlinked inode nobody has open is free space already; only the kernel's
         // lookup reference (dropped by a forget that may still be in flight) keeps it.
-        let (mut bfree, mut ffree) = (st.free_blocks, st.free_inodes);
-        for ic in st
-            .orphans
-            .iter()
-            .filter_map(|i| st.inodes.get(i))
-            .filter(|ic| ic.nopen == 0)
-        {
-            bfree += ic.d.blocks;
-            ffree += 1;
-        }
+        let (ob, oi) = st.inodes.orphan_space();
+        let (bfree, ffree) = (st.alloc.free_blocks() + ob, st.alloc.free_inodes() + oi);
         Ok(StatFs {
-            blocks: self.geo.total_blocks - meta,
+            blocks: self.vol.geo.total_blocks - meta,
             bfree,
             bavail: bfree,
-            files: self.geo.total_inodes() - 2,
+            files: self.vol.geo.total_inodes() - 2,
             ffree,
-            bsize: self.geo.block_size,
+            bsize: self.vol.geo.block_size,
             namelen: MAX_NAME as u32,
-            frsize: self.geo.block_size,
+            frsize: self.vol.geo.block_size,
         })
     }
 
@@ -1159,7 +1152,7 @@ impl FileSystem for Ffs {
 
     fn forget(&self, ino: Ino, nlookup: u64) {
         let r = self.op("forget", false, |st| {
-            let Some(ic) = st.inodes.get_mut(&ino) else {
+            let Some(ic) = st.inodes.loaded_mut(ino) else {
                 return Ok(());
             };
             ic.nlookup = ic.nlookup.saturating_sub(nlookup);
@@ -1173,7 +1166,7 @@ impl FileSystem for Ffs {
                     // freed resource can be pointed to again (rule 2).
                     return self.atomically(st, |st| self.maybe_free_inode(st, ino));
                 } else if !ic.d.is_dir() {
-                    st.inodes.remove(&ino);
+                    st.inodes.remove(ino);
                 }
             }
             Ok(())
@@ -1204,7 +1197,7 @@ impl FileSystem for Ffs {
                 return Ok(t);
             }
             let p = self.bmap(st, ino, 0)?;
-            if p == 0 || d.size as usize > self.geo.bs() {
+            if p == 0 || d.size as usize > self.vol.geo.bs() {
                 return Err(corrupt_err(format!("symlink {ino}: no target block")));
             }
             let b = self.bread(p, kind::DATA)?;
@@ -1314,7 +1307,7 @@ impl FileSystem for Ffs {
             if target.is_empty() {
                 return Err(Errno::ENOENT.into());
             }
-            if target.len() >= 4096 || target.len() > self.geo.bs() {
+            if target.len() >= 4096 || target.len() > self.vol.geo.bs() {
                 return Err(Errno::ENAMETOOLONG.into());
             }
             let ino = self.make_node(
@@ -1362,7 +1355,7 @@ impl FileSystem for Ffs {
                 return Err(Errno::ENOENT.into());
             }
             let blocks = self.dir_add_blocks(st, np, n)?;
-            self.reserve(st, 0, blocks)?;
+            st.alloc.reserve(0, blocks)?;
             let ic = self.iget(st, ino)?;
             ic.d.nlink += 1;
             ic.d.ctime = now_ns();
@@ -1454,8 +1447,8 @@ impl FileSystem for Ffs {
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         self.op("release", false, |st| {
-            if st.handles.remove(&fh).is_some()
-                && let Some(ic) = st.inodes.get_mut(&ino)
+            if st.handles.close(fh)
+                && let Some(ic) = st.inodes.loaded_mut(ino)
             {
                 ic.nopen = ic.nopen.saturating_sub(1);
                 if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
@@ -1480,7 +1473,7 @@ impl FileSystem for Ffs {
             let data: Vec<BufRef> = self
                 .file_blocks(st, ino)?
                 .into_iter()
-                .filter_map(|b| self.cache.lookup(b))
+                .filter_map(|b| self.vol.cache.lookup(b))
                 .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
                 .collect();
             self.strategy.fsync(&self.io, &data)
@@ -1509,7 +1502,7 @@ impl FileSystem for Ffs {
     ) -> Result<()> {
         self.op("readdir", false, |st| {
             let d = self.dir_inode(st, ino)?;
-            let bs = self.geo.block_size as u64;
+            let bs = self.vol.geo.block_size as u64;
             // Cookies are byte offsets + 1 of the entry last returned (0 = start).
             let mut lbn = offset / bs;
             while lbn * bs < d.size {
@@ -1541,7 +1534,7 @@ impl FileSystem for Ffs {
                     if !ok {
                         // The refused entry was not handed over: undo its lookup count.
                         if let Some(a) = attr
-                            && let Some(ic) = st.inodes.get_mut(&a.ino)
+                            && let Some(ic) = st.inodes.loaded_mut(a.ino)
                         {
                             ic.nlookup = ic.nlookup.saturating_sub(1);
                         }
@@ -1666,14 +1659,14 @@ impl FileSystem for Ffs {
         let v = serde_json::json!({
             "mode": self.strategy.name(),
             "device": dev,
-            "cache": self.cache.stats(),
+            "cache": self.vol.cache.stats(),
             "ops": st.op_stats,
             "ops_total": self.ops_total.load(std::sync::atomic::Ordering::Relaxed),
             "inodes_in_core": st.inodes.len(),
             "directories_indexed": st.dirs.len(),
             "open_handles": st.handles.len(),
-            "free_blocks": st.free_blocks,
-            "free_inodes": st.free_inodes,
+            "free_blocks": st.alloc.free_blocks(),
+            "free_inodes": st.alloc.free_inodes(),
         });
         v.to_string()
     }

@@ -200,7 +200,7 @@ fn big_sparse_file_and_truncate_frees_everything() {
     assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
     assert_eq!(fs.statfs().unwrap().bfree, free0);
     assert_eq!(
-        errno(fs.write(f.ino, fh, fs.geo.max_file_size(), b"x")),
+        errno(fs.write(f.ino, fh, fs.vol.geo.max_file_size(), b"x")),
         Errno::EFBIG
     );
 }
@@ -410,7 +410,7 @@ fn sync_flushes_per_operation() {
         fs.mknod(&c, d1, n(&format!("{i:0>200}")), libc::S_IFREG, 0, 0)
             .unwrap();
         let d = dev.counters().snapshot().delta(&before);
-        if fs.getattr(d1).unwrap().size > fs.geo.block_size as u64 {
+        if fs.getattr(d1).unwrap().size > fs.vol.geo.block_size as u64 {
             if d.flushes != 3 {
                 wrong.push(format!(
                     "mknod growing its directory (inode, new block, entry): {} flushes, expected 3",
@@ -616,7 +616,7 @@ fn fsync_writes_this_file_not_the_others() {
         assert!(
             blocks
                 .iter()
-                .all(|&p| fs.cache.lookup(p).is_none_or(|x| !x.is_dirty()))
+                .all(|&p| fs.vol.cache.lookup(p).is_none_or(|x| !x.is_dirty()))
         );
     }
 }

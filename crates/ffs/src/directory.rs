@@ -3,7 +3,11 @@
 //! Each directory used is indexed once (every block read) into a hash map from name to the
 //! entry's place, plus a max-tree of free space per 512-byte chunk, so lookup, insert and
 //! remove cost O(1)/O(log chunks) in a directory of a million entries instead of FFS's
-//! linear scan.
+//! linear scan. [`Directories`] holds the indexes of a mounted file system.
+//!
+//! Invariant, at every operation boundary: each index describes its directory's blocks.
+//! Inside an undo scope every directory whose index is built or changed is noted; a
+//! rollback drops those indexes, and they are rebuilt from the restored blocks on next use.
 
 use std::collections::HashMap;
 
@@ -12,6 +16,75 @@ use cairn_vfs::{Errno, Result};
 
 use crate::format::{DIR_CHUNK, dir, kind};
 use crate::{Ffs, State, corrupt_err};
+
+/// The directory indexes of a mounted file system.
+///
+/// An index is attached when a directory is first used (every block read once) and freed
+/// when its directory is freed, or by a rollback of a scope that changed it.
+#[derive(Default)]
+pub(crate) struct Directories {
+    map: HashMap<u64, DirIndex>,
+    /// Directories whose index the open undo scope built or changed (`None`: no scope).
+    touched: Option<Vec<u64>>,
+}
+
+impl Directories {
+    pub fn get(&self, dino: u64) -> Option<&DirIndex> {
+        self.map.get(&dino)
+    }
+
+    /// The index of `dino`. A caller about to change it calls [`Directories::touch`] first.
+    fn get_mut(&mut self, dino: u64) -> Option<&mut DirIndex> {
+        self.map.get_mut(&dino)
+    }
+
+    fn insert(&mut self, dino: u64, idx: DirIndex) {
+        self.touch(dino);
+        self.map.insert(dino, idx);
+    }
+
+    /// Drops the index of a directory (freed, or to be rebuilt from its blocks).
+    pub fn remove(&mut self, dino: u64) -> Option<DirIndex> {
+        self.map.remove(&dino)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn indexed(&self) -> Vec<u64> {
+        self.map.keys().copied().collect()
+    }
+
+    /// Puts back an index taken out with `remove` (self-check only).
+    pub fn restore(&mut self, dino: u64, idx: DirIndex) {
+        self.map.insert(dino, idx);
+    }
+
+    /// Notes that the open undo scope changes the index of `dino`: a rollback drops it.
+    fn touch(&mut self, dino: u64) {
+        if let Some(t) = &mut self.touched
+            && t.last() != Some(&dino)
+        {
+            t.push(dino);
+        }
+    }
+
+    pub fn begin_undo(&mut self) {
+        self.touched = Some(Vec::new());
+    }
+
+    pub fn commit_undo(&mut self) {
+        self.touched = None;
+    }
+
+    /// Drops every index the scope built or changed.
+    pub fn rollback_undo(&mut self) {
+        for d in self.touched.take().unwrap_or_default() {
+            self.map.remove(&d);
+        }
+    }
+}
 
 /// Where an entry lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,12 +169,12 @@ impl MaxTree {
 impl Ffs {
     /// Builds (once) the index of directory `dino`.
     pub(crate) fn dir_index<'a>(&self, st: &'a mut State, dino: u64) -> Result<&'a mut DirIndex> {
-        if !st.dirs.contains_key(&dino) {
+        if st.dirs.get(dino).is_none() {
             let d = self.iget(st, dino)?.d.clone();
             if !d.is_dir() {
                 return Err(Errno::ENOTDIR.into());
             }
-            let bs = self.geo.block_size as u64;
+            let bs = self.vol.geo.block_size as u64;
             if d.size % bs != 0 || d.size == 0 {
                 return Err(corrupt_err(format!(
                     "directory {dino}: size {} not a whole number of blocks",
@@ -158,10 +231,9 @@ impl Ffs {
                 return Err(corrupt_err(format!("directory {dino}: no '..' entry")));
             }
             // Built from blocks the open scope may have changed: a rollback drops it.
-            st.undo.touch_dir(dino);
             st.dirs.insert(dino, idx);
         }
-        Ok(st.dirs.get_mut(&dino).expect("just inserted"))
+        Ok(st.dirs.get_mut(dino).expect("just inserted"))
     }
 
     pub(crate) fn dir_lookup(
@@ -217,8 +289,8 @@ impl Ffs {
         dtype: u8,
     ) -> Result<BufRef> {
         let need = dir::rec_size(name.len()) as u16;
-        let chunks_per_block = self.geo.bs() / DIR_CHUNK;
-        st.undo.touch_dir(dino);
+        let chunks_per_block = self.vol.geo.bs() / DIR_CHUNK;
+        st.dirs.touch(dino);
         let found = self.dir_index(st, dino)?.free.find(need);
         let chunk = match found {
             Some(c) => c,
@@ -240,7 +312,7 @@ impl Ffs {
                 dir::chunk_free(&data, 0) as u16,
             )
         };
-        self.cache.mark_dirty(&b);
+        self.vol.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
         idx.free.set(chunk, free);
         idx.names.insert(
@@ -256,25 +328,25 @@ impl Ffs {
     }
 
     fn dir_grow(&self, st: &mut State, dino: u64) -> Result<usize> {
-        st.undo.touch_dir(dino);
+        st.dirs.touch(dino);
         let nblocks = self.dir_index(st, dino)?.nblocks;
         let (p, _, changed) = self.bmap_alloc(st, dino, nblocks)?;
         let nb = self.bnew(p, kind::DIRECTORY);
         dir::init_empty(&mut nb.write());
-        self.cache.mark_dirty(&nb);
-        let g = self.geo.group_of_block(p);
-        let gb = self.group_bufs(g, false)?;
+        self.vol.cache.mark_dirty(&nb);
+        let g = self.vol.geo.group_of_block(p);
+        let gb = st.alloc.group_bufs(&self.vol, g, false)?;
         self.strategy
-            .setup_block_init(&self.io, &[&nb, &gb[0], &gb[1]])?;
+            .setup_block_init(&self.io, &[&nb, &gb.desc, &gb.bitmap])?;
         // Indirect blocks that now point to it follow, before the inode's new size does: a
         // directory must never have a hole.
         if !changed.is_empty() {
             let refs: Vec<&BufRef> = changed.iter().collect();
             self.strategy.setup_block_init(&self.io, &refs)?;
         }
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         self.iget(st, dino)?.d.size = (nblocks + 1) * bs;
-        let per = self.geo.bs() / DIR_CHUNK;
+        let per = self.vol.geo.bs() / DIR_CHUNK;
         let idx = self.dir_index(st, dino)?;
         idx.nblocks += 1;
         for _ in 0..per {
@@ -285,7 +357,7 @@ impl Ffs {
 
     /// Removes `name` from `dino`; returns the block changed.
     pub(crate) fn dir_remove(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<BufRef> {
-        st.undo.touch_dir(dino);
+        st.dirs.touch(dino);
         let slot = self
             .dir_index(st, dino)?
             .names
@@ -300,8 +372,8 @@ impl Ffs {
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?;
             dir::chunk_free(&data, 0) as u16
         };
-        self.cache.mark_dirty(&b);
-        let per = self.geo.bs() / DIR_CHUNK;
+        self.vol.cache.mark_dirty(&b);
+        let per = self.vol.geo.bs() / DIR_CHUNK;
         let idx = self.dir_index(st, dino)?;
         idx.free.set(slot.lbn as usize * per + c_in_block, free);
         idx.names.remove(name);
@@ -317,11 +389,11 @@ impl Ffs {
         ino: u64,
         dtype: u8,
     ) -> Result<BufRef> {
-        st.undo.touch_dir(dino);
+        st.dirs.touch(dino);
         let slot = self.dir_lookup(st, dino, name)?.ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
         dir::set_ino(&mut b.write_range(slot.off, 8), 0, ino, dtype);
-        self.cache.mark_dirty(&b);
+        self.vol.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
         let new = Slot { ino, dtype, ..slot };
         if name == b".." {
