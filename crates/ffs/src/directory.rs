@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use cairn_bufcache::BufRef;
+use cairn_dir::{DirIndex, Slot};
 use cairn_vfs::{Errno, Result};
 
 use crate::format::{DIR_CHUNK, dir, kind};
@@ -86,86 +87,6 @@ impl Directories {
     }
 }
 
-/// Where an entry lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Slot {
-    pub ino: u64,
-    pub dtype: u8,
-    /// Logical block of the directory and byte offset inside it.
-    pub lbn: u64,
-    pub off: usize,
-}
-
-pub(crate) struct DirIndex {
-    pub names: HashMap<Box<[u8]>, Slot>,
-    /// The `..` entry (always in chunk 0 of block 0).
-    pub dotdot: Slot,
-    pub free: MaxTree,
-    pub nblocks: u64,
-}
-
-/// A segment tree of per-chunk free bytes answering "first chunk with at least n free".
-pub(crate) struct MaxTree {
-    n: usize,
-    t: Vec<u16>,
-}
-
-impl MaxTree {
-    pub fn new() -> MaxTree {
-        MaxTree {
-            n: 0,
-            t: vec![0; 2],
-        }
-    }
-    fn cap(&self) -> usize {
-        self.t.len() / 2
-    }
-    pub fn push(&mut self, v: u16) {
-        if self.n == self.cap() {
-            let old: Vec<u16> = (0..self.n).map(|i| self.t[self.cap() + i]).collect();
-            let cap = (self.cap() * 2).max(1);
-            self.t = vec![0; cap * 2];
-            for (i, v) in old.into_iter().enumerate() {
-                self.t[cap + i] = v;
-            }
-            for i in (1..cap).rev() {
-                self.t[i] = self.t[2 * i].max(self.t[2 * i + 1]);
-            }
-        }
-        self.n += 1;
-        self.set(self.n - 1, v);
-    }
-    pub fn set(&mut self, i: usize, v: u16) {
-        let mut p = self.cap() + i;
-        self.t[p] = v;
-        while p > 1 {
-            p /= 2;
-            self.t[p] = self.t[2 * p].max(self.t[2 * p + 1]);
-        }
-    }
-    /// The per-chunk values, in order.
-    pub fn values(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.n).map(|i| self.t[self.cap() + i])
-    }
-
-    /// First index with value >= `need`.
-    pub fn find(&self, need: u16) -> Option<usize> {
-        if self.n == 0 || self.t[1] < need {
-            return None;
-        }
-        let mut p = 1;
-        while p < self.cap() {
-            p = if self.t[2 * p] >= need {
-                2 * p
-            } else {
-                2 * p + 1
-            };
-        }
-        let i = p - self.cap();
-        (i < self.n).then_some(i)
-    }
-}
-
 impl Ffs {
     /// Builds (once) the index of directory `dino`.
     pub(crate) fn dir_index<'a>(&self, st: &'a mut State, dino: u64) -> Result<&'a mut DirIndex> {
@@ -182,54 +103,15 @@ impl Ffs {
                 )));
             }
             let nblocks = d.size / bs;
-            let mut idx = DirIndex {
-                names: HashMap::new(),
-                dotdot: Slot {
-                    ino: 0,
-                    dtype: 0,
-                    lbn: 0,
-                    off: 0,
-                },
-                free: MaxTree::new(),
-                nblocks,
-            };
+            let mut idx = DirIndex::new(nblocks);
             for lbn in 0..nblocks {
-                let p = self.bmap(st, dino, lbn)?;
-                if p == 0 {
-                    return Err(corrupt_err(format!(
-                        "directory {dino}: hole at block {lbn}"
-                    )));
-                }
-                let b = self.bread(p, kind::DIRECTORY)?;
-                let data = b.read();
-                for r in dir::records(&data) {
-                    let e = r.map_err(|e| {
-                        corrupt_err(format!("directory {dino} block {lbn}: {}", e.0))
-                    })?;
-                    if e.ino == 0 {
-                        continue;
-                    }
-                    let slot = Slot {
-                        ino: e.ino as u64,
-                        dtype: e.dtype,
-                        lbn,
-                        off: e.off,
-                    };
-                    match e.name {
-                        b"." => {}
-                        b".." => idx.dotdot = slot,
-                        n => {
-                            idx.names.insert(n.into(), slot);
-                        }
-                    }
-                }
-                for c in 0..(bs as usize / DIR_CHUNK) {
-                    idx.free.push(dir::chunk_free(&data, c) as u16);
-                }
+                let b = self.dir_block(st, dino, lbn)?;
+                idx.add_block(lbn, &b.read())
+                    .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))?;
             }
-            if idx.dotdot.ino == 0 {
-                return Err(corrupt_err(format!("directory {dino}: no '..' entry")));
-            }
+            let idx = idx
+                .finish()
+                .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))?;
             // Built from blocks the open scope may have changed: a rollback drops it.
             st.dirs.insert(dino, idx);
         }
@@ -268,9 +150,8 @@ impl Ffs {
     /// Blocks that adding `name` to `dino` would allocate: none if a chunk has room, else
     /// the new directory block and the indirect blocks on its path.
     pub(crate) fn dir_add_blocks(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<u64> {
-        let need = dir::rec_size(name.len()) as u16;
         let idx = self.dir_index(st, dino)?;
-        if idx.free.find(need).is_some() {
+        if idx.place(name.len()).is_some() {
             return Ok(0);
         }
         let nblocks = idx.nblocks;
@@ -288,10 +169,9 @@ impl Ffs {
         ino: u64,
         dtype: u8,
     ) -> Result<BufRef> {
-        let need = dir::rec_size(name.len()) as u16;
         let chunks_per_block = self.vol.geo.bs() / DIR_CHUNK;
         st.dirs.touch(dino);
-        let found = self.dir_index(st, dino)?.free.find(need);
+        let found = self.dir_index(st, dino)?.place(name.len());
         let chunk = match found {
             Some(c) => c,
             None => self.dir_grow(st, dino)?,
@@ -347,11 +227,7 @@ impl Ffs {
         let bs = self.vol.geo.block_size as u64;
         self.iget(st, dino)?.d.size = (nblocks + 1) * bs;
         let per = self.vol.geo.bs() / DIR_CHUNK;
-        let idx = self.dir_index(st, dino)?;
-        idx.nblocks += 1;
-        for _ in 0..per {
-            idx.free.push(DIR_CHUNK as u16);
-        }
+        self.dir_index(st, dino)?.grew(per);
         Ok(nblocks as usize * per)
     }
 
@@ -402,30 +278,5 @@ impl Ffs {
             idx.names.insert(name.into(), new);
         }
         Ok(b)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn maxtree_finds_first_fit() {
-        let mut t = MaxTree::new();
-        for v in [10, 0, 300, 16, 512] {
-            t.push(v);
-        }
-        assert_eq!(t.find(16), Some(2));
-        assert_eq!(t.find(400), Some(4));
-        assert_eq!(t.find(513), None);
-        t.set(2, 0);
-        assert_eq!(t.find(16), Some(3));
-        for _ in 0..1000 {
-            t.push(0);
-        }
-        assert_eq!(t.find(500), Some(4));
-        t.set(1004, 512);
-        t.set(4, 0);
-        assert_eq!(t.find(500), Some(1004));
     }
 }

@@ -9,16 +9,16 @@ use std::os::unix::ffi::OsStrExt;
 
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
+use cairn_vfs::perm::{self, LINK_MAX};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
-    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs,
+    KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::{Ffs, State, corrupt_err};
 
-const LINK_MAX: u32 = 65_000;
 /// A write request at least this long is a stream: its whole blocks go straight to the
 /// device (see `do_write`).
 const STREAM_BYTES: u64 = 256 << 10;
@@ -50,19 +50,13 @@ enum Target {
     Direct,
 }
 
-fn check_name(name: &OsStr) -> Result<&[u8]> {
-    let n = name.as_bytes();
-    if n.len() > MAX_NAME {
-        return Err(Errno::ENAMETOOLONG.into());
+/// The mode and ids of an inode, as the permission rules see them.
+fn owner(d: &DiskInode) -> Owner {
+    Owner {
+        mode: d.mode,
+        uid: d.uid,
+        gid: d.gid,
     }
-    if n.is_empty() || n.contains(&b'/') || n.contains(&0) {
-        return Err(Errno::EINVAL.into());
-    }
-    Ok(n)
-}
-
-fn is_dot(n: &[u8]) -> bool {
-    n == b"." || n == b".."
 }
 
 fn dtype_of(mode: u32) -> u8 {
@@ -142,19 +136,6 @@ impl Ffs {
         Ok(d)
     }
 
-    /// The sticky-directory rule: in a sticky directory only the owner of the entry, the
-    /// owner of the directory, or root may remove or rename it.
-    fn sticky_ok(ctx: &Ctx, dir: &DiskInode, victim: &DiskInode) -> Result<()> {
-        if dir.mode & libc::S_ISVTX != 0
-            && !ctx.is_root()
-            && ctx.uid != dir.uid
-            && ctx.uid != victim.uid
-        {
-            return Err(Errno::EPERM.into());
-        }
-        Ok(())
-    }
-
     fn touch_dir(&self, st: &mut State, dino: u64) -> Result<BufRef> {
         let now = now_ns();
         let ic = self.iget(st, dino)?;
@@ -175,27 +156,16 @@ impl Ffs {
         rdev: u32,
         link_target: Option<&[u8]>,
     ) -> Result<u64> {
-        let name = check_name(name)?;
+        let name = perm::check_name(name)?;
         let pd = self.dir_for_change(st, ctx, parent)?;
-        if is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
+        if perm::is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
             return Err(Errno::EEXIST.into());
         }
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
         if is_dir && pd.nlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
-        let mut mode = mode;
-        let gid = if pd.mode & libc::S_ISGID != 0 {
-            if is_dir {
-                mode |= libc::S_ISGID;
-            }
-            pd.gid
-        } else {
-            ctx.gid
-        };
-        if !is_dir && mode & libc::S_ISGID != 0 && !ctx.is_root() && !ctx.in_group(gid) {
-            mode &= !libc::S_ISGID;
-        }
+        let (mode, gid) = perm::new_inode_owner(ctx, owner(&pd), mode);
         // Preflight: the inode, the first block of a directory or slow symlink, and what
         // the name needs if the parent must grow, or ENOSPC before anything changes.
         let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
@@ -368,39 +338,6 @@ impl Ffs {
         Ok(v)
     }
 
-    fn xattr_access(&self, ctx: &Ctx, d: &DiskInode, name: &[u8], write: bool) -> Result<()> {
-        if name.len() > MAX_NAME || name.is_empty() {
-            return Err(Errno::ERANGE.into());
-        }
-        if name.starts_with(b"user.") {
-            let t = d.mode & libc::S_IFMT;
-            if t != libc::S_IFREG && t != libc::S_IFDIR {
-                return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
-            }
-            ctx.check(
-                d.mode,
-                d.uid,
-                d.gid,
-                if write { Access::W } else { Access::R },
-            )
-        } else if name.starts_with(b"trusted.") {
-            if ctx.is_root() {
-                Ok(())
-            } else {
-                Err(Errno::EPERM.into())
-            }
-        } else if name.starts_with(b"security.") {
-            if write && !ctx.is_root() && ctx.uid != d.uid {
-                Err(Errno::EPERM.into())
-            } else {
-                Ok(())
-            }
-        } else {
-            // system.* (POSIX ACLs) is not supported; other namespaces do not exist.
-            Err(Errno::EOPNOTSUPP.into())
-        }
-    }
-
     fn write_xattrs(&self, st: &mut State, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let old = self.iget(st, ino)?.d.xattr;
         if attrs.is_empty() {
@@ -470,23 +407,23 @@ impl Ffs {
         nname: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
-        let name = check_name(name)?;
-        let nname = check_name(nname)?;
-        if is_dot(name) || is_dot(nname) {
+        let name = perm::check_name(name)?;
+        let nname = perm::check_name(nname)?;
+        if perm::is_dot(name) || perm::is_dot(nname) {
             return Err(Errno::EINVAL.into());
         }
         let pd = self.dir_for_change(st, ctx, parent)?;
         let npd = self.dir_for_change(st, ctx, np)?;
         let src = self.dir_lookup(st, parent, name)?.ok_or(Errno::ENOENT)?;
         let sd = self.iget(st, src.ino)?.d.clone();
-        Self::sticky_ok(ctx, &pd, &sd)?;
+        perm::sticky_ok(ctx, owner(&pd), owner(&sd))?;
         let dst = self.dir_lookup(st, np, nname)?;
         let dd = match dst {
             Some(s) => Some(self.iget(st, s.ino)?.d.clone()),
             None => None,
         };
         if let (Some(_), Some(dd)) = (dst, &dd) {
-            Self::sticky_ok(ctx, &npd, dd)?;
+            perm::sticky_ok(ctx, owner(&npd), owner(dd))?;
         }
         if flags.exchange {
             let (Some(dst), Some(dd)) = (dst, dd) else {
@@ -520,7 +457,7 @@ impl Ffs {
                 return Err(Errno::EISDIR.into());
             }
             if dd.is_dir() {
-                if !self.dir_index(st, dslot.ino)?.names.is_empty() {
+                if !self.dir_index(st, dslot.ino)?.is_empty() {
                     return Err(Errno::ENOTEMPTY.into());
                 }
                 if self.is_ancestor(st, dslot.ino, parent)? {
@@ -608,11 +545,11 @@ impl Ffs {
         ctx: &Ctx,
         parent: u64,
         name: &[u8],
-        src: crate::directory::Slot,
+        src: cairn_dir::Slot,
         sd: &DiskInode,
         np: u64,
         nname: &[u8],
-        dst: crate::directory::Slot,
+        dst: cairn_dir::Slot,
         dd: &DiskInode,
     ) -> Result<()> {
         if src.ino == dst.ino {
@@ -910,77 +847,32 @@ impl Ffs {
         Ok((done - offset) as u32)
     }
 
-    /// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
-    ///
-    /// A non-owner may make exactly this change to a file it may write: it is how Linux's
-    /// FUSE client (without `handle_killpriv`) kills privileges when someone who is not the
-    /// owner writes or truncates a setuid/setgid file — it sends SETATTR with the old mode
-    /// minus S_ISUID (and minus S_ISGID when group-execute is set), as the writing user,
-    /// for a truncate in the same request as the new size. Refusing it would make the write
-    /// fail with EPERM and keep the bits, where ext4 lets the write succeed and clears them.
-    ///
-    /// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
-    /// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
-    /// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
-    /// privilege kill. Without `default_permissions`, a user who may write the file could
-    /// also clear the bits with chmod(2) — which only ever removes privilege, and the same
-    /// user could clear them anyway by writing to the file.
-    fn only_kills_privileges(old: u32, new: u32) -> bool {
-        let (old, new) = (old & 0o7777, new & 0o7777);
-        let cleared = old & !new;
-        new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
-    }
-
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
         let d = self.iget(st, ino)?.d.clone();
-        let owner = ctx.is_root() || ctx.uid == d.uid;
+        let cur = owner(&d);
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
-            let mut m = mode & 0o7777;
-            if !owner {
-                if !Self::only_kills_privileges(d.mode, m)
-                    || ctx.check(d.mode, d.uid, d.gid, Access::W).is_err()
-                {
-                    return Err(Errno::EPERM.into());
-                }
-            } else if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
-                m &= !libc::S_ISGID;
-            }
-            n.mode = (d.mode & libc::S_IFMT) | m;
+            n.mode = perm::chmod(ctx, cur, mode)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.unwrap_or(d.uid);
-            let gid = set.gid.unwrap_or(d.gid);
-            if !ctx.is_root()
-                && (uid != d.uid || ctx.uid != d.uid || (gid != d.gid && !ctx.in_group(gid)))
-            {
-                return Err(Errno::EPERM.into());
-            }
-            if (uid != d.uid || gid != d.gid) && !d.is_dir() {
-                n.mode &= !libc::S_ISUID;
-                if n.mode & libc::S_IXGRP != 0 {
-                    n.mode &= !libc::S_ISGID;
-                }
-            }
-            n.uid = uid;
-            n.gid = gid;
+            let o = perm::chown(
+                ctx,
+                Owner {
+                    mode: n.mode,
+                    ..cur
+                },
+                set.uid,
+                set.gid,
+            )?;
+            (n.mode, n.uid, n.gid) = (o.mode, o.uid, o.gid);
         }
         for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
             let Some(t) = t else { continue };
+            perm::may_set_time(ctx, cur, &t)?;
             let v = match t {
-                SetTime::Now => {
-                    if !owner && ctx.check(d.mode, d.uid, d.gid, Access::W).is_err() {
-                        return Err(Errno::EACCES.into());
-                    }
-                    now
-                }
-                SetTime::At(t) => {
-                    if !owner {
-                        return Err(Errno::EPERM.into());
-                    }
-                    time_to_ns(t)
-                }
+                SetTime::Now => now,
+                SetTime::At(t) => time_to_ns(t),
             };
             if field == 0 { n.atime = v } else { n.mtime = v }
         }
@@ -1245,9 +1137,9 @@ impl FileSystem for Ffs {
 
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         self.op("unlink", true, |st| {
-            let n = check_name(name)?;
+            let n = perm::check_name(name)?;
             let pd = self.dir_for_change(st, ctx, parent)?;
-            if is_dot(n) {
+            if perm::is_dot(n) {
                 return Err(Errno::EISDIR.into());
             }
             let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
@@ -1255,7 +1147,7 @@ impl FileSystem for Ffs {
             if td.is_dir() {
                 return Err(Errno::EISDIR.into());
             }
-            Self::sticky_ok(ctx, &pd, &td)?;
+            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
             let db = self.dir_remove(st, parent, n)?;
             let pb = self.touch_dir(st, parent)?;
             self.strategy
@@ -1271,7 +1163,7 @@ impl FileSystem for Ffs {
 
     fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         self.op("rmdir", true, |st| {
-            let n = check_name(name)?;
+            let n = perm::check_name(name)?;
             if n == b"." {
                 return Err(Errno::EINVAL.into());
             }
@@ -1284,8 +1176,8 @@ impl FileSystem for Ffs {
             if !td.is_dir() {
                 return Err(Errno::ENOTDIR.into());
             }
-            Self::sticky_ok(ctx, &pd, &td)?;
-            if !self.dir_index(st, slot.ino)?.names.is_empty() {
+            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
+            if !self.dir_index(st, slot.ino)?.is_empty() {
                 return Err(Errno::ENOTEMPTY.into());
             }
             let db = self.dir_remove(st, parent, n)?;
@@ -1339,13 +1231,13 @@ impl FileSystem for Ffs {
 
     fn link(&self, ctx: &Ctx, ino: Ino, np: Ino, nname: &OsStr) -> Result<Attr> {
         self.op("link", true, |st| {
-            let n = check_name(nname)?;
+            let n = perm::check_name(nname)?;
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() {
                 return Err(Errno::EPERM.into());
             }
             self.dir_for_change(st, ctx, np)?;
-            if is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
+            if perm::is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
             if d.nlink >= LINK_MAX {
@@ -1519,7 +1411,7 @@ impl FileSystem for Ffs {
                         continue;
                     }
                     let kind = FileKind::from_dtype(e.dtype).unwrap_or(FileKind::RegularFile);
-                    let attr = if plus && !is_dot(e.name) {
+                    let attr = if plus && !perm::is_dot(e.name) {
                         Some(self.entry_attr(st, e.ino as u64)?)
                     } else {
                         None
@@ -1555,7 +1447,7 @@ impl FileSystem for Ffs {
         self.op("setxattr", true, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, true)?;
+            perm::xattr_access(ctx, owner(&d), n, true)?;
             if value.len() > XATTR_SIZE_MAX {
                 return Err(Errno::E2BIG.into());
             }
@@ -1578,7 +1470,7 @@ impl FileSystem for Ffs {
         self.op("getxattr", false, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, false)?;
+            perm::xattr_access(ctx, owner(&d), n, false)?;
             let attrs = self.read_xattrs(&d)?;
             attrs
                 .into_iter()
@@ -1607,7 +1499,7 @@ impl FileSystem for Ffs {
         self.op("removexattr", true, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, true)?;
+            perm::xattr_access(ctx, owner(&d), n, true)?;
             let mut attrs = self.read_xattrs(&d)?;
             let before = attrs.len();
             attrs.retain(|(k, _)| k.as_slice() != n);
