@@ -6,7 +6,13 @@ use cairn_bufcache::BufRef;
 use cairn_vfs::{Errno, Result};
 
 use crate::format::{DiskInode, NDIRECT, get_u64, kind, put_u64};
+use crate::strategy::{
+    AllocDirect, AllocIndir, BlkMapDep, BlockKind, FreeBlocks, FreeFile, InodePtr,
+};
 use crate::{Ffs, State, corrupt_err};
+
+/// Fills a new metadata block before the pointer to it is declared.
+pub(crate) type Init<'a> = &'a dyn Fn(&mut [u8]);
 
 /// Most blocks mapping one logical block can allocate: a triple-indirect path and the data.
 pub(crate) const MAX_MAP_BLOCKS: u64 = 4;
@@ -94,20 +100,24 @@ impl Ffs {
         Ok(0)
     }
 
-    /// Maps `lbn`, allocating the data block and any missing indirect blocks. Returns the
-    /// block, whether it is new (zero-filled, never written), and the buffers holding the
-    /// pointers that changed (inode block excluded: the caller writes the inode).
+    /// Maps `lbn`, allocating the leaf block (of `leaf` kind) and any missing indirect
+    /// blocks, and declares each allocation: `BlkMapDep` for the bit, then `AllocDirect` or
+    /// `AllocIndir` for the pointer (soft updates' `softdep_setup_allocdirect`/`_allocindir`).
+    /// A new indirect block is zeroed, and a metadata leaf filled by `init`, *before* its
+    /// pointer is declared: a strategy that writes or tracks the block sees it initialized
+    /// (rule 1). Returns the block, whether it is new, and a metadata leaf's new buffer.
     pub(crate) fn bmap_alloc(
         &self,
         st: &mut State,
         ino: u64,
         lbn: u64,
-    ) -> Result<(u64, bool, Vec<BufRef>)> {
+        leaf: BlockKind,
+        init: Option<Init>,
+    ) -> Result<(u64, bool, Option<BufRef>)> {
         let ppb = self.vol.geo.ptrs_per_block();
         let Some((level, path)) = tree_path(lbn, ppb) else {
             return Err(Errno::EFBIG.into());
         };
-        let mut changed = Vec::new();
         // Allocation preference: the block after the previous logical block's.
         let pref = if lbn > 0 {
             self.bmap(st, ino, lbn - 1)?.saturating_add(1)
@@ -124,22 +134,38 @@ impl Ffs {
         };
         let mut cur = root;
         let mut fresh = false;
+        let mut leaf_buf = None;
         if cur == 0 {
-            cur = st.alloc.alloc_block(&self.vol, pref, ino)?.0;
+            cur = self.alloc_block_for(st, pref, ino)?;
             fresh = true;
             let ic = self.iget(st, ino)?;
             ic.d.blocks += 1;
-            if level == 0 {
+            let ptr = if level == 0 {
                 ic.d.direct[path[0] as usize] = cur;
+                InodePtr::Direct(path[0] as u8)
             } else {
                 ic.d.indirect[path[0] as usize] = cur;
-            }
-            if level > 0 {
-                let nb = self.bnew(cur, kind::INDIRECT);
-                self.vol.cache.mark_dirty(&nb);
-                self.init_indirect(st, &nb)?;
-                changed.push(nb);
-            }
+                InodePtr::Indirect(level as u8)
+            };
+            let kind = if level == 0 {
+                leaf
+            } else {
+                BlockKind::Indirect
+            };
+            let nb = self.init_block(cur, kind, init);
+            let f = AllocDirect {
+                ino,
+                ptr,
+                lbn,
+                new_blk: cur,
+                old_blk: 0,
+                new_size: self.vol.geo.block_size,
+                old_size: 0,
+                kind,
+                new_buf: nb.as_ref(),
+            };
+            self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
+            leaf_buf = nb;
         }
         for (depth, &idx) in path[1..=level].iter().enumerate() {
             let ib = self.bread(cur, kind::INDIRECT)?;
@@ -150,37 +176,71 @@ impl Ffs {
                 )));
             }
             if next == 0 {
-                next = st.alloc.alloc_block(&self.vol, pref, ino)?.0;
+                next = self.alloc_block_for(st, pref, ino)?;
                 fresh = true;
                 self.iget(st, ino)?.d.blocks += 1;
+                let kind = if depth + 1 < level {
+                    BlockKind::Indirect
+                } else {
+                    leaf
+                };
+                let nb = self.init_block(next, kind, init);
                 put_u64(&mut ib.write_range((idx * 8) as usize, 8), 0, next);
                 self.vol.cache.mark_dirty(&ib);
-                if !changed.iter().any(|b: &BufRef| b.blkno() == ib.blkno()) {
-                    changed.push(ib);
-                }
-                if depth + 1 < level {
-                    let nb = self.bnew(next, kind::INDIRECT);
-                    self.vol.cache.mark_dirty(&nb);
-                    self.init_indirect(st, &nb)?;
-                    changed.push(nb);
-                }
+                let f = AllocIndir {
+                    ino,
+                    indir: &ib,
+                    slot: idx as u32,
+                    lbn,
+                    new_blk: next,
+                    old_blk: 0,
+                    kind,
+                    new_buf: nb.as_ref(),
+                };
+                self.fact(st, |s, tx| s.setup_allocindir(tx, &f))?;
+                leaf_buf = nb;
             } else {
                 fresh = false;
+                leaf_buf = None;
             }
             cur = next;
         }
-        Ok((cur, fresh, changed))
+        Ok((cur, fresh, leaf_buf.filter(|_| leaf.is_metadata())))
     }
 
-    /// A new indirect block reaches disk zeroed, with its bitmap, before anything points
-    /// to it (rule 1): otherwise a crash could leave a pointer to a block holding stale
-    /// pointers from its previous life.
-    fn init_indirect(&self, st: &State, b: &BufRef) -> Result<()> {
-        let g = st
-            .alloc
-            .group_bufs(&self.vol, self.vol.geo.group_of_block(b.blkno()), false)?;
-        self.strategy
-            .setup_block_init(&self.io, &[b, &g.desc, &g.bitmap])
+    /// Allocates a block for `ino` and declares its bit (`BlkMapDep`).
+    fn alloc_block_for(&self, st: &mut State, pref: u64, ino: u64) -> Result<u64> {
+        let (blk, g) = st.alloc.alloc_block(&self.vol, pref, ino)?;
+        let f = BlkMapDep {
+            blk,
+            ino,
+            bitmap: &g.bitmap,
+            desc: &g.desc,
+        };
+        self.fact(st, |s, tx| s.setup_blkmapdep(tx, &f))?;
+        Ok(blk)
+    }
+
+    /// The buffer of a block just allocated, initialized: an indirect block zeroed (rule
+    /// 1: a crash must never leave a pointer to a block holding stale pointers from its
+    /// previous life), a metadata leaf filled by `init`. Data gets none (its bytes come
+    /// later, through the cache or as a stream).
+    fn init_block(&self, blk: u64, kind: BlockKind, init: Option<Init>) -> Option<BufRef> {
+        let tag = match kind {
+            BlockKind::Data => return None,
+            BlockKind::Indirect => kind::INDIRECT,
+            BlockKind::Directory => kind::DIRECTORY,
+            BlockKind::Symlink => kind::DATA,
+            BlockKind::Xattr => kind::XATTR,
+        };
+        let b = self.bnew(blk, tag);
+        if kind != BlockKind::Indirect
+            && let Some(init) = init
+        {
+            init(&mut b.write());
+        }
+        self.vol.cache.mark_dirty(&b);
+        Some(b)
     }
 
     /// Every block pointer in the tree of `ino` (data and indirect), walking the indirect
@@ -277,14 +337,26 @@ impl Ffs {
     }
 
     /// Frees every block of `ino` at logical block `from` and beyond (and indirect blocks
-    /// left empty). Pointers are cleared first and written through `setup_freeblocks`; the
-    /// bitmap is released only afterwards (rule 2).
-    pub(crate) fn truncate_blocks(&self, st: &mut State, ino: u64, from: u64) -> Result<()> {
+    /// left empty). The pointers are cleared and the inode re-encoded first; `FreeBlocks`
+    /// then names what was freed, and the strategy releases the bits when its order allows
+    /// (rule 2). With `free_inode` (the inode is freed: `from` is 0), the xattr block goes
+    /// too, the same encoding is the zeroed inode (generation kept, so a stale handle never
+    /// matches its next life), and `FreeFile` follows.
+    pub(crate) fn truncate_blocks(
+        &self,
+        st: &mut State,
+        ino: u64,
+        from: u64,
+        free_inode: bool,
+    ) -> Result<()> {
         let ppb = self.vol.geo.ptrs_per_block();
         let mut to_free = Vec::new();
         let mut changed: Vec<BufRef> = Vec::new();
         let mut d = self.iget(st, ino)?.d.clone();
-        if d.fast_link.is_some() {
+        if free_inode {
+            // A fast symlink keeps its target in the pointer area: nothing to walk.
+            d.fast_link = None;
+        } else if d.fast_link.is_some() {
             return Ok(());
         }
         for i in (from.min(NDIRECT as u64) as usize)..NDIRECT {
@@ -315,20 +387,36 @@ impl Ffs {
             base += span;
         }
         d.blocks = d.blocks.saturating_sub(to_free.len() as u64);
-        if st.free_on_truncate == Some(ino) {
+        let freed_file = free_inode.then(|| {
+            if d.xattr != 0 {
+                to_free.push(d.xattr);
+            }
+            FreeFile {
+                ino,
+                generation: d.generation,
+                is_dir: d.is_dir(),
+            }
+        });
+        if free_inode {
             d = DiskInode {
                 generation: d.generation,
                 ..Default::default()
             };
         }
         self.iget(st, ino)?.d = d;
-        let ib = self.iput(st, ino)?;
+        let ib = self.store(st, ino)?;
         changed.retain(|b| !to_free.contains(&b.blkno()));
-        let mut refs: Vec<&BufRef> = changed.iter().collect();
-        refs.push(&ib);
-        self.strategy.setup_freeblocks(&self.io, &refs)?;
-        for b in to_free {
-            st.alloc.free_block(&self.vol, b)?;
+        let f = FreeBlocks {
+            ino,
+            inode_buf: &ib,
+            from_lbn: from,
+            freed: &to_free,
+            holders: &changed,
+            whole_file: free_inode,
+        };
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
+        if let Some(f) = freed_file {
+            self.fact(st, |s, tx| s.setup_freefile(tx, &f))?;
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use cairn_dir::{DirIndex, Slot};
 use cairn_vfs::{Errno, Result};
 
 use crate::format::{DIR_CHUNK, dir, kind};
+use crate::strategy::{Apply, BlockKind, DirAdd, DirChange, DirRemove};
 use crate::{Ffs, State, corrupt_err};
 
 /// The directory indexes of a mounted file system.
@@ -158,9 +159,11 @@ impl Ffs {
         self.blocks_to_map(st, dino, nblocks)
     }
 
-    /// Adds `name -> ino` to directory `dino`. Grows the directory if no chunk has room
-    /// (the new block is made durable as empty through `setup_block_init` before the
-    /// entry is placed in it). Returns the block changed; the caller updates the inode.
+    /// Adds `name -> ino` to directory `dino` and declares it (`DirAdd`; `new_inode`: the
+    /// call allocated `ino`; `mkdir_body`: its first block, for a new directory). Grows the
+    /// directory if no chunk has room: the new block is declared, initialized empty, before
+    /// the entry is placed in it, and the directory's inode is re-encoded with its new size.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dir_add(
         &self,
         st: &mut State,
@@ -168,7 +171,9 @@ impl Ffs {
         name: &[u8],
         ino: u64,
         dtype: u8,
-    ) -> Result<BufRef> {
+        new_inode: bool,
+        mkdir_body: Option<&BufRef>,
+    ) -> Result<()> {
         let chunks_per_block = self.vol.geo.bs() / DIR_CHUNK;
         st.dirs.touch(dino);
         let found = self.dir_index(st, dino)?.place(name.len());
@@ -204,35 +209,51 @@ impl Ffs {
                 off,
             },
         );
-        Ok(b)
+        let f = DirAdd {
+            dir: dino,
+            buf: &b,
+            offset: off as u32,
+            ino,
+            name,
+            dtype,
+            new_inode,
+            mkdir_body,
+        };
+        self.fact(st, |s, tx| s.setup_directory_add(tx, &f))
     }
 
+    /// Adds an empty block to directory `dino` (declared through the block map, initialized
+    /// before its pointer) and returns the first new chunk. The strategy orders the block
+    /// and the indirect blocks pointing to it before the new size: a directory must never
+    /// have a hole.
     fn dir_grow(&self, st: &mut State, dino: u64) -> Result<usize> {
         st.dirs.touch(dino);
         let nblocks = self.dir_index(st, dino)?.nblocks;
-        let (p, _, changed) = self.bmap_alloc(st, dino, nblocks)?;
-        let nb = self.bnew(p, kind::DIRECTORY);
-        dir::init_empty(&mut nb.write());
-        self.vol.cache.mark_dirty(&nb);
-        let g = self.vol.geo.group_of_block(p);
-        let gb = st.alloc.group_bufs(&self.vol, g, false)?;
-        self.strategy
-            .setup_block_init(&self.io, &[&nb, &gb.desc, &gb.bitmap])?;
-        // Indirect blocks that now point to it follow, before the inode's new size does: a
-        // directory must never have a hole.
-        if !changed.is_empty() {
-            let refs: Vec<&BufRef> = changed.iter().collect();
-            self.strategy.setup_block_init(&self.io, &refs)?;
-        }
+        self.bmap_alloc(
+            st,
+            dino,
+            nblocks,
+            BlockKind::Directory,
+            Some(&|b: &mut [u8]| dir::init_empty(b)),
+        )?;
         let bs = self.vol.geo.block_size as u64;
         self.iget(st, dino)?.d.size = (nblocks + 1) * bs;
+        self.store(st, dino)?;
         let per = self.vol.geo.bs() / DIR_CHUNK;
         self.dir_index(st, dino)?.grew(per);
         Ok(nblocks as usize * per)
     }
 
-    /// Removes `name` from `dino`; returns the block changed.
-    pub(crate) fn dir_remove(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<BufRef> {
+    /// Removes `name` from `dino` and declares it (`DirRemove`; `rmdir`: the entry names
+    /// a directory). Returns the removed entry and whether the on-disk link counts it
+    /// accounted for may drop now.
+    pub(crate) fn dir_remove(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+        rmdir: bool,
+    ) -> Result<(Slot, Apply)> {
         st.dirs.touch(dino);
         let slot = self
             .dir_index(st, dino)?
@@ -253,10 +274,21 @@ impl Ffs {
         let idx = self.dir_index(st, dino)?;
         idx.free.set(slot.lbn as usize * per + c_in_block, free);
         idx.names.remove(name);
-        Ok(b)
+        let f = DirRemove {
+            dir: dino,
+            buf: &b,
+            offset: slot.off as u32,
+            ino: slot.ino,
+            name,
+            rmdir,
+        };
+        let apply = self.fact(st, |s, tx| s.setup_directory_remove(tx, &f))?;
+        Ok((slot, apply))
     }
 
-    /// Re-points an existing entry (`name`, or `..` when name is `..`) to another inode.
+    /// Re-points an existing entry (`name`, or `..` when name is `..`) to another inode and
+    /// declares it (`DirChange`). Returns whether the on-disk link counts the old target
+    /// loses may drop now.
     pub(crate) fn dir_repoint(
         &self,
         st: &mut State,
@@ -264,7 +296,7 @@ impl Ffs {
         name: &[u8],
         ino: u64,
         dtype: u8,
-    ) -> Result<BufRef> {
+    ) -> Result<Apply> {
         st.dirs.touch(dino);
         let slot = self.dir_lookup(st, dino, name)?.ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
@@ -277,6 +309,16 @@ impl Ffs {
         } else {
             idx.names.insert(name.into(), new);
         }
-        Ok(b)
+        let f = DirChange {
+            dir: dino,
+            buf: &b,
+            offset: slot.off as u32,
+            old_ino: slot.ino,
+            new_ino: ino,
+            dtype,
+            name,
+            dotdot: name == b"..",
+        };
+        self.fact(st, |s, tx| s.setup_directory_change(tx, &f))
     }
 }

@@ -26,7 +26,13 @@ use crate::volume::Volume;
 /// is open) and it is not an orphan, or when an unlinked inode is reclaimed.
 #[derive(Clone)]
 pub(crate) struct InCore {
+    /// The inode as it is (or will be) encoded on disk: `d.nlink` is the on-disk link count.
     pub d: DiskInode,
+    /// The link count the namespace sees (FreeBSD's `i_effnlink`): the names that exist
+    /// now. It drops with each removal at once; `d.nlink` drops when the strategy says the
+    /// removal may be on disk first (`Apply`), so `effnlink <= d.nlink` always, and the two
+    /// differ only while a mode defers drops (soft updates). stat(2) shows this one.
+    pub effnlink: u32,
     /// Lookups the kernel holds (FUSE lookup count).
     pub nlookup: u64,
     /// Open handles.
@@ -38,6 +44,7 @@ pub(crate) struct InCore {
 impl InCore {
     pub fn new(d: DiskInode) -> InCore {
         InCore {
+            effnlink: d.nlink,
             d,
             nlookup: 0,
             nopen: 0,
@@ -199,7 +206,7 @@ impl InodeTable {
         let mut v: Vec<u64> = self
             .map
             .iter()
-            .filter(|(_, ic)| ic.d.nlink == 0)
+            .filter(|(_, ic)| ic.effnlink == 0)
             .map(|(&i, _)| i)
             .collect();
         v.sort_unstable();
@@ -234,7 +241,7 @@ impl InodeTable {
             }
             // An unlinked inode kept in core is an orphan: statfs counts it as free, unmount
             // frees it.
-            if self.map.get(&ino).is_some_and(|ic| ic.d.nlink == 0) {
+            if self.map.get(&ino).is_some_and(|ic| ic.effnlink == 0) {
                 self.orphans.insert(ino);
             } else {
                 self.orphans.remove(&ino);
@@ -260,10 +267,16 @@ impl InodeTable {
                     ic.nopen
                 ));
             }
-            if (ic.d.nlink == 0) != self.orphans.contains(&ino) {
+            if (ic.effnlink == 0) != self.orphans.contains(&ino) {
                 return Err(format!(
-                    "inode {ino}: nlink {} but orphan set says otherwise",
-                    ic.d.nlink
+                    "inode {ino}: effective link count {} but orphan set says otherwise",
+                    ic.effnlink
+                ));
+            }
+            if ic.effnlink > ic.d.nlink {
+                return Err(format!(
+                    "inode {ino}: effective link count {} above the on-disk {}",
+                    ic.effnlink, ic.d.nlink
                 ));
             }
         }
@@ -313,7 +326,8 @@ pub(crate) fn time_to_ns(t: SystemTime) -> i64 {
 }
 
 /// The attributes of inode `ino` as the file-system contract reports them.
-pub(crate) fn attr_of(geo: &Geometry, ino: u64, d: &DiskInode) -> Attr {
+pub(crate) fn attr_of(geo: &Geometry, ino: u64, ic: &InCore) -> Attr {
+    let d = &ic.d;
     Attr {
         ino,
         generation: d.generation as u64,
@@ -325,7 +339,7 @@ pub(crate) fn attr_of(geo: &Geometry, ino: u64, d: &DiskInode) -> Attr {
         crtime: ns_to_time(d.btime),
         kind: FileKind::from_mode(d.mode).unwrap_or(FileKind::RegularFile),
         perm: (d.mode & 0o7777) as u16,
-        nlink: d.nlink,
+        nlink: ic.effnlink,
         uid: d.uid,
         gid: d.gid,
         rdev: d.rdev,

@@ -175,8 +175,17 @@ pub(crate) struct State {
     pub handles: Handles,
     /// Device counters per operation type (for `cairn stats`).
     pub op_stats: HashMap<&'static str, OpStat>,
-    /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
-    pub free_on_truncate: Option<u64>,
+    /// The call in progress (between the strategy's `begin_op` and `end_op`): facts are
+    /// declared only inside one.
+    pub op: Option<OpCtx>,
+}
+
+/// One call in progress: its kind, the strategy's state for it, and what the strategy has
+/// released to the allocator and the engine has not yet cleared.
+pub(crate) struct OpCtx {
+    pub kind: strategy::OpKind,
+    pub state: strategy::OpState,
+    pub released: Vec<strategy::Release>,
 }
 
 /// Per-operation-type counts for `cairn stats`.
@@ -322,7 +331,7 @@ impl Ffs {
                 dirs: Directories::default(),
                 handles: Handles::default(),
                 op_stats: HashMap::new(),
-                free_on_truncate: None,
+                op: None,
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
@@ -374,13 +383,99 @@ impl Ffs {
         st.inodes.insert(ino, d)
     }
 
-    /// Encodes inode `ino` into its table block and marks it dirty; returns the block.
-    pub(crate) fn iput(&self, st: &State, ino: u64) -> Result<BufRef, FsError> {
-        st.inodes.store(&self.vol, ino)
+    /// Encodes inode `ino` into its table block and tells the strategy
+    /// (`update_inodeblock`); returns the block.
+    pub(crate) fn store(&self, st: &mut State, ino: u64) -> Result<BufRef, FsError> {
+        let b = st.inodes.store(&self.vol, ino)?;
+        self.fact(st, |s, tx| s.update_inodeblock(tx, ino, &b))?;
+        Ok(b)
     }
 
-    pub(crate) fn attr_of(&self, ino: u64, d: &DiskInode) -> cairn_vfs::Attr {
-        inode::attr_of(&self.vol.geo, ino, d)
+    /// The attributes of in-core inode `ino`.
+    pub(crate) fn attr(&self, st: &mut State, ino: u64) -> Result<cairn_vfs::Attr, FsError> {
+        let ic = self.iget(st, ino)?;
+        Ok(inode::attr_of(&self.vol.geo, ino, ic))
+    }
+
+    /// Declares a fact to the strategy, inside the call in progress; what the strategy
+    /// released meanwhile is cleared in the allocator before this returns (rule 2 is the
+    /// strategy's to keep: it releases only when its order allows).
+    pub(crate) fn fact<R>(
+        &self,
+        st: &mut State,
+        f: impl FnOnce(&dyn Strategy, &mut strategy::Tx) -> Result<R, FsError>,
+    ) -> Result<R, FsError> {
+        let op = st
+            .op
+            .as_mut()
+            .ok_or_else(|| corrupt_err("a fact declared outside any call"))?;
+        let mut tx = strategy::Tx {
+            kind: op.kind,
+            io: &self.io,
+            state: &mut op.state,
+            released: &mut op.released,
+        };
+        let r = f(&*self.strategy, &mut tx)?;
+        self.apply_releases(st)?;
+        Ok(r)
+    }
+
+    /// Clears in the allocator the bits the strategy released.
+    fn apply_releases(&self, st: &mut State) -> Result<(), FsError> {
+        let Some(op) = st.op.as_mut() else {
+            return Ok(());
+        };
+        if op.released.is_empty() {
+            return Ok(());
+        }
+        for r in std::mem::take(&mut op.released) {
+            match r {
+                strategy::Release::Blocks(blocks) => {
+                    for b in blocks {
+                        st.alloc.free_block(&self.vol, b)?;
+                    }
+                }
+                strategy::Release::Inode { ino, is_dir } => {
+                    st.alloc.free_inode(&self.vol, ino, is_dir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` as one call of `kind`: the strategy's `begin_op`, the facts `f` declares,
+    /// `end_op`; a kind that changes metadata inside an undo scope, its `end_op` included,
+    /// so a failure anywhere takes the whole call back (and the strategy is told, with
+    /// `end_op(ok: false)`, after the rollback).
+    pub(crate) fn in_op<T>(
+        &self,
+        st: &mut State,
+        kind: strategy::OpKind,
+        f: impl FnOnce(&mut State) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        let state = self.strategy.begin_op(kind)?;
+        st.op = Some(OpCtx {
+            kind,
+            state,
+            released: Vec::new(),
+        });
+        let body = |st: &mut State| -> Result<T, FsError> {
+            let v = f(st)?;
+            self.fact(st, |s, tx| s.end_op(tx, true))?;
+            Ok(v)
+        };
+        let r = if kind == strategy::OpKind::Read {
+            body(st)
+        } else {
+            self.atomically(st, body)
+        };
+        if r.is_err()
+            && let Err(e) = self.fact(st, |s, tx| s.end_op(tx, false))
+        {
+            log::error!("ending a failed call: {e}");
+        }
+        st.op = None;
+        r
     }
 
     /// Writes the primary superblock with the current summary counts and flushes.
@@ -432,7 +527,9 @@ impl Ffs {
                     ic.nopen = 0;
                     ic.nlookup = 0;
                 }
-                self.atomically(&mut st, |st| self.maybe_free_inode(st, ino))?;
+                self.in_op(&mut st, strategy::OpKind::Reclaim, |st| {
+                    self.reclaim(st, ino)
+                })?;
             }
             self.sync_locked(&mut st)?;
             st.sb.state = superblock::STATE_CLEAN;

@@ -1,8 +1,9 @@
 //! The file-system operations: the [`FileSystem`] contract on top of the engine.
 //!
-//! Every mutating operation runs under the state lock and calls the strategy's `setup_*`
-//! hooks in rule order (see `strategy`), then `op_done`, the mode's durability point, all
-//! inside an undo scope: if any of it fails, the operation changes nothing (see `undo`).
+//! Every mutating operation runs under the state lock as one call the strategy is told
+//! about (`begin_op`, the facts in the order the changes are made, `end_op`: see
+//! `strategy`), all inside an undo scope: if any of it fails, the operation changes nothing
+//! (see `undo`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -17,6 +18,10 @@ use cairn_vfs::{
 
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
 use crate::inode::{now_ns, time_to_ns};
+use crate::strategy::{
+    AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, InoMapDep, InodePtr,
+    LinkChange, LinkWhy, OpKind,
+};
 use crate::{Ffs, State, corrupt_err};
 
 /// A write request at least this long is a stream: its whole blocks go straight to the
@@ -65,27 +70,24 @@ fn dtype_of(mode: u32) -> u8 {
 
 impl Ffs {
     /// Runs one operation under the lock, attributing device writes and flushes to it.
+    /// `kind`: the call the strategy is told about (`None`: nothing on disk changes). A
+    /// call that changes metadata either completes, durability point included, or changes
+    /// nothing (see `undo`, `Ffs::in_op`).
     fn op<T>(
         &self,
         name: &'static str,
-        mutating: bool,
+        kind: Option<OpKind>,
         f: impl FnOnce(&mut State) -> Result<T>,
     ) -> Result<T> {
+        let mutating = kind.is_some_and(|k| k != OpKind::Read);
         if mutating && self.read_only {
             return Err(Errno::EROFS.into());
         }
         let mut st = self.st.lock();
         let before: CounterSnapshot = self.dev.counters().snapshot();
-        // A mutating operation either completes, durability point included, or changes
-        // nothing (see `undo`).
-        let r = if mutating {
-            self.atomically(&mut st, |st| {
-                let v = f(st)?;
-                self.strategy.op_done(&self.io)?;
-                Ok(v)
-            })
-        } else {
-            f(&mut st)
+        let r = match kind {
+            Some(k) => self.in_op(&mut st, k, f),
+            None => f(&mut st),
         };
         if mutating {
             self.relieve_memory_pressure();
@@ -129,7 +131,7 @@ impl Ffs {
     /// Write+search permission on a directory that still exists (not removed).
     fn dir_for_change(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
         let d = self.dir_inode(st, ino)?;
-        if d.nlink == 0 {
+        if self.iget(st, ino)?.effnlink == 0 {
             return Err(Errno::ENOENT.into());
         }
         ctx.check(d.mode, d.uid, d.gid, Access::WX)?;
@@ -141,7 +143,55 @@ impl Ffs {
         let ic = self.iget(st, dino)?;
         ic.d.mtime = now;
         ic.d.ctime = now;
-        self.iput(st, dino)
+        self.store(st, dino)
+    }
+
+    /// A new reference to `ino` will exist (a name, or a directory's `..`): its link count
+    /// goes up on disk first (count ≥ references), and the strategy is told why.
+    fn raise_link(&self, st: &mut State, ino: u64, why: LinkWhy) -> Result<()> {
+        let ic = self.iget(st, ino)?;
+        let before = ic.d.nlink;
+        ic.d.nlink += 1;
+        ic.effnlink += 1;
+        let after = ic.d.nlink;
+        let b = self.store(st, ino)?;
+        let f = LinkChange {
+            ino,
+            inode_buf: &b,
+            before,
+            after,
+            why,
+        };
+        self.fact(st, |s, tx| s.change_linkcnt(tx, &f))
+    }
+
+    /// `n` references to `ino` went (their removal was declared; `apply` is what the
+    /// strategy said): the namespace count drops now, the on-disk count now or when the
+    /// strategy lowers it later (rule 2: after the removal is on disk).
+    fn drop_link(&self, st: &mut State, ino: u64, n: u32, apply: Apply) -> Result<()> {
+        let ic = self.iget(st, ino)?;
+        ic.effnlink = ic.effnlink.saturating_sub(n);
+        if ic.effnlink == 0 {
+            st.inodes.add_orphan(ino);
+        }
+        let ic = self.iget(st, ino)?;
+        let before = ic.d.nlink;
+        if apply == Apply::Now {
+            ic.d.nlink = ic.d.nlink.saturating_sub(n);
+        }
+        let after = ic.d.nlink;
+        let b = self.store(st, ino)?;
+        if after != before {
+            let f = LinkChange {
+                ino,
+                inode_buf: &b,
+                before,
+                after,
+                why: LinkWhy::Drop,
+            };
+            self.fact(st, |s, tx| s.change_linkcnt(tx, &f))?;
+        }
+        Ok(())
     }
 
     /// Creates an inode of any type named `name` in `parent`. Returns its number.
@@ -162,7 +212,7 @@ impl Ffs {
             return Err(Errno::EEXIST.into());
         }
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir && pd.nlink >= LINK_MAX {
+        if is_dir && self.iget(st, parent)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
         let (mode, gid) = perm::new_inode_owner(ctx, owner(&pd), mode);
@@ -172,6 +222,13 @@ impl Ffs {
         let blocks = u64::from(is_dir || slow_link) + self.dir_add_blocks(st, parent, name)?;
         st.alloc.reserve(1, blocks)?;
         let (ino, old_generation, cg) = st.alloc.alloc_inode(&self.vol, parent, is_dir)?;
+        let f = InoMapDep {
+            ino,
+            is_dir,
+            bitmap: &cg.bitmap,
+            desc: &cg.desc,
+        };
+        self.fact(st, |s, tx| s.setup_inomapdep(tx, &f))?;
         let now = now_ns();
         let mut d = DiskInode {
             mode,
@@ -193,39 +250,35 @@ impl Ffs {
             }
         }
         self.iinsert(st, ino, d);
+        let mut body = None;
         if is_dir || slow_link {
-            // The first block: initialized and on disk before the inode points to it
-            // (rule 1). A new directory's ".." is a reference to the parent, so the parent's
-            // raised link count goes in the same step, before the entry makes it count.
-            let (p, _, _) = self.bmap_alloc(st, ino, 0)?;
-            let b = self.bnew(p, if is_dir { kind::DIRECTORY } else { kind::DATA });
+            // A new directory's ".." is a reference to the parent: its raised link count
+            // goes to disk with the new directory's first block (MKDIR_PARENT), before the
+            // entry makes it count. The first block is initialized before the inode points
+            // to it (rule 1).
             if is_dir {
-                dir::init_first(&mut b.write(), ino, parent);
+                self.raise_link(st, parent, LinkWhy::DotDot)?;
+            }
+            let (kind, init): (BlockKind, crate::bmap::Init) = match link_target {
+                Some(t) => (BlockKind::Symlink, &move |b: &mut [u8]| {
+                    b[..t.len()].copy_from_slice(t)
+                }),
+                None => (BlockKind::Directory, &move |b: &mut [u8]| {
+                    dir::init_first(b, ino, parent)
+                }),
+            };
+            let (_, _, b) = self.bmap_alloc(st, ino, 0, kind, Some(init))?;
+            if is_dir {
                 self.iget(st, ino)?.d.size = self.vol.geo.block_size as u64;
-            } else if let Some(t) = link_target {
-                b.write()[..t.len()].copy_from_slice(t);
+                body = b;
             }
-            self.vol.cache.mark_dirty(&b);
-            let g = st
-                .alloc
-                .group_bufs(&self.vol, self.vol.geo.group_of_block(p), false)?;
-            let mut step: Vec<&BufRef> = vec![&b, &g.desc, &g.bitmap];
-            let pb;
-            if is_dir {
-                self.iget(st, parent)?.d.nlink += 1;
-                pb = self.iput(st, parent)?;
-                step.push(&pb);
-            }
-            self.strategy.setup_block_init(&self.io, &step)?;
         }
-        let ib = self.iput(st, ino)?;
-        self.strategy
-            .setup_inode_alloc(&self.io, &[&cg.desc, &cg.bitmap, &ib])?;
-        // Rule 1 satisfied: now the name. (If anything fails from here on, the operation's
-        // undo scope takes back the inode, its block and the parent's link count.)
-        let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
-        let pb = self.touch_dir(st, parent)?;
-        self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+        // The inode's first encoding (rule 1: on disk before any entry names it).
+        self.store(st, ino)?;
+        // Now the name. (If anything fails from here on, the operation's undo scope takes
+        // back the inode, its block and the parent's link count.)
+        self.touch_dir(st, parent)?;
+        self.dir_add(st, parent, name, ino, dtype_of(mode), true, body.as_ref())?;
         if is_dir {
             self.dir_index(st, ino)?;
         }
@@ -233,55 +286,32 @@ impl Ffs {
     }
 
     fn entry_attr(&self, st: &mut State, ino: u64) -> Result<Attr> {
-        let ic = self.iget(st, ino)?;
-        ic.nlookup += 1;
-        let d = ic.d.clone();
-        Ok(self.attr_of(ino, &d))
+        self.iget(st, ino)?.nlookup += 1;
+        self.attr(st, ino)
     }
 
-    /// Frees an inode with no links, no open handles and no kernel references.
-    pub(crate) fn maybe_free_inode(&self, st: &mut State, ino: u64) -> Result<()> {
+    /// Frees an inode with no links (neither in the namespace nor on disk), no open
+    /// handles and no kernel references: one encoding clears the pointers and the inode
+    /// (rule 2), and the strategy releases the blocks and the inode when its order allows.
+    /// An inode still referenced waits in the orphan set.
+    pub(crate) fn reclaim(&self, st: &mut State, ino: u64) -> Result<()> {
         let Some(ic) = st.inodes.loaded(ino) else {
             return Ok(());
         };
-        if ic.d.nlink > 0 {
+        if ic.effnlink > 0 {
             return Ok(());
         }
-        if ic.nopen > 0 || ic.nlookup > 0 {
+        if ic.nopen > 0 || ic.nlookup > 0 || ic.d.nlink > 0 {
+            // Referenced, or its on-disk count still waits for the strategy (a deferred
+            // drop): freed when the last of these goes.
             st.inodes.add_orphan(ino);
             return Ok(());
         }
-        let was_dir = ic.d.is_dir();
-        let xattr = ic.d.xattr;
         st.inodes.remove_orphan(ino);
-        // One write clears the pointers and the inode (rule 2); bitmaps are freed after.
-        self.truncate_blocks_and(st, ino, 0, true)?;
-        if xattr != 0 {
-            st.alloc.free_block(&self.vol, xattr)?;
-        }
-        st.alloc.free_inode(&self.vol, ino, was_dir)?;
+        self.truncate_blocks(st, ino, 0, true)?;
         st.inodes.remove(ino);
         st.dirs.remove(ino);
         Ok(())
-    }
-
-    /// Truncates to logical block `from`; with `free_inode`, the same inode write also
-    /// marks the inode free.
-    fn truncate_blocks_and(
-        &self,
-        st: &mut State,
-        ino: u64,
-        from: u64,
-        free_inode: bool,
-    ) -> Result<()> {
-        if free_inode {
-            let ic = self.iget(st, ino)?;
-            ic.d.fast_link = None;
-            st.free_on_truncate = Some(ino);
-        }
-        let r = self.truncate_blocks(st, ino, from);
-        st.free_on_truncate = None;
-        r
     }
 
     fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
@@ -308,7 +338,7 @@ impl Ffs {
         if size < old {
             self.zero_tail(st, ino, size)?;
             self.iget(st, ino)?.d.size = size;
-            self.truncate_blocks(st, ino, size.div_ceil(bs))?;
+            self.truncate_blocks(st, ino, size.div_ceil(bs), false)?;
         } else {
             // Growing: bytes past the old end in its last block must read as zero.
             self.zero_tail(st, ino, old)?;
@@ -342,44 +372,69 @@ impl Ffs {
         let old = self.iget(st, ino)?.d.xattr;
         if attrs.is_empty() {
             if old != 0 {
-                self.iget(st, ino)?.d.xattr = 0;
-                self.iget(st, ino)?.d.blocks -= 1;
-                let ib = self.iput(st, ino)?;
-                self.strategy.setup_freeblocks(&self.io, &[&ib])?;
-                st.alloc.free_block(&self.vol, old)?;
+                let ic = self.iget(st, ino)?;
+                ic.d.xattr = 0;
+                ic.d.blocks -= 1;
+                let ib = self.store(st, ino)?;
+                let f = FreeBlocks {
+                    ino,
+                    inode_buf: &ib,
+                    from_lbn: 0,
+                    freed: &[old],
+                    holders: &[],
+                    whole_file: false,
+                };
+                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
             }
             return Ok(());
         }
         if xattr::encoded_size(attrs) > self.vol.geo.bs() {
             return Err(Errno::ENOSPC.into());
         }
-        let (blk, fresh) = if old == 0 {
+        let b = if old == 0 {
+            // A new block: its bit, then its contents, then the pointer to it (rule 1).
             st.alloc.reserve(0, 1)?;
-            (st.alloc.alloc_block(&self.vol, 0, ino)?.0, true)
-        } else {
-            (old, false)
-        };
-        let b = if fresh {
-            self.bnew(blk, kind::XATTR)
-        } else {
-            self.bread(blk, kind::XATTR)?
-        };
-        xattr::encode(attrs, &mut b.write());
-        self.vol.cache.mark_dirty(&b);
-        if fresh {
-            let cg = st
-                .alloc
-                .group_bufs(&self.vol, self.vol.geo.group_of_block(blk), false)?;
-            self.strategy
-                .setup_block_init(&self.io, &[&b, &cg.desc, &cg.bitmap])?;
+            let (blk, g) = st.alloc.alloc_block(&self.vol, 0, ino)?;
+            let f = BlkMapDep {
+                blk,
+                ino,
+                bitmap: &g.bitmap,
+                desc: &g.desc,
+            };
+            self.fact(st, |s, tx| s.setup_blkmapdep(tx, &f))?;
+            let b = self.bnew(blk, kind::XATTR);
+            xattr::encode(attrs, &mut b.write());
+            self.vol.cache.mark_dirty(&b);
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
             ic.d.blocks += 1;
-        }
-        let ic = self.iget(st, ino)?;
-        ic.d.ctime = now_ns();
-        let ib = self.iput(st, ino)?;
-        self.strategy.setup_attr_change(&self.io, &[&b, &ib])
+            let f = AllocDirect {
+                ino,
+                ptr: InodePtr::Xattr,
+                lbn: 0,
+                new_blk: blk,
+                old_blk: 0,
+                new_size: self.vol.geo.block_size,
+                old_size: 0,
+                kind: BlockKind::Xattr,
+                new_buf: Some(&b),
+            };
+            self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
+            b
+        } else {
+            let b = self.bread(old, kind::XATTR)?;
+            xattr::encode(attrs, &mut b.write());
+            self.vol.cache.mark_dirty(&b);
+            b
+        };
+        self.iget(st, ino)?.d.ctime = now_ns();
+        let ib = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &ib,
+            extra: Some(&b),
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
     }
 
     /// Is `anc` an ancestor of (or equal to) directory `dino`? Walks `..` up to the root.
@@ -464,7 +519,7 @@ impl Ffs {
                     return Err(Errno::ENOTEMPTY.into());
                 }
             }
-        } else if src_dir && np != parent && npd.nlink >= LINK_MAX {
+        } else if src_dir && np != parent && self.iget(st, np)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
         if dst.is_none() {
@@ -472,68 +527,53 @@ impl Ffs {
             st.alloc.reserve(0, blocks)?;
         }
         let now = now_ns();
+        let moves_dir = src_dir && np != parent;
         // 1. Link count up before the second name exists (link count >= references).
-        {
-            let ic = self.iget(st, src.ino)?;
-            ic.d.nlink += 1;
-            ic.d.ctime = now;
+        self.iget(st, src.ino)?.d.ctime = now;
+        self.raise_link(st, src.ino, LinkWhy::RenameHold)?;
+        // 2. The new name (rule 3: before the old one goes). A moved directory's ".." will
+        //    name the new parent: its count goes up with the new name.
+        if moves_dir {
+            self.raise_link(st, np, LinkWhy::DotDot)?;
         }
-        let ib = self.iput(st, src.ino)?;
-        self.strategy.setup_link_add(&self.io, &[&ib])?;
-        // 2. The new name (rule 3: before the old one goes).
-        let db = match dst {
-            Some(_) => self.dir_repoint(st, np, nname, src.ino, src.dtype)?,
-            None => self.dir_add(st, np, nname, src.ino, src.dtype)?,
+        self.touch_dir(st, np)?;
+        let replaced = match dst {
+            Some(_) => Some(self.dir_repoint(st, np, nname, src.ino, src.dtype)?),
+            None => {
+                self.dir_add(st, np, nname, src.ino, src.dtype, false, None)?;
+                None
+            }
         };
-        if src_dir && np != parent {
-            // The moved directory's ".." will name the new parent.
-            self.iget(st, np)?.d.nlink += 1;
-        }
-        let npb = self.touch_dir(st, np)?;
-        self.strategy.setup_directory_add(&self.io, &[&db, &npb])?;
         // 3. A moved directory's ".." names the new parent, then the old name goes. A
         //    directory rename is not atomic without a log (001 §3.4): until this step the
         //    directory has two names. With ".." rewritten first, every crash state keeps
         //    one name that agrees with "..", which fsck resolves as a leak (keeping that
         //    name); removing the old name first would leave ".." naming a parent that no
         //    longer holds the directory.
-        if src_dir && np != parent {
-            let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
-            self.strategy.setup_directory_add(&self.io, &[&b])?;
-        }
-        let step3 = [
-            self.dir_remove(st, parent, name)?,
-            self.touch_dir(st, parent)?,
-        ];
-        let refs: Vec<&BufRef> = step3.iter().collect();
-        self.strategy.setup_directory_remove(&self.io, &refs)?;
+        let dotdot = if moves_dir {
+            Some(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?)
+        } else {
+            None
+        };
+        self.touch_dir(st, parent)?;
+        let (_, removed) = self.dir_remove(st, parent, name, false)?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
-        //    parent loses the ".." reference, a replaced inode loses its name.
-        let mut bufs = Vec::new();
-        self.iget(st, src.ino)?.d.nlink -= 1;
-        if src_dir && np != parent {
-            let pic = self.iget(st, parent)?;
-            pic.d.nlink = pic.d.nlink.saturating_sub(1);
-            bufs.push(self.iput(st, parent)?);
+        //    parent loses the ".." reference, a replaced inode loses its name (a replaced
+        //    directory its "." too, and the new parent its "..").
+        self.drop_link(st, src.ino, 1, removed)?;
+        if let Some(apply) = dotdot {
+            self.drop_link(st, parent, 1, apply)?;
         }
-        bufs.push(self.iput(st, src.ino)?);
-        if let (Some(dslot), Some(dd)) = (dst, &dd) {
-            let vic = self.iget(st, dslot.ino)?;
-            vic.d.ctime = now;
+        if let (Some(dslot), Some(dd), Some(apply)) = (dst, &dd, replaced) {
+            self.iget(st, dslot.ino)?.d.ctime = now;
             if dd.is_dir() {
-                vic.d.nlink = 0;
-                let npic = self.iget(st, np)?;
-                npic.d.nlink = npic.d.nlink.saturating_sub(1);
-                bufs.push(self.iput(st, np)?);
+                let n = self.iget(st, dslot.ino)?.effnlink;
+                self.drop_link(st, dslot.ino, n, apply)?;
+                self.drop_link(st, np, 1, apply)?;
             } else {
-                vic.d.nlink = vic.d.nlink.saturating_sub(1);
+                self.drop_link(st, dslot.ino, 1, apply)?;
             }
-            bufs.push(self.iput(st, dslot.ino)?);
-        }
-        let refs: Vec<&BufRef> = bufs.iter().collect();
-        self.strategy.setup_link_remove(&self.io, &refs)?;
-        if let Some(dslot) = dst {
-            self.maybe_free_inode(st, dslot.ino)?;
+            self.reclaim(st, dslot.ino)?;
         }
         Ok(())
     }
@@ -568,38 +608,41 @@ impl Ffs {
             }
         }
         let now = now_ns();
-        // Both names keep existing throughout; each entry is re-pointed in place.
-        let b1 = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
-        let b2 = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
-        let mut bufs = vec![b1, b2];
+        // Both names keep existing throughout; each entry is re-pointed in place (the
+        // strategy sees an exchange as one call: sync writes it as one step).
+        let _ = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
+        let _ = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
+        let mut parent_drop = None;
         if parent != np && sd.is_dir() != dd.is_dir() {
             let (gains, loses) = if sd.is_dir() {
                 (np, parent)
             } else {
                 (parent, np)
             };
-            self.iget(st, gains)?.d.nlink += 1;
-            let l = self.iget(st, loses)?;
-            l.d.nlink = l.d.nlink.saturating_sub(1);
+            self.raise_link(st, gains, LinkWhy::DotDot)?;
+            parent_drop = Some(loses);
         }
+        let mut dotdot_apply = Apply::Now;
         if parent != np {
             if sd.is_dir() {
-                bufs.push(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?);
+                dotdot_apply = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
             }
             if dd.is_dir() {
-                bufs.push(self.dir_repoint(st, dst.ino, b"..", parent, libc::DT_DIR)?);
+                dotdot_apply = self.dir_repoint(st, dst.ino, b"..", parent, libc::DT_DIR)?;
             }
+        }
+        if let Some(loses) = parent_drop {
+            self.drop_link(st, loses, 1, dotdot_apply)?;
         }
         for ino in [src.ino, dst.ino] {
             self.iget(st, ino)?.d.ctime = now;
-            bufs.push(self.iput(st, ino)?);
+            self.store(st, ino)?;
         }
-        bufs.push(self.touch_dir(st, parent)?);
+        self.touch_dir(st, parent)?;
         if np != parent {
-            bufs.push(self.touch_dir(st, np)?);
+            self.touch_dir(st, np)?;
         }
-        let refs: Vec<&BufRef> = bufs.iter().collect();
-        self.strategy.setup_directory_add(&self.io, &refs)
+        Ok(())
     }
 
     fn do_read(
@@ -668,7 +711,7 @@ impl Ffs {
             || now - ic.d.atime > 86_400_000_000_000
         {
             ic.d.atime = now;
-            self.iput(st, ino)?;
+            self.store(st, ino)?;
         }
         Ok(())
     }
@@ -725,7 +768,7 @@ impl Ffs {
                 }
                 return Err(Errno::ENOSPC.into());
             }
-            let (p, fresh, _changed) = match self.bmap_alloc(st, ino, lbn) {
+            let (p, fresh, _) = match self.bmap_alloc(st, ino, lbn, BlockKind::Data, None) {
                 Ok(v) => v,
                 Err(e) if pos > offset && e.errno() == Errno::ENOSPC => break,
                 Err(e) => return Err(e),
@@ -751,11 +794,11 @@ impl Ffs {
             pos += n as u64;
         }
         // The last point of failure. The steps pass 1 wrote in `sync` mode (new indirect
-        // blocks) are made durable now rather than by `op_done`, so that nothing after
+        // blocks) are made durable now rather than by `end_op`, so that nothing after
         // this can fail: pass 2 changes file contents without before-images (a stream's
         // direct writes replace bytes the undo has no copy of; cache copies are not saved,
         // to keep overwrites cheap), and the inode update at the end uses a held buffer.
-        self.io.barrier()?;
+        self.fact(st, |s, tx| s.commit_point(tx))?;
         // Pass 2, in request order: copy into the cache (cannot fail) and write the runs of
         // direct blocks. If a run's device write fails after earlier bytes reached the file,
         // the call is a short write of those bytes (write(2) on Linux does the same); the
@@ -833,17 +876,12 @@ impl Ffs {
                 self.vol.cache.mark_dirty(&b);
             }
         }
-        if pieces.iter().any(|pc| pc.fresh) {
-            self.io
-                .data_allocs_pending
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
         ic.d.size = ic.d.size.max(done);
         ic.d.mtime = now;
         ic.d.ctime = now;
-        self.iput(st, ino)?;
+        self.store(st, ino)?;
         Ok((done - offset) as u32)
     }
 
@@ -906,10 +944,14 @@ impl Ffs {
                 ic.d.mtime = now;
             }
         }
-        let b = self.iput(st, ino)?;
-        self.strategy.setup_attr_change(&self.io, &[&b])?;
-        let d = self.iget(st, ino)?.d.clone();
-        Ok(self.attr_of(ino, &d))
+        let b = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &b,
+            extra: None,
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        self.attr(st, ino)
     }
 
     fn do_fallocate(
@@ -941,13 +983,10 @@ impl Ffs {
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
                 for lbn in offset / bs..end.div_ceil(bs) {
-                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn)?;
+                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
                     if fresh {
                         let b = self.bnew(p, kind::DATA);
                         self.vol.cache.mark_dirty(&b);
-                        self.io
-                            .data_allocs_pending
-                            .store(true, std::sync::atomic::Ordering::Release);
                     }
                 }
                 if !keep && end > d.size {
@@ -984,20 +1023,23 @@ impl Ffs {
                     pos += n;
                 }
                 self.iget(st, ino)?.d.blocks -= freed.len() as u64;
-                let ib = self.iput(st, ino)?;
-                let mut refs: Vec<&BufRef> = changed.iter().collect();
-                refs.push(&ib);
-                self.strategy.setup_freeblocks(&self.io, &refs)?;
-                for b in freed {
-                    st.alloc.free_block(&self.vol, b)?;
-                }
+                let ib = self.store(st, ino)?;
+                let f = FreeBlocks {
+                    ino,
+                    inode_buf: &ib,
+                    from_lbn: offset / bs,
+                    freed: &freed,
+                    holders: &changed,
+                    whole_file: false,
+                };
+                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
             }
             _ => return Err(Errno::EOPNOTSUPP.into()),
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
         ic.d.ctime = now;
-        self.iput(st, ino)?;
+        self.store(st, ino)?;
         Ok(())
     }
 }
@@ -1031,7 +1073,7 @@ impl FileSystem for Ffs {
     }
 
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
-        self.op("lookup", false, |st| {
+        self.op("lookup", None, |st| {
             let n = name.as_bytes();
             if n.len() > MAX_NAME {
                 return Err(Errno::ENAMETOOLONG.into());
@@ -1043,20 +1085,21 @@ impl FileSystem for Ffs {
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
-        let r = self.op("forget", false, |st| {
+        let r = self.op("forget", None, |st| {
             let Some(ic) = st.inodes.loaded_mut(ino) else {
                 return Ok(());
             };
             ic.nlookup = ic.nlookup.saturating_sub(nlookup);
             if ic.nlookup == 0 && ic.nopen == 0 {
-                if ic.d.nlink == 0 {
+                if ic.effnlink == 0 {
                     if self.read_only {
                         return Ok(());
                     }
-                    // Freeing an orphan promises nothing durable: no op_done. The next
-                    // ordered step's barrier makes the cleared inode durable before any
-                    // freed resource can be pointed to again (rule 2).
-                    return self.atomically(st, |st| self.maybe_free_inode(st, ino));
+                    // Freeing an orphan promises nothing durable (`Reclaim` is no
+                    // durability point). Sync's next ordered step's barrier makes the
+                    // cleared inode durable before any freed resource can be pointed to
+                    // again (rule 2).
+                    return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
                 } else if !ic.d.is_dir() {
                     st.inodes.remove(ino);
                 }
@@ -1069,18 +1112,17 @@ impl FileSystem for Ffs {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        self.op("getattr", false, |st| {
-            let d = self.iget(st, ino)?.d.clone();
-            Ok(self.attr_of(ino, &d))
-        })
+        self.op("getattr", None, |st| self.attr(st, ino))
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
-        self.op("setattr", true, |st| self.do_setattr(st, ctx, ino, set))
+        self.op("setattr", Some(OpKind::Setattr), |st| {
+            self.do_setattr(st, ctx, ino, set)
+        })
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        self.op("readlink", false, |st| {
+        self.op("readlink", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             if !d.is_symlink() {
                 return Err(Errno::EINVAL.into());
@@ -1107,7 +1149,7 @@ impl FileSystem for Ffs {
         umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.op("mknod", true, |st| {
+        self.op("mknod", Some(OpKind::Mknod), |st| {
             let kind = FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile);
             match kind {
                 FileKind::Directory | FileKind::Symlink => return Err(Errno::EINVAL.into()),
@@ -1128,7 +1170,7 @@ impl FileSystem for Ffs {
     }
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
-        self.op("mkdir", true, |st| {
+        self.op("mkdir", Some(OpKind::Mkdir), |st| {
             let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
             let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
             self.entry_attr(st, ino)
@@ -1136,7 +1178,7 @@ impl FileSystem for Ffs {
     }
 
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
-        self.op("unlink", true, |st| {
+        self.op("unlink", Some(OpKind::Unlink), |st| {
             let n = perm::check_name(name)?;
             let pd = self.dir_for_change(st, ctx, parent)?;
             if perm::is_dot(n) {
@@ -1148,21 +1190,16 @@ impl FileSystem for Ffs {
                 return Err(Errno::EISDIR.into());
             }
             perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
-            let db = self.dir_remove(st, parent, n)?;
-            let pb = self.touch_dir(st, parent)?;
-            self.strategy
-                .setup_directory_remove(&self.io, &[&db, &pb])?;
-            let ic = self.iget(st, slot.ino)?;
-            ic.d.nlink = ic.d.nlink.saturating_sub(1);
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_remove(&self.io, &[&ib])?;
-            self.maybe_free_inode(st, slot.ino)
+            self.touch_dir(st, parent)?;
+            let (_, apply) = self.dir_remove(st, parent, n, false)?;
+            self.iget(st, slot.ino)?.d.ctime = now_ns();
+            self.drop_link(st, slot.ino, 1, apply)?;
+            self.reclaim(st, slot.ino)
         })
     }
 
     fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
-        self.op("rmdir", true, |st| {
+        self.op("rmdir", Some(OpKind::Rmdir), |st| {
             let n = perm::check_name(name)?;
             if n == b"." {
                 return Err(Errno::EINVAL.into());
@@ -1180,22 +1217,20 @@ impl FileSystem for Ffs {
             if !self.dir_index(st, slot.ino)?.is_empty() {
                 return Err(Errno::ENOTEMPTY.into());
             }
-            let db = self.dir_remove(st, parent, n)?;
-            self.strategy.setup_directory_remove(&self.io, &[&db])?;
-            let pic = self.iget(st, parent)?;
-            pic.d.nlink = pic.d.nlink.saturating_sub(1);
-            let pb = self.touch_dir(st, parent)?;
-            let ic = self.iget(st, slot.ino)?;
-            ic.d.nlink = 0;
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_remove(&self.io, &[&pb, &ib])?;
-            self.maybe_free_inode(st, slot.ino)
+            // The entry goes first (only its block in the step); then the parent loses the
+            // victim's "..", and the victim its name and ".".
+            let (_, apply) = self.dir_remove(st, parent, n, true)?;
+            self.drop_link(st, parent, 1, apply)?;
+            self.touch_dir(st, parent)?;
+            self.iget(st, slot.ino)?.d.ctime = now_ns();
+            let links = self.iget(st, slot.ino)?.effnlink;
+            self.drop_link(st, slot.ino, links, apply)?;
+            self.reclaim(st, slot.ino)
         })
     }
 
     fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr> {
-        self.op("symlink", true, |st| {
+        self.op("symlink", Some(OpKind::Symlink), |st| {
             if target.is_empty() {
                 return Err(Errno::ENOENT.into());
             }
@@ -1224,13 +1259,19 @@ impl FileSystem for Ffs {
         nname: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
-        self.op("rename", true, |st| {
-            self.do_rename(st, ctx, parent, name, np, nname, flags)
-        })
+        self.op(
+            "rename",
+            Some(if flags.exchange {
+                OpKind::Exchange
+            } else {
+                OpKind::Rename
+            }),
+            |st| self.do_rename(st, ctx, parent, name, np, nname, flags),
+        )
     }
 
     fn link(&self, ctx: &Ctx, ino: Ino, np: Ino, nname: &OsStr) -> Result<Attr> {
-        self.op("link", true, |st| {
+        self.op("link", Some(OpKind::Link), |st| {
             let n = perm::check_name(nname)?;
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() {
@@ -1240,29 +1281,27 @@ impl FileSystem for Ffs {
             if perm::is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
-            if d.nlink >= LINK_MAX {
+            let links = self.iget(st, ino)?.effnlink;
+            if links >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
-            if d.nlink == 0 {
+            if links == 0 {
                 return Err(Errno::ENOENT.into());
             }
             let blocks = self.dir_add_blocks(st, np, n)?;
             st.alloc.reserve(0, blocks)?;
-            let ic = self.iget(st, ino)?;
-            ic.d.nlink += 1;
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, ino)?;
-            self.strategy.setup_link_add(&self.io, &[&ib])?;
-            let db = self.dir_add(st, np, n, ino, dtype_of(d.mode))?;
-            let pb = self.touch_dir(st, np)?;
-            self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+            // The count goes up on disk before the new name exists (count ≥ references).
+            self.iget(st, ino)?.d.ctime = now_ns();
+            self.raise_link(st, ino, LinkWhy::Link)?;
+            self.touch_dir(st, np)?;
+            self.dir_add(st, np, n, ino, dtype_of(d.mode), false, None)?;
             self.entry_attr(st, ino)
         })
     }
 
     fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
         let truncating = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
-        self.op("open", truncating, |st| {
+        self.op("open", truncating.then_some(OpKind::Truncate), |st| {
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EISDIR.into());
@@ -1277,8 +1316,13 @@ impl FileSystem for Ffs {
                 let ic = self.iget(st, ino)?;
                 ic.d.mtime = now;
                 ic.d.ctime = now;
-                let b = self.iput(st, ino)?;
-                self.strategy.setup_attr_change(&self.io, &[&b])?;
+                let b = self.store(st, ino)?;
+                let f = AttrChange {
+                    ino,
+                    inode_buf: &b,
+                    extra: None,
+                };
+                self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
             }
             Ok(self.new_handle(st, ino, flags))
         })
@@ -1293,7 +1337,7 @@ impl FileSystem for Ffs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Fh)> {
-        self.op("create", true, |st| {
+        self.op("create", Some(OpKind::Create), |st| {
             let m = libc::S_IFREG | (mode & 0o7777 & !umask);
             let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
             let attr = self.entry_attr(st, ino)?;
@@ -1303,7 +1347,7 @@ impl FileSystem for Ffs {
     }
 
     fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
-        self.op("read", false, |st| {
+        self.op("read", Some(OpKind::Read), |st| {
             if fh != 0 {
                 self.handle(st, fh)?;
             }
@@ -1312,7 +1356,7 @@ impl FileSystem for Ffs {
     }
 
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        self.op("write", true, |st| {
+        self.op("write", Some(OpKind::Write), |st| {
             let flags = if fh != 0 {
                 self.handle(st, fh)?.1
             } else {
@@ -1338,18 +1382,15 @@ impl FileSystem for Ffs {
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
-        self.op("release", false, |st| {
+        self.op("release", None, |st| {
             if st.handles.close(fh)
                 && let Some(ic) = st.inodes.loaded_mut(ino)
             {
                 ic.nopen = ic.nopen.saturating_sub(1);
-                if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
+                if ic.nopen == 0 && ic.effnlink == 0 && !self.read_only {
                     // The handle is gone whatever happens; freeing the inode is all or
                     // nothing (a failure leaves an orphan that unmount frees).
-                    self.atomically(st, |st| {
-                        self.maybe_free_inode(st, ino)?;
-                        self.strategy.op_done(&self.io)
-                    })?;
+                    self.in_op(st, OpKind::Release, |st| self.reclaim(st, ino))?;
                 }
             }
             Ok(())
@@ -1357,7 +1398,7 @@ impl FileSystem for Ffs {
     }
 
     fn fsync(&self, ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
-        self.op("fsync", false, |st| {
+        self.op("fsync", None, |st| {
             self.iget(st, ino)?;
             if self.read_only {
                 return Ok(());
@@ -1373,7 +1414,7 @@ impl FileSystem for Ffs {
     }
 
     fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
-        self.op("opendir", false, |st| {
+        self.op("opendir", None, |st| {
             let d = self.dir_inode(st, ino)?;
             ctx.check(d.mode, d.uid, d.gid, Access::R)?;
             Ok(self.new_handle(st, ino, libc::O_RDONLY))
@@ -1392,7 +1433,7 @@ impl FileSystem for Ffs {
         plus: bool,
         emit: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()> {
-        self.op("readdir", false, |st| {
+        self.op("readdir", None, |st| {
             let d = self.dir_inode(st, ino)?;
             let bs = self.vol.geo.block_size as u64;
             // Cookies are byte offsets + 1 of the entry last returned (0 = start).
@@ -1444,7 +1485,7 @@ impl FileSystem for Ffs {
     }
 
     fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
-        self.op("setxattr", true, |st| {
+        self.op("setxattr", Some(OpKind::SetXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             perm::xattr_access(ctx, owner(&d), n, true)?;
@@ -1467,7 +1508,7 @@ impl FileSystem for Ffs {
     }
 
     fn getxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        self.op("getxattr", false, |st| {
+        self.op("getxattr", None, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             perm::xattr_access(ctx, owner(&d), n, false)?;
@@ -1481,7 +1522,7 @@ impl FileSystem for Ffs {
     }
 
     fn listxattr(&self, ctx: &Ctx, ino: Ino) -> Result<Vec<u8>> {
-        self.op("listxattr", false, |st| {
+        self.op("listxattr", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             let mut out = Vec::new();
             for (k, _) in self.read_xattrs(&d)? {
@@ -1496,7 +1537,7 @@ impl FileSystem for Ffs {
     }
 
     fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()> {
-        self.op("removexattr", true, |st| {
+        self.op("removexattr", Some(OpKind::RemoveXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             perm::xattr_access(ctx, owner(&d), n, true)?;
@@ -1511,7 +1552,7 @@ impl FileSystem for Ffs {
     }
 
     fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
-        self.op("access", false, |st| {
+        self.op("access", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             if mask.0 & Access::W.0 != 0 && self.read_only {
                 return Err(Errno::EROFS.into());
@@ -1528,7 +1569,7 @@ impl FileSystem for Ffs {
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
-        self.op("fallocate", true, |st| {
+        self.op("fallocate", Some(OpKind::Fallocate), |st| {
             self.do_fallocate(st, ino, offset, length, mode)
         })
     }

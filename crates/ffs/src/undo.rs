@@ -1,7 +1,7 @@
 //! Failed operations change nothing.
 //!
 //! Every mutating operation runs inside an *undo scope* ([`Ffs::atomically`]), its
-//! durability point (`op_done`) included. If it returns an error — no space, a device
+//! durability point (the strategy's `end_op`) included. If it returns an error — no space, a device
 //! error, corruption found halfway — everything it changed is taken back before the error
 //! reaches the caller, so the image and the in-core state are exactly as before the call:
 //!
@@ -59,10 +59,6 @@ impl Ffs {
         st.inodes.begin_undo();
         st.dirs.begin_undo();
         st.handles.begin_undo();
-        let data_allocs_pending = self
-            .io
-            .data_allocs_pending
-            .load(std::sync::atomic::Ordering::Acquire);
         let r = f(st);
         match &r {
             Ok(_) => {
@@ -72,14 +68,7 @@ impl Ffs {
                 st.dirs.commit_undo();
                 st.handles.commit_undo();
             }
-            Err(e) => {
-                self.rollback(st, e);
-                if data_allocs_pending {
-                    self.io
-                        .data_allocs_pending
-                        .store(true, std::sync::atomic::Ordering::Release);
-                }
-            }
+            Err(e) => self.rollback(st, e),
         }
         r
     }
@@ -95,7 +84,10 @@ impl Ffs {
         st.alloc.rollback_undo();
         st.dirs.rollback_undo();
         st.handles.rollback_undo();
-        st.free_on_truncate = None;
+        if let Some(op) = st.op.as_mut() {
+            // Releases taken back with the free that declared them.
+            op.released.clear();
+        }
     }
 }
 
