@@ -9,8 +9,11 @@
 //!
 //! Every device write of a buffer the cache issues — from [`BufferCache::write_now`],
 //! [`BufferCache::write_back_all`] / [`BufferCache::write_back_filter`] / [`BufferCache::sync`],
-//! the syncer thread, or eviction under memory pressure — goes through one path, which calls
-//! the installed [`WriteHooks`] around it. Per buffer, in this order:
+//! the syncer thread, or eviction under memory pressure (unless the hooks defer it:
+//! [`WriteHooks::on_pressure`]) — goes through one path, which calls the installed
+//! [`WriteHooks`] around it. (The one exception is an undo rollback's writes, below: images
+//! that already went through the hooks, or contents from before the scope.) Per buffer, in
+//! this order:
 //!
 //! 1. The buffer's I/O lock is taken (buffers of one cluster in ascending block order). It
 //!    is held until step 5, so two writes of the same buffer never overlap and a strategy
@@ -43,6 +46,13 @@
 //! After every device flush the cache issues ([`BufferCache::flush_device`],
 //! [`BufferCache::sync`], [`BufferCache::shutdown`]), **`after_flush()`** runs: every write
 //! whose `after_write` ran before the flush started is durable.
+//!
+//! Two more tell the strategy what the cache decides on its own: **`invalidated(buf)`** when
+//! [`BufferCache::invalidate`] dropped a freed block's buffer (after a write of it in flight
+//! completed: the cache never writes it again), and **`on_pressure()`** when the cache is
+//! over budget with only dirty buffers left to evict: the strategy says whether the cache
+//! may write them (`EvictDirty`) or must leave the order of writes to it (`Defer`: the
+//! budget goes soft until the strategy writes back).
 //!
 //! ## What a hook may and may not do
 //! - May: modify `image`; read the buffer ([`Buf::read`]), its LSNs, kind and
@@ -117,7 +127,8 @@
 //! `budget_bytes` bounds the cached blocks (metadata per buffer is not counted). When an
 //! insertion goes over budget, clean buffers nobody holds are evicted, least recently used
 //! first; if that is not enough, the least recently used dirty ones are written back
-//! (through the hooks) and evicted. Buffers someone holds (a [`BufRef`] besides the
+//! (through the hooks) and evicted — unless the hooks answer [`Pressure::Defer`], in which
+//! case the budget is exceeded until the strategy writes back. Buffers someone holds (a [`BufRef`] besides the
 //! cache's) are never evicted, so the budget can be exceeded while they are held. A dirty
 //! buffer is never dropped except by `invalidate`.
 
@@ -159,6 +170,31 @@ pub trait WriteHooks: Send + Sync {
     }
     /// Called after each device flush the cache issues (writes before it are durable).
     fn after_flush(&self) {}
+    /// The block of `buf` was freed: [`BufferCache::invalidate`] dropped the buffer (unwritten
+    /// if it was dirty) and waited for a write of it in flight. The cache will never write
+    /// it again; a strategy drops what it tracked on it (soft updates: dependencies of a
+    /// freed block are moot).
+    fn invalidated(&self, buf: &Buf) {
+        let _ = buf;
+    }
+    /// The cache is over its budget and every clean buffer it could drop is gone. With
+    /// [`Pressure::EvictDirty`] (the default) it writes the least recently used dirty
+    /// buffers through these hooks and evicts them; with [`Pressure::Defer`] it writes
+    /// nothing, lets the budget be exceeded, and leaves it to the strategy to write back in
+    /// its own order (a file system that must order its writes never has one forced out by
+    /// a read on an unrelated thread).
+    fn on_pressure(&self) -> Pressure {
+        Pressure::EvictDirty
+    }
+}
+
+/// What the cache does about dirty buffers when it is over budget ([`WriteHooks::on_pressure`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pressure {
+    /// Write the least recently used dirty buffers and evict them.
+    EvictDirty,
+    /// Write nothing: the budget becomes soft until the strategy writes back.
+    Defer,
 }
 
 /// Hooks that do nothing: the `sync` and `delayed` strategies need no per-write work.
@@ -540,6 +576,8 @@ impl BufferCache {
         };
         if let Some(b) = removed {
             drop(b.io.lock());
+            let hooks = Arc::clone(&*self.hooks.read());
+            hooks.invalidated(&b);
         }
     }
 
@@ -840,8 +878,9 @@ impl BufferCache {
     }
 
     /// Brings the cache back under budget: clean unheld buffers first (LRU order), then
-    /// unheld dirty ones after writing them back. Write errors leave the buffers cached and
-    /// dirty (they are counted and logged; the next sync reports them).
+    /// unheld dirty ones after writing them back, unless the hooks defer that
+    /// ([`WriteHooks::on_pressure`]). Write errors leave the buffers cached and dirty (they
+    /// are counted and logged; the next sync reports them).
     fn evict_if_needed(&self) {
         let max_bufs = (self.cfg.budget_bytes / self.block_size as u64) as usize;
         let scope = self.undo.scope();
@@ -894,6 +933,12 @@ impl BufferCache {
             dirty.truncate(if excess == 0 { 0 } else { excess.max(16) });
             dirty
         };
+        if !dirty_victims.is_empty() {
+            let hooks = Arc::clone(&*self.hooks.read());
+            if hooks.on_pressure() == Pressure::Defer {
+                return;
+            }
+        }
         if dirty_victims.is_empty() {
             return;
         }

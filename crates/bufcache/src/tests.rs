@@ -438,6 +438,83 @@ fn invalidate_drops_dirty_data_and_next_read_goes_to_device() {
     assert!(!Arc::ptr_eq(&buf, &again));
 }
 
+/// Counts what the cache tells a strategy on its own: invalidations and pressure.
+#[derive(Default)]
+struct Told {
+    invalidated: Mutex<Vec<BlockNo>>,
+    pressure: AtomicU64,
+    defer: bool,
+}
+impl WriteHooks for Told {
+    fn invalidated(&self, buf: &Buf) {
+        self.invalidated.lock().push(buf.blkno());
+    }
+    fn on_pressure(&self) -> Pressure {
+        self.pressure.fetch_add(1, Ordering::SeqCst);
+        if self.defer {
+            Pressure::Defer
+        } else {
+            Pressure::EvictDirty
+        }
+    }
+}
+
+#[test]
+fn invalidation_is_told_once_after_a_write_in_flight() {
+    let dev = mem(16);
+    let told = Arc::new(Told::default());
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), told.clone());
+    let buf = cache.get_new(5);
+    fill(&cache, &buf, 8);
+    // A write of the block is in flight (its I/O lock held) when the block is freed: the
+    // hook is told only once that write is over, and only once.
+    let guard = buf.io.lock();
+    let c2 = cache.clone();
+    let t = std::thread::spawn(move || c2.invalidate(5));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        told.invalidated.lock().is_empty(),
+        "told before the write ended"
+    );
+    drop(guard);
+    t.join().unwrap();
+    cache.invalidate(5); // nothing cached any more: not told again
+    assert_eq!(*told.invalidated.lock(), vec![5]);
+}
+
+#[test]
+fn deferred_pressure_writes_nothing_and_lets_the_budget_go_soft() {
+    let dev = mem(64);
+    let told = Arc::new(Told {
+        defer: true,
+        ..Default::default()
+    });
+    let cache = BufferCache::new(
+        dev.clone(),
+        CacheConfig {
+            budget_bytes: 4 * BS as u64,
+            ..CacheConfig::default()
+        },
+        told.clone(),
+    );
+    let before = dev.counters().snapshot();
+    for b in 0..40u64 {
+        let buf = cache.get_new(b);
+        fill(&cache, &buf, b as u8 + 1);
+    }
+    assert_eq!(
+        writes_since(&dev, &before),
+        0,
+        "eviction wrote a dirty buffer"
+    );
+    assert_eq!(cache.stats().dirty_buffers, 40);
+    assert!(told.pressure.load(Ordering::SeqCst) > 0);
+    // The strategy writes back in its own order; then the budget holds again.
+    cache.write_back_all().unwrap();
+    cache.read(50).unwrap();
+    assert!(cache.stats().cached_buffers <= 4);
+}
+
 #[test]
 fn get_new_zeroes_the_cached_buffer_in_place() {
     let dev = mem(16);
