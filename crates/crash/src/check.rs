@@ -481,6 +481,7 @@ fn mount_ro_dev(dev: Arc<dyn BlockDevice>, mode: &str) -> Result<Arc<Ffs>, cairn
             cache_bytes: 16 << 20,
             syncer_interval: None,
             read_only: true,
+            mode_options: Vec::new(),
         },
     )
 }

@@ -24,8 +24,8 @@ use cairn_bufcache::{Buf, BufRef};
 use cairn_ffs::format::kind;
 use cairn_ffs::strategy::{
     AllocDirect, AllocIndir, Apply, AttrChange, BlkMapDep, BlockKind, DirAdd, DirChange, DirRemove,
-    FreeBlocks, FreeFile, Ino, InoMapDep, Io, LinkChange, LinkWhy, OpKind, OpState, Ordered,
-    Release, StepWriter, Strategy, Sync, Tx,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, Io, LinkChange, LinkWhy, OpKind,
+    OpState, Ordered, Release, StepWriter, Strategy, Sync, SyncWhy, Tx,
 };
 use cairn_vfs::{KernelCachePolicy, Result as FsResult};
 use parking_lot::Mutex;
@@ -415,7 +415,8 @@ impl Strategy for PlantedSync {
         self.before_step(tx.io)?;
         self.inner.setup_attr_change(tx, f)
     }
-    fn fsync(&self, io: &Io, data: &[BufRef]) -> FsResult<()> {
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> FsResult<()> {
+        let (io, data) = (e.io(), f.blocks);
         self.before_step(io)?;
         match self.fault {
             Fault::FsyncMetaFirst => {
@@ -434,17 +435,17 @@ impl Strategy for PlantedSync {
             }
             Fault::GroupsNoBarrier => {
                 io.write_groups_unordered()?;
-                self.inner.fsync(io, data)
+                self.inner.fsync(e, f)
             }
-            _ => self.inner.fsync(io, data),
+            _ => self.inner.fsync(e, f),
         }
     }
-    fn write_back(&self, io: &Io, durable: bool) -> FsResult<()> {
-        self.before_step(io)?;
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> FsResult<()> {
+        self.before_step(e.io())?;
         if self.fault == Fault::GroupsNoBarrier {
-            io.write_groups_unordered()?;
+            e.io().write_groups_unordered()?;
         }
-        self.inner.write_back(io, durable)
+        self.inner.sync(e, why)
     }
 }
 

@@ -317,6 +317,7 @@ impl Ffs {
             new_ino: ino,
             dtype,
             name,
+            old_is_dir: slot.dtype == libc::DT_DIR,
             dotdot: name == b"..",
         };
         self.fact(st, |s, tx| s.setup_directory_change(tx, &f))

@@ -6,9 +6,11 @@
 //! (`Allocator`: bitmaps, group summaries, free counts), `inode` (`InodeTable`: in-core
 //! inodes and orphans), `directory` (`Directories`: the name indexes, and the entry
 //! updates), `handles` (`Handles`: open handles). `bmap` is the block map over them.
-//! [`strategy`] holds the metadata-update disciplines behind one interface; `ops`
-//! implements the [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed
-//! operation change nothing; `mkfs` creates file systems.
+//! [`strategy`] holds the metadata-update disciplines behind one interface (facts, the
+//! write path and the life cycle); `worker` is the one background thread of a mount (the
+//! syncer and the strategy's background work); `ops` implements the
+//! [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed operation change
+//! nothing; `mkfs` creates file systems (the one writer outside a strategy).
 //!
 //! Concurrency: one mutex guards the in-memory state of a mounted file system ([`State`]:
 //! the pieces above and the superblock fields). Requests from several FUSE threads
@@ -29,6 +31,7 @@ mod ops;
 mod tests;
 mod undo;
 mod volume;
+mod worker;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -37,9 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
-use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
+use cairn_bufcache::{BufRef, BufferCache, CacheConfig};
 use cairn_vfs::FsError;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::alloc::Allocator;
 use crate::directory::Directories;
@@ -48,6 +51,7 @@ use crate::handles::Handles;
 use crate::inode::{InCore, InodeTable};
 use crate::strategy::{Io, Strategy};
 use crate::volume::Volume;
+use crate::worker::Worker;
 
 pub use mkfs::{mkfs, mkfs_device};
 
@@ -58,6 +62,9 @@ pub use strategy::{ModeInfo, modes};
 pub struct MountOptions {
     /// One of [`modes`]' names.
     pub mode: String,
+    /// Options the mode parses itself (a journal's `log=`, `commit=`), in the order given;
+    /// checked against the mode when the strategy is made (`strategy::make`).
+    pub mode_options: Vec<(String, Option<String>)>,
     /// Buffer-cache budget in bytes.
     pub cache_bytes: u64,
     /// How often the syncer writes dirty buffers; `None` = the mode's default (30 s for async).
@@ -69,6 +76,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             mode: "sync".into(),
+            mode_options: Vec::new(),
             cache_bytes: 256 << 20,
             syncer_interval: None,
             read_only: false,
@@ -77,7 +85,8 @@ impl Default for MountOptions {
 }
 
 impl MountOptions {
-    /// Applies one `-o key[=value]` option. Unknown keys are an error naming the key.
+    /// Applies one `-o key[=value]` option. A key no mode parses is an error naming it; a
+    /// mode's own option is kept for the mode ([`MountOptions::check`] checks the set).
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
         let need = |v: Option<&'_ str>| -> Result<String, String> {
             v.map(str::to_string)
@@ -104,9 +113,18 @@ impl MountOptions {
             }
             "ro" => self.read_only = true,
             "rw" => self.read_only = false,
+            _ if strategy::is_mode_option(key) => self
+                .mode_options
+                .push((key.to_string(), value.map(str::to_string))),
             _ => return Err(format!("unknown mount option '{key}'")),
         }
         Ok(())
+    }
+
+    /// Checks the options as a whole: the mode's own options against the mode, whatever
+    /// order `-o` gave them in (`log=file,mode=journal` and `mode=journal,log=file` alike).
+    pub fn check(&self) -> Result<(), String> {
+        strategy::make(&self.mode, &self.mode_options).map(|_| ())
     }
 }
 
@@ -211,8 +229,8 @@ pub struct Ffs {
     pub(crate) st: Mutex<State>,
     pub(crate) read_only: bool,
     pub(crate) max_file_size: u64,
-    syncer_ctl: Arc<(Mutex<bool>, Condvar)>,
-    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The syncer and the strategy's background work (see `worker`).
+    pub(crate) worker: Worker,
     unmounted: AtomicBool,
     pub(crate) ops_total: AtomicU64,
 }
@@ -256,8 +274,8 @@ impl Ffs {
         dev: Arc<dyn BlockDevice>,
         opts: &MountOptions,
     ) -> Result<Arc<Ffs>, FsError> {
-        let strategy = strategy::by_name(&opts.mode)
-            .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
+        let strategy = strategy::make(&opts.mode, &opts.mode_options)
+            .map_err(|e| FsError::Refused(cairn_vfs::Errno::EINVAL, e))?;
         Self::mount_device_with_strategy(dev, opts, strategy)
     }
 
@@ -293,6 +311,12 @@ impl Ffs {
                 sb.feature_ro_compat
             )));
         }
+        if !opts.read_only {
+            // A mode with a log replays it before anything else is read.
+            strategy.recover(dev.as_ref(), &sb)?;
+        }
+        // The mode's write hooks are in place before the first block is read: every write
+        // the cache will ever issue goes through them.
         let cache = BufferCache::new(
             dev.clone(),
             CacheConfig {
@@ -300,7 +324,7 @@ impl Ffs {
                 syncer_interval: None,
                 ..CacheConfig::default()
             },
-            Arc::new(NoHooks),
+            strategy.write_hooks(),
         );
         let mut groups = Vec::with_capacity(geo.group_count as usize);
         for g in 0..geo.group_count {
@@ -335,8 +359,7 @@ impl Ffs {
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
-            syncer_ctl: Arc::new((Mutex::new(false), Condvar::new())),
-            syncer: Mutex::new(None),
+            worker: Worker::idle(),
             unmounted: AtomicBool::new(false),
             ops_total: AtomicU64::new(0),
         });
@@ -353,14 +376,15 @@ impl Ffs {
             sb.mounted_ns = inode::now_ns();
             sb.last_mode = fs.strategy.name().to_string();
             fs.st.lock().sb = sb;
+            fs.strategy.mount(&*fs)?;
             fs.write_superblock()?;
-            let weak = Arc::downgrade(&fs);
-            let ctl = fs.syncer_ctl.clone();
-            let h = std::thread::Builder::new()
-                .name("cairn-syncer".into())
-                .spawn(move || syncer_loop(weak, ctl, syncer_interval))
+            fs.worker
+                .start(
+                    Arc::downgrade(&fs),
+                    syncer_interval,
+                    fs.strategy.background_interval(),
+                )
                 .map_err(FsError::Io)?;
-            *fs.syncer.lock() = Some(h);
         }
         Ok(fs)
     }
@@ -421,7 +445,7 @@ impl Ffs {
     }
 
     /// Clears in the allocator the bits the strategy released.
-    fn apply_releases(&self, st: &mut State) -> Result<(), FsError> {
+    pub(crate) fn apply_releases(&self, st: &mut State) -> Result<(), FsError> {
         let Some(op) = st.op.as_mut() else {
             return Ok(());
         };
@@ -478,7 +502,8 @@ impl Ffs {
         r
     }
 
-    /// Writes the primary superblock with the current summary counts and flushes.
+    /// Writes the primary superblock with the current summary counts, through the
+    /// strategy (durably).
     fn write_superblock(&self) -> Result<(), FsError> {
         let b = {
             let mut st = self.st.lock();
@@ -491,14 +516,25 @@ impl Ffs {
             b
         };
         self.vol.cache.mark_dirty(&b);
-        self.vol.cache.write_now(&[&b])?;
-        self.vol.cache.flush_device()?;
-        Ok(())
+        self.strategy.write_superblock(self, &b)
     }
 
-    /// Writes back everything (in the mode's order) and makes it durable.
-    pub(crate) fn sync_locked(&self, _st: &mut State) -> Result<(), FsError> {
-        self.strategy.write_back(&self.io, true)
+    /// Runs `f` with the engine's lock held if the mode's I/O is serialized on it, without
+    /// it otherwise (see `IoModel`).
+    pub(crate) fn with_io_lock<T>(&self, f: impl FnOnce() -> T) -> T {
+        match self.strategy.io_model() {
+            strategy::IoModel::Serialized => {
+                let _st = self.st.lock();
+                f()
+            }
+            strategy::IoModel::Concurrent => f(),
+        }
+    }
+
+    /// The strategy's write-back for `why`, under the engine's lock only in a serialized
+    /// mode.
+    pub(crate) fn sync_as(&self, why: strategy::SyncWhy) -> Result<(), FsError> {
+        self.with_io_lock(|| self.strategy.sync(self, why))
     }
 
     /// Flushes everything, frees unlinked-but-open inodes and marks the superblock clean.
@@ -506,14 +542,7 @@ impl Ffs {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        *self.syncer_ctl.0.lock() = true;
-        self.syncer_ctl.1.notify_all();
-        if let Some(h) = self.syncer.lock().take() {
-            // The syncer may be the thread dropping the last reference.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        self.worker.stop();
         if self.read_only {
             return Ok(());
         }
@@ -531,9 +560,9 @@ impl Ffs {
                     self.reclaim(st, ino)
                 })?;
             }
-            self.sync_locked(&mut st)?;
-            st.sb.state = superblock::STATE_CLEAN;
         }
+        self.with_io_lock(|| self.strategy.unmount(self))?;
+        self.st.lock().sb.state = superblock::STATE_CLEAN;
         self.write_superblock()
     }
 
@@ -561,25 +590,39 @@ impl Drop for Ffs {
     }
 }
 
-/// The syncer: every interval, write back what is dirty in the mode's order (FFS's
-/// 30-second update daemon). It holds the state lock so it never writes a half-done step.
-fn syncer_loop(fs: std::sync::Weak<Ffs>, ctl: Arc<(Mutex<bool>, Condvar)>, interval: Duration) {
-    loop {
-        {
-            let mut stop = ctl.0.lock();
-            if !*stop {
-                ctl.1.wait_for(&mut stop, interval);
+impl strategy::Engine for Ffs {
+    fn io(&self) -> &Io {
+        &self.io
+    }
+
+    fn release(&self, r: strategy::Release) -> Result<(), FsError> {
+        let mut st = self.st.lock();
+        self.in_op(&mut st, strategy::OpKind::Background, |st| {
+            if let Some(op) = st.op.as_mut() {
+                op.released.push(r);
             }
-            if *stop {
-                return;
-            }
-        }
-        let Some(f) = fs.upgrade() else { return };
-        let _st = f.st.lock();
-        if f.vol.cache.dirty_count() > 0
-            && let Err(e) = f.strategy.write_back(&f.io, false)
-        {
-            log::error!("syncer write-back failed: {e}");
-        }
+            self.apply_releases(st)
+        })
+    }
+
+    fn apply_link_drop(&self, ino: u64, n: u32) -> Result<(), FsError> {
+        let mut st = self.st.lock();
+        self.in_op(&mut st, strategy::OpKind::Background, |st| {
+            let ic = self.iget(st, ino)?;
+            let before = ic.d.nlink;
+            // Never below the names that still exist.
+            ic.d.nlink = ic.d.nlink.saturating_sub(n).max(ic.effnlink);
+            let after = ic.d.nlink;
+            let b = self.store(st, ino)?;
+            let f = strategy::LinkChange {
+                ino,
+                inode_buf: &b,
+                before,
+                after,
+                why: strategy::LinkWhy::Drop,
+            };
+            self.fact(st, |s, tx| s.change_linkcnt(tx, &f))?;
+            self.reclaim(st, ino)
+        })
     }
 }

@@ -19,8 +19,8 @@ use cairn_vfs::{
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
-    AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, InoMapDep, InodePtr,
-    LinkChange, LinkWhy, OpKind,
+    AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, FsyncReq, InoMapDep,
+    InodePtr, LinkChange, LinkWhy, OpKind, SyncWhy,
 };
 use crate::{Ffs, State, corrupt_err};
 
@@ -107,7 +107,7 @@ impl Ffs {
     fn relieve_memory_pressure(&self) {
         let dirty_bytes = self.vol.cache.dirty_count() as u64 * self.vol.geo.block_size as u64;
         if dirty_bytes > self.vol.cache.config().budget_bytes / 2
-            && let Err(e) = self.strategy.write_back(&self.io, false)
+            && let Err(e) = self.strategy.sync(self, SyncWhy::Pressure)
         {
             log::error!("write-back under memory pressure failed: {e}");
         }
@@ -612,27 +612,19 @@ impl Ffs {
         // strategy sees an exchange as one call: sync writes it as one step).
         let _ = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
         let _ = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
-        let mut parent_drop = None;
-        if parent != np && sd.is_dir() != dd.is_dir() {
-            let (gains, loses) = if sd.is_dir() {
-                (np, parent)
-            } else {
-                (parent, np)
-            };
-            self.raise_link(st, gains, LinkWhy::DotDot)?;
-            parent_drop = Some(loses);
-        }
-        let mut dotdot_apply = Apply::Now;
+        // A directory that moves to the other parent: the new parent's count goes up for
+        // its "..", the ".." changes, the old parent's count goes down.
         if parent != np {
-            if sd.is_dir() {
-                dotdot_apply = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
+            for (moved, is_dir, from, to) in [
+                (src.ino, sd.is_dir(), parent, np),
+                (dst.ino, dd.is_dir(), np, parent),
+            ] {
+                if is_dir {
+                    self.raise_link(st, to, LinkWhy::DotDot)?;
+                    let apply = self.dir_repoint(st, moved, b"..", to, libc::DT_DIR)?;
+                    self.drop_link(st, from, 1, apply)?;
+                }
             }
-            if dd.is_dir() {
-                dotdot_apply = self.dir_repoint(st, dst.ino, b"..", parent, libc::DT_DIR)?;
-            }
-        }
-        if let Some(loses) = parent_drop {
-            self.drop_link(st, loses, 1, dotdot_apply)?;
         }
         for ino in [src.ino, dst.ino] {
             self.iget(st, ino)?.d.ctime = now;
@@ -825,11 +817,13 @@ impl Ffs {
             }
             // A run is contiguous on the device and in the request: anything else ends it.
             if let Some((blk, off, k)) = run.take() {
-                if let Err(e) = self
-                    .dev
-                    .write_blocks(blk, &data[off..off + k * bs as usize])
-                {
-                    failed = Some((e.into(), offset + off as u64));
+                if let Err(e) = self.strategy.write_stream(
+                    &self.io,
+                    ino,
+                    blk,
+                    &data[off..off + k * bs as usize],
+                ) {
+                    failed = Some((e, offset + off as u64));
                     break;
                 }
                 done = offset + (off + k * bs as usize) as u64;
@@ -857,11 +851,11 @@ impl Ffs {
             && let Some((blk, off, k)) = run.take()
         {
             match self
-                .dev
-                .write_blocks(blk, &data[off..off + k * bs as usize])
+                .strategy
+                .write_stream(&self.io, ino, blk, &data[off..off + k * bs as usize])
             {
                 Ok(()) => done = offset + (off + k * bs as usize) as u64,
-                Err(e) => failed = Some((e.into(), offset + off as u64)),
+                Err(e) => failed = Some((e, offset + off as u64)),
             }
         }
         if let Some((e, at)) = failed {
@@ -1397,7 +1391,7 @@ impl FileSystem for Ffs {
         })
     }
 
-    fn fsync(&self, ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
+    fn fsync(&self, ino: Ino, _fh: Fh, datasync: bool) -> Result<()> {
         self.op("fsync", None, |st| {
             self.iget(st, ino)?;
             if self.read_only {
@@ -1409,7 +1403,14 @@ impl FileSystem for Ffs {
                 .filter_map(|b| self.vol.cache.lookup(b))
                 .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
                 .collect();
-            self.strategy.fsync(&self.io, &data)
+            self.strategy.fsync(
+                self,
+                &FsyncReq {
+                    ino,
+                    datasync,
+                    blocks: &data,
+                },
+            )
         })
     }
 
@@ -1578,8 +1579,7 @@ impl FileSystem for Ffs {
         if self.read_only {
             return Ok(());
         }
-        let mut st = self.st.lock();
-        self.sync_locked(&mut st)
+        self.sync_as(SyncWhy::All)
     }
 
     fn destroy(&self) -> Result<()> {

@@ -739,3 +739,180 @@ fn non_owner_writer_may_only_clear_setuid_and_setgid() {
     assert_eq!(perm(d), 0o6777);
     assert_eq!(perm(e), 0o6755);
 }
+
+/// A mode shaped like soft updates, without its I/O ordering: every removal's on-disk
+/// link-count drop is deferred (`Apply::Deferred`) and every free is held, both handed to
+/// the engine only at its `sync` (`Engine::apply_link_drop`, `Engine::release`). It runs
+/// without the engine's lock around its I/O (`Concurrent`), as those callbacks need.
+struct Deferring {
+    inner: crate::strategy::Delayed,
+    drops: parking_lot::Mutex<Vec<(u64, u32)>>,
+    releases: parking_lot::Mutex<Vec<crate::strategy::Release>>,
+}
+
+mod deferring {
+    use super::Deferring;
+    use crate::strategy::*;
+    use cairn_vfs::{KernelCachePolicy, Result};
+
+    impl Strategy for Deferring {
+        fn name(&self) -> &'static str {
+            "deferring"
+        }
+        fn cache_policy(&self) -> KernelCachePolicy {
+            self.inner.cache_policy()
+        }
+        fn syncer_interval(&self) -> std::time::Duration {
+            self.inner.syncer_interval()
+        }
+        fn io_model(&self) -> IoModel {
+            IoModel::Concurrent
+        }
+        fn setup_directory_remove(&self, _: &mut Tx, f: &DirRemove) -> Result<Apply> {
+            let mut d = self.drops.lock();
+            d.push((f.ino, if f.rmdir { 2 } else { 1 }));
+            if f.rmdir {
+                d.push((f.dir, 1));
+            }
+            Ok(Apply::Deferred)
+        }
+        fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply> {
+            let mut d = self.drops.lock();
+            if f.dotdot {
+                d.push((f.old_ino, 1));
+            } else if tx.kind != OpKind::Exchange {
+                d.push((f.old_ino, if f.old_is_dir { 2 } else { 1 }));
+                if f.old_is_dir {
+                    d.push((f.dir, 1));
+                }
+            }
+            Ok(Apply::Deferred)
+        }
+        fn setup_freeblocks(&self, _: &mut Tx, f: &FreeBlocks) -> Result<()> {
+            if !f.freed.is_empty() {
+                self.releases.lock().push(Release::Blocks(f.freed.to_vec()));
+            }
+            Ok(())
+        }
+        fn setup_freefile(&self, _: &mut Tx, f: &FreeFile) -> Result<()> {
+            self.releases.lock().push(Release::Inode {
+                ino: f.ino,
+                is_dir: f.is_dir,
+            });
+            Ok(())
+        }
+        fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
+            // Taken out first: the engine's callbacks declare facts back to us.
+            loop {
+                let drops = std::mem::take(&mut *self.drops.lock());
+                for (ino, n) in drops {
+                    e.apply_link_drop(ino, n)?;
+                }
+                let releases = std::mem::take(&mut *self.releases.lock());
+                if releases.is_empty() && self.drops.lock().is_empty() {
+                    break;
+                }
+                for r in releases {
+                    e.release(r)?;
+                }
+            }
+            self.inner.sync(e, why)
+        }
+    }
+}
+
+/// The engine keeps the count the namespace sees apart from the one on disk, and frees
+/// nothing the strategy has not released: a mode may lower on-disk link counts and clear
+/// bitmap bits later than the call that caused them (soft updates does, after the removal
+/// and the cleared pointers are on disk), and the file system stays consistent meanwhile.
+#[test]
+fn deferred_link_drops_and_frees_wait_for_the_strategy() {
+    let dev = MemDevice::new(4096, 4096);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    let strategy = Box::new(Deferring {
+        inner: crate::strategy::Delayed,
+        drops: Default::default(),
+        releases: Default::default(),
+    });
+    let fs = Ffs::mount_device_with_strategy(d, &MountOptions::default(), strategy).unwrap();
+    let c = Ctx::root();
+    let free0 = fs.statfs().unwrap();
+    let bits = |fs: &Ffs| {
+        let st = fs.st.lock();
+        (st.alloc.free_blocks(), st.alloc.free_inodes())
+    };
+    let bits0 = bits(&fs);
+    let (f, fh) = fs.create(&c, 2, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.write(f.ino, fh, 0, &[7u8; 3 * 4096]).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.link(&c, f.ino, 2, n("g")).unwrap();
+    let dir = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap().ino;
+    let on_disk = |ino| fs.vol.read_disk_inode(ino).unwrap().nlink;
+    // A removal: stat shows the new count at once, the disk keeps the old one.
+    fs.unlink(&c, 2, n("g")).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 1);
+    assert_eq!(on_disk(f.ino), 2, "the on-disk drop waits for the strategy");
+    fs.self_check().unwrap();
+    // The last name goes and the kernel forgets it: nothing is freed while the on-disk
+    // count still waits.
+    fs.unlink(&c, 2, n("f")).unwrap();
+    fs.forget(f.ino, 2);
+    fs.rmdir(&c, 2, n("d")).unwrap();
+    fs.forget(dir, 1);
+    assert_eq!(
+        fs.getattr(2).unwrap().nlink,
+        3,
+        "the root's count for d's '..'"
+    );
+    assert_eq!(on_disk(2), 4);
+    fs.self_check().unwrap();
+    // statfs already counts the orphans as free (as FreeBSD counts pending frees); their
+    // bits are still set.
+    let held = bits(&fs);
+    assert!(
+        held.0 < bits0.0 && held.1 < bits0.1,
+        "{held:?} vs {bits0:?}"
+    );
+    // The strategy hands its drops and frees back: everything is as before.
+    fs.sync_all().unwrap();
+    assert_eq!(on_disk(2), 3);
+    assert!(fs.getattr(f.ino).is_err(), "inode {} freed", f.ino);
+    let after = fs.statfs().unwrap();
+    assert_eq!((after.bfree, after.ffree), (free0.bfree, free0.ffree));
+    assert_eq!(bits(&fs), bits0);
+    fs.self_check().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let report = cairn_fsck::check(
+        &dev.with_block_size(4096),
+        cairn_fsck::CheckOptions::default(),
+    )
+    .unwrap();
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+}
+
+/// A mode's own mount options reach the mode: keys no mode knows are refused when set, and
+/// a mode refuses options it does not take, naming them (sync and async take none).
+#[test]
+fn mode_options_are_the_modes_to_check() {
+    let mut o = MountOptions::default();
+    assert!(
+        o.set("frobnicate", None)
+            .unwrap_err()
+            .contains("frobnicate")
+    );
+    assert!(o.check().is_ok());
+    o.mode_options.push(("commit".into(), Some("group".into())));
+    let e = o.check().unwrap_err();
+    assert!(e.contains("commit") && e.contains("sync"), "{e}");
+    let e = crate::strategy::make("journal", &[]).err().unwrap();
+    assert!(e.contains("unknown mode 'journal'"), "{e}");
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use cairn_vfs::{KernelCachePolicy, Result};
 
-use super::{Apply, DirChange, DirRemove, FreeBlocks, FreeFile, Io, Release, Strategy, Tx};
+use super::{
+    Apply, DirChange, DirRemove, Engine, FreeBlocks, FreeFile, Release, Strategy, SyncWhy, Tx,
+};
 
 pub struct Delayed;
 
@@ -46,7 +48,8 @@ impl Strategy for Delayed {
         });
         Ok(())
     }
-    fn write_back(&self, io: &Io, durable: bool) -> Result<()> {
-        io.write_back_unordered(durable)
+    /// Every dirty buffer, in block order, no barriers.
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
+        e.io().write_back_unordered(why.durable())
     }
 }

@@ -37,14 +37,18 @@ pub enum OpKind {
     Release,
     /// An unlinked inode is freed when the kernel forgets it, or at unmount.
     Reclaim,
+    /// Work a strategy asked of the engine outside any application call (`Engine::release`,
+    /// `Engine::apply_link_drop`, from its worker).
+    Background,
 }
 
 impl OpKind {
     /// Whether the call is a durability point for a mode that promises metadata durable
-    /// on return: every metadata call is, except an access-time update and the freeing of
-    /// an inode nobody names (nothing any application was promised).
+    /// on return: every metadata call is, except an access-time update, the freeing of an
+    /// inode nobody names and a strategy's background work (nothing any application was
+    /// promised).
     pub fn durable(self) -> bool {
-        !matches!(self, OpKind::Read | OpKind::Reclaim)
+        !matches!(self, OpKind::Read | OpKind::Reclaim | OpKind::Background)
     }
 }
 
@@ -169,6 +173,8 @@ pub struct DirChange<'a> {
     pub new_ino: Ino,
     pub dtype: u8,
     pub name: &'a [u8],
+    /// The entry named a directory (a directory renamed over an empty one).
+    pub old_is_dir: bool,
     /// This is a moved directory's `..`.
     pub dotdot: bool,
 }
@@ -198,7 +204,15 @@ pub struct LinkChange<'a> {
     pub why: LinkWhy,
 }
 
-/// Whether a link count drop a removal caused may be applied to the on-disk count now.
+/// Whether the link-count drops a removal causes may be applied to the on-disk counts now.
+///
+/// The drops each removal causes (what a strategy answering `Deferred` must later hand to
+/// `Engine::apply_link_drop`): a `DirRemove` drops its inode by 1 (`rmdir`: by 2, and its
+/// directory by 1 for the `..` that went); a `DirChange` drops its old inode by 1
+/// (`old_is_dir`: by 2, and its directory by 1), and a `..` change (`dotdot`) drops the old
+/// parent by 1 — except in an exchange (`OpKind::Exchange`), whose two entry changes trade
+/// inodes and drop nothing (only its `..` changes do). The effective counts (what stat
+/// shows) drop at once either way.
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Apply {

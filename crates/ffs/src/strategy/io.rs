@@ -49,9 +49,19 @@ impl Io {
         Ok(())
     }
 
-    /// Records that something was written behind the cache's back (it needs a barrier).
-    pub fn note_written(&self) {
-        self.unflushed.store(true, Ordering::Release);
+    /// Writes `bufs` (marked dirty) now and flushes: the superblock at mount and unmount.
+    pub fn write_durable(&self, bufs: &[&BufRef]) -> Result<()> {
+        self.cache.write_now(bufs)?;
+        self.cache.flush_device()?;
+        Ok(())
+    }
+
+    /// Writes file data straight to the device from `blk` on, bypassing the cache (a
+    /// stream's whole, uncached blocks). Not counted by the barrier: data is ordered only
+    /// by fsync, which writes cached data itself.
+    pub fn write_stream(&self, blk: u64, data: &[u8]) -> Result<()> {
+        self.cache.device().write_blocks(blk, data)?;
+        Ok(())
     }
 
     /// Writes every dirty group block (bitmaps, descriptors). A barrier comes first: a

@@ -27,11 +27,15 @@ mod io;
 mod sync;
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_bufcache::BufRef;
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeSpec};
+use cairn_blockdev::BlockDevice;
+use cairn_bufcache::{BufRef, Pressure, WriteHooks};
+use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption, ModeSpec};
 use cairn_vfs::{KernelCachePolicy, Result};
+
+use crate::format::Superblock;
 
 pub use delayed::Delayed;
 pub use facts::*;
@@ -66,6 +70,73 @@ impl Tx<'_> {
     }
 }
 
+/// How a mode's device I/O relates to the engine's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoModel {
+    /// The engine holds its lock across the mode's writes and flushes (its syncer, memory
+    /// pressure, fsync, sync(2), streams): no other call can put half an operation between a
+    /// step and its barrier. `sync`'s honest cost, as FFS holds the vnode locks of a call.
+    Serialized,
+    /// No engine lock is held across a device write or flush: the syncer and background
+    /// work never stall calls (FreeBSD never holds its soft-updates lock across I/O).
+    Concurrent,
+}
+
+/// Why the engine asks a strategy to write back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncWhy {
+    /// The syncer's interval (FFS's 30-second update daemon): write, no flush needed.
+    Periodic,
+    /// Dirty buffers passed half the cache budget: write, no flush needed.
+    Pressure,
+    /// sync(2): everything durable when this returns.
+    All,
+    /// Unmount: everything durable, nothing left pending.
+    Unmount,
+}
+
+impl SyncWhy {
+    /// Whether the write-back must end durable (a flush).
+    pub fn durable(self) -> bool {
+        matches!(self, SyncWhy::All | SyncWhy::Unmount)
+    }
+}
+
+/// fsync(2) of one file.
+pub struct FsyncReq<'a> {
+    pub ino: Ino,
+    pub datasync: bool,
+    /// The file's dirty cached data and indirect blocks.
+    pub blocks: &'a [BufRef],
+}
+
+/// The engine as a strategy sees it outside a call: from its life-cycle methods, its
+/// background work and its worker. Implemented by `Ffs`.
+///
+/// `release` and `apply_link_drop` take the engine's lock: never call them from a fact, nor
+/// from a method the engine calls with its lock held (every method in `Serialized` mode).
+pub trait Engine: Send + std::marker::Sync {
+    fn io(&self) -> &Io;
+    /// The allocator callback outside a call: clears the bits `r` names (invalidating freed
+    /// blocks' buffers first), as one call of its own (soft updates'
+    /// `handle_workitem_freeblocks`, after the pointer-clearing write completed).
+    fn release(&self, r: Release) -> Result<()>;
+    /// Lowers inode `ino`'s on-disk link count by `n` — a drop a removal deferred
+    /// (`Apply::Deferred`), now that the removal is on disk (soft updates'
+    /// `handle_workitem_remove`) — and frees the inode if nothing refers to it any more.
+    fn apply_link_drop(&self, ino: Ino, n: u32) -> Result<()>;
+}
+
+/// The write hooks `sync` and `async` install: nothing per write, and no dirty buffer is ever
+/// written by eviction (the engine writes back in the mode's order before the cache must).
+pub struct DeferEviction;
+
+impl WriteHooks for DeferEviction {
+    fn on_pressure(&self) -> Pressure {
+        Pressure::Defer
+    }
+}
+
 /// A metadata-update discipline. See the module documentation for the rules the facts
 /// stand for. The engine calls, for every call that changes metadata: `begin_op`, then the
 /// facts in the order the changes were made (§2.2 of the design), then `end_op`, all under
@@ -82,6 +153,69 @@ pub trait Strategy: Send + std::marker::Sync {
 
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
+
+    /// Whether the engine may do this mode's device I/O without holding its lock.
+    fn io_model(&self) -> IoModel {
+        IoModel::Serialized
+    }
+
+    // ---- life cycle -----------------------------------------------------------------
+
+    /// The buffer cache's write hooks for this mode (soft updates: roll back in
+    /// `before_write`, roll forward in `after_write`; a journal: force the log). Installed
+    /// when the cache is made, before anything is read.
+    fn write_hooks(&self) -> Arc<dyn WriteHooks> {
+        Arc::new(DeferEviction)
+    }
+
+    /// Before the engine reads anything beyond the superblock (a journal replays its log
+    /// here). The registry's recovery, fsck and the crash harness call the same function.
+    fn recover(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
+        let _ = (dev, sb);
+        Ok(())
+    }
+
+    /// The file system is mounted read-write (start what the mode needs).
+    fn mount(&self, e: &dyn Engine) -> Result<()> {
+        let _ = e;
+        Ok(())
+    }
+
+    /// How often the engine's worker runs `background` (`None`: never).
+    fn background_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Deferred work, on the engine's worker, outside any call (soft updates' worklist:
+    /// frees and link-count drops whose dependencies are on disk). Returns whether more is
+    /// ready; the worker calls again within its time slice.
+    fn background(&self, e: &dyn Engine) -> Result<bool> {
+        let _ = e;
+        Ok(false)
+    }
+
+    /// Writes back dirty buffers in the mode's order (`why.durable()`: ending with
+    /// everything on disk).
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()>;
+
+    /// Unmount: everything durable and nothing pending when this returns (the engine then
+    /// writes the clean superblock through `write_superblock`).
+    fn unmount(&self, e: &dyn Engine) -> Result<()> {
+        self.sync(e, SyncWhy::Unmount)
+    }
+
+    /// Writes the superblock (marked dirty, contents final) durably: at mount (state
+    /// MOUNTED) and unmount (CLEAN).
+    fn write_superblock(&self, e: &dyn Engine, buf: &BufRef) -> Result<()> {
+        e.io().write_durable(&[buf])
+    }
+
+    /// Writes file data straight to the device (a stream: whole blocks nobody has cached,
+    /// `blk` onwards, of inode `ino`), bypassing the cache.
+    fn write_stream(&self, io: &Io, ino: Ino, blk: Blk, data: &[u8]) -> Result<()> {
+        let _ = ino;
+        io.write_stream(blk, data)
+    }
 
     // ---- per call -------------------------------------------------------------------
 
@@ -148,16 +282,12 @@ pub trait Strategy: Send + std::marker::Sync {
 
     // ---- outside calls ---------------------------------------------------------------
 
-    /// fsync(2) of one file whose dirty cached data and indirect blocks are `blocks`: when
-    /// this returns, the file's data and the metadata needed to find it are durable. While
-    /// it is in flight, data reaches disk before the pointers to it (the crash harness
-    /// holds every mode to this).
-    fn fsync(&self, io: &Io, blocks: &[BufRef]) -> Result<()> {
-        io.fsync_file(blocks)
+    /// fsync(2) of one file: when this returns, the file's data and the metadata needed to
+    /// find it are durable. While it is in flight, data reaches disk before the pointers to
+    /// it (the crash harness holds every mode to this).
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {
+        e.io().fsync_file(f.blocks)
     }
-
-    /// Writes every dirty buffer (syncer, memory pressure); `durable` ends with a flush.
-    fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
 }
 
 /// A metadata-update discipline that can be chosen at mount time, with what it promises
@@ -167,8 +297,16 @@ pub struct ModeInfo {
     pub name: &'static str,
     pub description: &'static str,
     pub guarantees: Guarantees,
-    make: fn() -> Box<dyn Strategy>,
+    /// The mount options the mode parses itself (a journal's `log=`, `commit=`).
+    pub options: &'static [ModeOption],
+    /// The strategy, from the mode's own options (each `(key, value)` one of `options`);
+    /// a one-line error for a bad or unknown one.
+    make: MakeStrategy,
 }
+
+/// Makes a mode's strategy from the mode's own mount options.
+type MakeStrategy =
+    fn(&[(String, Option<String>)]) -> std::result::Result<Box<dyn Strategy>, String>;
 
 impl ModeInfo {
     /// The mode as the registry of file-system types lists it.
@@ -177,7 +315,18 @@ impl ModeInfo {
             name: self.name,
             description: self.description,
             guarantees: self.guarantees,
+            options: self.options,
         }
+    }
+}
+
+/// A mode that parses no options of its own: any is refused, naming it.
+fn no_options(mode: &str, opts: &[(String, Option<String>)]) -> std::result::Result<(), String> {
+    match opts.first() {
+        Some((k, _)) => Err(format!(
+            "mount option '{k}' is not an option of mode {mode}"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -200,7 +349,11 @@ static MODES: &[ModeInfo] = &[
             after_crash: AfterCrash::Fsck,
             basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
         },
-        make: || Box::new(Sync::new()),
+        options: &[],
+        make: |o| {
+            no_options("sync", o)?;
+            Ok(Box::new(Sync::new()))
+        },
     },
     ModeInfo {
         name: "async",
@@ -217,7 +370,11 @@ static MODES: &[ModeInfo] = &[
             after_crash: AfterCrash::Fsck,
             basis: "000 §5 and Table 3: FFS-async makes no guarantee; fsync is honoured in every mode",
         },
-        make: || Box::new(Delayed),
+        options: &[],
+        make: |o| {
+            no_options("async", o)?;
+            Ok(Box::new(Delayed))
+        },
     },
 ];
 
@@ -225,7 +382,25 @@ pub fn modes() -> &'static [ModeInfo] {
     MODES
 }
 
-/// The strategy of the mode called `name`.
+/// The strategy of the mode called `name`, with its default options.
 pub fn by_name(name: &str) -> Option<Box<dyn Strategy>> {
-    MODES.iter().find(|m| m.name == name).map(|m| (m.make)())
+    make(name, &[]).ok()
+}
+
+/// The strategy of mode `name` with the mode's own options `opts`: a one-line error for an
+/// unknown mode or a bad option.
+pub fn make(
+    name: &str,
+    opts: &[(String, Option<String>)],
+) -> std::result::Result<Box<dyn Strategy>, String> {
+    let m = MODES.iter().find(|m| m.name == name).ok_or_else(|| {
+        let names: Vec<_> = MODES.iter().map(|m| m.name).collect();
+        format!("unknown mode '{name}' (known: {})", names.join(", "))
+    })?;
+    (m.make)(opts)
+}
+
+/// Whether some mode parses mount option `key` itself.
+pub fn is_mode_option(key: &str) -> bool {
+    MODES.iter().any(|m| m.options.iter().any(|o| o.key == key))
 }

@@ -33,8 +33,8 @@ use parking_lot::Mutex;
 
 use super::{
     AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, BlockKind, DirAdd, DirChange,
-    DirRemove, FreeBlocks, FreeFile, Ino, InoMapDep, Io, LinkChange, LinkWhy, OpKind, OpState,
-    Release, Strategy, Tx,
+    DirRemove, Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, Io, LinkChange, LinkWhy,
+    OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::kind;
 
@@ -377,13 +377,14 @@ impl Strategy for Sync {
         self.step_ordered(tx.io, &bufs)
     }
 
-    fn fsync(&self, io: &Io, blocks: &[BufRef]) -> Result<()> {
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {
         self.take_groups_owed();
-        io.fsync_file(blocks)
+        e.io().fsync_file(f.blocks)
     }
 
-    fn write_back(&self, io: &Io, durable: bool) -> Result<()> {
+    /// Every dirty buffer in rule order: group blocks, barrier, the rest.
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
         self.take_groups_owed();
-        io.write_back_ordered(durable)
+        e.io().write_back_ordered(why.durable())
     }
 }
