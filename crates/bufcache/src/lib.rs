@@ -48,8 +48,8 @@
 //! whose `after_write` ran before the flush started is durable.
 //!
 //! Two more tell the strategy what the cache decides on its own: **`invalidated(buf)`** when
-//! [`BufferCache::invalidate`] dropped a freed block's buffer (after a write of it in flight
-//! completed: the cache never writes it again), and **`on_pressure()`** when the cache is
+//! [`BufferCache::invalidate`] dropped a freed block's buffer (the cache never writes it
+//! again), and **`on_pressure()`** when the cache is
 //! over budget with only dirty buffers left to evict: the strategy says whether the cache
 //! may write them (`EvictDirty`) or must leave the order of writes to it (`Defer`: the
 //! budget goes soft until the strategy writes back).
@@ -80,8 +80,9 @@
 //! - Modify a buffer only through [`Buf::write`], and call [`BufferCache::mark_dirty`]
 //!   after (or while) modifying it; call [`Buf::note_lsn`] while holding the write guard.
 //! - Call [`BufferCache::invalidate`] for a freed block *before* the block can be allocated
-//!   again; it waits for a write in flight, so a stale image can never land on top of the
-//!   block's next contents.
+//!   again. It never waits for a write in flight (the caller may hold its own lock); the
+//!   next read or write of the block waits for that write instead, so a stale image can
+//!   never land on top of the block's next contents.
 //! - Dropping the cache does not write dirty buffers (so tests can simulate a crash); call
 //!   [`BufferCache::shutdown`] or [`BufferCache::sync`] to keep them.
 //!
@@ -171,9 +172,9 @@ pub trait WriteHooks: Send + Sync {
     /// Called after each device flush the cache issues (writes before it are durable).
     fn after_flush(&self) {}
     /// The block of `buf` was freed: [`BufferCache::invalidate`] dropped the buffer (unwritten
-    /// if it was dirty) and waited for a write of it in flight. The cache will never write
-    /// it again; a strategy drops what it tracked on it (soft updates: dependencies of a
-    /// freed block are moot).
+    /// if it was dirty). The cache will never write it again (a write of it already in
+    /// flight still completes, with its `after_write` or `write_failed`); a strategy drops
+    /// what it tracked on it (soft updates: dependencies of a freed block are moot).
     fn invalidated(&self, buf: &Buf) {
         let _ = buf;
     }
@@ -346,6 +347,12 @@ pub struct BufferCache {
     pending_undo: Mutex<std::collections::VecDeque<undo::Epoch>>,
     /// Whether `pending_undo` may be non-empty (checked without its lock on every write).
     undo_owed: std::sync::atomic::AtomicBool,
+    /// Buffers [`BufferCache::invalidate`] dropped while a write of them was in flight, by
+    /// block. Attached by `invalidate` (which does not wait), freed by the next read or
+    /// write of the block, which first waits for that old write: so its stale image can
+    /// never land over the block's next contents, and the thread that freed the block (a
+    /// file system holding its own lock) never waits for a device write.
+    retiring: Mutex<HashMap<BlockNo, BufRef>>,
 }
 
 impl BufferCache {
@@ -370,6 +377,7 @@ impl BufferCache {
             undo: Arc::new(UndoShared::default()),
             pending_undo: Mutex::new(Default::default()),
             undo_owed: std::sync::atomic::AtomicBool::new(false),
+            retiring: Mutex::new(HashMap::new()),
         });
         if let Some(interval) = cache.cfg.syncer_interval {
             let weak = Arc::downgrade(&cache);
@@ -404,6 +412,7 @@ impl BufferCache {
             return Ok(buf);
         }
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        self.wait_retiring(&[blk], &[]);
         let mut data = vec![0; self.block_size];
         self.dev.read_blocks(blk, &mut data)?;
         let buf = {
@@ -557,9 +566,11 @@ impl BufferCache {
         self.flush_device()
     }
 
-    /// The block was freed: drop its buffer without writing it, even if dirty. Waits for a
-    /// write of it already in flight, so that write cannot land after the block's next
-    /// contents. Holders of the buffer keep a detached copy that the cache ignores.
+    /// The block was freed: drop its buffer without writing it, even if dirty. Does not
+    /// wait for a write of it already in flight: the buffer is kept aside (`retiring`) and
+    /// the next read or write of the block waits for that write first, so it cannot land
+    /// after the block's next contents. Holders of the buffer keep a detached copy that the
+    /// cache ignores.
     ///
     /// Inside an undo scope the dropped buffer is kept in the scope's log: a rollback puts
     /// it back, contents and dirty flag included.
@@ -575,9 +586,31 @@ impl BufferCache {
             buf
         };
         if let Some(b) = removed {
-            drop(b.io.lock());
+            if b.io.try_lock().is_none() {
+                let mut r = self.retiring.lock();
+                // Entries whose write is over by now need no waiting any more.
+                r.retain(|_, old| old.io.try_lock().is_none());
+                r.insert(blk, Arc::clone(&b));
+            }
             let hooks = Arc::clone(&*self.hooks.read());
             hooks.invalidated(&b);
+        }
+    }
+
+    /// Waits for the writes in flight of dropped buffers of `blks` (other than `own`, the
+    /// buffers the caller is about to write itself) and forgets them.
+    fn wait_retiring(&self, blks: &[BlockNo], own: &[BufRef]) {
+        let old: Vec<BufRef> = {
+            let mut r = self.retiring.lock();
+            if r.is_empty() {
+                return;
+            }
+            blks.iter().filter_map(|b| r.remove(b)).collect()
+        };
+        for b in old {
+            if !own.iter().any(|o| Arc::ptr_eq(o, &b)) {
+                drop(b.io.lock());
+            }
         }
     }
 
@@ -805,6 +838,8 @@ impl BufferCache {
         let max = self.max_cluster_blocks();
         let mut first_err = None;
         for run in runs(bufs, max) {
+            let blks: Vec<BlockNo> = run.iter().map(|b| b.blkno()).collect();
+            self.wait_retiring(&blks, run);
             let guards: Vec<_> = match mode {
                 LockMode::Wait => run.iter().map(|b| Some(b.io.lock())).collect(),
                 LockMode::Try => run.iter().map(|b| b.io.try_lock()).collect(),
