@@ -222,28 +222,16 @@ pub fn wait_for_exit(mut f: File) -> Result<()> {
             Err((_, e)) => bail!("waiting for the daemon: {e}"),
         }
     }
-    // The lock is released when the exiting daemon closes its files, a moment before the
-    // process is gone; wait out that moment so "returned" really means "exited".
+    // The lock is released when the exiting daemon's main thread closes the pid file; its
+    // other threads (and the image lock held by the file table they share) may still be
+    // exiting: wait until the last thread is gone, so "returned" means "the image is free".
     if let Some(pid) = pid.filter(|&p| p != std::process::id()) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while process_alive(pid) && std::time::Instant::now() < deadline {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while cairn_bench::sys::pid_alive(pid) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
     Ok(())
-}
-
-/// Running and not a zombie (a daemon reparented to a PID 1 that does not reap stays one).
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
