@@ -1,7 +1,8 @@
 //! Concurrent calls in a `Concurrent` mode: several threads of random calls, each in a
 //! subtree of its own, with a syncer every 10 ms, a small cache (memory-pressure
 //! write-back on the calling threads) and sync(2)/fsync thrown in — write-back running
-//! with no engine lock held, overlapping every kind of call and its undo scope. Each
+//! with no engine lock held, overlapping every kind of call and its undo scope (on a
+//! roomy file system, then on a small one where calls run out of space and roll back). Each
 //! thread checks its own files' contents as it goes (never another file's bytes); at the
 //! end, after a clean unmount, check-only fsck finds nothing and the tree equals the
 //! union of the threads' models.
@@ -191,7 +192,16 @@ fn concurrent_stress_then_fsck() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
     println!("concurrent_stress_then_fsck: CAIRN_STRESS_SEED={seed}");
-    let mem = mkfs(16384, 4096);
+    // A roomy file system, then a small one where calls run out of space halfway and are
+    // rolled back while write-back goes on beside them.
+    for blocks in [16384, 2048] {
+        stress(seed, iters, blocks);
+    }
+}
+
+fn stress(seed: u64, iters: usize, blocks: u64) {
+    println!("{blocks} blocks:");
+    let mem = mkfs(blocks, 1024);
     let dev: Arc<dyn BlockDevice> = Arc::new(mem.with_block_size(BS as u32));
     let fs = Ffs::mount_device(
         dev,
@@ -214,20 +224,21 @@ fn concurrent_stress_then_fsck() {
         .into_iter()
         .map(|h| h.join().expect("a worker thread panicked"))
         .collect();
+    let ctx = format!("seed {seed}, {blocks} blocks");
     if let Err(e) = fs.self_check() {
-        panic!("seed {seed}: in-core state after the run: {e}");
+        panic!("{ctx}: in-core state after the run: {e}");
     }
     let all = merge(models);
     if let Err(e) = compare(&fs, &all) {
-        panic!("seed {seed}: before unmount: {e}");
+        panic!("{ctx}: before unmount: {e}");
     }
     fs.unmount().unwrap();
     drop(fs);
     let f = fsck(&mem);
-    assert!(f.is_empty(), "seed {seed}: fsck after unmount:\n{f}");
+    assert!(f.is_empty(), "{ctx}: fsck after unmount:\n{f}");
     let fs = mount(&mem, "async");
     if let Err(e) = compare(&fs, &all) {
-        panic!("seed {seed}: after remount: {e}");
+        panic!("{ctx}: after remount: {e}");
     }
     fs.unmount().unwrap();
 }
