@@ -81,8 +81,9 @@
 //!   after (or while) modifying it; call [`Buf::note_lsn`] while holding the write guard.
 //! - Call [`BufferCache::invalidate`] for a freed block *before* the block can be allocated
 //!   again. It never waits for a write in flight (the caller may hold its own lock); the
-//!   next read or write of the block waits for that write instead, so a stale image can
-//!   never land on top of the block's next contents.
+//!   next read or write of the block (a direct one, [`BufferCache::write_uncached`],
+//!   included) waits for that write instead, so a stale image can never land on top of the
+//!   block's next contents.
 //! - Dropping the cache does not write dirty buffers (so tests can simulate a crash); call
 //!   [`BufferCache::shutdown`] or [`BufferCache::sync`] to keep them.
 //!
@@ -119,7 +120,12 @@
 //!
 //! Rules: one scope at a time, and every buffer modification made while it is open belongs
 //! to it (the caller serializes its operations; the ffs engine holds its state lock). Device
-//! writes that bypass the cache are not recorded. A buffer the scope created with `get_new`
+//! writes that bypass the cache are not recorded. Write-back by other threads (a syncer, a
+//! memory-pressure write-back, an fsync of another file, run without the caller's lock) may
+//! go on while a scope is open: their writes of blocks the scope changed are recorded like the
+//! scope's own (the device half of a rollback puts those blocks back too), and a rollback
+//! first waits for such writes in flight and keeps new ones out until the buffers are
+//! restored (it holds their I/O locks), so the device and the cache agree when it returns. A buffer the scope created with `get_new`
 //! must be for a block the scope allocated, if the scope writes it: the rollback does not
 //! restore what the device held there. The rollback's own writes bypass the write hooks:
 //! they are images that already went through them, or contents from before the scope.
@@ -530,6 +536,19 @@ impl BufferCache {
         self.write_sorted(&v, LockMode::Wait, false)
     }
 
+    /// Writes whole blocks from `blk` on straight to the device, bypassing the buffers: data
+    /// nobody has cached (a file system's streaming writes). The blocks must not be cached.
+    /// A write still in flight of a freed buffer of one of them is waited for first, so that
+    /// stale image cannot land over the new contents; the pending writes of a refused
+    /// rollback go first too. Not recorded by an undo scope (see "Undo").
+    pub fn write_uncached(&self, blk: BlockNo, data: &[u8]) -> io::Result<()> {
+        let n = (data.len() / self.block_size) as u64;
+        let blks: Vec<BlockNo> = (blk..blk.saturating_add(n)).collect();
+        self.wait_retiring(&blks, &[]);
+        self.settle_undo()?;
+        self.dev.write_blocks(blk, data)
+    }
+
     /// Device barrier, then the `after_flush` hook.
     pub fn flush_device(&self) -> io::Result<()> {
         self.settle_undo()?;
@@ -699,6 +718,22 @@ impl BufferCache {
     /// and every [`Self::begin_undo`], first writes the pending epochs, so nothing newer can
     /// reach the device before the image is back.
     pub fn rollback_undo(&self) -> io::Result<()> {
+        // Another thread may be writing back a buffer the scope changed (a file system that
+        // does not hold its own lock across write-back). Its write is recorded in the scope
+        // only once it returned, and its completion would clear the dirty flag the rollback
+        // sets: so wait for every such write and keep new ones out until the buffers are
+        // restored, by holding their I/O locks (ascending, as a cluster write takes them).
+        // Then every write of the scope's blocks is in the log the replay reads, and none
+        // can copy a half-restored buffer.
+        let (blks, detached) = self.undo.touched();
+        let mut locked: Vec<BufRef> = blks
+            .into_iter()
+            .filter_map(|b| self.lookup(b))
+            .chain(detached)
+            .collect();
+        locked.sort_by_key(|b| (b.blkno(), Arc::as_ptr(b) as usize));
+        locked.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let _io: Vec<_> = locked.iter().map(|b| b.io.lock()).collect();
         let log = self.undo.take();
         // Buffers the scope invalidated come back first (newest first): the saves of a
         // block apply to the buffer it had at the start.

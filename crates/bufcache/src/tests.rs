@@ -1022,3 +1022,78 @@ fn rollback_of_free_then_reuse_keeps_the_old_buffer() {
     assert_eq!(dev_block(&dev, 3), vec![0x33; BS as usize]);
     assert_eq!(content(&cache, 3).unwrap().0, vec![0x33; BS as usize]);
 }
+
+/// A write-back on another thread that copied a buffer the scope changed, and has not yet
+/// written it, when the scope is rolled back: the rollback waits for that write and then
+/// puts the block's old contents back on the device, so the device and the (clean)
+/// buffer agree. Without the wait the write lands after the rollback and the clean buffer
+/// hides a device block holding the taken-back change.
+#[test]
+fn rollback_waits_for_a_concurrent_write_back_of_a_changed_block() {
+    let dev = mem(16);
+    dev.write_blocks(6, &[1; BS as usize]).unwrap();
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    let buf = cache.read(6).unwrap();
+    cache.begin_undo().unwrap();
+    fill(&cache, &buf, 2);
+    let writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the image (all 2s) is copied; the write is pending
+    let rollback = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.rollback_undo())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    release_tx.send(()).unwrap();
+    writer.join().unwrap().unwrap();
+    rollback.join().unwrap().unwrap();
+    assert_eq!(*buf.read(), vec![1; BS as usize]);
+    assert_eq!(
+        dev_block(&dev, 6),
+        vec![1; BS as usize],
+        "the taken-back change reached the device after the rollback"
+    );
+    cache.write_back_all().unwrap();
+    assert_eq!(dev_block(&dev, 6), vec![1; BS as usize]);
+}
+
+/// A block freed while a write of it is in flight, then written straight to the device
+/// (a stream into the block's next owner): the direct write waits for the old one, so the
+/// device ends with the new contents.
+#[test]
+fn write_uncached_waits_for_a_freed_buffer_in_flight() {
+    let dev = mem(16);
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    fill(&cache, &cache.get_new(6), 1);
+    let old_writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
+    cache.invalidate(6);
+    let streamer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_uncached(6, &[2; BS as usize]))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let waited = !streamer.is_finished();
+    release_tx.send(()).unwrap();
+    old_writer.join().unwrap().unwrap();
+    streamer.join().unwrap().unwrap();
+    assert!(waited, "the direct write did not wait for the old one");
+    assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
+}

@@ -11,6 +11,14 @@ use crate::strategy::{
 };
 use crate::{Ffs, State, corrupt_err};
 
+/// An indirect block a mapping allocated, and where the pointer to it is: the inode's root
+/// `slot` (`holder` None) or slot `slot` of indirect block `holder`.
+pub(crate) struct Grown {
+    pub blk: u64,
+    pub holder: Option<u64>,
+    pub slot: usize,
+}
+
 /// Fills a new metadata block before the pointer to it is declared.
 pub(crate) type Init<'a> = &'a dyn Fn(&mut [u8]);
 
@@ -114,6 +122,21 @@ impl Ffs {
         leaf: BlockKind,
         init: Option<Init>,
     ) -> Result<(u64, bool, Option<BufRef>)> {
+        self.bmap_alloc_tracked(st, ino, lbn, leaf, init, &mut Vec::new())
+    }
+
+    /// [`Ffs::bmap_alloc`], noting in `grown` each indirect block it allocated and where
+    /// the pointer to it is (so a write whose data never reached the file can take them
+    /// back after its first pass was committed).
+    pub(crate) fn bmap_alloc_tracked(
+        &self,
+        st: &mut State,
+        ino: u64,
+        lbn: u64,
+        leaf: BlockKind,
+        init: Option<Init>,
+        grown: &mut Vec<Grown>,
+    ) -> Result<(u64, bool, Option<BufRef>)> {
         let ppb = self.vol.geo.ptrs_per_block();
         let Some((level, path)) = tree_path(lbn, ppb) else {
             return Err(Errno::EFBIG.into());
@@ -150,6 +173,11 @@ impl Ffs {
             let kind = if level == 0 {
                 leaf
             } else {
+                grown.push(Grown {
+                    blk: cur,
+                    holder: None,
+                    slot: path[0] as usize,
+                });
                 BlockKind::Indirect
             };
             let nb = self.init_block(cur, kind, init);
@@ -180,6 +208,11 @@ impl Ffs {
                 fresh = true;
                 self.iget(st, ino)?.d.blocks += 1;
                 let kind = if depth + 1 < level {
+                    grown.push(Grown {
+                        blk: next,
+                        holder: Some(cur),
+                        slot: idx as usize,
+                    });
                     BlockKind::Indirect
                 } else {
                     leaf

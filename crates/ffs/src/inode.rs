@@ -37,6 +37,10 @@ pub(crate) struct InCore {
     pub nlookup: u64,
     /// Open handles.
     pub nopen: u32,
+    /// Writes between their passes (a `Concurrent` mode's write releases the engine's lock
+    /// while its data goes to the device): like a handle, each keeps the inode in core and
+    /// its blocks allocated until the write's last pass is done.
+    pub writing: u32,
     /// The undo scope that last saved this inode (see `undo`).
     pub undo_scope: u64,
 }
@@ -48,6 +52,7 @@ impl InCore {
             d,
             nlookup: 0,
             nopen: 0,
+            writing: 0,
             undo_scope: 0,
         }
     }

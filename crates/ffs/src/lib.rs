@@ -12,10 +12,15 @@
 //! [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed operation change
 //! nothing; `mkfs` creates file systems (the one writer outside a strategy).
 //!
-//! Concurrency: one mutex guards the in-memory state of a mounted file system ([`State`]:
-//! the pieces above and the superblock fields). Requests from several FUSE threads
-//! serialize on it; the buffer cache below has its own locks. A device wait in `sync` mode
-//! holds the lock, as a classic FFS holds the vnode locks of the operation.
+//! Concurrency: one mutex, the engine's lock, guards the in-memory state of a mounted file
+//! system ([`State`]: the pieces above and the superblock fields). Requests from several
+//! FUSE threads serialize on it; the buffer cache below has its own locks; a per-file lock
+//! (`Ffs::ilock`, taken before the engine's) orders a file's data path. Whether the
+//! engine's lock is held across device writes and flushes is the strategy's
+//! [`strategy::IoModel`]: in `sync` (`Serialized`) it is, as a classic FFS holds the vnode
+//! locks of the operation; in `async` (`Concurrent`) it never is, so the syncer, memory
+//! pressure, fsync, sync(2) and a write's stream never stall other calls. docs/DESIGN.md,
+//! "Locks and device I/O", has the lock order.
 
 pub mod format;
 pub mod strategy;
@@ -197,8 +202,6 @@ pub(crate) struct State {
     pub inodes: InodeTable,
     pub dirs: Directories,
     pub handles: Handles,
-    /// Device counters per operation type (for `cairn stats`).
-    pub op_stats: HashMap<&'static str, OpStat>,
     /// The call in progress (between the strategy's `begin_op` and `end_op`): facts are
     /// declared only inside one.
     pub op: Option<OpCtx>,
@@ -226,6 +229,10 @@ pub(crate) fn corrupt_err(msg: impl Into<String>) -> FsError {
     FsError::Corrupt(m)
 }
 
+/// Stripes of the per-file locks (`Ffs::ilocks`): two files share one only by their
+/// numbers' remainder, which costs a wait now and then, never a deadlock (a call holds one).
+const ILOCK_STRIPES: u64 = 256;
+
 /// A mounted file system. Implements [`cairn_vfs::FileSystem`].
 pub struct Ffs {
     pub(crate) vol: Volume,
@@ -237,6 +244,13 @@ pub struct Ffs {
     pub(crate) max_file_size: u64,
     /// The syncer and the strategy's background work (see `worker`).
     pub(crate) worker: Worker,
+    /// Per-file locks, striped by inode number: a write holds its file's exclusively from
+    /// its first pass to its last (in a `Concurrent` mode the engine's lock is released
+    /// in between, while its data goes to the device); reads and fsync hold it shared;
+    /// truncation exclusively. Taken before the engine's lock, never after it.
+    ilocks: Box<[parking_lot::RwLock<()>]>,
+    /// Device counters per operation type (for `cairn stats`).
+    pub(crate) stats: Mutex<HashMap<&'static str, OpStat>>,
     unmounted: AtomicBool,
     pub(crate) ops_total: AtomicU64,
 }
@@ -378,12 +392,15 @@ impl Ffs {
                 inodes: InodeTable::default(),
                 dirs: Directories::default(),
                 handles: Handles::default(),
-                op_stats: HashMap::new(),
                 op: None,
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
             worker: Worker::idle(),
+            ilocks: (0..ILOCK_STRIPES)
+                .map(|_| parking_lot::RwLock::new(()))
+                .collect(),
+            stats: Mutex::new(HashMap::new()),
             unmounted: AtomicBool::new(false),
             ops_total: AtomicU64::new(0),
         });
@@ -543,6 +560,11 @@ impl Ffs {
         self.strategy.write_superblock(self, &b)
     }
 
+    /// The lock of file `ino` (see `Ffs::ilocks`).
+    pub(crate) fn ilock(&self, ino: u64) -> &parking_lot::RwLock<()> {
+        &self.ilocks[(ino % ILOCK_STRIPES) as usize]
+    }
+
     /// Runs `f` with the engine's lock held if the mode's I/O is serialized on it, without
     /// it otherwise (see `IoModel`).
     pub(crate) fn with_io_lock<T>(&self, f: impl FnOnce() -> T) -> T {
@@ -579,6 +601,7 @@ impl Ffs {
                 if let Some(ic) = st.inodes.loaded_mut(ino) {
                     ic.nopen = 0;
                     ic.nlookup = 0;
+                    ic.writing = 0;
                 }
                 self.in_op(&mut st, strategy::OpKind::Reclaim, |st| {
                     self.reclaim(st, ino)

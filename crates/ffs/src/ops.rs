@@ -3,7 +3,8 @@
 //! Every mutating operation runs under the state lock as one call the strategy is told
 //! about (`begin_op`, the facts in the order the changes are made, `end_op`: see
 //! `strategy`), all inside an undo scope: if any of it fails, the operation changes nothing
-//! (see `undo`).
+//! (see `undo`). The one exception is a write in a `Concurrent` mode: two calls, with its
+//! stream's device writes between them under the file's own lock only (see `write`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -16,11 +17,11 @@ use cairn_vfs::{
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
-use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
+use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
     AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, FsyncReq, InoMapDep,
-    InodePtr, LinkChange, LinkWhy, OpKind, SyncWhy,
+    InodePtr, IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
 };
 use crate::{Ffs, State, corrupt_err};
 
@@ -31,7 +32,17 @@ const STREAM_BYTES: u64 = 256 << 10;
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
 
-/// One block of a write request, as pass 1 of `do_write` mapped it.
+/// A write request as its first pass mapped it (`write_map`).
+struct WritePlan {
+    offset: u64,
+    pieces: Vec<Piece>,
+    /// Indirect blocks the first pass allocated, parents first.
+    grown: Vec<crate::bmap::Grown>,
+    /// The inode's block, held so the final inode update needs no device read.
+    _inode_block: BufRef,
+}
+
+/// One block of a write request, as pass 1 of `write_map` mapped it.
 struct Piece {
     lbn: u64,
     /// The device block.
@@ -79,35 +90,61 @@ impl Ffs {
         kind: Option<OpKind>,
         f: impl FnOnce(&mut State) -> Result<T>,
     ) -> Result<T> {
-        let mutating = kind.is_some_and(|k| k != OpKind::Read);
-        if mutating && self.read_only {
-            return Err(Errno::EROFS.into());
-        }
-        let mut st = self.st.lock();
+        self.counted(name, || self.locked_op(kind, f))
+    }
+
+    /// Runs `f` (one application call) and attributes the device's writes and flushes in
+    /// the meantime to `name` for `cairn stats`: exact when calls do not overlap, shared
+    /// out approximately when they do.
+    fn counted<T>(&self, name: &'static str, f: impl FnOnce() -> T) -> T {
         let before: CounterSnapshot = self.dev.counters().snapshot();
-        let r = match kind {
-            Some(k) => self.in_op(&mut st, k, f),
-            None => f(&mut st),
-        };
-        if mutating {
-            self.relieve_memory_pressure();
-        }
+        let r = f();
         let d = self.dev.counters().snapshot().delta(&before);
-        let s = st.op_stats.entry(name).or_default();
-        s.calls += 1;
-        s.device_writes += d.writes;
-        s.device_flushes += d.flushes;
+        {
+            let mut stats = self.stats.lock();
+            let s = stats.entry(name).or_default();
+            s.calls += 1;
+            s.device_writes += d.writes;
+            s.device_flushes += d.flushes;
+        }
         self.ops_total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         r
     }
 
-    /// Keeps dirty buffers under half the cache budget by writing back in the mode's order,
-    /// so the cache itself never has to evict a dirty buffer out of order.
+    /// Runs `f` under the engine's lock, as one call of `kind` when it has one (see
+    /// `Ffs::in_op`); after a call that changed metadata, relieves memory pressure with the
+    /// lock released.
+    fn locked_op<T>(
+        &self,
+        kind: Option<OpKind>,
+        f: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        let mutating = kind.is_some_and(|k| k != OpKind::Read);
+        if mutating && self.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        let r = {
+            let mut st = self.st.lock();
+            match kind {
+                Some(k) => self.in_op(&mut st, k, f),
+                None => f(&mut st),
+            }
+        };
+        if mutating {
+            self.relieve_memory_pressure();
+        }
+        r
+    }
+
+    /// Keeps dirty buffers under half the cache budget by writing back in the mode's order
+    /// (the cache itself never writes a dirty buffer: `DeferEviction`). The calling thread
+    /// does it, throttling the writer that dirtied the cache; in a `Concurrent` mode without
+    /// the engine's lock, so other calls go on meanwhile.
     fn relieve_memory_pressure(&self) {
         let dirty_bytes = self.vol.cache.dirty_count() as u64 * self.vol.geo.block_size as u64;
         if dirty_bytes > self.vol.cache.config().budget_bytes / 2
-            && let Err(e) = self.strategy.sync(self, SyncWhy::Pressure)
+            && let Err(e) = self.sync_as(SyncWhy::Pressure)
         {
             log::error!("write-back under memory pressure failed: {e}");
         }
@@ -301,9 +338,9 @@ impl Ffs {
         if ic.effnlink > 0 {
             return Ok(());
         }
-        if ic.nopen > 0 || ic.nlookup > 0 || ic.d.nlink > 0 {
+        if ic.nopen > 0 || ic.nlookup > 0 || ic.d.nlink > 0 || ic.writing > 0 {
             // Referenced, or its on-disk count still waits for the strategy (a deferred
-            // drop): freed when the last of these goes.
+            // drop), or a write is between its passes: freed when the last of these goes.
             st.inodes.add_orphan(ino);
             return Ok(());
         }
@@ -708,13 +745,25 @@ impl Ffs {
         Ok(())
     }
 
-    fn do_write(&self, st: &mut State, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// A write's first pass: maps every block of the request (allocating) and reads the
+    /// blocks that keep part of their old contents. Everything that can fail except a
+    /// stream's device writes happens here, and the undo takes all of it back; nothing of
+    /// the file's contents changes. Ends at the call's last point of failure: the steps it
+    /// wrote in `sync` mode (new indirect blocks) are made durable now (`commit_point`)
+    /// rather than at the end of the call, so that nothing after it can fail.
+    fn write_map(
+        &self,
+        st: &mut State,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Option<WritePlan>> {
         let d = self.iget(st, ino)?.d.clone();
         if d.is_dir() {
             return Err(Errno::EISDIR.into());
         }
         if data.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > self.max_file_size {
@@ -735,15 +784,12 @@ impl Ffs {
         // Held until the inode is written at the end, so that write cannot need a device
         // read once data has gone straight to the device (see pass 2).
         let (iblk, _) = self.vol.geo.inode_location(ino);
-        let _inode_block = match self.vol.cache.lookup(iblk) {
+        let inode_block = match self.vol.cache.lookup(iblk) {
             Some(b) => b,
             None => self.bread(iblk, kind::INODE)?,
         };
-        // Pass 1 maps every block of the request (allocating) and reads the blocks that
-        // keep part of their old contents: everything that can fail except a stream's
-        // device writes happens here, and the undo takes all of it back. Nothing of the
-        // file's contents changes in this pass.
         let mut pieces: Vec<Piece> = Vec::new();
+        let mut grown = Vec::new();
         let mut pos = offset;
         while pos < end {
             let lbn = pos / bs;
@@ -760,7 +806,8 @@ impl Ffs {
                 }
                 return Err(Errno::ENOSPC.into());
             }
-            let (p, fresh, _) = match self.bmap_alloc(st, ino, lbn, BlockKind::Data, None) {
+            let mapped = self.bmap_alloc_tracked(st, ino, lbn, BlockKind::Data, None, &mut grown);
+            let (p, fresh, _) = match mapped {
                 Ok(v) => v,
                 Err(e) if pos > offset && e.errno() == Errno::ENOSPC => break,
                 Err(e) => return Err(e),
@@ -785,87 +832,131 @@ impl Ffs {
             });
             pos += n as u64;
         }
-        // The last point of failure. The steps pass 1 wrote in `sync` mode (new indirect
-        // blocks) are made durable now rather than by `end_op`, so that nothing after
-        // this can fail: pass 2 changes file contents without before-images (a stream's
-        // direct writes replace bytes the undo has no copy of; cache copies are not saved,
-        // to keep overwrites cheap), and the inode update at the end uses a held buffer.
+        // The last point of failure (see above): pass 2 changes file contents without
+        // before-images (a stream's direct writes replace bytes the undo has no copy of;
+        // cache copies are not saved, to keep overwrites cheap), and the inode update at
+        // the end uses the held inode block.
+        let concurrent = self.strategy.io_model() == IoModel::Concurrent;
+        if concurrent {
+            // This pass is a call of its own: at its end the in-core inode must equal its
+            // buffer (the invariant `undo` keeps), with the pointers it set.
+            self.store(st, ino)?;
+        }
         self.fact(st, |s, tx| s.commit_point(tx))?;
-        // Pass 2, in request order: copy into the cache (cannot fail) and write the runs of
-        // direct blocks. If a run's device write fails after earlier bytes reached the file,
-        // the call is a short write of those bytes (write(2) on Linux does the same); the
-        // blocks this request allocated past them stay allocated, zeroed, past the end of
-        // the file (as after fallocate with FALLOC_FL_KEEP_SIZE). If nothing reached the
-        // file yet, the error fails the call and the undo takes everything back.
+        if concurrent {
+            // Held until the last pass: nothing frees the inode or its blocks meanwhile
+            // (`reclaim`), nor drops it from core (`forget`). Cannot fail: it is in core.
+            self.iget(st, ino)?.writing += 1;
+        }
+        Ok(Some(WritePlan {
+            offset,
+            pieces,
+            grown,
+            _inode_block: inode_block,
+        }))
+    }
+
+    /// A write's second pass, device half: the runs of direct blocks, in request order, each
+    /// one device write through the strategy (`write_stream`). Stops at the first run that
+    /// fails: the bytes before it reached the file, the rest did not. Takes no engine lock
+    /// (a `Concurrent` mode calls it without one; the file's own lock keeps other calls on
+    /// it out).
+    fn write_streams(&self, ino: u64, plan: &WritePlan, data: &[u8]) -> Option<(FsError, u64)> {
+        let bs = self.vol.geo.bs();
         let mut run: Option<(u64, usize, usize)> = None; // (first block, data offset, blocks)
-        let mut done = offset; // every byte before this reached the file
-        let mut failed: Option<(FsError, u64)> = None;
-        for pc in &pieces {
-            let pc_end = offset + (pc.doff + pc.n) as u64;
-            if let Target::Direct = pc.target {
-                match &mut run {
-                    Some((b0, off0, k))
-                        if *b0 + *k as u64 == pc.p
-                            && *off0 + *k * bs as usize == pc.doff
-                            && *k < STREAM_RUN_BLOCKS =>
+        let flush = |(blk, off, k): (u64, usize, usize)| {
+            self.strategy
+                .write_stream(&self.io, ino, blk, &data[off..off + k * bs])
+                .map_err(|e| (e, plan.offset + off as u64))
+        };
+        for pc in &plan.pieces {
+            let Target::Direct = pc.target else {
+                continue;
+            };
+            match &mut run {
+                // A run is contiguous on the device and in the request.
+                Some((b0, off0, k))
+                    if *b0 + *k as u64 == pc.p
+                        && *off0 + *k * bs == pc.doff
+                        && *k < STREAM_RUN_BLOCKS =>
+                {
+                    *k += 1;
+                }
+                _ => {
+                    if let Some(r) = run.replace((pc.p, pc.doff, 1))
+                        && let Err(f) = flush(r)
                     {
-                        *k += 1;
-                        continue;
+                        return Some(f);
                     }
-                    _ => {}
                 }
             }
-            // A run is contiguous on the device and in the request: anything else ends it.
-            if let Some((blk, off, k)) = run.take() {
-                if let Err(e) = self.strategy.write_stream(
-                    &self.io,
-                    ino,
-                    blk,
-                    &data[off..off + k * bs as usize],
-                ) {
-                    failed = Some((e, offset + off as u64));
-                    break;
+        }
+        run.and_then(|r| flush(r).err())
+    }
+
+    /// A write's second pass, memory half, and its end: copies the cached pieces before
+    /// the failure point into the cache (cannot fail: after the last point of failure, no
+    /// before-image needed), then the size and times. If a run's device write failed after
+    /// earlier bytes reached the file, the call is a short write of those bytes (write(2) on
+    /// Linux does the same); the blocks this request allocated past them stay allocated,
+    /// zeroed, past the end of the file (as after fallocate with FALLOC_FL_KEEP_SIZE). If
+    /// nothing reached the file, the error fails the call: inside the call's undo scope
+    /// (`Serialized`) the undo takes everything back; after it (`Concurrent`, `unalloc`),
+    /// the blocks the first pass allocated are freed again, so a failed write still changes
+    /// nothing.
+    fn write_finish(
+        &self,
+        st: &mut State,
+        ino: u64,
+        plan: &WritePlan,
+        data: &[u8],
+        failed: Option<(FsError, u64)>,
+        unalloc: bool,
+    ) -> Result<Result<u32>> {
+        let offset = plan.offset;
+        let bs = self.vol.geo.block_size as u64;
+        let upto = failed.as_ref().map_or(u64::MAX, |(_, at)| *at);
+        if let Some((e, at)) = failed {
+            if at == offset {
+                if unalloc {
+                    self.unalloc_write(st, ino, plan)?;
+                    return Ok(Err(e));
                 }
-                done = offset + (off + k * bs as usize) as u64;
+                return Err(e);
+            }
+            log::warn!("write to inode {ino} cut short at byte {at}: {e}");
+        }
+        let mut done = offset;
+        for pc in &plan.pieces {
+            let pc_end = offset + (pc.doff + pc.n) as u64;
+            if pc_end > upto {
+                break;
             }
             match &pc.target {
-                Target::Direct => run = Some((pc.p, pc.doff, 1)),
-                // After the last point of failure (see above): no before-image needed.
+                Target::Direct => {}
                 Target::Cached(b) => {
                     b.set_kind(kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
                     self.vol.cache.mark_dirty(b);
-                    done = pc_end;
                 }
                 Target::New => {
                     let b = self.bnew(pc.p, kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
                     self.vol.cache.mark_dirty(&b);
-                    done = pc_end;
                 }
             }
+            done = pc_end;
         }
-        if failed.is_none()
-            && let Some((blk, off, k)) = run.take()
-        {
-            match self
-                .strategy
-                .write_stream(&self.io, ino, blk, &data[off..off + k * bs as usize])
+        if upto != u64::MAX {
+            // Blocks this request allocated from the failed run on hold stale bytes (or
+            // part of the run): zero them, in memory, which cannot fail.
+            for pc in plan
+                .pieces
+                .iter()
+                .filter(|pc| pc.fresh && pc.lbn * bs >= upto)
             {
-                Ok(()) => done = offset + (off + k * bs as usize) as u64,
-                Err(e) => failed = Some((e, offset + off as u64)),
-            }
-        }
-        if let Some((e, at)) = failed {
-            if at == offset {
-                return Err(e);
-            }
-            log::warn!("write to inode {ino} cut short at byte {at}: {e}");
-            // Blocks this request allocated from the failed run on hold stale bytes (or part
-            // of the run): zero them, in memory, which cannot fail.
-            for pc in pieces.iter().filter(|pc| pc.fresh && pc.lbn * bs >= at) {
                 let b = self.bnew(pc.p, kind::DATA);
                 self.vol.cache.mark_dirty(&b);
             }
@@ -876,7 +967,81 @@ impl Ffs {
         ic.d.mtime = now;
         ic.d.ctime = now;
         self.store(st, ino)?;
-        Ok((done - offset) as u32)
+        Ok(Ok((done - offset) as u32))
+    }
+
+    /// Drops the hold a write's first pass took on inode `ino` (`InCore::writing`) once its
+    /// last pass is done, whatever its outcome; then does what a `forget` or `release`
+    /// skipped meanwhile: frees the inode if nothing else refers to it and it has no name
+    /// left, drops it from core if nothing refers to it.
+    fn end_write(&self, ino: u64) {
+        let r = self.locked_op(None, |st| {
+            let Some(ic) = st.inodes.loaded_mut(ino) else {
+                return Ok(());
+            };
+            ic.writing = ic.writing.saturating_sub(1);
+            if ic.writing > 0 || ic.nopen > 0 || ic.nlookup > 0 {
+                return Ok(());
+            }
+            if ic.effnlink == 0 {
+                return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
+            }
+            if !ic.d.is_dir() {
+                st.inodes.remove(ino);
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            log::error!("ending a write of inode {ino}: {e}");
+        }
+    }
+
+    /// Takes back the blocks a write's first pass allocated, after that pass was committed
+    /// and nothing reached the file (a `Concurrent` mode's failed stream): the new data
+    /// blocks' pointers are cleared, then the indirect blocks the pass added (deepest
+    /// first: they point to nothing else), and the strategy releases them as for any free.
+    fn unalloc_write(&self, st: &mut State, ino: u64, plan: &WritePlan) -> Result<()> {
+        let mut freed = Vec::new();
+        let mut holders: Vec<BufRef> = Vec::new();
+        let mut hold = |h: BufRef| {
+            if !holders.iter().any(|x| x.blkno() == h.blkno()) {
+                holders.push(h);
+            }
+        };
+        for pc in plan.pieces.iter().filter(|pc| pc.fresh) {
+            if let Some((old, holder)) = self.bunmap(st, ino, pc.lbn)? {
+                freed.push(old);
+                if let Some(h) = holder {
+                    hold(h);
+                }
+            }
+        }
+        for g in plan.grown.iter().rev() {
+            match g.holder {
+                None => self.iget(st, ino)?.d.indirect[g.slot] = 0,
+                Some(h) => {
+                    let b = self.bread(h, kind::INDIRECT)?;
+                    put_u64(&mut b.write_range(g.slot * 8, 8), 0, 0);
+                    self.vol.cache.mark_dirty(&b);
+                    hold(b);
+                }
+            }
+            freed.push(g.blk);
+        }
+        holders.retain(|h| !freed.contains(&h.blkno()));
+        let ic = self.iget(st, ino)?;
+        ic.d.blocks = ic.d.blocks.saturating_sub(freed.len() as u64);
+        let ib = self.store(st, ino)?;
+        let from = plan.pieces.first().map_or(0, |pc| pc.lbn);
+        let f = FreeBlocks {
+            ino,
+            inode_buf: &ib,
+            from_lbn: from,
+            freed: &freed,
+            holders: &holders,
+            whole_file: false,
+        };
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))
     }
 
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
@@ -1084,7 +1249,7 @@ impl FileSystem for Ffs {
                 return Ok(());
             };
             ic.nlookup = ic.nlookup.saturating_sub(nlookup);
-            if ic.nlookup == 0 && ic.nopen == 0 {
+            if ic.nlookup == 0 && ic.nopen == 0 && ic.writing == 0 {
                 if ic.effnlink == 0 {
                     if self.read_only {
                         return Ok(());
@@ -1110,6 +1275,9 @@ impl FileSystem for Ffs {
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
+        // A size change frees or zeroes the file's blocks: no write of it may be between
+        // its passes.
+        let _il = set.size.map(|_| self.ilock(ino).write());
         self.op("setattr", Some(OpKind::Setattr), |st| {
             self.do_setattr(st, ctx, ino, set)
         })
@@ -1295,6 +1463,7 @@ impl FileSystem for Ffs {
 
     fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
         let truncating = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let _il = truncating.then(|| self.ilock(ino).write());
         self.op("open", truncating.then_some(OpKind::Truncate), |st| {
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -1341,6 +1510,9 @@ impl FileSystem for Ffs {
     }
 
     fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        // Never between a write's passes: a block mapped but not yet written would show its
+        // previous owner's bytes.
+        let _il = self.ilock(ino).read();
         self.op("read", Some(OpKind::Read), |st| {
             if fh != 0 {
                 self.handle(st, fh)?;
@@ -1349,8 +1521,14 @@ impl FileSystem for Ffs {
         })
     }
 
+    /// A write in two passes (`write_map`, then `write_streams` and `write_finish`), under the
+    /// file's own lock. In a `Serialized` mode all of it is one call under the engine's
+    /// lock, in one undo scope. In a `Concurrent` mode the first pass is one call, the
+    /// stream's device writes go out with no engine lock held, and the second pass is
+    /// another call: other files' calls never wait for this file's data to reach the device.
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        self.op("write", Some(OpKind::Write), |st| {
+        let _il = self.ilock(ino).write();
+        let map = |st: &mut State| -> Result<Option<WritePlan>> {
             let flags = if fh != 0 {
                 self.handle(st, fh)?.1
             } else {
@@ -1364,8 +1542,28 @@ impl FileSystem for Ffs {
             } else {
                 offset
             };
-            self.do_write(st, ino, off, data)
-        })
+            self.write_map(st, ino, off, data)
+        };
+        match self.strategy.io_model() {
+            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
+                let Some(plan) = map(st)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                self.write_finish(st, ino, &plan, data, failed, false)?
+            }),
+            IoModel::Concurrent => self.counted("write", || {
+                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                let r = self.locked_op(Some(OpKind::Write), |st| {
+                    self.write_finish(st, ino, &plan, data, failed, true)
+                });
+                self.end_write(ino);
+                r?
+            }),
+        }
     }
 
     /// Nothing to do at close(2): writes reach the buffer cache when write() is called (no
@@ -1391,26 +1589,38 @@ impl FileSystem for Ffs {
         })
     }
 
+    /// The file's dirty blocks are collected under the engine's lock; the strategy writes
+    /// them (and what finds them) with the lock held only in a `Serialized` mode. Writes of
+    /// this file wait for it (its own lock); calls on other files do not.
     fn fsync(&self, ino: Ino, _fh: Fh, datasync: bool) -> Result<()> {
-        self.op("fsync", None, |st| {
-            self.iget(st, ino)?;
-            if self.read_only {
+        let _il = self.ilock(ino).read();
+        self.counted("fsync", || {
+            let data = self.locked_op(None, |st| {
+                self.iget(st, ino)?;
+                if self.read_only {
+                    return Ok(None);
+                }
+                let data: Vec<BufRef> = self
+                    .file_blocks(st, ino)?
+                    .into_iter()
+                    .filter_map(|b| self.vol.cache.lookup(b))
+                    .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
+                    .collect();
+                Ok(Some(data))
+            })?;
+            let Some(data) = data else {
                 return Ok(());
-            }
-            let data: Vec<BufRef> = self
-                .file_blocks(st, ino)?
-                .into_iter()
-                .filter_map(|b| self.vol.cache.lookup(b))
-                .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
-                .collect();
-            self.strategy.fsync(
-                self,
-                &FsyncReq {
-                    ino,
-                    datasync,
-                    blocks: &data,
-                },
-            )
+            };
+            self.with_io_lock(|| {
+                self.strategy.fsync(
+                    self,
+                    &FsyncReq {
+                        ino,
+                        datasync,
+                        blocks: &data,
+                    },
+                )
+            })
         })
     }
 
@@ -1570,6 +1780,7 @@ impl FileSystem for Ffs {
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
+        let _il = self.ilock(ino).write();
         self.op("fallocate", Some(OpKind::Fallocate), |st| {
             self.do_fallocate(st, ino, offset, length, mode)
         })
@@ -1593,7 +1804,7 @@ impl FileSystem for Ffs {
             "mode": self.strategy.name(),
             "device": dev,
             "cache": self.vol.cache.stats(),
-            "ops": st.op_stats,
+            "ops": *self.stats.lock(),
             "ops_total": self.ops_total.load(std::sync::atomic::Ordering::Relaxed),
             "inodes_in_core": st.inodes.len(),
             "directories_indexed": st.dirs.len(),

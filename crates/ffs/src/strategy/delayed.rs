@@ -9,7 +9,8 @@ use std::time::Duration;
 use cairn_vfs::{KernelCachePolicy, Result};
 
 use super::{
-    Apply, DirChange, DirRemove, Engine, FreeBlocks, FreeFile, Release, Strategy, SyncWhy, Tx,
+    Apply, DirChange, DirRemove, Engine, FreeBlocks, FreeFile, IoModel, Release, Strategy, SyncWhy,
+    Tx,
 };
 
 pub struct Delayed;
@@ -28,6 +29,11 @@ impl Strategy for Delayed {
     }
     fn syncer_interval(&self) -> Duration {
         Duration::from_secs(30)
+    }
+    /// Nothing is ordered, so nothing needs the engine's lock around a write: the syncer,
+    /// memory pressure, fsync, sync(2) and streams never stall other calls.
+    fn io_model(&self) -> IoModel {
+        IoModel::Concurrent
     }
     fn setup_directory_remove(&self, _: &mut Tx, _: &DirRemove) -> Result<Apply> {
         Ok(Apply::Now)

@@ -2,25 +2,40 @@
 //! bookkeeping. `Io` knows nothing of modes; each strategy decides what to write when.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cairn_bufcache::{Buf, BufRef, BufferCache};
 use cairn_vfs::Result;
+use parking_lot::Mutex;
 
 use crate::format::kind;
 
 pub struct Io {
     pub cache: Arc<BufferCache>,
-    /// Writes have been issued since the last device flush.
-    unflushed: AtomicBool,
+    /// Batches of writes issued so far (each counted once it returned)...
+    written: AtomicU64,
+    /// ...and how many of them a completed flush covers. A barrier flushes only if
+    /// `written > flushed`.
+    flushed: AtomicU64,
+    /// Held across a barrier's flush: a thread whose writes a flush in progress covers
+    /// waits for it and then finds nothing to do, so concurrent barriers share flushes and
+    /// none returns before its own writes are durable.
+    flush_lock: Mutex<()>,
 }
 
 impl Io {
     pub fn new(cache: Arc<BufferCache>) -> Io {
         Io {
             cache,
-            unflushed: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
         }
+    }
+
+    /// Records a batch of writes that returned (the next barrier must flush).
+    fn mark_written(&self) {
+        self.written.fetch_add(1, Ordering::AcqRel);
     }
 
     /// One ordered step: a barrier (everything written before is durable), then the step's
@@ -36,16 +51,27 @@ impl Io {
         let dirty: Vec<&BufRef> = bufs.iter().copied().filter(|b| b.is_dirty()).collect();
         if !dirty.is_empty() {
             self.cache.write_now(&dirty)?;
-            self.unflushed.store(true, Ordering::Release);
+            self.mark_written();
         }
         Ok(())
     }
 
-    /// Flushes if anything was written since the last flush.
+    /// Flushes if anything was written since the last flush: when this returns, every
+    /// write counted before it was called is durable. A failed flush leaves them counted as
+    /// unflushed, so the next barrier tries again.
     pub fn barrier(&self) -> Result<()> {
-        if self.unflushed.swap(false, Ordering::AcqRel) {
-            self.cache.flush_device()?;
+        let target = self.written.load(Ordering::Acquire);
+        if self.flushed.load(Ordering::Acquire) >= target {
+            return Ok(());
         }
+        let _g = self.flush_lock.lock();
+        if self.flushed.load(Ordering::Acquire) >= target {
+            // A flush that started after our writes returned has covered them.
+            return Ok(());
+        }
+        let covered = self.written.load(Ordering::Acquire);
+        self.cache.flush_device()?;
+        self.flushed.fetch_max(covered, Ordering::AcqRel);
         Ok(())
     }
 
@@ -57,10 +83,12 @@ impl Io {
     }
 
     /// Writes file data straight to the device from `blk` on, bypassing the cache (a
-    /// stream's whole, uncached blocks). Not counted by the barrier: data is ordered only
-    /// by fsync, which writes cached data itself.
+    /// stream's whole, uncached blocks), after any write still in flight of a freed buffer
+    /// of those blocks (`BufferCache::write_uncached`: with no engine lock held, a stream
+    /// can overlap the syncer's write of the blocks' previous owner). Not counted by the
+    /// barrier: data is ordered only by fsync, which writes cached data itself.
     pub fn write_stream(&self, blk: u64, data: &[u8]) -> Result<()> {
-        self.cache.device().write_blocks(blk, data)?;
+        self.cache.write_uncached(blk, data)?;
         Ok(())
     }
 
@@ -76,7 +104,7 @@ impl Io {
     pub fn write_groups_unordered(&self) -> Result<()> {
         self.cache
             .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
-        self.unflushed.store(true, Ordering::Release);
+        self.mark_written();
         Ok(())
     }
 
@@ -86,7 +114,7 @@ impl Io {
         self.write_groups()?;
         self.barrier()?;
         self.cache.write_back_all()?;
-        self.unflushed.store(true, Ordering::Release);
+        self.mark_written();
         if durable {
             self.barrier()?;
         }
@@ -109,25 +137,25 @@ impl Io {
             .partition(|b| b.kind() != kind::INDIRECT);
         if !data.is_empty() {
             self.cache.write_now(&data)?;
-            self.unflushed.store(true, Ordering::Release);
+            self.mark_written();
         }
         self.write_groups()?;
         if !indirect.is_empty() {
             self.barrier()?;
             self.cache.write_now(&indirect)?;
-            self.unflushed.store(true, Ordering::Release);
+            self.mark_written();
         }
         self.barrier()?;
         self.cache
             .write_back_filter(&|b: &Buf| b.kind() != kind::DATA)?;
-        self.unflushed.store(true, Ordering::Release);
+        self.mark_written();
         self.barrier()
     }
 
     /// Writes every dirty buffer with no ordering at all.
     pub fn write_back_unordered(&self, durable: bool) -> Result<()> {
         self.cache.write_back_all()?;
-        self.unflushed.store(true, Ordering::Release);
+        self.mark_written();
         if durable {
             self.barrier()?;
         }

@@ -78,7 +78,10 @@ pub enum IoModel {
     /// step and its barrier. `sync`'s honest cost, as FFS holds the vnode locks of a call.
     Serialized,
     /// No engine lock is held across a device write or flush: the syncer and background
-    /// work never stall calls (FreeBSD never holds its soft-updates lock across I/O).
+    /// work never stall calls (FreeBSD never holds its soft-updates lock across I/O). The
+    /// engine calls `sync`, `fsync`, `unmount` and `write_stream` without its lock, so they
+    /// overlap other calls (and each other); facts still run under it and must do no
+    /// device I/O. A write is then two calls, its stream's device writes between them.
     Concurrent,
 }
 
