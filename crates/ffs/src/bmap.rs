@@ -242,7 +242,7 @@ impl Ffs {
     }
 
     /// Allocates a block for `ino` and declares its bit (`BlkMapDep`).
-    fn alloc_block_for(&self, st: &mut State, pref: u64, ino: u64) -> Result<u64> {
+    pub(crate) fn alloc_block_for(&self, st: &mut State, pref: u64, ino: u64) -> Result<u64> {
         let (blk, g) = st.alloc.alloc_block(&self.vol, pref, ino)?;
         let f = BlkMapDep {
             blk,

@@ -20,8 +20,8 @@ use cairn_vfs::{
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
-    AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, FsyncReq, InoMapDep,
-    InodePtr, IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
+    AllocDirect, Apply, AttrChange, BlockKind, FreeBlocks, FsyncReq, InoMapDep, InodePtr, IoModel,
+    LinkChange, LinkWhy, OpKind, SyncWhy,
 };
 use crate::{Ffs, State, corrupt_err};
 
@@ -431,14 +431,7 @@ impl Ffs {
         let b = if old == 0 {
             // A new block: its bit, then its contents, then the pointer to it (rule 1).
             st.alloc.reserve(0, 1)?;
-            let (blk, g) = st.alloc.alloc_block(&self.vol, 0, ino)?;
-            let f = BlkMapDep {
-                blk,
-                ino,
-                bitmap: &g.bitmap,
-                desc: &g.desc,
-            };
-            self.fact(st, |s, tx| s.setup_blkmapdep(tx, &f))?;
+            let blk = self.alloc_block_for(st, 0, ino)?;
             let b = self.bnew(blk, kind::XATTR);
             xattr::encode(attrs, &mut b.write());
             self.vol.cache.mark_dirty(&b);
