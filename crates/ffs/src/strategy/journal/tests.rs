@@ -1,0 +1,482 @@
+//! The journal on memory devices: persistence, recovery after a crash at every write and
+//! flush of a small workload, refusals of bad log devices, and the cost of a call.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, DeviceCounters, MemDevice, TraceSink};
+use cairn_vfs::{Ctx, FileSystem, RenameFlags};
+use cairn_wal::{FormatOptions, Region, Wal};
+use parking_lot::Mutex;
+
+use super::{Commit, Journal, LogSpec};
+use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
+
+const FS_BLOCKS: u64 = 2048;
+const LOG_BLOCKS: u64 = 130; // 512 KiB of log
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// A fresh file system and an empty log.
+fn fresh() -> (MemDevice, MemDevice) {
+    let fs = MemDevice::new(4096, FS_BLOCKS);
+    mkfs_device(
+        &fs,
+        &MkfsOptions {
+            blocks_per_group: Some(1024),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let log = MemDevice::new(4096, LOG_BLOCKS);
+    Wal::format(&log, Region::whole(&log), &FormatOptions::default()).unwrap();
+    (fs, log)
+}
+
+fn mount_with(
+    fs: Arc<dyn BlockDevice>,
+    j: Journal,
+    read_only: bool,
+) -> cairn_vfs::Result<Arc<Ffs>> {
+    Ffs::mount_device_with_strategy(
+        fs,
+        &MountOptions {
+            mode: "journal".into(),
+            read_only,
+            // A crash state's superblock says "mounted": the journal recovers it itself
+            // (the registry would say so once the mode is listed).
+            force: true,
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+        Box::new(j),
+    )
+}
+
+fn mount(fs: &MemDevice, log: &MemDevice, commit: Commit) -> Arc<Ffs> {
+    let j = Journal::new(LogSpec::Device(Arc::new(log.with_block_size(4096))), commit);
+    mount_with(Arc::new(fs.with_block_size(4096)), j, false).unwrap()
+}
+
+fn fsck_clean(fs: &dyn BlockDevice) -> Result<(), String> {
+    let r =
+        cairn_fsck::check(fs, cairn_fsck::CheckOptions::default()).map_err(|e| e.to_string())?;
+    if r.is_clean() {
+        Ok(())
+    } else {
+        Err(format!("{:?}", r.findings))
+    }
+}
+
+#[test]
+fn calls_survive_unmount_and_the_image_checks_clean() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Sync);
+    let c = Ctx::root();
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    let (a, fh) = f.create(&c, d.ino, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    f.write(a.ino, fh, 0, &vec![7u8; 50_000]).unwrap();
+    f.release(a.ino, fh).unwrap();
+    f.rename(&c, d.ino, n("a"), 2, n("b"), RenameFlags::default())
+        .unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs).unwrap();
+    let f = mount(&fs, &log, Commit::Sync);
+    let b = f.lookup(&c, 2, n("b")).unwrap();
+    assert_eq!(b.size, 50_000);
+    let mut buf = Vec::new();
+    f.read(b.ino, 0, 0, 60_000, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 7) && buf.len() == 50_000);
+    f.unmount().unwrap();
+}
+
+/// Without an unmount (the devices as a crash leaves them with every write landed): the
+/// next mount replays the log and everything a returned call did is there.
+#[test]
+fn a_crash_after_returned_calls_is_replayed() {
+    for commit in [Commit::Sync, Commit::Async] {
+        let (fs, log) = fresh();
+        let f = mount(&fs, &log, commit);
+        let c = Ctx::root();
+        for i in 0..20 {
+            f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+        }
+        f.unlink(&c, 2, n("nope")).unwrap_err();
+        f.rmdir(&c, 2, n("d3")).unwrap();
+        if commit == Commit::Async {
+            f.fsyncdir(2, 0, false).unwrap();
+        }
+        // The crash: the image as it is, nothing more written.
+        let fs_img = fs.to_bytes();
+        let log_img = log.to_bytes();
+        std::mem::forget(f);
+        let (fs2, log2) = (
+            MemDevice::from_bytes(4096, fs_img),
+            MemDevice::from_bytes(4096, log_img),
+        );
+        let f = mount(&fs2, &log2, commit);
+        for i in 0..20 {
+            assert_eq!(
+                f.lookup(&c, 2, n(&format!("d{i}"))).is_ok(),
+                i != 3,
+                "{commit:?} d{i}"
+            );
+        }
+        f.unmount().unwrap();
+        drop(f);
+        fsck_clean(&fs2).unwrap();
+    }
+}
+
+// ----- crash at every write and flush -----------------------------------------------------
+
+#[derive(Clone)]
+enum Ev {
+    Write {
+        dev: u8,
+        block: u64,
+        data: Vec<u8>,
+    },
+    Flush,
+    /// The workload's call `i` returned.
+    Returned(usize),
+}
+
+/// A memory device that records its writes and flushes, in one sequence shared with
+/// another (the file system's and the log's, in the order they were issued).
+struct Rec {
+    inner: MemDevice,
+    id: u8,
+    evs: Arc<Mutex<Vec<Ev>>>,
+}
+
+impl BlockDevice for Rec {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.evs.lock().push(Ev::Write {
+            dev: self.id,
+            block,
+            data: buf.to_vec(),
+        });
+        self.inner.write_blocks(block, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.evs.lock().push(Ev::Flush);
+        self.inner.flush()
+    }
+    fn counters(&self) -> &DeviceCounters {
+        self.inner.counters()
+    }
+    fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>) {
+        self.inner.set_trace(sink)
+    }
+}
+
+/// The names in the root and in `d` (when it exists).
+type Names = (Vec<String>, Vec<String>);
+
+fn names(f: &Ffs) -> Names {
+    let c = Ctx::root();
+    let list = |dir: u64| -> Vec<String> {
+        let mut v: Vec<String> = ["a", "b", "c", "d", "e", "x"]
+            .iter()
+            .filter(|s| f.lookup(&c, dir, n(s)).is_ok())
+            .map(|s| s.to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let d = f
+        .lookup(&c, 2, n("d"))
+        .map(|a| list(a.ino))
+        .unwrap_or_default();
+    (list(2), d)
+}
+
+/// The workload: creates, a write, mkdir, renames (across directories and over an existing
+/// name), an unlink, a rmdir-able directory. Returns the names after each call.
+fn workload(f: &Ffs, evs: &Mutex<Vec<Ev>>) -> Vec<Names> {
+    let c = Ctx::root();
+    let mut states = vec![names(f)];
+    let step = |f: &Ffs, states: &mut Vec<Names>| {
+        states.push(names(f));
+        evs.lock().push(Ev::Returned(states.len() - 1));
+        // The syncer's write-back between calls, every other call: home writes while
+        // records may still be only in memory (commit=async).
+        if states.len().is_multiple_of(2) {
+            f.sync_as(crate::strategy::SyncWhy::Periodic).unwrap();
+        }
+    };
+    let (a, fh) = f.create(&c, 2, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    step(f, &mut states);
+    f.write(a.ino, fh, 0, &vec![1u8; 9000]).unwrap();
+    f.release(a.ino, fh).unwrap();
+    step(f, &mut states);
+    let (b, fh) = f.create(&c, 2, n("b"), 0o644, 0, libc::O_RDWR).unwrap();
+    f.release(b.ino, fh).unwrap();
+    step(f, &mut states);
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    step(f, &mut states);
+    f.rename(&c, 2, n("a"), d.ino, n("x"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.rename(&c, 2, n("b"), d.ino, n("x"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.mkdir(&c, d.ino, n("e"), 0o755, 0).unwrap();
+    step(f, &mut states);
+    f.rename(&c, d.ino, n("e"), 2, n("e"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.unlink(&c, d.ino, n("x")).unwrap();
+    step(f, &mut states);
+    f.rmdir(&c, 2, n("e")).unwrap();
+    step(f, &mut states);
+    states
+}
+
+struct CrashRun {
+    base_fs: Vec<u8>,
+    base_log: Vec<u8>,
+    evs: Vec<Ev>,
+    states: Vec<Names>,
+}
+
+fn record(commit: Commit, plant: bool) -> CrashRun {
+    let (fs, log) = fresh();
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let (base_fs, base_log) = (fs.to_bytes(), log.to_bytes());
+    let rfs = Arc::new(Rec {
+        inner: fs.with_block_size(4096),
+        id: 0,
+        evs: evs.clone(),
+    });
+    let rlog = Arc::new(Rec {
+        inner: log.with_block_size(4096),
+        id: 1,
+        evs: evs.clone(),
+    });
+    let mut j = Journal::new(LogSpec::Device(rlog), commit);
+    j.plant_home_first = plant;
+    let f = mount_with(rfs, j, false).unwrap();
+    let states = workload(&f, &evs);
+    // Everything home and flushed (the syncer's and the checkpoint's writes are crash
+    // points too), then unmount.
+    f.sync_as(crate::strategy::SyncWhy::All).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    let evs = std::mem::take(&mut *evs.lock());
+    CrashRun {
+        base_fs,
+        base_log,
+        evs,
+        states,
+    }
+}
+
+/// The devices after the first `k` events: every write before them landed, none after.
+fn state_at(run: &CrashRun, k: usize) -> (MemDevice, MemDevice, usize) {
+    let fs = MemDevice::from_bytes(4096, run.base_fs.clone());
+    let log = MemDevice::from_bytes(4096, run.base_log.clone());
+    let mut returned = 0;
+    for e in &run.evs[..k] {
+        match e {
+            Ev::Write {
+                dev: 0,
+                block,
+                data,
+            } => fs.write_blocks(*block, data).unwrap(),
+            Ev::Write { block, data, .. } => log.write_blocks(*block, data).unwrap(),
+            Ev::Flush => {}
+            Ev::Returned(i) => returned = *i,
+        }
+    }
+    (fs, log, returned)
+}
+
+/// Recovers a crash state and checks it: fsck finds nothing, the names are those after
+/// some call (every call all or nothing; a rename shows one name, never both), and for a
+/// durable commit, at least those after the last call that returned.
+fn check_state(run: &CrashRun, k: usize, commit: Commit) -> Result<(), String> {
+    let (fs, log, returned) = state_at(run, k);
+    let j = Journal::new(LogSpec::Device(Arc::new(log.with_block_size(4096))), commit);
+    let f = mount_with(Arc::new(fs.with_block_size(4096)), j, false)
+        .map_err(|e| format!("recovery: {e}"))?;
+    let got = names(&f);
+    f.unmount().map_err(|e| format!("unmount: {e}"))?;
+    drop(f);
+    fsck_clean(&fs).map_err(|e| format!("fsck: {e}"))?;
+    let from = if commit == Commit::Async { 0 } else { returned };
+    match run.states[from..].iter().position(|s| *s == got) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "names {got:?} are no state after call {from} or later ({:?})",
+            &run.states[from..]
+        )),
+    }
+}
+
+fn campaign(commit: Commit, plant: bool) -> (usize, Vec<String>) {
+    let run = record(commit, plant);
+    let mut bad = Vec::new();
+    let points: Vec<usize> = (0..=run.evs.len())
+        .filter(|&k| k == run.evs.len() || matches!(run.evs[k], Ev::Write { .. } | Ev::Flush))
+        .collect();
+    for &k in &points {
+        if let Err(e) = check_state(&run, k, commit) {
+            bad.push(format!("after event {k}: {e}"));
+        }
+    }
+    (points.len(), bad)
+}
+
+/// A crash before any write or flush of the workload: recovery always leaves a clean image
+/// holding the names after some call — at least the last returned one with commit=sync.
+#[test]
+fn recovery_after_a_crash_at_every_write_and_flush() {
+    for commit in [Commit::Sync, Commit::Async] {
+        let (states, bad) = campaign(commit, false);
+        assert!(states > 40, "{commit:?}: only {states} crash points");
+        assert!(
+            bad.is_empty(),
+            "{commit:?}: {} of {states} states bad: {bad:#?}",
+            bad.len()
+        );
+    }
+}
+
+/// A journal that writes blocks home before their log records are durable is caught.
+#[test]
+fn a_journal_writing_home_before_its_log_is_caught() {
+    let (states, bad) = campaign(Commit::Async, true);
+    assert!(
+        !bad.is_empty(),
+        "none of {states} crash states caught the planted bug"
+    );
+}
+
+// ----- refusals -------------------------------------------------------------------------
+
+fn mount_err(fs: &MemDevice, log: Arc<dyn BlockDevice>) -> String {
+    let j = Journal::new(LogSpec::Device(log), Commit::Sync);
+    match mount_with(Arc::new(fs.with_block_size(4096)), j, false) {
+        Ok(_) => panic!("mounted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_log_devices_are_refused_with_one_line() {
+    let (fs, log) = fresh();
+    // Not a log.
+    let e = mount_err(&fs, Arc::new(MemDevice::new(4096, 200)));
+    assert!(e.contains("not a cairn write-ahead log"), "{e}");
+    assert!(!e.contains('\n'));
+    // Too small for the journal (a valid log of 16 blocks).
+    let small = MemDevice::new(4096, 16);
+    Wal::format(&small, Region::whole(&small), &FormatOptions::default()).unwrap();
+    let e = mount_err(&fs, Arc::new(small));
+    assert!(e.contains("too small"), "{e}");
+    // Corrupt: both superblock copies damaged.
+    let bad = MemDevice::from_bytes(4096, log.to_bytes());
+    let mut b = vec![0u8; 4096];
+    for blk in 0..2 {
+        bad.read_blocks(blk, &mut b).unwrap();
+        b[100] ^= 0xff;
+        bad.write_blocks(blk, &b).unwrap();
+    }
+    let e = mount_err(&fs, Arc::new(bad));
+    assert!(e.contains("unusable"), "{e}");
+    // Another file system's log.
+    let other = fresh();
+    let f = mount(&other.0, &other.1, Commit::Sync);
+    f.unmount().unwrap();
+    drop(f);
+    let e = mount_err(&fs, Arc::new(other.1.with_block_size(4096)));
+    assert!(e.contains("belongs to another file system"), "{e}");
+    // Missing.
+    let j = Journal::from_options(&[(
+        "log".into(),
+        Some("dev:/nonexistent/cairn-journal-log".into()),
+    )])
+    .unwrap();
+    let e = mount_with(Arc::new(fs.with_block_size(4096)), j, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("No such file"), "{e}");
+    assert!(!e.contains('\n'));
+    // And a good one still mounts.
+    mount(&fs, &log, Commit::Sync).unmount().unwrap();
+}
+
+#[test]
+fn options_are_parsed_by_the_mode() {
+    let o = |v: &[(&str, &str)]| {
+        let v: Vec<(String, Option<String>)> = v
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect();
+        Journal::from_options(&v).map(|j| j.commit())
+    };
+    assert_eq!(
+        o(&[("log", "dev:/x"), ("commit", "group")]),
+        Ok(Commit::Group)
+    );
+    assert_eq!(
+        o(&[("commit", "async"), ("log", "dev:/x")]),
+        Ok(Commit::Async)
+    );
+    assert_eq!(o(&[("log", "dev:/x")]), Ok(Commit::Sync));
+    assert!(
+        o(&[("commit", "sync")])
+            .unwrap_err()
+            .contains("needs a log")
+    );
+    assert!(o(&[("log", "dev:/x"), ("commit", "soon")]).is_err());
+    assert!(o(&[("log", "disk")]).is_err());
+    assert!(o(&[("log", "file")]).unwrap_err().contains("not available"));
+}
+
+// ----- cost -----------------------------------------------------------------------------
+
+/// commit=sync: one log flush per create, and no flush of the file system's device.
+#[test]
+fn sync_commit_costs_one_log_flush_per_create() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let fsdev = Arc::new(fs.with_block_size(4096));
+    let j = Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync);
+    let f = mount_with(fsdev.clone(), j, false).unwrap();
+    let c = Ctx::root();
+    let (l0, f0) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    const N: usize = 50;
+    for i in 0..N {
+        let (a, fh) = f
+            .create(&c, 2, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        f.release(a.ino, fh).unwrap();
+    }
+    let (l1, f1) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    let log_flushes = l1.delta(&l0).flushes;
+    let fs_flushes = f1.delta(&f0).flushes;
+    eprintln!(
+        "commit=sync: {:.2} log flushes and {:.2} file-system flushes per create",
+        log_flushes as f64 / N as f64,
+        fs_flushes as f64 / N as f64
+    );
+    assert_eq!(log_flushes, N as u64);
+    assert_eq!(fs_flushes, 0);
+    f.unmount().unwrap();
+}
