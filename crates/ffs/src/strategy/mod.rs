@@ -401,10 +401,16 @@ pub fn make(
     name: &str,
     opts: &[(String, Option<String>)],
 ) -> std::result::Result<Box<dyn Strategy>, String> {
-    let m = MODES.iter().find(|m| m.name == name).ok_or_else(|| {
-        let names: Vec<_> = MODES.iter().map(|m| m.name).collect();
-        format!("unknown mode '{name}' (known: {})", names.join(", "))
-    })?;
+    // Unlisted modes are found too: a library mount (tests, the crash harness) may name
+    // one; the command's `-o mode=` checks against the listed ones first.
+    let m = MODES
+        .iter()
+        .chain(unlisted_modes())
+        .find(|m| m.name == name)
+        .ok_or_else(|| {
+            let names: Vec<_> = MODES.iter().map(|m| m.name).collect();
+            format!("unknown mode '{name}' (known: {})", names.join(", "))
+        })?;
     (m.make)(opts)
 }
 

@@ -77,6 +77,9 @@ pub enum Commit {
 /// Where the log lives.
 #[derive(Clone)]
 pub enum LogSpec {
+    /// `log=file` (the default): the log area after the file system's last group, made by
+    /// `cairn mkfs --journal-size N` (superblock `journal_first`, `journal_blocks`).
+    File,
     /// `log=dev:PATH`: a log made by `cairn wal mkfs` on its own image or device.
     Dev(PathBuf),
     /// An already open device holding a log (tests, the crash harness).
@@ -110,8 +113,8 @@ pub(super) const MODE: ModeInfo = ModeInfo {
     options: &[
         ModeOption {
             key: "log",
-            values: "dev:PATH",
-            help: "where the log lives: a log made by `cairn wal mkfs PATH`",
+            values: "file|dev:PATH",
+            help: "where the log lives: the log area `cairn mkfs --journal-size` made (file, the default), or a log made by `cairn wal mkfs PATH`",
         },
         ModeOption {
             key: "commit",
@@ -149,6 +152,8 @@ struct Inner {
     free_lsn: AtomicU64,
     /// Orphans the replay found: freed by `mount`, once the engine runs.
     recovered_orphans: Mutex<Vec<Ino>>,
+    /// log=file: the log area, replayed by `recover`, opened by `mount`.
+    pending_region: Mutex<Option<Region>>,
 }
 
 #[derive(Default)]
@@ -205,6 +210,31 @@ fn wal_err(e: WalError) -> FsError {
     }
 }
 
+/// A whole region of its own device (the copy of a log area).
+fn whole(r: Region) -> Region {
+    Region {
+        first_block: 0,
+        blocks: r.blocks,
+    }
+}
+
+/// The blocks of `region` of `dev`, copied into memory.
+fn copy_region(dev: &dyn BlockDevice, region: Region) -> Result<cairn_blockdev::MemDevice> {
+    let bs = dev.block_size();
+    let mem = cairn_blockdev::MemDevice::new(bs, region.blocks);
+    let per = ((1u64 << 20) / u64::from(bs)).max(1);
+    let mut buf = Vec::new();
+    let mut b = 0;
+    while b < region.blocks {
+        let n = per.min(region.blocks - b);
+        buf.resize((n * u64::from(bs)) as usize, 0);
+        dev.read_blocks(region.first_block + b, &mut buf)?;
+        mem.write_blocks(b, &buf)?;
+        b += n;
+    }
+    Ok(mem)
+}
+
 impl Journal {
     pub fn new(log: LogSpec, commit: Commit) -> Journal {
         Journal {
@@ -220,6 +250,7 @@ impl Journal {
                 }),
                 free_lsn: AtomicU64::new(0),
                 recovered_orphans: Mutex::new(Vec::new()),
+                pending_region: Mutex::new(None),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -228,21 +259,21 @@ impl Journal {
 
     /// The strategy from the mode's own mount options (`log=`, `commit=`).
     pub fn from_options(opts: &[(String, Option<String>)]) -> std::result::Result<Journal, String> {
-        let mut log = None;
+        let mut log = LogSpec::File;
         let mut commit = Commit::Sync;
         for (k, v) in opts {
             let v = v.as_deref().unwrap_or("");
             match k.as_str() {
                 "log" => {
-                    log = Some(match v.strip_prefix("dev:") {
+                    log = match v.strip_prefix("dev:") {
                         Some(p) if !p.is_empty() => LogSpec::Dev(PathBuf::from(p)),
-                        _ if v == "file" => {
-                            return Err(
-                                "log=file is not available yet: make a log with `cairn wal mkfs PATH --size N` and mount with log=dev:PATH".into(),
-                            );
+                        _ if v == "file" => LogSpec::File,
+                        _ => {
+                            return Err(format!(
+                                "bad log '{v}' (expected log=file or log=dev:PATH)"
+                            ));
                         }
-                        _ => return Err(format!("bad log '{v}' (expected log=dev:PATH)")),
-                    })
+                    }
                 }
                 "commit" => {
                     commit = match v {
@@ -263,8 +294,6 @@ impl Journal {
                 }
             }
         }
-        let log =
-            log.ok_or("mode journal needs a log: -o log=dev:PATH (made by `cairn wal mkfs PATH`)")?;
         Ok(Journal::new(log, commit))
     }
 
@@ -280,6 +309,7 @@ impl Journal {
     fn open_log(&self) -> Result<(Arc<dyn BlockDevice>, String)> {
         match &self.log {
             LogSpec::Device(d) => Ok((Arc::clone(d), "the log device".into())),
+            LogSpec::File => Err(refused("log=file has no log device".into())),
             LogSpec::Dev(p) => {
                 let name = format!("log device {}", p.display());
                 std::fs::metadata(p).map_err(|e| refused(format!("{name}: {e}")))?;
@@ -304,6 +334,76 @@ impl Journal {
                 Ok((Arc::new(dev), name))
             }
         }
+    }
+
+    /// The log area of `sb`, checked against `dev`.
+    fn file_region(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<Region> {
+        let area = sb.journal_area().map_err(|e| FsError::Corrupt(e.0))?;
+        let Some((first, blocks)) = area else {
+            return Err(refused(
+                "this file system has no journal log area: make it with `cairn mkfs --journal-size N`, or mount with log=dev:PATH".into(),
+            ));
+        };
+        if first + blocks > dev.num_blocks() {
+            return Err(refused(format!(
+                "the journal log area (blocks {first}..+{blocks}) runs past the end of the device ({} blocks): truncated image?",
+                dev.num_blocks()
+            )));
+        }
+        Ok(Region {
+            first_block: first,
+            blocks,
+        })
+    }
+
+    /// Checks the log is big enough and this file system's (taking an unowned one when
+    /// `claim`), then replays its complete operations since the checkpoint onto `dev`.
+    fn replay_log(
+        &self,
+        wal: &Wal,
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+        name: &str,
+        claim: bool,
+    ) -> Result<()> {
+        let bs = u64::from(sb.block_size);
+        if wal.capacity() < MIN_LOG_BYTES || wal.max_record() < 2 * bs + 64 {
+            return Err(refused(format!(
+                "{name}: too small: {} KiB of log, the journal needs at least {} KiB",
+                wal.capacity() >> 10,
+                MIN_LOG_BYTES.max(4 * bs) >> 10
+            )));
+        }
+        let owner = wal.owner();
+        if owner == [0; 16] && claim {
+            wal.set_owner(sb.uuid)
+                .map_err(|e| refused(format!("{name}: {e}")))?;
+        } else if owner != sb.uuid {
+            return Err(refused(format!(
+                "{name} belongs to another file system (owner {}, this one is {})",
+                hex(&owner),
+                hex(&sb.uuid)
+            )));
+        }
+        let mut records = Vec::new();
+        for r in wal.scan(wal.checkpoint()) {
+            let r = r.map_err(|e| refused(format!("{name}: {e}")))?;
+            records.push((r.lsn.0, r.data));
+        }
+        let Replayed { stats: st, orphans } =
+            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        *self.inner.recovered_orphans.lock() = orphans;
+        if st.records > 0 {
+            log::info!(
+                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
+                st.ops,
+                st.updates,
+                st.revoked,
+                st.partial_records,
+                st.blocks
+            );
+        }
+        Ok(())
     }
 
     fn wal_options(&self) -> WalOptions {
@@ -605,47 +705,22 @@ impl Strategy for Journal {
     fn recover(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
         let geo = sb.geometry().map_err(|e| FsError::Corrupt(e.0))?;
         *self.inner.geo.write() = Some(geo);
+        if let LogSpec::File = self.log {
+            // The log area is on `dev`, which the log service can only use as a shared
+            // device once the engine has one (`mount`): the replay reads a copy of the area.
+            let region = self.file_region(dev, sb)?;
+            let copy = copy_region(dev, region)?;
+            let wal = Wal::open_read_only(Arc::new(copy) as Arc<dyn BlockDevice>, whole(region))
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            self.replay_log(&wal, dev, sb, "journal log area", false)?;
+            *self.inner.pending_region.lock() = Some(region);
+            return Ok(());
+        }
         let (logdev, name) = self.open_log()?;
         let region = Region::whole(&*logdev);
         let wal = Wal::open_with(logdev, region, self.wal_options())
             .map_err(|e| refused(format!("{name}: {e}")))?;
-        let bs = u64::from(sb.block_size);
-        if wal.capacity() < MIN_LOG_BYTES || wal.max_record() < 2 * bs + 64 {
-            return Err(refused(format!(
-                "{name}: too small: {} KiB of log, the journal needs at least {} KiB",
-                wal.capacity() >> 10,
-                MIN_LOG_BYTES.max(4 * bs) >> 10
-            )));
-        }
-        let owner = wal.owner();
-        if owner == [0; 16] {
-            wal.set_owner(sb.uuid)
-                .map_err(|e| refused(format!("{name}: {e}")))?;
-        } else if owner != sb.uuid {
-            return Err(refused(format!(
-                "{name} belongs to another file system (owner {}, this one is {})",
-                hex(&owner),
-                hex(&sb.uuid)
-            )));
-        }
-        let mut records = Vec::new();
-        for r in wal.scan(wal.checkpoint()) {
-            let r = r.map_err(|e| refused(format!("{name}: {e}")))?;
-            records.push((r.lsn.0, r.data));
-        }
-        let Replayed { stats: st, orphans } =
-            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
-        *self.inner.recovered_orphans.lock() = orphans;
-        if st.records > 0 {
-            log::info!(
-                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
-                st.ops,
-                st.updates,
-                st.revoked,
-                st.partial_records,
-                st.blocks
-            );
-        }
+        self.replay_log(&wal, dev, sb, &name, true)?;
         wal.set_checkpoint(wal.end()).map_err(wal_err)?;
         *self.inner.wal.write() = Some(Arc::new(wal));
         Ok(())
@@ -655,6 +730,15 @@ impl Strategy for Journal {
     /// each as a call of its own, logged like any other.
     fn mount(&self, e: &dyn Engine) -> Result<()> {
         *self.inner.cache.write() = Arc::downgrade(&e.io().cache);
+        if let Some(region) = self.inner.pending_region.lock().take() {
+            // log=file: the replay is on disk; the log opens on the shared device (a new
+            // epoch) and is emptied.
+            let dev = Arc::clone(e.io().cache.device());
+            let wal = Wal::open_with(dev, region, self.wal_options())
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            wal.set_checkpoint(wal.end()).map_err(wal_err)?;
+            *self.inner.wal.write() = Some(Arc::new(wal));
+        }
         let orphans = std::mem::take(&mut *self.inner.recovered_orphans.lock());
         for ino in orphans {
             self.inner.log.lock().orphans.insert(ino);

@@ -35,6 +35,30 @@ fn fresh() -> (MemDevice, MemDevice) {
     (fs, log)
 }
 
+/// A fresh file system with its log area (`log=file`) after its last group.
+fn fresh_file() -> MemDevice {
+    let fs = MemDevice::new(4096, FS_BLOCKS + LOG_BLOCKS);
+    mkfs_device(
+        &fs,
+        &MkfsOptions {
+            blocks_per_group: Some(1024),
+            journal_size: Some(LOG_BLOCKS * 4096),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs
+}
+
+fn mount_file(fs: &MemDevice, commit: Commit) -> Arc<Ffs> {
+    mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::File, commit),
+        false,
+    )
+    .unwrap()
+}
+
 fn mount_with(
     fs: Arc<dyn BlockDevice>,
     j: Journal,
@@ -247,14 +271,20 @@ fn workload(f: &Ffs, evs: &Mutex<Vec<Ev>>) -> Vec<Names> {
 }
 
 struct CrashRun {
+    /// The log is in the file system's log area (`log=file`), not on the second device.
+    file: bool,
     base_fs: Vec<u8>,
     base_log: Vec<u8>,
     evs: Vec<Ev>,
     states: Vec<Names>,
 }
 
-fn record(commit: Commit, plant: bool) -> CrashRun {
-    let (fs, log) = fresh();
+fn record(commit: Commit, plant: bool, file: bool) -> CrashRun {
+    let (fs, log) = if file {
+        (fresh_file(), fresh().1)
+    } else {
+        fresh()
+    };
     let evs = Arc::new(Mutex::new(Vec::new()));
     let (base_fs, base_log) = (fs.to_bytes(), log.to_bytes());
     let rfs = Arc::new(Rec {
@@ -267,7 +297,14 @@ fn record(commit: Commit, plant: bool) -> CrashRun {
         id: 1,
         evs: evs.clone(),
     });
-    let mut j = Journal::new(LogSpec::Device(rlog), commit);
+    let mut j = Journal::new(
+        if file {
+            LogSpec::File
+        } else {
+            LogSpec::Device(rlog)
+        },
+        commit,
+    );
     j.plant_home_first = plant;
     let f = mount_with(rfs, j, false).unwrap();
     let states = workload(&f, &evs);
@@ -278,6 +315,7 @@ fn record(commit: Commit, plant: bool) -> CrashRun {
     drop(f);
     let evs = std::mem::take(&mut *evs.lock());
     CrashRun {
+        file,
         base_fs,
         base_log,
         evs,
@@ -310,9 +348,17 @@ fn state_at(run: &CrashRun, k: usize) -> (MemDevice, MemDevice, usize) {
 /// durable commit, at least those after the last call that returned.
 fn check_state(run: &CrashRun, k: usize, commit: Commit) -> Result<(), String> {
     let (fs, log, returned) = state_at(run, k);
-    let j = Journal::new(LogSpec::Device(Arc::new(log.with_block_size(4096))), commit);
-    let f = mount_with(Arc::new(fs.with_block_size(4096)), j, false)
-        .map_err(|e| format!("recovery: {e}"))?;
+    let spec = if run.file {
+        LogSpec::File
+    } else {
+        LogSpec::Device(Arc::new(log.with_block_size(4096)))
+    };
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(spec, commit),
+        false,
+    )
+    .map_err(|e| format!("recovery: {e}"))?;
     let got = names(&f);
     f.unmount().map_err(|e| format!("unmount: {e}"))?;
     drop(f);
@@ -327,8 +373,8 @@ fn check_state(run: &CrashRun, k: usize, commit: Commit) -> Result<(), String> {
     }
 }
 
-fn campaign(commit: Commit, plant: bool) -> (usize, Vec<String>) {
-    let run = record(commit, plant);
+fn campaign(commit: Commit, plant: bool, file: bool) -> (usize, Vec<String>) {
+    let run = record(commit, plant, file);
     let mut bad = Vec::new();
     let points: Vec<usize> = (0..=run.evs.len())
         .filter(|&k| k == run.evs.len() || matches!(run.evs[k], Ev::Write { .. } | Ev::Flush))
@@ -345,25 +391,30 @@ fn campaign(commit: Commit, plant: bool) -> (usize, Vec<String>) {
 /// holding the names after some call — at least the last returned one with commit=sync.
 #[test]
 fn recovery_after_a_crash_at_every_write_and_flush() {
-    for commit in [Commit::Sync, Commit::Async] {
-        let (states, bad) = campaign(commit, false);
-        assert!(states > 40, "{commit:?}: only {states} crash points");
-        assert!(
-            bad.is_empty(),
-            "{commit:?}: {} of {states} states bad: {bad:#?}",
-            bad.len()
-        );
+    for file in [false, true] {
+        for commit in [Commit::Sync, Commit::Async] {
+            let (states, bad) = campaign(commit, false, file);
+            let what = if file { "log=file" } else { "log=dev" };
+            assert!(states > 40, "{what} {commit:?}: only {states} crash points");
+            assert!(
+                bad.is_empty(),
+                "{what} {commit:?}: {} of {states} states bad: {bad:#?}",
+                bad.len()
+            );
+        }
     }
 }
 
 /// A journal that writes blocks home before their log records are durable is caught.
 #[test]
 fn a_journal_writing_home_before_its_log_is_caught() {
-    let (states, bad) = campaign(Commit::Async, true);
-    assert!(
-        !bad.is_empty(),
-        "none of {states} crash states caught the planted bug"
-    );
+    for file in [false, true] {
+        let (states, bad) = campaign(Commit::Async, true, file);
+        assert!(
+            !bad.is_empty(),
+            "none of {states} crash states caught the planted bug"
+        );
+    }
 }
 
 // ----- refusals -------------------------------------------------------------------------
@@ -422,6 +473,54 @@ fn bad_log_devices_are_refused_with_one_line() {
 }
 
 #[test]
+fn log_file_survives_a_crash_and_a_file_system_without_a_log_area_is_refused() {
+    let fs = fresh_file();
+    let f = mount_file(&fs, Commit::Sync);
+    let c = Ctx::root();
+    for i in 0..10 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    let img = fs.to_bytes();
+    std::mem::forget(f);
+    let fs2 = MemDevice::from_bytes(4096, img);
+    let f = mount_file(&fs2, Commit::Sync);
+    for i in 0..10 {
+        f.lookup(&c, 2, n(&format!("d{i}"))).unwrap();
+    }
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs2).unwrap();
+    // No log area: one line naming the fix.
+    let (plain, _) = fresh();
+    let e = mount_with(
+        Arc::new(plain.with_block_size(4096)),
+        Journal::new(LogSpec::File, Commit::Sync),
+        false,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("no journal log area") && !e.contains('\n'),
+        "{e}"
+    );
+    // A log area cut off by a truncated image.
+    let short = MemDevice::from_bytes(
+        4096,
+        fs2.to_bytes()[..(FS_BLOCKS as usize + 10) * 4096].to_vec(),
+    );
+    let e = mount_with(
+        Arc::new(short),
+        Journal::new(LogSpec::File, Commit::Sync),
+        false,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("runs past the end"), "{e}");
+}
+
+#[test]
 fn options_are_parsed_by_the_mode() {
     let o = |v: &[(&str, &str)]| {
         let v: Vec<(String, Option<String>)> = v
@@ -439,14 +538,10 @@ fn options_are_parsed_by_the_mode() {
         Ok(Commit::Async)
     );
     assert_eq!(o(&[("log", "dev:/x")]), Ok(Commit::Sync));
-    assert!(
-        o(&[("commit", "sync")])
-            .unwrap_err()
-            .contains("needs a log")
-    );
+    assert_eq!(o(&[("commit", "sync")]), Ok(Commit::Sync)); // log=file
     assert!(o(&[("log", "dev:/x"), ("commit", "soon")]).is_err());
     assert!(o(&[("log", "disk")]).is_err());
-    assert!(o(&[("log", "file")]).unwrap_err().contains("not available"));
+    assert!(o(&[("log", "file")]).is_ok());
 }
 
 // ----- cost -----------------------------------------------------------------------------
