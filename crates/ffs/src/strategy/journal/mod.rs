@@ -185,6 +185,8 @@ struct JOp {
     fresh: Vec<u64>,
     orphan: Vec<Ino>,
     orphan_gone: Vec<Ino>,
+    /// Data blocks the call allocated: written before the call is forced (ordered data).
+    data: Vec<Blk>,
 }
 
 impl JOp {
@@ -819,6 +821,19 @@ impl Strategy for Journal {
             && tx.kind.durable()
             && self.commit != Commit::Async
         {
+            // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
+            // allocated, or past the old end of the file) is written and flushed before the
+            // pointers and size that expose it become durable, so a returned write never
+            // leaves a file showing zeros or a deleted file's bytes, and an fsync in flight
+            // never shows its pointers first. Every earlier call of this commit mode did the
+            // same, so the dirty data is this call's.
+            if !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate) {
+                tx.io
+                    .cache
+                    .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+                // Stream writes went to the device directly: the flush covers them too.
+                tx.io.cache.flush_device()?;
+            }
             self.inner.need_wal()?.force(end).map_err(wal_err)?;
         }
         Ok(())
@@ -843,6 +858,9 @@ impl Strategy for Journal {
         }
         if let Some(op) = tx.state::<JOp>() {
             op.fresh.push(f.new_blk);
+            if !f.kind.is_metadata() {
+                op.data.push(f.new_blk);
+            }
         }
         Ok(())
     }
@@ -854,6 +872,9 @@ impl Strategy for Journal {
         }
         if let Some(op) = tx.state::<JOp>() {
             op.fresh.push(f.new_blk);
+            if !f.kind.is_metadata() {
+                op.data.push(f.new_blk);
+            }
         }
         Ok(())
     }
