@@ -575,3 +575,94 @@ fn sync_commit_costs_one_log_flush_per_create() {
     assert_eq!(fs_flushes, 0);
     f.unmount().unwrap();
 }
+
+/// Creates per second and flushes per create on image files (real fdatasync), journal
+/// against sync and async: `cargo test -p cairn-ffs --lib journal_rates -- --ignored
+/// --nocapture`. Ignored: it measures the host's disk.
+#[test]
+#[ignore]
+fn journal_rates_on_image_files() {
+    use cairn_blockdev::FileDevice;
+    const N: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, journal: bool| -> Arc<FileDevice> {
+        let p = dir.path().join(name);
+        let blocks: u64 = 16384 + if journal { 660 } else { 0 };
+        let d = FileDevice::create(&p, 4096, blocks * 4096).unwrap();
+        mkfs_device(
+            &d,
+            &MkfsOptions {
+                journal_size: journal.then_some(660 * 4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        Arc::new(d)
+    };
+    let run = |label: &str, f: Arc<Ffs>, devs: Vec<Arc<FileDevice>>| {
+        let c = Ctx::root();
+        let before: Vec<_> = devs.iter().map(|d| d.counters().snapshot()).collect();
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            let (a, fh) = f
+                .create(&c, 2, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            f.release(a.ino, fh).unwrap();
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let per: Vec<String> = devs
+            .iter()
+            .zip(&before)
+            .map(|(d, b)| {
+                let x = d.counters().snapshot().delta(b);
+                format!(
+                    "{:.2} flushes {:.0} B",
+                    x.flushes as f64 / N as f64,
+                    x.bytes_written as f64 / N as f64
+                )
+            })
+            .collect();
+        eprintln!(
+            "{label:30} {:8.0} creates/s   per create (fs; log): {}",
+            N as f64 / secs,
+            per.join("; ")
+        );
+        f.unmount().unwrap();
+    };
+    for mode in ["sync", "async"] {
+        let d = make(mode, false);
+        let f = Ffs::mount_device(
+            d.clone(),
+            &MountOptions {
+                mode: mode.into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        run(&format!("ffs {mode}"), f, vec![d]);
+    }
+    for (label, commit) in [
+        ("journal log=file commit=sync", Commit::Sync),
+        ("journal log=file commit=async", Commit::Async),
+    ] {
+        let d = make(label, true);
+        let f = mount_with(d.clone(), Journal::new(LogSpec::File, commit), false).unwrap();
+        run(label, f, vec![d]);
+    }
+    for (label, commit) in [
+        ("journal log=dev commit=sync", Commit::Sync),
+        ("journal log=dev commit=async", Commit::Async),
+    ] {
+        let d = make(label, false);
+        let lp = dir.path().join(format!("{label}.log"));
+        let l = Arc::new(FileDevice::create(&lp, 4096, 1024 * 4096).unwrap());
+        Wal::format(&*l, Region::whole(&*l), &FormatOptions::default()).unwrap();
+        let f = mount_with(
+            d.clone(),
+            Journal::new(LogSpec::Device(l.clone()), commit),
+            false,
+        )
+        .unwrap();
+        run(label, f, vec![d, l]);
+    }
+}
