@@ -205,7 +205,7 @@ pub fn diff(old: Option<&[u8]>, new: &[u8]) -> Vec<(usize, usize)> {
     const CHUNK: usize = 64;
     let mut out: Vec<(usize, usize)> = Vec::new();
     let mut run: Option<usize> = None; // start of the differing run in progress
-    let mut push = |out: &mut Vec<(usize, usize)>, start: usize, end: usize| match out.last_mut() {
+    let push = |out: &mut Vec<(usize, usize)>, start: usize, end: usize| match out.last_mut() {
         Some((s, e)) if start - (*s + *e) < MERGE_GAP => *e = end - *s,
         _ => out.push((start, end - start)),
     };
