@@ -666,3 +666,88 @@ fn journal_rates_on_image_files() {
         run(label, f, vec![d, l]);
     }
 }
+
+/// A log far smaller than what the calls write: the log fills again and again, each time a
+/// call checkpoints first (everything home, the log emptied) instead of failing; a crash
+/// at the end still recovers every call.
+#[test]
+fn a_full_log_forces_checkpoints_and_never_fails_a_call() {
+    let (fs, _) = fresh();
+    let log = MemDevice::new(4096, 66); // the smallest log: 256 KiB
+    Wal::format(&log, Region::whole(&log), &FormatOptions::default()).unwrap();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync),
+        false,
+    )
+    .unwrap();
+    let c = Ctx::root();
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    const N: usize = 400; // the file system has 512 inodes
+    for i in 0..N {
+        let (a, fh) = f
+            .create(&c, d.ino, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        f.write(a.ino, fh, 0, &[i as u8; 100]).unwrap();
+        f.release(a.ino, fh).unwrap();
+    }
+    let wal = Wal::open_read_only(logdev.clone(), Region::whole(&*logdev)).unwrap();
+    // A new log starts at LSN `capacity`: past twice that, the calls logged more than the
+    // whole log holds.
+    assert!(
+        wal.end().0 > 2 * wal.capacity(),
+        "the workload should overfill the log (end {}, capacity {})",
+        wal.end(),
+        wal.capacity()
+    );
+    drop(wal);
+    let img = fs.to_bytes();
+    let log_img = log.to_bytes();
+    std::mem::forget(f);
+    let (fs2, log2) = (
+        MemDevice::from_bytes(4096, img),
+        MemDevice::from_bytes(4096, log_img),
+    );
+    let f = mount(&fs2, &log2, Commit::Sync);
+    let d = f.lookup(&c, 2, n("d")).unwrap();
+    for i in 0..N {
+        let a = f.lookup(&c, d.ino, n(&format!("f{i}"))).unwrap();
+        assert_eq!(a.size, 100);
+    }
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs2).unwrap();
+}
+
+/// The 1-second checkpoint moves the log's start to the oldest record a dirty buffer still
+/// needs: nowhere while the calls' buffers are dirty, to the end once they are home.
+#[test]
+fn the_background_checkpoint_follows_the_buffers_home() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync),
+        false,
+    )
+    .unwrap();
+    let checkpoint = || {
+        let w = Wal::open_read_only(logdev.clone(), Region::whole(&*logdev)).unwrap();
+        (w.checkpoint(), w.end())
+    };
+    let c = Ctx::root();
+    let (start, _) = checkpoint();
+    for i in 0..10 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    f.strategy.background(&*f).unwrap();
+    let (held, end) = checkpoint();
+    assert_eq!(held, start, "dirty buffers still need every record");
+    assert!(end > start);
+    f.sync_as(crate::strategy::SyncWhy::Periodic).unwrap();
+    f.strategy.background(&*f).unwrap();
+    let (moved, end2) = checkpoint();
+    assert_eq!(moved, end2, "everything home: the log is empty");
+    f.unmount().unwrap();
+}
