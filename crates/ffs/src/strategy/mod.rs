@@ -387,7 +387,7 @@ pub fn modes() -> &'static [ModeInfo] {
 /// crash campaign, the real-mount suites, the benchmarks), so a mode joins [`MODES`] only
 /// once it passes them. `journal` waits for the crash harness to provide its log device.
 pub fn unlisted_modes() -> &'static [ModeInfo] {
-    &[journal::MODE]
+    &[journal::MODE, journal::MODE_ASYNC]
 }
 
 /// The strategy of the mode called `name`, with its default options.

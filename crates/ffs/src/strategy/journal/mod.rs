@@ -39,7 +39,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -52,8 +52,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::{
     AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
-    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, Io, LinkChange, ModeInfo, OpKind,
-    OpState, Release, Strategy, SyncWhy, Tx,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, LinkChange, ModeInfo, OpKind, OpState,
+    Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::superblock::Geometry;
 use crate::format::{Superblock, kind};
@@ -125,12 +125,48 @@ pub(super) const MODE: ModeInfo = ModeInfo {
     make: |o| Ok(Box::new(Journal::from_options(o)?)),
 };
 
+/// `commit=async` as a mode of its own, because it promises less: integrity after a crash,
+/// durability only for what fsync, sync(2) or the 1-second timer made durable (001's
+/// "-async"). The crash harness holds each to its own promise.
+pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
+    name: "journal-async",
+    description: "journal with commit=async: calls logged as whole operations, forced on fsync, sync and every second",
+    guarantees: Guarantees {
+        metadata_on_return: false,
+        fsync_data_first: true,
+        no_stale_data: false,
+        corrupt: Allowed::Never,
+        leak: Allowed::Never,
+        interrupted_rename: Allowed::Never,
+        after_crash: AfterCrash::Recover,
+        basis: "001 §3.2: an asynchronous log gives integrity without durability; 001 §5.3: recovery replays complete operations; 001 §6: rename atomic",
+    },
+    options: &[ModeOption {
+        key: "log",
+        values: "file|dev:PATH",
+        help: "where the log lives (as mode journal)",
+    }],
+    make: |o| {
+        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log") {
+            return Err(format!(
+                "mount option '{k}' is not an option of mode journal-async"
+            ));
+        }
+        let mut j = Journal::from_options(o)?;
+        j.commit = Commit::Async;
+        j.name = "journal-async";
+        Ok(Box::new(j))
+    },
+};
+
 /// The journal strategy.
 pub struct Journal {
+    name: &'static str,
     commit: Commit,
     log: LogSpec,
     inner: Arc<Inner>,
-    /// A planted bug for the tests: blocks are written home without forcing the log first.
+    /// A planted bug for the tests: blocks are written home without forcing the log first
+    /// (neither by `sync` nor by `before_write`).
     #[cfg(test)]
     pub(crate) plant_home_first: bool,
 }
@@ -146,14 +182,13 @@ struct Inner {
     /// target under it, so no record is released between its append and the buffers
     /// learning its LSN.
     log: Mutex<LogState>,
-    /// The END LSN of the newest operation that freed blocks (0: none): a data write forces
-    /// the log this far first, so a freed block's next contents never land before the free
-    /// is durable.
-    free_lsn: AtomicU64,
     /// Orphans the replay found: freed by `mount`, once the engine runs.
     recovered_orphans: Mutex<Vec<Ino>>,
     /// log=file: the log area, replayed by `recover`, opened by `mount`.
     pending_region: Mutex<Option<Region>>,
+    /// A call that wrote data was logged and not forced: the next force writes dirty data
+    /// first (ordered data).
+    data_dirty: AtomicBool,
 }
 
 #[derive(Default)]
@@ -240,6 +275,7 @@ fn copy_region(dev: &dyn BlockDevice, region: Region) -> Result<cairn_blockdev::
 impl Journal {
     pub fn new(log: LogSpec, commit: Commit) -> Journal {
         Journal {
+            name: "journal",
             commit,
             log,
             inner: Arc::new(Inner {
@@ -250,9 +286,9 @@ impl Journal {
                     next_op: 1,
                     ..LogState::default()
                 }),
-                free_lsn: AtomicU64::new(0),
                 recovered_orphans: Mutex::new(Vec::new()),
                 pending_region: Mutex::new(None),
+                data_dirty: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -414,6 +450,9 @@ impl Journal {
                 Commit::Group => GroupWait::default(),
                 Commit::Sync | Commit::Async => GroupWait::Off,
             },
+            // No write-behind: a log record that reached the disk unforced would make its
+            // pointers durable before their data (see `Inner::ordered_sync`).
+            write_behind: Some(0),
             ..WalOptions::default()
         }
     }
@@ -538,9 +577,6 @@ impl Inner {
         for i in gone {
             log.orphans.remove(&i);
         }
-        if !revokes.is_empty() {
-            self.free_lsn.fetch_max(last.0, Ordering::AcqRel);
-        }
         Ok(Some(last))
     }
 
@@ -610,23 +646,27 @@ impl Inner {
     /// Everything home and the log emptied: sync the log, write every dirty buffer (the
     /// hooks force nothing more), flush, checkpoint to the end. Only between calls.
     fn checkpoint_full(&self, cache: &BufferCache) -> Result<()> {
-        let wal = self.need_wal()?;
-        wal.sync().map_err(wal_err)?;
+        self.ordered_sync(cache)?;
         cache.write_back_all()?;
         cache.flush_device()?;
         self.advance(cache)
     }
 
-    /// Forces the log up to the last operation that freed blocks (a data write follows).
-    fn force_frees(&self) -> std::result::Result<(), WalError> {
-        let f = self.free_lsn.load(Ordering::Acquire);
-        if f == 0 {
+    /// Makes every call logged so far durable, data first (ordered data): every dirty data
+    /// buffer is written and the device flushed before the log is forced, so no pointer or
+    /// size the log makes durable exposes data that is not. The log reaches the disk only
+    /// through forces (no write-behind: `wal_options`), so this is the only way pointers
+    /// become durable, besides a call's own force in `commit=sync`/`group` (which orders its
+    /// data the same way in `end_op`).
+    fn ordered_sync(&self, cache: &BufferCache) -> Result<()> {
+        let wal = self.need_wal()?;
+        if wal.durable() >= wal.end() {
             return Ok(());
         }
-        match self.wal() {
-            Some(w) if w.durable().0 <= f => w.force(Lsn(f)),
-            _ => Ok(()),
-        }
+        self.data_dirty.store(false, AtomicOrdering::Release);
+        cache.write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+        cache.flush_device()?;
+        wal.sync().map_err(wal_err)
     }
 }
 
@@ -653,9 +693,6 @@ impl WriteHooks for Hooks {
         {
             w.force(Lsn(high)).map_err(to_io)?;
         }
-        if buf.kind() == kind::DATA {
-            self.inner.force_frees().map_err(to_io)?;
-        }
         Ok(())
     }
 
@@ -672,7 +709,7 @@ impl WriteHooks for Hooks {
 
 impl Strategy for Journal {
     fn name(&self) -> &'static str {
-        "journal"
+        self.name
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
@@ -762,8 +799,9 @@ impl Strategy for Journal {
         let Some(wal) = self.inner.wal() else {
             return Ok(false);
         };
+        let _ = wal;
         if self.commit == Commit::Async {
-            wal.sync().map_err(wal_err)?;
+            self.inner.ordered_sync(&e.io().cache)?;
         }
         self.inner.advance(&e.io().cache)?;
         Ok(false)
@@ -771,20 +809,20 @@ impl Strategy for Journal {
 
     fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
         let io = e.io();
-        if why.durable() {
-            self.inner.need_wal()?.sync().map_err(wal_err)?;
+        // Data and the log first, whatever the reason: the metadata written home next would
+        // force the log anyway (write-ahead), and its data must precede it.
+        #[cfg(test)]
+        let skip = self.plant_home_first;
+        #[cfg(not(test))]
+        let skip = false;
+        if !skip {
+            self.inner.ordered_sync(&io.cache)?;
         }
         io.write_back_unordered(why.durable())?;
         if why.durable() {
             self.inner.advance(&io.cache)?;
         }
         Ok(())
-    }
-
-    fn write_stream(&self, io: &Io, ino: Ino, blk: Blk, data: &[u8]) -> Result<()> {
-        let _ = ino;
-        self.inner.force_frees().map_err(wal_err)?;
-        io.write_stream(blk, data)
     }
 
     /// Before a call changes anything: if the log runs low, everything goes home and the
@@ -817,17 +855,23 @@ impl Strategy for Journal {
             }
         }
         let end = self.inner.log_op(&op, &bufs)?;
+        // A call that freed blocks is forced in every commit mode: a freed block may be
+        // handed out by the next call, and its next contents (data, never logged) must not
+        // land while the free could still be lost — the block would then still belong to
+        // the deleted file, holding its successor's bytes (ext3/4 keep such blocks out of
+        // the allocator until the commit instead; forcing keeps the allocator simple).
+        let frees = !op.revokes.is_empty();
+        let has_data = !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate);
         if let Some(end) = end
-            && tx.kind.durable()
-            && self.commit != Commit::Async
+            && ((tx.kind.durable() && self.commit != Commit::Async) || frees)
         {
             // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
             // allocated, or past the old end of the file) is written and flushed before the
             // pointers and size that expose it become durable, so a returned write never
             // leaves a file showing zeros or a deleted file's bytes, and an fsync in flight
-            // never shows its pointers first. Every earlier call of this commit mode did the
-            // same, so the dirty data is this call's.
-            if !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate) {
+            // never shows its pointers first. Data earlier unforced calls left dirty
+            // (`commit=async`) goes too: this force makes their pointers durable as well.
+            if has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel) {
                 tx.io
                     .cache
                     .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
@@ -835,6 +879,8 @@ impl Strategy for Journal {
                 tx.io.cache.flush_device()?;
             }
             self.inner.need_wal()?.force(end).map_err(wal_err)?;
+        } else if has_data {
+            self.inner.data_dirty.store(true, AtomicOrdering::Release);
         }
         Ok(())
     }
@@ -964,6 +1010,7 @@ impl Strategy for Journal {
             io.cache.write_now(&data)?;
         }
         io.cache.flush_device()?;
-        self.inner.need_wal()?.sync().map_err(wal_err)
+        // The log force makes every earlier call durable, so their data goes first too.
+        self.inner.ordered_sync(&io.cache)
     }
 }
