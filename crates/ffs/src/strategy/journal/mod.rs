@@ -14,13 +14,18 @@
 //! | `directory_add`/`_remove`/`_change` | the entry's block (and a new directory's first block) join; drops apply now |
 //! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once and revoked in the log; their group blocks join |
 //! | `freefile` | the inode bit is released at once; its group blocks join |
-//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, an END record; `commit=sync`/`group`: forced |
+//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; forced for `commit=sync`/`group`, and in every mode when the call freed blocks — data first |
 //!
-//! Frees are released inside the call that frees, so the bitmap change is logged with it;
-//! a freed block is never given to a *file's data* before that free is durable: a data
-//! write (`before_write` of a data buffer, `write_stream`) forces the log up to the last
-//! operation that freed blocks first. A freed block reused as metadata needs nothing: the
-//! operation reusing it is later in the log.
+//! Frees are released inside the call that frees, so the bitmap change is logged with it,
+//! and that call is forced before it returns: the next call may give a freed block to a
+//! file's data, which is never logged and must not land while the free could be lost.
+//!
+//! # Ordered data
+//!
+//! No log record reaches the disk except through a force (the log's write-behind is off),
+//! and every force that can make pointers to data durable writes and flushes the dirty data
+//! first (`Inner::ordered_sync`, and `end_op`'s own force): durable pointers never expose
+//! data that is not (ext3/4's `data=ordered`).
 //!
 //! # Checkpoints
 //!
