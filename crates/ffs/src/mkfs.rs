@@ -194,15 +194,19 @@ pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsEr
         Some(j) => {
             let jb = j.div_ceil(bs as u64);
             if jb < crate::strategy::journal::MIN_LOG_BYTES.div_ceil(bs as u64) + 2 {
-                return Err(FsError::Corrupt(format!(
-                    "journal size {j} is below the smallest log ({} KiB)",
-                    crate::strategy::journal::MIN_LOG_BYTES >> 10
-                )));
+                return Err(FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    format!(
+                        "journal size {j} is below the smallest log ({} KiB)",
+                        crate::strategy::journal::MIN_LOG_BYTES >> 10
+                    ),
+                ));
             }
             if jb >= total / 2 {
-                return Err(FsError::Corrupt(format!(
-                    "journal size {j} does not leave room for the file system"
-                )));
+                return Err(FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    format!("journal size {j} does not leave room for the file system"),
+                ));
             }
             jb
         }
