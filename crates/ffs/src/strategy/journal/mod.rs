@@ -515,14 +515,35 @@ impl Inner {
             log.shadows.remove(b);
         }
         let mut entries = Vec::new();
-        let mut images: Vec<(&BufRef, Vec<u8>)> = Vec::new();
+        let mut logged: Vec<&BufRef> = Vec::new();
         for b in bufs {
             if b.is_invalidated() || revokes.contains(&b.blkno()) {
                 continue;
             }
-            let img = b.read().clone();
-            let base = log.shadows.get(&b.blkno()).map(|s| s.image.as_slice());
-            let ranges = record::diff(base, &img);
+            let img = b.read();
+            // The shadow becomes the image logged now, in place: only the changed ranges
+            // are copied (no copy of the block per call). Should the append below fail,
+            // the shadows of this call's blocks are dropped (their next change is logged
+            // whole), since the call's rollback takes the buffers back.
+            let ranges = match log.shadows.get_mut(&b.blkno()) {
+                Some(sh) => {
+                    let r = record::diff(Some(&sh.image), &img);
+                    for &(o, l) in &r {
+                        sh.image[o..o + l].copy_from_slice(&img[o..o + l]);
+                    }
+                    r
+                }
+                None => {
+                    log.shadows.insert(
+                        b.blkno(),
+                        Shadow {
+                            image: img.clone(),
+                            buf: Arc::downgrade(b),
+                        },
+                    );
+                    vec![(0, img.len())]
+                }
+            };
             if ranges.is_empty() {
                 continue;
             }
@@ -533,7 +554,7 @@ impl Inner {
                     data: img[o..o + l].to_vec(),
                 });
             }
-            images.push((b, img));
+            logged.push(b);
         }
         for &r in revokes {
             log.shadows.remove(&r);
@@ -562,21 +583,22 @@ impl Inner {
         let mut first = None;
         let mut last = Lsn(0);
         for payload in record::split(op, entries, limit) {
-            last = wal.append(&payload).map_err(wal_err)?;
+            match wal.append(&payload) {
+                Ok(l) => last = l,
+                Err(e) => {
+                    for b in &logged {
+                        log.shadows.remove(&b.blkno());
+                    }
+                    return Err(wal_err(e));
+                }
+            }
             first.get_or_insert(last);
         }
-        for (b, img) in images {
+        for b in logged {
             // Low: the operation's first record (what must stay until the block is home);
             // high: its END record (what must be durable before the block is written).
             b.note_lsn(first.unwrap_or(last).0);
             b.note_lsn(last.0);
-            log.shadows.insert(
-                b.blkno(),
-                Shadow {
-                    image: img,
-                    buf: Arc::downgrade(b),
-                },
-            );
         }
         log.orphans.extend(added);
         for i in gone {
