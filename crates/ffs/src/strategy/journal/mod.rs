@@ -655,6 +655,33 @@ impl Inner {
         Ok(Lsn(target))
     }
 
+    /// After a replay: the log is emptied, except for the orphans the replay found, which are
+    /// logged again first (and forced) and kept behind the new checkpoint — a crash before
+    /// `mount` has freed them must still find them (a crash during recovery found this).
+    fn restart(&self, wal: &Wal) -> Result<()> {
+        let orphans = self.recovered_orphans.lock().clone();
+        if orphans.is_empty() {
+            return wal.set_checkpoint(wal.end()).map_err(wal_err);
+        }
+        let mut log = self.log.lock();
+        let op = log.next_op;
+        log.next_op += 1;
+        let entries = orphans.iter().map(|&ino| Entry::Orphan { ino }).collect();
+        let limit = MAX_RECORD.min(wal.max_record() as usize);
+        let mut first = None;
+        let mut last = Lsn(0);
+        for payload in record::split(op, entries, limit) {
+            last = wal.append(&payload).map_err(wal_err)?;
+            first.get_or_insert(last);
+        }
+        wal.force(last).map_err(wal_err)?;
+        let first = first.unwrap_or(last);
+        wal.set_checkpoint(first).map_err(wal_err)?;
+        log.orphans.extend(orphans);
+        log.orphan_snapshot = first.0;
+        Ok(())
+    }
+
     /// Moves the checkpoint as far as the buffers allow: a flush of the file system's device
     /// first, so every home write that completed is durable before the records describing
     /// it are released.
@@ -787,7 +814,7 @@ impl Strategy for Journal {
         let wal = Wal::open_with(logdev, region, self.wal_options())
             .map_err(|e| refused(format!("{name}: {e}")))?;
         self.replay_log(&wal, dev, sb, &name, true)?;
-        wal.set_checkpoint(wal.end()).map_err(wal_err)?;
+        self.inner.restart(&wal)?;
         *self.inner.wal.write() = Some(Arc::new(wal));
         Ok(())
     }
@@ -802,12 +829,11 @@ impl Strategy for Journal {
             let dev = Arc::clone(e.io().cache.device());
             let wal = Wal::open_with(dev, region, self.wal_options())
                 .map_err(|e| refused(format!("journal log area: {e}")))?;
-            wal.set_checkpoint(wal.end()).map_err(wal_err)?;
+            self.inner.restart(&wal)?;
             *self.inner.wal.write() = Some(Arc::new(wal));
         }
         let orphans = std::mem::take(&mut *self.inner.recovered_orphans.lock());
         for ino in orphans {
-            self.inner.log.lock().orphans.insert(ino);
             if let Err(err) = e.apply_link_drop(ino, 0) {
                 log::error!("journal: cannot free orphan inode {ino}: {err}");
             }
