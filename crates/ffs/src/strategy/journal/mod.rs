@@ -61,6 +61,7 @@ use super::{
     Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::superblock::Geometry;
+use crate::format::superblock::STATE_MOUNTED;
 use crate::format::{Superblock, kind};
 
 pub use record::{Chunk, Entry};
@@ -432,6 +433,26 @@ impl Journal {
         for r in wal.scan(wal.checkpoint()) {
             let r = r.map_err(|e| refused(format!("{name}: {e}")))?;
             records.push((r.lsn.0, r.data));
+        }
+        // The log describes the file system only if a journaled mount is what ended
+        // uncleanly: a journaled unmount empties it, so records left behind a clean
+        // superblock, or behind a crash in another mode, are older than what another mode
+        // (after fsck or -o force) has written since — replaying them would undo it.
+        // (Any mode named journal*: `journal`, `journal-async`, the harness's planted ones.)
+        let journaled = sb.last_mode.starts_with(MODE.name);
+        let replayable = journaled && sb.state == STATE_MOUNTED;
+        if !replayable && !records.is_empty() {
+            log::warn!(
+                "journal: {name}: {} stale records dropped (the file system was last {} in mode '{}')",
+                records.len(),
+                if sb.state == STATE_MOUNTED {
+                    "left mounted"
+                } else {
+                    "unmounted cleanly"
+                },
+                sb.last_mode
+            );
+            records.clear();
         }
         let Replayed { stats: st, orphans } =
             replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
