@@ -32,6 +32,10 @@ pub struct Args {
     /// is sparse; writes into it may later fail when the host fills up)
     #[arg(long)]
     pub sparse: bool,
+    /// Reserve a log area of this size (e.g. 1% of the size: 10M for 1G) at the end of the
+    /// file system for `-o mode=journal,log=file`
+    #[arg(long)]
+    pub journal_size: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<i32> {
@@ -49,7 +53,14 @@ pub fn run(args: Args) -> Result<i32> {
         .map(cairn_ffs::parse_size)
         .transpose()
         .map_err(|e| anyhow!(e))?;
+    let journal_size = args
+        .journal_size
+        .as_deref()
+        .map(cairn_ffs::parse_size)
+        .transpose()
+        .map_err(|e| anyhow!(e))?;
     let opts = MkfsArgs {
+        journal_size,
         size,
         block_size: args.block_size,
         inodes: args.inodes,

@@ -287,8 +287,9 @@ impl Checker {
                 return out;
             }
         };
+        let dev = Arc::new(dev);
         if let Some(recover) = self.expect.recovery
-            && let Err(e) = recover(&dev)
+            && let Err(e) = recover(dev.clone())
         {
             out.class = StateClass::Corrupt;
             out.findings.push(format!("recovery failed: {e}"));
@@ -297,7 +298,7 @@ impl Checker {
         let rename_in_flight = self.timeline.dir_rename_in_flight(cp);
         let fsync_wrote = self.fsync_wrote(&dev, cp);
         let (mut corrupt, mut leak, mut irename) = (false, false, false);
-        match cairn_fsck::check(&dev, CheckOptions::default()) {
+        match cairn_fsck::check(&*dev, CheckOptions::default()) {
             Ok(rep) => {
                 for f in &rep.findings {
                     match f.class {
@@ -313,7 +314,7 @@ impl Checker {
                 out.findings.push(format!("fsck cannot check: {e}"));
             }
         }
-        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+        let dev: Arc<dyn BlockDevice> = dev;
         let obs = match mount_ro_dev(dev, &self.mount_mode) {
             Ok(fs) => {
                 let o = observe(fs.as_ref());

@@ -490,3 +490,205 @@ mod tests {
         }
     }
 }
+
+// ----- the journal's planted bugs ---------------------------------------------------------
+
+/// A planted bug of the journal (`mode=journal`): kept apart from [`CATALOGUE`], whose
+/// entries are wrappers around `sync`.
+#[derive(Clone, Copy, Debug)]
+pub struct PlantedJournal {
+    pub name: &'static str,
+    pub base: &'static str,
+    pub breaks: &'static str,
+    pub how: &'static str,
+    pub workload: &'static str,
+}
+
+/// The journal's planted bugs.
+pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[PlantedJournal {
+    name: "journal-write-before-log",
+    base: "journal",
+    breaks: "write-ahead: a call's blocks reach their home locations before its log records",
+    how: "end_op writes every buffer the call's facts named (through the cache) before the journal logs and forces the call",
+    workload: "create",
+}];
+
+/// The journal's planted bug called `name`.
+pub fn journal_by_name(name: &str) -> Option<&'static PlantedJournal> {
+    JOURNAL_CATALOGUE.iter().find(|p| p.name == name)
+}
+
+impl PlantedJournal {
+    /// The journal with the bug in it (its log in the image's log area).
+    pub fn strategy(&self) -> Box<dyn Strategy> {
+        Box::new(WriteBeforeLog {
+            name: self.name,
+            inner: cairn_ffs::strategy::journal::Journal::new(
+                cairn_ffs::strategy::journal::LogSpec::File,
+                cairn_ffs::strategy::journal::Commit::Sync,
+            ),
+            named: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// It claims the journal's guarantees.
+    pub fn expectation(&self) -> Option<Expectation> {
+        let mut e = crate::modes::expectation(self.base)?;
+        e.mode = self.name.to_string();
+        Some(e)
+    }
+}
+
+/// journal-write-before-log: the real journal, except that `end_op` first writes the call's
+/// buffers home (their LSNs are the previous calls', so the write-ahead force in
+/// `before_write` does not cover this call's changes).
+struct WriteBeforeLog {
+    name: &'static str,
+    inner: cairn_ffs::strategy::journal::Journal,
+    named: Mutex<Vec<BufRef>>,
+}
+
+impl WriteBeforeLog {
+    fn note(&self, bufs: &[&BufRef]) {
+        let mut v = self.named.lock();
+        for b in bufs {
+            if !v.iter().any(|x| x.blkno() == b.blkno()) {
+                v.push(Arc::clone(b));
+            }
+        }
+    }
+}
+
+impl Strategy for WriteBeforeLog {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn cache_policy(&self) -> KernelCachePolicy {
+        self.inner.cache_policy()
+    }
+    fn syncer_interval(&self) -> Duration {
+        self.inner.syncer_interval()
+    }
+    fn io_model(&self) -> cairn_ffs::strategy::IoModel {
+        self.inner.io_model()
+    }
+    fn write_hooks(&self) -> Arc<dyn cairn_bufcache::WriteHooks> {
+        self.inner.write_hooks()
+    }
+    fn recover(
+        &self,
+        dev: &dyn cairn_blockdev::BlockDevice,
+        sb: &cairn_ffs::format::Superblock,
+    ) -> FsResult<()> {
+        self.inner.recover(dev, sb)
+    }
+    fn mount(&self, e: &dyn Engine) -> FsResult<()> {
+        self.inner.mount(e)
+    }
+    fn background_interval(&self) -> Option<Duration> {
+        self.inner.background_interval()
+    }
+    fn background(&self, e: &dyn Engine) -> FsResult<bool> {
+        self.inner.background(e)
+    }
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> FsResult<()> {
+        self.inner.sync(e, why)
+    }
+    fn unmount(&self, e: &dyn Engine) -> FsResult<()> {
+        self.inner.unmount(e)
+    }
+    fn write_stream(&self, io: &Io, ino: Ino, blk: u64, data: &[u8]) -> FsResult<()> {
+        self.inner.write_stream(io, ino, blk, data)
+    }
+    fn begin_op(&self, kind: OpKind) -> FsResult<OpState> {
+        self.named.lock().clear();
+        self.inner.begin_op(kind)
+    }
+    fn commit_point(&self, tx: &mut Tx) -> FsResult<()> {
+        self.inner.commit_point(tx)
+    }
+    fn end_op(&self, tx: &mut Tx, ok: bool) -> FsResult<()> {
+        let named = std::mem::take(&mut *self.named.lock());
+        if ok {
+            let dirty: Vec<&BufRef> = named.iter().filter(|b| b.is_dirty()).collect();
+            if !dirty.is_empty() {
+                tx.io.cache.write_now(&dirty)?;
+            }
+        }
+        self.inner.end_op(tx, ok)
+    }
+    fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> FsResult<()> {
+        self.note(&[f.bitmap, f.desc]);
+        self.inner.setup_inomapdep(tx, f)
+    }
+    fn setup_blkmapdep(&self, tx: &mut Tx, f: &BlkMapDep) -> FsResult<()> {
+        self.note(&[f.bitmap, f.desc]);
+        self.inner.setup_blkmapdep(tx, f)
+    }
+    fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> FsResult<()> {
+        if let Some(b) = f.new_buf {
+            self.note(&[b]);
+        }
+        self.inner.setup_allocdirect(tx, f)
+    }
+    fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> FsResult<()> {
+        self.note(&[f.indir]);
+        self.inner.setup_allocindir(tx, f)
+    }
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
+        self.note(&[buf]);
+        self.inner.update_inodeblock(tx, ino, buf)
+    }
+    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
+        self.note(&[f.buf]);
+        self.inner.setup_directory_add(tx, f)
+    }
+    fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> FsResult<Apply> {
+        self.note(&[f.buf]);
+        self.inner.setup_directory_remove(tx, f)
+    }
+    fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> FsResult<Apply> {
+        self.note(&[f.buf]);
+        self.inner.setup_directory_change(tx, f)
+    }
+    fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> FsResult<()> {
+        self.note(&[f.inode_buf]);
+        self.inner.change_linkcnt(tx, f)
+    }
+    fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> FsResult<()> {
+        self.note(&[f.inode_buf]);
+        self.inner.setup_freeblocks(tx, f)
+    }
+    fn setup_freefile(&self, tx: &mut Tx, f: &FreeFile) -> FsResult<()> {
+        self.inner.setup_freefile(tx, f)
+    }
+    fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> FsResult<()> {
+        self.note(&[f.inode_buf]);
+        self.inner.setup_attr_change(tx, f)
+    }
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> FsResult<()> {
+        self.inner.fsync(e, f)
+    }
+}
+
+#[cfg(test)]
+mod journal_tests {
+    use super::*;
+
+    #[test]
+    fn the_journals_planted_bugs_resolve_and_claim_its_guarantees() {
+        for p in JOURNAL_CATALOGUE {
+            assert!(by_name(p.name).is_none());
+            assert_eq!(p.strategy().name(), p.name);
+            let e = p.expectation().unwrap();
+            assert_eq!(e.mode, p.name);
+            assert!(e.recovery.is_some());
+            assert!(crate::modes::needs_log_area(p.name));
+            assert!(
+                workload::scripted_set()
+                    .iter()
+                    .any(|w| w.name == p.workload)
+            );
+        }
+    }
+}

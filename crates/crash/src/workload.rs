@@ -370,6 +370,11 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
             block_size: bs,
             blocks_per_group: spec.blocks_per_group,
             label: "crash".into(),
+            // A journal's log area: 1% of the image, at least the smallest log.
+            journal_size: crate::modes::needs_log_area(mode).then(|| {
+                (spec.bytes / 100)
+                    .max(cairn_ffs::strategy::journal::MIN_LOG_BYTES + 4 * u64::from(bs))
+            }),
             ..Default::default()
         },
     )

@@ -178,6 +178,9 @@ pub struct MkfsOptions {
     /// Create an image file larger than the free space of the file system holding it
     /// (`--sparse`): writes into it may later fail with ENOSPC from the host.
     pub sparse: bool,
+    /// Bytes of the journal's log area after the last group (`--journal-size`, for
+    /// `mode=journal,log=file`); `None`: no log area.
+    pub journal_size: Option<u64>,
 }
 
 impl Default for MkfsOptions {
@@ -190,6 +193,7 @@ impl Default for MkfsOptions {
             blocks_per_group: None,
             force: false,
             sparse: false,
+            journal_size: None,
         }
     }
 }

@@ -188,6 +188,30 @@ pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsEr
     if let Some(s) = opts.size {
         total = total.min(s / bs as u64);
     }
+    // The journal's log area (`log=file`) takes the last blocks: the groups end before it.
+    let journal_blocks = match opts.journal_size {
+        None => 0,
+        Some(j) => {
+            let jb = j.div_ceil(bs as u64);
+            if jb < crate::strategy::journal::MIN_LOG_BYTES.div_ceil(bs as u64) + 2 {
+                return Err(FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    format!(
+                        "journal size {j} is below the smallest log ({} KiB)",
+                        crate::strategy::journal::MIN_LOG_BYTES >> 10
+                    ),
+                ));
+            }
+            if jb >= total / 2 {
+                return Err(FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    format!("journal size {j} does not leave room for the file system"),
+                ));
+            }
+            jb
+        }
+    };
+    total -= journal_blocks;
     let geo = Geometry::for_mkfs(bs, total, opts.inodes, opts.blocks_per_group)
         .map_err(|e| FsError::Corrupt(e.0))?;
     if opts.label.len() > 63 {
@@ -226,7 +250,14 @@ pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsEr
         feature_incompat: 0,
         feature_ro_compat: 0,
         dirs: 2,
+        journal_first: 0,
+        journal_blocks: 0,
     };
+    if journal_blocks > 0 {
+        sb.feature_compat |= crate::format::superblock::FEATURE_COMPAT_JOURNAL;
+        sb.journal_first = geo.total_blocks;
+        sb.journal_blocks = journal_blocks;
+    }
     let mut zero_table = vec![0u8; bsz * geo.inode_table_blocks as usize];
     let mut free_blocks_total = 0u64;
     let mut free_inodes_total = 0u64;
@@ -307,6 +338,23 @@ pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsEr
     dev.write_blocks(lf_blk, &db)?;
     sb.free_blocks = free_blocks_total;
     sb.free_inodes = free_inodes_total;
+    if journal_blocks > 0 {
+        // An empty log owned by this file system, before the superblock that points to it.
+        let region = cairn_wal::Region {
+            first_block: sb.journal_first,
+            blocks: sb.journal_blocks,
+        };
+        cairn_wal::Wal::format(
+            dev,
+            region,
+            &cairn_wal::FormatOptions {
+                owner: uuid,
+                zero: true,
+                uuid: None,
+            },
+        )
+        .map_err(|e| FsError::Corrupt(format!("cannot make the journal's log: {e}")))?;
+    }
     // Superblock copies: every group's first block; the primary last, after a flush, so
     // a crash during mkfs never leaves a valid-looking primary over unwritten groups.
     let mut sbb = vec![0u8; bsz];

@@ -913,8 +913,8 @@ fn mode_options_are_the_modes_to_check() {
     o.mode_options.push(("commit".into(), Some("group".into())));
     let e = o.check().unwrap_err();
     assert!(e.contains("commit") && e.contains("sync"), "{e}");
-    let e = crate::strategy::make("journal", &[]).err().unwrap();
-    assert!(e.contains("unknown mode 'journal'"), "{e}");
+    let e = crate::strategy::make("turbo", &[]).err().unwrap();
+    assert!(e.contains("unknown mode 'turbo'"), "{e}");
 }
 
 // ---------------------------------------------------------------------------------------

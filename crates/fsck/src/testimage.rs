@@ -50,6 +50,8 @@ impl Image {
             feature_incompat: 0,
             feature_ro_compat: 0,
             dirs: 0,
+            journal_first: 0,
+            journal_blocks: 0,
         };
         let mut img = Image {
             bytes: vec![0; (g.total_blocks * block_size as u64) as usize],

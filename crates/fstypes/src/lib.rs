@@ -63,6 +63,8 @@ pub struct MkfsArgs {
     pub label: String,
     pub force: bool,
     pub sparse: bool,
+    /// Bytes of a journal log area (`--journal-size`), taken from the end of the size.
+    pub journal_size: Option<u64>,
 }
 
 /// Every format this build knows, the default (`mkfs` without `--format`) first.
@@ -219,6 +221,7 @@ fn ffs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
             label: a.label.clone(),
             force: a.force,
             sparse: a.sparse,
+            journal_size: a.journal_size,
             ..defaults
         },
     )

@@ -27,6 +27,12 @@ pub const STATE_CLEAN: u32 = 0;
 pub const STATE_MOUNTED: u32 = 1;
 pub const STATE_ERRORS: u32 = 2;
 
+/// `feature_compat`: the device holds a journal log area after the last group
+/// (`journal_first`, `journal_blocks`). Compatible: a reader that ignores it never touches
+/// those blocks, and a journaled mount that crashed leaves `state` mounted, which such a
+/// reader refuses until fsck (or the journal) has run.
+pub const FEATURE_COMPAT_JOURNAL: u32 = 1;
+
 /// The superblock. Dynamic fields (free counts, state, times) are exact in the primary copy
 /// only after a clean unmount; the group descriptors are authoritative while mounted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +83,11 @@ pub struct Superblock {
     // 204 reserved                   u32
     // 208 dirs                       u64
     pub dirs: u64,
-    // 216 reserved up to 508
+    // 216 journal_first              u64 (FEATURE_COMPAT_JOURNAL: first block of the log area)
+    pub journal_first: u64,
+    // 224 journal_blocks             u64 (FEATURE_COMPAT_JOURNAL: blocks of the log area)
+    pub journal_blocks: u64,
+    // 232 reserved up to 508
     // 508 crc32c of bytes 0..508     u32
 }
 
@@ -120,6 +130,8 @@ impl Superblock {
         put_u32(b, 196, self.feature_incompat);
         put_u32(b, 200, self.feature_ro_compat);
         put_u64(b, 208, self.dirs);
+        put_u64(b, 216, self.journal_first);
+        put_u64(b, 224, self.journal_blocks);
         let c = crc(&b[..508]);
         put_u32(b, 508, c);
     }
@@ -171,8 +183,11 @@ impl Superblock {
             feature_incompat: get_u32(b, 196),
             feature_ro_compat: get_u32(b, 200),
             dirs: get_u64(b, 208),
+            journal_first: get_u64(b, 216),
+            journal_blocks: get_u64(b, 224),
         };
         sb.geometry()?;
+        sb.journal_area()?;
         if sb.feature_incompat != 0 {
             return corrupt(format!(
                 "unknown incompatible features {:#x}",
@@ -180,6 +195,31 @@ impl Superblock {
             ));
         }
         Ok(sb)
+    }
+
+    /// The log area of `mode=journal,log=file` (first block, blocks): the blocks after the
+    /// last group, outside every group, so nothing else ever allocates or checks them. None
+    /// without [`FEATURE_COMPAT_JOURNAL`]; the fields must then be 0.
+    pub fn journal_area(&self) -> FResult<Option<(u64, u64)>> {
+        if self.feature_compat & FEATURE_COMPAT_JOURNAL == 0 {
+            if self.journal_first != 0 || self.journal_blocks != 0 {
+                return corrupt("journal area fields set without the journal feature");
+            }
+            return Ok(None);
+        }
+        if self.journal_first < self.total_blocks
+            || self.journal_blocks == 0
+            || self
+                .journal_first
+                .checked_add(self.journal_blocks)
+                .is_none()
+        {
+            return corrupt(format!(
+                "bad journal area: blocks {}..+{} (the file system ends at {})",
+                self.journal_first, self.journal_blocks, self.total_blocks
+            ));
+        }
+        Ok(Some((self.journal_first, self.journal_blocks)))
     }
 
     /// Validates the geometry fields and derives the layout.
@@ -450,6 +490,8 @@ mod tests {
             feature_compat: 0,
             feature_incompat: 0,
             feature_ro_compat: 0,
+            journal_first: 0,
+            journal_blocks: 0,
             dirs: 9,
         }
     }
@@ -471,6 +513,34 @@ mod tests {
         newer.encode(&mut bad);
         assert!(Superblock::decode(&bad).unwrap_err().0.contains("newer"));
         assert!(Superblock::decode(&b[..100]).is_err());
+    }
+
+    #[test]
+    fn journal_area_fields_need_the_feature_and_lie_after_the_groups() {
+        let mut b = vec![0u8; 4096];
+        let mut sb = sample();
+        assert_eq!(sb.journal_area().unwrap(), None);
+        sb.feature_compat = FEATURE_COMPAT_JOURNAL;
+        sb.journal_first = sb.total_blocks;
+        sb.journal_blocks = 66;
+        sb.encode(&mut b);
+        assert_eq!(&b[216..224], &sb.total_blocks.to_le_bytes());
+        assert_eq!(&b[224..232], &66u64.to_le_bytes());
+        let back = Superblock::decode(&b).unwrap();
+        assert_eq!(back.journal_area().unwrap(), Some((sb.total_blocks, 66)));
+        let mut inside = sb.clone();
+        inside.journal_first = sb.total_blocks - 1;
+        inside.encode(&mut b);
+        assert!(
+            Superblock::decode(&b)
+                .unwrap_err()
+                .0
+                .contains("journal area")
+        );
+        let mut no_flag = sb.clone();
+        no_flag.feature_compat = 0;
+        no_flag.encode(&mut b);
+        assert!(Superblock::decode(&b).unwrap_err().0.contains("journal"));
     }
 
     #[test]

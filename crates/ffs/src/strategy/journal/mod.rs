@@ -1,0 +1,1090 @@
+//! `journal`: write-ahead logging of metadata (the journaling paper, 001 §3.2, §5, §6; the
+//! LFFS of 000). Every call's metadata changes are logged as one redo operation at the
+//! call's end, and a block reaches its home location only after the log records
+//! describing it are durable (write-ahead). A crash is repaired by replaying the complete
+//! operations logged since the last checkpoint (`recover`, before anything else is read).
+//!
+//! # What each fact does
+//!
+//! | fact | journal |
+//! |---|---|
+//! | `inomapdep`, `blkmapdep` | the bitmap and descriptor join the call's buffers; a new block's image is forgotten (logged whole) |
+//! | `allocdirect`/`allocindir` | the new metadata block and the indirect block join |
+//! | `update_inodeblock`, `change_linkcnt`, `attr_change` | the inode block (and xattr block) join |
+//! | `directory_add`/`_remove`/`_change` | the entry's block (and a new directory's first block) join; drops apply now |
+//! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once and revoked in the log; their group blocks join |
+//! | `freefile` | the inode bit is released at once; its group blocks join |
+//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; forced for `commit=sync`/`group`, and in every mode when the call freed blocks — data first |
+//!
+//! Frees are released inside the call that frees, so the bitmap change is logged with it,
+//! and that call is forced before it returns: the next call may give a freed block to a
+//! file's data, which is never logged and must not land while the free could be lost.
+//!
+//! # Ordered data
+//!
+//! No log record reaches the disk except through a force (the log's write-behind is off),
+//! and every force that can make pointers to data durable writes and flushes the dirty data
+//! first (`Inner::ordered_sync`, and `end_op`'s own force): durable pointers never expose
+//! data that is not (ext3/4's `data=ordered`).
+//!
+//! # Checkpoints
+//!
+//! Every second (`background`) the checkpoint moves to the oldest LSN a dirty buffer still
+//! needs (its low LSN), after a flush of the file system's device makes every completed
+//! home write durable. When the log runs low (a quarter left), the next call first writes
+//! every dirty buffer home and checkpoints to the end (`begin_op`, before it changes
+//! anything): a full log slows a writer, never fails it.
+//!
+//! docs/DESIGN.md ("The journal") has the argument, docs/FORMAT.md the record bytes.
+
+mod record;
+mod replay;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use cairn_blockdev::{BlockDevice, FileDevice};
+use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
+use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption};
+use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
+use cairn_wal::{GroupWait, Lsn, Options as WalOptions, Region, Wal, WalError};
+use parking_lot::{Mutex, RwLock};
+
+use super::{
+    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, LinkChange, ModeInfo, OpKind, OpState,
+    Release, Strategy, SyncWhy, Tx,
+};
+use crate::format::superblock::Geometry;
+use crate::format::superblock::STATE_MOUNTED;
+use crate::format::{Superblock, kind};
+
+pub use record::{Chunk, Entry};
+pub use replay::{ReplayStats, Replayed, replay};
+
+/// When a call's log records are forced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// At the end of every call that is a durability point: one log force per call (001
+    /// §3.2's "-sync" systems).
+    Sync,
+    /// As `Sync`, through the log's group commit: forcers arriving together share a flush.
+    Group,
+    /// On fsync, sync(2), unmount and the 1-second timer only: integrity without
+    /// durability (001's "-async").
+    Async,
+}
+
+/// Where the log lives.
+#[derive(Clone)]
+pub enum LogSpec {
+    /// `log=file` (the default): the log area after the file system's last group, made by
+    /// `cairn mkfs --journal-size N` (superblock `journal_first`, `journal_blocks`).
+    File,
+    /// `log=dev:PATH`: a log made by `cairn wal mkfs` on its own image or device.
+    Dev(PathBuf),
+    /// An already open device holding a log (tests, the crash harness).
+    Device(Arc<dyn BlockDevice>),
+}
+
+/// The smallest log the journal accepts: room for many operations between checkpoints.
+pub const MIN_LOG_BYTES: u64 = 256 << 10;
+
+/// Records are at most this large (an operation spans several when it must).
+const MAX_RECORD: usize = 256 << 10;
+
+/// Clean buffers' last logged images kept beyond this many are dropped at a checkpoint
+/// (their next change is logged whole).
+const SHADOW_CAP: usize = 4096;
+
+/// The mode as the registry lists it.
+pub(super) const MODE: ModeInfo = ModeInfo {
+    name: "journal",
+    description: "write-ahead log of metadata (LFFS): calls redo-logged as whole operations, replayed at mount",
+    guarantees: Guarantees {
+        metadata_on_return: true,
+        fsync_data_first: true,
+        no_stale_data: false,
+        corrupt: Allowed::Never,
+        leak: Allowed::Never,
+        interrupted_rename: Allowed::Never,
+        after_crash: AfterCrash::Recover,
+        basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync)",
+    },
+    options: &[
+        ModeOption {
+            key: "log",
+            values: "file|dev:PATH",
+            help: "where the log lives: the log area `cairn mkfs --journal-size` made (file, the default), or a log made by `cairn wal mkfs PATH`",
+        },
+        ModeOption {
+            key: "commit",
+            values: "sync|group|async",
+            help: "when calls are durable: on return (sync, group: shared flushes) or on fsync and within a second (async)",
+        },
+    ],
+    make: |o| Ok(Box::new(Journal::from_options(o)?)),
+};
+
+/// `commit=async` as a mode of its own, because it promises less: integrity after a crash,
+/// durability only for what fsync, sync(2) or the 1-second timer made durable (001's
+/// "-async"). The crash harness holds each to its own promise.
+pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
+    name: "journal-async",
+    description: "journal with commit=async: calls logged as whole operations, forced on fsync, sync and every second",
+    guarantees: Guarantees {
+        metadata_on_return: false,
+        fsync_data_first: true,
+        no_stale_data: false,
+        corrupt: Allowed::Never,
+        leak: Allowed::Never,
+        interrupted_rename: Allowed::Never,
+        after_crash: AfterCrash::Recover,
+        basis: "001 §3.2: an asynchronous log gives integrity without durability; 001 §5.3: recovery replays complete operations; 001 §6: rename atomic",
+    },
+    options: &[ModeOption {
+        key: "log",
+        values: "file|dev:PATH",
+        help: "where the log lives (as mode journal)",
+    }],
+    make: |o| {
+        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log") {
+            return Err(format!(
+                "mount option '{k}' is not an option of mode journal-async"
+            ));
+        }
+        let mut j = Journal::from_options(o)?;
+        j.commit = Commit::Async;
+        j.name = "journal-async";
+        Ok(Box::new(j))
+    },
+};
+
+/// The journal strategy.
+pub struct Journal {
+    name: &'static str,
+    commit: Commit,
+    log: LogSpec,
+    inner: Arc<Inner>,
+    /// A planted bug for the tests: blocks are written home without forcing the log first
+    /// (neither by `sync` nor by `before_write`).
+    #[cfg(test)]
+    pub(crate) plant_home_first: bool,
+}
+
+/// What the strategy and its write hooks share.
+struct Inner {
+    /// The log, open from `recover` on.
+    wal: RwLock<Option<Arc<Wal>>>,
+    geo: RwLock<Option<Geometry>>,
+    /// The mount's cache (weak: the cache holds these hooks).
+    cache: RwLock<Weak<BufferCache>>,
+    /// Appending and noting LSNs happen under this lock, and a checkpoint computes its
+    /// target under it, so no record is released between its append and the buffers
+    /// learning its LSN.
+    log: Mutex<LogState>,
+    /// Orphans the replay found: freed by `mount`, once the engine runs.
+    recovered_orphans: Mutex<Vec<Ino>>,
+    /// log=file: the log area, replayed by `recover`, opened by `mount`.
+    pending_region: Mutex<Option<Region>>,
+    /// A call that wrote data was logged and not forced: the next force writes dirty data
+    /// first (ordered data).
+    data_dirty: AtomicBool,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// The image last logged of each block, the diff base of its next change.
+    shadows: HashMap<u64, Shadow>,
+    next_op: u64,
+    /// Inodes whose link count reached 0 and that are not freed yet (held open): logged,
+    /// and logged again at a checkpoint that would release their first record.
+    orphans: std::collections::BTreeSet<Ino>,
+    /// The LSN of the last operation listing every orphan (0: none).
+    orphan_snapshot: u64,
+}
+
+struct Shadow {
+    image: Vec<u8>,
+    buf: Weak<Buf>,
+}
+
+/// One call's buffers, gathered from its facts.
+#[derive(Default)]
+struct JOp {
+    bufs: Vec<BufRef>,
+    /// Group blocks (bitmaps, descriptors) a release changed.
+    groups: Vec<u64>,
+    /// Blocks freed: logged as revokes.
+    revokes: Vec<u64>,
+    /// Blocks newly allocated: their old image is no diff base.
+    fresh: Vec<u64>,
+    orphan: Vec<Ino>,
+    orphan_gone: Vec<Ino>,
+    /// Data blocks the call allocated: written before the call is forced (ordered data).
+    data: Vec<Blk>,
+}
+
+impl JOp {
+    fn add(&mut self, b: &BufRef) {
+        if !self.bufs.iter().any(|x| x.blkno() == b.blkno()) {
+            self.bufs.push(Arc::clone(b));
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn refused(msg: String) -> FsError {
+    FsError::Refused(Errno::EINVAL, msg)
+}
+
+fn wal_err(e: WalError) -> FsError {
+    match e {
+        WalError::Io(e) => FsError::Io(e),
+        e => FsError::Io(std::io::Error::other(format!("journal: {e}"))),
+    }
+}
+
+/// A whole region of its own device (the copy of a log area).
+fn whole(r: Region) -> Region {
+    Region {
+        first_block: 0,
+        blocks: r.blocks,
+    }
+}
+
+/// The blocks of `region` of `dev`, copied into memory.
+fn copy_region(dev: &dyn BlockDevice, region: Region) -> Result<cairn_blockdev::MemDevice> {
+    let bs = dev.block_size();
+    let mem = cairn_blockdev::MemDevice::new(bs, region.blocks);
+    let per = ((1u64 << 20) / u64::from(bs)).max(1);
+    let mut buf = Vec::new();
+    let mut b = 0;
+    while b < region.blocks {
+        let n = per.min(region.blocks - b);
+        buf.resize((n * u64::from(bs)) as usize, 0);
+        dev.read_blocks(region.first_block + b, &mut buf)?;
+        mem.write_blocks(b, &buf)?;
+        b += n;
+    }
+    Ok(mem)
+}
+
+impl Journal {
+    pub fn new(log: LogSpec, commit: Commit) -> Journal {
+        Journal {
+            name: "journal",
+            commit,
+            log,
+            inner: Arc::new(Inner {
+                wal: RwLock::new(None),
+                geo: RwLock::new(None),
+                cache: RwLock::new(Weak::new()),
+                log: Mutex::new(LogState {
+                    next_op: 1,
+                    ..LogState::default()
+                }),
+                recovered_orphans: Mutex::new(Vec::new()),
+                pending_region: Mutex::new(None),
+                data_dirty: AtomicBool::new(false),
+            }),
+            #[cfg(test)]
+            plant_home_first: false,
+        }
+    }
+
+    /// The strategy from the mode's own mount options (`log=`, `commit=`).
+    pub fn from_options(opts: &[(String, Option<String>)]) -> std::result::Result<Journal, String> {
+        let mut log = LogSpec::File;
+        let mut commit = Commit::Sync;
+        for (k, v) in opts {
+            let v = v.as_deref().unwrap_or("");
+            match k.as_str() {
+                "log" => {
+                    log = match v.strip_prefix("dev:") {
+                        Some(p) if !p.is_empty() => LogSpec::Dev(PathBuf::from(p)),
+                        _ if v == "file" => LogSpec::File,
+                        _ => {
+                            return Err(format!(
+                                "bad log '{v}' (expected log=file or log=dev:PATH)"
+                            ));
+                        }
+                    }
+                }
+                "commit" => {
+                    commit = match v {
+                        "sync" => Commit::Sync,
+                        "group" => Commit::Group,
+                        "async" => Commit::Async,
+                        _ => {
+                            return Err(format!(
+                                "bad commit '{v}' (expected sync, group or async)"
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "mount option '{k}' is not an option of mode journal"
+                    ));
+                }
+            }
+        }
+        Ok(Journal::new(log, commit))
+    }
+
+    pub fn commit(&self) -> Commit {
+        self.commit
+    }
+
+    /// The open log (after `recover`).
+    pub fn wal(&self) -> Option<Arc<Wal>> {
+        self.inner.wal()
+    }
+
+    fn open_log(&self) -> Result<(Arc<dyn BlockDevice>, String)> {
+        match &self.log {
+            LogSpec::Device(d) => Ok((Arc::clone(d), "the log device".into())),
+            LogSpec::File => Err(refused("log=file has no log device".into())),
+            LogSpec::Dev(p) => {
+                let name = format!("log device {}", p.display());
+                std::fs::metadata(p).map_err(|e| refused(format!("{name}: {e}")))?;
+                // The log's block size is in its superblock; an unreadable one opens at 512
+                // and the log's own open says what is wrong.
+                let bs = cairn_blockdev::read_bytes_at(p, 0, cairn_wal::format::SB_BYTES)
+                    .ok()
+                    .and_then(|h| cairn_wal::format::Superblock::decode(&h).ok())
+                    .map_or(512, |sb| sb.block_size);
+                let dev = FileDevice::open(p, bs, false).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::ResourceBusy {
+                        FsError::Refused(Errno::EBUSY, format!("{name}: {e}"))
+                    } else {
+                        refused(format!("{name}: {e}"))
+                    }
+                })?;
+                if dev.num_blocks() == 0 {
+                    return Err(refused(format!(
+                        "{name}: too small to hold a write-ahead log"
+                    )));
+                }
+                Ok((Arc::new(dev), name))
+            }
+        }
+    }
+
+    /// The log area of `sb`, checked against `dev`.
+    fn file_region(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<Region> {
+        let area = sb.journal_area().map_err(|e| FsError::Corrupt(e.0))?;
+        let Some((first, blocks)) = area else {
+            return Err(refused(
+                "this file system has no journal log area: make it with `cairn mkfs --journal-size N`, or mount with log=dev:PATH".into(),
+            ));
+        };
+        if first + blocks > dev.num_blocks() {
+            return Err(refused(format!(
+                "the journal log area (blocks {first}..+{blocks}) runs past the end of the device ({} blocks): truncated image?",
+                dev.num_blocks()
+            )));
+        }
+        Ok(Region {
+            first_block: first,
+            blocks,
+        })
+    }
+
+    /// Checks the log is big enough and this file system's (taking an unowned one when
+    /// `claim`), then replays its complete operations since the checkpoint onto `dev`.
+    fn replay_log(
+        &self,
+        wal: &Wal,
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+        name: &str,
+        claim: bool,
+    ) -> Result<()> {
+        let bs = u64::from(sb.block_size);
+        if wal.capacity() < MIN_LOG_BYTES || wal.max_record() < 2 * bs + 64 {
+            return Err(refused(format!(
+                "{name}: too small: {} KiB of log, the journal needs at least {} KiB",
+                wal.capacity() >> 10,
+                MIN_LOG_BYTES.max(4 * bs) >> 10
+            )));
+        }
+        let owner = wal.owner();
+        if owner == [0; 16] && claim {
+            wal.set_owner(sb.uuid)
+                .map_err(|e| refused(format!("{name}: {e}")))?;
+        } else if owner != sb.uuid {
+            return Err(refused(format!(
+                "{name} belongs to another file system (owner {}, this one is {})",
+                hex(&owner),
+                hex(&sb.uuid)
+            )));
+        }
+        let mut records = Vec::new();
+        for r in wal.scan(wal.checkpoint()) {
+            let r = r.map_err(|e| refused(format!("{name}: {e}")))?;
+            records.push((r.lsn.0, r.data));
+        }
+        // The log describes the file system only if a journaled mount is what ended
+        // uncleanly: a journaled unmount empties it, so records left behind a clean
+        // superblock, or behind a crash in another mode, are older than what another mode
+        // (after fsck or -o force) has written since — replaying them would undo it.
+        // (Any mode named journal*: `journal`, `journal-async`, the harness's planted ones.)
+        let journaled = sb.last_mode.starts_with(MODE.name);
+        let replayable = journaled && sb.state == STATE_MOUNTED;
+        if !replayable && !records.is_empty() {
+            log::warn!(
+                "journal: {name}: {} stale records dropped (the file system was last {} in mode '{}')",
+                records.len(),
+                if sb.state == STATE_MOUNTED {
+                    "left mounted"
+                } else {
+                    "unmounted cleanly"
+                },
+                sb.last_mode
+            );
+            records.clear();
+        }
+        let Replayed { stats: st, orphans } =
+            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        *self.inner.recovered_orphans.lock() = orphans;
+        if st.records > 0 {
+            log::info!(
+                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
+                st.ops,
+                st.updates,
+                st.revoked,
+                st.partial_records,
+                st.blocks
+            );
+        }
+        Ok(())
+    }
+
+    fn wal_options(&self) -> WalOptions {
+        WalOptions {
+            group_wait: match self.commit {
+                Commit::Group => GroupWait::default(),
+                Commit::Sync | Commit::Async => GroupWait::Off,
+            },
+            // No write-behind: a log record that reached the disk unforced would make its
+            // pointers durable before their data (see `Inner::ordered_sync`).
+            write_behind: Some(0),
+            ..WalOptions::default()
+        }
+    }
+
+    /// Releases `r` at once and notes the group blocks the release will change.
+    fn release_now(&self, tx: &mut Tx, r: Release) {
+        if let (Some(geo), Some(op)) = (*self.inner.geo.read(), tx.state::<JOp>()) {
+            match &r {
+                Release::Blocks(v) => {
+                    for &b in v {
+                        let g = geo.group_of_block(b);
+                        op.groups.push(geo.desc_block(g));
+                        op.groups.push(geo.block_bitmap(g));
+                    }
+                }
+                Release::Inode { ino, .. } => {
+                    let g = geo.group_of_ino(*ino);
+                    op.groups.push(geo.desc_block(g));
+                    op.groups.push(geo.inode_bitmap(g));
+                }
+            }
+            op.groups.sort_unstable();
+            op.groups.dedup();
+        }
+        tx.release(r);
+    }
+
+    fn join(tx: &mut Tx, bufs: &[&BufRef]) {
+        if let Some(op) = tx.state::<JOp>() {
+            for b in bufs {
+                op.add(b);
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn wal(&self) -> Option<Arc<Wal>> {
+        self.wal.read().clone()
+    }
+
+    fn need_wal(&self) -> Result<Arc<Wal>> {
+        self.wal()
+            .ok_or_else(|| FsError::Io(std::io::Error::other("journal: the log is not open")))
+    }
+
+    /// Logs one operation: the bytes of `bufs` that differ from their last logged image,
+    /// then `revokes`, as records ending in END. Returns the END record's LSN (None: nothing
+    /// changed).
+    fn log_op(&self, op: &JOp, bufs: &[BufRef]) -> Result<Option<Lsn>> {
+        let (fresh, revokes) = (&op.fresh, &op.revokes);
+        let wal = self.need_wal()?;
+        let mut log = self.log.lock();
+        for b in fresh {
+            log.shadows.remove(b);
+        }
+        let mut entries = Vec::new();
+        let mut logged: Vec<&BufRef> = Vec::new();
+        for b in bufs {
+            if b.is_invalidated() || revokes.contains(&b.blkno()) {
+                continue;
+            }
+            let img = b.read();
+            // The shadow becomes the image logged now, in place: only the changed ranges
+            // are copied (no copy of the block per call). Should the append below fail,
+            // the shadows of this call's blocks are dropped (their next change is logged
+            // whole), since the call's rollback takes the buffers back.
+            let ranges = match log.shadows.get_mut(&b.blkno()) {
+                Some(sh) => {
+                    let r = record::diff(Some(&sh.image), &img);
+                    for &(o, l) in &r {
+                        sh.image[o..o + l].copy_from_slice(&img[o..o + l]);
+                    }
+                    r
+                }
+                None => {
+                    log.shadows.insert(
+                        b.blkno(),
+                        Shadow {
+                            image: img.clone(),
+                            buf: Arc::downgrade(b),
+                        },
+                    );
+                    vec![(0, img.len())]
+                }
+            };
+            if ranges.is_empty() {
+                continue;
+            }
+            for (o, l) in ranges {
+                entries.push(Entry::Update {
+                    block: b.blkno(),
+                    offset: o as u32,
+                    data: img[o..o + l].to_vec(),
+                });
+            }
+            logged.push(b);
+        }
+        for &r in revokes {
+            log.shadows.remove(&r);
+            entries.push(Entry::Revoke { block: r });
+        }
+        let added: Vec<Ino> = op
+            .orphan
+            .iter()
+            .copied()
+            .filter(|i| !op.orphan_gone.contains(i))
+            .collect();
+        let gone: Vec<Ino> = op
+            .orphan_gone
+            .iter()
+            .copied()
+            .filter(|i| log.orphans.contains(i))
+            .collect();
+        entries.extend(added.iter().map(|&ino| Entry::Orphan { ino }));
+        entries.extend(gone.iter().map(|&ino| Entry::OrphanGone { ino }));
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let op = log.next_op;
+        log.next_op += 1;
+        let limit = MAX_RECORD.min(wal.max_record() as usize);
+        let mut first = None;
+        let mut last = Lsn(0);
+        for payload in record::split(op, entries, limit) {
+            match wal.append(&payload) {
+                Ok(l) => last = l,
+                Err(e) => {
+                    for b in &logged {
+                        log.shadows.remove(&b.blkno());
+                    }
+                    return Err(wal_err(e));
+                }
+            }
+            first.get_or_insert(last);
+        }
+        for b in logged {
+            // Low: the operation's first record (what must stay until the block is home);
+            // high: its END record (what must be durable before the block is written).
+            b.note_lsn(first.unwrap_or(last).0);
+            b.note_lsn(last.0);
+        }
+        log.orphans.extend(added);
+        for i in gone {
+            log.orphans.remove(&i);
+        }
+        Ok(Some(last))
+    }
+
+    /// The checkpoint the log may move to now: the oldest low LSN of a buffer not yet home,
+    /// or the end when there is none. Drops the images of clean buffers beyond the cap.
+    fn checkpoint_target(&self, wal: &Wal) -> Result<Lsn> {
+        let mut log = self.log.lock();
+        let mut min = u64::MAX;
+        let over = log.shadows.len() > SHADOW_CAP;
+        log.shadows.retain(|_, s| match s.buf.upgrade() {
+            None => false,
+            Some(b) => {
+                let low = b.low_lsn();
+                if low != 0 {
+                    min = min.min(low);
+                }
+                !(over && low == 0 && !b.is_dirty())
+            }
+        });
+        let end = wal.end();
+        let mut target = if min == u64::MAX {
+            end.0
+        } else {
+            min.min(end.0)
+        };
+        // The orphans' records must outlive the checkpoint: when it would pass the last
+        // list of them, they are listed again (one operation of ORPHAN entries) and the
+        // checkpoint stops there.
+        if !log.orphans.is_empty() && target > log.orphan_snapshot {
+            let entries = log
+                .orphans
+                .iter()
+                .map(|&ino| Entry::Orphan { ino })
+                .collect();
+            let op = log.next_op;
+            log.next_op += 1;
+            let limit = MAX_RECORD.min(wal.max_record() as usize);
+            let mut first = None;
+            let mut last = Lsn(0);
+            for payload in record::split(op, entries, limit) {
+                last = wal.append(&payload).map_err(wal_err)?;
+                first.get_or_insert(last);
+            }
+            wal.force(last).map_err(wal_err)?;
+            let first = first.unwrap_or(last).0;
+            log.orphan_snapshot = first;
+            target = target.min(first);
+        }
+        Ok(Lsn(target))
+    }
+
+    /// After a replay: the log is emptied, except for the orphans the replay found, which are
+    /// logged again first (and forced) and kept behind the new checkpoint — a crash before
+    /// `mount` has freed them must still find them (a crash during recovery found this).
+    fn restart(&self, wal: &Wal) -> Result<()> {
+        let orphans = self.recovered_orphans.lock().clone();
+        if orphans.is_empty() {
+            return wal.set_checkpoint(wal.end()).map_err(wal_err);
+        }
+        let mut log = self.log.lock();
+        let op = log.next_op;
+        log.next_op += 1;
+        let entries = orphans.iter().map(|&ino| Entry::Orphan { ino }).collect();
+        let limit = MAX_RECORD.min(wal.max_record() as usize);
+        let mut first = None;
+        let mut last = Lsn(0);
+        for payload in record::split(op, entries, limit) {
+            last = wal.append(&payload).map_err(wal_err)?;
+            first.get_or_insert(last);
+        }
+        wal.force(last).map_err(wal_err)?;
+        let first = first.unwrap_or(last);
+        wal.set_checkpoint(first).map_err(wal_err)?;
+        log.orphans.extend(orphans);
+        log.orphan_snapshot = first.0;
+        Ok(())
+    }
+
+    /// Moves the checkpoint as far as the buffers allow: a flush of the file system's device
+    /// first, so every home write that completed is durable before the records describing
+    /// it are released.
+    fn advance(&self, cache: &BufferCache) -> Result<()> {
+        let Some(wal) = self.wal() else {
+            return Ok(());
+        };
+        let target = self.checkpoint_target(&wal)?;
+        if target <= wal.checkpoint() {
+            return Ok(());
+        }
+        cache.flush_device()?;
+        wal.set_checkpoint(target).map_err(wal_err)
+    }
+
+    /// Everything home and the log emptied: sync the log, write every dirty buffer (the
+    /// hooks force nothing more), flush, checkpoint to the end. Only between calls.
+    fn checkpoint_full(&self, cache: &BufferCache) -> Result<()> {
+        self.ordered_sync(cache)?;
+        cache.write_back_all()?;
+        cache.flush_device()?;
+        self.advance(cache)
+    }
+
+    /// Makes every call logged so far durable, data first (ordered data): every dirty data
+    /// buffer is written and the device flushed before the log is forced, so no pointer or
+    /// size the log makes durable exposes data that is not. The log reaches the disk only
+    /// through forces (no write-behind: `wal_options`), so this is the only way pointers
+    /// become durable, besides a call's own force in `commit=sync`/`group` (which orders its
+    /// data the same way in `end_op`).
+    fn ordered_sync(&self, cache: &BufferCache) -> Result<()> {
+        let wal = self.need_wal()?;
+        if wal.durable() >= wal.end() {
+            return Ok(());
+        }
+        self.data_dirty.store(false, AtomicOrdering::Release);
+        cache.write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+        cache.flush_device()?;
+        wal.sync().map_err(wal_err)
+    }
+}
+
+/// The journal's write hooks: write-ahead, and the images of freed blocks forgotten.
+struct Hooks {
+    inner: Arc<Inner>,
+    /// Skip the write-ahead force (the tests' planted bug).
+    skip_force: bool,
+}
+
+impl WriteHooks for Hooks {
+    /// Forces the log up to the buffer's high LSN (000/001 §3: every log record describing
+    /// the block is durable before the block is written). The hook contract allows this
+    /// I/O: the log's own blocks never pass through the cache.
+    fn before_write(&self, buf: &Buf, _image: &mut [u8]) -> std::io::Result<()> {
+        let to_io = |e: WalError| match e {
+            WalError::Io(e) => e,
+            e => std::io::Error::other(format!("journal: {e}")),
+        };
+        let high = buf.high_lsn();
+        if high != 0
+            && !self.skip_force
+            && let Some(w) = self.inner.wal()
+        {
+            w.force(Lsn(high)).map_err(to_io)?;
+        }
+        Ok(())
+    }
+
+    fn invalidated(&self, buf: &Buf) {
+        self.inner.log.lock().shadows.remove(&buf.blkno());
+    }
+
+    /// Never written by eviction: a buffer may hold a call's changes not yet logged (they
+    /// are logged at the call's end), which must not reach the disk first.
+    fn on_pressure(&self) -> Pressure {
+        Pressure::Defer
+    }
+}
+
+impl Strategy for Journal {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn cache_policy(&self) -> KernelCachePolicy {
+        KernelCachePolicy {
+            writeback_cache: false,
+            entry_ttl: Duration::from_secs(60),
+            attr_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(60),
+        }
+    }
+
+    /// Home writes every 5 s: the checkpoint can only move past what is home, and the log
+    /// (about 1% of the file system) should not fill between two of them.
+    fn syncer_interval(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    fn write_hooks(&self) -> Arc<dyn WriteHooks> {
+        #[cfg(test)]
+        let skip_force = self.plant_home_first;
+        #[cfg(not(test))]
+        let skip_force = false;
+        Arc::new(Hooks {
+            inner: Arc::clone(&self.inner),
+            skip_force,
+        })
+    }
+
+    /// Opens the log, replays the complete operations since its checkpoint onto `dev`
+    /// (001 §5.3), and checkpoints to the end. A log device that is missing, too small,
+    /// not a log, another file system's or corrupt is refused with one line.
+    fn recover(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
+        let geo = sb.geometry().map_err(|e| FsError::Corrupt(e.0))?;
+        *self.inner.geo.write() = Some(geo);
+        if let LogSpec::File = self.log {
+            // The log area is on `dev`, which the log service can only use as a shared
+            // device once the engine has one (`mount`): the replay reads a copy of the area.
+            let region = self.file_region(dev, sb)?;
+            let copy = copy_region(dev, region)?;
+            let wal = Wal::open_read_only(Arc::new(copy) as Arc<dyn BlockDevice>, whole(region))
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            self.replay_log(&wal, dev, sb, "journal log area", false)?;
+            *self.inner.pending_region.lock() = Some(region);
+            return Ok(());
+        }
+        let (logdev, name) = self.open_log()?;
+        let region = Region::whole(&*logdev);
+        let wal = Wal::open_with(logdev, region, self.wal_options())
+            .map_err(|e| refused(format!("{name}: {e}")))?;
+        self.replay_log(&wal, dev, sb, &name, true)?;
+        self.inner.restart(&wal)?;
+        *self.inner.wal.write() = Some(Arc::new(wal));
+        Ok(())
+    }
+
+    /// Frees the orphans the replay found (inodes unlinked while open when the crash came):
+    /// each as a call of its own, logged like any other.
+    fn mount(&self, e: &dyn Engine) -> Result<()> {
+        *self.inner.cache.write() = Arc::downgrade(&e.io().cache);
+        if let Some(region) = self.inner.pending_region.lock().take() {
+            // log=file: the replay is on disk; the log opens on the shared device (a new
+            // epoch) and is emptied.
+            let dev = Arc::clone(e.io().cache.device());
+            let wal = Wal::open_with(dev, region, self.wal_options())
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            self.inner.restart(&wal)?;
+            *self.inner.wal.write() = Some(Arc::new(wal));
+        }
+        let orphans = std::mem::take(&mut *self.inner.recovered_orphans.lock());
+        for ino in orphans {
+            if let Err(err) = e.apply_link_drop(ino, 0) {
+                log::error!("journal: cannot free orphan inode {ino}: {err}");
+            }
+        }
+        Ok(())
+    }
+
+    fn background_interval(&self) -> Option<Duration> {
+        Some(Duration::from_secs(1))
+    }
+
+    /// The 1-second timer: `commit=async` makes every call so far durable; the checkpoint
+    /// moves to what the buffers still need. Only the log and a device flush: no buffer is
+    /// written here (a call may be half done; the engine's lock is not held).
+    fn background(&self, e: &dyn Engine) -> Result<bool> {
+        let Some(wal) = self.inner.wal() else {
+            return Ok(false);
+        };
+        let _ = wal;
+        if self.commit == Commit::Async {
+            self.inner.ordered_sync(&e.io().cache)?;
+        }
+        self.inner.advance(&e.io().cache)?;
+        Ok(false)
+    }
+
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
+        let io = e.io();
+        // Data and the log first, whatever the reason: the metadata written home next would
+        // force the log anyway (write-ahead), and its data must precede it.
+        #[cfg(test)]
+        let skip = self.plant_home_first;
+        #[cfg(not(test))]
+        let skip = false;
+        if !skip {
+            self.inner.ordered_sync(&io.cache)?;
+        }
+        io.write_back_unordered(why.durable())?;
+        if why.durable() {
+            self.inner.advance(&io.cache)?;
+        }
+        Ok(())
+    }
+
+    /// Before a call changes anything: if the log runs low, everything goes home and the
+    /// log is emptied (a forced checkpoint, never a failed call).
+    fn begin_op(&self, kind: OpKind) -> Result<OpState> {
+        let _ = kind;
+        if let Some(wal) = self.inner.wal()
+            && wal.needs_checkpoint()
+            && let Some(cache) = self.inner.cache.read().upgrade()
+        {
+            self.inner.checkpoint_full(&cache)?;
+        }
+        Ok(Some(Box::new(JOp::default())))
+    }
+
+    fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
+        let Some(mut op) = tx.state::<JOp>().map(std::mem::take) else {
+            return Ok(());
+        };
+        if !ok {
+            // Everything the call changed was taken back: nothing to log.
+            return Ok(());
+        }
+        let mut bufs = std::mem::take(&mut op.bufs);
+        for g in &op.groups {
+            if let Some(b) = tx.io.cache.lookup(*g)
+                && !bufs.iter().any(|x| x.blkno() == *g)
+            {
+                bufs.push(b);
+            }
+        }
+        let end = self.inner.log_op(&op, &bufs)?;
+        // A call that freed blocks is forced in every commit mode: a freed block may be
+        // handed out by the next call, and its next contents (data, never logged) must not
+        // land while the free could still be lost — the block would then still belong to
+        // the deleted file, holding its successor's bytes (ext3/4 keep such blocks out of
+        // the allocator until the commit instead; forcing keeps the allocator simple).
+        let frees = !op.revokes.is_empty();
+        let has_data = !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate);
+        if let Some(end) = end
+            && ((tx.kind.durable() && self.commit != Commit::Async) || frees)
+        {
+            // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
+            // allocated, or past the old end of the file) is written and flushed before the
+            // pointers and size that expose it become durable, so a returned write never
+            // leaves a file showing zeros or a deleted file's bytes, and an fsync in flight
+            // never shows its pointers first. Data earlier unforced calls left dirty
+            // (`commit=async`) goes too: this force makes their pointers durable as well.
+            if has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel) {
+                tx.io
+                    .cache
+                    .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+                // Stream writes went to the device directly: the flush covers them too.
+                tx.io.cache.flush_device()?;
+            }
+            self.inner.need_wal()?.force(end).map_err(wal_err)?;
+        } else if has_data {
+            self.inner.data_dirty.store(true, AtomicOrdering::Release);
+        }
+        Ok(())
+    }
+
+    fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> Result<()> {
+        Self::join(tx, &[f.bitmap, f.desc]);
+        Ok(())
+    }
+
+    fn setup_blkmapdep(&self, tx: &mut Tx, f: &BlkMapDep) -> Result<()> {
+        Self::join(tx, &[f.bitmap, f.desc]);
+        if let Some(op) = tx.state::<JOp>() {
+            op.fresh.push(f.blk);
+        }
+        Ok(())
+    }
+
+    fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> Result<()> {
+        if let Some(b) = f.new_buf {
+            Self::join(tx, &[b]);
+        }
+        if let Some(op) = tx.state::<JOp>() {
+            op.fresh.push(f.new_blk);
+            if !f.kind.is_metadata() {
+                op.data.push(f.new_blk);
+            }
+        }
+        Ok(())
+    }
+
+    fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> Result<()> {
+        Self::join(tx, &[f.indir]);
+        if let Some(b) = f.new_buf {
+            Self::join(tx, &[b]);
+        }
+        if let Some(op) = tx.state::<JOp>() {
+            op.fresh.push(f.new_blk);
+            if !f.kind.is_metadata() {
+                op.data.push(f.new_blk);
+            }
+        }
+        Ok(())
+    }
+
+    fn update_inodeblock(&self, tx: &mut Tx, _ino: Ino, buf: &BufRef) -> Result<()> {
+        Self::join(tx, &[buf]);
+        Ok(())
+    }
+
+    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {
+        Self::join(tx, &[f.buf]);
+        if let Some(b) = f.mkdir_body {
+            Self::join(tx, &[b]);
+        }
+        Ok(())
+    }
+
+    fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> Result<Apply> {
+        Self::join(tx, &[f.buf]);
+        Ok(Apply::Now)
+    }
+
+    fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply> {
+        Self::join(tx, &[f.buf]);
+        Ok(Apply::Now)
+    }
+
+    /// A count reaching 0 makes the inode an orphan until it is freed: a crash in between
+    /// leaves it to the next mount to free.
+    fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> Result<()> {
+        Self::join(tx, &[f.inode_buf]);
+        if f.after == 0
+            && f.before > 0
+            && let Some(op) = tx.state::<JOp>()
+        {
+            op.orphan.push(f.ino);
+        }
+        Ok(())
+    }
+
+    fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()> {
+        Self::join(tx, &[f.inode_buf]);
+        for h in f.holders {
+            Self::join(tx, &[h]);
+        }
+        if !f.freed.is_empty() {
+            if let Some(op) = tx.state::<JOp>() {
+                op.revokes.extend_from_slice(f.freed);
+            }
+            self.release_now(tx, Release::Blocks(f.freed.to_vec()));
+        }
+        Ok(())
+    }
+
+    fn setup_freefile(&self, tx: &mut Tx, f: &FreeFile) -> Result<()> {
+        if let Some(op) = tx.state::<JOp>() {
+            op.orphan_gone.push(f.ino);
+        }
+        self.release_now(
+            tx,
+            Release::Inode {
+                ino: f.ino,
+                is_dir: f.is_dir,
+            },
+        );
+        Ok(())
+    }
+
+    fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> Result<()> {
+        Self::join(tx, &[f.inode_buf]);
+        if let Some(b) = f.extra {
+            Self::join(tx, &[b]);
+        }
+        Ok(())
+    }
+
+    /// The file's dirty data first, flushed; then the log forced: the metadata naming the
+    /// data (logged when its calls ended) becomes durable only after the data is.
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {
+        let io = e.io();
+        let data: Vec<&BufRef> = f
+            .blocks
+            .iter()
+            .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+            .collect();
+        if !data.is_empty() {
+            io.cache.write_now(&data)?;
+        }
+        io.cache.flush_device()?;
+        // The log force makes every earlier call durable, so their data goes first too.
+        self.inner.ordered_sync(&io.cache)
+    }
+}

@@ -1,0 +1,437 @@
+//! The journal's redo records: the payload of the write-ahead log's records (the log adds
+//! the LSN, epoch and checksum around each: crates/wal). docs/FORMAT.md ("The journal's
+//! records") has the same tables; the offset comments below mirror it.
+//!
+//! A call's changes are logged at its end as *physiological byte ranges*: for every
+//! metadata buffer the call's facts named, the bytes that differ from the image of that
+//! buffer last logged (the whole block when there is no such image: a new block, or one
+//! not logged since the journal last dropped its image). One call is one or more
+//! consecutive log records sharing an operation number; the last carries the END flag.
+//! Recovery replays only operations whose END record it found, so a call is all or nothing.
+//!
+//! Little-endian, field by field. Decoding never panics: a payload that does not parse is
+//! an error naming what is wrong.
+
+/// A journal record payload starts with this.
+pub const MAGIC: [u8; 4] = *b"JFFS";
+/// The last record of an operation.
+pub const FLAG_END: u8 = 1;
+
+// Record header (16 bytes):
+// 0   magic "JFFS"            [u8; 4]
+// 4   op                      u64   operation number: every record of one call shares it
+// 12  flags                   u8    bit 0: END (the call's last record)
+// 13  reserved, zero          u8
+// 14  entries                 u16   entries that follow
+pub const HEADER: usize = 16;
+
+// Entry UPDATE (17 + len bytes):
+// 0   tag = 1                 u8
+// 1   block                   u64   block of the file system
+// 9   offset                  u32   first byte in the block
+// 13  len                     u32   bytes that follow
+// 17  bytes                   [u8; len]  the block's contents at offset.. after the call
+pub const TAG_UPDATE: u8 = 1;
+pub const UPDATE_HEADER: usize = 17;
+
+// Entry REVOKE (9 bytes):
+// 0   tag = 2                 u8
+// 1   block                   u64   freed by this call: earlier updates of it are not replayed
+pub const TAG_REVOKE: u8 = 2;
+pub const REVOKE_BYTES: usize = 9;
+
+// Entry ORPHAN (9 bytes):
+// 0   tag = 3                 u8
+// 1   inode                   u64   its link count reached 0 while it may be open: freed at
+//                                   the next mount unless an ORPHAN_GONE follows
+// Entry ORPHAN_GONE (9 bytes):
+// 0   tag = 4                 u8
+// 1   inode                   u64   freed (or linked again)
+pub const TAG_ORPHAN: u8 = 3;
+pub const TAG_ORPHAN_GONE: u8 = 4;
+
+/// Two differing byte runs closer than this are logged as one range: a range header costs
+/// 17 bytes, so a gap shorter than that is cheaper to carry than to split on.
+const MERGE_GAP: usize = UPDATE_HEADER;
+
+/// One change a record carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Bytes `offset..offset + data.len()` of `block` hold `data` after the operation.
+    Update {
+        block: u64,
+        offset: u32,
+        data: Vec<u8>,
+    },
+    /// `block` was freed: no update of it logged before this entry may be replayed (its
+    /// next owner may be a file whose data is never logged).
+    Revoke { block: u64 },
+    /// Inode `ino`'s link count reached 0; it is freed once nothing holds it open, so a
+    /// crash before then leaves it to the next mount (ext4's orphan list, in the log).
+    Orphan { ino: u64 },
+    /// Inode `ino` is no longer an orphan (freed).
+    OrphanGone { ino: u64 },
+}
+
+impl Entry {
+    fn size(&self) -> usize {
+        match self {
+            Entry::Update { data, .. } => UPDATE_HEADER + data.len(),
+            Entry::Revoke { .. } | Entry::Orphan { .. } | Entry::OrphanGone { .. } => REVOKE_BYTES,
+        }
+    }
+}
+
+/// One log record's payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub op: u64,
+    pub end: bool,
+    pub entries: Vec<Entry>,
+}
+
+impl Chunk {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(HEADER + self.entries.iter().map(Entry::size).sum::<usize>());
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&self.op.to_le_bytes());
+        out.push(if self.end { FLAG_END } else { 0 });
+        out.push(0);
+        out.extend_from_slice(&(self.entries.len() as u16).to_le_bytes());
+        for e in &self.entries {
+            match e {
+                Entry::Update {
+                    block,
+                    offset,
+                    data,
+                } => {
+                    out.push(TAG_UPDATE);
+                    out.extend_from_slice(&block.to_le_bytes());
+                    out.extend_from_slice(&offset.to_le_bytes());
+                    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                    out.extend_from_slice(data);
+                }
+                Entry::Revoke { block } => {
+                    out.push(TAG_REVOKE);
+                    out.extend_from_slice(&block.to_le_bytes());
+                }
+                Entry::Orphan { ino } => {
+                    out.push(TAG_ORPHAN);
+                    out.extend_from_slice(&ino.to_le_bytes());
+                }
+                Entry::OrphanGone { ino } => {
+                    out.push(TAG_ORPHAN_GONE);
+                    out.extend_from_slice(&ino.to_le_bytes());
+                }
+            }
+        }
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Chunk, String> {
+        if b.len() < HEADER || b[0..4] != MAGIC {
+            return Err("not a journal record (bad magic or too short)".into());
+        }
+        let op = u64::from_le_bytes(b[4..12].try_into().unwrap_or_default());
+        let flags = b[12];
+        if flags & !FLAG_END != 0 || b[13] != 0 {
+            return Err(format!("unknown journal record flags {flags:#x}"));
+        }
+        let n = u16::from_le_bytes([b[14], b[15]]) as usize;
+        let mut entries = Vec::with_capacity(n.min(1024));
+        let mut p = HEADER;
+        let u64_at = |p: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(b.get(p..p + 8)?.try_into().ok()?))
+        };
+        let u32_at = |p: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(b.get(p..p + 4)?.try_into().ok()?))
+        };
+        for i in 0..n {
+            let short = || format!("journal record entry {i} is cut short");
+            match b.get(p) {
+                Some(&TAG_UPDATE) => {
+                    let block = u64_at(p + 1).ok_or_else(short)?;
+                    let offset = u32_at(p + 9).ok_or_else(short)?;
+                    let len = u32_at(p + 13).ok_or_else(short)? as usize;
+                    let start = p + UPDATE_HEADER;
+                    let data = b
+                        .get(start..start.checked_add(len).ok_or_else(short)?)
+                        .ok_or_else(short)?
+                        .to_vec();
+                    p = start + len;
+                    entries.push(Entry::Update {
+                        block,
+                        offset,
+                        data,
+                    });
+                }
+                Some(&tag @ (TAG_REVOKE | TAG_ORPHAN | TAG_ORPHAN_GONE)) => {
+                    let v = u64_at(p + 1).ok_or_else(short)?;
+                    p += REVOKE_BYTES;
+                    entries.push(match tag {
+                        TAG_REVOKE => Entry::Revoke { block: v },
+                        TAG_ORPHAN => Entry::Orphan { ino: v },
+                        _ => Entry::OrphanGone { ino: v },
+                    });
+                }
+                Some(t) => return Err(format!("journal record entry {i} has unknown tag {t}")),
+                None => return Err(short()),
+            }
+        }
+        if p != b.len() {
+            return Err(format!(
+                "journal record has {} bytes after its last entry",
+                b.len() - p
+            ));
+        }
+        Ok(Chunk {
+            op,
+            end: flags & FLAG_END != 0,
+            entries,
+        })
+    }
+}
+
+/// The byte ranges of `new` that differ from `old` (all of `new` when there is no `old`,
+/// or it has another length), runs closer than [`MERGE_GAP`] merged.
+pub fn diff(old: Option<&[u8]>, new: &[u8]) -> Vec<(usize, usize)> {
+    let old = match old {
+        Some(o) if o.len() == new.len() => o,
+        _ => return vec![(0, new.len())],
+    };
+    // Equal 64-byte chunks are skipped with one comparison each (most of a block is
+    // unchanged by a call); bytes are looked at only inside chunks that differ.
+    const CHUNK: usize = 64;
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut run: Option<usize> = None; // start of the differing run in progress
+    let push = |out: &mut Vec<(usize, usize)>, start: usize, end: usize| match out.last_mut() {
+        Some((s, e)) if start - (*s + *e) < MERGE_GAP => *e = end - *s,
+        _ => out.push((start, end - start)),
+    };
+    let mut c = 0;
+    while c < new.len() {
+        let e = (c + CHUNK).min(new.len());
+        if old[c..e] == new[c..e] {
+            if let Some(st) = run.take() {
+                push(&mut out, st, c);
+            }
+            c = e;
+            continue;
+        }
+        for i in c..e {
+            match (old[i] != new[i], run) {
+                (true, None) => run = Some(i),
+                (false, Some(st)) => {
+                    push(&mut out, st, i);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        c = e;
+    }
+    if let Some(st) = run {
+        push(&mut out, st, new.len());
+    }
+    out
+}
+
+/// Splits one operation's entries into record payloads of at most `limit` bytes each (an
+/// entry is never split; `limit` must hold the largest), the last flagged END.
+pub fn split(op: u64, entries: Vec<Entry>, limit: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut size = HEADER;
+    for e in entries {
+        if !cur.is_empty() && (size + e.size() > limit || cur.len() == u16::MAX as usize) {
+            out.push(
+                Chunk {
+                    op,
+                    end: false,
+                    entries: std::mem::take(&mut cur),
+                }
+                .encode(),
+            );
+            size = HEADER;
+        }
+        size += e.size();
+        cur.push(e);
+    }
+    out.push(
+        Chunk {
+            op,
+            end: true,
+            entries: cur,
+        }
+        .encode(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Chunk {
+        Chunk {
+            op: 0x0102_0304_0506_0708,
+            end: true,
+            entries: vec![
+                Entry::Update {
+                    block: 77,
+                    offset: 256,
+                    data: vec![1, 2, 3],
+                },
+                Entry::Revoke { block: 9 },
+                Entry::Orphan { ino: 12 },
+                Entry::OrphanGone { ino: 13 },
+                Entry::Update {
+                    block: 5,
+                    offset: 0,
+                    data: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip_and_layout() {
+        let c = sample();
+        let b = c.encode();
+        assert_eq!(&b[0..4], b"JFFS");
+        assert_eq!(&b[4..12], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(b[12], FLAG_END);
+        assert_eq!(u16::from_le_bytes([b[14], b[15]]), 5);
+        assert_eq!(b[16], TAG_UPDATE);
+        assert_eq!(&b[17..25], &77u64.to_le_bytes());
+        assert_eq!(&b[25..29], &256u32.to_le_bytes());
+        assert_eq!(&b[29..33], &3u32.to_le_bytes());
+        assert_eq!(&b[33..36], &[1, 2, 3]);
+        assert_eq!(b[36], TAG_REVOKE);
+        assert_eq!(b[45], TAG_ORPHAN);
+        assert_eq!(&b[46..54], &12u64.to_le_bytes());
+        assert_eq!(b[54], TAG_ORPHAN_GONE);
+        assert_eq!(
+            b.len(),
+            HEADER + UPDATE_HEADER + 3 + 3 * REVOKE_BYTES + UPDATE_HEADER
+        );
+        assert_eq!(Chunk::decode(&b).unwrap(), c);
+    }
+
+    #[test]
+    fn decode_refuses_every_damaged_payload_without_panicking() {
+        let b = sample().encode();
+        for cut in 0..b.len() {
+            assert!(Chunk::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(Chunk::decode(&extra).is_err());
+        let mut tag = b.clone();
+        tag[16] = 9;
+        assert!(Chunk::decode(&tag).unwrap_err().contains("unknown tag"));
+        let mut flags = b.clone();
+        flags[12] = 0x80;
+        assert!(Chunk::decode(&flags).is_err());
+        let mut huge = b.clone();
+        huge[29..33].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Chunk::decode(&huge).is_err());
+        // Every single-byte change either decodes or is refused; none panics.
+        for i in 0..b.len() {
+            let mut x = b.clone();
+            x[i] ^= 0xff;
+            let _ = Chunk::decode(&x);
+        }
+    }
+
+    #[test]
+    fn diff_finds_and_merges_changed_runs() {
+        let old = vec![0u8; 4096];
+        let mut new = old.clone();
+        assert!(diff(Some(&old), &new).is_empty());
+        assert_eq!(diff(None, &new), vec![(0, 4096)]);
+        new[10] = 1;
+        new[20] = 1; // within the merge gap of 10
+        new[1000] = 2;
+        new[4095] = 3;
+        assert_eq!(diff(Some(&old), &new), vec![(10, 11), (1000, 1), (4095, 1)]);
+        // Applying the ranges to the old image gives the new one.
+        let mut img = old.clone();
+        for (o, l) in diff(Some(&old), &new) {
+            img[o..o + l].copy_from_slice(&new[o..o + l]);
+        }
+        assert_eq!(img, new);
+    }
+
+    /// The chunked diff gives exactly the ranges of a byte-by-byte one.
+    #[test]
+    fn diff_matches_a_bytewise_reference() {
+        fn reference(old: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
+            let mut out: Vec<(usize, usize)> = Vec::new();
+            let mut i = 0;
+            while i < new.len() {
+                if old[i] == new[i] {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                while i < new.len() && old[i] != new[i] {
+                    i += 1;
+                }
+                match out.last_mut() {
+                    Some((s, e)) if start - (*s + *e) < MERGE_GAP => *e = i - *s,
+                    _ => out.push((start, i - start)),
+                }
+            }
+            out
+        }
+        let mut x: u64 = 7;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..500 {
+            let old: Vec<u8> = (0..4096).map(|_| (rnd() % 3) as u8).collect();
+            let mut new = old.clone();
+            for _ in 0..(rnd() % 40) {
+                let at = (rnd() % 4096) as usize;
+                let len = (rnd() % 200) as usize;
+                for b in &mut new[at..(at + len).min(4096)] {
+                    *b = b.wrapping_add(1 + (rnd() % 2) as u8);
+                }
+            }
+            assert_eq!(diff(Some(&old), &new), reference(&old, &new));
+        }
+        // A run across a chunk boundary.
+        let old = vec![0u8; 256];
+        let mut new = old.clone();
+        new[60..70].fill(1);
+        assert_eq!(diff(Some(&old), &new), vec![(60, 10)]);
+    }
+
+    #[test]
+    fn split_keeps_entries_whole_and_flags_only_the_last() {
+        let entries: Vec<Entry> = (0..10)
+            .map(|i| Entry::Update {
+                block: i,
+                offset: 0,
+                data: vec![i as u8; 100],
+            })
+            .collect();
+        let recs = split(7, entries.clone(), HEADER + 3 * (UPDATE_HEADER + 100));
+        assert_eq!(recs.len(), 4);
+        let chunks: Vec<Chunk> = recs.iter().map(|r| Chunk::decode(r).unwrap()).collect();
+        assert!(chunks.iter().all(|c| c.op == 7));
+        assert_eq!(
+            chunks.iter().map(|c| c.end).collect::<Vec<_>>(),
+            vec![false, false, false, true]
+        );
+        let back: Vec<Entry> = chunks.into_iter().flat_map(|c| c.entries).collect();
+        assert_eq!(back, entries);
+        // No entries: one END record with none.
+        assert_eq!(split(1, vec![], 1000).len(), 1);
+    }
+}

@@ -1,0 +1,931 @@
+//! The journal on memory devices: persistence, recovery after a crash at every write and
+//! flush of a small workload, refusals of bad log devices, and the cost of a call.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, DeviceCounters, MemDevice, TraceSink};
+use cairn_vfs::{Ctx, FileSystem, RenameFlags};
+use cairn_wal::{FormatOptions, Region, Wal};
+use parking_lot::Mutex;
+
+use super::{Commit, Journal, LogSpec};
+use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
+
+const FS_BLOCKS: u64 = 2048;
+const LOG_BLOCKS: u64 = 130; // 512 KiB of log
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// A fresh file system and an empty log.
+fn fresh() -> (MemDevice, MemDevice) {
+    let fs = MemDevice::new(4096, FS_BLOCKS);
+    mkfs_device(
+        &fs,
+        &MkfsOptions {
+            blocks_per_group: Some(1024),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let log = MemDevice::new(4096, LOG_BLOCKS);
+    Wal::format(&log, Region::whole(&log), &FormatOptions::default()).unwrap();
+    (fs, log)
+}
+
+/// A fresh file system with its log area (`log=file`) after its last group.
+fn fresh_file() -> MemDevice {
+    let fs = MemDevice::new(4096, FS_BLOCKS + LOG_BLOCKS);
+    mkfs_device(
+        &fs,
+        &MkfsOptions {
+            blocks_per_group: Some(1024),
+            journal_size: Some(LOG_BLOCKS * 4096),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs
+}
+
+fn mount_file(fs: &MemDevice, commit: Commit) -> Arc<Ffs> {
+    mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::File, commit),
+        false,
+    )
+    .unwrap()
+}
+
+fn mount_with(
+    fs: Arc<dyn BlockDevice>,
+    j: Journal,
+    read_only: bool,
+) -> cairn_vfs::Result<Arc<Ffs>> {
+    Ffs::mount_device_with_strategy(
+        fs,
+        &MountOptions {
+            mode: "journal".into(),
+            read_only,
+            // A crash state's superblock says "mounted": the journal recovers it itself
+            // (the registry would say so once the mode is listed).
+            force: true,
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+        Box::new(j),
+    )
+}
+
+fn mount(fs: &MemDevice, log: &MemDevice, commit: Commit) -> Arc<Ffs> {
+    let j = Journal::new(LogSpec::Device(Arc::new(log.with_block_size(4096))), commit);
+    mount_with(Arc::new(fs.with_block_size(4096)), j, false).unwrap()
+}
+
+fn fsck_clean(fs: &dyn BlockDevice) -> Result<(), String> {
+    let r =
+        cairn_fsck::check(fs, cairn_fsck::CheckOptions::default()).map_err(|e| e.to_string())?;
+    if r.is_clean() {
+        Ok(())
+    } else {
+        Err(format!("{:?}", r.findings))
+    }
+}
+
+#[test]
+fn calls_survive_unmount_and_the_image_checks_clean() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Sync);
+    let c = Ctx::root();
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    let (a, fh) = f.create(&c, d.ino, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    f.write(a.ino, fh, 0, &vec![7u8; 50_000]).unwrap();
+    f.release(a.ino, fh).unwrap();
+    f.rename(&c, d.ino, n("a"), 2, n("b"), RenameFlags::default())
+        .unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs).unwrap();
+    let f = mount(&fs, &log, Commit::Sync);
+    let b = f.lookup(&c, 2, n("b")).unwrap();
+    assert_eq!(b.size, 50_000);
+    let mut buf = Vec::new();
+    f.read(b.ino, 0, 0, 60_000, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 7) && buf.len() == 50_000);
+    f.unmount().unwrap();
+}
+
+/// Without an unmount (the devices as a crash leaves them with every write landed): the
+/// next mount replays the log and everything a returned call did is there.
+#[test]
+fn a_crash_after_returned_calls_is_replayed() {
+    for commit in [Commit::Sync, Commit::Async] {
+        let (fs, log) = fresh();
+        let f = mount(&fs, &log, commit);
+        let c = Ctx::root();
+        for i in 0..20 {
+            f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+        }
+        f.unlink(&c, 2, n("nope")).unwrap_err();
+        f.rmdir(&c, 2, n("d3")).unwrap();
+        if commit == Commit::Async {
+            f.fsyncdir(2, 0, false).unwrap();
+        }
+        // The crash: the image as it is, nothing more written.
+        let fs_img = fs.to_bytes();
+        let log_img = log.to_bytes();
+        std::mem::forget(f);
+        let (fs2, log2) = (
+            MemDevice::from_bytes(4096, fs_img),
+            MemDevice::from_bytes(4096, log_img),
+        );
+        let f = mount(&fs2, &log2, commit);
+        for i in 0..20 {
+            assert_eq!(
+                f.lookup(&c, 2, n(&format!("d{i}"))).is_ok(),
+                i != 3,
+                "{commit:?} d{i}"
+            );
+        }
+        f.unmount().unwrap();
+        drop(f);
+        fsck_clean(&fs2).unwrap();
+    }
+}
+
+// ----- crash at every write and flush -----------------------------------------------------
+
+#[derive(Clone)]
+enum Ev {
+    Write {
+        dev: u8,
+        block: u64,
+        data: Vec<u8>,
+    },
+    Flush,
+    /// The workload's call `i` returned.
+    Returned(usize),
+}
+
+/// A memory device that records its writes and flushes, in one sequence shared with
+/// another (the file system's and the log's, in the order they were issued).
+struct Rec {
+    inner: MemDevice,
+    id: u8,
+    evs: Arc<Mutex<Vec<Ev>>>,
+}
+
+impl BlockDevice for Rec {
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.evs.lock().push(Ev::Write {
+            dev: self.id,
+            block,
+            data: buf.to_vec(),
+        });
+        self.inner.write_blocks(block, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.evs.lock().push(Ev::Flush);
+        self.inner.flush()
+    }
+    fn counters(&self) -> &DeviceCounters {
+        self.inner.counters()
+    }
+    fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>) {
+        self.inner.set_trace(sink)
+    }
+}
+
+/// The names in the root and in `d` (when it exists).
+type Names = (Vec<String>, Vec<String>);
+
+fn names(f: &Ffs) -> Names {
+    let c = Ctx::root();
+    let list = |dir: u64| -> Vec<String> {
+        let mut v: Vec<String> = ["a", "b", "c", "d", "e", "x"]
+            .iter()
+            .filter(|s| f.lookup(&c, dir, n(s)).is_ok())
+            .map(|s| s.to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let d = f
+        .lookup(&c, 2, n("d"))
+        .map(|a| list(a.ino))
+        .unwrap_or_default();
+    (list(2), d)
+}
+
+/// The workload: creates, a write, mkdir, renames (across directories and over an existing
+/// name), an unlink, a rmdir-able directory. Returns the names after each call.
+fn workload(f: &Ffs, evs: &Mutex<Vec<Ev>>) -> Vec<Names> {
+    let c = Ctx::root();
+    let mut states = vec![names(f)];
+    let step = |f: &Ffs, states: &mut Vec<Names>| {
+        states.push(names(f));
+        evs.lock().push(Ev::Returned(states.len() - 1));
+        // The syncer's write-back between calls, every other call: home writes while
+        // records may still be only in memory (commit=async).
+        if states.len().is_multiple_of(2) {
+            f.sync_as(crate::strategy::SyncWhy::Periodic).unwrap();
+        }
+    };
+    let (a, fh) = f.create(&c, 2, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    step(f, &mut states);
+    f.write(a.ino, fh, 0, &vec![1u8; 9000]).unwrap();
+    f.release(a.ino, fh).unwrap();
+    step(f, &mut states);
+    let (b, fh) = f.create(&c, 2, n("b"), 0o644, 0, libc::O_RDWR).unwrap();
+    f.release(b.ino, fh).unwrap();
+    step(f, &mut states);
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    step(f, &mut states);
+    f.rename(&c, 2, n("a"), d.ino, n("x"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.rename(&c, 2, n("b"), d.ino, n("x"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.mkdir(&c, d.ino, n("e"), 0o755, 0).unwrap();
+    step(f, &mut states);
+    f.rename(&c, d.ino, n("e"), 2, n("e"), RenameFlags::default())
+        .unwrap();
+    step(f, &mut states);
+    f.unlink(&c, d.ino, n("x")).unwrap();
+    step(f, &mut states);
+    f.rmdir(&c, 2, n("e")).unwrap();
+    step(f, &mut states);
+    states
+}
+
+struct CrashRun {
+    /// The log is in the file system's log area (`log=file`), not on the second device.
+    file: bool,
+    base_fs: Vec<u8>,
+    base_log: Vec<u8>,
+    evs: Vec<Ev>,
+    states: Vec<Names>,
+}
+
+fn record(commit: Commit, plant: bool, file: bool) -> CrashRun {
+    let (fs, log) = if file {
+        (fresh_file(), fresh().1)
+    } else {
+        fresh()
+    };
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let (base_fs, base_log) = (fs.to_bytes(), log.to_bytes());
+    let rfs = Arc::new(Rec {
+        inner: fs.with_block_size(4096),
+        id: 0,
+        evs: evs.clone(),
+    });
+    let rlog = Arc::new(Rec {
+        inner: log.with_block_size(4096),
+        id: 1,
+        evs: evs.clone(),
+    });
+    let mut j = Journal::new(
+        if file {
+            LogSpec::File
+        } else {
+            LogSpec::Device(rlog)
+        },
+        commit,
+    );
+    j.plant_home_first = plant;
+    let f = mount_with(rfs, j, false).unwrap();
+    let states = workload(&f, &evs);
+    // Everything home and flushed (the syncer's and the checkpoint's writes are crash
+    // points too), then unmount.
+    f.sync_as(crate::strategy::SyncWhy::All).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    let evs = std::mem::take(&mut *evs.lock());
+    CrashRun {
+        file,
+        base_fs,
+        base_log,
+        evs,
+        states,
+    }
+}
+
+/// The devices after the first `k` events: every write before them landed, none after.
+fn state_at(run: &CrashRun, k: usize) -> (MemDevice, MemDevice, usize) {
+    let fs = MemDevice::from_bytes(4096, run.base_fs.clone());
+    let log = MemDevice::from_bytes(4096, run.base_log.clone());
+    let mut returned = 0;
+    for e in &run.evs[..k] {
+        match e {
+            Ev::Write {
+                dev: 0,
+                block,
+                data,
+            } => fs.write_blocks(*block, data).unwrap(),
+            Ev::Write { block, data, .. } => log.write_blocks(*block, data).unwrap(),
+            Ev::Flush => {}
+            Ev::Returned(i) => returned = *i,
+        }
+    }
+    (fs, log, returned)
+}
+
+/// Recovers a crash state and checks it: fsck finds nothing, the names are those after
+/// some call (every call all or nothing; a rename shows one name, never both), and for a
+/// durable commit, at least those after the last call that returned.
+fn check_state(run: &CrashRun, k: usize, commit: Commit) -> Result<(), String> {
+    let (fs, log, returned) = state_at(run, k);
+    verify(run, fs, log, returned, commit, None)
+}
+
+/// Recovers the devices (a mount and an unmount, recorded into `rec` if given) and checks
+/// the result: fsck finds nothing, the names are those after some call — after call
+/// `returned` or later for a durable commit.
+fn verify(
+    run: &CrashRun,
+    fs: MemDevice,
+    log: MemDevice,
+    returned: usize,
+    commit: Commit,
+    rec: Option<&Arc<Mutex<Vec<Ev>>>>,
+) -> Result<(), String> {
+    let (fsdev, logdev): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = match rec {
+        Some(evs) => (
+            Arc::new(Rec {
+                inner: fs.with_block_size(4096),
+                id: 0,
+                evs: evs.clone(),
+            }),
+            Arc::new(Rec {
+                inner: log.with_block_size(4096),
+                id: 1,
+                evs: evs.clone(),
+            }),
+        ),
+        None => (
+            Arc::new(fs.with_block_size(4096)),
+            Arc::new(log.with_block_size(4096)),
+        ),
+    };
+    let spec = if run.file {
+        LogSpec::File
+    } else {
+        LogSpec::Device(logdev)
+    };
+    let f = mount_with(fsdev, Journal::new(spec, commit), false)
+        .map_err(|e| format!("recovery: {e}"))?;
+    let got = names(&f);
+    f.unmount().map_err(|e| format!("unmount: {e}"))?;
+    drop(f);
+    fsck_clean(&fs).map_err(|e| format!("fsck: {e}"))?;
+    let from = if commit == Commit::Async { 0 } else { returned };
+    match run.states[from..].iter().position(|s| *s == got) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "names {got:?} are no state after call {from} or later ({:?})",
+            &run.states[from..]
+        )),
+    }
+}
+
+/// A crash during recovery: for crash states whose recovery replays something, every
+/// prefix of the recovery's own writes and flushes, recovered again, checks like the
+/// state itself (replay is idempotent, and the log is emptied only after the replay is
+/// durable).
+#[test]
+fn a_crash_during_recovery_is_recovered() {
+    for file in [false, true] {
+        let run = record(Commit::Sync, false, file);
+        let mut tried = 0;
+        for k in (0..run.evs.len()).step_by(7) {
+            let (fs, log, returned) = state_at(&run, k);
+            let (fs0, log0) = (fs.to_bytes(), log.to_bytes());
+            let evs = Arc::new(Mutex::new(Vec::new()));
+            verify(&run, fs, log, returned, Commit::Sync, Some(&evs)).unwrap();
+            let revs = std::mem::take(&mut *evs.lock());
+            for j in 0..revs.len() {
+                if !matches!(revs[j], Ev::Write { .. } | Ev::Flush) {
+                    continue;
+                }
+                let fs = MemDevice::from_bytes(4096, fs0.clone());
+                let log = MemDevice::from_bytes(4096, log0.clone());
+                for e in &revs[..j] {
+                    if let Ev::Write { dev, block, data } = e {
+                        let d = if *dev == 0 { &fs } else { &log };
+                        d.write_blocks(*block, data).unwrap();
+                    }
+                }
+                tried += 1;
+                if let Err(e) = verify(&run, fs, log, returned, Commit::Sync, None) {
+                    panic!("file={file} state {k}, recovery cut after event {j}: {e}");
+                }
+            }
+        }
+        assert!(tried > 50, "only {tried} cut recoveries");
+    }
+}
+
+fn campaign(commit: Commit, plant: bool, file: bool) -> (usize, Vec<String>) {
+    let run = record(commit, plant, file);
+    let mut bad = Vec::new();
+    let points: Vec<usize> = (0..=run.evs.len())
+        .filter(|&k| k == run.evs.len() || matches!(run.evs[k], Ev::Write { .. } | Ev::Flush))
+        .collect();
+    for &k in &points {
+        if let Err(e) = check_state(&run, k, commit) {
+            bad.push(format!("after event {k}: {e}"));
+        }
+    }
+    (points.len(), bad)
+}
+
+/// A crash before any write or flush of the workload: recovery always leaves a clean image
+/// holding the names after some call — at least the last returned one with commit=sync.
+#[test]
+fn recovery_after_a_crash_at_every_write_and_flush() {
+    for file in [false, true] {
+        for commit in [Commit::Sync, Commit::Async] {
+            let (states, bad) = campaign(commit, false, file);
+            let what = if file { "log=file" } else { "log=dev" };
+            assert!(states > 40, "{what} {commit:?}: only {states} crash points");
+            assert!(
+                bad.is_empty(),
+                "{what} {commit:?}: {} of {states} states bad: {bad:#?}",
+                bad.len()
+            );
+        }
+    }
+}
+
+/// A journal that writes blocks home before their log records are durable is caught.
+#[test]
+fn a_journal_writing_home_before_its_log_is_caught() {
+    for file in [false, true] {
+        let (states, bad) = campaign(Commit::Async, true, file);
+        assert!(
+            !bad.is_empty(),
+            "none of {states} crash states caught the planted bug"
+        );
+    }
+}
+
+// ----- refusals -------------------------------------------------------------------------
+
+fn mount_err(fs: &MemDevice, log: Arc<dyn BlockDevice>) -> String {
+    let j = Journal::new(LogSpec::Device(log), Commit::Sync);
+    match mount_with(Arc::new(fs.with_block_size(4096)), j, false) {
+        Ok(_) => panic!("mounted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_log_devices_are_refused_with_one_line() {
+    let (fs, log) = fresh();
+    // Not a log.
+    let e = mount_err(&fs, Arc::new(MemDevice::new(4096, 200)));
+    assert!(e.contains("not a cairn write-ahead log"), "{e}");
+    assert!(!e.contains('\n'));
+    // Too small for the journal (a valid log of 16 blocks).
+    let small = MemDevice::new(4096, 16);
+    Wal::format(&small, Region::whole(&small), &FormatOptions::default()).unwrap();
+    let e = mount_err(&fs, Arc::new(small));
+    assert!(e.contains("too small"), "{e}");
+    // Corrupt: both superblock copies damaged.
+    let bad = MemDevice::from_bytes(4096, log.to_bytes());
+    let mut b = vec![0u8; 4096];
+    for blk in 0..2 {
+        bad.read_blocks(blk, &mut b).unwrap();
+        b[100] ^= 0xff;
+        bad.write_blocks(blk, &b).unwrap();
+    }
+    let e = mount_err(&fs, Arc::new(bad));
+    assert!(e.contains("unusable"), "{e}");
+    // Another file system's log.
+    let other = fresh();
+    let f = mount(&other.0, &other.1, Commit::Sync);
+    f.unmount().unwrap();
+    drop(f);
+    let e = mount_err(&fs, Arc::new(other.1.with_block_size(4096)));
+    assert!(e.contains("belongs to another file system"), "{e}");
+    // Missing.
+    let j = Journal::from_options(&[(
+        "log".into(),
+        Some("dev:/nonexistent/cairn-journal-log".into()),
+    )])
+    .unwrap();
+    let e = mount_with(Arc::new(fs.with_block_size(4096)), j, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("No such file"), "{e}");
+    assert!(!e.contains('\n'));
+    // And a good one still mounts.
+    mount(&fs, &log, Commit::Sync).unmount().unwrap();
+}
+
+#[test]
+fn log_file_survives_a_crash_and_a_file_system_without_a_log_area_is_refused() {
+    let fs = fresh_file();
+    let f = mount_file(&fs, Commit::Sync);
+    let c = Ctx::root();
+    for i in 0..10 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    let img = fs.to_bytes();
+    std::mem::forget(f);
+    let fs2 = MemDevice::from_bytes(4096, img);
+    let f = mount_file(&fs2, Commit::Sync);
+    for i in 0..10 {
+        f.lookup(&c, 2, n(&format!("d{i}"))).unwrap();
+    }
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs2).unwrap();
+    // No log area: one line naming the fix.
+    let (plain, _) = fresh();
+    let e = mount_with(
+        Arc::new(plain.with_block_size(4096)),
+        Journal::new(LogSpec::File, Commit::Sync),
+        false,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("no journal log area") && !e.contains('\n'),
+        "{e}"
+    );
+    // A log area cut off by a truncated image.
+    let short = MemDevice::from_bytes(
+        4096,
+        fs2.to_bytes()[..(FS_BLOCKS as usize + 10) * 4096].to_vec(),
+    );
+    let e = mount_with(
+        Arc::new(short),
+        Journal::new(LogSpec::File, Commit::Sync),
+        false,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("runs past the end"), "{e}");
+}
+
+#[test]
+fn options_are_parsed_by_the_mode() {
+    let o = |v: &[(&str, &str)]| {
+        let v: Vec<(String, Option<String>)> = v
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect();
+        Journal::from_options(&v).map(|j| j.commit())
+    };
+    assert_eq!(
+        o(&[("log", "dev:/x"), ("commit", "group")]),
+        Ok(Commit::Group)
+    );
+    assert_eq!(
+        o(&[("commit", "async"), ("log", "dev:/x")]),
+        Ok(Commit::Async)
+    );
+    assert_eq!(o(&[("log", "dev:/x")]), Ok(Commit::Sync));
+    assert_eq!(o(&[("commit", "sync")]), Ok(Commit::Sync)); // log=file
+    assert!(o(&[("log", "dev:/x"), ("commit", "soon")]).is_err());
+    assert!(o(&[("log", "disk")]).is_err());
+    assert!(o(&[("log", "file")]).is_ok());
+}
+
+// ----- cost -----------------------------------------------------------------------------
+
+/// commit=sync: one log flush per create, and no flush of the file system's device.
+#[test]
+fn sync_commit_costs_one_log_flush_per_create() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let fsdev = Arc::new(fs.with_block_size(4096));
+    let j = Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync);
+    let f = mount_with(fsdev.clone(), j, false).unwrap();
+    let c = Ctx::root();
+    let (l0, f0) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    const N: usize = 50;
+    for i in 0..N {
+        let (a, fh) = f
+            .create(&c, 2, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        f.release(a.ino, fh).unwrap();
+    }
+    let (l1, f1) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    let log_flushes = l1.delta(&l0).flushes;
+    let fs_flushes = f1.delta(&f0).flushes;
+    eprintln!(
+        "commit=sync: {:.2} log flushes and {:.2} file-system flushes per create",
+        log_flushes as f64 / N as f64,
+        fs_flushes as f64 / N as f64
+    );
+    assert_eq!(log_flushes, N as u64);
+    assert_eq!(fs_flushes, 0);
+    f.unmount().unwrap();
+}
+
+/// Creates per second and flushes per create on image files (real fdatasync), journal
+/// against sync and async: `cargo test -p cairn-ffs --lib journal_rates -- --ignored
+/// --nocapture`. Ignored: it measures the host's disk.
+#[test]
+#[ignore]
+fn journal_rates_on_image_files() {
+    use cairn_blockdev::FileDevice;
+    const N: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, journal: bool| -> Arc<FileDevice> {
+        let p = dir.path().join(name);
+        let blocks: u64 = 16384 + if journal { 660 } else { 0 };
+        let d = FileDevice::create(&p, 4096, blocks * 4096).unwrap();
+        mkfs_device(
+            &d,
+            &MkfsOptions {
+                journal_size: journal.then_some(660 * 4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        Arc::new(d)
+    };
+    let run = |label: &str, f: Arc<Ffs>, devs: Vec<Arc<FileDevice>>| {
+        let c = Ctx::root();
+        let before: Vec<_> = devs.iter().map(|d| d.counters().snapshot()).collect();
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            let (a, fh) = f
+                .create(&c, 2, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            f.release(a.ino, fh).unwrap();
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let per: Vec<String> = devs
+            .iter()
+            .zip(&before)
+            .map(|(d, b)| {
+                let x = d.counters().snapshot().delta(b);
+                format!(
+                    "{:.2} flushes {:.0} B",
+                    x.flushes as f64 / N as f64,
+                    x.bytes_written as f64 / N as f64
+                )
+            })
+            .collect();
+        eprintln!(
+            "{label:30} {:8.0} creates/s   per create (fs; log): {}",
+            N as f64 / secs,
+            per.join("; ")
+        );
+        // Small files: 4 KiB each, then removed (a removal frees a block).
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            let (a, fh) = f
+                .create(&c, 2, n(&format!("s{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            f.write(a.ino, fh, 0, &[1u8; 4096]).unwrap();
+            f.release(a.ino, fh).unwrap();
+        }
+        let small = N as f64 / t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            f.unlink(&c, 2, n(&format!("s{i}"))).unwrap();
+        }
+        let del = N as f64 / t.elapsed().as_secs_f64();
+        eprintln!("{label:30} {small:8.0} 4 KiB creates/s {del:8.0} removals/s");
+        f.unmount().unwrap();
+    };
+    for mode in ["sync", "async"] {
+        let d = make(mode, false);
+        let f = Ffs::mount_device(
+            d.clone(),
+            &MountOptions {
+                mode: mode.into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        run(&format!("ffs {mode}"), f, vec![d]);
+    }
+    for (label, commit) in [
+        ("journal log=file commit=sync", Commit::Sync),
+        ("journal log=file commit=async", Commit::Async),
+    ] {
+        let d = make(label, true);
+        let f = mount_with(d.clone(), Journal::new(LogSpec::File, commit), false).unwrap();
+        run(label, f, vec![d]);
+    }
+    for (label, commit) in [
+        ("journal log=dev commit=sync", Commit::Sync),
+        ("journal log=dev commit=async", Commit::Async),
+    ] {
+        let d = make(label, false);
+        let lp = dir.path().join(format!("{label}.log"));
+        let l = Arc::new(FileDevice::create(&lp, 4096, 1024 * 4096).unwrap());
+        Wal::format(&*l, Region::whole(&*l), &FormatOptions::default()).unwrap();
+        let f = mount_with(
+            d.clone(),
+            Journal::new(LogSpec::Device(l.clone()), commit),
+            false,
+        )
+        .unwrap();
+        run(label, f, vec![d, l]);
+    }
+}
+
+/// A log far smaller than what the calls write: the log fills again and again, each time a
+/// call checkpoints first (everything home, the log emptied) instead of failing; a crash
+/// at the end still recovers every call.
+#[test]
+fn a_full_log_forces_checkpoints_and_never_fails_a_call() {
+    let (fs, _) = fresh();
+    let log = MemDevice::new(4096, 66); // the smallest log: 256 KiB
+    Wal::format(&log, Region::whole(&log), &FormatOptions::default()).unwrap();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync),
+        false,
+    )
+    .unwrap();
+    let c = Ctx::root();
+    let d = f.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+    const N: usize = 400; // the file system has 512 inodes
+    for i in 0..N {
+        let (a, fh) = f
+            .create(&c, d.ino, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        f.write(a.ino, fh, 0, &[i as u8; 100]).unwrap();
+        f.release(a.ino, fh).unwrap();
+    }
+    let wal = Wal::open_read_only(logdev.clone(), Region::whole(&*logdev)).unwrap();
+    // A new log starts at LSN `capacity`: past twice that, the calls logged more than the
+    // whole log holds.
+    assert!(
+        wal.end().0 > 2 * wal.capacity(),
+        "the workload should overfill the log (end {}, capacity {})",
+        wal.end(),
+        wal.capacity()
+    );
+    drop(wal);
+    let img = fs.to_bytes();
+    let log_img = log.to_bytes();
+    std::mem::forget(f);
+    let (fs2, log2) = (
+        MemDevice::from_bytes(4096, img),
+        MemDevice::from_bytes(4096, log_img),
+    );
+    let f = mount(&fs2, &log2, Commit::Sync);
+    let d = f.lookup(&c, 2, n("d")).unwrap();
+    for i in 0..N {
+        let a = f.lookup(&c, d.ino, n(&format!("f{i}"))).unwrap();
+        assert_eq!(a.size, 100);
+    }
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs2).unwrap();
+}
+
+/// The 1-second checkpoint moves the log's start to the oldest record a dirty buffer still
+/// needs: nowhere while the calls' buffers are dirty, to the end once they are home.
+#[test]
+fn the_background_checkpoint_follows_the_buffers_home() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::Device(logdev.clone()), Commit::Sync),
+        false,
+    )
+    .unwrap();
+    let checkpoint = || {
+        let w = Wal::open_read_only(logdev.clone(), Region::whole(&*logdev)).unwrap();
+        (w.checkpoint(), w.end())
+    };
+    let c = Ctx::root();
+    let (start, _) = checkpoint();
+    for i in 0..10 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    f.strategy.background(&*f).unwrap();
+    let (held, end) = checkpoint();
+    assert_eq!(held, start, "dirty buffers still need every record");
+    assert!(end > start);
+    f.sync_as(crate::strategy::SyncWhy::Periodic).unwrap();
+    f.strategy.background(&*f).unwrap();
+    let (moved, end2) = checkpoint();
+    assert_eq!(moved, end2, "everything home: the log is empty");
+    f.unmount().unwrap();
+}
+
+/// The journal's CPU cost per create, without a disk: `async` against `journal-async` on
+/// memory devices (`cargo test -p cairn-ffs --lib journal_cpu -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn journal_cpu_cost_on_memory() {
+    const N: usize = 10_000; // the file system has 16,384 inodes
+    let c = Ctx::root();
+    let time = |f: &Ffs| {
+        let t = std::time::Instant::now();
+        for i in 0..N {
+            let (a, fh) = f
+                .create(&c, 2, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            f.release(a.ino, fh).unwrap();
+        }
+        N as f64 / t.elapsed().as_secs_f64()
+    };
+    let big = || {
+        let fs = MemDevice::new(4096, 65536 + 2600);
+        mkfs_device(
+            &fs,
+            &MkfsOptions {
+                journal_size: Some(2600 * 4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        fs
+    };
+    let fs = big();
+    let f = Ffs::mount_device(
+        Arc::new(fs.with_block_size(4096)),
+        &MountOptions {
+            mode: "async".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = time(&f);
+    drop(f);
+    let fs = big();
+    let f = mount_with(
+        Arc::new(fs.with_block_size(4096)),
+        Journal::new(LogSpec::File, Commit::Async),
+        false,
+    )
+    .unwrap();
+    let j = time(&f);
+    eprintln!(
+        "async {a:.0} creates/s, journal-async {j:.0} creates/s ({:.2}x)",
+        j / a
+    );
+}
+
+/// A journal left behind by a crash, then the file system used in another mode (forced
+/// past the crash) and unmounted cleanly: the next journaled mount must not replay the old
+/// records over what the other mode wrote since.
+#[test]
+fn a_stale_log_is_not_replayed_over_another_modes_changes() {
+    let fs = fresh_file();
+    let f = mount_file(&fs, Commit::Sync);
+    let c = Ctx::root();
+    for i in 0..5 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    let img = fs.to_bytes();
+    std::mem::forget(f);
+    let fs2 = MemDevice::from_bytes(4096, img);
+    let s = Ffs::mount_device(
+        Arc::new(fs2.with_block_size(4096)),
+        &MountOptions {
+            mode: "sync".into(),
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Without the replay, sync sees the home locations: whatever reached them.
+    for i in 0..5 {
+        let _ = s.rmdir(&c, 2, n(&format!("d{i}")));
+    }
+    s.mkdir(&c, 2, n("after"), 0o755, 0).unwrap();
+    s.unmount().unwrap();
+    drop(s);
+    let f = mount_file(&fs2, Commit::Sync);
+    for i in 0..5 {
+        assert!(
+            f.lookup(&c, 2, n(&format!("d{i}"))).is_err(),
+            "d{i} came back"
+        );
+    }
+    f.lookup(&c, 2, n("after")).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs2).unwrap();
+}
