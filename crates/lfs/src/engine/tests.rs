@@ -1,0 +1,364 @@
+//! Engine tests on an in-memory device: operations across remounts, roll-forward after a
+//! crash at every write boundary, hostile images.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, MemDevice, TraceOp, VecTrace};
+use cairn_vfs::{Ctx, FileSystem, RenameFlags};
+
+use super::*;
+use crate::check::check_device;
+use crate::mkfs::{MkfsOptions, mkfs_device};
+
+fn opts() -> MountOptions {
+    MountOptions {
+        syncer: false,
+        ..Default::default()
+    }
+}
+
+fn image(blocks: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, blocks));
+    mkfs_device(
+        dev.clone(),
+        &MkfsOptions {
+            segment_size: 64 << 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    dev
+}
+
+fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
+    Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap()
+}
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// Every path (files with contents, directories with a trailing '/', symlinks with '@').
+fn tree(fs: &Lfs) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = stack.pop() {
+        let mut ents = Vec::new();
+        fs.readdir(dir, 0, 0, false, &mut |e| {
+            ents.push((e.name.to_string_lossy().into_owned(), e.ino, e.kind));
+            true
+        })
+        .unwrap();
+        for (name, ino, kind) in ents {
+            if name == "." || name == ".." {
+                continue;
+            }
+            let p = format!("{path}/{name}");
+            match kind {
+                cairn_vfs::FileKind::Directory => {
+                    out.insert(format!("{p}/"), vec![]);
+                    stack.push((ino, p));
+                }
+                cairn_vfs::FileKind::Symlink => {
+                    out.insert(format!("{p}@"), fs.readlink(ino).unwrap());
+                }
+                _ => {
+                    let size = fs.getattr(ino).unwrap().size;
+                    let mut buf = Vec::new();
+                    fs.read(ino, 0, 0, size as u32, &mut buf).unwrap();
+                    out.insert(p, buf);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn write_file(fs: &Lfs, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let c = Ctx::root();
+    let (a, fh) = fs
+        .create(&c, parent, n(name), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    assert_eq!(fs.write(a.ino, fh, 0, data).unwrap() as usize, data.len());
+    fs.release(a.ino, fh).unwrap();
+    a.ino
+}
+
+fn assert_clean(dev: &Arc<MemDevice>) {
+    let r = check_device(dev.clone() as Arc<dyn BlockDevice>).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.findings);
+}
+
+#[test]
+fn create_write_read_unlink_rename_survive_remount() {
+    let dev = image(4096);
+    let c = Ctx::root();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    {
+        let fs = mount(&dev);
+        let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+        write_file(&fs, d, "small", b"hello");
+        write_file(&fs, ROOT_INO, "big", &big);
+        write_file(&fs, ROOT_INO, "gone", b"bye");
+        fs.unlink(&c, ROOT_INO, n("gone")).unwrap();
+        fs.rename(
+            &c,
+            d,
+            n("small"),
+            ROOT_INO,
+            n("moved"),
+            RenameFlags::default(),
+        )
+        .unwrap();
+        let m = fs.lookup(&c, ROOT_INO, n("moved")).unwrap().ino;
+        fs.link(&c, m, d, n("hard")).unwrap();
+        fs.symlink(&c, d, n("sym"), b"../moved").unwrap();
+        fs.destroy().unwrap();
+    }
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    assert_eq!(t["/moved"], b"hello");
+    assert_eq!(t["/d/hard"], b"hello");
+    assert_eq!(t["/d/sym@"], b"../moved");
+    assert_eq!(t["/big"], big);
+    assert!(!t.contains_key("/gone") && !t.contains_key("/d/small"));
+    assert_eq!(fs.lookup(&c, ROOT_INO, n("moved")).unwrap().nlink, 2);
+    // Truncate and overwrite in the middle of the big file, then remount again.
+    let b = fs.lookup(&c, ROOT_INO, n("big")).unwrap().ino;
+    let fh = fs.open(&c, b, libc::O_RDWR).unwrap();
+    fs.write(b, fh, 100_000, b"XYZ").unwrap();
+    fs.release(b, fh).unwrap();
+    fs.setattr(
+        &c,
+        b,
+        cairn_vfs::SetAttr {
+            size: Some(200_001),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    let mut want = big[..200_001].to_vec();
+    want[100_000..100_003].copy_from_slice(b"XYZ");
+    assert_eq!(t["/big"], want);
+}
+
+#[test]
+fn log_writes_are_whole_partial_segments() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let before = dev.counters().snapshot();
+    for i in 0..200 {
+        write_file(&fs, ROOT_INO, &format!("f{i}"), &[7u8; 1024]);
+    }
+    fs.flush_log().unwrap();
+    let d = dev.counters().snapshot().delta(&before);
+    // 200 files of one block + 200 inodes in 13 blocks + directory blocks: a handful of
+    // writes, each a partial segment of up to 15 blocks (64 KiB segments).
+    assert!(d.writes <= 40, "{d:?}");
+    assert!(d.blocks_written >= 213, "{d:?}");
+}
+
+#[test]
+fn deleted_space_is_reused_after_a_checkpoint() {
+    // 1 MiB of segments, files of 64 KiB written and deleted over and over: without
+    // segments freed by checkpoints this would run out after a few rounds.
+    let dev = image(1024);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    for round in 0..60 {
+        write_file(&fs, ROOT_INO, "f", &vec![round as u8; 256 << 10]);
+        fs.unlink(&c, ROOT_INO, n("f")).unwrap();
+    }
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
+#[test]
+fn full_disk_is_enospc_and_consistent() {
+    let dev = image(1024);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("fill"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    let mut off = 0u64;
+    let err = loop {
+        match fs.write(a.ino, fh, off, &chunk) {
+            Ok(k) => off += k as u64,
+            Err(e) => break e,
+        }
+        assert!(off < 8 << 20, "never ran out");
+    };
+    assert_eq!(err.errno(), cairn_vfs::Errno::ENOSPC);
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    assert_eq!(fs.getattr(a.ino).unwrap().size, off);
+    // Deleting gives the space back.
+    fs.unlink(&c, ROOT_INO, n("fill")).unwrap();
+    fs.checkpoint().unwrap();
+    write_file(&fs, ROOT_INO, "again", &vec![2u8; 1 << 20]);
+}
+
+/// The crash test: a small workload, fsync after each step; the image cut after every
+/// device write (everything not yet written lost) must mount, check clean, and show the
+/// state after some step — never older than the last step whose fsync returned.
+#[test]
+fn roll_forward_shows_a_prefix_at_every_write_boundary() {
+    let dev = image(2048);
+    let base = dev.to_bytes();
+    let trace = Arc::new(VecTrace::with_data());
+    dev.set_trace(Some(trace.clone()));
+    let c = Ctx::root();
+    let mut states = vec![];
+    let mut durable_after = vec![]; // trace length once step i's fsync returned
+    {
+        let fs = mount(&dev);
+        states.push(tree(&fs));
+        durable_after.push(trace.len());
+        type Step<'a> = Box<dyn Fn(&Lfs) + 'a>;
+        let steps: Vec<Step> = vec![
+            Box::new(|fs| {
+                fs.mkdir(&c, ROOT_INO, n("a"), 0o755, 0).unwrap();
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                write_file(fs, a, "x", b"one");
+            }),
+            Box::new(|fs| {
+                write_file(fs, ROOT_INO, "y", &vec![9u8; 70_000]);
+            }),
+            Box::new(|fs| {
+                fs.rename(
+                    &c,
+                    ROOT_INO,
+                    n("y"),
+                    ROOT_INO,
+                    n("z"),
+                    RenameFlags::default(),
+                )
+                .unwrap();
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                let x = fs.lookup(&c, a, n("x")).unwrap().ino;
+                fs.link(&c, x, ROOT_INO, n("x2")).unwrap();
+                fs.unlink(&c, a, n("x")).unwrap();
+            }),
+            Box::new(|fs| {
+                fs.checkpoint().unwrap();
+            }),
+            // One flush of many inodes: their blocks span partial segments, so only a
+            // whole flush (up to its COMMIT) is a state some step produced.
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                for i in 0..400 {
+                    let name = format!("many{i}");
+                    let (at, fh) = fs.create(&c, a, n(&name), 0o644, 0, 0).unwrap();
+                    fs.release(at.ino, fh).unwrap();
+                }
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                fs.rename(&c, ROOT_INO, n("z"), a, n("z"), RenameFlags::default())
+                    .unwrap();
+                write_file(fs, a, "w", b"w");
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                fs.unlink(&c, a, n("z")).unwrap();
+                fs.unlink(&c, ROOT_INO, n("x2")).unwrap();
+            }),
+        ];
+        for step in steps {
+            step(&fs);
+            fs.fsync(ROOT_INO, 0, false).unwrap();
+            states.push(tree(&fs));
+            durable_after.push(trace.len());
+        }
+    }
+    let recs = trace.records();
+    // Cut after every device write (reads and flushes change nothing on the image).
+    let writes: Vec<usize> = (0..=recs.len())
+        .filter(|&k| k == 0 || recs[k - 1].0.op == TraceOp::Write)
+        .collect();
+    let mut checked = 0;
+    for &k in &writes {
+        // The image with the first k operations of the trace applied.
+        let mut img = base.clone();
+        for (ev, data) in &recs[..k] {
+            if ev.op == TraceOp::Write {
+                let d = data.as_ref().unwrap();
+                let o = ev.block as usize * BLOCK_SIZE;
+                img[o..o + d.len()].copy_from_slice(d);
+            }
+        }
+        let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+        let fs = Lfs::mount_device(crashed.clone() as Arc<dyn BlockDevice>, &opts())
+            .unwrap_or_else(|e| panic!("cut after {k} of {} operations: {e}", recs.len()));
+        let t = tree(&fs);
+        let at = states
+            .iter()
+            .rposition(|s| *s == t)
+            .unwrap_or_else(|| panic!("cut after {k}: a state no step produced: {t:#?}"));
+        let durable = durable_after.iter().rposition(|&d| d <= k).unwrap_or(0);
+        assert!(
+            at >= durable,
+            "cut after {k}: state {at}, but step {durable} was fsynced"
+        );
+        drop(fs);
+        assert_clean(&crashed);
+        checked += 1;
+    }
+    assert!(checked > 10);
+}
+
+#[test]
+fn hostile_images_are_refused_not_panicked() {
+    let dev = image(512);
+    let good = dev.to_bytes();
+    // Not LFS at all.
+    let zeros = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 512));
+    let e = Lfs::mount_device(zeros as Arc<dyn BlockDevice>, &opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("not an LFS image"), "{e}");
+    // Both checkpoint regions damaged.
+    let mut img = good.clone();
+    img[BLOCK_SIZE + 10] ^= 1;
+    let sb = Superblock::decode(&good[..BLOCK_SIZE], 512).unwrap();
+    let o = sb.cp_start(1) as usize * BLOCK_SIZE;
+    img[o..o + 4].copy_from_slice(b"LFCP");
+    let d = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+    let e = Lfs::mount_device(d as Arc<dyn BlockDevice>, &opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("checkpoint"), "{e}");
+    // Flipping bytes all over the log: mount or check may fail, never panic.
+    for i in 0..200usize {
+        let mut img = good.clone();
+        let at = (sb.first_segment as usize * BLOCK_SIZE + i * 997) % img.len();
+        img[at] ^= 0x5a;
+        let d = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+        if let Ok(fs) = Lfs::mount_device(d.clone() as Arc<dyn BlockDevice>, &opts()) {
+            let mut v = Vec::new();
+            let _ = fs.readdir(ROOT_INO, 0, 0, true, &mut |e| {
+                v.push(e.ino);
+                true
+            });
+            let _ = check_device(d as Arc<dyn BlockDevice>);
+        }
+    }
+}
