@@ -143,25 +143,69 @@ impl Node {
     }
 }
 
-/// The indirect slot holding logical block `lbn`'s address (None for a direct block).
+// Indirect blocks are named by *slots* (the summary's `lbn` for an indirect block):
+//   0                      the single indirect block       (leaf: blocks 12..524)
+//   1                      the double indirect block       (names slots 2..514)
+//   2 + i                  its i-th child                  (leaf)
+//   T_TOP                  the triple indirect block       (names T_MID + j)
+//   T_MID + j              its j-th child                  (names T_LEAF + 512j ..)
+//   T_LEAF + k             the k-th leaf under it          (leaf)
+pub(crate) const T_TOP: u64 = 1 << 40;
+const T_MID: u64 = T_TOP + 1;
+const T_LEAF: u64 = 1 << 41;
+const D_FIRST: u64 = NDIRECT as u64 + PTRS;
+const T_FIRST: u64 = D_FIRST + PTRS * PTRS;
+
+/// The leaf slot holding logical block `lbn`'s address (None for a direct block).
 pub(crate) fn slot_of(lbn: u64) -> Option<u64> {
     if lbn < NDIRECT as u64 {
         None
-    } else if lbn < NDIRECT as u64 + PTRS {
+    } else if lbn < D_FIRST {
         Some(0)
+    } else if lbn < T_FIRST {
+        Some(2 + (lbn - D_FIRST) / PTRS)
     } else {
-        Some(2 + (lbn - NDIRECT as u64 - PTRS) / PTRS)
+        Some(T_LEAF + (lbn - T_FIRST) / PTRS)
     }
 }
 
-/// The range of logical blocks slot `s` (0 or >= 2) maps.
-fn slot_range(s: u64) -> (u64, u64) {
-    if s == 0 {
-        (NDIRECT as u64, NDIRECT as u64 + PTRS)
+/// The slot whose block names slot `s`, if any (the inode names the roots).
+fn slot_parent(s: u64) -> Option<u64> {
+    if (2..2 + PTRS).contains(&s) {
+        Some(1)
+    } else if (T_MID..T_MID + PTRS).contains(&s) {
+        Some(T_TOP)
+    } else if s >= T_LEAF {
+        Some(T_MID + (s - T_LEAF) / PTRS)
     } else {
-        let first = NDIRECT as u64 + PTRS + (s - 2) * PTRS;
-        (first, first + PTRS)
+        None
     }
+}
+
+/// Height above the leaves: leaves 0, the double block and triple's children 1, triple 2.
+fn slot_level(s: u64) -> u8 {
+    match s {
+        1 => 1,
+        T_TOP => 2,
+        _ if (T_MID..T_MID + PTRS).contains(&s) => 1,
+        _ => 0,
+    }
+}
+
+/// For a leaf, the logical blocks it maps; for an inner slot, the child slots it names.
+fn slot_range(s: u64) -> (u64, u64) {
+    let (first, i) = match s {
+        0 => (NDIRECT as u64, 0),
+        1 => return (2, 2 + PTRS),
+        T_TOP => return (T_MID, T_MID + PTRS),
+        _ if (T_MID..T_MID + PTRS).contains(&s) => {
+            let j = s - T_MID;
+            return (T_LEAF + j * PTRS, T_LEAF + (j + 1) * PTRS);
+        }
+        _ if s >= T_LEAF => (T_FIRST, s - T_LEAF),
+        _ => (D_FIRST, s - 2),
+    };
+    (first + i * PTRS, first + (i + 1) * PTRS)
 }
 
 pub(crate) fn to_time(t: SystemTime) -> Time {
@@ -520,9 +564,10 @@ impl State {
         match slot_of(lbn) {
             None => n.inode.direct[lbn as usize] = addr,
             Some(s) => {
-                n.dirty_slots.insert(s);
-                if s >= 2 {
-                    n.dirty_slots.insert(1);
+                let mut at = Some(s);
+                while let Some(x) = at {
+                    n.dirty_slots.insert(x);
+                    at = slot_parent(x);
                 }
             }
         }
@@ -535,8 +580,8 @@ impl State {
         let slots: Vec<u64> = {
             let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
             let mut v: Vec<u64> = std::mem::take(&mut n.dirty_slots).into_iter().collect();
-            // Slot 1 (the double indirect block) last: it names the children.
-            v.sort_by_key(|&s| (s == 1, s));
+            // Children before the blocks that name them.
+            v.sort_by_key(|&s| (slot_level(s), s));
             v
         };
         for s in slots {
@@ -544,9 +589,10 @@ impl State {
             let (version, mtime) = (n.inode.version, n.inode.mtime.sec.max(0) as u64);
             let mut b = vec![0u8; BLOCK_SIZE];
             let mut any = false;
-            if s == 1 {
-                for (&c, &a) in n.ind.range(2..) {
-                    put_u64(&mut b, ((c - 2) * 8) as usize, a);
+            if slot_level(s) > 0 {
+                let (lo, hi) = slot_range(s);
+                for (&c, &a) in n.ind.range(lo..hi) {
+                    put_u64(&mut b, ((c - lo) * 8) as usize, a);
                     any = true;
                 }
             } else {
@@ -584,6 +630,7 @@ impl State {
             match s {
                 0 => n.inode.indirect = new,
                 1 => n.inode.dindirect = new,
+                T_TOP => n.inode.tindirect = new,
                 _ => {}
             }
             self.kill(old, BLOCK_SIZE as u32);
@@ -743,27 +790,26 @@ pub(crate) fn load_map(
             map.insert(i as u64, a);
         }
     }
-    fn slot(s: u64, b: &[u8], map: &mut BTreeMap<u64, u64>) {
+    // Depth-first from each root the inode names: (slot, address).
+    let roots = [
+        (0, inode.indirect),
+        (1, inode.dindirect),
+        (T_TOP, inode.tindirect),
+    ];
+    let mut stack: Vec<(u64, u64)> = roots.into_iter().filter(|&(_, a)| a != 0).collect();
+    while let Some((s, a)) = stack.pop() {
+        ind.insert(s, a);
+        let b = read(a)?;
         let (lo, _) = slot_range(s);
         for i in 0..PTRS {
-            let p = get_u64(b, (i * 8) as usize);
-            if p != 0 {
-                map.insert(lo + i, p);
-            }
-        }
-    }
-    if inode.indirect != 0 {
-        ind.insert(0, inode.indirect);
-        slot(0, &read(inode.indirect)?, &mut map);
-    }
-    if inode.dindirect != 0 {
-        ind.insert(1, inode.dindirect);
-        let b = read(inode.dindirect)?;
-        for i in 0..PTRS {
             let p = get_u64(&b, (i * 8) as usize);
-            if p != 0 {
-                ind.insert(2 + i, p);
-                slot(2 + i, &read(p)?, &mut map);
+            if p == 0 {
+                continue;
+            }
+            if slot_level(s) == 0 {
+                map.insert(lo + i, p);
+            } else {
+                stack.push((lo + i, p));
             }
         }
     }

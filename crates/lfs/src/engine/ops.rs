@@ -56,6 +56,24 @@ pub(crate) fn attr_of(n: &Inode) -> Attr {
 }
 
 impl State {
+    /// `stat` of `ino`: blocks buffered but not yet in the log count as allocated.
+    pub(crate) fn attr(&mut self, ino: u64) -> Result<Attr> {
+        self.map(ino)?;
+        let pending = self
+            .dirty_data
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter(|((_, l), _)| {
+                self.nodes
+                    .get(&ino)
+                    .and_then(|n| n.map.as_ref())
+                    .is_none_or(|m| !m.contains_key(l))
+            })
+            .count() as u64;
+        let mut a = attr_of(&self.node(ino)?.inode);
+        a.blocks += pending * (BS / 512);
+        Ok(a)
+    }
+
     fn inode(&mut self, ino: u64) -> Result<&mut Inode> {
         Ok(&mut self.node(ino)?.inode)
     }
@@ -592,18 +610,25 @@ impl FileSystem for Lfs {
 
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
+        // Free = not live and not buffered, less the segments the log keeps back. (Until
+        // the cleaner runs, dead blocks in partly live segments count as free although
+        // only a cleaner could reuse them.)
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
         let live: u64 = st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() / BS;
-        let used = live + st.dirty_data.len() as u64;
-        let bfree = total.saturating_sub(used).min(st.space_left() / BS);
-        let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64;
+        let reserve = (RESERVE_SEGMENTS as u64 + 1) * st.sb.segment_blocks as u64;
+        let bfree = total.saturating_sub(live + st.dirty_data.len() as u64 + reserve);
+        let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64
+            + st.nodes
+                .keys()
+                .filter(|&&i| st.imap[i as usize].addr == 0)
+                .count() as u64;
         let files = st.sb.max_inodes as u64 - 3;
         Ok(StatFs {
             blocks: total,
             bfree,
             bavail: bfree,
             files,
-            ffree: files.saturating_sub(in_use + st.nodes.len() as u64 / 2),
+            ffree: files.saturating_sub(in_use),
             bsize: BLOCK_SIZE as u32,
             namelen: perm::NAME_MAX as u32,
             frsize: BLOCK_SIZE as u32,
@@ -618,12 +643,12 @@ impl FileSystem for Lfs {
             }
             st.dir_checked(ctx, parent, Access::X)?;
             let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
-            Ok(attr_of(st.inode(slot.ino)?))
+            st.attr(slot.ino)
         })
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        self.run(|st| Ok(attr_of(st.inode(ino)?)))
+        self.run(|st| st.attr(ino))
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
@@ -679,9 +704,8 @@ impl FileSystem for Lfs {
                 n.mtime = at(m);
             }
             n.ctime = set.ctime.map(to_time).unwrap_or(t);
-            let a = attr_of(n);
             st.mark_dirty(ino);
-            Ok(a)
+            st.attr(ino)
         })
     }
 
@@ -715,7 +739,7 @@ impl FileSystem for Lfs {
             }
             let n = st.check_new(ctx, parent, name)?;
             let ino = st.new_node(ctx, parent, &n, mode & !(umask & 0o777), rdev)?;
-            Ok(attr_of(st.inode(ino)?))
+            st.attr(ino)
         })
     }
 
@@ -727,7 +751,7 @@ impl FileSystem for Lfs {
             }
             let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
             let ino = st.new_node(ctx, parent, &n, m, 0)?;
-            Ok(attr_of(st.inode(ino)?))
+            st.attr(ino)
         })
     }
 
@@ -800,7 +824,7 @@ impl FileSystem for Lfs {
             b[..target.len()].copy_from_slice(target);
             st.write_file_block(ino, 0, b);
             st.inode(ino)?.size = target.len() as u64;
-            Ok(attr_of(st.inode(ino)?))
+            st.attr(ino)
         })
     }
 
@@ -836,7 +860,7 @@ impl FileSystem for Lfs {
             st.log_op(Op::Link, false, new_parent, ino, &n);
             st.dir_add(new_parent, &n, ino, dtype(v.mode))?;
             st.touch_dir(new_parent)?;
-            Ok(attr_of(st.inode(ino)?))
+            st.attr(ino)
         })
     }
 
@@ -879,7 +903,7 @@ impl FileSystem for Lfs {
             let fh = st.next_fh;
             st.next_fh += 1;
             st.handles.insert(fh, (ino, flags));
-            Ok((attr_of(st.inode(ino)?), fh))
+            Ok((st.attr(ino)?, fh))
         })
     }
 
@@ -965,11 +989,7 @@ impl FileSystem for Lfs {
             let parent = st.dir_index(ino)?.dotdot.ino;
             for (i, (name, target)) in [(".", ino), ("..", parent)].into_iter().enumerate() {
                 if offset <= i as u64 {
-                    let attr = if plus {
-                        Some(attr_of(st.inode(target)?))
-                    } else {
-                        None
-                    };
+                    let attr = if plus { Some(st.attr(target)?) } else { None };
                     let e = DirEntry {
                         ino: target,
                         next_offset: i as u64 + 1,
@@ -996,7 +1016,7 @@ impl FileSystem for Lfs {
                         continue;
                     }
                     let attr = if plus {
-                        Some(attr_of(st.inode(e.ino as u64)?))
+                        Some(st.attr(e.ino as u64)?)
                     } else {
                         None
                     };
@@ -1109,8 +1129,16 @@ impl FileSystem for Lfs {
             if end > inode::MAX_BLOCKS * BS {
                 return Err(Errno::EFBIG.into());
             }
-            // A log cannot reserve places: only the space is checked, and the size set.
-            st.ensure_space(length.min(1 << 30))?;
+            // A log cannot reserve places ahead of time: the range's holes are filled with
+            // zero blocks (written at the next flush), so the space is taken now.
+            st.ensure_space(length.saturating_add(BS))?;
+            st.map(ino)?;
+            let (first, last) = (offset / BS, end.div_ceil(BS));
+            for lbn in first..last {
+                if !st.dirty_data.contains_key(&(ino, lbn)) && !st.map(ino)?.contains_key(&lbn) {
+                    st.write_file_block(ino, lbn, vec![0u8; BLOCK_SIZE]);
+                }
+            }
             if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > st.inode(ino)?.size {
                 let n = st.inode(ino)?;
                 n.size = end;

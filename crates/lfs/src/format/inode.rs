@@ -27,7 +27,9 @@
 //! 200  indirect   u64       a block of 512 addresses: blocks 12..524
 //! 208  dindirect  u64       512 addresses of indirect blocks: blocks 524..262668
 //! 216  xattr      u64       the extended-attribute block, 0 = none
-//! 224  reserved   [u8; 28]
+//! 224  tindirect  u64       512 addresses of blocks like the double indirect one:
+//!                           blocks 262668..134480396 (~513 GiB)
+//! 232  reserved   [u8; 20]
 //! 252  crc        u32  CRC32C of bytes 0..252
 //! ```
 
@@ -39,7 +41,7 @@ pub const NDIRECT: usize = 12;
 /// Addresses per indirect block.
 pub const PTRS: u64 = (BLOCK_SIZE / 8) as u64;
 /// Logical blocks a file may have.
-pub const MAX_BLOCKS: u64 = NDIRECT as u64 + PTRS + PTRS * PTRS;
+pub const MAX_BLOCKS: u64 = NDIRECT as u64 + PTRS + PTRS * PTRS + PTRS * PTRS * PTRS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Time {
@@ -67,6 +69,7 @@ pub struct Inode {
     pub indirect: u64,
     pub dindirect: u64,
     pub xattr: u64,
+    pub tindirect: u64,
 }
 
 impl Inode {
@@ -95,6 +98,7 @@ impl Inode {
         put_u64(b, 200, self.indirect);
         put_u64(b, 208, self.dindirect);
         put_u64(b, 216, self.xattr);
+        put_u64(b, 224, self.tindirect);
         let c = crc(&b[..252]);
         put_u32(b, 252, c);
     }
@@ -136,6 +140,7 @@ impl Inode {
             indirect: get_u64(b, 200),
             dindirect: get_u64(b, 208),
             xattr: get_u64(b, 216),
+            tindirect: get_u64(b, 224),
         }))
     }
 }
