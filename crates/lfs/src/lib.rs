@@ -5,7 +5,8 @@
 //! - [`mkfs()`], [`Lfs::mount`] and the engine implementing `cairn_vfs::FileSystem`:
 //!   everything (data, directories, inodes, inode map, usage table) is buffered and written
 //!   sequentially in the log, a checkpoint every 30 s, after a configurable amount of data
-//!   and at unmount, roll-forward from the last checkpoint at mount (004 §4);
+//!   and at unmount, roll-forward from the last checkpoint at mount (004 §4), and the
+//!   segment cleaner's mechanism (004 §3.3), which plans through [`cleaner::policy`];
 //! - [`check`]: the consistency check `cairn fsck` runs on LFS images;
 //! - [`cleaner::policy`]: the segment-cleaning policies of 004 §3.4–3.6 — greedy and
 //!   cost-benefit selection over a segment usage table, age sort of the live blocks, start

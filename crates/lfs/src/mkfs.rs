@@ -217,6 +217,7 @@ pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> 
         &cp,
         1,
         false,
+        &crate::engine::MountOptions::default(),
     );
     st.pick_next_segment()?;
     st.imap_dirty = (0..sb.imap_blocks).collect();

@@ -20,6 +20,7 @@
 //!   moment its address is handed out, and taken off its old segment the moment nothing
 //!   points to the old copy.
 
+mod clean;
 mod ops;
 mod recover;
 #[cfg(test)]
@@ -35,6 +36,7 @@ use cairn_dir::DirIndex;
 use cairn_vfs::{Errno, FsError, Result};
 use parking_lot::{Condvar, Mutex};
 
+use crate::cleaner::policy::{Policy, Thresholds};
 use crate::format::dirlog::Record;
 use crate::format::inode::{self, Inode, NDIRECT, PTRS, Time};
 use crate::format::summary::{Entry, Kind};
@@ -42,6 +44,7 @@ use crate::format::superblock::Superblock;
 use crate::format::tables::{self, ImapEntry, UsageEntry};
 use crate::format::{BLOCK_SIZE, get_u64, put_u64};
 use crate::log::{LogWriter, Segments};
+pub use clean::CleanerStats;
 
 pub const ROOT_INO: u64 = 2;
 const BS: u64 = BLOCK_SIZE as u64;
@@ -64,6 +67,14 @@ pub struct MountOptions {
     pub flush_age: Duration,
     /// Run the background syncer (tests drive flushes themselves).
     pub syncer: bool,
+    /// Cleaning policy (004 §3.4–3.5): `cleaner=cost-benefit+age-sort` (default, Sprite
+    /// LFS's), `cost-benefit`, `greedy`, `greedy+age-sort`.
+    pub cleaner: Policy,
+    /// The cleaner starts when fewer segments than this are clean (default: a tenth of the
+    /// segments, 2 to 20)...
+    pub clean_start: Option<u32>,
+    /// ... and stops once this many are (default: a fifth, up to 100).
+    pub clean_stop: Option<u32>,
 }
 
 impl Default for MountOptions {
@@ -75,11 +86,23 @@ impl Default for MountOptions {
             dirty_limit: 8 << 20,
             flush_age: Duration::from_secs(5),
             syncer: true,
+            cleaner: Policy::COST_BENEFIT,
+            clean_start: None,
+            clean_stop: None,
         }
     }
 }
 
 impl MountOptions {
+    /// The cleaning thresholds for a file system of `segments` segments.
+    pub fn thresholds(&self, segments: u32) -> std::result::Result<Thresholds, String> {
+        let start = self.clean_start.unwrap_or((segments / 10).clamp(2, 20));
+        let stop = self
+            .clean_stop
+            .unwrap_or((segments / 5).clamp(start + 1, 100).max(start));
+        Thresholds::new(start, stop).map_err(|e| e.to_string())
+    }
+
     /// Parses one `-o key[=value]` of the format.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> std::result::Result<(), String> {
         let secs = |v: Option<&str>| -> std::result::Result<Duration, String> {
@@ -102,6 +125,24 @@ impl MountOptions {
                     .filter(|&v| v > 0)
                     .ok_or("option checkpoint_mb takes a number of MiB")?
                     << 20;
+                Ok(())
+            }
+            "cleaner" => {
+                self.cleaner = value.and_then(Policy::parse).ok_or(
+                    "option cleaner takes greedy, greedy+age-sort, cost-benefit or cost-benefit+age-sort",
+                )?;
+                Ok(())
+            }
+            "clean_start" | "clean_stop" => {
+                let n = value
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("option {key} takes a number of segments"))?;
+                if key == "clean_start" {
+                    self.clean_start = Some(n);
+                } else {
+                    self.clean_stop = Some(n);
+                }
                 Ok(())
             }
             "ro" => {
@@ -249,6 +290,8 @@ pub struct LfsStats {
     pub rolled_forward_partials: u64,
     pub rolled_forward_inodes: u64,
     pub dirlog_records: u64,
+    /// Data blocks flushed for applications (the denominator of the write cost).
+    pub new_data_blocks: u64,
 }
 
 pub(crate) struct State {
@@ -277,6 +320,9 @@ pub(crate) struct State {
     pub handles: HashMap<u64, (u64, i32)>,
     pub next_fh: u64,
     pub stats: LfsStats,
+    pub cleaner: CleanerStats,
+    pub policy: Policy,
+    pub thresholds: Thresholds,
     pub read_only: bool,
 }
 
@@ -489,6 +535,7 @@ impl State {
                 lbn,
             };
             let addr = self.push(e, d, BLOCK_SIZE as u32, mtime)?;
+            self.stats.new_data_blocks += 1;
             self.map(ino)?;
             let old = self.set_map(ino, lbn, addr)?;
             self.kill(old, BLOCK_SIZE as u32);
@@ -759,6 +806,16 @@ impl State {
         if self.log_bytes_since_cp >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
+        // The cleaner (004 §3.4): below the start threshold, clean until the stop one.
+        if self.thresholds.should_start(self.clean_segments()) {
+            for _ in 0..16 {
+                if self.thresholds.satisfied(self.clean_segments())
+                    || self.clean_pass(self.policy, self.thresholds)? == 0
+                {
+                    break;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -769,6 +826,18 @@ impl State {
             return Ok(());
         }
         self.checkpoint()?;
+        // Foreground cleaning: a write never fails while cleaning can still make room.
+        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
+        for _ in 0..32 {
+            if self.space_left() >= bytes {
+                return Ok(());
+            }
+            let want = self.clean_segments() + bytes.div_ceil(per_seg) as u32 + 1;
+            let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
+            if self.clean_pass(self.policy, th)? == 0 {
+                break;
+            }
+        }
         if self.space_left() >= bytes {
             Ok(())
         } else {
@@ -944,6 +1013,19 @@ impl Lfs {
         s.partial_segments = st.log.partials_written;
         s.log_blocks = st.log.blocks_written;
         s
+    }
+
+    /// The cleaner's counters.
+    pub fn cleaner_stats(&self) -> CleanerStats {
+        self.st.lock().cleaner
+    }
+
+    /// Runs one cleaning pass now, with the mount's policy, towards `stop_at` clean segments.
+    pub fn clean_now(&self, stop_at: u32) -> Result<u32> {
+        let mut st = self.st.lock();
+        let th = Thresholds::new(1, stop_at.max(1)).map_err(corrupt)?;
+        let p = st.policy;
+        st.clean_pass(p, th)
     }
 
     /// Clean segments now.

@@ -1168,6 +1168,12 @@ impl FileSystem for Lfs {
             "format": "lfs",
             "device": st.dev.counters().snapshot(),
             "lfs": s,
+            "cleaner": st.cleaner,
+            "cleaner_policy": st.policy.name(),
+            "write_cost": if s.new_data_blocks == 0 { 1.0 } else {
+                (s.new_data_blocks + st.cleaner.blocks_read + st.cleaner.blocks_moved) as f64
+                    / s.new_data_blocks as f64
+            },
             "segments": st.sb.segments,
             "clean_segments": st.clean_segments(),
             "log_head": [st.log.seg, st.log.off],

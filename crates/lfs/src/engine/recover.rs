@@ -29,7 +29,9 @@ impl State {
         cp: &Checkpoint,
         cp_slot: usize,
         read_only: bool,
+        opts: &MountOptions,
     ) -> State {
+        let sb_segments = sb.segments;
         let log = LogWriter::new(
             cp.log_seg,
             cp.log_off,
@@ -61,6 +63,11 @@ impl State {
             handles: HashMap::new(),
             next_fh: 1,
             stats: LfsStats::default(),
+            cleaner: CleanerStats::default(),
+            policy: opts.cleaner,
+            thresholds: opts
+                .thresholds(sb_segments)
+                .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
             read_only,
         }
     }
@@ -246,6 +253,8 @@ impl Lfs {
     /// checkpoint of what roll-forward found, so a second crash starts from it.
     pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Lfs>> {
         let (sb, slot, cp) = open_image(&dev)?;
+        opts.thresholds(sb.segments)
+            .map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
         let (imap, usage) = load_tables(&dev, &sb, &cp)?;
         let mut st = State::new(
             sb,
@@ -257,6 +266,7 @@ impl Lfs {
             &cp,
             slot,
             opts.read_only,
+            opts,
         );
         st.usage[cp.log_seg as usize].dirty = true;
         let rolled = st.roll_forward()?;
