@@ -58,6 +58,12 @@ impl LogWriter {
         left.min(MAX_ENTRIES).saturating_sub(self.pending.len())
     }
 
+    /// Blocks pushed and not yet written.
+    #[cfg(test)]
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// The address the next pushed block gets, writing the current partial out first if it
     /// is full (so this may do I/O and move the log to the next segment).
     pub fn reserve(

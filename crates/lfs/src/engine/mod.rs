@@ -756,24 +756,52 @@ impl State {
             let b = tables::encode_usage(i as u32, &self.usage);
             self.log.fill(&self.sb, a, b);
         }
+        #[cfg(test)]
+        if tests::CHECKPOINT_FIRST.with(|c| c.get()) {
+            // The deliberately broken order the crash test must catch: the region first,
+            // naming where the log will be once the segments it names are written.
+            let n = self.log.pending_len() as u32;
+            let (mut seg, mut off) = (self.log.seg, self.log.off + n + 1);
+            if off + 2 > self.sb.segment_blocks {
+                (seg, off) = (self.log.next_seg, 0);
+            }
+            self.write_cp_region(seg, off, self.log.serial + 1)?;
+            self.log
+                .write_partial(&self.sb, &self.dev, &mut self.usage, true)
+                .map_err(io)?;
+            self.dev.flush()?;
+            return self.checkpoint_done();
+        }
         self.log
             .write_partial(&self.sb, &self.dev, &mut self.usage, true)
             .map_err(io)?;
+        // Everything the region names is durable before the region is written.
         self.dev.flush()?;
+        self.write_cp_region(self.log.seg, self.log.off, self.log.serial)?;
+        self.dev.flush()?;
+        self.checkpoint_done()
+    }
+
+    fn write_cp_region(&mut self, log_seg: u32, log_off: u32, log_serial: u64) -> Result<()> {
         let slot = 1 - self.cp_slot;
         let cp = crate::format::checkpoint::Checkpoint {
             serial: self.cp_serial + 1,
             time_ns: crate::log::now_ns(),
-            log_seg: self.log.seg,
-            log_off: self.log.off,
-            log_serial: self.log.serial,
+            log_seg,
+            log_off,
+            log_serial,
             next_ino: self.next_ino,
             imap_addrs: self.imap_addrs.clone(),
             usage_addrs: self.usage_addrs.clone(),
         };
         self.dev
             .write_blocks(self.sb.cp_start(slot), &cp.encode(self.sb.cp_blocks))?;
-        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// After a durable checkpoint region: the new slot, and segments it shows empty freed.
+    fn checkpoint_done(&mut self) -> Result<()> {
+        let slot = 1 - self.cp_slot;
         self.cp_serial += 1;
         self.cp_slot = slot;
         self.release_empty_segments();

@@ -10,6 +10,11 @@ use cairn_vfs::{Ctx, FileSystem, RenameFlags};
 
 use super::*;
 use crate::check::check_device;
+
+thread_local! {
+    /// Test-only: write the checkpoint region before the segments it names (broken).
+    pub(super) static CHECKPOINT_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 use crate::mkfs::{MkfsOptions, mkfs_device};
 
 fn opts() -> MountOptions {
@@ -215,8 +220,8 @@ fn full_disk_is_enospc_and_consistent() {
 /// The crash test: a small workload, fsync after each step; the image cut after every
 /// device write (everything not yet written lost) must mount, check clean, and show the
 /// state after some step — never older than the last step whose fsync returned.
-#[test]
-fn roll_forward_shows_a_prefix_at_every_write_boundary() {
+fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
+    CHECKPOINT_FIRST.with(|c| c.set(broken));
     let dev = image(2048);
     let base = dev.to_bytes();
     let trace = Arc::new(VecTrace::with_data());
@@ -301,35 +306,60 @@ fn roll_forward_shows_a_prefix_at_every_write_boundary() {
     let writes: Vec<usize> = (0..=recs.len())
         .filter(|&k| k == 0 || recs[k - 1].0.op == TraceOp::Write)
         .collect();
+    CHECKPOINT_FIRST.with(|c| c.set(false));
     let mut checked = 0;
     for &k in &writes {
-        // The image with the first k operations of the trace applied.
-        let mut img = base.clone();
-        for (ev, data) in &recs[..k] {
-            if ev.op == TraceOp::Write {
-                let d = data.as_ref().unwrap();
-                let o = ev.block as usize * BLOCK_SIZE;
-                img[o..o + d.len()].copy_from_slice(d);
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The image with the first k operations of the trace applied.
+            let mut img = base.clone();
+            for (ev, data) in &recs[..k] {
+                if ev.op == TraceOp::Write {
+                    let d = data.as_ref().unwrap();
+                    let o = ev.block as usize * BLOCK_SIZE;
+                    img[o..o + d.len()].copy_from_slice(d);
+                }
             }
+            let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+            let fs = Lfs::mount_device(crashed.clone() as Arc<dyn BlockDevice>, &opts())
+                .unwrap_or_else(|e| panic!("cut after {k} of {} operations: {e}", recs.len()));
+            let t = tree(&fs);
+            let at = states
+                .iter()
+                .rposition(|s| *s == t)
+                .unwrap_or_else(|| panic!("cut after {k}: a state no step produced: {t:#?}"));
+            let durable = durable_after.iter().rposition(|&d| d <= k).unwrap_or(0);
+            assert!(
+                at >= durable,
+                "cut after {k}: state {at}, but step {durable} was fsynced"
+            );
+            drop(fs);
+            assert_clean(&crashed);
+        }));
+        if let Err(p) = cut {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Err(format!("cut after {k} of {}: {msg}", recs.len()));
         }
-        let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
-        let fs = Lfs::mount_device(crashed.clone() as Arc<dyn BlockDevice>, &opts())
-            .unwrap_or_else(|e| panic!("cut after {k} of {} operations: {e}", recs.len()));
-        let t = tree(&fs);
-        let at = states
-            .iter()
-            .rposition(|s| *s == t)
-            .unwrap_or_else(|| panic!("cut after {k}: a state no step produced: {t:#?}"));
-        let durable = durable_after.iter().rposition(|&d| d <= k).unwrap_or(0);
-        assert!(
-            at >= durable,
-            "cut after {k}: state {at}, but step {durable} was fsynced"
-        );
-        drop(fs);
-        assert_clean(&crashed);
         checked += 1;
     }
-    assert!(checked > 10);
+    Ok(checked)
+}
+
+#[test]
+fn roll_forward_shows_a_prefix_at_every_write_boundary() {
+    let checked = crash_cuts(false).unwrap();
+    assert!(checked > 10, "{checked} cuts");
+}
+
+/// The same campaign catches an LFS that writes a checkpoint region before the segments it
+/// names (a cut between the two leaves a region pointing at blocks never written).
+#[test]
+fn a_checkpoint_written_before_its_segments_is_caught() {
+    let e = crash_cuts(true).unwrap_err();
+    eprintln!("caught: {e}");
 }
 
 #[test]
