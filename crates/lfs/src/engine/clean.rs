@@ -199,13 +199,12 @@ impl State {
             self.clean_segments().saturating_sub(1) as u64 * seg_bytes * 3 / 4 + head_free / 2;
         let mut victims = Vec::new();
         let mut live = 0u64;
+        // The plan's victims in its order, skipping any whose live data would not fit what
+        // is left: a nearly full first choice must not hide emptier ones behind it.
         for v in plan.victims {
             let l = self.usage[v as usize].live_bytes as u64;
-            if live + l > room && !victims.is_empty() {
-                break;
-            }
             if live + l > room {
-                return Ok(0);
+                continue;
             }
             live += l;
             victims.push(v);

@@ -838,7 +838,8 @@ impl State {
         if self.thresholds.should_start(self.clean_segments()) {
             for _ in 0..16 {
                 if self.thresholds.satisfied(self.clean_segments())
-                    || self.clean_pass(self.policy, self.thresholds)? == 0
+                    || (self.clean_pass(self.policy, self.thresholds)? == 0
+                        && self.clean_pass(Policy::GREEDY, self.thresholds)? == 0)
                 {
                     break;
                 }
@@ -862,7 +863,9 @@ impl State {
             }
             let want = self.clean_segments() + bytes.div_ceil(per_seg) as u32 + 1;
             let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
-            if self.clean_pass(self.policy, th)? == 0 {
+            // The policy's choice may give nothing back (cost-benefit prefers old, nearly
+            // full segments); the least utilized segments are the last resort.
+            if self.clean_pass(self.policy, th)? == 0 && self.clean_pass(Policy::GREEDY, th)? == 0 {
                 break;
             }
         }
