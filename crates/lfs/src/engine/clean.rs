@@ -134,7 +134,7 @@ impl State {
                         {
                             continue;
                         }
-                        let mtime = self.node(e.ino)?.inode.mtime.sec.max(0) as u64;
+                        let mtime = age_ms(self.node(e.ino)?.inode.mtime);
                         out.push(Moved {
                             ino: e.ino,
                             lbn: e.lbn,
@@ -189,7 +189,7 @@ impl State {
     /// to the log head (data in the policy's grouping), and checkpoints. Returns the
     /// segments cleaned.
     pub fn clean_pass(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
-        let now_s = now().sec.max(0) as u64;
+        let now_s = age_ms(now());
         let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
         let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);
         // Keep the pass within what the clean segments can take: live data goes back at

@@ -276,6 +276,14 @@ pub(crate) fn from_time(t: Time) -> SystemTime {
     }
 }
 
+/// A modification time as the usage table keeps it (its `youngest` column, the age of 004
+/// §3.6): milliseconds since the epoch, so that cost-benefit tells ages apart within seconds.
+pub(crate) fn age_ms(t: Time) -> u64 {
+    (t.sec.max(0) as u64)
+        .saturating_mul(1000)
+        .saturating_add(t.nsec as u64 / 1_000_000)
+}
+
 pub(crate) fn now() -> Time {
     to_time(SystemTime::now())
 }
@@ -527,7 +535,7 @@ impl State {
             let Some(n) = self.nodes.get(&ino) else {
                 continue; // freed since
             };
-            let (version, mtime) = (n.inode.version, n.inode.mtime.sec.max(0) as u64);
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
             let e = Entry {
                 kind: Kind::Data,
                 version,
@@ -573,7 +581,7 @@ impl State {
                 lbn: chunk.len() as u64,
             };
             let live = chunk.iter().filter(|n| n.mode != 0).count() as u32 * 256;
-            let mtime = chunk.iter().map(|n| n.mtime.sec.max(0) as u64).max();
+            let mtime = chunk.iter().map(|n| age_ms(n.mtime)).max();
             let addr = self.push(e, inode::encode_block(&refs), live, mtime.unwrap_or(0))?;
             for n in chunk {
                 if n.mode == 0 {
@@ -633,7 +641,7 @@ impl State {
         };
         for s in slots {
             let n = self.nodes.get(&ino).ok_or(Errno::ENOENT)?;
-            let (version, mtime) = (n.inode.version, n.inode.mtime.sec.max(0) as u64);
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
             let mut b = vec![0u8; BLOCK_SIZE];
             let mut any = false;
             if slot_level(s) > 0 {
@@ -686,7 +694,7 @@ impl State {
         if n.xattr_dirty {
             n.xattr_dirty = false;
             let x = n.xattrs.clone().unwrap_or_default();
-            let (version, mtime) = (n.inode.version, n.inode.mtime.sec.max(0) as u64);
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
             let old = n.inode.xattr;
             let new = if x.is_empty() {
                 0
@@ -719,7 +727,7 @@ impl State {
             return Ok(());
         }
         self.write_dirty()?;
-        let mtime = now().sec.max(0) as u64;
+        let mtime = age_ms(now());
         for i in std::mem::take(&mut self.imap_dirty) {
             let e = Entry {
                 kind: Kind::Imap,

@@ -162,7 +162,7 @@ impl State {
                 version: r.version,
             };
         } else {
-            let mtime = r.mtime.sec.max(0) as u64;
+            let mtime = age_ms(r.mtime);
             for a in owned_blocks(&r, |a| self.read_block(a))? {
                 self.add_live(a, BLOCK_SIZE as u32, mtime);
             }
