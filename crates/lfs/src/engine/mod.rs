@@ -842,15 +842,26 @@ impl State {
         if self.log_bytes_since_cp >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
-        // The cleaner (004 §3.4): below the start threshold, clean until the stop one.
-        if self.thresholds.should_start(self.clean_segments()) {
-            for _ in 0..16 {
-                if self.thresholds.satisfied(self.clean_segments())
-                    || (self.clean_pass(self.policy, self.thresholds)? == 0
-                        && self.clean_pass(Policy::GREEDY, self.thresholds)? == 0)
-                {
-                    break;
-                }
+        // The cleaner also runs here, after the operation that took the clean segments
+        // below the threshold: the syncer's ticks alone let a burst of writes use up the
+        // clean segments, and once too few are left a pass has no room to move live data.
+        self.clean_if_low(16)?;
+        Ok(())
+    }
+
+    /// The cleaner's start and stop rule (004 §3.4): below `clean_start` clean segments,
+    /// clean until `clean_stop` are, at most `passes` passes (the lock is held during a
+    /// pass: the background syncer does a few per tick so operations get in between).
+    pub fn clean_if_low(&mut self, passes: u32) -> Result<()> {
+        if !self.thresholds.should_start(self.clean_segments()) {
+            return Ok(());
+        }
+        for _ in 0..passes {
+            if self.thresholds.satisfied(self.clean_segments())
+                || (self.clean_pass(self.policy, self.thresholds)? == 0
+                    && self.clean_pass(Policy::GREEDY, self.thresholds)? == 0)
+            {
+                break;
             }
         }
         Ok(())
@@ -1010,6 +1021,9 @@ impl Lfs {
                     }
                     let Some(fs) = weak.upgrade() else { return };
                     let mut st = fs.st.lock();
+                    if let Err(e) = st.clean_if_low(2) {
+                        ::log::warn!("lfs cleaner: {e}");
+                    }
                     let r = if st.last_cp.elapsed() >= fs.opts.checkpoint_interval
                         && (st.log_bytes_since_cp > 0 || st.dirty_since.is_some())
                     {
