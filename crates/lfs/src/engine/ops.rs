@@ -1164,6 +1164,12 @@ impl FileSystem for Lfs {
     fn stats_json(&self) -> String {
         let s = self.lfs_stats();
         let st = self.st.lock();
+        // Dirty segments by utilization, in tenths (004 Figs. 5, 6 and 10).
+        let seg = st.sb.segment_blocks as u64 * BS;
+        let mut hist = [0u32; 10];
+        for u in st.usage.iter().filter(|u| u.dirty) {
+            hist[((u.live_bytes as u64 * 10 / seg) as usize).min(9)] += 1;
+        }
         serde_json::json!({
             "format": "lfs",
             "device": st.dev.counters().snapshot(),
@@ -1176,6 +1182,7 @@ impl FileSystem for Lfs {
             },
             "segments": st.sb.segments,
             "clean_segments": st.clean_segments(),
+            "utilization_histogram": hist,
             "log_head": [st.log.seg, st.log.off],
             "checkpoint_serial": st.cp_serial,
         })

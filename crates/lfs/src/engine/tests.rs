@@ -500,3 +500,46 @@ fn write_cost() {
         eprintln!("{policy}: write cost {wc:.2} {cs:?}");
     }
 }
+
+/// Recovery time against what was written since the last checkpoint (004 Table III): run by
+/// hand, `cargo test -p cairn-lfs --lib recovery_time -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn recovery_time() {
+    for (file_kib, total_mib) in [(1usize, 1usize), (1, 10), (10, 10), (100, 10), (1, 50)] {
+        let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 65536)); // 256 MiB
+        mkfs_device(
+            dev.clone(),
+            &MkfsOptions {
+                inodes: Some(60_000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let o = MountOptions {
+            checkpoint_bytes: u64::MAX,
+            ..opts()
+        };
+        let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+        let n = total_mib * 1024 / file_kib;
+        let data = vec![5u8; file_kib * 1024];
+        for i in 0..n {
+            write_file(&fs, ROOT_INO, &format!("f{i}"), &data);
+        }
+        fs.flush_log().unwrap();
+        let img = dev.to_bytes();
+        drop(fs);
+        let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+        let t = std::time::Instant::now();
+        let fs = Lfs::mount_device(crashed as Arc<dyn BlockDevice>, &opts()).unwrap();
+        let el = t.elapsed();
+        let s = fs.lfs_stats();
+        assert!(s.rolled_forward_inodes as usize > n, "{s:?}");
+        eprintln!(
+            "{file_kib} KiB files, {total_mib} MiB: roll-forward of {} partial segments, {} inodes in {:.3} s",
+            s.rolled_forward_partials,
+            s.rolled_forward_inodes,
+            el.as_secs_f64()
+        );
+    }
+}
