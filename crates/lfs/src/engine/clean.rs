@@ -189,6 +189,12 @@ impl State {
     /// to the log head (data in the policy's grouping), and checkpoints. Returns the
     /// segments cleaned.
     pub fn clean_pass(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
+        self.check_log_ok()?;
+        let r = self.clean_pass_inner(policy, th);
+        self.note_log_result(r)
+    }
+
+    fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
         let now_s = age_ms(now());
         let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
         let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);

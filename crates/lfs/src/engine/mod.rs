@@ -329,6 +329,8 @@ pub(crate) struct State {
     pub next_fh: u64,
     pub stats: LfsStats,
     pub cleaner: CleanerStats,
+    /// Set when a log write failed half-way (see `note_log_result`).
+    pub broken: Option<String>,
     pub policy: Policy,
     pub thresholds: Thresholds,
     pub read_only: bool,
@@ -495,6 +497,34 @@ impl State {
 
     /// Writes everything dirty to the log as one committed flush.
     pub fn flush(&mut self) -> Result<()> {
+        self.check_log_ok()?;
+        let r = self.flush_inner();
+        self.note_log_result(r)
+    }
+
+    /// A log write that failed half-way left the in-memory state ahead of anything the log
+    /// can hold (its dirty sets were taken): refuse further changes, so nothing built on it
+    /// reaches the log. The image keeps its last committed flush; remounting recovers it.
+    fn note_log_result<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && self.broken.is_none()
+        {
+            ::log::error!("lfs: a log write failed ({e}); refusing changes until remount");
+            self.broken = Some(e.to_string());
+        }
+        r
+    }
+
+    pub fn check_log_ok(&self) -> Result<()> {
+        match &self.broken {
+            None => Ok(()),
+            Some(m) => Err(FsError::Io(std::io::Error::other(format!(
+                "an earlier log write failed ({m}); remount to recover"
+            )))),
+        }
+    }
+
+    fn flush_inner(&mut self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
@@ -723,6 +753,12 @@ impl State {
     /// into the log, a device flush, and the checkpoint region in the slot not used last.
     /// Segments with no live bytes become clean once the region is durable.
     pub fn checkpoint(&mut self) -> Result<()> {
+        self.check_log_ok()?;
+        let r = self.checkpoint_inner();
+        self.note_log_result(r)
+    }
+
+    fn checkpoint_inner(&mut self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }

@@ -588,6 +588,7 @@ impl Lfs {
         if self.opts.read_only {
             return Err(Errno::EROFS.into());
         }
+        self.st.lock().check_log_ok()?;
         self.run(f)
     }
 }

@@ -64,6 +64,7 @@ impl State {
             next_fh: 1,
             stats: LfsStats::default(),
             cleaner: CleanerStats::default(),
+            broken: None,
             policy: opts.cleaner,
             thresholds: opts
                 .thresholds(sb_segments)

@@ -543,3 +543,30 @@ fn recovery_time() {
         );
     }
 }
+
+/// A log write that fails half-way stops all further changes (their base is gone from
+/// memory) until a remount, which shows the last committed flush.
+#[test]
+fn a_failed_log_write_refuses_changes_until_remount() {
+    let dev = image(2048);
+    let fault = Arc::new(cairn_blockdev::FaultDevice::new(
+        dev.clone() as Arc<dyn BlockDevice>
+    ));
+    let fs = Lfs::mount_device(fault.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    let c = Ctx::root();
+    write_file(&fs, ROOT_INO, "kept", b"committed");
+    fs.fsync(ROOT_INO, 0, false).unwrap();
+    write_file(&fs, ROOT_INO, "lost", &vec![1u8; 200_000]);
+    fault.fail_nth(cairn_blockdev::FaultOp::Write, 1, true);
+    assert!(fs.fsync(ROOT_INO, 0, false).is_err());
+    fault.heal();
+    let e = fs.mkdir(&c, ROOT_INO, n("after"), 0o755, 0).unwrap_err();
+    assert_eq!(e.errno(), cairn_vfs::Errno::EIO, "{e}");
+    drop(fs);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    assert_eq!(t["/kept"], b"committed");
+    assert!(!t.contains_key("/lost") && !t.contains_key("/after/"));
+    drop(fs);
+    assert_clean(&dev);
+}
