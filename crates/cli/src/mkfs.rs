@@ -15,9 +15,12 @@ pub struct Args {
     /// Block size in bytes, a power of two from 4096 to 65536 (default 4096)
     #[arg(long, short = 'b')]
     pub block_size: Option<u32>,
-    /// On-disk format (`cairn modes` lists each format's modes)
+    /// On-disk format: ffs (default) or lfs (`cairn modes` lists each format's modes)
     #[arg(long, default_value = "ffs")]
     pub format: String,
+    /// Segment size of a log-structured format (e.g. 512K, 1M; default 512K)
+    #[arg(long)]
+    pub segment_size: Option<String>,
     /// Number of inodes (default: one per 16 KiB)
     #[arg(long, short = 'N')]
     pub inodes: Option<u64>,
@@ -40,7 +43,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<i32> {
     let Some(fs) = cairn_fstypes::by_name(&args.format) else {
-        let known: Vec<_> = cairn_fstypes::types().iter().map(|t| t.name).collect();
+        let known: Vec<_> = cairn_fstypes::all_types().iter().map(|t| t.name).collect();
         bail!(
             "unknown format '{}' (known: {})",
             args.format,
@@ -59,8 +62,15 @@ pub fn run(args: Args) -> Result<i32> {
         .map(cairn_ffs::parse_size)
         .transpose()
         .map_err(|e| anyhow!(e))?;
+    let segment_size = args
+        .segment_size
+        .as_deref()
+        .map(cairn_ffs::parse_size)
+        .transpose()
+        .map_err(|e| anyhow!(e))?;
     let opts = MkfsArgs {
         journal_size,
+        segment_size,
         size,
         block_size: args.block_size,
         inodes: args.inodes,

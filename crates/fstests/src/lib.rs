@@ -245,10 +245,18 @@ impl Target {
         let image = d.path().join("image");
         let root = d.path().join("mnt");
         fs::create_dir(&root).unwrap();
+        // A mode of a format other than the default one names its format at mkfs (the
+        // log-structured format's one mode is called after it).
+        let format: &[&str] = if mode == "lfs" {
+            &["--format", "lfs"]
+        } else {
+            &[]
+        };
         let o = run(Command::new(&bin)
             .arg("mkfs")
             .arg(&image)
             .args(["--size", size])
+            .args(format)
             .args(mkfs_args));
         assert!(
             o.status.success(),

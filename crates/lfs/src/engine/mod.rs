@@ -1,0 +1,1141 @@
+//! The engine: cairn's LFS as a `cairn_vfs::FileSystem`.
+//!
+//! Everything lives in one [`State`] behind one lock: the inode map and the segment usage
+//! table (whole, in memory, as 004 §3.1 expects), the inodes in use with their block maps,
+//! the dirty data blocks, the directory indexes and the log writer. Nothing is written in
+//! place: a flush ([`State::flush`]) appends, in this order, the directory operation log
+//! records, the dirty data blocks, the indirect and xattr blocks that now point elsewhere,
+//! and the inodes, as partial segments of the log; the last partial of a flush carries the
+//! COMMIT flag. A checkpoint ([`State::checkpoint`]) is a flush followed by the dirty inode
+//! map blocks and the whole usage table, a device flush, and the checkpoint region.
+//!
+//! Invariants (the ones a crash must not break):
+//! - a flush is written at an operation boundary, under the lock, so every committed flush
+//!   is a consistent file system; roll-forward applies partial segments only up to the last
+//!   COMMIT (`recover.rs`);
+//! - a segment whose live bytes drop to zero becomes clean only after a checkpoint that
+//!   records it so is durable: until then the other checkpoint (or roll-forward from the
+//!   current one) may still need its blocks;
+//! - every block pushed into the log is accounted in the usage table at its new segment the
+//!   moment its address is handed out, and taken off its old segment the moment nothing
+//!   points to the old copy.
+
+mod clean;
+mod ops;
+mod recover;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use cairn_blockdev::BlockDevice;
+use cairn_dir::DirIndex;
+use cairn_vfs::{Errno, FsError, Result};
+use parking_lot::{Condvar, Mutex};
+
+use crate::cleaner::policy::{Policy, Thresholds};
+use crate::format::dirlog::Record;
+use crate::format::inode::{self, Inode, NDIRECT, PTRS, Time};
+use crate::format::summary::{Entry, Kind};
+use crate::format::superblock::Superblock;
+use crate::format::tables::{self, ImapEntry, UsageEntry};
+use crate::format::{BLOCK_SIZE, get_u64, put_u64};
+use crate::log::{LogWriter, Segments};
+pub use clean::CleanerStats;
+
+pub const ROOT_INO: u64 = 2;
+const BS: u64 = BLOCK_SIZE as u64;
+/// Clean segments kept back from file data: the checkpoint's table blocks and the log's
+/// next segment always find room.
+const RESERVE_SEGMENTS: u32 = 2;
+
+/// Mount options of the LFS format.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    pub read_only: bool,
+    /// Checkpoint at least this often (004 §4.1: Sprite LFS used 30 s).
+    pub checkpoint_interval: Duration,
+    /// ... and after this many bytes written to the log since the last one (bounds
+    /// roll-forward time, 004 §4.1's alternative).
+    pub checkpoint_bytes: u64,
+    /// Dirty data buffered before a flush to the log.
+    pub dirty_limit: u64,
+    /// Dirty data older than this is flushed by the background syncer.
+    pub flush_age: Duration,
+    /// Run the background syncer (tests drive flushes themselves).
+    pub syncer: bool,
+    /// Cleaning policy (004 §3.4–3.5): `cleaner=cost-benefit+age-sort` (default, Sprite
+    /// LFS's), `cost-benefit`, `greedy`, `greedy+age-sort`.
+    pub cleaner: Policy,
+    /// The cleaner starts when fewer segments than this are clean (default: a tenth of the
+    /// segments, 2 to 20)...
+    pub clean_start: Option<u32>,
+    /// ... and stops once this many are (default: a fifth, up to 100).
+    pub clean_stop: Option<u32>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            checkpoint_interval: Duration::from_secs(30),
+            checkpoint_bytes: 64 << 20,
+            dirty_limit: 8 << 20,
+            flush_age: Duration::from_secs(5),
+            syncer: true,
+            cleaner: Policy::COST_BENEFIT,
+            clean_start: None,
+            clean_stop: None,
+        }
+    }
+}
+
+impl MountOptions {
+    /// The cleaning thresholds for a file system of `segments` segments.
+    pub fn thresholds(&self, segments: u32) -> std::result::Result<Thresholds, String> {
+        let start = self.clean_start.unwrap_or((segments / 10).clamp(2, 20));
+        let stop = self
+            .clean_stop
+            .unwrap_or((segments / 5).clamp(start + 1, 100).max(start));
+        Thresholds::new(start, stop).map_err(|e| e.to_string())
+    }
+
+    /// Parses one `-o key[=value]` of the format.
+    pub fn set(&mut self, key: &str, value: Option<&str>) -> std::result::Result<(), String> {
+        let secs = |v: Option<&str>| -> std::result::Result<Duration, String> {
+            v.and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .ok_or_else(|| format!("option {key} takes a number of seconds"))
+        };
+        match key {
+            "mode" => match value {
+                Some("lfs") | None => Ok(()),
+                Some(m) => Err(format!("unknown mode '{m}' for an lfs image (modes: lfs)")),
+            },
+            "checkpoint_interval" => {
+                self.checkpoint_interval = secs(value)?;
+                Ok(())
+            }
+            "checkpoint_mb" => {
+                self.checkpoint_bytes = value
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or("option checkpoint_mb takes a number of MiB")?
+                    << 20;
+                Ok(())
+            }
+            "cleaner" => {
+                self.cleaner = value.and_then(Policy::parse).ok_or(
+                    "option cleaner takes greedy, greedy+age-sort, cost-benefit or cost-benefit+age-sort",
+                )?;
+                Ok(())
+            }
+            "clean_start" | "clean_stop" => {
+                let n = value
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("option {key} takes a number of segments"))?;
+                if key == "clean_start" {
+                    self.clean_start = Some(n);
+                } else {
+                    self.clean_stop = Some(n);
+                }
+                Ok(())
+            }
+            "ro" => {
+                self.read_only = true;
+                Ok(())
+            }
+            "rw" => Ok(()),
+            _ => Err(format!("unknown option '{key}' for an lfs image")),
+        }
+    }
+}
+
+/// An inode in memory.
+pub(crate) struct Node {
+    pub inode: Inode,
+    /// The block map, once loaded: logical block -> address.
+    pub map: Option<BTreeMap<u64, u64>>,
+    /// Addresses of the indirect blocks by slot (0 single, 1 double, 2+i children).
+    pub ind: BTreeMap<u64, u64>,
+    /// Slots whose indirect block must be rewritten at the next flush.
+    pub dirty_slots: BTreeSet<u64>,
+    pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
+    pub xattr_dirty: bool,
+    pub opens: u32,
+}
+
+impl Node {
+    /// A node whose every part is in memory (a new inode: nothing to load).
+    pub fn fresh(inode: Inode) -> Node {
+        Node {
+            inode,
+            map: Some(BTreeMap::new()),
+            ind: BTreeMap::new(),
+            dirty_slots: BTreeSet::new(),
+            xattrs: Some(BTreeMap::new()),
+            xattr_dirty: false,
+            opens: 0,
+        }
+    }
+}
+
+// Indirect blocks are named by *slots* (the summary's `lbn` for an indirect block):
+//   0                      the single indirect block       (leaf: blocks 12..524)
+//   1                      the double indirect block       (names slots 2..514)
+//   2 + i                  its i-th child                  (leaf)
+//   T_TOP                  the triple indirect block       (names T_MID + j)
+//   T_MID + j              its j-th child                  (names T_LEAF + 512j ..)
+//   T_LEAF + k             the k-th leaf under it          (leaf)
+pub(crate) const T_TOP: u64 = 1 << 40;
+const T_MID: u64 = T_TOP + 1;
+const T_LEAF: u64 = 1 << 41;
+const D_FIRST: u64 = NDIRECT as u64 + PTRS;
+const T_FIRST: u64 = D_FIRST + PTRS * PTRS;
+
+/// The leaf slot holding logical block `lbn`'s address (None for a direct block).
+pub(crate) fn slot_of(lbn: u64) -> Option<u64> {
+    if lbn < NDIRECT as u64 {
+        None
+    } else if lbn < D_FIRST {
+        Some(0)
+    } else if lbn < T_FIRST {
+        Some(2 + (lbn - D_FIRST) / PTRS)
+    } else {
+        Some(T_LEAF + (lbn - T_FIRST) / PTRS)
+    }
+}
+
+/// The slot whose block names slot `s`, if any (the inode names the roots).
+fn slot_parent(s: u64) -> Option<u64> {
+    if (2..2 + PTRS).contains(&s) {
+        Some(1)
+    } else if (T_MID..T_MID + PTRS).contains(&s) {
+        Some(T_TOP)
+    } else if s >= T_LEAF {
+        Some(T_MID + (s - T_LEAF) / PTRS)
+    } else {
+        None
+    }
+}
+
+/// Height above the leaves: leaves 0, the double block and triple's children 1, triple 2.
+fn slot_level(s: u64) -> u8 {
+    match s {
+        1 => 1,
+        T_TOP => 2,
+        _ if (T_MID..T_MID + PTRS).contains(&s) => 1,
+        _ => 0,
+    }
+}
+
+/// For a leaf, the logical blocks it maps; for an inner slot, the child slots it names.
+fn slot_range(s: u64) -> (u64, u64) {
+    let (first, i) = match s {
+        0 => (NDIRECT as u64, 0),
+        1 => return (2, 2 + PTRS),
+        T_TOP => return (T_MID, T_MID + PTRS),
+        _ if (T_MID..T_MID + PTRS).contains(&s) => {
+            let j = s - T_MID;
+            return (T_LEAF + j * PTRS, T_LEAF + (j + 1) * PTRS);
+        }
+        _ if s >= T_LEAF => (T_FIRST, s - T_LEAF),
+        _ => (D_FIRST, s - 2),
+    };
+    (first + i * PTRS, first + (i + 1) * PTRS)
+}
+
+pub(crate) fn to_time(t: SystemTime) -> Time {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => Time {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (mut s, mut n) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if n > 0 {
+                s -= 1;
+                n = 1_000_000_000 - n;
+            }
+            Time { sec: s, nsec: n }
+        }
+    }
+}
+
+pub(crate) fn from_time(t: Time) -> SystemTime {
+    if t.sec >= 0 {
+        std::time::UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        std::time::UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
+            + Duration::from_nanos(t.nsec as u64)
+    }
+}
+
+/// A modification time as the usage table keeps it (its `youngest` column, the age of 004
+/// §3.6): milliseconds since the epoch, so that cost-benefit tells ages apart within seconds.
+pub(crate) fn age_ms(t: Time) -> u64 {
+    (t.sec.max(0) as u64)
+        .saturating_mul(1000)
+        .saturating_add(t.nsec as u64 / 1_000_000)
+}
+
+pub(crate) fn now() -> Time {
+    to_time(SystemTime::now())
+}
+
+/// Counters for `cairn stats` and the tests.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct LfsStats {
+    pub flushes: u64,
+    pub checkpoints: u64,
+    pub partial_segments: u64,
+    pub log_blocks: u64,
+    pub rolled_forward_partials: u64,
+    pub rolled_forward_inodes: u64,
+    pub dirlog_records: u64,
+    /// Data blocks flushed for applications (the denominator of the write cost).
+    pub new_data_blocks: u64,
+}
+
+pub(crate) struct State {
+    pub sb: Superblock,
+    pub dev: Arc<dyn BlockDevice>,
+    pub imap: Vec<ImapEntry>,
+    pub imap_addrs: Vec<u64>,
+    pub imap_dirty: BTreeSet<u32>,
+    pub usage: Vec<UsageEntry>,
+    pub usage_addrs: Vec<u64>,
+    pub log: LogWriter,
+    pub nodes: HashMap<u64, Node>,
+    pub dirty_inodes: BTreeSet<u64>,
+    /// Inode numbers freed since the last flush, with their new version: written as free
+    /// records so roll-forward frees them too.
+    pub freed: BTreeMap<u64, u32>,
+    pub dirty_data: BTreeMap<(u64, u64), Vec<u8>>,
+    pub dirs: HashMap<u64, DirIndex>,
+    pub dirlog: Vec<Record>,
+    pub cp_serial: u64,
+    pub cp_slot: usize,
+    pub next_ino: u32,
+    pub last_cp: Instant,
+    pub dirty_since: Option<Instant>,
+    pub log_bytes_since_cp: u64,
+    pub handles: HashMap<u64, (u64, i32)>,
+    pub next_fh: u64,
+    pub stats: LfsStats,
+    pub cleaner: CleanerStats,
+    /// Set when a log write failed half-way (see `note_log_result`).
+    pub broken: Option<String>,
+    pub policy: Policy,
+    pub thresholds: Thresholds,
+    pub read_only: bool,
+}
+
+impl Segments for Vec<UsageEntry> {
+    fn take_clean(&mut self, avoid: &[u32]) -> Option<u32> {
+        let n = self.len();
+        let start = avoid.first().map_or(0, |&s| s as usize + 1);
+        (0..n)
+            .map(|i| ((start + i) % n) as u32)
+            .find(|s| !self[*s as usize].dirty && !avoid.contains(s))
+            .inspect(|&s| self[s as usize].dirty = true)
+    }
+}
+
+fn io(e: std::io::Error) -> FsError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        FsError::Errno(Errno::ENOSPC)
+    } else {
+        FsError::Io(e)
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> FsError {
+    FsError::Corrupt(e.to_string())
+}
+
+impl State {
+    // ---- reading the log ----------------------------------------------------------------
+
+    pub fn read_block(&self, addr: u64) -> Result<Vec<u8>> {
+        if !self.sb.in_log(addr) {
+            return Err(corrupt(format!("block address {addr} outside the log")));
+        }
+        let mut b = vec![0u8; BLOCK_SIZE];
+        self.dev.read_blocks(addr, &mut b)?;
+        Ok(b)
+    }
+
+    /// Reads inode `ino` through the inode map.
+    pub fn read_inode(&self, ino: u64) -> Result<Option<Inode>> {
+        let Some(e) = self.imap.get(ino as usize) else {
+            return Ok(None);
+        };
+        if e.addr == 0 {
+            return Ok(None);
+        }
+        let b = self.read_block(e.addr)?;
+        match inode::find_in_block(&b, ino).map_err(corrupt)? {
+            Some(n) if n.mode != 0 => Ok(Some(n)),
+            _ => Err(corrupt(format!(
+                "inode {ino}: not in the inode block at {}",
+                e.addr
+            ))),
+        }
+    }
+
+    /// The in-memory inode `ino`, loaded if needed; ENOENT if it is free.
+    pub fn node(&mut self, ino: u64) -> Result<&mut Node> {
+        if !self.nodes.contains_key(&ino) {
+            let inode = self.read_inode(ino)?.ok_or(Errno::ENOENT)?;
+            self.nodes.insert(
+                ino,
+                Node {
+                    inode,
+                    map: None,
+                    ind: BTreeMap::new(),
+                    dirty_slots: BTreeSet::new(),
+                    xattrs: None,
+                    xattr_dirty: false,
+                    opens: 0,
+                },
+            );
+        }
+        self.nodes.get_mut(&ino).ok_or(Errno::ENOENT.into())
+    }
+
+    /// The block map of `ino`, loading its indirect blocks on first use.
+    pub fn map(&mut self, ino: u64) -> Result<&mut BTreeMap<u64, u64>> {
+        if self.node(ino)?.map.is_none() {
+            let inode = self.node(ino)?.inode.clone();
+            let (map, ind) = load_map(&inode, |a| self.read_block(a))?;
+            let n = self.node(ino)?;
+            n.map = Some(map);
+            n.ind = ind;
+        }
+        Ok(self.node(ino)?.map.as_mut().expect("loaded above"))
+    }
+
+    /// Contents of logical block `lbn` of `ino` (zeros for a hole).
+    pub fn read_file_block(&mut self, ino: u64, lbn: u64) -> Result<Vec<u8>> {
+        if let Some(d) = self.dirty_data.get(&(ino, lbn)) {
+            return Ok(d.clone());
+        }
+        match self.map(ino)?.get(&lbn).copied() {
+            Some(a) => self.read_block(a),
+            None => Ok(vec![0u8; BLOCK_SIZE]),
+        }
+    }
+
+    /// Replaces logical block `lbn` of `ino` (written at the next flush).
+    pub fn write_file_block(&mut self, ino: u64, lbn: u64, data: Vec<u8>) {
+        if self.dirty_since.is_none() {
+            self.dirty_since = Some(Instant::now());
+        }
+        self.dirty_data.insert((ino, lbn), data);
+        self.dirty_inodes.insert(ino);
+    }
+
+    pub fn mark_dirty(&mut self, ino: u64) {
+        if self.dirty_since.is_none() {
+            self.dirty_since = Some(Instant::now());
+        }
+        self.dirty_inodes.insert(ino);
+    }
+
+    // ---- usage accounting (004 §3.6) ------------------------------------------------------
+
+    fn add_live(&mut self, addr: u64, bytes: u32, mtime: u64) {
+        if let Some(s) = self.sb.seg_of(addr) {
+            let u = &mut self.usage[s as usize];
+            u.live_bytes = u.live_bytes.saturating_add(bytes);
+            u.dirty = true;
+            u.youngest = u.youngest.max(mtime);
+        }
+    }
+
+    pub fn kill(&mut self, addr: u64, bytes: u32) {
+        if addr == 0 {
+            return;
+        }
+        if let Some(s) = self.sb.seg_of(addr) {
+            let u = &mut self.usage[s as usize];
+            u.live_bytes = u.live_bytes.saturating_sub(bytes);
+        }
+    }
+
+    fn push(&mut self, entry: Entry, data: Vec<u8>, live: u32, mtime: u64) -> Result<u64> {
+        let addr = self
+            .log
+            .push(&self.sb, &self.dev, &mut self.usage, entry, data)
+            .map_err(io)?;
+        self.add_live(addr, live, mtime);
+        self.log_bytes_since_cp += BS;
+        Ok(addr)
+    }
+
+    /// Clean segments (the log's head and its next segment excluded).
+    pub fn clean_segments(&self) -> u32 {
+        self.usage.iter().filter(|u| !u.dirty).count() as u32
+    }
+
+    /// Bytes of file data that can still be buffered: what the clean segments hold beyond
+    /// the reserve, less what is already buffered.
+    pub fn space_left(&self) -> u64 {
+        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS * 7 / 8;
+        let clean = self.clean_segments().saturating_sub(RESERVE_SEGMENTS) as u64;
+        let in_head = (self.sb.segment_blocks - self.log.off) as u64 * BS / 2;
+        (clean * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
+    }
+
+    // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
+
+    /// Writes everything dirty to the log as one committed flush.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_log_ok()?;
+        let r = self.flush_inner();
+        self.note_log_result(r)
+    }
+
+    /// A log write that failed half-way left the in-memory state ahead of anything the log
+    /// can hold (its dirty sets were taken): refuse further changes, so nothing built on it
+    /// reaches the log. The image keeps its last committed flush; remounting recovers it.
+    fn note_log_result<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && self.broken.is_none()
+        {
+            ::log::error!("lfs: a log write failed ({e}); refusing changes until remount");
+            self.broken = Some(e.to_string());
+        }
+        r
+    }
+
+    pub fn check_log_ok(&self) -> Result<()> {
+        match &self.broken {
+            None => Ok(()),
+            Some(m) => Err(FsError::Io(std::io::Error::other(format!(
+                "an earlier log write failed ({m}); remount to recover"
+            )))),
+        }
+    }
+
+    fn flush_inner(&mut self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let any = !self.dirty_data.is_empty()
+            || !self.dirty_inodes.is_empty()
+            || !self.freed.is_empty()
+            || !self.dirlog.is_empty();
+        if !any {
+            return Ok(());
+        }
+        self.write_dirty()?;
+        self.log
+            .write_partial(&self.sb, &self.dev, &mut self.usage, true)
+            .map_err(io)?;
+        self.stats.flushes += 1;
+        self.dirty_since = None;
+        Ok(())
+    }
+
+    /// Pushes the dirty state into the log writer (not yet committed).
+    fn write_dirty(&mut self) -> Result<()> {
+        // 1. The directory operation log, before the blocks and inodes it describes (004
+        //    §4.2).
+        let recs = std::mem::take(&mut self.dirlog);
+        self.stats.dirlog_records += recs.len() as u64;
+        for b in crate::format::dirlog::encode(&recs) {
+            let e = Entry {
+                kind: Kind::DirLog,
+                version: 0,
+                ino: 0,
+                lbn: 0,
+            };
+            self.push(e, b, 0, 0)?;
+        }
+        // 2. Data blocks, file by file in logical order (temporal locality = logical here).
+        let data = std::mem::take(&mut self.dirty_data);
+        for ((ino, lbn), d) in data {
+            let Some(n) = self.nodes.get(&ino) else {
+                continue; // freed since
+            };
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
+            let e = Entry {
+                kind: Kind::Data,
+                version,
+                ino,
+                lbn,
+            };
+            let addr = self.push(e, d, BLOCK_SIZE as u32, mtime)?;
+            self.stats.new_data_blocks += 1;
+            self.map(ino)?;
+            let old = self.set_map(ino, lbn, addr)?;
+            self.kill(old, BLOCK_SIZE as u32);
+        }
+        // 3. Indirect and xattr blocks of the inodes about to be written.
+        let inos: Vec<u64> = self.dirty_inodes.iter().copied().collect();
+        for &ino in &inos {
+            if self.nodes.contains_key(&ino) {
+                self.write_meta_blocks(ino)?;
+            }
+        }
+        // 4. Inodes, 16 to a block, then free records for inode numbers released.
+        let mut records: Vec<Inode> = Vec::new();
+        for &ino in &inos {
+            if let Some(n) = self.nodes.get(&ino) {
+                records.push(n.inode.clone());
+            }
+        }
+        for (&ino, &version) in &self.freed {
+            // A free record: inode number and the version it will have next, mode 0.
+            records.push(Inode {
+                ino,
+                version,
+                ..Default::default()
+            });
+        }
+        self.freed.clear();
+        self.dirty_inodes.clear();
+        for chunk in records.chunks(inode::PER_BLOCK) {
+            let refs: Vec<&Inode> = chunk.iter().collect();
+            let e = Entry {
+                kind: Kind::Inode,
+                version: 0,
+                ino: chunk[0].ino,
+                lbn: chunk.len() as u64,
+            };
+            let live = chunk.iter().filter(|n| n.mode != 0).count() as u32 * 256;
+            let mtime = chunk.iter().map(|n| age_ms(n.mtime)).max();
+            let addr = self.push(e, inode::encode_block(&refs), live, mtime.unwrap_or(0))?;
+            for n in chunk {
+                if n.mode == 0 {
+                    continue;
+                }
+                let old = self.imap[n.ino as usize].addr;
+                self.kill(old, 256);
+                self.imap[n.ino as usize] = ImapEntry {
+                    addr,
+                    version: n.version,
+                };
+                self.imap_dirty
+                    .insert((n.ino / tables::PER_BLOCK as u64) as u32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `map[lbn] = addr` (0 removes), marking the indirect slot dirty; returns the old
+    /// address. The map must be loaded.
+    pub fn set_map(&mut self, ino: u64, lbn: u64, addr: u64) -> Result<u64> {
+        let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let map = n.map.as_mut().ok_or(Errno::EIO)?;
+        let old = if addr == 0 {
+            map.remove(&lbn)
+        } else {
+            map.insert(lbn, addr)
+        }
+        .unwrap_or(0);
+        if old == 0 && addr != 0 {
+            n.inode.blocks += 1;
+        } else if old != 0 && addr == 0 {
+            n.inode.blocks = n.inode.blocks.saturating_sub(1);
+        }
+        match slot_of(lbn) {
+            None => n.inode.direct[lbn as usize] = addr,
+            Some(s) => {
+                let mut at = Some(s);
+                while let Some(x) = at {
+                    n.dirty_slots.insert(x);
+                    at = slot_parent(x);
+                }
+            }
+        }
+        Ok(old)
+    }
+
+    /// Rewrites the dirty indirect blocks (children before the double indirect block that
+    /// names them) and the xattr block of `ino`.
+    fn write_meta_blocks(&mut self, ino: u64) -> Result<()> {
+        let slots: Vec<u64> = {
+            let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+            let mut v: Vec<u64> = std::mem::take(&mut n.dirty_slots).into_iter().collect();
+            // Children before the blocks that name them.
+            v.sort_by_key(|&s| (slot_level(s), s));
+            v
+        };
+        for s in slots {
+            let n = self.nodes.get(&ino).ok_or(Errno::ENOENT)?;
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
+            let mut b = vec![0u8; BLOCK_SIZE];
+            let mut any = false;
+            if slot_level(s) > 0 {
+                let (lo, hi) = slot_range(s);
+                for (&c, &a) in n.ind.range(lo..hi) {
+                    put_u64(&mut b, ((c - lo) * 8) as usize, a);
+                    any = true;
+                }
+            } else {
+                let (lo, hi) = slot_range(s);
+                if let Some(map) = &n.map {
+                    for (&l, &a) in map.range(lo..hi) {
+                        put_u64(&mut b, ((l - lo) * 8) as usize, a);
+                        any = true;
+                    }
+                }
+            }
+            let new = if any {
+                let e = Entry {
+                    kind: Kind::Indirect,
+                    version,
+                    ino,
+                    lbn: s,
+                };
+                self.push(e, b, BLOCK_SIZE as u32, mtime)?
+            } else {
+                0
+            };
+            let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+            let old = if new == 0 {
+                n.ind.remove(&s)
+            } else {
+                n.ind.insert(s, new)
+            }
+            .unwrap_or(0);
+            match (old, new) {
+                (0, a) if a != 0 => n.inode.blocks += 1,
+                (o, 0) if o != 0 => n.inode.blocks = n.inode.blocks.saturating_sub(1),
+                _ => {}
+            }
+            match s {
+                0 => n.inode.indirect = new,
+                1 => n.inode.dindirect = new,
+                T_TOP => n.inode.tindirect = new,
+                _ => {}
+            }
+            self.kill(old, BLOCK_SIZE as u32);
+        }
+        let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        if n.xattr_dirty {
+            n.xattr_dirty = false;
+            let x = n.xattrs.clone().unwrap_or_default();
+            let (version, mtime) = (n.inode.version, age_ms(n.inode.mtime));
+            let old = n.inode.xattr;
+            let new = if x.is_empty() {
+                0
+            } else {
+                let e = Entry {
+                    kind: Kind::Xattr,
+                    version,
+                    ino,
+                    lbn: 0,
+                };
+                self.push(e, encode_xattrs(&x), BLOCK_SIZE as u32, mtime)?
+            };
+            let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+            n.inode.xattr = new;
+            match (old, new) {
+                (0, a) if a != 0 => n.inode.blocks += 1,
+                (o, 0) if o != 0 => n.inode.blocks = n.inode.blocks.saturating_sub(1),
+                _ => {}
+            }
+            self.kill(old, BLOCK_SIZE as u32);
+        }
+        Ok(())
+    }
+
+    /// A checkpoint (004 §4.1): flush, then the dirty inode map blocks and the usage table
+    /// into the log, a device flush, and the checkpoint region in the slot not used last.
+    /// Segments with no live bytes become clean once the region is durable.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.check_log_ok()?;
+        let r = self.checkpoint_inner();
+        self.note_log_result(r)
+    }
+
+    fn checkpoint_inner(&mut self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.write_dirty()?;
+        let mtime = age_ms(now());
+        for i in std::mem::take(&mut self.imap_dirty) {
+            let e = Entry {
+                kind: Kind::Imap,
+                version: 0,
+                ino: 0,
+                lbn: i as u64,
+            };
+            let b = tables::encode_imap(i, &self.imap);
+            let addr = self.push(e, b, BLOCK_SIZE as u32, mtime)?;
+            let old = std::mem::replace(&mut self.imap_addrs[i as usize], addr);
+            self.kill(old, BLOCK_SIZE as u32);
+        }
+        // The usage table describes its own new blocks: reserve their addresses in one
+        // partial segment, account for them, then encode.
+        let nu = self.usage_addrs.len();
+        self.log
+            .ensure_room(&self.sb, &self.dev, &mut self.usage, nu)
+            .map_err(io)?;
+        let mut addrs = Vec::with_capacity(nu);
+        for i in 0..nu {
+            let e = Entry {
+                kind: Kind::Usage,
+                version: 0,
+                ino: 0,
+                lbn: i as u64,
+            };
+            addrs.push(self.push(e, vec![0u8; BLOCK_SIZE], BLOCK_SIZE as u32, mtime)?);
+        }
+        for (i, &a) in addrs.iter().enumerate() {
+            let old = std::mem::replace(&mut self.usage_addrs[i], a);
+            self.kill(old, BLOCK_SIZE as u32);
+        }
+        for (i, &a) in addrs.iter().enumerate() {
+            let b = tables::encode_usage(i as u32, &self.usage);
+            self.log.fill(&self.sb, a, b);
+        }
+        #[cfg(test)]
+        if tests::CHECKPOINT_FIRST.with(|c| c.get()) {
+            // The deliberately broken order the crash test must catch: the region first,
+            // naming where the log will be once the segments it names are written.
+            let n = self.log.pending_len() as u32;
+            let (mut seg, mut off) = (self.log.seg, self.log.off + n + 1);
+            if off + 2 > self.sb.segment_blocks {
+                (seg, off) = (self.log.next_seg, 0);
+            }
+            self.write_cp_region(seg, off, self.log.serial + 1)?;
+            self.log
+                .write_partial(&self.sb, &self.dev, &mut self.usage, true)
+                .map_err(io)?;
+            self.dev.flush()?;
+            return self.checkpoint_done();
+        }
+        self.log
+            .write_partial(&self.sb, &self.dev, &mut self.usage, true)
+            .map_err(io)?;
+        // Everything the region names is durable before the region is written.
+        self.dev.flush()?;
+        self.write_cp_region(self.log.seg, self.log.off, self.log.serial)?;
+        self.dev.flush()?;
+        self.checkpoint_done()
+    }
+
+    fn write_cp_region(&mut self, log_seg: u32, log_off: u32, log_serial: u64) -> Result<()> {
+        let slot = 1 - self.cp_slot;
+        let cp = crate::format::checkpoint::Checkpoint {
+            serial: self.cp_serial + 1,
+            time_ns: crate::log::now_ns(),
+            log_seg,
+            log_off,
+            log_serial,
+            next_ino: self.next_ino,
+            imap_addrs: self.imap_addrs.clone(),
+            usage_addrs: self.usage_addrs.clone(),
+        };
+        self.dev
+            .write_blocks(self.sb.cp_start(slot), &cp.encode(self.sb.cp_blocks))?;
+        Ok(())
+    }
+
+    /// After a durable checkpoint region: the new slot, and segments it shows empty freed.
+    fn checkpoint_done(&mut self) -> Result<()> {
+        let slot = 1 - self.cp_slot;
+        self.cp_serial += 1;
+        self.cp_slot = slot;
+        self.release_empty_segments();
+        self.last_cp = Instant::now();
+        self.log_bytes_since_cp = 0;
+        self.dirty_since = None;
+        self.stats.checkpoints += 1;
+        self.stats.flushes += 1;
+        Ok(())
+    }
+
+    /// Segments with no live bytes, other than the log's head and its next segment, are
+    /// clean: called only when a checkpoint recording them so is durable.
+    pub fn release_empty_segments(&mut self) {
+        let (head, next) = (self.log.seg, self.log.next_seg);
+        for (s, u) in self.usage.iter_mut().enumerate() {
+            let s = s as u32;
+            if u.dirty && u.live_bytes == 0 && s != head && s != next {
+                u.dirty = false;
+                u.youngest = 0;
+            }
+        }
+    }
+
+    /// Flushes or checkpoints when the buffers, the log or the clock say so.
+    pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<()> {
+        if self.dirty_data.len() as u64 * BS >= o.dirty_limit {
+            self.flush()?;
+        }
+        if self.log_bytes_since_cp >= o.checkpoint_bytes {
+            self.checkpoint()?;
+        }
+        // The cleaner also runs here, after the operation that took the clean segments
+        // below the threshold: the syncer's ticks alone let a burst of writes use up the
+        // clean segments, and once too few are left a pass has no room to move live data.
+        self.clean_if_low(16)?;
+        Ok(())
+    }
+
+    /// The cleaner's start and stop rule (004 §3.4): below `clean_start` clean segments,
+    /// clean until `clean_stop` are, at most `passes` passes (the lock is held during a
+    /// pass: the background syncer does a few per tick so operations get in between).
+    pub fn clean_if_low(&mut self, passes: u32) -> Result<()> {
+        if !self.thresholds.should_start(self.clean_segments()) {
+            return Ok(());
+        }
+        for _ in 0..passes {
+            if self.thresholds.satisfied(self.clean_segments())
+                || (self.clean_pass(self.policy, self.thresholds)? == 0
+                    && self.clean_pass(Policy::GREEDY, self.thresholds)? == 0)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure `bytes` more of file data fit; a checkpoint first (which frees segments
+    /// whose blocks all died), ENOSPC if they still do not.
+    pub fn ensure_space(&mut self, bytes: u64) -> Result<()> {
+        if self.space_left() >= bytes {
+            return Ok(());
+        }
+        self.checkpoint()?;
+        // Foreground cleaning: a write never fails while cleaning can still make room.
+        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
+        for _ in 0..32 {
+            if self.space_left() >= bytes {
+                return Ok(());
+            }
+            let want = self.clean_segments() + bytes.div_ceil(per_seg) as u32 + 1;
+            let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
+            // The policy's choice may give nothing back (cost-benefit prefers old, nearly
+            // full segments); the least utilized segments are the last resort.
+            if self.clean_pass(self.policy, th)? == 0 && self.clean_pass(Policy::GREEDY, th)? == 0 {
+                break;
+            }
+        }
+        if self.space_left() >= bytes {
+            Ok(())
+        } else {
+            Err(Errno::ENOSPC.into())
+        }
+    }
+}
+
+/// Loads an inode's block map from its direct pointers and indirect blocks.
+#[allow(clippy::type_complexity)]
+pub(crate) fn load_map(
+    inode: &Inode,
+    mut read: impl FnMut(u64) -> Result<Vec<u8>>,
+) -> Result<(BTreeMap<u64, u64>, BTreeMap<u64, u64>)> {
+    let mut map = BTreeMap::new();
+    let mut ind = BTreeMap::new();
+    for (i, &a) in inode.direct.iter().enumerate() {
+        if a != 0 {
+            map.insert(i as u64, a);
+        }
+    }
+    // Depth-first from each root the inode names: (slot, address).
+    let roots = [
+        (0, inode.indirect),
+        (1, inode.dindirect),
+        (T_TOP, inode.tindirect),
+    ];
+    let mut stack: Vec<(u64, u64)> = roots.into_iter().filter(|&(_, a)| a != 0).collect();
+    while let Some((s, a)) = stack.pop() {
+        ind.insert(s, a);
+        let b = read(a)?;
+        let (lo, _) = slot_range(s);
+        for i in 0..PTRS {
+            let p = get_u64(&b, (i * 8) as usize);
+            if p == 0 {
+                continue;
+            }
+            if slot_level(s) == 0 {
+                map.insert(lo + i, p);
+            } else {
+                stack.push((lo + i, p));
+            }
+        }
+    }
+    Ok((map, ind))
+}
+
+/// Every log block an inode owns: data, indirect and xattr blocks.
+pub(crate) fn owned_blocks(
+    inode: &Inode,
+    read: impl FnMut(u64) -> Result<Vec<u8>>,
+) -> Result<Vec<u64>> {
+    let (map, ind) = load_map(inode, read)?;
+    let mut v: Vec<u64> = map.into_values().chain(ind.into_values()).collect();
+    if inode.xattr != 0 {
+        v.push(inode.xattr);
+    }
+    Ok(v)
+}
+
+/// Extended attributes of one inode in one block: `count u16`, then per attribute
+/// `namelen u8, vallen u16, name, value`.
+pub(crate) fn encode_xattrs(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    b[0..2].copy_from_slice(&(x.len() as u16).to_le_bytes());
+    let mut o = 2;
+    for (k, v) in x {
+        b[o] = k.len() as u8;
+        b[o + 1..o + 3].copy_from_slice(&(v.len() as u16).to_le_bytes());
+        b[o + 3..o + 3 + k.len()].copy_from_slice(k);
+        b[o + 3 + k.len()..o + 3 + k.len() + v.len()].copy_from_slice(v);
+        o += 3 + k.len() + v.len();
+    }
+    b
+}
+
+pub(crate) fn xattrs_size(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
+    2 + x.iter().map(|(k, v)| 3 + k.len() + v.len()).sum::<usize>()
+}
+
+pub(crate) fn decode_xattrs(b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let bad = || corrupt("xattr block out of bounds");
+    let n = u16::from_le_bytes([*b.first().ok_or_else(bad)?, *b.get(1).ok_or_else(bad)?]);
+    let mut x = BTreeMap::new();
+    let mut o = 2usize;
+    for _ in 0..n {
+        let hdr = b.get(o..o + 3).ok_or_else(bad)?;
+        let (kl, vl) = (
+            hdr[0] as usize,
+            u16::from_le_bytes([hdr[1], hdr[2]]) as usize,
+        );
+        let k = b.get(o + 3..o + 3 + kl).ok_or_else(bad)?;
+        let v = b.get(o + 3 + kl..o + 3 + kl + vl).ok_or_else(bad)?;
+        x.insert(k.to_vec(), v.to_vec());
+        o += 3 + kl + vl;
+    }
+    Ok(x)
+}
+
+/// The mounted file system.
+pub struct Lfs {
+    pub(crate) st: Mutex<State>,
+    pub(crate) opts: MountOptions,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    destroyed: AtomicBool,
+}
+
+impl Lfs {
+    /// Runs the background syncer: flushes dirty data older than `flush_age` and
+    /// checkpoints every `checkpoint_interval` (004 §4.1).
+    fn start_syncer(self: &Arc<Self>) {
+        if !self.opts.syncer || self.opts.read_only {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let h = std::thread::Builder::new()
+            .name("lfs-syncer".into())
+            .spawn(move || {
+                loop {
+                    {
+                        let (m, cv) = &*stop;
+                        let mut s = m.lock();
+                        if !*s {
+                            cv.wait_for(&mut s, Duration::from_millis(500));
+                        }
+                        if *s {
+                            return;
+                        }
+                    }
+                    let Some(fs) = weak.upgrade() else { return };
+                    let mut st = fs.st.lock();
+                    if let Err(e) = st.clean_if_low(2) {
+                        ::log::warn!("lfs cleaner: {e}");
+                    }
+                    let r = if st.last_cp.elapsed() >= fs.opts.checkpoint_interval
+                        && (st.log_bytes_since_cp > 0 || st.dirty_since.is_some())
+                    {
+                        st.checkpoint()
+                    } else if st
+                        .dirty_since
+                        .is_some_and(|t| t.elapsed() >= fs.opts.flush_age)
+                    {
+                        st.flush()
+                    } else {
+                        Ok(())
+                    };
+                    if let Err(e) = r {
+                        ::log::warn!("lfs syncer: {e}");
+                    }
+                }
+            });
+        if let Ok(h) = h {
+            *self.syncer.lock() = Some(h);
+        }
+    }
+
+    fn stop_syncer(&self) {
+        {
+            let (m, cv) = &*self.stop;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        if let Some(h) = self.syncer.lock().take()
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
+        }
+    }
+
+    /// Counters: flushes, checkpoints, partial segments and blocks written.
+    pub fn lfs_stats(&self) -> LfsStats {
+        let st = self.st.lock();
+        let mut s = st.stats;
+        s.partial_segments = st.log.partials_written;
+        s.log_blocks = st.log.blocks_written;
+        s
+    }
+
+    /// The cleaner's counters.
+    pub fn cleaner_stats(&self) -> CleanerStats {
+        self.st.lock().cleaner
+    }
+
+    /// Runs one cleaning pass now, with the mount's policy, towards `stop_at` clean segments.
+    pub fn clean_now(&self, stop_at: u32) -> Result<u32> {
+        let mut st = self.st.lock();
+        let th = Thresholds::new(1, stop_at.max(1)).map_err(corrupt)?;
+        let p = st.policy;
+        st.clean_pass(p, th)
+    }
+
+    /// Clean segments now.
+    pub fn clean_segments(&self) -> u32 {
+        self.st.lock().clean_segments()
+    }
+
+    /// Writes a checkpoint now.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.st.lock().checkpoint()
+    }
+
+    /// Flushes everything dirty to the log (committed, not checkpointed) without a device
+    /// flush: what a crash right after may keep.
+    pub fn flush_log(&self) -> Result<()> {
+        self.st.lock().flush()
+    }
+}
+
+impl Drop for Lfs {
+    fn drop(&mut self) {
+        self.stop_syncer();
+    }
+}

@@ -1,0 +1,1192 @@
+//! The `FileSystem` operations. Each checks everything it can before it changes anything,
+//! so a refused call leaves the state as it was; changes are made in memory and reach the
+//! log at the next flush. Permission rules are `cairn_vfs::perm`'s, directory blocks are
+//! `cairn_dir`'s — the same as the FFS format's.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use cairn_dir::block;
+use cairn_vfs::perm::{self, LINK_MAX};
+use cairn_vfs::{
+    Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino,
+    KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
+};
+
+use super::*;
+use crate::format::dirlog::Op;
+
+const CHUNKS: usize = BLOCK_SIZE / block::DIR_CHUNK;
+
+fn owner(n: &Inode) -> Owner {
+    Owner {
+        mode: n.mode,
+        uid: n.uid,
+        gid: n.gid,
+    }
+}
+
+fn is_dir(n: &Inode) -> bool {
+    n.mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+fn dtype(mode: u32) -> u8 {
+    ((mode & libc::S_IFMT) >> 12) as u8
+}
+
+pub(crate) fn attr_of(n: &Inode) -> Attr {
+    Attr {
+        ino: n.ino,
+        generation: n.version as u64,
+        size: n.size,
+        blocks: n.blocks * (BS / 512),
+        atime: from_time(n.atime),
+        mtime: from_time(n.mtime),
+        ctime: from_time(n.ctime),
+        crtime: from_time(n.crtime),
+        kind: FileKind::from_mode(n.mode).unwrap_or(FileKind::RegularFile),
+        perm: (n.mode & 0o7777) as u16,
+        nlink: n.nlink,
+        uid: n.uid,
+        gid: n.gid,
+        rdev: n.rdev,
+        blksize: BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+impl State {
+    /// `stat` of `ino`: blocks buffered but not yet in the log count as allocated.
+    pub(crate) fn attr(&mut self, ino: u64) -> Result<Attr> {
+        self.map(ino)?;
+        let pending = self
+            .dirty_data
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter(|((_, l), _)| {
+                self.nodes
+                    .get(&ino)
+                    .and_then(|n| n.map.as_ref())
+                    .is_none_or(|m| !m.contains_key(l))
+            })
+            .count() as u64;
+        let mut a = attr_of(&self.node(ino)?.inode);
+        a.blocks += pending * (BS / 512);
+        Ok(a)
+    }
+
+    fn inode(&mut self, ino: u64) -> Result<&mut Inode> {
+        Ok(&mut self.node(ino)?.inode)
+    }
+
+    /// The directory `ino`, with the caller allowed `want` on it.
+    fn dir_checked(&mut self, ctx: &Ctx, ino: u64, want: Access) -> Result<Inode> {
+        let n = self.inode(ino)?.clone();
+        if !is_dir(&n) {
+            return Err(Errno::ENOTDIR.into());
+        }
+        ctx.check_owner(owner(&n), want)?;
+        Ok(n)
+    }
+
+    /// The name index of directory `ino`, built from its blocks on first use.
+    pub(crate) fn dir_index(&mut self, ino: u64) -> Result<&mut DirIndex> {
+        if !self.dirs.contains_key(&ino) {
+            let size = self.inode(ino)?.size;
+            let nblocks = size / BS;
+            let mut idx = DirIndex::new(0);
+            for lbn in 0..nblocks {
+                let b = self.read_file_block(ino, lbn)?;
+                idx.add_block(lbn, &b)
+                    .map_err(|e| corrupt(format!("directory {ino}: {e}")))?;
+                idx.nblocks += 1;
+            }
+            let idx = idx
+                .finish()
+                .map_err(|e| corrupt(format!("directory {ino}: {e}")))?;
+            self.dirs.insert(ino, idx);
+        }
+        self.dirs.get_mut(&ino).ok_or(Errno::EIO.into())
+    }
+
+    fn dir_get(&mut self, dir: u64, name: &[u8]) -> Result<Option<cairn_dir::Slot>> {
+        let idx = self.dir_index(dir)?;
+        Ok(match name {
+            b"." => Some(cairn_dir::Slot {
+                ino: dir,
+                dtype: libc::DT_DIR,
+                lbn: 0,
+                off: 0,
+            }),
+            b".." => Some(idx.dotdot),
+            n => idx.names.get(n).copied(),
+        })
+    }
+
+    fn dir_add(&mut self, dir: u64, name: &[u8], ino: u64, dt: u8) -> Result<()> {
+        let place = self.dir_index(dir)?.place(name.len());
+        let (lbn, chunk, mut b, grew) = match place {
+            Some(c) => {
+                let lbn = (c / CHUNKS) as u64;
+                (lbn, c, self.read_file_block(dir, lbn)?, false)
+            }
+            None => {
+                let lbn = self.dir_index(dir)?.nblocks;
+                let mut b = vec![0u8; BLOCK_SIZE];
+                block::init_empty(&mut b);
+                (lbn, lbn as usize * CHUNKS, b, true)
+            }
+        };
+        let in_chunk = chunk % CHUNKS;
+        let off = block::insert(&mut b, in_chunk, ino, dt, name)
+            .map_err(corrupt)?
+            .ok_or_else(|| corrupt("directory index promised room the block lacks"))?;
+        let free = block::chunk_free(&b, in_chunk) as u16;
+        self.write_file_block(dir, lbn, b);
+        let idx = self.dir_index(dir)?;
+        if grew {
+            idx.grew(CHUNKS);
+        }
+        idx.free.set(chunk, free);
+        idx.names.insert(
+            name.into(),
+            cairn_dir::Slot {
+                ino,
+                dtype: dt,
+                lbn,
+                off,
+            },
+        );
+        if grew {
+            let n = self.inode(dir)?;
+            n.size += BS;
+        }
+        Ok(())
+    }
+
+    fn dir_remove(&mut self, dir: u64, name: &[u8]) -> Result<()> {
+        let slot = self.dir_get(dir, name)?.ok_or(Errno::ENOENT)?;
+        let mut b = self.read_file_block(dir, slot.lbn)?;
+        block::remove(&mut b, slot.off).map_err(corrupt)?;
+        let c = slot.off / block::DIR_CHUNK;
+        let free = block::chunk_free(&b, c) as u16;
+        self.write_file_block(dir, slot.lbn, b);
+        let idx = self.dir_index(dir)?;
+        idx.names.remove(name);
+        idx.free.set(slot.lbn as usize * CHUNKS + c, free);
+        Ok(())
+    }
+
+    /// Points an existing entry (`..` included) at another inode.
+    fn dir_repoint(&mut self, dir: u64, name: &[u8], ino: u64, dt: u8) -> Result<()> {
+        let slot = self.dir_get(dir, name)?.ok_or(Errno::ENOENT)?;
+        let mut b = self.read_file_block(dir, slot.lbn)?;
+        block::set_ino(&mut b, slot.off, ino, dt);
+        self.write_file_block(dir, slot.lbn, b);
+        let idx = self.dir_index(dir)?;
+        let new = cairn_dir::Slot {
+            ino,
+            dtype: dt,
+            ..slot
+        };
+        if name == b".." {
+            idx.dotdot = new;
+        } else {
+            idx.names.insert(name.into(), new);
+        }
+        Ok(())
+    }
+
+    fn touch_dir(&mut self, dir: u64) -> Result<()> {
+        let t = now();
+        let n = self.inode(dir)?;
+        n.mtime = t;
+        n.ctime = t;
+        self.mark_dirty(dir);
+        Ok(())
+    }
+
+    fn log_op(&mut self, op: Op, rename_half: bool, dir: u64, ino: u64, name: &[u8]) {
+        let nlink = self.nodes.get(&ino).map_or(0, |n| n.inode.nlink);
+        self.dirlog.push(Record {
+            op,
+            rename_half,
+            nlink,
+            dir,
+            ino,
+            name: name.to_vec(),
+        });
+    }
+
+    fn alloc_ino(&mut self) -> Result<(u64, u32)> {
+        let max = self.sb.max_inodes as u64;
+        for i in 0..max {
+            let cand = (self.next_ino as u64 + i) % max;
+            if cand <= ROOT_INO {
+                continue;
+            }
+            if self.imap[cand as usize].addr == 0 && !self.nodes.contains_key(&cand) {
+                self.next_ino = (cand + 1) as u32;
+                self.freed.remove(&cand);
+                return Ok((cand, self.imap[cand as usize].version.max(1)));
+            }
+        }
+        Err(Errno::ENOSPC.into())
+    }
+
+    /// A new inode in directory `parent`, named `name` (checked by the caller).
+    fn new_node(
+        &mut self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Result<u64> {
+        let p = self.inode(parent)?.clone();
+        let (mode, gid) = perm::new_inode_owner(ctx, owner(&p), mode);
+        let (ino, version) = self.alloc_ino()?;
+        let t = now();
+        let dir = mode & libc::S_IFMT == libc::S_IFDIR;
+        let inode = Inode {
+            ino,
+            version,
+            mode,
+            uid: ctx.uid,
+            gid,
+            nlink: if dir { 2 } else { 1 },
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            rdev,
+            ..Default::default()
+        };
+        self.nodes.insert(ino, Node::fresh(inode));
+        self.mark_dirty(ino);
+        if dir {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            block::init_first(&mut b, ino, parent);
+            self.write_file_block(ino, 0, b);
+            self.inode(ino)?.size = BS;
+            self.inode(parent)?.nlink += 1;
+        }
+        self.log_op(Op::Create, false, parent, ino, name);
+        self.dir_add(parent, name, ino, dtype(mode))?;
+        self.touch_dir(parent)?;
+        Ok(ino)
+    }
+
+    /// Checks that `name` may be created in `parent`.
+    fn check_new(&mut self, ctx: &Ctx, parent: u64, name: &OsStr) -> Result<Vec<u8>> {
+        let n = perm::check_name(name)?.to_vec();
+        self.dir_checked(ctx, parent, Access::WX)?;
+        if self.dir_get(parent, &n)?.is_some() {
+            return Err(Errno::EEXIST.into());
+        }
+        if self.inode(parent)?.nlink == 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        self.ensure_space(2 * BS)?;
+        Ok(n)
+    }
+
+    /// Frees `ino` once nothing names it and nothing has it open.
+    fn maybe_free(&mut self, ino: u64) -> Result<()> {
+        let Some(n) = self.nodes.get(&ino) else {
+            return Ok(());
+        };
+        if n.inode.nlink > 0 || n.opens > 0 {
+            return Ok(());
+        }
+        let inode = n.inode.clone();
+        let blocks = match n.map.as_ref() {
+            Some(m) => {
+                let mut v: Vec<u64> = m.values().copied().collect();
+                v.extend(n.ind.values().copied());
+                if inode.xattr != 0 {
+                    v.push(inode.xattr);
+                }
+                v
+            }
+            None => owned_blocks(&inode, |a| self.read_block(a))?,
+        };
+        for a in blocks {
+            self.kill(a, BLOCK_SIZE as u32);
+        }
+        let e = self.imap[ino as usize];
+        self.kill(e.addr, 256);
+        let version = e.version.max(inode.version).wrapping_add(1).max(1);
+        self.imap[ino as usize] = ImapEntry { addr: 0, version };
+        self.imap_dirty
+            .insert((ino / tables::PER_BLOCK as u64) as u32);
+        let keys: Vec<(u64, u64)> = self
+            .dirty_data
+            .range((ino, 0)..=(ino, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.dirty_data.remove(&k);
+        }
+        self.freed.insert(ino, version);
+        self.dirty_inodes.remove(&ino);
+        self.nodes.remove(&ino);
+        self.dirs.remove(&ino);
+        if self.dirty_since.is_none() {
+            self.dirty_since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn truncate(&mut self, ino: u64, size: u64) -> Result<()> {
+        let old = self.inode(ino)?.size;
+        if size > inode::MAX_BLOCKS * BS {
+            return Err(Errno::EFBIG.into());
+        }
+        if size < old {
+            let keep = size.div_ceil(BS);
+            self.map(ino)?;
+            let gone: Vec<u64> = self.map(ino)?.range(keep..).map(|(&l, _)| l).collect();
+            for l in gone {
+                let a = self.set_map(ino, l, 0)?;
+                self.kill(a, BLOCK_SIZE as u32);
+            }
+            let keys: Vec<(u64, u64)> = self
+                .dirty_data
+                .range((ino, keep)..=(ino, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in keys {
+                self.dirty_data.remove(&k);
+            }
+            let tail = (size % BS) as usize;
+            if tail != 0 {
+                let lbn = size / BS;
+                let has =
+                    self.dirty_data.contains_key(&(ino, lbn)) || self.map(ino)?.contains_key(&lbn);
+                if has {
+                    let mut b = self.read_file_block(ino, lbn)?;
+                    b[tail..].fill(0);
+                    self.write_file_block(ino, lbn, b);
+                }
+            }
+        }
+        let t = now();
+        let n = self.inode(ino)?;
+        n.size = size;
+        n.mtime = t;
+        n.ctime = t;
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    fn do_write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > inode::MAX_BLOCKS * BS {
+            return Err(Errno::EFBIG.into());
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.ensure_space(data.len() as u64 + BS)?;
+        self.map(ino)?;
+        let mut pos = offset;
+        let mut done = 0usize;
+        while done < data.len() {
+            let lbn = pos / BS;
+            let in_blk = (pos % BS) as usize;
+            let n = (BLOCK_SIZE - in_blk).min(data.len() - done);
+            let mut b = if n == BLOCK_SIZE {
+                vec![0u8; BLOCK_SIZE]
+            } else {
+                self.read_file_block(ino, lbn)?
+            };
+            b[in_blk..in_blk + n].copy_from_slice(&data[done..done + n]);
+            self.write_file_block(ino, lbn, b);
+            pos += n as u64;
+            done += n;
+        }
+        let t = now();
+        let node = self.inode(ino)?;
+        node.size = node.size.max(end);
+        node.mtime = t;
+        node.ctime = t;
+        Ok(data.len() as u32)
+    }
+
+    /// Is `anc` `ino` or one of its ancestors (walking `..`)?
+    fn is_ancestor(&mut self, anc: u64, mut ino: u64) -> Result<bool> {
+        for _ in 0..100_000 {
+            if ino == anc {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            let up = self.dir_index(ino)?.dotdot.ino;
+            if up == ino {
+                return Ok(false);
+            }
+            ino = up;
+        }
+        Err(corrupt("directory loop"))
+    }
+
+    fn do_rename(
+        &mut self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        np: u64,
+        nname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let (n, nn) = (perm::check_name(name)?, perm::check_name(nname)?);
+        if perm::is_dot(n) || perm::is_dot(nn) {
+            return Err(Errno::EINVAL.into());
+        }
+        let pd = self.dir_checked(ctx, parent, Access::WX)?;
+        let npd = self.dir_checked(ctx, np, Access::WX)?;
+        let src = self.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
+        let dst = self.dir_get(np, nn)?;
+        let s = self.inode(src.ino)?.clone();
+        perm::sticky_ok(ctx, owner(&pd), owner(&s))?;
+        if let Some(d) = dst {
+            let di = self.inode(d.ino)?.clone();
+            perm::sticky_ok(ctx, owner(&npd), owner(&di))?;
+        }
+        if flags.exchange {
+            let d = dst.ok_or(Errno::ENOENT)?;
+            if d.ino == src.ino {
+                return Ok(());
+            }
+            let di = self.inode(d.ino)?.clone();
+            if parent != np {
+                for (x, to) in [(&s, np), (&di, parent)] {
+                    if is_dir(x) {
+                        if self.is_ancestor(x.ino, to)? {
+                            return Err(Errno::EINVAL.into());
+                        }
+                        ctx.check_owner(owner(x), Access::W)?;
+                    }
+                }
+            }
+            self.log_op(Op::Rename, true, parent, d.ino, n);
+            self.log_op(Op::Rename, true, np, src.ino, nn);
+            self.dir_repoint(parent, n, d.ino, dtype(di.mode))?;
+            self.dir_repoint(np, nn, src.ino, dtype(s.mode))?;
+            if parent != np {
+                if is_dir(&s) {
+                    self.dir_repoint(src.ino, b"..", np, libc::DT_DIR)?;
+                    self.inode(parent)?.nlink -= 1;
+                    self.inode(np)?.nlink += 1;
+                }
+                if is_dir(&di) {
+                    self.dir_repoint(d.ino, b"..", parent, libc::DT_DIR)?;
+                    self.inode(np)?.nlink -= 1;
+                    self.inode(parent)?.nlink += 1;
+                }
+            }
+            let t = now();
+            for i in [src.ino, d.ino] {
+                self.inode(i)?.ctime = t;
+                self.mark_dirty(i);
+            }
+            self.touch_dir(parent)?;
+            self.touch_dir(np)?;
+            return Ok(());
+        }
+        if let Some(d) = dst {
+            if flags.noreplace {
+                return Err(Errno::EEXIST.into());
+            }
+            if d.ino == src.ino {
+                return Ok(());
+            }
+            let di = self.inode(d.ino)?.clone();
+            match (is_dir(&s), is_dir(&di)) {
+                (true, false) => return Err(Errno::ENOTDIR.into()),
+                (false, true) => return Err(Errno::EISDIR.into()),
+                (true, true) if !self.dir_index(d.ino)?.is_empty() => {
+                    return Err(Errno::ENOTEMPTY.into());
+                }
+                _ => {}
+            }
+        }
+        if is_dir(&s) && parent != np {
+            if self.is_ancestor(src.ino, np)? {
+                return Err(Errno::EINVAL.into());
+            }
+            ctx.check_owner(owner(&s), Access::W)?;
+            if dst.is_none() && self.inode(np)?.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK.into());
+            }
+        }
+        if dst.is_none() {
+            self.ensure_space(2 * BS)?;
+        }
+        // The record first (004 §4.2), then the entries.
+        self.log_op(Op::Rename, true, parent, src.ino, n);
+        self.log_op(Op::Rename, false, np, src.ino, nn);
+        let t = now();
+        if let Some(d) = dst {
+            self.dir_repoint(np, nn, src.ino, dtype(s.mode))?;
+            let dn = self.inode(d.ino)?;
+            if dn.mode & libc::S_IFMT == libc::S_IFDIR {
+                dn.nlink = 0;
+                self.inode(np)?.nlink -= 1;
+            } else {
+                dn.nlink -= 1;
+            }
+            self.inode(d.ino)?.ctime = t;
+            self.mark_dirty(d.ino);
+        } else {
+            self.dir_add(np, nn, src.ino, dtype(s.mode))?;
+        }
+        self.dir_remove(parent, n)?;
+        if is_dir(&s) && parent != np {
+            self.dir_repoint(src.ino, b"..", np, libc::DT_DIR)?;
+            self.inode(parent)?.nlink -= 1;
+            self.inode(np)?.nlink += 1;
+        }
+        self.inode(src.ino)?.ctime = t;
+        self.mark_dirty(src.ino);
+        self.touch_dir(parent)?;
+        self.touch_dir(np)?;
+        if let Some(d) = dst {
+            self.maybe_free(d.ino)?;
+        }
+        Ok(())
+    }
+
+    fn load_xattrs(&mut self, ino: u64) -> Result<&mut BTreeMap<Vec<u8>, Vec<u8>>> {
+        if self.node(ino)?.xattrs.is_none() {
+            let a = self.node(ino)?.inode.xattr;
+            let x = if a == 0 {
+                BTreeMap::new()
+            } else {
+                decode_xattrs(&self.read_block(a)?)?
+            };
+            self.node(ino)?.xattrs = Some(x);
+        }
+        Ok(self.node(ino)?.xattrs.as_mut().expect("loaded above"))
+    }
+}
+
+impl Lfs {
+    fn run<T>(&self, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        let mut st = self.st.lock();
+        let r = f(&mut st);
+        if r.is_ok()
+            && let Err(e) = st.maybe_flush(&self.opts)
+        {
+            ::log::warn!("lfs flush: {e}");
+        }
+        r
+    }
+
+    fn run_rw<T>(&self, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        if self.opts.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        self.st.lock().check_log_ok()?;
+        self.run(f)
+    }
+}
+
+impl FileSystem for Lfs {
+    fn root_ino(&self) -> Ino {
+        ROOT_INO
+    }
+
+    fn cache_policy(&self) -> KernelCachePolicy {
+        // As FFS's delayed modes: writes are buffered here, not in the kernel, so ENOSPC is
+        // reported by write() itself.
+        KernelCachePolicy {
+            writeback_cache: false,
+            entry_ttl: Duration::from_secs(60),
+            attr_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(60),
+        }
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let st = self.st.lock();
+        // Free = not live and not buffered, less the segments the log keeps back. (Until
+        // the cleaner runs, dead blocks in partly live segments count as free although
+        // only a cleaner could reuse them.)
+        let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
+        let live: u64 = st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() / BS;
+        let reserve = (RESERVE_SEGMENTS as u64 + 1) * st.sb.segment_blocks as u64;
+        let bfree = total.saturating_sub(live + st.dirty_data.len() as u64 + reserve);
+        let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64
+            + st.nodes
+                .keys()
+                .filter(|&&i| st.imap[i as usize].addr == 0)
+                .count() as u64;
+        let files = st.sb.max_inodes as u64 - 3;
+        Ok(StatFs {
+            blocks: total,
+            bfree,
+            bavail: bfree,
+            files,
+            ffree: files.saturating_sub(in_use),
+            bsize: BLOCK_SIZE as u32,
+            namelen: perm::NAME_MAX as u32,
+            frsize: BLOCK_SIZE as u32,
+        })
+    }
+
+    fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.run(|st| {
+            let n = name.as_bytes();
+            if n.len() > perm::NAME_MAX {
+                return Err(Errno::ENAMETOOLONG.into());
+            }
+            st.dir_checked(ctx, parent, Access::X)?;
+            let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
+            st.attr(slot.ino)
+        })
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.run(|st| st.attr(ino))
+    }
+
+    fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
+        self.run_rw(|st| {
+            let cur = st.inode(ino)?.clone();
+            let mut o = owner(&cur);
+            if let Some(m) = set.mode {
+                o.mode = perm::chmod(ctx, o, m)?;
+            }
+            if set.uid.is_some() || set.gid.is_some() {
+                o = perm::chown(ctx, o, set.uid, set.gid)?;
+            }
+            if let Some(t) = &set.atime {
+                perm::may_set_time(ctx, owner(&cur), t)?;
+            }
+            if let Some(t) = &set.mtime {
+                perm::may_set_time(ctx, owner(&cur), t)?;
+            }
+            if let Some(size) = set.size {
+                if is_dir(&cur) {
+                    return Err(Errno::EISDIR.into());
+                }
+                if cur.mode & libc::S_IFMT != libc::S_IFREG {
+                    return Err(Errno::EINVAL.into());
+                }
+                if set.fh.is_none() {
+                    ctx.check_owner(owner(&cur), Access::W)?;
+                }
+                if size > inode::MAX_BLOCKS * BS {
+                    return Err(Errno::EFBIG.into());
+                }
+                if size != cur.size {
+                    st.truncate(ino, size)?;
+                } else {
+                    let t = now();
+                    let n = st.inode(ino)?;
+                    n.mtime = t;
+                }
+            }
+            let t = now();
+            let at = |s: &SetTime| match s {
+                SetTime::Now => t,
+                SetTime::At(x) => to_time(*x),
+            };
+            let n = st.inode(ino)?;
+            n.mode = o.mode;
+            n.uid = o.uid;
+            n.gid = o.gid;
+            if let Some(a) = &set.atime {
+                n.atime = at(a);
+            }
+            if let Some(m) = &set.mtime {
+                n.mtime = at(m);
+            }
+            n.ctime = set.ctime.map(to_time).unwrap_or(t);
+            st.mark_dirty(ino);
+            st.attr(ino)
+        })
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.run(|st| {
+            let n = st.inode(ino)?.clone();
+            if n.mode & libc::S_IFMT != libc::S_IFLNK {
+                return Err(Errno::EINVAL.into());
+            }
+            let mut b = st.read_file_block(ino, 0)?;
+            b.truncate((n.size as usize).min(BLOCK_SIZE));
+            Ok(b)
+        })
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        self.run_rw(|st| {
+            match FileKind::from_mode(mode) {
+                None | Some(FileKind::Directory) | Some(FileKind::Symlink) => {
+                    return Err(Errno::EINVAL.into());
+                }
+                _ => {}
+            }
+            let n = st.check_new(ctx, parent, name)?;
+            let ino = st.new_node(ctx, parent, &n, mode & !(umask & 0o777), rdev)?;
+            st.attr(ino)
+        })
+    }
+
+    fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
+        self.run_rw(|st| {
+            let n = st.check_new(ctx, parent, name)?;
+            if st.inode(parent)?.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK.into());
+            }
+            let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
+            let ino = st.new_node(ctx, parent, &n, m, 0)?;
+            st.attr(ino)
+        })
+    }
+
+    fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
+        self.run_rw(|st| {
+            let n = perm::check_name(name)?;
+            let pd = st.dir_checked(ctx, parent, Access::WX)?;
+            let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
+            let v = st.inode(slot.ino)?.clone();
+            if is_dir(&v) {
+                return Err(Errno::EISDIR.into());
+            }
+            perm::sticky_ok(ctx, owner(&pd), owner(&v))?;
+            let t = now();
+            let vn = st.inode(slot.ino)?;
+            vn.nlink -= 1;
+            vn.ctime = t;
+            st.mark_dirty(slot.ino);
+            st.log_op(Op::Unlink, false, parent, slot.ino, n);
+            st.dir_remove(parent, n)?;
+            st.touch_dir(parent)?;
+            st.maybe_free(slot.ino)
+        })
+    }
+
+    fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
+        self.run_rw(|st| {
+            let n = perm::check_name(name)?;
+            if n == b"." {
+                return Err(Errno::EINVAL.into());
+            }
+            if n == b".." {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            let pd = st.dir_checked(ctx, parent, Access::WX)?;
+            let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
+            let v = st.inode(slot.ino)?.clone();
+            if !is_dir(&v) {
+                return Err(Errno::ENOTDIR.into());
+            }
+            perm::sticky_ok(ctx, owner(&pd), owner(&v))?;
+            if !st.dir_index(slot.ino)?.is_empty() {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            let vn = st.inode(slot.ino)?;
+            vn.nlink = 0;
+            vn.ctime = now();
+            st.mark_dirty(slot.ino);
+            st.log_op(Op::Unlink, false, parent, slot.ino, n);
+            st.dir_remove(parent, n)?;
+            st.inode(parent)?.nlink -= 1;
+            st.touch_dir(parent)?;
+            st.maybe_free(slot.ino)
+        })
+    }
+
+    fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr> {
+        self.run_rw(|st| {
+            if target.is_empty() || target.len() >= BLOCK_SIZE {
+                return Err(if target.is_empty() {
+                    Errno::ENOENT
+                } else {
+                    Errno::ENAMETOOLONG
+                }
+                .into());
+            }
+            let n = st.check_new(ctx, parent, name)?;
+            let ino = st.new_node(ctx, parent, &n, libc::S_IFLNK | 0o777, 0)?;
+            let mut b = vec![0u8; BLOCK_SIZE];
+            b[..target.len()].copy_from_slice(target);
+            st.write_file_block(ino, 0, b);
+            st.inode(ino)?.size = target.len() as u64;
+            st.attr(ino)
+        })
+    }
+
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.run_rw(|st| st.do_rename(ctx, parent, name, new_parent, new_name, flags))
+    }
+
+    fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
+        self.run_rw(|st| {
+            let v = st.inode(ino)?.clone();
+            if is_dir(&v) {
+                return Err(Errno::EPERM.into());
+            }
+            let n = st.check_new(ctx, new_parent, new_name)?;
+            if v.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK.into());
+            }
+            if v.nlink == 0 {
+                return Err(Errno::ENOENT.into());
+            }
+            let vn = st.inode(ino)?;
+            vn.nlink += 1;
+            vn.ctime = now();
+            st.mark_dirty(ino);
+            st.log_op(Op::Link, false, new_parent, ino, &n);
+            st.dir_add(new_parent, &n, ino, dtype(v.mode))?;
+            st.touch_dir(new_parent)?;
+            st.attr(ino)
+        })
+    }
+
+    fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
+        self.run(|st| {
+            let n = st.inode(ino)?.clone();
+            let want = Access::for_open_flags(flags);
+            if is_dir(&n) && want.0 & Access::W.0 != 0 {
+                return Err(Errno::EISDIR.into());
+            }
+            if self.opts.read_only && want.0 & Access::W.0 != 0 {
+                return Err(Errno::EROFS.into());
+            }
+            ctx.check_owner(owner(&n), want)?;
+            if flags & libc::O_TRUNC != 0 && n.mode & libc::S_IFMT == libc::S_IFREG && n.size > 0 {
+                st.truncate(ino, 0)?;
+            }
+            st.node(ino)?.opens += 1;
+            let fh = st.next_fh;
+            st.next_fh += 1;
+            st.handles.insert(fh, (ino, flags));
+            Ok(fh)
+        })
+    }
+
+    fn create(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        self.run_rw(|st| {
+            let n = st.check_new(ctx, parent, name)?;
+            let m = libc::S_IFREG | (mode & 0o7777 & !umask);
+            let ino = st.new_node(ctx, parent, &n, m, 0)?;
+            st.node(ino)?.opens += 1;
+            let fh = st.next_fh;
+            st.next_fh += 1;
+            st.handles.insert(fh, (ino, flags));
+            Ok((st.attr(ino)?, fh))
+        })
+    }
+
+    fn read(&self, ino: Ino, _fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        self.run(|st| {
+            buf.clear();
+            let n = st.inode(ino)?.clone();
+            if is_dir(&n) {
+                return Err(Errno::EISDIR.into());
+            }
+            let end = (offset.saturating_add(size as u64)).min(n.size);
+            let mut pos = offset;
+            while pos < end {
+                let lbn = pos / BS;
+                let in_blk = (pos % BS) as usize;
+                let k = ((BS - in_blk as u64).min(end - pos)) as usize;
+                let b = st.read_file_block(ino, lbn)?;
+                buf.extend_from_slice(&b[in_blk..in_blk + k]);
+                pos += k as u64;
+            }
+            Ok(())
+        })
+    }
+
+    fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.run_rw(|st| {
+            let flags = st.handles.get(&fh).map(|h| h.1).ok_or(Errno::EBADF)?;
+            let off = if flags & libc::O_APPEND != 0 {
+                st.inode(ino)?.size
+            } else {
+                offset
+            };
+            let r = st.do_write(ino, off, data)?;
+            st.mark_dirty(ino);
+            Ok(r)
+        })
+    }
+
+    fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
+        self.run(|st| {
+            st.handles.remove(&fh);
+            if let Some(n) = st.nodes.get_mut(&ino) {
+                n.opens = n.opens.saturating_sub(1);
+            }
+            if self.opts.read_only {
+                return Ok(());
+            }
+            st.maybe_free(ino)
+        })
+    }
+
+    fn fsync(&self, _ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        // One committed flush of everything dirty and a device flush: roll-forward recovers
+        // it without a checkpoint (004 §4.2).
+        let mut st = self.st.lock();
+        st.flush()?;
+        st.dev.flush()?;
+        Ok(())
+    }
+
+    fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
+        self.run(|st| {
+            st.dir_checked(ctx, ino, Access::R)?;
+            let fh = st.next_fh;
+            st.next_fh += 1;
+            Ok(fh)
+        })
+    }
+
+    fn readdir(
+        &self,
+        ino: Ino,
+        _fh: Fh,
+        offset: u64,
+        plus: bool,
+        emit: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.run(|st| {
+            // Cookies: 1 after `.`, 2 after `..`, 3 + byte position for the others.
+            let parent = st.dir_index(ino)?.dotdot.ino;
+            for (i, (name, target)) in [(".", ino), ("..", parent)].into_iter().enumerate() {
+                if offset <= i as u64 {
+                    let attr = if plus { Some(st.attr(target)?) } else { None };
+                    let e = DirEntry {
+                        ino: target,
+                        next_offset: i as u64 + 1,
+                        kind: FileKind::Directory,
+                        name: OsStr::new(name),
+                        attr,
+                    };
+                    if !emit(e) {
+                        return Ok(());
+                    }
+                }
+            }
+            let nblocks = st.dir_index(ino)?.nblocks;
+            let start = offset.saturating_sub(3) / BS;
+            for lbn in start..nblocks {
+                let b = st.read_file_block(ino, lbn)?;
+                for r in block::entries(&b) {
+                    let e = r.map_err(corrupt)?;
+                    if e.name == b"." || e.name == b".." {
+                        continue;
+                    }
+                    let cookie = 3 + lbn * BS + e.off as u64;
+                    if cookie < offset.max(3) {
+                        continue;
+                    }
+                    let attr = if plus {
+                        Some(st.attr(e.ino as u64)?)
+                    } else {
+                        None
+                    };
+                    let de = DirEntry {
+                        ino: e.ino as u64,
+                        next_offset: cookie + 1,
+                        kind: FileKind::from_dtype(e.dtype).unwrap_or(FileKind::RegularFile),
+                        name: OsStr::from_bytes(e.name),
+                        attr,
+                    };
+                    if !emit(de) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn fsyncdir(&self, ino: Ino, fh: Fh, datasync: bool) -> Result<()> {
+        self.fsync(ino, fh, datasync)
+    }
+
+    fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        self.run_rw(|st| {
+            let cur = st.inode(ino)?.clone();
+            let n = name.as_bytes();
+            perm::xattr_access(ctx, owner(&cur), n, true)?;
+            let x = st.load_xattrs(ino)?;
+            let exists = x.contains_key(n);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(Errno::EEXIST.into());
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(Errno::ENODATA.into());
+            }
+            let mut next = x.clone();
+            next.insert(n.to_vec(), value.to_vec());
+            if xattrs_size(&next) > BLOCK_SIZE {
+                return Err(Errno::ENOSPC.into());
+            }
+            *x = next;
+            let node = st.node(ino)?;
+            node.xattr_dirty = true;
+            node.inode.ctime = now();
+            st.mark_dirty(ino);
+            Ok(())
+        })
+    }
+
+    fn getxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
+        self.run(|st| {
+            let cur = st.inode(ino)?.clone();
+            let n = name.as_bytes();
+            perm::xattr_access(ctx, owner(&cur), n, false)?;
+            st.load_xattrs(ino)?
+                .get(n)
+                .cloned()
+                .ok_or(Errno::ENODATA.into())
+        })
+    }
+
+    fn listxattr(&self, _ctx: &Ctx, ino: Ino) -> Result<Vec<u8>> {
+        self.run(|st| {
+            let mut out = Vec::new();
+            for k in st.load_xattrs(ino)?.keys() {
+                out.extend_from_slice(k);
+                out.push(0);
+            }
+            Ok(out)
+        })
+    }
+
+    fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()> {
+        self.run_rw(|st| {
+            let cur = st.inode(ino)?.clone();
+            let n = name.as_bytes();
+            perm::xattr_access(ctx, owner(&cur), n, true)?;
+            if st.load_xattrs(ino)?.remove(n).is_none() {
+                return Err(Errno::ENODATA.into());
+            }
+            let node = st.node(ino)?;
+            node.xattr_dirty = true;
+            node.inode.ctime = now();
+            st.mark_dirty(ino);
+            Ok(())
+        })
+    }
+
+    fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
+        self.run(|st| {
+            let n = st.inode(ino)?.clone();
+            ctx.check_owner(owner(&n), mask)
+        })
+    }
+
+    fn fallocate(
+        &self,
+        ino: Ino,
+        _fh: Fh,
+        offset: u64,
+        length: u64,
+        mode: FallocMode,
+    ) -> Result<()> {
+        self.run_rw(|st| {
+            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                return Err(Errno::EOPNOTSUPP.into());
+            }
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            if end > inode::MAX_BLOCKS * BS {
+                return Err(Errno::EFBIG.into());
+            }
+            // A log cannot reserve places ahead of time: the range's holes are filled with
+            // zero blocks (written at the next flush), so the space is taken now.
+            st.ensure_space(length.saturating_add(BS))?;
+            st.map(ino)?;
+            let (first, last) = (offset / BS, end.div_ceil(BS));
+            for lbn in first..last {
+                if !st.dirty_data.contains_key(&(ino, lbn)) && !st.map(ino)?.contains_key(&lbn) {
+                    st.write_file_block(ino, lbn, vec![0u8; BLOCK_SIZE]);
+                }
+            }
+            if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > st.inode(ino)?.size {
+                let n = st.inode(ino)?;
+                n.size = end;
+                n.ctime = now();
+                st.mark_dirty(ino);
+            }
+            Ok(())
+        })
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.st.lock().checkpoint()
+    }
+
+    fn destroy(&self) -> Result<()> {
+        if self.destroyed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.stop_syncer();
+        self.st.lock().checkpoint()
+    }
+
+    fn stats_json(&self) -> String {
+        let s = self.lfs_stats();
+        let st = self.st.lock();
+        // Dirty segments by utilization, in tenths (004 Figs. 5, 6 and 10).
+        let seg = st.sb.segment_blocks as u64 * BS;
+        let mut hist = [0u32; 10];
+        for u in st.usage.iter().filter(|u| u.dirty) {
+            hist[((u.live_bytes as u64 * 10 / seg) as usize).min(9)] += 1;
+        }
+        serde_json::json!({
+            "format": "lfs",
+            "device": st.dev.counters().snapshot(),
+            "lfs": s,
+            "cleaner": st.cleaner,
+            "cleaner_policy": st.policy.name(),
+            "write_cost": if s.new_data_blocks == 0 { 1.0 } else {
+                (s.new_data_blocks + st.cleaner.blocks_read + st.cleaner.blocks_moved) as f64
+                    / s.new_data_blocks as f64
+            },
+            "segments": st.sb.segments,
+            "clean_segments": st.clean_segments(),
+            "utilization_histogram": hist,
+            "log_head": [st.log.seg, st.log.off],
+            "checkpoint_serial": st.cp_serial,
+        })
+        .to_string()
+    }
+}

@@ -1,0 +1,292 @@
+//! Mount: the newer valid checkpoint region, the inode map and usage table it names, then
+//! roll-forward (004 §4.2) through the partial segments written after it.
+//!
+//! Roll-forward reads the log from the checkpoint's position, following each segment's
+//! `next_seg`, for as long as the summaries carry the expected serial and their blocks
+//! their checksum. Partial segments are applied a *flush* at a time — only up to a summary
+//! flagged COMMIT — so the recovered state is the state at the end of some flush: an
+//! operation boundary, where directory entries and link counts agree (the records of the
+//! directory operation log come first in each flush; see DESIGN.md for why applying whole
+//! flushes is what keeps them consistent here). For each inode found, the inode map is
+//! pointed at the new copy, and the usage table moves the bytes of the blocks the old copy
+//! owned to those the new one owns (004 §4.2: "the utilizations of older segments will also
+//! have to be adjusted").
+
+use super::*;
+use crate::format::checkpoint::{self, Checkpoint};
+use crate::format::summary::Summary;
+use crate::log::read_partial;
+
+impl State {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        sb: Superblock,
+        dev: Arc<dyn BlockDevice>,
+        imap: Vec<ImapEntry>,
+        imap_addrs: Vec<u64>,
+        usage: Vec<UsageEntry>,
+        usage_addrs: Vec<u64>,
+        cp: &Checkpoint,
+        cp_slot: usize,
+        read_only: bool,
+        opts: &MountOptions,
+    ) -> State {
+        let sb_segments = sb.segments;
+        let log = LogWriter::new(
+            cp.log_seg,
+            cp.log_off,
+            cp.log_serial,
+            cp.log_seg,
+            sb.segment_blocks,
+        );
+        State {
+            sb,
+            dev,
+            imap,
+            imap_addrs,
+            imap_dirty: BTreeSet::new(),
+            usage,
+            usage_addrs,
+            log,
+            nodes: HashMap::new(),
+            dirty_inodes: BTreeSet::new(),
+            freed: BTreeMap::new(),
+            dirty_data: BTreeMap::new(),
+            dirs: HashMap::new(),
+            dirlog: Vec::new(),
+            cp_serial: cp.serial,
+            cp_slot,
+            next_ino: cp.next_ino,
+            last_cp: Instant::now(),
+            dirty_since: None,
+            log_bytes_since_cp: 0,
+            handles: HashMap::new(),
+            next_fh: 1,
+            stats: LfsStats::default(),
+            cleaner: CleanerStats::default(),
+            broken: None,
+            policy: opts.cleaner,
+            thresholds: opts
+                .thresholds(sb_segments)
+                .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
+            read_only,
+        }
+    }
+
+    /// Points the log writer's next segment at a clean one (after mount or mkfs).
+    pub(crate) fn pick_next_segment(&mut self) -> Result<()> {
+        let seg = self.log.seg;
+        self.usage[seg as usize].dirty = true;
+        self.log.next_seg = self
+            .usage
+            .take_clean(&[seg])
+            .ok_or_else(|| corrupt("no clean segment left for the log"))?;
+        Ok(())
+    }
+
+    /// Roll-forward from the checkpoint's log position; returns the partial segments applied.
+    fn roll_forward(&mut self) -> Result<u64> {
+        let sb = self.sb.clone();
+        let (mut seg, mut off, mut serial) = (self.log.seg, self.log.off, self.log.serial);
+        let mut unit: Vec<(Summary, Vec<u8>)> = Vec::new();
+        let mut applied = 0u64;
+        // Each partial takes at least one block of a finite log: this bounds the walk even
+        // on a hostile image.
+        for _ in 0..sb.total_blocks {
+            let Some((s, data)) = read_partial(&sb, &self.dev, seg, off, serial) else {
+                break;
+            };
+            serial += 1;
+            off += 1 + s.entries.len() as u32;
+            if off + 2 > sb.segment_blocks || s.skip_rest() {
+                seg = s.next_seg;
+                off = 0;
+            }
+            let commit = s.commit();
+            unit.push((s, data));
+            if commit {
+                for (s, data) in std::mem::take(&mut unit) {
+                    self.apply_partial(&s, &data)?;
+                    applied += 1;
+                }
+                self.log.seg = seg;
+                self.log.off = off;
+                self.log.serial = serial;
+            }
+        }
+        self.stats.rolled_forward_partials = applied;
+        Ok(applied)
+    }
+
+    fn apply_partial(&mut self, s: &Summary, data: &[u8]) -> Result<()> {
+        self.usage[s.seg as usize].dirty = true;
+        let base = self.sb.seg_start(s.seg) + s.off as u64 + 1;
+        for (i, e) in s.entries.iter().enumerate() {
+            let b = &data[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
+            match e.kind {
+                Kind::Inode => {
+                    let recs = inode::decode_block(b).map_err(corrupt)?;
+                    for r in recs {
+                        self.apply_inode(r, base + i as u64)?;
+                    }
+                }
+                Kind::DirLog => {
+                    let recs = crate::format::dirlog::decode(b).map_err(corrupt)?;
+                    self.stats.dirlog_records += recs.len() as u64;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A newer copy of an inode (or its free record) found in the log at `addr`.
+    fn apply_inode(&mut self, r: Inode, addr: u64) -> Result<()> {
+        let ino = r.ino;
+        if ino == 0 || ino >= self.sb.max_inodes as u64 {
+            return Err(corrupt(format!(
+                "inode number {ino} out of range in the log"
+            )));
+        }
+        let old = self.imap[ino as usize];
+        if old.addr != 0 {
+            if let Some(prev) = self.read_inode(ino)? {
+                for a in owned_blocks(&prev, |a| self.read_block(a))? {
+                    self.kill(a, BLOCK_SIZE as u32);
+                }
+            }
+            self.kill(old.addr, 256);
+        }
+        if r.mode == 0 {
+            self.imap[ino as usize] = ImapEntry {
+                addr: 0,
+                version: r.version,
+            };
+        } else {
+            let mtime = age_ms(r.mtime);
+            for a in owned_blocks(&r, |a| self.read_block(a))? {
+                self.add_live(a, BLOCK_SIZE as u32, mtime);
+            }
+            self.add_live(addr, 256, mtime);
+            self.imap[ino as usize] = ImapEntry {
+                addr,
+                version: r.version,
+            };
+        }
+        self.imap_dirty
+            .insert((ino / tables::PER_BLOCK as u64) as u32);
+        self.stats.rolled_forward_inodes += 1;
+        Ok(())
+    }
+}
+
+fn refused(msg: String) -> FsError {
+    FsError::Refused(Errno::EINVAL, msg)
+}
+
+/// Reads the superblock and the chosen checkpoint of a device.
+pub(crate) fn open_image(dev: &Arc<dyn BlockDevice>) -> Result<(Superblock, usize, Checkpoint)> {
+    if dev.block_size() as usize != BLOCK_SIZE {
+        return Err(refused(format!(
+            "device block size {} (LFS uses {BLOCK_SIZE})",
+            dev.block_size()
+        )));
+    }
+    let mut b = vec![0u8; BLOCK_SIZE];
+    dev.read_blocks(0, &mut b)?;
+    let sb = Superblock::decode(&b, dev.num_blocks()).map_err(|e| refused(e.0))?;
+    let read_cp = |slot: usize| -> Result<crate::format::FResult<Checkpoint>> {
+        let mut r = vec![0u8; sb.cp_blocks as usize * BLOCK_SIZE];
+        dev.read_blocks(sb.cp_start(slot), &mut r)?;
+        Ok(Checkpoint::decode(&r, &sb))
+    };
+    let (slot, cp) = checkpoint::choose(read_cp(0)?, read_cp(1)?).map_err(|e| refused(e.0))?;
+    Ok((sb, slot, cp))
+}
+
+/// Loads the inode map and usage table a checkpoint names.
+pub(crate) fn load_tables(
+    dev: &Arc<dyn BlockDevice>,
+    sb: &Superblock,
+    cp: &Checkpoint,
+) -> Result<(Vec<ImapEntry>, Vec<UsageEntry>)> {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    let mut imap = Vec::with_capacity(sb.imap_blocks as usize * tables::PER_BLOCK);
+    for (i, &a) in cp.imap_addrs.iter().enumerate() {
+        dev.read_blocks(a, &mut b)?;
+        imap.extend(tables::decode_imap(&b, i as u32).map_err(corrupt)?);
+    }
+    imap.truncate(sb.max_inodes as usize);
+    if let Some((i, e)) = imap
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.addr != 0 && !sb.in_log(e.addr))
+    {
+        return Err(corrupt(format!(
+            "inode map: inode {i} at block {} outside the log",
+            e.addr
+        )));
+    }
+    let mut usage = Vec::with_capacity(sb.usage_blocks as usize * tables::PER_BLOCK);
+    for (i, &a) in cp.usage_addrs.iter().enumerate() {
+        dev.read_blocks(a, &mut b)?;
+        usage.extend(tables::decode_usage(&b, i as u32).map_err(corrupt)?);
+    }
+    usage.truncate(sb.segments as usize);
+    Ok((imap, usage))
+}
+
+impl Lfs {
+    /// Mounts the image at `path` (locked: exclusively, or shared when read-only).
+    pub fn mount(path: &std::path::Path, opts: &MountOptions) -> Result<Arc<Lfs>> {
+        let dev = cairn_blockdev::FileDevice::open(path, BLOCK_SIZE as u32, opts.read_only)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::ResourceBusy {
+                    FsError::Refused(Errno::EBUSY, e.to_string())
+                } else {
+                    FsError::Io(e)
+                }
+            })?;
+        Self::mount_device(Arc::new(dev), opts)
+    }
+
+    /// Mounts a file system on `dev`: checkpoint, tables, roll-forward, and (read-write) a
+    /// checkpoint of what roll-forward found, so a second crash starts from it.
+    pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Lfs>> {
+        let (sb, slot, cp) = open_image(&dev)?;
+        opts.thresholds(sb.segments)
+            .map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
+        let (imap, usage) = load_tables(&dev, &sb, &cp)?;
+        let mut st = State::new(
+            sb,
+            dev,
+            imap,
+            cp.imap_addrs.clone(),
+            usage,
+            cp.usage_addrs.clone(),
+            &cp,
+            slot,
+            opts.read_only,
+            opts,
+        );
+        st.usage[cp.log_seg as usize].dirty = true;
+        let rolled = st.roll_forward()?;
+        if !opts.read_only {
+            st.pick_next_segment()?;
+            if rolled > 0 {
+                st.checkpoint()?;
+            } else {
+                st.release_empty_segments();
+            }
+        }
+        let fs = Arc::new(Lfs {
+            st: Mutex::new(st),
+            opts: opts.clone(),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            syncer: Mutex::new(None),
+            destroyed: AtomicBool::new(false),
+        });
+        fs.start_syncer();
+        Ok(fs)
+    }
+}

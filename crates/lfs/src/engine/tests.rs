@@ -1,0 +1,572 @@
+//! Engine tests on an in-memory device: operations across remounts, roll-forward after a
+//! crash at every write boundary, hostile images.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, MemDevice, TraceOp, VecTrace};
+use cairn_vfs::{Ctx, FileSystem, RenameFlags};
+
+use super::*;
+use crate::check::check_device;
+
+thread_local! {
+    /// Test-only: write the checkpoint region before the segments it names (broken).
+    pub(super) static CHECKPOINT_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+use crate::mkfs::{MkfsOptions, mkfs_device};
+
+fn opts() -> MountOptions {
+    MountOptions {
+        syncer: false,
+        ..Default::default()
+    }
+}
+
+fn image(blocks: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, blocks));
+    mkfs_device(
+        dev.clone(),
+        &MkfsOptions {
+            segment_size: 64 << 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    dev
+}
+
+fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
+    Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap()
+}
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// Every path (files with contents, directories with a trailing '/', symlinks with '@').
+fn tree(fs: &Lfs) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = stack.pop() {
+        let mut ents = Vec::new();
+        fs.readdir(dir, 0, 0, false, &mut |e| {
+            ents.push((e.name.to_string_lossy().into_owned(), e.ino, e.kind));
+            true
+        })
+        .unwrap();
+        for (name, ino, kind) in ents {
+            if name == "." || name == ".." {
+                continue;
+            }
+            let p = format!("{path}/{name}");
+            match kind {
+                cairn_vfs::FileKind::Directory => {
+                    out.insert(format!("{p}/"), vec![]);
+                    stack.push((ino, p));
+                }
+                cairn_vfs::FileKind::Symlink => {
+                    out.insert(format!("{p}@"), fs.readlink(ino).unwrap());
+                }
+                _ => {
+                    let size = fs.getattr(ino).unwrap().size;
+                    let mut buf = Vec::new();
+                    fs.read(ino, 0, 0, size as u32, &mut buf).unwrap();
+                    out.insert(p, buf);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn write_file(fs: &Lfs, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let c = Ctx::root();
+    let (a, fh) = fs
+        .create(&c, parent, n(name), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    assert_eq!(fs.write(a.ino, fh, 0, data).unwrap() as usize, data.len());
+    fs.release(a.ino, fh).unwrap();
+    a.ino
+}
+
+fn assert_clean(dev: &Arc<MemDevice>) {
+    let r = check_device(dev.clone() as Arc<dyn BlockDevice>).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.findings);
+}
+
+#[test]
+fn create_write_read_unlink_rename_survive_remount() {
+    let dev = image(4096);
+    let c = Ctx::root();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    {
+        let fs = mount(&dev);
+        let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+        write_file(&fs, d, "small", b"hello");
+        write_file(&fs, ROOT_INO, "big", &big);
+        write_file(&fs, ROOT_INO, "gone", b"bye");
+        fs.unlink(&c, ROOT_INO, n("gone")).unwrap();
+        fs.rename(
+            &c,
+            d,
+            n("small"),
+            ROOT_INO,
+            n("moved"),
+            RenameFlags::default(),
+        )
+        .unwrap();
+        let m = fs.lookup(&c, ROOT_INO, n("moved")).unwrap().ino;
+        fs.link(&c, m, d, n("hard")).unwrap();
+        fs.symlink(&c, d, n("sym"), b"../moved").unwrap();
+        fs.destroy().unwrap();
+    }
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    assert_eq!(t["/moved"], b"hello");
+    assert_eq!(t["/d/hard"], b"hello");
+    assert_eq!(t["/d/sym@"], b"../moved");
+    assert_eq!(t["/big"], big);
+    assert!(!t.contains_key("/gone") && !t.contains_key("/d/small"));
+    assert_eq!(fs.lookup(&c, ROOT_INO, n("moved")).unwrap().nlink, 2);
+    // Truncate and overwrite in the middle of the big file, then remount again.
+    let b = fs.lookup(&c, ROOT_INO, n("big")).unwrap().ino;
+    let fh = fs.open(&c, b, libc::O_RDWR).unwrap();
+    fs.write(b, fh, 100_000, b"XYZ").unwrap();
+    fs.release(b, fh).unwrap();
+    fs.setattr(
+        &c,
+        b,
+        cairn_vfs::SetAttr {
+            size: Some(200_001),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    let mut want = big[..200_001].to_vec();
+    want[100_000..100_003].copy_from_slice(b"XYZ");
+    assert_eq!(t["/big"], want);
+}
+
+#[test]
+fn log_writes_are_whole_partial_segments() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let before = dev.counters().snapshot();
+    for i in 0..200 {
+        write_file(&fs, ROOT_INO, &format!("f{i}"), &[7u8; 1024]);
+    }
+    fs.flush_log().unwrap();
+    let d = dev.counters().snapshot().delta(&before);
+    // 200 files of one block + 200 inodes in 13 blocks + directory blocks: a handful of
+    // writes, each a partial segment of up to 15 blocks (64 KiB segments).
+    assert!(d.writes <= 40, "{d:?}");
+    assert!(d.blocks_written >= 213, "{d:?}");
+}
+
+#[test]
+fn deleted_space_is_reused_after_a_checkpoint() {
+    // 1 MiB of segments, files of 64 KiB written and deleted over and over: without
+    // segments freed by checkpoints this would run out after a few rounds.
+    let dev = image(1024);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    for round in 0..60 {
+        write_file(&fs, ROOT_INO, "f", &vec![round as u8; 256 << 10]);
+        fs.unlink(&c, ROOT_INO, n("f")).unwrap();
+    }
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
+#[test]
+fn full_disk_is_enospc_and_consistent() {
+    let dev = image(1024);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("fill"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    let mut off = 0u64;
+    let err = loop {
+        match fs.write(a.ino, fh, off, &chunk) {
+            Ok(k) => off += k as u64,
+            Err(e) => break e,
+        }
+        assert!(off < 8 << 20, "never ran out");
+    };
+    assert_eq!(err.errno(), cairn_vfs::Errno::ENOSPC);
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    assert_eq!(fs.getattr(a.ino).unwrap().size, off);
+    // Deleting gives the space back.
+    fs.unlink(&c, ROOT_INO, n("fill")).unwrap();
+    fs.checkpoint().unwrap();
+    write_file(&fs, ROOT_INO, "again", &vec![2u8; 1 << 20]);
+}
+
+/// The crash test: a small workload, fsync after each step; the image cut after every
+/// device write (everything not yet written lost) must mount, check clean, and show the
+/// state after some step — never older than the last step whose fsync returned.
+fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
+    CHECKPOINT_FIRST.with(|c| c.set(broken));
+    let dev = image(2048);
+    let base = dev.to_bytes();
+    let trace = Arc::new(VecTrace::with_data());
+    dev.set_trace(Some(trace.clone()));
+    let c = Ctx::root();
+    let mut states = vec![];
+    let mut durable_after = vec![]; // trace length once step i's fsync returned
+    {
+        let fs = mount(&dev);
+        states.push(tree(&fs));
+        durable_after.push(trace.len());
+        type Step<'a> = Box<dyn Fn(&Lfs) + 'a>;
+        let steps: Vec<Step> = vec![
+            Box::new(|fs| {
+                fs.mkdir(&c, ROOT_INO, n("a"), 0o755, 0).unwrap();
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                write_file(fs, a, "x", b"one");
+            }),
+            Box::new(|fs| {
+                write_file(fs, ROOT_INO, "y", &vec![9u8; 70_000]);
+            }),
+            Box::new(|fs| {
+                fs.rename(
+                    &c,
+                    ROOT_INO,
+                    n("y"),
+                    ROOT_INO,
+                    n("z"),
+                    RenameFlags::default(),
+                )
+                .unwrap();
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                let x = fs.lookup(&c, a, n("x")).unwrap().ino;
+                fs.link(&c, x, ROOT_INO, n("x2")).unwrap();
+                fs.unlink(&c, a, n("x")).unwrap();
+            }),
+            Box::new(|fs| {
+                fs.checkpoint().unwrap();
+            }),
+            // One flush of many inodes: their blocks span partial segments, so only a
+            // whole flush (up to its COMMIT) is a state some step produced.
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                for i in 0..400 {
+                    let name = format!("many{i}");
+                    let (at, fh) = fs.create(&c, a, n(&name), 0o644, 0, 0).unwrap();
+                    fs.release(at.ino, fh).unwrap();
+                }
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                fs.rename(&c, ROOT_INO, n("z"), a, n("z"), RenameFlags::default())
+                    .unwrap();
+                write_file(fs, a, "w", b"w");
+            }),
+            // A cleaning pass: a crash anywhere in it loses nothing.
+            Box::new(|fs| {
+                let before = fs.cleaner_stats();
+                fs.clean_now(fs.clean_segments() + 4).unwrap();
+                let after = fs.cleaner_stats();
+                assert!(after.blocks_moved > before.blocks_moved, "{after:?}");
+            }),
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                fs.unlink(&c, a, n("z")).unwrap();
+                fs.unlink(&c, ROOT_INO, n("x2")).unwrap();
+            }),
+        ];
+        for step in steps {
+            step(&fs);
+            fs.fsync(ROOT_INO, 0, false).unwrap();
+            states.push(tree(&fs));
+            durable_after.push(trace.len());
+        }
+    }
+    let recs = trace.records();
+    // Cut after every device write (reads and flushes change nothing on the image).
+    let writes: Vec<usize> = (0..=recs.len())
+        .filter(|&k| k == 0 || recs[k - 1].0.op == TraceOp::Write)
+        .collect();
+    CHECKPOINT_FIRST.with(|c| c.set(false));
+    let mut checked = 0;
+    for &k in &writes {
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The image with the first k operations of the trace applied.
+            let mut img = base.clone();
+            for (ev, data) in &recs[..k] {
+                if ev.op == TraceOp::Write {
+                    let d = data.as_ref().unwrap();
+                    let o = ev.block as usize * BLOCK_SIZE;
+                    img[o..o + d.len()].copy_from_slice(d);
+                }
+            }
+            let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+            let fs = Lfs::mount_device(crashed.clone() as Arc<dyn BlockDevice>, &opts())
+                .unwrap_or_else(|e| panic!("cut after {k} of {} operations: {e}", recs.len()));
+            let t = tree(&fs);
+            let at = states
+                .iter()
+                .rposition(|s| *s == t)
+                .unwrap_or_else(|| panic!("cut after {k}: a state no step produced: {t:#?}"));
+            let durable = durable_after.iter().rposition(|&d| d <= k).unwrap_or(0);
+            assert!(
+                at >= durable,
+                "cut after {k}: state {at}, but step {durable} was fsynced"
+            );
+            drop(fs);
+            assert_clean(&crashed);
+        }));
+        if let Err(p) = cut {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Err(format!("cut after {k} of {}: {msg}", recs.len()));
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+#[test]
+fn roll_forward_shows_a_prefix_at_every_write_boundary() {
+    let checked = crash_cuts(false).unwrap();
+    assert!(checked > 10, "{checked} cuts");
+}
+
+/// The same campaign catches an LFS that writes a checkpoint region before the segments it
+/// names (a cut between the two leaves a region pointing at blocks never written).
+#[test]
+fn a_checkpoint_written_before_its_segments_is_caught() {
+    let e = crash_cuts(true).unwrap_err();
+    eprintln!("caught: {e}");
+}
+
+#[test]
+fn hostile_images_are_refused_not_panicked() {
+    let dev = image(512);
+    let good = dev.to_bytes();
+    // Not LFS at all.
+    let zeros = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 512));
+    let e = Lfs::mount_device(zeros as Arc<dyn BlockDevice>, &opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("not an LFS image"), "{e}");
+    // Both checkpoint regions damaged.
+    let mut img = good.clone();
+    img[BLOCK_SIZE + 10] ^= 1;
+    let sb = Superblock::decode(&good[..BLOCK_SIZE], 512).unwrap();
+    let o = sb.cp_start(1) as usize * BLOCK_SIZE;
+    img[o..o + 4].copy_from_slice(b"LFCP");
+    let d = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+    let e = Lfs::mount_device(d as Arc<dyn BlockDevice>, &opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("checkpoint"), "{e}");
+    // Flipping bytes all over the log: mount or check may fail, never panic.
+    for i in 0..200usize {
+        let mut img = good.clone();
+        let at = (sb.first_segment as usize * BLOCK_SIZE + i * 997) % img.len();
+        img[at] ^= 0x5a;
+        let d = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+        if let Ok(fs) = Lfs::mount_device(d.clone() as Arc<dyn BlockDevice>, &opts()) {
+            let mut v = Vec::new();
+            let _ = fs.readdir(ROOT_INO, 0, 0, true, &mut |e| {
+                v.push(e.ino);
+                true
+            });
+            let _ = check_device(d as Arc<dyn BlockDevice>);
+        }
+    }
+}
+
+/// The cleaner keeps a disk whose files fill 70% of it (more with their metadata) writable under overwrites of many times its
+/// size (without it, dead blocks spread over partly live segments end in ENOSPC), and
+/// leaves every file with its last contents and the image consistent.
+fn overwrite_workload(policy: &str) -> (CleanerStats, LfsStats) {
+    overwrite_workload_on(policy, 1024, 64 << 10, 44, 3000)
+}
+
+fn overwrite_workload_on(
+    policy: &str,
+    blocks: u64,
+    segment_size: u64,
+    nfiles: u64,
+    rounds: u64,
+) -> (CleanerStats, LfsStats) {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, blocks));
+    mkfs_device(
+        dev.clone(),
+        &MkfsOptions {
+            segment_size,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let o = MountOptions {
+        cleaner: crate::cleaner::policy::Policy::parse(policy).unwrap(),
+        ..opts()
+    };
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+    let c = Ctx::root();
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data = vec![i as u8; 64 << 10];
+        inos.push(write_file(&fs, ROOT_INO, &format!("f{i}"), &data));
+        model.push(data);
+    }
+    let mut x = 12345u64;
+    for round in 0..rounds {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // Hot and cold: 90% of the writes go to the first 10% of the files.
+        let hot = (nfiles / 10).max(1);
+        let f = if (x >> 33) % 10 < 9 {
+            (x >> 40) % hot
+        } else {
+            hot + (x >> 40) % (nfiles - hot)
+        } as usize;
+        let blk = ((x >> 20) % 16) as usize;
+        let val = (round % 251) as u8;
+        let fh = fs.open(&c, inos[f], libc::O_RDWR).unwrap();
+        fs.write(inos[f], fh, (blk * 4096) as u64, &[val; 4096])
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        fs.release(inos[f], fh).unwrap();
+        model[f][blk * 4096..(blk + 1) * 4096].fill(val);
+        if round % 50 == 0 {
+            fs.fsync(inos[f], fh, false).unwrap();
+        }
+    }
+    let cs = fs.cleaner_stats();
+    let ls = fs.lfs_stats();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    for (i, want) in model.iter().enumerate() {
+        let mut got = Vec::new();
+        fs.read(inos[i], 0, 0, want.len() as u32, &mut got).unwrap();
+        assert!(got == *want, "file {i} differs after cleaning");
+    }
+    (cs, ls)
+}
+
+#[test]
+fn cleaner_keeps_a_full_disk_writable_greedy() {
+    let (cs, _) = overwrite_workload("greedy");
+    assert!(cs.segments_cleaned > 10, "{cs:?}");
+    assert!(cs.blocks_moved > 0, "{cs:?}");
+}
+
+#[test]
+fn cleaner_keeps_a_full_disk_writable_cost_benefit() {
+    let (cs, ls) = overwrite_workload("cost-benefit+age-sort");
+    assert!(cs.segments_cleaned > 10, "{cs:?}");
+    eprintln!("{cs:?} {ls:?}");
+}
+
+/// Write cost at a larger scale (run by hand: `cargo test -p cairn-lfs --lib write_cost --
+/// --ignored --nocapture`).
+#[test]
+#[ignore]
+fn write_cost() {
+    for policy in ["greedy", "cost-benefit+age-sort"] {
+        // 64 MiB of 512 KiB segments, 75% of it in 64 KiB files.
+        let (cs, ls) = overwrite_workload_on(policy, 16384, 512 << 10, 768, 40_000);
+        let wc = (ls.new_data_blocks + cs.blocks_read + cs.blocks_moved) as f64
+            / ls.new_data_blocks as f64;
+        eprintln!("{policy}: write cost {wc:.2} {cs:?}");
+    }
+}
+
+/// Recovery time against what was written since the last checkpoint (004 Table III): run by
+/// hand, `cargo test -p cairn-lfs --lib recovery_time -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn recovery_time() {
+    for (file_kib, total_mib) in [(1usize, 1usize), (1, 10), (10, 10), (100, 10), (1, 50)] {
+        let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 65536)); // 256 MiB
+        mkfs_device(
+            dev.clone(),
+            &MkfsOptions {
+                inodes: Some(60_000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let o = MountOptions {
+            checkpoint_bytes: u64::MAX,
+            ..opts()
+        };
+        let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+        let n = total_mib * 1024 / file_kib;
+        let data = vec![5u8; file_kib * 1024];
+        for i in 0..n {
+            write_file(&fs, ROOT_INO, &format!("f{i}"), &data);
+        }
+        fs.flush_log().unwrap();
+        let img = dev.to_bytes();
+        drop(fs);
+        let crashed = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, img));
+        let t = std::time::Instant::now();
+        let fs = Lfs::mount_device(crashed as Arc<dyn BlockDevice>, &opts()).unwrap();
+        let el = t.elapsed();
+        let s = fs.lfs_stats();
+        assert!(s.rolled_forward_inodes as usize > n, "{s:?}");
+        eprintln!(
+            "{file_kib} KiB files, {total_mib} MiB: roll-forward of {} partial segments, {} inodes in {:.3} s",
+            s.rolled_forward_partials,
+            s.rolled_forward_inodes,
+            el.as_secs_f64()
+        );
+    }
+}
+
+/// A log write that fails half-way stops all further changes (their base is gone from
+/// memory) until a remount, which shows the last committed flush.
+#[test]
+fn a_failed_log_write_refuses_changes_until_remount() {
+    let dev = image(2048);
+    let fault = Arc::new(cairn_blockdev::FaultDevice::new(
+        dev.clone() as Arc<dyn BlockDevice>
+    ));
+    let fs = Lfs::mount_device(fault.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    let c = Ctx::root();
+    write_file(&fs, ROOT_INO, "kept", b"committed");
+    fs.fsync(ROOT_INO, 0, false).unwrap();
+    write_file(&fs, ROOT_INO, "lost", &vec![1u8; 200_000]);
+    fault.fail_nth(cairn_blockdev::FaultOp::Write, 1, true);
+    assert!(fs.fsync(ROOT_INO, 0, false).is_err());
+    fault.heal();
+    let e = fs.mkdir(&c, ROOT_INO, n("after"), 0o755, 0).unwrap_err();
+    assert_eq!(e.errno(), cairn_vfs::Errno::EIO, "{e}");
+    drop(fs);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    assert_eq!(t["/kept"], b"committed");
+    assert!(!t.contains_key("/lost") && !t.contains_key("/after/"));
+    drop(fs);
+    assert_clean(&dev);
+}

@@ -1,0 +1,254 @@
+//! Creating an LFS image: the superblock, a zeroed second checkpoint region, and a first
+//! checkpoint whose log holds the root directory, written by the engine's own checkpoint
+//! path (so mkfs and mount cannot disagree about the format).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, FileDevice, Lock};
+use cairn_vfs::{Errno, FsError, Result};
+
+use crate::engine::{Node, ROOT_INO, State, now};
+use crate::format::checkpoint::{self, Checkpoint};
+use crate::format::inode::Inode;
+use crate::format::summary::MAX_ENTRIES;
+use crate::format::superblock::{self, Superblock};
+use crate::format::tables::{self, ImapEntry, UsageEntry};
+use crate::format::{BLOCK_SIZE, dirlog};
+
+/// What `cairn mkfs --format lfs` may be asked.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub size: Option<u64>,
+    /// Bytes per segment (default 512 KiB; 32 KiB to 4 MiB, a multiple of 4 KiB).
+    pub segment_size: u64,
+    /// Inode numbers (default one per 16 KiB).
+    pub inodes: Option<u64>,
+    pub label: String,
+    pub force: bool,
+    pub sparse: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            size: None,
+            segment_size: 512 << 10,
+            inodes: None,
+            label: String::new(),
+            force: false,
+            sparse: false,
+        }
+    }
+}
+
+fn refused(e: Errno, msg: String) -> FsError {
+    FsError::Refused(e, msg)
+}
+
+/// The geometry for a device of `blocks` blocks.
+pub fn geometry(blocks: u64, opts: &MkfsOptions) -> Result<Superblock> {
+    let bs = BLOCK_SIZE as u64;
+    if !opts.segment_size.is_multiple_of(bs) || !(32 << 10..=4 << 20).contains(&opts.segment_size) {
+        return Err(refused(
+            Errno::EINVAL,
+            format!(
+                "segment size {} (a multiple of 4 KiB from 32 KiB to 4 MiB)",
+                opts.segment_size
+            ),
+        ));
+    }
+    let seg_blocks = (opts.segment_size / bs) as u32;
+    let max_inodes = opts
+        .inodes
+        .unwrap_or(blocks * bs / (16 << 10))
+        .clamp(64, 1 << 24) as u32;
+    let imap_blocks = tables::imap_blocks_for(max_inodes);
+    // The usage table shrinks with the space the checkpoint regions take: settle it.
+    let mut segments = (blocks / seg_blocks as u64).min(u32::MAX as u64) as u32;
+    for _ in 0..4 {
+        let usage_blocks = tables::usage_blocks_for(segments);
+        let cp_blocks = checkpoint::region_blocks(imap_blocks, usage_blocks);
+        let first = 1 + 2 * cp_blocks as u64;
+        segments = (blocks.saturating_sub(first) / seg_blocks as u64) as u32;
+    }
+    let usage_blocks = tables::usage_blocks_for(segments);
+    let cp_blocks = checkpoint::region_blocks(imap_blocks, usage_blocks);
+    // The whole usage table is written in one partial segment at each checkpoint.
+    if usage_blocks as usize > MAX_ENTRIES.min(seg_blocks as usize - 1) {
+        return Err(refused(
+            Errno::EINVAL,
+            format!(
+                "{segments} segments: too many for {seg_blocks}-block segments (use larger segments)"
+            ),
+        ));
+    }
+    let sb = Superblock {
+        total_blocks: blocks,
+        segment_blocks: seg_blocks,
+        segments,
+        first_segment: 1 + 2 * cp_blocks as u64,
+        cp_blocks,
+        max_inodes,
+        imap_blocks,
+        usage_blocks,
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        label: opts.label.clone(),
+    };
+    // Room for the log to work in: the reserve, the head, and some data.
+    if segments < 8 {
+        return Err(refused(
+            Errno::EINVAL,
+            format!(
+                "size {} bytes holds {segments} segments of {} KiB; at least 8 are needed",
+                blocks * bs,
+                opts.segment_size >> 10
+            ),
+        ));
+    }
+    sb.validate(blocks)
+        .map_err(|e| refused(Errno::EINVAL, e.0))?;
+    Ok(sb)
+}
+
+/// Creates a file system on an image file (created or resized to `size`) or a device.
+pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
+    let meta = std::fs::metadata(path).ok();
+    let is_blockdev = meta.as_ref().is_some_and(|m| {
+        use std::os::unix::fs::FileTypeExt;
+        m.file_type().is_block_device()
+    });
+    let size = match (opts.size, &meta) {
+        (Some(s), _) => Some(s),
+        _ if is_blockdev => None,
+        (None, Some(m)) if m.len() > 0 => Some(m.len()),
+        _ => {
+            return Err(refused(
+                Errno::EINVAL,
+                "no --size given and the image does not exist (or is empty)".into(),
+            ));
+        }
+    };
+    if let Some(s) = size {
+        geometry(s / BLOCK_SIZE as u64, opts)?;
+    }
+    let created = meta.is_none();
+    let r = mkfs_locked(path, opts, is_blockdev, size);
+    if r.is_err() && created {
+        let _ = std::fs::remove_file(path);
+    }
+    r
+}
+
+fn mkfs_locked(
+    path: &Path,
+    opts: &MkfsOptions,
+    is_blockdev: bool,
+    size: Option<u64>,
+) -> Result<()> {
+    let file =
+        cairn_blockdev::open_locked(path, false, Lock::Exclusive, !is_blockdev).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ResourceBusy {
+                refused(Errno::EBUSY, e.to_string())
+            } else {
+                FsError::Io(e)
+            }
+        })?;
+    if !opts.force
+        && let Some(what) = existing_contents(&file)?
+    {
+        return Err(refused(
+            Errno::EEXIST,
+            format!(
+                "{} already holds {what}; use --force (-F) to overwrite it",
+                path.display()
+            ),
+        ));
+    }
+    if !is_blockdev && let Some(size) = size {
+        file.set_len(size)?;
+    }
+    let dev = FileDevice::from_file(file, path, BLOCK_SIZE as u32, false)?;
+    mkfs_device(Arc::new(dev), opts)
+}
+
+fn existing_contents(file: &std::fs::File) -> Result<Option<String>> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; cairn_blockdev::contents::PROBE_BYTES];
+    let n = file.read_at(&mut head, 0)?;
+    head.truncate(n);
+    if superblock::has_magic(&head) {
+        return Ok(Some("a cairn lfs file system".into()));
+    }
+    Ok(cairn_blockdev::contents::describe(&head))
+}
+
+/// Writes a new file system on `dev`.
+pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> {
+    let sb = geometry(dev.num_blocks(), opts)?;
+    // No checkpoint region of an earlier file system may survive to be chosen.
+    let zeros = vec![0u8; 2 * sb.cp_blocks as usize * BLOCK_SIZE];
+    dev.write_blocks(1, &zeros)?;
+    // A stale summary of an earlier file system must not continue this log: start the
+    // serials from the clock, not from 1.
+    let serial = crate::log::now_ns() >> 8;
+    let cp = Checkpoint {
+        serial: 0,
+        time_ns: 0,
+        log_seg: 0,
+        log_off: 0,
+        log_serial: serial,
+        next_ino: ROOT_INO as u32 + 1,
+        imap_addrs: vec![0; sb.imap_blocks as usize],
+        usage_addrs: vec![0; sb.usage_blocks as usize],
+    };
+    let imap = vec![ImapEntry::default(); sb.max_inodes as usize];
+    let usage = vec![UsageEntry::default(); sb.segments as usize];
+    let mut st = State::new(
+        sb.clone(),
+        dev.clone(),
+        imap,
+        cp.imap_addrs.clone(),
+        usage,
+        cp.usage_addrs.clone(),
+        &cp,
+        1,
+        false,
+        &crate::engine::MountOptions::default(),
+    );
+    st.pick_next_segment()?;
+    st.imap_dirty = (0..sb.imap_blocks).collect();
+    let t = now();
+    let root = Inode {
+        ino: ROOT_INO,
+        version: 1,
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        size: BLOCK_SIZE as u64,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        ..Default::default()
+    };
+    st.nodes.insert(ROOT_INO, Node::fresh(root));
+    let mut b = vec![0u8; BLOCK_SIZE];
+    cairn_dir::block::init_first(&mut b, ROOT_INO, ROOT_INO);
+    st.write_file_block(ROOT_INO, 0, b);
+    st.dirlog.push(dirlog::Record {
+        op: dirlog::Op::Create,
+        rename_half: false,
+        nlink: 2,
+        dir: ROOT_INO,
+        ino: ROOT_INO,
+        name: b".".to_vec(),
+    });
+    st.checkpoint()?;
+    // The superblock last: an image is an LFS image only once its checkpoint is durable.
+    dev.write_blocks(0, &sb.encode())?;
+    dev.flush()?;
+    Ok(())
+}
