@@ -106,7 +106,11 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
         // A mode whose format has a recovery step (log replay, roll-forward) registers it
         // here when that format's crash support lands; FFS's modes have none.
         Some(m) => Some(Expectation::declared(&m.spec, None)),
-        None => crate::planted::by_name(mode).and_then(|p| p.expectation()),
+        // A mode built but not yet listed (`strategy::candidate`): checked by name only.
+        None => match strategy::candidate(mode) {
+            Some(m) => Some(Expectation::declared(&m.spec(), None)),
+            None => crate::planted::by_name(mode).and_then(|p| p.expectation()),
+        },
     }
 }
 

@@ -110,6 +110,12 @@ pub(crate) enum What {
         /// directory it names still wait for it.
         applied: bool,
     },
+    /// A size raised over blocks the file already had (a write past the end into its
+    /// last block, or one that fills earlier holes' neighbours): until the data written
+    /// there is on disk, the inode's size is written as `safe`, the size on disk before
+    /// (FreeBSD keeps the old size in the inode until the data is written, the same
+    /// guarantee: no byte within the size on disk that the file never had).
+    Size { ino: Ino, iblk: Blk, safe: u64 },
     /// A worklist item: `dirrem`, `freeblks`, `freefile`.
     Work(Action),
 }
@@ -131,6 +137,7 @@ impl Rec {
                 PtrAt::Indir { holder, iblk, .. } => vec![holder, iblk],
             },
             What::Entry { blk, .. } => vec![*blk],
+            What::Size { iblk, .. } => vec![*iblk],
             What::Work(_) => vec![],
         }
     }
@@ -164,6 +171,13 @@ pub(crate) struct Deps {
     pub alloc_by_ino: HashMap<Ino, Vec<u64>>,
     pub inomap: HashMap<Ino, u64>,
     pub entries: HashMap<(Blk, u32), u64>,
+    /// Directory blocks that had entries removed, by directory, until the directory itself
+    /// is removed (its removal must not reach disk before theirs).
+    pub removed_in: HashMap<Ino, Vec<Blk>>,
+    /// Each inode's size as last encoded (to see a size raised).
+    pub enc_size: HashMap<Ino, u64>,
+    /// Size holds by inode.
+    pub sizes: HashMap<Ino, Vec<u64>>,
     /// Pending entries by the inode they name.
     naming: HashMap<Ino, Vec<u64>>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
@@ -222,6 +236,7 @@ impl Deps {
                 self.inomap.insert(*ino, rec.id);
             }
             What::Alloc { ino, .. } => self.alloc_by_ino.entry(*ino).or_default().push(rec.id),
+            What::Size { ino, .. } => self.sizes.entry(*ino).or_default().push(rec.id),
             What::Entry {
                 blk, off, target, ..
             } => {
@@ -254,6 +269,7 @@ impl Deps {
                 }
             }
             What::Alloc { ino, .. } => drop_id(&mut self.alloc_by_ino, *ino, rec.id),
+            What::Size { ino, .. } => drop_id(&mut self.sizes, *ino, rec.id),
             What::Entry {
                 blk, off, target, ..
             } => {
@@ -367,6 +383,13 @@ impl Deps {
         if done {
             self.complete(id);
         }
+    }
+
+    /// Whether inode `ino` has records that roll it back (its writes are not whole yet).
+    pub fn inode_pending(&self, ino: Ino) -> bool {
+        self.inomap.contains_key(&ino)
+            || self.alloc_by_ino.contains_key(&ino)
+            || self.sizes.contains_key(&ino)
     }
 
     /// The pending entry records naming inode `ino`.

@@ -114,6 +114,7 @@ pub(crate) struct Inner {
 /// The soft-updates strategy.
 pub struct SoftDep {
     inner: Arc<Inner>,
+    name: &'static str,
 }
 
 /// The write hooks: rollback in `before_write`, bookkeeping after.
@@ -121,17 +122,19 @@ struct Hooks(Arc<Inner>);
 
 impl SoftDep {
     pub fn new(max_deps: usize) -> SoftDep {
-        SoftDep::build(max_deps, false)
+        SoftDep::build("softdep", max_deps, false)
     }
 
-    /// A broken soft updates for the crash harness: new directory entries are written
-    /// before the inodes they name (the entry rollback is skipped).
-    pub fn without_entry_rollback() -> SoftDep {
-        SoftDep::build(DEFAULT_MAX_DEPS, true)
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: new
+    /// directory entries are written before the inodes they name (the entry rollback in
+    /// `before_write` is skipped). Never reachable from a mount.
+    pub fn without_entry_rollback(name: &'static str) -> SoftDep {
+        SoftDep::build(name, DEFAULT_MAX_DEPS, true)
     }
 
-    fn build(max_deps: usize, skip_entry_rollback: bool) -> SoftDep {
+    fn build(name: &'static str, max_deps: usize, skip_entry_rollback: bool) -> SoftDep {
         SoftDep {
+            name,
             inner: Arc::new(Inner {
                 deps: Mutex::new(Deps::default()),
                 geo: Mutex::new(None),
@@ -173,7 +176,7 @@ impl Inner {
     /// A condition on inode `ino` being on disk as it is now, unrolled.
     fn cond_inode(&self, d: &Deps, geo: &Geometry, ino: Ino) -> Option<Cond> {
         let (iblk, _) = geo.inode_location(ino);
-        let pending = d.inomap.contains_key(&ino) || d.alloc_by_ino.contains_key(&ino);
+        let pending = d.inode_pending(ino);
         (pending || self.cond_block(d, iblk).is_some()).then_some(Cond::Inode {
             ino,
             blk: iblk,
@@ -194,9 +197,7 @@ impl Inner {
                 continue;
             }
             for id in d.waiting_on(blk) {
-                let pending = |ino: Ino, d: &Deps| {
-                    d.inomap.contains_key(&ino) || d.alloc_by_ino.contains_key(&ino)
-                };
+                let pending = |ino: Ino, d: &Deps| d.inode_pending(ino);
                 let inos: Vec<Ino> = d
                     .recs
                     .get(&id)
@@ -277,6 +278,7 @@ impl Inner {
                 let d = self.deps.lock();
                 let mut ids: Vec<u64> = d.alloc_by_ino.get(&ino).cloned().unwrap_or_default();
                 ids.extend(d.inomap.get(&ino));
+                ids.extend(d.sizes.get(&ino).into_iter().flatten());
                 let mut waits = Vec::new();
                 let mut holders = Vec::new();
                 for id in ids {
@@ -298,7 +300,7 @@ impl Inner {
             self.write_blocks(cache, &[iblk])?;
             let d = self.deps.lock();
             let clean = !cache.lookup(iblk).is_some_and(|b| b.is_dirty());
-            if clean && !d.inomap.contains_key(&ino) && !d.alloc_by_ino.contains_key(&ino) {
+            if clean && !d.inode_pending(ino) {
                 return Ok(());
             }
         }
@@ -588,7 +590,7 @@ impl SoftDep {
 
 impl Strategy for SoftDep {
     fn name(&self) -> &'static str {
-        "softdep"
+        self.name
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
@@ -685,7 +687,20 @@ impl Strategy for SoftDep {
         Ok(None)
     }
 
-    fn end_op(&self, _tx: &mut Tx, ok: bool) -> Result<()> {
+    fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
+        let outer = self
+            .inner
+            .deps
+            .lock()
+            .op
+            .as_ref()
+            .is_some_and(|o| o.nesting == 0);
+        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) {
+            // Rule 3: the new name (and a moved directory's new `..`) reach disk before
+            // the old name's removal can: nothing writes during a call but the call itself.
+            // On failure the engine takes the call back and ends it again, not ok.
+            self.force_op_entries(tx)?;
+        }
         {
             let mut d = self.inner.deps.lock();
             let finished = match d.op.as_mut() {
@@ -721,6 +736,83 @@ impl Strategy for SoftDep {
         // the bitmap already is: `waits` empty completes the record at once.
         d.insert(What::InoMap { ino: f.ino, iblk }, waits);
         self.made();
+        Ok(())
+    }
+
+    /// A raised size of a regular file waits for the dirty blocks it newly covers that
+    /// the file already had (new blocks wait through their allocation records).
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+        let geo = self.geo()?;
+        let (iblk, off) = geo.inode_location(ino);
+        let di = {
+            let data = buf.read();
+            match data
+                .get(off..off + INODE_SIZE)
+                .map(|b| DiskInode::decode(ino, b))
+            {
+                Some(Ok(di)) => di,
+                _ => return Ok(()),
+            }
+        };
+        let known = self.inner.deps.lock().enc_size.get(&ino).copied();
+        let prev = match known {
+            Some(s) => s,
+            None => {
+                // First encoding this mount: the size on disk is the one to compare with.
+                let mut b = vec![0u8; geo.bs()];
+                tx.io.cache.device().read_blocks(iblk, &mut b)?;
+                DiskInode::decode(ino, &b[off..off + INODE_SIZE]).map_or(0, |d| d.size)
+            }
+        };
+        let mut d = self.inner.deps.lock();
+        d.enc_size.insert(ino, di.size);
+        if !di.is_reg() || di.size <= prev || di.fast_link.is_some() {
+            return Ok(());
+        }
+        let bs = geo.block_size as u64;
+        let first = prev / bs;
+        let last = (di.size - 1) / bs;
+        let cache = &tx.io.cache;
+        let allocs: Vec<Blk> = d
+            .alloc_by_ino
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
+                Some(What::Alloc { new_blk, .. }) => Some(*new_blk),
+                _ => None,
+            })
+            .collect();
+        let mut waits = Vec::new();
+        // Bounded: a size raised over a long run is a truncate up (holes) or a stream (new
+        // blocks, held by their allocations); the blocks that matter are at its ends.
+        let lbns: Vec<u64> = if last - first <= 1024 {
+            (first..=last).collect()
+        } else {
+            (first..first + 512).chain(last - 511..=last).collect()
+        };
+        for lbn in lbns {
+            let Some(p) = map_cached(cache, &geo, &di, lbn) else {
+                continue;
+            };
+            if allocs.contains(&p) {
+                continue;
+            }
+            if cache.lookup(p).is_some_and(|b| b.is_dirty()) {
+                waits.push(Cond::Block(p, d.seq));
+            }
+        }
+        if !waits.is_empty() {
+            d.insert(
+                What::Size {
+                    ino,
+                    iblk,
+                    safe: prev,
+                },
+                waits,
+            );
+            self.made();
+        }
         Ok(())
     }
 
@@ -890,11 +982,19 @@ impl Strategy for SoftDep {
                 }
             }
         }
-        if tx.kind == OpKind::Rename || tx.kind == OpKind::Exchange {
-            // Rule 3: the new name is on disk before the old one can go.
-            self.force_op_entries(tx)?;
+        if f.rmdir {
+            // The directory's own removals reach disk before its name goes: a directory no
+            // entry reaches but still holding names is damage, not a leak.
+            let blks = self.inner.deps.lock().removed_in.remove(&f.ino);
+            if let Some(blks) = blks {
+                self.inner.write_blocks(&tx.io.cache, &blks)?;
+            }
         }
         let mut d = self.inner.deps.lock();
+        let v = d.removed_in.entry(f.dir).or_default();
+        if !v.contains(&blk) {
+            v.push(blk);
+        }
         let mut drops = vec![(f.ino, if f.rmdir { 2 } else { 1 })];
         if f.rmdir {
             drops.push((f.dir, 1));
@@ -954,6 +1054,17 @@ impl Strategy for SoftDep {
         if !now.is_empty() {
             tx.release(Release::Blocks(now));
         }
+        if !f.whole_file {
+            // A truncation: the inode with its new size goes to disk first. What follows it
+            // may otherwise land before it — the last block's zeroed tail, indirect blocks
+            // with cleared pointers (a write-back round writes data and indirect blocks
+            // before inodes) — and an old size over them reads as zeros where data was
+            // (FFS with soft updates truncates a file still in use synchronously as well).
+            let (iblk, _) = geo.inode_location(f.ino);
+            drop(d);
+            self.inner.write_blocks(&tx.io.cache, &[iblk])?;
+            d = self.inner.deps.lock();
+        }
         if !later.is_empty() {
             let mut waits: Vec<Cond> = self.inner.cond_inode(&d, &geo, f.ino).into_iter().collect();
             for h in f.holders {
@@ -980,6 +1091,10 @@ impl Strategy for SoftDep {
         for id in d.alloc_by_ino.get(&f.ino).cloned().unwrap_or_default() {
             d.remove(id);
         }
+        for id in d.sizes.get(&f.ino).cloned().unwrap_or_default() {
+            d.remove(id);
+        }
+        d.enc_size.remove(&f.ino);
         if never {
             // The inode never reached disk: its bit goes back at once.
             tx.release(r);
@@ -1032,6 +1147,38 @@ impl Strategy for SoftDep {
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
         }))
     }
+}
+
+/// Block `lbn` of the file `di` describes, through indirect blocks in the cache only
+/// (`None`: a hole, or not cached — a block the engine just wrote is always cached).
+fn map_cached(cache: &BufferCache, geo: &Geometry, di: &DiskInode, lbn: u64) -> Option<Blk> {
+    let nd = crate::format::NDIRECT as u64;
+    if lbn < nd {
+        return Some(di.direct[lbn as usize]).filter(|p| *p != 0);
+    }
+    let ppb = (geo.block_size / 8) as u64;
+    let mut rel = lbn - nd;
+    let mut span = ppb;
+    for level in 0..3usize {
+        if rel < span {
+            let mut cur = di.indirect[level];
+            let mut sub = span;
+            for _ in 0..=level {
+                if cur == 0 {
+                    return None;
+                }
+                sub /= ppb;
+                let b = cache.lookup(cur)?;
+                let idx = (rel / sub) as usize;
+                cur = crate::format::get_u64(&b.read(), idx * 8);
+                rel %= sub;
+            }
+            return Some(cur).filter(|p| *p != 0);
+        }
+        rel -= span;
+        span = span.saturating_mul(ppb);
+    }
+    None
 }
 
 /// The mode options softdep parses itself.

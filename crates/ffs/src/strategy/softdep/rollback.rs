@@ -127,6 +127,7 @@ fn inode_block(
         let Some(r) = d.recs.get(id) else { continue };
         let ino = match &r.what {
             What::InoMap { ino, iblk } if *iblk == blk => *ino,
+            What::Size { ino, iblk, .. } if *iblk == blk => *ino,
             What::Alloc { ino, at, .. } => match at {
                 PtrAt::Inode { iblk, .. } | PtrAt::Indir { iblk, .. } if *iblk == blk => *ino,
                 _ => continue,
@@ -195,6 +196,14 @@ fn inode_block(
                 }
                 if let Some(c) = c {
                     cut = Some(cut.map_or(*c, |x: u64| x.min(*c)));
+                }
+            }
+            for w in &whats {
+                if let What::Size { safe, .. } = w
+                    && di.is_reg()
+                    && di.size > *safe
+                {
+                    di.size = *safe;
                 }
             }
             if let Some(c) = cut
