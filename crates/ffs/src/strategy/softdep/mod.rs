@@ -584,6 +584,14 @@ impl SoftDep {
             self.inner.flush_inode(&cache, &geo, t)?;
             self.inner.flush_chain(&cache, &geo, &chain)?;
         }
+        let d = self.inner.deps.lock();
+        if let Some(op) = d.op.as_ref() {
+            for id in &op.entries {
+                if let Some(r) = d.recs.get(id) {
+                    log::warn!("softdep: forced entry still pending: {r:?}");
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -974,6 +982,12 @@ impl Strategy for SoftDep {
                     })
                 );
                 d.remove(id);
+                // What waited for this name to be on disk (to reach its directory) waits
+                // no more: the name is gone, and any other name has a record of its own.
+                let off = f.offset;
+                for w in d.waiting_on(blk) {
+                    d.drop_conds(w, |c| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off));
+                }
                 if never {
                     // 002 Fig. 1: the name never reached disk, so its removal need not
                     // either before the count drops (FreeBSD cancels the diradd against

@@ -460,3 +460,28 @@ fn dependency_records_stay_under_the_cap() {
     drop(fs);
     assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
 }
+
+/// rename of a directory to another parent (rule 3): when the call returns, the new name
+/// and the moved directory's new `..` are on disk, whatever is written after.
+#[test]
+fn directory_rename_puts_new_name_and_dotdot_on_disk_first() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let a = fs.mkdir(&c, ROOT_INO, n("a"), 0o755, 0).unwrap().ino;
+    let b = fs.mkdir(&c, a, n("b"), 0o755, 0).unwrap().ino;
+    fs.sync_all().unwrap();
+    let x = fs.mkdir(&c, ROOT_INO, n("x"), 0o755, 0).unwrap().ino;
+    let (f, fh) = fs.create(&c, x, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.rename(&c, a, n("b"), x, n("m"), RenameFlags::default())
+        .unwrap();
+    let bad = corruptions(&dev);
+    assert!(bad.is_empty(), "right after the rename: {bad:?}");
+    for k in [kind::DIRECTORY, kind::INODE, kind::GROUP, kind::DIRECTORY] {
+        write_kind(&fs, k);
+        let bad = corruptions(&dev);
+        assert!(bad.is_empty(), "after writing kind {k}: {bad:?}");
+    }
+    let _ = b;
+    fs.unmount().unwrap();
+}
