@@ -9,7 +9,7 @@
 //! `mod.rs`), so a write numbered above a record always carries the change the record is
 //! about.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::super::{BlockKind, InodePtr, Release};
 use super::{Blk, Ino};
@@ -166,9 +166,11 @@ pub(crate) struct Deps {
     pub seq: u64,
     next_id: u64,
     pub recs: HashMap<u64, Rec>,
-    pub by_block: HashMap<Blk, Vec<u64>>,
-    waiting: HashMap<Blk, Vec<u64>>,
-    pub alloc_by_ino: HashMap<Ino, Vec<u64>>,
+    // Indexes: ordered, so every walk over them (and so the order of writes and of the
+    // worklist) is the same on every run — crash recordings are compared by seed.
+    pub by_block: BTreeMap<Blk, BTreeSet<u64>>,
+    waiting: BTreeMap<Blk, BTreeSet<u64>>,
+    pub alloc_by_ino: BTreeMap<Ino, BTreeSet<u64>>,
     pub inomap: HashMap<Ino, u64>,
     pub entries: HashMap<(Blk, u32), u64>,
     /// Directory blocks that had entries removed, by directory, until the directory itself
@@ -177,9 +179,9 @@ pub(crate) struct Deps {
     /// Each inode's size as last encoded (to see a size raised).
     pub enc_size: HashMap<Ino, u64>,
     /// Size holds by inode.
-    pub sizes: HashMap<Ino, Vec<u64>>,
+    pub sizes: BTreeMap<Ino, BTreeSet<u64>>,
     /// Pending entries by the inode they name.
-    naming: HashMap<Ino, Vec<u64>>,
+    naming: BTreeMap<Ino, BTreeSet<u64>>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
     pub blkmap: HashMap<Blk, [Blk; 2]>,
     /// Writes between `before_write` and `after_write`.
@@ -223,34 +225,35 @@ impl Deps {
 
     fn index(&mut self, rec: &Rec) {
         for b in rec.rollback_blocks() {
-            self.by_block.entry(b).or_default().push(rec.id);
+            self.by_block.entry(b).or_default().insert(rec.id);
         }
         for c in &rec.waits {
-            let v = self.waiting.entry(c.blk()).or_default();
-            if !v.contains(&rec.id) {
-                v.push(rec.id);
-            }
+            self.waiting.entry(c.blk()).or_default().insert(rec.id);
         }
         match &rec.what {
             What::InoMap { ino, .. } => {
                 self.inomap.insert(*ino, rec.id);
             }
-            What::Alloc { ino, .. } => self.alloc_by_ino.entry(*ino).or_default().push(rec.id),
-            What::Size { ino, .. } => self.sizes.entry(*ino).or_default().push(rec.id),
+            What::Alloc { ino, .. } => {
+                self.alloc_by_ino.entry(*ino).or_default().insert(rec.id);
+            }
+            What::Size { ino, .. } => {
+                self.sizes.entry(*ino).or_default().insert(rec.id);
+            }
             What::Entry {
                 blk, off, target, ..
             } => {
                 self.entries.insert((*blk, *off), rec.id);
-                self.naming.entry(*target).or_default().push(rec.id);
+                self.naming.entry(*target).or_default().insert(rec.id);
             }
             What::Work(_) => {}
         }
     }
 
     fn unindex(&mut self, rec: &Rec) {
-        fn drop_id<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Vec<u64>>, k: K, id: u64) {
+        fn drop_id<K: Ord>(m: &mut BTreeMap<K, BTreeSet<u64>>, k: K, id: u64) {
             if let Some(v) = m.get_mut(&k) {
-                v.retain(|x| *x != id);
+                v.remove(&id);
                 if v.is_empty() {
                     m.remove(&k);
                 }
@@ -363,8 +366,7 @@ impl Deps {
     /// A write became durable: every condition it meets is dropped, and records left with
     /// none are complete.
     pub fn on_durable(&mut self, w: &Written) {
-        let ids = self.waiting.get(&w.blk).cloned().unwrap_or_default();
-        for id in ids {
+        for id in self.waiting_on(w.blk) {
             self.drop_conds(id, |c| c.met_by(w));
         }
     }
@@ -394,12 +396,22 @@ impl Deps {
 
     /// The pending entry records naming inode `ino`.
     pub fn entries_naming(&self, ino: Ino) -> Vec<u64> {
-        self.naming.get(&ino).cloned().unwrap_or_default()
+        self.naming
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
     }
 
     /// The records waiting on block `blk`.
     pub fn waiting_on(&self, blk: Blk) -> Vec<u64> {
-        self.waiting.get(&blk).cloned().unwrap_or_default()
+        self.waiting
+            .get(&blk)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
     }
 
     /// Every block some record waits on.

@@ -276,7 +276,13 @@ impl Inner {
         for _ in 0..8 {
             let (waits, holders) = {
                 let d = self.deps.lock();
-                let mut ids: Vec<u64> = d.alloc_by_ino.get(&ino).cloned().unwrap_or_default();
+                let mut ids: Vec<u64> = d
+                    .alloc_by_ino
+                    .get(&ino)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .collect();
                 ids.extend(d.inomap.get(&ino));
                 ids.extend(d.sizes.get(&ino).into_iter().flatten());
                 let mut waits = Vec::new();
@@ -427,7 +433,13 @@ impl WriteHooks for Hooks {
         // A freed block: what was rolled back in it, or waited for on it, is moot.
         let blk = buf.blkno();
         let mut d = self.0.deps.lock();
-        let ids: Vec<u64> = d.by_block.get(&blk).cloned().unwrap_or_default();
+        let ids: Vec<u64> = d
+            .by_block
+            .get(&blk)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
         for id in ids {
             let keyed_here = match d.recs.get(&id).map(|r| &r.what) {
                 Some(What::Entry { blk: b, .. }) => *b == blk,
@@ -1041,7 +1053,13 @@ impl Strategy for SoftDep {
         // Pointers still pending never reached disk: their blocks go back at once.
         let mut now = Vec::new();
         let mut later = Vec::new();
-        let allocs = d.alloc_by_ino.get(&f.ino).cloned().unwrap_or_default();
+        let allocs: Vec<u64> = d
+            .alloc_by_ino
+            .get(&f.ino)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
         let never_on_disk = d.inomap.contains_key(&f.ino);
         for b in f.freed {
             let pending = allocs.iter().copied().find(|id| {
@@ -1102,10 +1120,24 @@ impl Strategy for SoftDep {
         if let Some(id) = d.inomap.get(&f.ino).copied() {
             d.remove(id);
         }
-        for id in d.alloc_by_ino.get(&f.ino).cloned().unwrap_or_default() {
+        for id in d
+            .alloc_by_ino
+            .get(&f.ino)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect::<Vec<_>>()
+        {
             d.remove(id);
         }
-        for id in d.sizes.get(&f.ino).cloned().unwrap_or_default() {
+        for id in d
+            .sizes
+            .get(&f.ino)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect::<Vec<_>>()
+        {
             d.remove(id);
         }
         d.enc_size.remove(&f.ino);

@@ -117,7 +117,7 @@ fn inode_block(
     d: &Deps,
     geo: &Geometry,
     blk: Blk,
-    ids: &[u64],
+    ids: &std::collections::BTreeSet<u64>,
     image: &mut [u8],
     out: &mut Rolled,
 ) -> std::io::Result<Rolled> {

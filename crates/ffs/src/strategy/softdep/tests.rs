@@ -485,3 +485,61 @@ fn directory_rename_puts_new_name_and_dotdot_on_disk_first() {
     let _ = b;
     fs.unmount().unwrap();
 }
+
+/// Rates of 0-length create/unlink and 4 KB small-file creation, in process on a memory
+/// device, softdep against async (002 Table I's comparison, without FUSE). Not a
+/// guarantee: `cargo test -p cairn-ffs --lib softdep_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn softdep_rates() {
+    for mode in ["async", "softdep", "sync"] {
+        let dev = MemDevice::new(4096, 65536);
+        mkfs_device(&dev, &MkfsOptions::default()).unwrap();
+        let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+        let fs = Ffs::mount_device(
+            d,
+            &MountOptions {
+                mode: mode.into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let c = Ctx::root();
+        let n_ops = if mode == "sync" { 2000 } else { 20000 };
+        let t = std::time::Instant::now();
+        for i in 0..n_ops {
+            let name = format!("f{i}");
+            let (f, fh) = fs
+                .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.release(f.ino, fh).unwrap();
+            fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+            fs.forget(f.ino, 1);
+        }
+        let cu = n_ops as f64 / t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let small = n_ops / 2;
+        for i in 0..small {
+            let name = format!("s{i}");
+            let (f, fh) = fs
+                .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(f.ino, fh, 0, &[1u8; 4096]).unwrap();
+            fs.release(f.ino, fh).unwrap();
+            fs.forget(f.ino, 1);
+        }
+        fs.sync_all().unwrap();
+        let sf = small as f64 / t.elapsed().as_secs_f64();
+        let w = dev.counters().snapshot();
+        println!(
+            "{mode}: create+unlink {cu:.0}/s, 4 KB create {sf:.0}/s (incl. sync), device writes {} flushes {}; {}",
+            w.writes,
+            w.flushes,
+            fs.strategy
+                .stats()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        );
+        fs.unmount().unwrap();
+    }
+}
