@@ -98,6 +98,7 @@ struct Counters {
     records_made: AtomicU64,
     work_done: AtomicU64,
     cap_waits: AtomicU64,
+    rounds: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -666,6 +667,7 @@ impl Strategy for SoftDep {
             PERIODIC_ROUNDS
         };
         for _ in 0..rounds {
+            self.inner.counters.rounds.fetch_add(1, Ordering::Relaxed);
             self.inner.round(&cache)?;
             let ran = self.inner.run_ready(e, usize::MAX)?;
             let done = {
@@ -1191,6 +1193,7 @@ impl Strategy for SoftDep {
             "writes_rolled_back": c.writes_rolled_back.load(Ordering::Relaxed),
             "rollbacks": c.rollbacks.load(Ordering::Relaxed),
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
+            "write_back_rounds": c.rounds.load(Ordering::Relaxed),
         }))
     }
 }
@@ -1257,7 +1260,7 @@ fn make(opts: &[(String, Option<String>)]) -> std::result::Result<Box<dyn Strate
 }
 
 /// Soft updates as the registry lists it.
-pub static MODE: ModeInfo = ModeInfo {
+pub const MODE: ModeInfo = ModeInfo {
     name: "softdep",
     description: "soft updates: delayed metadata writes ordered by per-pointer dependencies rolled back at write time; frees in the background",
     // 002 §4: the disk is always consistent but for leaks; new blocks reach disk before

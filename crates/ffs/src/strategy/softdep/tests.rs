@@ -543,3 +543,38 @@ fn softdep_rates() {
         fs.unmount().unwrap();
     }
 }
+
+/// sync(2) drains in a few rounds, not the safety limit: every record completes.
+#[test]
+fn a_drain_takes_few_rounds() {
+    let (dev, fs) = fresh(16384);
+    let c = Ctx::root();
+    let mut inos = Vec::new();
+    for d in 0..10 {
+        let dir = fs
+            .mkdir(&c, ROOT_INO, n(&format!("d{d}")), 0o755, 0)
+            .unwrap()
+            .ino;
+        for i in 0..100 {
+            let (f, fh) = fs
+                .create(&c, dir, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(f.ino, fh, 0, &vec![i as u8; 100 + i * 97])
+                .unwrap();
+            fs.release(f.ino, fh).unwrap();
+            inos.push((dir, i, f.ino));
+        }
+    }
+    fs.sync_all().unwrap();
+    for (dir, i, ino) in inos.iter().filter(|(_, i, _)| i % 2 == 0) {
+        fs.unlink(&c, *dir, n(&format!("f{i}"))).unwrap();
+        fs.forget(*ino, 1);
+    }
+    fs.sync_all().unwrap();
+    let st = fs.strategy.stats().unwrap();
+    assert!(st["write_back_rounds"].as_u64().unwrap() < 20, "{st}");
+    assert_eq!(outstanding(&fs), 0, "{st}");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
