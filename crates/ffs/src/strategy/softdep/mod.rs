@@ -669,7 +669,13 @@ impl Strategy for SoftDep {
         for _ in 0..rounds {
             self.inner.counters.rounds.fetch_add(1, Ordering::Relaxed);
             self.inner.round(&cache)?;
-            let ran = self.inner.run_ready(e, usize::MAX)?;
+            // Memory pressure is relieved from inside a call, with the engine's lock held:
+            // the worklist (which takes that lock) waits for the worker then.
+            let ran = if why == SyncWhy::Pressure {
+                0
+            } else {
+                self.inner.run_ready(e, usize::MAX)?
+            };
             let done = {
                 let d = self.inner.deps.lock();
                 d.recs.is_empty() && d.ready.is_empty()

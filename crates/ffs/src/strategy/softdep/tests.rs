@@ -578,3 +578,46 @@ fn a_drain_takes_few_rounds() {
     drop(fs);
     assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
 }
+
+/// Write-back under memory pressure runs inside a call, with the engine's lock held: it
+/// must not apply the worklist (which takes that lock) — a small cache and removals would
+/// otherwise deadlock.
+#[test]
+fn pressure_write_back_inside_a_call_does_not_deadlock() {
+    let dev = MemDevice::new(4096, 8192);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    let fs = Ffs::mount_device(
+        d,
+        &MountOptions {
+            mode: "softdep".into(),
+            cache_bytes: 64 * 4096,
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let c = Ctx::root();
+    for i in 0..200 {
+        let name = format!("f{i}");
+        let (f, fh) = fs
+            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(f.ino, fh, 0, &[3u8; 3 * 4096]).unwrap();
+        fs.release(f.ino, fh).unwrap();
+        if i % 2 == 1 {
+            fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+            fs.forget(f.ino, 1);
+        }
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
