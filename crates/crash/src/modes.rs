@@ -139,11 +139,9 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
         // in `recovery_for`.
         Some(m) => Some(Expectation::declared(&m.spec, recovery_for(mode))),
         None => {
-            // FFS modes built and tested but not yet listed (the journal) are checked by name.
-            if let Some(m) = cairn_ffs::strategy::unlisted_modes()
-                .iter()
-                .find(|m| m.name == mode)
-            {
+            // FFS modes built and tested but not yet listed (journal, softdep) are checked
+            // by name.
+            if let Some(m) = cairn_ffs::strategy::candidate(mode) {
                 return Some(Expectation::declared(&m.spec(), recovery_for(mode)));
             }
             if let Some(p) = crate::planted::journal_by_name(mode) {

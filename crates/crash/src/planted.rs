@@ -62,6 +62,7 @@ enum Fault {
     FsyncMetaFirst,
     DataAllocsUnowed,
     DirentFirst,
+    SoftdepEntryUnrolled,
 }
 
 /// Every planted bug, in the order `cairn crash list` prints them.
@@ -138,6 +139,17 @@ pub const CATALOGUE: &[Planted] = &[
         workload: "create",
         fault: Fault::DirentFirst,
     },
+    Planted {
+        name: "softdep-entry-unrolled",
+        base: "softdep",
+        breaks: "rule 1: a new entry reaches disk before the inode it names (one rollback skipped)",
+        how: "before_write does not roll back directory entries whose inodes are not on disk",
+        // A write-back round writes inode blocks an epoch before directory blocks, so a
+        // plain create hides the bug; mkdir's new inode is still rolled back (its first
+        // block not on disk) when the parent's entry is written.
+        workload: "mkdir",
+        fault: Fault::SoftdepEntryUnrolled,
+    },
 ];
 
 /// The entry called `name`.
@@ -148,6 +160,11 @@ pub fn by_name(name: &str) -> Option<&'static Planted> {
 impl Planted {
     /// The strategy with the bug in it.
     pub fn strategy(&self) -> Option<Box<dyn Strategy>> {
+        if self.fault == Fault::SoftdepEntryUnrolled {
+            return Some(Box::new(
+                cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
+            ));
+        }
         if self.base != "sync" {
             return None;
         }

@@ -1804,6 +1804,7 @@ impl FileSystem for Ffs {
             "open_handles": st.handles.len(),
             "free_blocks": st.alloc.free_blocks(),
             "free_inodes": st.alloc.free_inodes(),
+            "strategy": self.strategy.stats(),
         });
         v.to_string()
     }

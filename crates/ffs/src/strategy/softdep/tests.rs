@@ -1,0 +1,623 @@
+//! Soft updates on a memory device: each dependency's life cycle (attached, rolled back,
+//! satisfied, freed), the worklist, fsync, the cap, and the property everything rests on —
+//! any subset of the delayed writes, in any order, leaves an image fsck finds consistent
+//! but for leaks.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use cairn_blockdev::{BlockDevice, MemDevice};
+use cairn_bufcache::Buf;
+use cairn_vfs::{Ctx, FileSystem, RenameFlags, SetAttr};
+use rand::{Rng, SeedableRng};
+
+use crate::format::{DiskInode, INODE_SIZE, ROOT_INO, dir, kind};
+
+use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
+
+fn n(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn fresh_with(blocks: u64, opts: Vec<(String, Option<String>)>) -> (MemDevice, Arc<Ffs>) {
+    let dev = MemDevice::new(4096, blocks);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = mount(&dev, opts);
+    (dev, fs)
+}
+
+fn fresh(blocks: u64) -> (MemDevice, Arc<Ffs>) {
+    fresh_with(blocks, vec![])
+}
+
+fn mount(dev: &MemDevice, opts: Vec<(String, Option<String>)>) -> Arc<Ffs> {
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    Ffs::mount_device(
+        d,
+        &MountOptions {
+            mode: "softdep".into(),
+            mode_options: opts,
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// fsck of the device's current contents (a crash now): corruptions found.
+fn corruptions(dev: &MemDevice) -> Vec<String> {
+    let img = MemDevice::from_bytes(4096, dev.to_bytes());
+    let r = cairn_fsck::check(&img, cairn_fsck::CheckOptions::default()).unwrap();
+    r.corruptions().map(|f| format!("{f:?}")).collect()
+}
+
+fn findings(dev: &MemDevice) -> Vec<String> {
+    let img = MemDevice::from_bytes(4096, dev.to_bytes());
+    let r = cairn_fsck::check(&img, cairn_fsck::CheckOptions::default()).unwrap();
+    r.findings.iter().map(|f| format!("{f:?}")).collect()
+}
+
+/// Writes the dirty buffers of one kind and flushes (a write order no mode would choose).
+fn write_kind(fs: &Ffs, k: u8) {
+    fs.vol
+        .cache
+        .write_back_filter(&|b: &Buf| b.kind() == k)
+        .unwrap();
+    fs.vol.cache.flush_device().unwrap();
+}
+
+fn on_disk_inode(dev: &MemDevice, fs: &Ffs, ino: u64) -> DiskInode {
+    let (blk, off) = fs.vol.geo.inode_location(ino);
+    let mut b = vec![0u8; 4096];
+    dev.read_blocks(blk, &mut b).unwrap();
+    DiskInode::decode(ino, &b[off..off + INODE_SIZE]).unwrap()
+}
+
+fn on_disk_names(dev: &MemDevice, fs: &Ffs, dir_ino: u64) -> Vec<(Vec<u8>, u32)> {
+    let di = on_disk_inode(dev, fs, dir_ino);
+    let mut out = Vec::new();
+    for (i, p) in di.direct.iter().enumerate() {
+        if *p == 0 || (i as u64) * 4096 >= di.size {
+            continue;
+        }
+        let mut b = vec![0u8; 4096];
+        dev.read_blocks(*p, &mut b).unwrap();
+        for e in dir::entries(&b) {
+            let e = e.unwrap();
+            out.push((e.name.to_vec(), e.ino));
+        }
+    }
+    out
+}
+
+/// Records outstanding (rollbacks and worklist), as `cairn stats` shows them.
+fn outstanding(fs: &Ffs) -> u64 {
+    let st = fs.strategy.stats().unwrap();
+    st["dependencies"].as_u64().unwrap() + st["worklist_ready"].as_u64().unwrap()
+}
+
+#[test]
+fn unmount_drains_everything_and_leaves_a_clean_image() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let e = fs.mkdir(&c, d, n("e"), 0o755, 0).unwrap().ino;
+    let (f, fh) = fs.create(&c, d, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    fs.write(f.ino, fh, 0, &data).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.link(&c, f.ino, e, n("hard")).unwrap();
+    fs.rename(&c, d, n("f"), e, n("moved"), RenameFlags::default())
+        .unwrap();
+    let (g, gh) = fs
+        .create(&c, ROOT_INO, n("g"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(g.ino, gh, 0, &[9u8; 70_000]).unwrap();
+    fs.release(g.ino, gh).unwrap();
+    fs.setattr(
+        &c,
+        g.ino,
+        SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.unlink(&c, e, n("hard")).unwrap();
+    let tmp = fs.mkdir(&c, ROOT_INO, n("tmp"), 0o755, 0).unwrap().ino;
+    fs.rmdir(&c, ROOT_INO, n("tmp")).unwrap();
+    fs.forget(tmp, 1);
+    fs.unmount().unwrap();
+    assert_eq!(outstanding(&fs), 0);
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+    let fs = mount(&dev, vec![]);
+    let mut buf = Vec::new();
+    let m = fs.lookup(&c, e, n("moved")).unwrap();
+    fs.read(m.ino, 0, 0, 300_000, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    assert_eq!(fs.getattr(g.ino).unwrap().size, 5000);
+    fs.unmount().unwrap();
+}
+
+/// 002 Fig. 1: a file created and removed in one directory block and one inode block before
+/// the syncer runs costs no device write at all, and leaves no dependency behind.
+#[test]
+fn create_delete_cycle_never_writes() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    fs.sync_all().unwrap();
+    let before = dev.counters().snapshot();
+    for i in 0..200 {
+        let name = format!("f{i}");
+        let (f, fh) = fs
+            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(f.ino, fh, 0, b"hello").unwrap();
+        fs.release(f.ino, fh).unwrap();
+        fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+        fs.forget(f.ino, 1);
+    }
+    let after = dev.counters().snapshot();
+    assert_eq!(after.writes, before.writes, "no write forced");
+    assert_eq!(after.flushes, before.flushes);
+    assert_eq!(outstanding(&fs), 0, "every record cancelled");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
+
+/// The property soft updates rests on: whatever subset of dirty buffers is written, in
+/// whatever order of kinds, the disk is consistent but for leaks (002 §3: undo at write
+/// time makes every write safe on its own).
+#[test]
+fn any_write_order_leaves_a_consistent_image() {
+    for seed in 0..6u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (dev, fs) = fresh(8192);
+        let c = Ctx::root();
+        let mut files: Vec<(u64, String, u64)> = Vec::new(); // (dir, name, ino)
+        let mut dirs: Vec<u64> = vec![ROOT_INO];
+        for step in 0..160 {
+            match rng.random_range(0..10) {
+                0..=2 => {
+                    let d = dirs[rng.random_range(0..dirs.len())];
+                    let name = format!("f{step}");
+                    let (f, fh) = fs.create(&c, d, n(&name), 0o644, 0, libc::O_RDWR).unwrap();
+                    let len = rng.random_range(0..80_000usize);
+                    if len > 0 {
+                        fs.write(f.ino, fh, 0, &vec![(step % 200) as u8 + 1; len])
+                            .unwrap();
+                    }
+                    fs.release(f.ino, fh).unwrap();
+                    files.push((d, name, f.ino));
+                }
+                3 => {
+                    let d = dirs[rng.random_range(0..dirs.len())];
+                    let name = format!("d{step}");
+                    dirs.push(fs.mkdir(&c, d, n(&name), 0o755, 0).unwrap().ino);
+                }
+                4 | 5 if !files.is_empty() => {
+                    let (d, name, ino) = files.swap_remove(rng.random_range(0..files.len()));
+                    fs.unlink(&c, d, n(&name)).unwrap();
+                    fs.forget(ino, 1);
+                }
+                6 if !files.is_empty() => {
+                    let i = rng.random_range(0..files.len());
+                    let to = dirs[rng.random_range(0..dirs.len())];
+                    let new = format!("r{step}");
+                    let (d, name, ino) = files[i].clone();
+                    fs.rename(&c, d, n(&name), to, n(&new), RenameFlags::default())
+                        .unwrap();
+                    files[i] = (to, new, ino);
+                }
+                7 if !files.is_empty() => {
+                    let (_, _, ino) = files[rng.random_range(0..files.len())];
+                    let size = rng.random_range(0..60_000u64);
+                    fs.setattr(
+                        &c,
+                        ino,
+                        SetAttr {
+                            size: Some(size),
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                }
+                8 if !files.is_empty() => {
+                    let (_, _, ino) = files[rng.random_range(0..files.len())];
+                    let d = dirs[rng.random_range(0..dirs.len())];
+                    let name = format!("l{step}");
+                    fs.link(&c, ino, d, n(&name)).unwrap();
+                    files.push((d, name, ino));
+                }
+                _ => {}
+            }
+            // Some kinds written, in a random order, flushed: a crash may come now.
+            for _ in 0..rng.random_range(0..3) {
+                let k = [
+                    kind::DATA,
+                    kind::GROUP,
+                    kind::INODE,
+                    kind::DIRECTORY,
+                    kind::INDIRECT,
+                ][rng.random_range(0..5)];
+                write_kind(&fs, k);
+            }
+            if rng.random_range(0..8) == 0 {
+                fs.strategy.background(&*fs).unwrap();
+            }
+            let bad = corruptions(&dev);
+            assert!(bad.is_empty(), "seed {seed} step {step}: {bad:?}");
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        assert!(
+            findings(&dev).is_empty(),
+            "seed {seed}: {:?}",
+            findings(&dev)
+        );
+    }
+}
+
+/// DirAdd: a new entry is written as free space until its inode is on disk; the inode is
+/// written as free until its bitmap is; then both go as they are.
+#[test]
+fn new_entry_and_inode_roll_back_until_their_dependencies_are_on_disk() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    fs.sync_all().unwrap();
+    let (f, fh) = fs
+        .create(&c, ROOT_INO, n("new"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(f.ino, fh).unwrap();
+    let named = |dev: &MemDevice| {
+        on_disk_names(dev, &fs, ROOT_INO)
+            .iter()
+            .any(|(nm, _)| nm == b"new")
+    };
+    write_kind(&fs, kind::DIRECTORY);
+    assert!(!named(&dev), "entry rolled back: its inode is not on disk");
+    write_kind(&fs, kind::INODE);
+    assert!(
+        on_disk_inode(&dev, &fs, f.ino).is_free(),
+        "inode rolled back: bitmap not on disk"
+    );
+    write_kind(&fs, kind::GROUP);
+    write_kind(&fs, kind::DIRECTORY);
+    assert!(
+        !named(&dev),
+        "still: the inode block has not been written since"
+    );
+    write_kind(&fs, kind::INODE);
+    assert_eq!(on_disk_inode(&dev, &fs, f.ino).nlink, 1);
+    write_kind(&fs, kind::DIRECTORY);
+    assert!(named(&dev), "rolled forward once the inode is on disk");
+    let st = fs.strategy.stats().unwrap();
+    assert!(st["rollbacks"].as_u64().unwrap() >= 3, "{st}");
+    fs.unmount().unwrap();
+}
+
+/// AllocDirect / AllocIndir: a new block's pointer (and the size covering it) is written as
+/// the old value until the block's bitmap and contents are on disk; an indirect pointer
+/// until the indirect block carrying it is.
+#[test]
+fn block_pointers_and_size_roll_back_until_block_and_bitmap_are_on_disk() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let (f, fh) = fs
+        .create(&c, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.sync_all().unwrap();
+    fs.write(f.ino, fh, 0, &[5u8; 20 * 4096]).unwrap();
+    write_kind(&fs, kind::INODE);
+    let di = on_disk_inode(&dev, &fs, f.ino);
+    assert_eq!(
+        (di.size, di.direct[0], di.indirect[0]),
+        (0, 0, 0),
+        "nothing safe yet"
+    );
+    write_kind(&fs, kind::DATA);
+    write_kind(&fs, kind::INODE);
+    let di = on_disk_inode(&dev, &fs, f.ino);
+    assert_eq!(di.direct[0], 0, "the bitmap is not on disk yet");
+    write_kind(&fs, kind::GROUP);
+    write_kind(&fs, kind::INODE);
+    let di = on_disk_inode(&dev, &fs, f.ino);
+    assert_ne!(di.direct[0], 0);
+    assert_eq!(
+        di.size,
+        12 * 4096,
+        "size stops before the indirect tree, not on disk yet"
+    );
+    write_kind(&fs, kind::INDIRECT);
+    write_kind(&fs, kind::INODE);
+    write_kind(&fs, kind::INDIRECT);
+    write_kind(&fs, kind::INODE);
+    let di = on_disk_inode(&dev, &fs, f.ino);
+    assert_eq!(di.size, 20 * 4096);
+    assert_ne!(di.indirect[0], 0);
+    assert!(corruptions(&dev).is_empty());
+    fs.unmount().unwrap();
+}
+
+/// DirRemove + worklist: the on-disk count drops only after the removal is on disk, then
+/// (count 0) the inode and its blocks are freed after the zeroed inode is.
+#[test]
+fn removal_defers_the_link_drop_and_the_frees() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let (f, fh) = fs
+        .create(&c, ROOT_INO, n("a"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(f.ino, fh, 0, &[1u8; 3 * 4096]).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.link(&c, f.ino, ROOT_INO, n("b")).unwrap();
+    fs.sync_all().unwrap();
+    let free0 = fs.st.lock().alloc.free_blocks();
+    fs.unlink(&c, ROOT_INO, n("b")).unwrap();
+    fs.strategy.background(&*fs).unwrap();
+    assert_eq!(
+        fs.vol.read_disk_inode(f.ino).unwrap().nlink,
+        2,
+        "removal not on disk yet"
+    );
+    write_kind(&fs, kind::DIRECTORY);
+    fs.strategy.background(&*fs).unwrap();
+    assert_eq!(
+        fs.vol.read_disk_inode(f.ino).unwrap().nlink,
+        1,
+        "drop applied by the worklist"
+    );
+    fs.unlink(&c, ROOT_INO, n("a")).unwrap();
+    fs.forget(f.ino, 2);
+    write_kind(&fs, kind::DIRECTORY);
+    fs.strategy.background(&*fs).unwrap();
+    assert_eq!(
+        fs.st.lock().alloc.free_blocks(),
+        free0,
+        "blocks wait for the cleared inode"
+    );
+    write_kind(&fs, kind::INODE);
+    fs.strategy.background(&*fs).unwrap();
+    assert_eq!(fs.st.lock().alloc.free_blocks(), free0 + 3);
+    assert!(corruptions(&dev).is_empty());
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
+
+/// fsync makes the file, its inode and the entries naming it durable — and a new parent's
+/// entry — without writing unrelated dirty buffers.
+#[test]
+fn fsync_writes_the_file_and_its_names_not_everything() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    fs.sync_all().unwrap();
+    let other = fs.mkdir(&c, ROOT_INO, n("other"), 0o755, 0).unwrap().ino;
+    let (o, oh) = fs
+        .create(&c, other, n("x"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(o.ino, oh, 0, &[3u8; 9000]).unwrap();
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let (f, fh) = fs.create(&c, d, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.write(f.ino, fh, 0, &[7u8; 10_000]).unwrap();
+    fs.fsync(f.ino, fh, false).unwrap();
+    // A crash now: the fsynced file is there by its name, with its data.
+    let img = MemDevice::from_bytes(4096, dev.to_bytes());
+    let fs2 = Ffs::mount_device(
+        Arc::new(img),
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let dd = fs2.lookup(&c, ROOT_INO, n("d")).unwrap();
+    let ff = fs2.lookup(&c, dd.ino, n("f")).unwrap();
+    let mut buf = Vec::new();
+    fs2.read(ff.ino, 0, 0, 20_000, &mut buf).unwrap();
+    assert_eq!(buf, vec![7u8; 10_000]);
+    assert!(
+        fs2.lookup(&c, other, n("x")).is_err(),
+        "the other file was not written"
+    );
+    drop(fs2);
+    assert!(corruptions(&dev).is_empty());
+    fs.unmount().unwrap();
+}
+
+/// The cap: a long create/remove run never holds more records than the cap (plus one
+/// call's), and new calls made existing records complete at the cap.
+#[test]
+fn dependency_records_stay_under_the_cap() {
+    let (dev, fs) = fresh_with(8192, vec![("max_softdeps".into(), Some("100".into()))]);
+    let c = Ctx::root();
+    for i in 0..600 {
+        let name = format!("f{i}");
+        let (f, fh) = fs
+            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(f.ino, fh, 0, &[1u8; 100]).unwrap();
+        fs.release(f.ino, fh).unwrap();
+        if i % 3 == 0 {
+            fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+            fs.forget(f.ino, 1);
+        }
+        assert!(outstanding(&fs) <= 100 + 16, "{}", outstanding(&fs));
+    }
+    let st = fs.strategy.stats().unwrap();
+    assert!(st["cap_waits"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["dependencies_peak"].as_u64().unwrap() <= 116, "{st}");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
+
+/// rename of a directory to another parent (rule 3): when the call returns, the new name
+/// and the moved directory's new `..` are on disk, whatever is written after.
+#[test]
+fn directory_rename_puts_new_name_and_dotdot_on_disk_first() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let a = fs.mkdir(&c, ROOT_INO, n("a"), 0o755, 0).unwrap().ino;
+    let b = fs.mkdir(&c, a, n("b"), 0o755, 0).unwrap().ino;
+    fs.sync_all().unwrap();
+    let x = fs.mkdir(&c, ROOT_INO, n("x"), 0o755, 0).unwrap().ino;
+    let (f, fh) = fs.create(&c, x, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.rename(&c, a, n("b"), x, n("m"), RenameFlags::default())
+        .unwrap();
+    let bad = corruptions(&dev);
+    assert!(bad.is_empty(), "right after the rename: {bad:?}");
+    for k in [kind::DIRECTORY, kind::INODE, kind::GROUP, kind::DIRECTORY] {
+        write_kind(&fs, k);
+        let bad = corruptions(&dev);
+        assert!(bad.is_empty(), "after writing kind {k}: {bad:?}");
+    }
+    let _ = b;
+    fs.unmount().unwrap();
+}
+
+/// Rates of 0-length create/unlink and 4 KB small-file creation, in process on a memory
+/// device, softdep against async (002 Table I's comparison, without FUSE). Not a
+/// guarantee: `cargo test -p cairn-ffs --lib softdep_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn softdep_rates() {
+    for mode in ["async", "softdep", "sync"] {
+        let dev = MemDevice::new(4096, 65536);
+        mkfs_device(&dev, &MkfsOptions::default()).unwrap();
+        let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+        let fs = Ffs::mount_device(
+            d,
+            &MountOptions {
+                mode: mode.into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let c = Ctx::root();
+        let n_ops = if mode == "sync" { 2000 } else { 20000 };
+        let t = std::time::Instant::now();
+        for i in 0..n_ops {
+            let name = format!("f{i}");
+            let (f, fh) = fs
+                .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.release(f.ino, fh).unwrap();
+            fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+            fs.forget(f.ino, 1);
+        }
+        let cu = n_ops as f64 / t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let small = n_ops / 2;
+        for i in 0..small {
+            let name = format!("s{i}");
+            let (f, fh) = fs
+                .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(f.ino, fh, 0, &[1u8; 4096]).unwrap();
+            fs.release(f.ino, fh).unwrap();
+            fs.forget(f.ino, 1);
+        }
+        fs.sync_all().unwrap();
+        let sf = small as f64 / t.elapsed().as_secs_f64();
+        let w = dev.counters().snapshot();
+        println!(
+            "{mode}: create+unlink {cu:.0}/s, 4 KB create {sf:.0}/s (incl. sync), device writes {} flushes {}; {}",
+            w.writes,
+            w.flushes,
+            fs.strategy
+                .stats()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        );
+        fs.unmount().unwrap();
+    }
+}
+
+/// sync(2) drains in a few rounds, not the safety limit: every record completes.
+#[test]
+fn a_drain_takes_few_rounds() {
+    let (dev, fs) = fresh(16384);
+    let c = Ctx::root();
+    let mut inos = Vec::new();
+    for d in 0..10 {
+        let dir = fs
+            .mkdir(&c, ROOT_INO, n(&format!("d{d}")), 0o755, 0)
+            .unwrap()
+            .ino;
+        for i in 0..100 {
+            let (f, fh) = fs
+                .create(&c, dir, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(f.ino, fh, 0, &vec![i as u8; 100 + i * 97])
+                .unwrap();
+            fs.release(f.ino, fh).unwrap();
+            inos.push((dir, i, f.ino));
+        }
+    }
+    fs.sync_all().unwrap();
+    for (dir, i, ino) in inos.iter().filter(|(_, i, _)| i % 2 == 0) {
+        fs.unlink(&c, *dir, n(&format!("f{i}"))).unwrap();
+        fs.forget(*ino, 1);
+    }
+    fs.sync_all().unwrap();
+    let st = fs.strategy.stats().unwrap();
+    assert!(st["write_back_rounds"].as_u64().unwrap() < 20, "{st}");
+    assert_eq!(outstanding(&fs), 0, "{st}");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
+
+/// Write-back under memory pressure runs inside a call, with the engine's lock held: it
+/// must not apply the worklist (which takes that lock) — a small cache and removals would
+/// otherwise deadlock.
+#[test]
+fn pressure_write_back_inside_a_call_does_not_deadlock() {
+    let dev = MemDevice::new(4096, 8192);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
+    let fs = Ffs::mount_device(
+        d,
+        &MountOptions {
+            mode: "softdep".into(),
+            cache_bytes: 64 * 4096,
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let c = Ctx::root();
+    for i in 0..200 {
+        let name = format!("f{i}");
+        let (f, fh) = fs
+            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(f.ino, fh, 0, &[3u8; 3 * 4096]).unwrap();
+        fs.release(f.ino, fh).unwrap();
+        if i % 2 == 1 {
+            fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+            fs.forget(f.ino, 1);
+        }
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
