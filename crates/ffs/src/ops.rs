@@ -88,7 +88,7 @@ impl Ffs {
         &self,
         name: &'static str,
         kind: Option<OpKind>,
-        f: impl FnOnce(&mut State) -> Result<T>,
+        f: impl FnMut(&mut State) -> Result<T>,
     ) -> Result<T> {
         self.counted(name, || self.locked_op(kind, f))
     }
@@ -115,20 +115,39 @@ impl Ffs {
     /// Runs `f` under the engine's lock, as one call of `kind` when it has one (see
     /// `Ffs::in_op`); after a call that changed metadata, relieves memory pressure with the
     /// lock released.
+    ///
+    /// A call that runs out of space while the mode still holds frees back (soft updates'
+    /// worklist: blocks and inodes released only once the pointers to them are cleared on
+    /// disk, rule 2) first has those frees made — a full sync with the lock released — and
+    /// is run once more: a `rm -rf` followed by a create must not see ENOSPC for space that
+    /// is merely on its way back (FreeBSD's softdep_request_cleanup). A failed call changed
+    /// nothing (undo scopes), so running it again is safe.
     fn locked_op<T>(
         &self,
         kind: Option<OpKind>,
-        f: impl FnOnce(&mut State) -> Result<T>,
+        mut f: impl FnMut(&mut State) -> Result<T>,
     ) -> Result<T> {
         let mutating = kind.is_some_and(|k| k != OpKind::Read);
         if mutating && self.read_only {
             return Err(Errno::EROFS.into());
         }
-        let r = {
-            let mut st = self.st.lock();
-            match kind {
-                Some(k) => self.in_op(&mut st, k, f),
-                None => f(&mut st),
+        let mut retried = false;
+        let r = loop {
+            let r = {
+                let mut st = self.st.lock();
+                match kind {
+                    Some(k) => self.in_op(&mut st, k, &mut f),
+                    None => f(&mut st),
+                }
+            };
+            let out_of_space = matches!(&r, Err(e) if e.errno() == Errno::ENOSPC);
+            if !mutating || retried || !out_of_space || !self.strategy.has_pending_frees() {
+                break r;
+            }
+            retried = true;
+            if let Err(e) = self.sync_as(SyncWhy::All) {
+                log::warn!("making pending frees for a call out of space: {e}");
+                break r;
             }
         };
         if mutating {
@@ -1549,9 +1568,11 @@ impl FileSystem for Ffs {
                 let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
                     return Ok(0);
                 };
-                let failed = self.write_streams(ino, &plan, data);
+                let mut failed = self.write_streams(ino, &plan, data);
+                // The finishing call allocates nothing, so it never runs twice; should it,
+                // the stream's failure has been reported by the first run.
                 let r = self.locked_op(Some(OpKind::Write), |st| {
-                    self.write_finish(st, ino, &plan, data, failed, true)
+                    self.write_finish(st, ino, &plan, data, failed.take(), true)
                 });
                 self.end_write(ino);
                 r?

@@ -160,6 +160,13 @@ pub trait Strategy: Send + std::marker::Sync {
     fn syncer_interval(&self) -> Duration;
 
     /// Whether the engine may do this mode's device I/O without holding its lock.
+    /// Whether the mode holds frees back that a sync would make (soft updates' worklist).
+    /// A call that fails with ENOSPC while this is true makes them (`sync(All)`, without the
+    /// engine's lock) and runs once more.
+    fn has_pending_frees(&self) -> bool {
+        false
+    }
+
     fn io_model(&self) -> IoModel {
         IoModel::Serialized
     }

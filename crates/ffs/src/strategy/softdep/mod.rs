@@ -1185,6 +1185,12 @@ impl Strategy for SoftDep {
         r
     }
 
+    fn has_pending_frees(&self) -> bool {
+        // Frees wait on records (a removal not yet on disk) or sit ready in the worklist.
+        let d = self.inner.deps.lock();
+        !d.recs.is_empty() || !d.ready.is_empty()
+    }
+
     fn stats(&self) -> Option<serde_json::Value> {
         let c = &self.inner.counters;
         let d = self.inner.deps.lock();

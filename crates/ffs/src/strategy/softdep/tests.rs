@@ -621,3 +621,44 @@ fn pressure_write_back_inside_a_call_does_not_deadlock() {
     drop(fs);
     assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
 }
+
+/// `rm -rf` then create again: the space the removals give back is held on the worklist
+/// until their cleared pointers are on disk (rule 2), and a call that runs out of space
+/// meanwhile makes those frees first and runs again instead of failing with ENOSPC.
+#[test]
+fn a_full_disk_emptied_is_writable_again_at_once() {
+    let (dev, fs) = fresh(2048);
+    let c = Ctx::root();
+    let chunk = vec![7u8; 256 << 10];
+    let fill = |tag: &str| -> usize {
+        let mut made = 0;
+        for i in 0.. {
+            let name = format!("{tag}{i}");
+            let Ok((f, fh)) = fs.create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR) else {
+                break;
+            };
+            let r = fs.write(f.ino, fh, 0, &chunk);
+            fs.release(f.ino, fh).unwrap();
+            fs.forget(f.ino, 1);
+            if r.is_err() {
+                fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+                break;
+            }
+            made += 1;
+        }
+        made
+    };
+    let first = fill("a");
+    assert!(first > 10, "only {first} files fit");
+    fs.sync_all().unwrap();
+    for i in 0..first {
+        fs.unlink(&c, ROOT_INO, n(&format!("a{i}"))).unwrap();
+    }
+    let second = fill("b");
+    assert!(
+        second + 1 >= first,
+        "after removing {first} files only {second} fit again: frees still pending"
+    );
+    fs.unmount().unwrap();
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
