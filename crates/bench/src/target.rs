@@ -504,7 +504,7 @@ impl Mounted {
                         .arg("mount")
                         .arg("-o")
                         .arg(format!(
-                            "mode={mode},log={}",
+                            "mode={mode},logfile={}",
                             self.root.join("daemon.log").display()
                         ))
                         .arg(self.device())

@@ -9,8 +9,11 @@
 //!
 //! Every device write of a buffer the cache issues — from [`BufferCache::write_now`],
 //! [`BufferCache::write_back_all`] / [`BufferCache::write_back_filter`] / [`BufferCache::sync`],
-//! the syncer thread, or eviction under memory pressure — goes through one path, which calls
-//! the installed [`WriteHooks`] around it. Per buffer, in this order:
+//! the syncer thread, or eviction under memory pressure (unless the hooks defer it:
+//! [`WriteHooks::on_pressure`]) — goes through one path, which calls the installed
+//! [`WriteHooks`] around it. (The one exception is an undo rollback's writes, below: images
+//! that already went through the hooks, or contents from before the scope.) Per buffer, in
+//! this order:
 //!
 //! 1. The buffer's I/O lock is taken (buffers of one cluster in ascending block order). It
 //!    is held until step 5, so two writes of the same buffer never overlap and a strategy
@@ -44,6 +47,13 @@
 //! [`BufferCache::sync`], [`BufferCache::shutdown`]), **`after_flush()`** runs: every write
 //! whose `after_write` ran before the flush started is durable.
 //!
+//! Two more tell the strategy what the cache decides on its own: **`invalidated(buf)`** when
+//! [`BufferCache::invalidate`] dropped a freed block's buffer (the cache never writes it
+//! again), and **`on_pressure()`** when the cache is
+//! over budget with only dirty buffers left to evict: the strategy says whether the cache
+//! may write them (`EvictDirty`) or must leave the order of writes to it (`Defer`: the
+//! budget goes soft until the strategy writes back).
+//!
 //! ## What a hook may and may not do
 //! - May: modify `image`; read the buffer ([`Buf::read`]), its LSNs, kind and
 //!   [`Buf::deps`]; lock other buffers' `deps`; call `keep_dirty`; call cache methods that
@@ -70,7 +80,9 @@
 //! - Modify a buffer only through [`Buf::write`], and call [`BufferCache::mark_dirty`]
 //!   after (or while) modifying it; call [`Buf::note_lsn`] while holding the write guard.
 //! - Call [`BufferCache::invalidate`] for a freed block *before* the block can be allocated
-//!   again; it waits for a write in flight, so a stale image can never land on top of the
+//!   again. It never waits for a write in flight (the caller may hold its own lock); the
+//!   next read or write of the block (a direct one, [`BufferCache::write_uncached`],
+//!   included) waits for that write instead, so a stale image can never land on top of the
 //!   block's next contents.
 //! - Dropping the cache does not write dirty buffers (so tests can simulate a crash); call
 //!   [`BufferCache::shutdown`] or [`BufferCache::sync`] to keep them.
@@ -108,7 +120,12 @@
 //!
 //! Rules: one scope at a time, and every buffer modification made while it is open belongs
 //! to it (the caller serializes its operations; the ffs engine holds its state lock). Device
-//! writes that bypass the cache are not recorded. A buffer the scope created with `get_new`
+//! writes that bypass the cache are not recorded. Write-back by other threads (a syncer, a
+//! memory-pressure write-back, an fsync of another file, run without the caller's lock) may
+//! go on while a scope is open: their writes of blocks the scope changed are recorded like the
+//! scope's own (the device half of a rollback puts those blocks back too), and a rollback
+//! first waits for such writes in flight and keeps new ones out until the buffers are
+//! restored (it holds their I/O locks), so the device and the cache agree when it returns. A buffer the scope created with `get_new`
 //! must be for a block the scope allocated, if the scope writes it: the rollback does not
 //! restore what the device held there. The rollback's own writes bypass the write hooks:
 //! they are images that already went through them, or contents from before the scope.
@@ -117,7 +134,8 @@
 //! `budget_bytes` bounds the cached blocks (metadata per buffer is not counted). When an
 //! insertion goes over budget, clean buffers nobody holds are evicted, least recently used
 //! first; if that is not enough, the least recently used dirty ones are written back
-//! (through the hooks) and evicted. Buffers someone holds (a [`BufRef`] besides the
+//! (through the hooks) and evicted — unless the hooks answer [`Pressure::Defer`], in which
+//! case the budget is exceeded until the strategy writes back. Buffers someone holds (a [`BufRef`] besides the
 //! cache's) are never evicted, so the budget can be exceeded while they are held. A dirty
 //! buffer is never dropped except by `invalidate`.
 
@@ -159,6 +177,31 @@ pub trait WriteHooks: Send + Sync {
     }
     /// Called after each device flush the cache issues (writes before it are durable).
     fn after_flush(&self) {}
+    /// The block of `buf` was freed: [`BufferCache::invalidate`] dropped the buffer (unwritten
+    /// if it was dirty). The cache will never write it again (a write of it already in
+    /// flight still completes, with its `after_write` or `write_failed`); a strategy drops
+    /// what it tracked on it (soft updates: dependencies of a freed block are moot).
+    fn invalidated(&self, buf: &Buf) {
+        let _ = buf;
+    }
+    /// The cache is over its budget and every clean buffer it could drop is gone. With
+    /// [`Pressure::EvictDirty`] (the default) it writes the least recently used dirty
+    /// buffers through these hooks and evicts them; with [`Pressure::Defer`] it writes
+    /// nothing, lets the budget be exceeded, and leaves it to the strategy to write back in
+    /// its own order (a file system that must order its writes never has one forced out by
+    /// a read on an unrelated thread).
+    fn on_pressure(&self) -> Pressure {
+        Pressure::EvictDirty
+    }
+}
+
+/// What the cache does about dirty buffers when it is over budget ([`WriteHooks::on_pressure`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pressure {
+    /// Write the least recently used dirty buffers and evict them.
+    EvictDirty,
+    /// Write nothing: the budget becomes soft until the strategy writes back.
+    Defer,
 }
 
 /// Hooks that do nothing: the `sync` and `delayed` strategies need no per-write work.
@@ -310,6 +353,12 @@ pub struct BufferCache {
     pending_undo: Mutex<std::collections::VecDeque<undo::Epoch>>,
     /// Whether `pending_undo` may be non-empty (checked without its lock on every write).
     undo_owed: std::sync::atomic::AtomicBool,
+    /// Buffers [`BufferCache::invalidate`] dropped while a write of them was in flight, by
+    /// block. Attached by `invalidate` (which does not wait), freed by the next read or
+    /// write of the block, which first waits for that old write: so its stale image can
+    /// never land over the block's next contents, and the thread that freed the block (a
+    /// file system holding its own lock) never waits for a device write.
+    retiring: Mutex<HashMap<BlockNo, BufRef>>,
 }
 
 impl BufferCache {
@@ -334,6 +383,7 @@ impl BufferCache {
             undo: Arc::new(UndoShared::default()),
             pending_undo: Mutex::new(Default::default()),
             undo_owed: std::sync::atomic::AtomicBool::new(false),
+            retiring: Mutex::new(HashMap::new()),
         });
         if let Some(interval) = cache.cfg.syncer_interval {
             let weak = Arc::downgrade(&cache);
@@ -368,6 +418,7 @@ impl BufferCache {
             return Ok(buf);
         }
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        self.wait_retiring(&[blk], &[]);
         let mut data = vec![0; self.block_size];
         self.dev.read_blocks(blk, &mut data)?;
         let buf = {
@@ -485,6 +536,19 @@ impl BufferCache {
         self.write_sorted(&v, LockMode::Wait, false)
     }
 
+    /// Writes whole blocks from `blk` on straight to the device, bypassing the buffers: data
+    /// nobody has cached (a file system's streaming writes). The blocks must not be cached.
+    /// A write still in flight of a freed buffer of one of them is waited for first, so that
+    /// stale image cannot land over the new contents; the pending writes of a refused
+    /// rollback go first too. Not recorded by an undo scope (see "Undo").
+    pub fn write_uncached(&self, blk: BlockNo, data: &[u8]) -> io::Result<()> {
+        let n = (data.len() / self.block_size) as u64;
+        let blks: Vec<BlockNo> = (blk..blk.saturating_add(n)).collect();
+        self.wait_retiring(&blks, &[]);
+        self.settle_undo()?;
+        self.dev.write_blocks(blk, data)
+    }
+
     /// Device barrier, then the `after_flush` hook.
     pub fn flush_device(&self) -> io::Result<()> {
         self.settle_undo()?;
@@ -521,9 +585,11 @@ impl BufferCache {
         self.flush_device()
     }
 
-    /// The block was freed: drop its buffer without writing it, even if dirty. Waits for a
-    /// write of it already in flight, so that write cannot land after the block's next
-    /// contents. Holders of the buffer keep a detached copy that the cache ignores.
+    /// The block was freed: drop its buffer without writing it, even if dirty. Does not
+    /// wait for a write of it already in flight: the buffer is kept aside (`retiring`) and
+    /// the next read or write of the block waits for that write first, so it cannot land
+    /// after the block's next contents. Holders of the buffer keep a detached copy that the
+    /// cache ignores.
     ///
     /// Inside an undo scope the dropped buffer is kept in the scope's log: a rollback puts
     /// it back, contents and dirty flag included.
@@ -539,7 +605,31 @@ impl BufferCache {
             buf
         };
         if let Some(b) = removed {
-            drop(b.io.lock());
+            if b.io.try_lock().is_none() {
+                let mut r = self.retiring.lock();
+                // Entries whose write is over by now need no waiting any more.
+                r.retain(|_, old| old.io.try_lock().is_none());
+                r.insert(blk, Arc::clone(&b));
+            }
+            let hooks = Arc::clone(&*self.hooks.read());
+            hooks.invalidated(&b);
+        }
+    }
+
+    /// Waits for the writes in flight of dropped buffers of `blks` (other than `own`, the
+    /// buffers the caller is about to write itself) and forgets them.
+    fn wait_retiring(&self, blks: &[BlockNo], own: &[BufRef]) {
+        let old: Vec<BufRef> = {
+            let mut r = self.retiring.lock();
+            if r.is_empty() {
+                return;
+            }
+            blks.iter().filter_map(|b| r.remove(b)).collect()
+        };
+        for b in old {
+            if !own.iter().any(|o| Arc::ptr_eq(o, &b)) {
+                drop(b.io.lock());
+            }
         }
     }
 
@@ -628,6 +718,22 @@ impl BufferCache {
     /// and every [`Self::begin_undo`], first writes the pending epochs, so nothing newer can
     /// reach the device before the image is back.
     pub fn rollback_undo(&self) -> io::Result<()> {
+        // Another thread may be writing back a buffer the scope changed (a file system that
+        // does not hold its own lock across write-back). Its write is recorded in the scope
+        // only once it returned, and its completion would clear the dirty flag the rollback
+        // sets: so wait for every such write and keep new ones out until the buffers are
+        // restored, by holding their I/O locks (ascending, as a cluster write takes them).
+        // Then every write of the scope's blocks is in the log the replay reads, and none
+        // can copy a half-restored buffer.
+        let (blks, detached) = self.undo.touched();
+        let mut locked: Vec<BufRef> = blks
+            .into_iter()
+            .filter_map(|b| self.lookup(b))
+            .chain(detached)
+            .collect();
+        locked.sort_by_key(|b| (b.blkno(), Arc::as_ptr(b) as usize));
+        locked.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let _io: Vec<_> = locked.iter().map(|b| b.io.lock()).collect();
         let log = self.undo.take();
         // Buffers the scope invalidated come back first (newest first): the saves of a
         // block apply to the buffer it had at the start.
@@ -767,6 +873,8 @@ impl BufferCache {
         let max = self.max_cluster_blocks();
         let mut first_err = None;
         for run in runs(bufs, max) {
+            let blks: Vec<BlockNo> = run.iter().map(|b| b.blkno()).collect();
+            self.wait_retiring(&blks, run);
             let guards: Vec<_> = match mode {
                 LockMode::Wait => run.iter().map(|b| Some(b.io.lock())).collect(),
                 LockMode::Try => run.iter().map(|b| b.io.try_lock()).collect(),
@@ -840,8 +948,9 @@ impl BufferCache {
     }
 
     /// Brings the cache back under budget: clean unheld buffers first (LRU order), then
-    /// unheld dirty ones after writing them back. Write errors leave the buffers cached and
-    /// dirty (they are counted and logged; the next sync reports them).
+    /// unheld dirty ones after writing them back, unless the hooks defer that
+    /// ([`WriteHooks::on_pressure`]). Write errors leave the buffers cached and dirty (they
+    /// are counted and logged; the next sync reports them).
     fn evict_if_needed(&self) {
         let max_bufs = (self.cfg.budget_bytes / self.block_size as u64) as usize;
         let scope = self.undo.scope();
@@ -894,6 +1003,12 @@ impl BufferCache {
             dirty.truncate(if excess == 0 { 0 } else { excess.max(16) });
             dirty
         };
+        if !dirty_victims.is_empty() {
+            let hooks = Arc::clone(&*self.hooks.read());
+            if hooks.on_pressure() == Pressure::Defer {
+                return;
+            }
+        }
         if dirty_victims.is_empty() {
             return;
         }

@@ -438,6 +438,123 @@ fn invalidate_drops_dirty_data_and_next_read_goes_to_device() {
     assert!(!Arc::ptr_eq(&buf, &again));
 }
 
+/// Counts what the cache tells a strategy on its own: invalidations and pressure.
+#[derive(Default)]
+struct Told {
+    invalidated: Mutex<Vec<BlockNo>>,
+    pressure: AtomicU64,
+    defer: bool,
+}
+impl WriteHooks for Told {
+    fn invalidated(&self, buf: &Buf) {
+        self.invalidated.lock().push(buf.blkno());
+    }
+    fn on_pressure(&self) -> Pressure {
+        self.pressure.fetch_add(1, Ordering::SeqCst);
+        if self.defer {
+            Pressure::Defer
+        } else {
+            Pressure::EvictDirty
+        }
+    }
+}
+
+#[test]
+fn invalidation_is_told_once() {
+    let dev = mem(16);
+    let told = Arc::new(Told::default());
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), told.clone());
+    let buf = cache.get_new(5);
+    fill(&cache, &buf, 8);
+    cache.invalidate(5);
+    cache.invalidate(5); // nothing cached any more: not told again
+    assert_eq!(*told.invalidated.lock(), vec![5]);
+}
+
+/// Freeing a block whose old contents are being written does not wait for that write (the
+/// caller may hold its file system's lock), yet the block's next contents still land last:
+/// their write waits for the old one.
+#[test]
+fn invalidate_does_not_wait_but_the_next_write_of_the_block_does() {
+    let dev = mem(16);
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    let old = cache.get_new(6);
+    fill(&cache, &old, 1);
+    let old_writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
+    let freer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.invalidate(6))
+    };
+    let t = Instant::now();
+    while !freer.is_finished() && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let waited = !freer.is_finished();
+    if waited {
+        release_tx.send(()).unwrap();
+    }
+    assert!(!waited, "invalidate waited for the write in flight");
+    freer.join().unwrap();
+    let new = cache.get_new(6);
+    fill(&cache, &new, 2);
+    let new_writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !new_writer.is_finished(),
+        "the new write did not wait for the old one"
+    );
+    release_tx.send(()).unwrap();
+    old_writer.join().unwrap().unwrap();
+    new_writer.join().unwrap().unwrap();
+    assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
+}
+
+#[test]
+fn deferred_pressure_writes_nothing_and_lets_the_budget_go_soft() {
+    let dev = mem(64);
+    let told = Arc::new(Told {
+        defer: true,
+        ..Default::default()
+    });
+    let cache = BufferCache::new(
+        dev.clone(),
+        CacheConfig {
+            budget_bytes: 4 * BS as u64,
+            ..CacheConfig::default()
+        },
+        told.clone(),
+    );
+    let before = dev.counters().snapshot();
+    for b in 0..40u64 {
+        let buf = cache.get_new(b);
+        fill(&cache, &buf, b as u8 + 1);
+    }
+    assert_eq!(
+        writes_since(&dev, &before),
+        0,
+        "eviction wrote a dirty buffer"
+    );
+    assert_eq!(cache.stats().dirty_buffers, 40);
+    assert!(told.pressure.load(Ordering::SeqCst) > 0);
+    // The strategy writes back in its own order; then the budget holds again.
+    cache.write_back_all().unwrap();
+    cache.read(50).unwrap();
+    assert!(cache.stats().cached_buffers <= 4);
+}
+
 #[test]
 fn get_new_zeroes_the_cached_buffer_in_place() {
     let dev = mem(16);
@@ -904,4 +1021,79 @@ fn rollback_of_free_then_reuse_keeps_the_old_buffer() {
     cache.rollback_undo().unwrap();
     assert_eq!(dev_block(&dev, 3), vec![0x33; BS as usize]);
     assert_eq!(content(&cache, 3).unwrap().0, vec![0x33; BS as usize]);
+}
+
+/// A write-back on another thread that copied a buffer the scope changed, and has not yet
+/// written it, when the scope is rolled back: the rollback waits for that write and then
+/// puts the block's old contents back on the device, so the device and the (clean)
+/// buffer agree. Without the wait the write lands after the rollback and the clean buffer
+/// hides a device block holding the taken-back change.
+#[test]
+fn rollback_waits_for_a_concurrent_write_back_of_a_changed_block() {
+    let dev = mem(16);
+    dev.write_blocks(6, &[1; BS as usize]).unwrap();
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    let buf = cache.read(6).unwrap();
+    cache.begin_undo().unwrap();
+    fill(&cache, &buf, 2);
+    let writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the image (all 2s) is copied; the write is pending
+    let rollback = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.rollback_undo())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    release_tx.send(()).unwrap();
+    writer.join().unwrap().unwrap();
+    rollback.join().unwrap().unwrap();
+    assert_eq!(*buf.read(), vec![1; BS as usize]);
+    assert_eq!(
+        dev_block(&dev, 6),
+        vec![1; BS as usize],
+        "the taken-back change reached the device after the rollback"
+    );
+    cache.write_back_all().unwrap();
+    assert_eq!(dev_block(&dev, 6), vec![1; BS as usize]);
+}
+
+/// A block freed while a write of it is in flight, then written straight to the device
+/// (a stream into the block's next owner): the direct write waits for the old one, so the
+/// device ends with the new contents.
+#[test]
+fn write_uncached_waits_for_a_freed_buffer_in_flight() {
+    let dev = mem(16);
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    fill(&cache, &cache.get_new(6), 1);
+    let old_writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
+    cache.invalidate(6);
+    let streamer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_uncached(6, &[2; BS as usize]))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let waited = !streamer.is_finished();
+    release_tx.send(()).unwrap();
+    old_writer.join().unwrap().unwrap();
+    streamer.join().unwrap().unwrap();
+    assert!(waited, "the direct write did not wait for the old one");
+    assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
 }

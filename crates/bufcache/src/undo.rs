@@ -119,6 +119,15 @@ impl UndoShared {
         writes.clear();
     }
 
+    /// The buffers the open scope changed or dropped (the current buffer of every block it
+    /// saved a before-image of is looked up by the caller), for a rollback to lock first.
+    pub fn touched(&self) -> (Vec<BlockNo>, Vec<BufRef>) {
+        let log = self.log.lock();
+        let blks = log.saved.iter().map(|s| s.blkno).collect();
+        let detached = log.detached.iter().map(|(b, _)| BufRef::clone(b)).collect();
+        (blks, detached)
+    }
+
     /// Closes the scope and hands its log over for a rollback.
     pub fn take(&self) -> UndoLog {
         let mut log = self.log.lock();

@@ -18,6 +18,7 @@ mod runtime;
 mod stats;
 mod umbrella;
 mod umount;
+mod wal;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -61,6 +62,8 @@ enum Cmd {
     Umbrella(umbrella::Args),
     /// The log-structured file system's tools (now: the LFS paper's cleaning simulator)
     Lfs(lfs::Args),
+    /// Make, dump, summarize and measure a stand-alone write-ahead log (a journal's log device)
+    Wal(wal::Args),
     /// Reproduce the papers' benchmarks on cairn, kernel file systems and FUSE peers
     Bench {
         #[command(subcommand)]
@@ -116,6 +119,7 @@ fn main() {
         Cmd::Crash(a) => crash::run(a),
         Cmd::Umbrella(a) => umbrella::run(a),
         Cmd::Lfs(a) => lfs::run(a),
+        Cmd::Wal(a) => wal::run(a),
         Cmd::Bench { cmd } => Ok(cairn_bench::main_with(cmd)),
     };
     match result {

@@ -36,7 +36,8 @@ Options (-o, comma-separated, repeatable):
   passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
                       umbrella layer does for files that cannot overflow; ffs never does)
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
-  log=PATH            the daemon's log file
+  logfile=PATH        the daemon's log file (log=/ABSOLUTE/PATH still works, with a
+                      warning: log= belongs to the metadata-update modes)
   record=PATH         record every block write (with contents), flush and operation to PATH
                       (JSON lines; the image is first copied to PATH.base) for
                       `cairn crash run --recording PATH`
@@ -156,12 +157,19 @@ pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Resu
                     .push(("mode".to_string(), Some(key.to_string())));
                 continue;
             }
-            "log" => {
+            "logfile" => {
                 plan.log = Some(
                     value
-                        .ok_or_else(|| anyhow!("option 'log' needs a path"))?
+                        .ok_or_else(|| anyhow!("option 'logfile' needs a path"))?
                         .into(),
                 );
+                continue;
+            }
+            // The daemon's log used to be `log=PATH`; a mode may now take `log=` itself (a
+            // journal's `log=file|dev:PATH`). An absolute path can only be the old meaning.
+            "log" if value.is_some_and(|v| v.starts_with('/')) => {
+                eprintln!("cairn: mount option 'log=PATH' is deprecated: use 'logfile=PATH'");
+                plan.log = value.map(PathBuf::from);
                 continue;
             }
             "record" => {
@@ -177,13 +185,16 @@ pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Resu
         if plan.fuse.set(key, value).map_err(|e| anyhow!(e))? {
             continue;
         }
-        let opt = (key.to_string(), value.map(str::to_string));
-        match (fs.check_options)(std::slice::from_ref(&opt), false) {
-            Ok(()) => plan.fs_options.push(opt),
+        match (fs.check_option)(key, value) {
+            Ok(()) => plan
+                .fs_options
+                .push((key.to_string(), value.map(str::to_string))),
             Err(e) if sloppy => eprintln!("cairn: ignoring option '{item}': {e}"),
             Err(e) => bail!("{e}"),
         }
     }
+    // As a whole: a mode's own options against the mode chosen, in whatever order.
+    (fs.check_options)(&plan.fs_options, plan.read_only).map_err(|e| anyhow!(e))?;
     Ok(plan)
 }
 
@@ -531,9 +542,15 @@ mod tests {
         assert!(p.read_only && p.fuse.read_only);
         assert_eq!(p.fuse.threads, 3);
         assert!(!p.fuse.exec);
-        let p = plan("sync,log=/tmp/x.log,record=/tmp/t").unwrap();
+        let p = plan("sync,logfile=/tmp/x.log,record=/tmp/t").unwrap();
         assert_eq!(p.mode(), "sync");
         assert_eq!(p.log.as_deref(), Some(Path::new("/tmp/x.log")));
+        // The old spelling, with an absolute path, still names the daemon's log.
+        let p = plan("log=/tmp/y.log").unwrap();
+        assert_eq!(p.log.as_deref(), Some(Path::new("/tmp/y.log")));
+        // Anything else after log= is a mode's option (none of this build's modes has one).
+        let e = plan("log=file").unwrap_err().to_string();
+        assert!(e.contains("log"), "{e}");
         assert!(plan("async").unwrap().mode() == "async");
         // Without mode=, the format's default.
         assert_eq!(plan("ro").unwrap().mode(), "sync");

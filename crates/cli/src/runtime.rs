@@ -50,16 +50,26 @@ pub fn escape(mountpoint: &Path) -> String {
     if s.is_empty() || s.starts_with('.') {
         s.insert(0, '-');
     }
-    if s.len() > 200 {
-        // FNV-1a: stable across builds, unlike std's hasher.
-        let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-        s.truncate(180);
-        s.push_str(&format!("~{h:016x}"));
+    shorten(s, bytes, 200)
+}
+
+/// Cuts `s` to at most `max` bytes (at least 17), keeping it distinct by suffixing a hash of
+/// the whole mount point path (FNV-1a: stable across builds, unlike std's hasher).
+fn shorten(mut s: String, path: &[u8], max: usize) -> String {
+    if s.len() <= max {
+        return s;
     }
+    let h = path.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    // The escaped name is ASCII, so any byte index is a char boundary.
+    s.truncate(max.max(17) - 17);
+    s.push_str(&format!("~{h:016x}"));
     s
 }
+
+/// A Unix socket's path must fit `sun_path`: 108 bytes with its terminating NUL.
+const SOCKET_PATH_MAX: usize = 107;
 
 /// The canonical form of a mount point as the daemon records it. A dead FUSE mount cannot be
 /// stat'ed (ENOTCONN), so only its parent is resolved.
@@ -88,7 +98,11 @@ pub fn paths(mountpoint: &Path) -> Paths {
 }
 
 fn paths_in(dir: &Path, mountpoint: &Path) -> Paths {
-    let base = escape(mountpoint);
+    // A deep runtime directory plus a long mount point would make the control socket's path
+    // too long to bind (the daemon would run unreachable by `cairn stats`/`umount`): the name
+    // is cut to fit, hash-suffixed, the same way by daemon and client.
+    let room = SOCKET_PATH_MAX.saturating_sub(dir.as_os_str().len() + "/".len() + ".sock".len());
+    let base = shorten(escape(mountpoint), mountpoint.as_os_str().as_bytes(), room);
     Paths {
         pid: dir.join(format!("{base}.pid")),
         sock: dir.join(format!("{base}.sock")),
@@ -208,33 +222,49 @@ pub fn wait_for_exit(mut f: File) -> Result<()> {
             Err((_, e)) => bail!("waiting for the daemon: {e}"),
         }
     }
-    // The lock is released when the exiting daemon closes its files, a moment before the
-    // process is gone; wait out that moment so "returned" really means "exited".
+    // The lock is released when the exiting daemon's main thread closes the pid file; its
+    // other threads (and the image lock held by the file table they share) may still be
+    // exiting: wait until the last thread is gone, so "returned" means "the image is free".
     if let Some(pid) = pid.filter(|&p| p != std::process::id()) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while process_alive(pid) && std::time::Instant::now() < deadline {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while cairn_bench::sys::pid_alive(pid) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
     Ok(())
 }
 
-/// Running and not a zombie (a daemon reparented to a PID 1 that does not reap stays one).
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_paths_fit_sun_path_under_a_deep_runtime_directory() {
+        let dir = Path::new("/tmp/cairn-test.89PTj9/run");
+        let a = Path::new(
+            "/var/tmp/cairn-bench-test.xbRkmu/cairn-bench.18017.01ec2fccf/cairn-async/mnt",
+        );
+        let b = Path::new(
+            "/var/tmp/cairn-bench-test.xbRkmu/cairn-bench.18017.01ec2fccf/cairn-sync/mnt",
+        );
+        let (pa, pb) = (paths_in(dir, a), paths_in(dir, b));
+        assert!(
+            pa.sock.as_os_str().len() <= SOCKET_PATH_MAX,
+            "{}",
+            pa.sock.display()
+        );
+        assert_ne!(pa.sock, pb.sock);
+        assert_eq!(pa.sock, paths_in(dir, a).sock);
+        // Short paths keep their readable name.
+        let short = paths_in(dir, Path::new("/mnt/data"));
+        assert_eq!(short.sock, dir.join("mnt-data.sock"));
+        // And the socket binds.
+        let t = tempfile::tempdir().unwrap();
+        let deep = t.path().join("a".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let p = paths_in(&deep, a);
+        std::os::unix::net::UnixListener::bind(&p.sock).unwrap();
+    }
 
     #[test]
     fn escaping_is_flat_and_distinct() {

@@ -102,17 +102,9 @@ impl Drop for Env {
     }
 }
 
-/// Alive and not a zombie (a daemon reparented to a PID 1 that does not reap stays one).
+/// Alive, or still exiting with its files (and image lock) open: see `pid_alive`.
 fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
+    cairn_bench::sys::pid_alive(pid as u32)
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {

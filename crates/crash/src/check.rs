@@ -482,6 +482,7 @@ fn mount_ro_dev(dev: Arc<dyn BlockDevice>, mode: &str) -> Result<Arc<Ffs>, cairn
             syncer_interval: None,
             read_only: true,
             force: false,
+            mode_options: Vec::new(),
         },
     )
 }

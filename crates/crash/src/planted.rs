@@ -3,8 +3,9 @@
 //!
 //! A checker that never fails proves nothing. Each entry below is one small, plausible
 //! ordering bug of the kind a mode's author could write, planted as a wrapper around the
-//! real strategy (no engine code changes: every bug here is expressible at the strategy
-//! interface). CI's bounded campaign (`tests/campaign.rs`) runs every entry over the
+//! real strategy: one `match` arm on the facts it concerns, or a different way of writing
+//! sync's steps (`StepWriter`). No engine code changes: every bug here is expressible at
+//! the strategy interface. CI's bounded campaign (`tests/campaign.rs`) runs every entry over the
 //! scripted workloads and fails unless each one is caught; `cairn crash run --planted NAME`
 //! runs the same campaign for one entry and exits 1 when it is caught, 0 when it slips
 //! through. Each entry names the scripted workload written to catch it (the campaign must
@@ -21,7 +22,11 @@ use std::time::Duration;
 
 use cairn_bufcache::{Buf, BufRef};
 use cairn_ffs::format::kind;
-use cairn_ffs::strategy::{self, Io, Strategy};
+use cairn_ffs::strategy::{
+    AllocDirect, AllocIndir, Apply, AttrChange, BlkMapDep, BlockKind, DirAdd, DirChange, DirRemove,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, Io, LinkChange, LinkWhy, OpKind,
+    OpState, Ordered, Release, StepWriter, Strategy, Sync, SyncWhy, Tx,
+};
 use cairn_vfs::{KernelCachePolicy, Result as FsResult};
 use parking_lot::Mutex;
 
@@ -65,7 +70,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "barrier-dropped",
         base: "sync",
         breaks: "rule 1: a new inode and the entry naming it land in one epoch, in any order",
-        how: "every setup hook writes its buffers at once with no flush before them; only the end of the call flushes",
+        how: "every step sync makes of the facts is written at once with no flush before it (owed group blocks too); only the end of the call flushes",
         workload: "create",
         fault: Fault::BarrierDropped,
     },
@@ -81,7 +86,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "lazy-return",
         base: "sync",
         breaks: "durability on return: the last step of each call is not flushed before it returns",
-        how: "op_done does not flush",
+        how: "end_op does not flush",
         workload: "setattr-size",
         fault: Fault::LazyReturn,
     },
@@ -89,7 +94,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "free-before-clear",
         base: "sync",
         breaks: "rule 2: bitmaps free an inode's blocks before its cleared pointers are on disk",
-        how: "setup_freeblocks holds its buffers; the next hook writes the group blocks (with the freed bits) and flushes, then the held pointers",
+        how: "setup_freeblocks releases the blocks at once and holds the cleared pointers; the next step writes the group blocks (with the freed bits) and flushes, then the held pointers",
         workload: "unlink",
         fault: Fault::FreeBeforeClear,
     },
@@ -105,7 +110,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "rename-remove-first",
         base: "sync",
         breaks: "rule 3: rename removes the old name before the new one is on disk",
-        how: "setup_directory_add holds its buffers until the next setup_directory_remove has written its own",
+        how: "setup_directory_add and _change hold the entry's block until the next setup_directory_remove has written its own",
         workload: "rename-across",
         fault: Fault::RenameRemoveFirst,
     },
@@ -121,7 +126,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "data-allocs-unowed",
         base: "sync",
         breaks: "rule 1 for block pointers: an inode points to blocks its bitmap does not mark used yet",
-        how: "the data path's allocations are never marked owed: every hook clears Io::data_allocs_pending first",
+        how: "the data path's allocation facts (setup_allocdirect/_allocindir of data blocks) never reach sync, so it never owes their group blocks",
         workload: "write-chmod",
         fault: Fault::DataAllocsUnowed,
     },
@@ -129,7 +134,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "dirent-first",
         base: "sync",
         breaks: "rule 1: a new entry reaches disk before the inode it names",
-        how: "setup_inode_alloc holds the inode until setup_directory_add has written the entry",
+        how: "a new inode's first update_inodeblock is held until setup_directory_add has written the entry",
         workload: "create",
         fault: Fault::DirentFirst,
     },
@@ -143,13 +148,22 @@ pub fn by_name(name: &str) -> Option<&'static Planted> {
 impl Planted {
     /// The strategy with the bug in it.
     pub fn strategy(&self) -> Option<Box<dyn Strategy>> {
+        if self.base != "sync" {
+            return None;
+        }
+        let steps: Arc<dyn StepWriter> = match self.fault {
+            Fault::BarrierDropped => Arc::new(Unbarriered),
+            Fault::LazyReturn => Arc::new(NoEndFlush),
+            Fault::GroupsNoBarrier => Arc::new(GroupsUnbarriered),
+            _ => Arc::new(Ordered),
+        };
         Some(Box::new(PlantedSync {
             fault: self.fault,
             name: self.name,
-            inner: strategy::by_name(self.base)?,
+            inner: Sync::with_steps(steps),
             held: Mutex::new(Vec::new()),
+            new_inodes: Mutex::new(Vec::new()),
             freed: AtomicBool::new(false),
-            unflushed: AtomicBool::new(false),
         }))
     }
 
@@ -176,42 +190,85 @@ pub fn campaign(p: &Planted, states: Option<usize>) -> CampaignOptions {
     }
 }
 
-fn has_pointers(bufs: &[&BufRef]) -> bool {
-    bufs.iter()
-        .any(|b| b.kind() == kind::INODE || b.kind() == kind::INDIRECT)
+/// barrier-dropped: a step is written with no flush before it, owed group blocks too; the
+/// end of a call still flushes (`Io` marks the writes unflushed).
+struct Unbarriered;
+
+impl StepWriter for Unbarriered {
+    fn step(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        io.write_unordered(bufs)
+    }
+    fn groups(&self, io: &Io) -> FsResult<()> {
+        io.write_groups_unordered()
+    }
+    fn durable(&self, io: &Io) -> FsResult<()> {
+        io.barrier()
+    }
 }
 
-/// The base strategy with one [`Fault`]. Hooks the fault does not concern are the base's.
+/// lazy-return: a call returns with its last step unflushed.
+struct NoEndFlush;
+
+impl StepWriter for NoEndFlush {
+    fn step(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        Ordered.step(io, bufs)
+    }
+    fn groups(&self, io: &Io) -> FsResult<()> {
+        Ordered.groups(io)
+    }
+    fn durable(&self, _: &Io) -> FsResult<()> {
+        Ok(())
+    }
+}
+
+/// groups-no-barrier: owed group blocks are written with no flush before them.
+struct GroupsUnbarriered;
+
+impl StepWriter for GroupsUnbarriered {
+    fn step(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+        Ordered.step(io, bufs)
+    }
+    fn groups(&self, io: &Io) -> FsResult<()> {
+        io.write_groups_unordered()
+    }
+    fn durable(&self, io: &Io) -> FsResult<()> {
+        Ordered.durable(io)
+    }
+}
+
+/// The real `sync` with one [`Fault`]: facts the fault does not concern are sync's own.
 struct PlantedSync {
     fault: Fault,
     name: &'static str,
-    inner: Box<dyn Strategy>,
-    /// Buffers a hook held back (dirent-first: the new inode; free-before-clear: cleared
+    inner: Sync,
+    /// Buffers a fact held back (dirent-first: the new inode; free-before-clear: cleared
     /// pointers; rename-remove-first: the new name).
     held: Mutex<Vec<BufRef>>,
+    /// dirent-first: inodes allocated by this call whose first encoding is still to come,
+    /// with their group blocks.
+    new_inodes: Mutex<Vec<(Ino, [BufRef; 2])>>,
     /// free-before-clear: blocks were freed since the held pointers were cleared.
     freed: AtomicBool,
-    /// barrier-dropped: written since the last flush.
-    unflushed: AtomicBool,
 }
 
 impl PlantedSync {
-    fn take_held(&self) -> Vec<BufRef> {
-        std::mem::take(&mut *self.held.lock())
+    fn hold(&self, bufs: impl IntoIterator<Item = BufRef>) {
+        self.held.lock().extend(bufs);
     }
 
-    /// Writes whatever a hook held back, in one ordered step.
+    /// Writes whatever a fact held back, in one ordered step.
     fn write_held(&self, io: &Io) -> FsResult<()> {
-        let held = self.take_held();
+        let held = std::mem::take(&mut *self.held.lock());
         if held.is_empty() {
             return Ok(());
         }
         let refs: Vec<&BufRef> = held.iter().collect();
-        io.write_ordered(&refs)
+        io.write_step(&refs)
     }
 
-    /// Runs before every hook: the work a fault deferred to "the next step".
-    fn before_step(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+    /// Runs before every fact that makes sync write a step, and at the end of a call: the
+    /// work a fault deferred to "the next step".
+    fn before_step(&self, io: &Io) -> FsResult<()> {
         match self.fault {
             Fault::FreeBeforeClear if self.freed.swap(false, Ordering::AcqRel) => {
                 // The bug: the freed bits go first, durably; the pointers they freed after.
@@ -220,44 +277,8 @@ impl PlantedSync {
                 io.cache.flush_device()?;
                 self.write_held(io)
             }
-            Fault::DataAllocsUnowed => {
-                io.data_allocs_pending.store(false, Ordering::Release);
-                Ok(())
-            }
-            Fault::GroupsNoBarrier
-                if has_pointers(bufs) && io.data_allocs_pending.swap(false, Ordering::AcqRel) =>
-            {
-                io.cache
-                    .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
-                Ok(())
-            }
             Fault::RenameRemoveFirst => self.write_held(io),
             _ => Ok(()),
-        }
-    }
-
-    /// barrier-dropped: a step written with no flush before it (the owed group blocks
-    /// still go first, in the same epoch).
-    fn write_unbarriered(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        if has_pointers(bufs) && io.data_allocs_pending.swap(false, Ordering::AcqRel) {
-            io.cache
-                .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
-        }
-        let dirty: Vec<&BufRef> = bufs.iter().copied().filter(|b| b.is_dirty()).collect();
-        if !dirty.is_empty() {
-            io.cache.write_now(&dirty)?;
-            self.unflushed.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    /// A hook the fault does not change, unless it is barrier-dropped.
-    fn step(&self, io: &Io, bufs: &[&BufRef], base: impl FnOnce() -> FsResult<()>) -> FsResult<()> {
-        self.before_step(io, bufs)?;
-        if self.fault == Fault::BarrierDropped {
-            self.write_unbarriered(io, bufs)
-        } else {
-            base()
         }
     }
 }
@@ -272,92 +293,136 @@ impl Strategy for PlantedSync {
     fn syncer_interval(&self) -> Duration {
         self.inner.syncer_interval()
     }
-    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+    fn begin_op(&self, kind: OpKind) -> FsResult<OpState> {
+        self.new_inodes.lock().clear();
+        self.inner.begin_op(kind)
+    }
+    fn commit_point(&self, tx: &mut Tx) -> FsResult<()> {
+        self.inner.commit_point(tx)
+    }
+    fn end_op(&self, tx: &mut Tx, ok: bool) -> FsResult<()> {
+        if !ok {
+            self.held.lock().clear();
+            return self.inner.end_op(tx, ok);
+        }
+        self.before_step(tx.io)?;
         if self.fault == Fault::DirentFirst {
-            self.held.lock().extend(bufs.iter().map(|b| Arc::clone(b)));
+            // Whatever is still held (an inode whose entry never came) goes out now.
+            self.write_held(tx.io)?;
+        }
+        self.inner.end_op(tx, ok)
+    }
+    fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> FsResult<()> {
+        if self.fault == Fault::DirentFirst {
+            let groups = [Arc::clone(f.desc), Arc::clone(f.bitmap)];
+            self.new_inodes.lock().push((f.ino, groups));
+        }
+        self.inner.setup_inomapdep(tx, f)
+    }
+    fn setup_blkmapdep(&self, tx: &mut Tx, f: &BlkMapDep) -> FsResult<()> {
+        self.inner.setup_blkmapdep(tx, f)
+    }
+    fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> FsResult<()> {
+        if self.fault == Fault::DataAllocsUnowed && f.kind == BlockKind::Data {
             return Ok(());
         }
-        self.step(io, bufs, || self.inner.setup_inode_alloc(io, bufs))
+        if f.kind.is_metadata() {
+            self.before_step(tx.io)?;
+        }
+        self.inner.setup_allocdirect(tx, f)
     }
-    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.step(io, bufs, || self.inner.setup_block_init(io, bufs))
+    fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> FsResult<()> {
+        if self.fault == Fault::DataAllocsUnowed && f.kind == BlockKind::Data {
+            return Ok(());
+        }
+        if f.kind.is_metadata() {
+            self.before_step(tx.io)?;
+        }
+        self.inner.setup_allocindir(tx, f)
     }
-    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
+        if self.fault == Fault::DirentFirst {
+            let mut pending = self.new_inodes.lock();
+            if let Some(i) = pending.iter().position(|(i, _)| *i == ino) {
+                // The bug: the new inode's first encoding waits for its entry.
+                let (_, [desc, bitmap]) = pending.swap_remove(i);
+                self.hold([desc, bitmap, Arc::clone(buf)]);
+                return Ok(());
+            }
+        }
+        self.inner.update_inodeblock(tx, ino, buf)
+    }
+    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
         match self.fault {
             Fault::DirentDirty => Ok(()),
             Fault::RenameRemoveFirst => {
-                self.held.lock().extend(bufs.iter().map(|b| Arc::clone(b)));
+                self.hold([Arc::clone(f.buf)]);
                 Ok(())
             }
-            Fault::DirentFirst => {
+            Fault::DirentFirst if !self.held.lock().is_empty() => {
                 // The directory block alone first: the parent's inode often shares an
                 // inode block with the new inode and would carry it along.
-                let (entries, rest): (Vec<&BufRef>, Vec<&BufRef>) =
-                    bufs.iter().partition(|b| b.kind() == kind::DIRECTORY);
-                io.write_ordered(&entries)?;
-                let held = self.take_held();
-                let mut refs: Vec<&BufRef> = held.iter().collect();
-                refs.extend(rest);
-                io.write_ordered(&refs)
+                tx.io.write_step(&[f.buf])?;
+                if self.inner.take_groups_owed() {
+                    tx.io.write_groups()?;
+                }
+                self.write_held(tx.io)?;
+                self.inner.setup_directory_add(tx, f)
             }
-            _ => self.step(io, bufs, || self.inner.setup_directory_add(io, bufs)),
+            _ => self.inner.setup_directory_add(tx, f),
         }
     }
-    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+    fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> FsResult<Apply> {
+        if self.fault == Fault::RenameRemoveFirst && tx.kind != OpKind::Exchange {
+            self.hold([Arc::clone(f.buf)]);
+            return Ok(Apply::Now);
+        }
+        self.inner.setup_directory_change(tx, f)
+    }
+    fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> FsResult<Apply> {
         if self.fault == Fault::RenameRemoveFirst {
             // The old name goes first; the new one (held) after it.
-            self.inner.setup_directory_remove(io, bufs)?;
-            return self.write_held(io);
+            let apply = self.inner.setup_directory_remove(tx, f)?;
+            self.write_held(tx.io)?;
+            return Ok(apply);
         }
-        self.step(io, bufs, || self.inner.setup_directory_remove(io, bufs))
+        self.before_step(tx.io)?;
+        self.inner.setup_directory_remove(tx, f)
     }
-    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.step(io, bufs, || self.inner.setup_link_add(io, bufs))
+    fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> FsResult<()> {
+        if f.after > f.before && f.why != LinkWhy::DotDot {
+            self.before_step(tx.io)?;
+        }
+        self.inner.change_linkcnt(tx, f)
     }
-    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        // sync leaves a lowered count dirty; so does every fault.
-        self.before_step(io, bufs)?;
-        self.inner.setup_link_remove(io, bufs)
-    }
-    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
+    fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> FsResult<()> {
+        self.before_step(tx.io)?;
         if self.fault == Fault::FreeBeforeClear {
-            // Finish an earlier free first (its bitmaps are dirty by now), then hold these
-            // cleared pointers: the caller frees the bits after this returns.
-            self.before_step(io, bufs)?;
-            self.held.lock().extend(bufs.iter().map(|b| Arc::clone(b)));
+            // Hold these cleared pointers and free the bits at once.
+            self.hold(f.holders.iter().cloned().chain([Arc::clone(f.inode_buf)]));
+            if !f.freed.is_empty() {
+                tx.release(Release::Blocks(f.freed.to_vec()));
+            }
             self.freed.store(true, Ordering::Release);
             return Ok(());
         }
-        self.step(io, bufs, || self.inner.setup_freeblocks(io, bufs))
+        self.inner.setup_freeblocks(tx, f)
     }
-    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> FsResult<()> {
-        self.step(io, bufs, || self.inner.setup_attr_change(io, bufs))
+    fn setup_freefile(&self, tx: &mut Tx, f: &FreeFile) -> FsResult<()> {
+        self.inner.setup_freefile(tx, f)
     }
-    fn op_done(&self, io: &Io) -> FsResult<()> {
-        self.before_step(io, &[])?;
-        match self.fault {
-            Fault::LazyReturn => Ok(()),
-            Fault::DirentFirst => {
-                // Whatever is still held (an inode whose entry never came) goes out now.
-                self.write_held(io)?;
-                self.inner.op_done(io)
-            }
-            Fault::BarrierDropped => {
-                if self.unflushed.swap(false, Ordering::AcqRel) {
-                    io.cache.flush_device()?;
-                }
-                self.inner.op_done(io)
-            }
-            _ => self.inner.op_done(io),
-        }
+    fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> FsResult<()> {
+        self.before_step(tx.io)?;
+        self.inner.setup_attr_change(tx, f)
     }
-    fn fsync(&self, io: &Io, data: &[BufRef]) -> FsResult<()> {
-        self.before_step(io, &[])?;
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> FsResult<()> {
+        let (io, data) = (e.io(), f.blocks);
+        self.before_step(io)?;
         match self.fault {
             Fault::FsyncMetaFirst => {
                 // The bug: pointers (inode, indirect blocks, bitmaps) first, durably; the
                 // data they point to after.
-                io.data_allocs_pending.store(false, Ordering::Release);
+                self.inner.take_groups_owed();
                 io.cache
                     .write_back_filter(&|b: &Buf| b.kind() != kind::DATA)?;
                 io.cache.flush_device()?;
@@ -369,20 +434,18 @@ impl Strategy for PlantedSync {
                 Ok(())
             }
             Fault::GroupsNoBarrier => {
-                io.cache
-                    .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
-                self.inner.fsync(io, data)
+                io.write_groups_unordered()?;
+                self.inner.fsync(e, f)
             }
-            _ => self.inner.fsync(io, data),
+            _ => self.inner.fsync(e, f),
         }
     }
-    fn write_back(&self, io: &Io, durable: bool) -> FsResult<()> {
-        self.before_step(io, &[])?;
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> FsResult<()> {
+        self.before_step(e.io())?;
         if self.fault == Fault::GroupsNoBarrier {
-            io.cache
-                .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
+            e.io().write_groups_unordered()?;
         }
-        self.inner.write_back(io, durable)
+        self.inner.sync(e, why)
     }
 }
 

@@ -384,6 +384,7 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
         syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
         read_only: false,
         force: false,
+        mode_options: Vec::new(),
     };
     let ffs = Ffs::mount_device_with_strategy(dev.clone() as Arc<dyn BlockDevice>, &opts, strategy)
         .map_err(|e| fail("mount", e))?;

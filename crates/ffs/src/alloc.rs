@@ -1,36 +1,118 @@
-//! Inode and block allocation, FFS style (McKusick et al., "A Fast File System for UNIX"):
-//! a file's inode goes in its directory's group, a new directory goes to a group with
-//! above-average free inodes and the fewest directories (spreading the tree), and a file's
-//! blocks follow the previous block of the file so reads are sequential.
+//! The allocator: inode and block bitmaps, group summaries and free counts, FFS style
+//! (McKusick et al., "A Fast File System for UNIX"): a file's inode goes in its directory's
+//! group, a new directory goes to a group with above-average free inodes and the fewest
+//! directories (spreading the tree), and a file's blocks follow the previous block of the
+//! file so reads are sequential.
+//!
+//! The allocator owns the group summaries (`GroupDesc`, one per group, mirrored in the
+//! group's descriptor block) and the file system's free counts. Invariant, at every
+//! operation boundary: each summary equals its descriptor buffer and the free counts are
+//! the sums of the summaries (`Allocator::check`). Inside an undo scope it saves each
+//! summary on its first change and the free counts at the start, so a failed operation's
+//! rollback restores them together with the bitmap and descriptor buffers (see `undo`).
 
 use cairn_bufcache::BufRef;
 use cairn_vfs::{Errno, FsError, Result};
 
-use crate::format::{bitmap, kind, superblock};
-use crate::{Ffs, State, corrupt_err};
+use crate::corrupt_err;
+use crate::format::{GroupDesc, bitmap, kind, superblock};
+use crate::volume::Volume;
 
 /// Sets bit `i` of a bitmap block, saving (in an undo scope) only the byte it changes.
 fn set_bit(b: &BufRef, i: usize, v: bool) {
     bitmap::set(&mut b.write_range(i / 8, 1), i % 8, v);
 }
 
-impl Ffs {
-    /// The group descriptor and one bitmap of group `g`, for a step's buffer list.
-    pub(crate) fn group_bufs(&self, g: u64, inode_map: bool) -> Result<[BufRef; 2]> {
-        let d = self.bread(self.geo.desc_block(g), kind::GROUP)?;
-        let m = if inode_map {
-            self.geo.inode_bitmap(g)
-        } else {
-            self.geo.block_bitmap(g)
-        };
-        Ok([d, self.bread(m, kind::GROUP)?])
+/// Where an allocation was recorded: the group's descriptor block and the bitmap block
+/// holding its bit (FreeBSD's `bmsafemap` is keyed by the same cylinder-group buffer).
+pub(crate) struct Groups {
+    pub desc: BufRef,
+    pub bitmap: BufRef,
+}
+
+pub(crate) struct Allocator {
+    groups: Vec<GroupDesc>,
+    free_blocks: u64,
+    free_inodes: u64,
+    undo: AllocUndo,
+}
+
+/// The allocator's half of an open undo scope.
+#[derive(Default)]
+struct AllocUndo {
+    active: bool,
+    /// Every summary changed in the scope, as it was before.
+    groups: Vec<(usize, GroupDesc)>,
+    free_blocks: u64,
+    free_inodes: u64,
+}
+
+impl Allocator {
+    /// The allocator of a mounted file system whose summaries were read from the
+    /// descriptor blocks.
+    pub fn new(groups: Vec<GroupDesc>) -> Allocator {
+        let free_blocks = groups.iter().map(|g| g.free_blocks as u64).sum();
+        let free_inodes = groups.iter().map(|g| g.free_inodes as u64).sum();
+        Allocator {
+            groups,
+            free_blocks,
+            free_inodes,
+            undo: AllocUndo::default(),
+        }
     }
 
-    fn store_desc(&self, st: &State, g: u64) -> Result<()> {
-        let b = self.bread(self.geo.desc_block(g), kind::GROUP)?;
-        st.groups[g as usize].encode(&mut b.write_range(0, superblock::SB_BYTES));
-        self.cache.mark_dirty(&b);
+    pub fn free_blocks(&self) -> u64 {
+        self.free_blocks
+    }
+
+    pub fn free_inodes(&self) -> u64 {
+        self.free_inodes
+    }
+
+    /// Directories in the file system (the superblock's summary).
+    pub fn dirs(&self) -> u64 {
+        self.groups.iter().map(|g| g.dirs as u64).sum()
+    }
+
+    /// Refuses with ENOSPC, before anything changes, an operation that needs `inodes`
+    /// inodes and `blocks` blocks when fewer are free (the preflight that keeps the common
+    /// ENOSPC from ever being hit halfway). The summaries are trusted here; should they be
+    /// wrong, the allocator still fails cleanly and the undo takes the operation back.
+    pub fn reserve(&self, inodes: u64, blocks: u64) -> Result<()> {
+        if self.free_inodes < inodes || self.free_blocks < blocks {
+            return Err(Errno::ENOSPC.into());
+        }
         Ok(())
+    }
+
+    /// Group `g`'s summary, for changing it: saved first if an undo scope is open.
+    fn group_mut(&mut self, g: u64) -> &mut GroupDesc {
+        let g = g as usize;
+        if self.undo.active && !self.undo.groups.iter().any(|(i, _)| *i == g) {
+            self.undo.groups.push((g, self.groups[g].clone()));
+        }
+        &mut self.groups[g]
+    }
+
+    /// The group descriptor and one bitmap of group `g`.
+    pub fn group_bufs(&self, vol: &Volume, g: u64, inode_map: bool) -> Result<Groups> {
+        let desc = vol.bread(vol.geo.desc_block(g), kind::GROUP)?;
+        let m = if inode_map {
+            vol.geo.inode_bitmap(g)
+        } else {
+            vol.geo.block_bitmap(g)
+        };
+        Ok(Groups {
+            desc,
+            bitmap: vol.bread(m, kind::GROUP)?,
+        })
+    }
+
+    fn store_desc(&self, vol: &Volume, g: u64) -> Result<BufRef> {
+        let b = vol.bread(vol.geo.desc_block(g), kind::GROUP)?;
+        self.groups[g as usize].encode(&mut b.write_range(0, superblock::SB_BYTES));
+        vol.cache.mark_dirty(&b);
+        Ok(b)
     }
 
     /// Allocates an inode near `parent` (or spread out, for a directory). Returns the inode
@@ -39,44 +121,44 @@ impl Ffs {
     /// An inode whose bit is clear but whose table slot is in use (a crash left the inode
     /// written but not its bitmap, and no fsck ran) is skipped and its bit set: reusing it
     /// could hand out an inode some directory still names. fsck reclaims it if it is a leak.
-    pub(crate) fn alloc_inode(
-        &self,
-        st: &mut State,
+    pub fn alloc_inode(
+        &mut self,
+        vol: &Volume,
         parent: u64,
         dir: bool,
-    ) -> Result<(u64, u32, [BufRef; 2])> {
-        let n = self.geo.group_count;
-        let pg = self.geo.group_of_ino(parent).min(n - 1);
+    ) -> Result<(u64, u32, Groups)> {
+        let n = vol.geo.group_count;
+        let pg = vol.geo.group_of_ino(parent).min(n - 1);
         let start = if dir {
-            let total_free: u64 = st.groups.iter().map(|g| g.free_inodes as u64).sum();
+            let total_free: u64 = self.groups.iter().map(|g| g.free_inodes as u64).sum();
             let avg = total_free / n;
             (0..n)
                 .map(|i| (pg + i) % n)
-                .filter(|&g| st.groups[g as usize].free_inodes as u64 >= avg.max(1))
-                .min_by_key(|&g| st.groups[g as usize].dirs)
+                .filter(|&g| self.groups[g as usize].free_inodes as u64 >= avg.max(1))
+                .min_by_key(|&g| self.groups[g as usize].dirs)
                 .unwrap_or(pg)
         } else {
             pg
         };
         for i in 0..n {
             let g = (start + i) % n;
-            let ipg = self.geo.inodes_per_group as usize;
-            while st.groups[g as usize].free_inodes > 0 {
-                let bufs = self.group_bufs(g, true)?;
-                let Some(idx) = bitmap::find_clear(&bufs[1].read(), 0, ipg) else {
+            let ipg = vol.geo.inodes_per_group as usize;
+            while self.groups[g as usize].free_inodes > 0 {
+                let bufs = self.group_bufs(vol, g, true)?;
+                let Some(idx) = bitmap::find_clear(&bufs.bitmap.read(), 0, ipg) else {
                     // The summary said free but the bitmap is full: trust the bitmap.
-                    st.group_mut(g).free_inodes = 0;
+                    self.group_mut(g).free_inodes = 0;
                     break;
                 };
-                set_bit(&bufs[1], idx, true);
-                self.cache.mark_dirty(&bufs[1]);
-                st.group_mut(g).free_inodes -= 1;
-                st.free_inodes = st.free_inodes.saturating_sub(1);
-                let ino = g * self.geo.inodes_per_group + idx as u64;
+                set_bit(&bufs.bitmap, idx, true);
+                vol.cache.mark_dirty(&bufs.bitmap);
+                self.group_mut(g).free_inodes -= 1;
+                self.free_inodes = self.free_inodes.saturating_sub(1);
+                let ino = g * vol.geo.inodes_per_group + idx as u64;
                 let old = if ino < crate::format::ROOT_INO {
                     None
                 } else {
-                    match self.read_disk_inode(ino) {
+                    match vol.read_disk_inode(ino) {
                         Ok(d) => Some(d),
                         // The device failed, not the slot: fail the operation (its undo
                         // clears the bit again) rather than leak a good inode.
@@ -87,16 +169,16 @@ impl Ffs {
                 match old {
                     Some(old) if old.is_free() => {
                         if dir {
-                            st.group_mut(g).dirs += 1;
+                            self.group_mut(g).dirs += 1;
                         }
-                        self.store_desc(st, g)?;
+                        self.store_desc(vol, g)?;
                         return Ok((ino, old.generation, bufs));
                     }
                     _ => {
                         log::warn!(
                             "inode {ino} is marked free but its slot is in use or unreadable: skipped (run cairn fsck)"
                         );
-                        self.store_desc(st, g)?;
+                        self.store_desc(vol, g)?;
                     }
                 }
             }
@@ -104,89 +186,144 @@ impl Ffs {
         Err(Errno::ENOSPC.into())
     }
 
-    pub(crate) fn free_inode_bit(&self, st: &mut State, ino: u64, dir: bool) -> Result<()> {
-        let g = self.geo.group_of_ino(ino);
-        let b = self.bread(self.geo.inode_bitmap(g), kind::GROUP)?;
-        let idx = (ino % self.geo.inodes_per_group) as usize;
-        if !bitmap::get(&b.read(), idx) {
+    /// Clears inode `ino`'s bit (the inode was freed; `dir`: it was a directory).
+    pub fn free_inode(&mut self, vol: &Volume, ino: u64, dir: bool) -> Result<Groups> {
+        let g = vol.geo.group_of_ino(ino);
+        let bufs = self.group_bufs(vol, g, true)?;
+        let idx = (ino % vol.geo.inodes_per_group) as usize;
+        if !bitmap::get(&bufs.bitmap.read(), idx) {
             return Err(corrupt_err(format!(
                 "freeing inode {ino} that is not allocated"
             )));
         }
-        set_bit(&b, idx, false);
-        self.cache.mark_dirty(&b);
-        let gd = st.group_mut(g);
+        set_bit(&bufs.bitmap, idx, false);
+        vol.cache.mark_dirty(&bufs.bitmap);
+        let gd = self.group_mut(g);
         gd.free_inodes += 1;
         if dir {
             gd.dirs = gd.dirs.saturating_sub(1);
         }
-        st.free_inodes += 1;
-        self.store_desc(st, g)
+        self.free_inodes += 1;
+        self.store_desc(vol, g)?;
+        Ok(bufs)
     }
 
     /// Allocates a block as close after `pref` as possible (`pref` 0: the group of `ino`).
-    pub(crate) fn alloc_block(&self, st: &mut State, pref: u64, ino: u64) -> Result<u64> {
-        let n = self.geo.group_count;
-        let (pg, pbit) = if pref != 0 && pref < self.geo.total_blocks {
-            let g = self.geo.group_of_block(pref);
-            (g, pref - self.geo.group_start(g))
+    /// Returns the block and the group buffers that recorded it.
+    pub fn alloc_block(&mut self, vol: &Volume, pref: u64, ino: u64) -> Result<(u64, Groups)> {
+        let n = vol.geo.group_count;
+        let (pg, pbit) = if pref != 0 && pref < vol.geo.total_blocks {
+            let g = vol.geo.group_of_block(pref);
+            (g, pref - vol.geo.group_start(g))
         } else {
-            let g = self.geo.group_of_ino(ino).min(n - 1);
-            (g, self.geo.meta_blocks())
+            let g = vol.geo.group_of_ino(ino).min(n - 1);
+            (g, vol.geo.meta_blocks())
         };
-        // Reserve blocks so the last few are never needed for metadata we cannot write.
         for i in 0..n {
             let g = (pg + i) % n;
-            if st.groups[g as usize].free_blocks == 0 {
+            if self.groups[g as usize].free_blocks == 0 {
                 continue;
             }
-            let len = self.geo.group_len(g) as usize;
+            let len = vol.geo.group_len(g) as usize;
             let from = if i == 0 {
                 pbit as usize
             } else {
-                self.geo.meta_blocks() as usize
+                vol.geo.meta_blocks() as usize
             };
-            let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
+            let b = vol.bread(vol.geo.block_bitmap(g), kind::GROUP)?;
             let Some(bit) = bitmap::find_clear(&b.read(), from, len) else {
-                st.group_mut(g).free_blocks = 0;
+                self.group_mut(g).free_blocks = 0;
                 continue;
             };
             set_bit(&b, bit, true);
-            self.cache.mark_dirty(&b);
-            st.group_mut(g).free_blocks -= 1;
-            st.free_blocks = st.free_blocks.saturating_sub(1);
-            self.store_desc(st, g)?;
-            let blk = self.geo.group_start(g) + bit as u64;
-            if !self.geo.is_data_block(blk) {
+            vol.cache.mark_dirty(&b);
+            self.group_mut(g).free_blocks -= 1;
+            self.free_blocks = self.free_blocks.saturating_sub(1);
+            let desc = self.store_desc(vol, g)?;
+            let blk = vol.geo.group_start(g) + bit as u64;
+            if !vol.geo.is_data_block(blk) {
                 return Err(corrupt_err(format!(
                     "group {g}: bitmap shows metadata block {blk} free"
                 )));
             }
-            return Ok(blk);
+            return Ok((blk, Groups { desc, bitmap: b }));
         }
         Err(Errno::ENOSPC.into())
     }
 
-    pub(crate) fn free_block(&self, st: &mut State, blk: u64) -> Result<()> {
-        if !self.geo.is_data_block(blk) {
+    /// Clears block `blk`'s bit. Its cached buffer is dropped first: a freed block's
+    /// contents must never be written over its next owner.
+    pub fn free_block(&mut self, vol: &Volume, blk: u64) -> Result<Groups> {
+        if !vol.geo.is_data_block(blk) {
             return Err(corrupt_err(format!(
                 "freeing block {blk} outside the data area"
             )));
         }
-        let g = self.geo.group_of_block(blk);
-        let b = self.bread(self.geo.block_bitmap(g), kind::GROUP)?;
-        let bit = (blk - self.geo.group_start(g)) as usize;
+        let g = vol.geo.group_of_block(blk);
+        let b = vol.bread(vol.geo.block_bitmap(g), kind::GROUP)?;
+        let bit = (blk - vol.geo.group_start(g)) as usize;
         if !bitmap::get(&b.read(), bit) {
             return Err(corrupt_err(format!(
                 "freeing block {blk} that is already free"
             )));
         }
         set_bit(&b, bit, false);
-        self.cache.mark_dirty(&b);
-        // A freed block's cached contents must never be written over its next owner.
-        self.cache.invalidate(blk);
-        st.group_mut(g).free_blocks += 1;
-        st.free_blocks += 1;
-        self.store_desc(st, g)
+        vol.cache.mark_dirty(&b);
+        vol.cache.invalidate(blk);
+        self.group_mut(g).free_blocks += 1;
+        self.free_blocks += 1;
+        let desc = self.store_desc(vol, g)?;
+        Ok(Groups { desc, bitmap: b })
+    }
+
+    // ---- undo ------------------------------------------------------------------------
+
+    pub fn begin_undo(&mut self) {
+        self.undo.active = true;
+        self.undo.groups.clear();
+        self.undo.free_blocks = self.free_blocks;
+        self.undo.free_inodes = self.free_inodes;
+    }
+
+    pub fn commit_undo(&mut self) {
+        self.undo.active = false;
+        self.undo.groups.clear();
+    }
+
+    /// Puts every summary and the free counts back as they were when the scope began.
+    pub fn rollback_undo(&mut self) {
+        self.undo.active = false;
+        for (g, d) in std::mem::take(&mut self.undo.groups).into_iter().rev() {
+            self.groups[g] = d;
+        }
+        self.free_blocks = self.undo.free_blocks;
+        self.free_inodes = self.undo.free_inodes;
+    }
+
+    /// The invariant (module documentation): every summary equals its descriptor buffer
+    /// and the free counts are their sums. Returns the first disagreement.
+    pub fn check(&self, vol: &Volume) -> std::result::Result<(), String> {
+        let (mut fb, mut fi) = (0u64, 0u64);
+        for g in 0..vol.geo.group_count {
+            let b = vol
+                .bread(vol.geo.desc_block(g), kind::GROUP)
+                .map_err(|e| e.to_string())?;
+            let d = GroupDesc::decode(&b.read(), g).map_err(|x| x.0)?;
+            if d != self.groups[g as usize] {
+                return Err(format!(
+                    "group {g}: in core {:?}, buffer {d:?}",
+                    self.groups[g as usize]
+                ));
+            }
+            fb += d.free_blocks as u64;
+            fi += d.free_inodes as u64;
+        }
+        if (fb, fi) != (self.free_blocks, self.free_inodes) {
+            return Err(format!(
+                "free counts in core ({}, {}), sum of the groups ({fb}, {fi})",
+                self.free_blocks, self.free_inodes
+            ));
+        }
+        Ok(())
     }
 }

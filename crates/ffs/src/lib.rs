@@ -1,27 +1,42 @@
 //! cairn-ffs: the FFS-style on-disk format and its metadata-update strategies.
 //!
-//! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O);
-//! `alloc`, `inode` and `dirindex` are the engine's allocation, block-map and directory
-//! machinery; [`strategy`] holds the metadata-update disciplines behind one interface;
-//! `ops` implements the [`cairn_vfs::FileSystem`] contract; `undo` makes a failed
-//! operation change nothing; `mkfs` creates file systems.
+//! Layout of the crate: [`format`] is the on-disk format (codecs only, no I/O). The
+//! engine's pieces are types of their own, each owning its state, its invariant and its
+//! half of the undo (see `undo`): `volume` (geometry and block reads), `alloc`
+//! (`Allocator`: bitmaps, group summaries, free counts), `inode` (`InodeTable`: in-core
+//! inodes and orphans), `directory` (`Directories`: the name indexes, and the entry
+//! updates), `handles` (`Handles`: open handles). `bmap` is the block map over them.
+//! [`strategy`] holds the metadata-update disciplines behind one interface (facts, the
+//! write path and the life cycle); `worker` is the one background thread of a mount (the
+//! syncer and the strategy's background work); `ops` implements the
+//! [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed operation change
+//! nothing; `mkfs` creates file systems (the one writer outside a strategy).
 //!
-//! Concurrency: one mutex guards the in-memory state of a mounted file system (in-core
-//! inodes, directory indexes, group summaries, open handles). Requests from several FUSE
-//! threads serialize on it; the buffer cache below has its own locks. A device wait in
-//! `sync` mode holds the lock, as a classic FFS holds the vnode locks of the operation.
+//! Concurrency: one mutex, the engine's lock, guards the in-memory state of a mounted file
+//! system ([`State`]: the pieces above and the superblock fields). Requests from several
+//! FUSE threads serialize on it; the buffer cache below has its own locks; a per-file lock
+//! (`Ffs::ilock`, taken before the engine's) orders a file's data path. Whether the
+//! engine's lock is held across device writes and flushes is the strategy's
+//! [`strategy::IoModel`]: in `sync` (`Serialized`) it is, as a classic FFS holds the vnode
+//! locks of the operation; in `async` (`Concurrent`) it never is, so the syncer, memory
+//! pressure, fsync, sync(2) and a write's stream never stall other calls. docs/DESIGN.md,
+//! "Locks and device I/O", has the lock order.
 
 pub mod format;
 pub mod strategy;
 
 mod alloc;
-mod dirindex;
+mod bmap;
+mod directory;
+mod handles;
 mod inode;
 mod mkfs;
 mod ops;
 #[cfg(test)]
 mod tests;
 mod undo;
+mod volume;
+mod worker;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,13 +45,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
-use cairn_bufcache::{BufRef, BufferCache, CacheConfig, NoHooks};
+use cairn_bufcache::{BufRef, BufferCache, CacheConfig};
 use cairn_vfs::FsError;
 use cairn_vfs::modes::AfterCrash;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-use crate::format::{Geometry, GroupDesc, Superblock, kind, superblock};
+use crate::alloc::Allocator;
+use crate::directory::Directories;
+use crate::format::{DiskInode, Geometry, GroupDesc, Superblock, kind, superblock};
+use crate::handles::Handles;
+use crate::inode::{InCore, InodeTable};
 use crate::strategy::{Io, Strategy};
+use crate::volume::Volume;
+use crate::worker::Worker;
 
 pub use mkfs::{mkfs, mkfs_device};
 
@@ -47,6 +68,9 @@ pub use strategy::{ModeInfo, modes};
 pub struct MountOptions {
     /// One of [`modes`]' names.
     pub mode: String,
+    /// Options the mode parses itself (a journal's `log=`, `commit=`), in the order given;
+    /// checked against the mode when the strategy is made (`strategy::make`).
+    pub mode_options: Vec<(String, Option<String>)>,
     /// Buffer-cache budget in bytes.
     pub cache_bytes: u64,
     /// How often the syncer writes dirty buffers; `None` = the mode's default (30 s for async).
@@ -61,6 +85,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             mode: "sync".into(),
+            mode_options: Vec::new(),
             cache_bytes: 256 << 20,
             syncer_interval: None,
             read_only: false,
@@ -70,7 +95,8 @@ impl Default for MountOptions {
 }
 
 impl MountOptions {
-    /// Applies one `-o key[=value]` option. Unknown keys are an error naming the key.
+    /// Applies one `-o key[=value]` option. A key no mode parses is an error naming it; a
+    /// mode's own option is kept for the mode ([`MountOptions::check`] checks the set).
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
         let need = |v: Option<&'_ str>| -> Result<String, String> {
             v.map(str::to_string)
@@ -98,9 +124,18 @@ impl MountOptions {
             "ro" => self.read_only = true,
             "force" => self.force = true,
             "rw" => self.read_only = false,
+            _ if strategy::is_mode_option(key) => self
+                .mode_options
+                .push((key.to_string(), value.map(str::to_string))),
             _ => return Err(format!("unknown mount option '{key}'")),
         }
         Ok(())
+    }
+
+    /// Checks the options as a whole: the mode's own options against the mode, whatever
+    /// order `-o` gave them in (`log=file,mode=journal` and `mode=journal,log=file` alike).
+    pub fn check(&self) -> Result<(), String> {
+        strategy::make(&self.mode, &self.mode_options).map(|_| ())
     }
 }
 
@@ -159,31 +194,25 @@ impl Default for MkfsOptions {
     }
 }
 
-/// One open file or directory handle.
-pub(crate) struct Handle {
-    pub ino: u64,
-    pub flags: i32,
-}
-
-/// Everything the big lock protects.
+/// Everything the engine's lock protects: the engine's pieces (each its own type, with its
+/// own invariant and its own half of the undo) and the superblock fields.
 pub(crate) struct State {
     pub sb: Superblock,
-    pub groups: Vec<GroupDesc>,
-    pub free_blocks: u64,
-    pub free_inodes: u64,
-    pub inodes: HashMap<u64, inode::InCore>,
-    pub dirs: HashMap<u64, dirindex::DirIndex>,
-    pub handles: HashMap<u64, Handle>,
-    pub next_fh: u64,
-    /// Device counters at the start of the current operation (for per-op attribution).
-    pub op_stats: HashMap<&'static str, OpStat>,
-    /// Unlinked inodes still referenced (open, or not yet forgotten by the kernel). An
-    /// ordered set: nothing on the write path may depend on hash order.
-    pub orphans: std::collections::BTreeSet<u64>,
-    /// Set while `maybe_free_inode` truncates: the truncation's inode write also frees it.
-    pub free_on_truncate: Option<u64>,
-    /// The in-core half of the open undo scope (see `undo`).
-    pub undo: undo::Undo,
+    pub alloc: Allocator,
+    pub inodes: InodeTable,
+    pub dirs: Directories,
+    pub handles: Handles,
+    /// The call in progress (between the strategy's `begin_op` and `end_op`): facts are
+    /// declared only inside one.
+    pub op: Option<OpCtx>,
+}
+
+/// One call in progress: its kind, the strategy's state for it, and what the strategy has
+/// released to the allocator and the engine has not yet cleared.
+pub(crate) struct OpCtx {
+    pub kind: strategy::OpKind,
+    pub state: strategy::OpState,
+    pub released: Vec<strategy::Release>,
 }
 
 /// Per-operation-type counts for `cairn stats`.
@@ -200,18 +229,28 @@ pub(crate) fn corrupt_err(msg: impl Into<String>) -> FsError {
     FsError::Corrupt(m)
 }
 
+/// Stripes of the per-file locks (`Ffs::ilocks`): two files share one only by their
+/// numbers' remainder, which costs a wait now and then, never a deadlock (a call holds one).
+const ILOCK_STRIPES: u64 = 256;
+
 /// A mounted file system. Implements [`cairn_vfs::FileSystem`].
 pub struct Ffs {
-    pub(crate) geo: Geometry,
-    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) vol: Volume,
     pub(crate) dev: Arc<dyn BlockDevice>,
     pub(crate) io: Io,
     pub(crate) strategy: Box<dyn Strategy>,
     pub(crate) st: Mutex<State>,
     pub(crate) read_only: bool,
     pub(crate) max_file_size: u64,
-    syncer_ctl: Arc<(Mutex<bool>, Condvar)>,
-    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The syncer and the strategy's background work (see `worker`).
+    pub(crate) worker: Worker,
+    /// Per-file locks, striped by inode number: a write holds its file's exclusively from
+    /// its first pass to its last (in a `Concurrent` mode the engine's lock is released
+    /// in between, while its data goes to the device); reads and fsync hold it shared;
+    /// truncation exclusively. Taken before the engine's lock, never after it.
+    ilocks: Box<[parking_lot::RwLock<()>]>,
+    /// Device counters per operation type (for `cairn stats`).
+    pub(crate) stats: Mutex<HashMap<&'static str, OpStat>>,
     unmounted: AtomicBool,
     pub(crate) ops_total: AtomicU64,
 }
@@ -255,8 +294,8 @@ impl Ffs {
         dev: Arc<dyn BlockDevice>,
         opts: &MountOptions,
     ) -> Result<Arc<Ffs>, FsError> {
-        let strategy = strategy::by_name(&opts.mode)
-            .ok_or_else(|| FsError::Corrupt(format!("unknown mode '{}'", opts.mode)))?;
+        let strategy = strategy::make(&opts.mode, &opts.mode_options)
+            .map_err(|e| FsError::Refused(cairn_vfs::Errno::EINVAL, e))?;
         Self::mount_device_with_strategy(dev, opts, strategy)
     }
 
@@ -310,6 +349,12 @@ impl Ffs {
                 sb.feature_ro_compat
             )));
         }
+        if !opts.read_only {
+            // A mode with a log replays it before anything else is read.
+            strategy.recover(dev.as_ref(), &sb)?;
+        }
+        // The mode's write hooks are in place before the first block is read: every write
+        // the cache will ever issue goes through them.
         let cache = BufferCache::new(
             dev.clone(),
             CacheConfig {
@@ -317,10 +362,9 @@ impl Ffs {
                 syncer_interval: None,
                 ..CacheConfig::default()
             },
-            Arc::new(NoHooks),
+            strategy.write_hooks(),
         );
         let mut groups = Vec::with_capacity(geo.group_count as usize);
-        let (mut free_blocks, mut free_inodes) = (0u64, 0u64);
         for g in 0..geo.group_count {
             let b = cache.read(geo.desc_block(g))?;
             b.set_kind(kind::GROUP);
@@ -332,37 +376,31 @@ impl Ffs {
                     "group {g}: free counts exceed the group's size"
                 )));
             }
-            free_blocks += d.free_blocks as u64;
-            free_inodes += d.free_inodes as u64;
             groups.push(d);
         }
         let syncer_interval = opts
             .syncer_interval
             .unwrap_or_else(|| strategy.syncer_interval());
         let fs = Arc::new(Ffs {
-            geo,
             io: Io::new(cache.clone()),
-            cache,
+            vol: Volume { geo, cache },
             dev,
             strategy,
             st: Mutex::new(State {
                 sb: sb.clone(),
-                groups,
-                free_blocks,
-                free_inodes,
-                inodes: HashMap::new(),
-                dirs: HashMap::new(),
-                handles: HashMap::new(),
-                next_fh: 1,
-                op_stats: HashMap::new(),
-                free_on_truncate: None,
-                orphans: Default::default(),
-                undo: Default::default(),
+                alloc: Allocator::new(groups),
+                inodes: InodeTable::default(),
+                dirs: Directories::default(),
+                handles: Handles::default(),
+                op: None,
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
-            syncer_ctl: Arc::new((Mutex::new(false), Condvar::new())),
-            syncer: Mutex::new(None),
+            worker: Worker::idle(),
+            ilocks: (0..ILOCK_STRIPES)
+                .map(|_| parking_lot::RwLock::new(()))
+                .collect(),
+            stats: Mutex::new(HashMap::new()),
             unmounted: AtomicBool::new(false),
             ops_total: AtomicU64::new(0),
         });
@@ -379,56 +417,170 @@ impl Ffs {
             sb.mounted_ns = inode::now_ns();
             sb.last_mode = fs.strategy.name().to_string();
             fs.st.lock().sb = sb;
+            fs.strategy.mount(&*fs)?;
             fs.write_superblock()?;
-            let weak = Arc::downgrade(&fs);
-            let ctl = fs.syncer_ctl.clone();
-            let h = std::thread::Builder::new()
-                .name("cairn-syncer".into())
-                .spawn(move || syncer_loop(weak, ctl, syncer_interval))
+            fs.worker
+                .start(
+                    Arc::downgrade(&fs),
+                    syncer_interval,
+                    fs.strategy.background_interval(),
+                )
                 .map_err(FsError::Io)?;
-            *fs.syncer.lock() = Some(h);
         }
         Ok(fs)
     }
 
     pub(crate) fn bread(&self, blk: u64, k: u8) -> Result<BufRef, FsError> {
-        if blk >= self.geo.total_blocks {
-            return Err(corrupt_err(format!(
-                "block {blk} beyond the end of the file system"
-            )));
-        }
-        let b = self.cache.read(blk)?;
-        b.set_kind(k);
-        Ok(b)
+        self.vol.bread(blk, k)
     }
 
     pub(crate) fn bnew(&self, blk: u64, k: u8) -> BufRef {
-        let b = self.cache.get_new(blk);
-        b.set_kind(k);
-        b
+        self.vol.bnew(blk, k)
     }
 
-    /// Writes the primary superblock with the current summary counts and flushes.
+    /// The in-core inode `ino`, loading it (see [`InodeTable::get`]).
+    pub(crate) fn iget<'a>(&self, st: &'a mut State, ino: u64) -> Result<&'a mut InCore, FsError> {
+        st.inodes.get(&self.vol, ino)
+    }
+
+    /// Puts a newly allocated inode in core.
+    pub(crate) fn iinsert(&self, st: &mut State, ino: u64, d: DiskInode) {
+        st.inodes.insert(ino, d)
+    }
+
+    /// Encodes inode `ino` into its table block and tells the strategy
+    /// (`update_inodeblock`); returns the block.
+    pub(crate) fn store(&self, st: &mut State, ino: u64) -> Result<BufRef, FsError> {
+        let b = st.inodes.store(&self.vol, ino)?;
+        self.fact(st, |s, tx| s.update_inodeblock(tx, ino, &b))?;
+        Ok(b)
+    }
+
+    /// The attributes of in-core inode `ino`.
+    pub(crate) fn attr(&self, st: &mut State, ino: u64) -> Result<cairn_vfs::Attr, FsError> {
+        let ic = self.iget(st, ino)?;
+        Ok(inode::attr_of(&self.vol.geo, ino, ic))
+    }
+
+    /// Declares a fact to the strategy, inside the call in progress; what the strategy
+    /// released meanwhile is cleared in the allocator before this returns (rule 2 is the
+    /// strategy's to keep: it releases only when its order allows).
+    pub(crate) fn fact<R>(
+        &self,
+        st: &mut State,
+        f: impl FnOnce(&dyn Strategy, &mut strategy::Tx) -> Result<R, FsError>,
+    ) -> Result<R, FsError> {
+        let op = st
+            .op
+            .as_mut()
+            .ok_or_else(|| corrupt_err("a fact declared outside any call"))?;
+        let mut tx = strategy::Tx {
+            kind: op.kind,
+            io: &self.io,
+            state: &mut op.state,
+            released: &mut op.released,
+        };
+        let r = f(&*self.strategy, &mut tx)?;
+        self.apply_releases(st)?;
+        Ok(r)
+    }
+
+    /// Clears in the allocator the bits the strategy released.
+    pub(crate) fn apply_releases(&self, st: &mut State) -> Result<(), FsError> {
+        let Some(op) = st.op.as_mut() else {
+            return Ok(());
+        };
+        if op.released.is_empty() {
+            return Ok(());
+        }
+        for r in std::mem::take(&mut op.released) {
+            match r {
+                strategy::Release::Blocks(blocks) => {
+                    for b in blocks {
+                        st.alloc.free_block(&self.vol, b)?;
+                    }
+                }
+                strategy::Release::Inode { ino, is_dir } => {
+                    st.alloc.free_inode(&self.vol, ino, is_dir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` as one call of `kind`: the strategy's `begin_op`, the facts `f` declares,
+    /// `end_op`; a kind that changes metadata inside an undo scope, its `end_op` included,
+    /// so a failure anywhere takes the whole call back (and the strategy is told, with
+    /// `end_op(ok: false)`, after the rollback).
+    pub(crate) fn in_op<T>(
+        &self,
+        st: &mut State,
+        kind: strategy::OpKind,
+        f: impl FnOnce(&mut State) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        let state = self.strategy.begin_op(kind)?;
+        st.op = Some(OpCtx {
+            kind,
+            state,
+            released: Vec::new(),
+        });
+        let body = |st: &mut State| -> Result<T, FsError> {
+            let v = f(st)?;
+            self.fact(st, |s, tx| s.end_op(tx, true))?;
+            Ok(v)
+        };
+        let r = if kind == strategy::OpKind::Read {
+            body(st)
+        } else {
+            self.atomically(st, body)
+        };
+        if r.is_err()
+            && let Err(e) = self.fact(st, |s, tx| s.end_op(tx, false))
+        {
+            log::error!("ending a failed call: {e}");
+        }
+        st.op = None;
+        r
+    }
+
+    /// Writes the primary superblock with the current summary counts, through the
+    /// strategy (durably).
     fn write_superblock(&self) -> Result<(), FsError> {
         let b = {
             let mut st = self.st.lock();
-            st.sb.free_blocks = st.free_blocks;
-            st.sb.free_inodes = st.free_inodes;
-            st.sb.dirs = st.groups.iter().map(|g| g.dirs as u64).sum();
+            st.sb.free_blocks = st.alloc.free_blocks();
+            st.sb.free_inodes = st.alloc.free_inodes();
+            st.sb.dirs = st.alloc.dirs();
             st.sb.written_ns = inode::now_ns();
             let b = self.bread(0, kind::SUPERBLOCK)?;
             st.sb.encode(&mut b.write());
             b
         };
-        self.cache.mark_dirty(&b);
-        self.cache.write_now(&[&b])?;
-        self.cache.flush_device()?;
-        Ok(())
+        self.vol.cache.mark_dirty(&b);
+        self.strategy.write_superblock(self, &b)
     }
 
-    /// Writes back everything (in the mode's order) and makes it durable.
-    pub(crate) fn sync_locked(&self, _st: &mut State) -> Result<(), FsError> {
-        self.strategy.write_back(&self.io, true)
+    /// The lock of file `ino` (see `Ffs::ilocks`).
+    pub(crate) fn ilock(&self, ino: u64) -> &parking_lot::RwLock<()> {
+        &self.ilocks[(ino % ILOCK_STRIPES) as usize]
+    }
+
+    /// Runs `f` with the engine's lock held if the mode's I/O is serialized on it, without
+    /// it otherwise (see `IoModel`).
+    pub(crate) fn with_io_lock<T>(&self, f: impl FnOnce() -> T) -> T {
+        match self.strategy.io_model() {
+            strategy::IoModel::Serialized => {
+                let _st = self.st.lock();
+                f()
+            }
+            strategy::IoModel::Concurrent => f(),
+        }
+    }
+
+    /// The strategy's write-back for `why`, under the engine's lock only in a serialized
+    /// mode.
+    pub(crate) fn sync_as(&self, why: strategy::SyncWhy) -> Result<(), FsError> {
+        self.with_io_lock(|| self.strategy.sync(self, why))
     }
 
     /// Flushes everything, frees unlinked-but-open inodes and marks the superblock clean.
@@ -436,39 +588,28 @@ impl Ffs {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        *self.syncer_ctl.0.lock() = true;
-        self.syncer_ctl.1.notify_all();
-        if let Some(h) = self.syncer.lock().take() {
-            // The syncer may be the thread dropping the last reference.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        self.worker.stop();
         if self.read_only {
             return Ok(());
         }
         {
             let mut st = self.st.lock();
-            let mut orphans: Vec<u64> = st
-                .inodes
-                .iter()
-                .filter(|(_, ic)| ic.d.nlink == 0)
-                .map(|(&i, _)| i)
-                .collect();
             // In inode order, not the map's hash order: each free is an ordered write, so
             // the order is part of the device's write stream, which must be the same on
             // every run (crash recordings are compared and replayed by seed).
-            orphans.sort_unstable();
-            for ino in orphans {
-                if let Some(ic) = st.inodes.get_mut(&ino) {
+            for ino in st.inodes.unlinked() {
+                if let Some(ic) = st.inodes.loaded_mut(ino) {
                     ic.nopen = 0;
                     ic.nlookup = 0;
+                    ic.writing = 0;
                 }
-                self.atomically(&mut st, |st| self.maybe_free_inode(st, ino))?;
+                self.in_op(&mut st, strategy::OpKind::Reclaim, |st| {
+                    self.reclaim(st, ino)
+                })?;
             }
-            self.sync_locked(&mut st)?;
-            st.sb.state = superblock::STATE_CLEAN;
         }
+        self.with_io_lock(|| self.strategy.unmount(self))?;
+        self.st.lock().sb.state = superblock::STATE_CLEAN;
         self.write_superblock()
     }
 
@@ -478,7 +619,7 @@ impl Ffs {
     }
 
     pub fn geometry(&self) -> Geometry {
-        self.geo
+        self.vol.geo
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
@@ -496,25 +637,39 @@ impl Drop for Ffs {
     }
 }
 
-/// The syncer: every interval, write back what is dirty in the mode's order (FFS's
-/// 30-second update daemon). It holds the state lock so it never writes a half-done step.
-fn syncer_loop(fs: std::sync::Weak<Ffs>, ctl: Arc<(Mutex<bool>, Condvar)>, interval: Duration) {
-    loop {
-        {
-            let mut stop = ctl.0.lock();
-            if !*stop {
-                ctl.1.wait_for(&mut stop, interval);
+impl strategy::Engine for Ffs {
+    fn io(&self) -> &Io {
+        &self.io
+    }
+
+    fn release(&self, r: strategy::Release) -> Result<(), FsError> {
+        let mut st = self.st.lock();
+        self.in_op(&mut st, strategy::OpKind::Background, |st| {
+            if let Some(op) = st.op.as_mut() {
+                op.released.push(r);
             }
-            if *stop {
-                return;
-            }
-        }
-        let Some(f) = fs.upgrade() else { return };
-        let _st = f.st.lock();
-        if f.cache.dirty_count() > 0
-            && let Err(e) = f.strategy.write_back(&f.io, false)
-        {
-            log::error!("syncer write-back failed: {e}");
-        }
+            self.apply_releases(st)
+        })
+    }
+
+    fn apply_link_drop(&self, ino: u64, n: u32) -> Result<(), FsError> {
+        let mut st = self.st.lock();
+        self.in_op(&mut st, strategy::OpKind::Background, |st| {
+            let ic = self.iget(st, ino)?;
+            let before = ic.d.nlink;
+            // Never below the names that still exist.
+            ic.d.nlink = ic.d.nlink.saturating_sub(n).max(ic.effnlink);
+            let after = ic.d.nlink;
+            let b = self.store(st, ino)?;
+            let f = strategy::LinkChange {
+                ino,
+                inode_buf: &b,
+                before,
+                after,
+                why: strategy::LinkWhy::Drop,
+            };
+            self.fact(st, |s, tx| s.change_linkcnt(tx, &f))?;
+            self.reclaim(st, ino)
+        })
     }
 }

@@ -1,24 +1,30 @@
 //! The file-system operations: the [`FileSystem`] contract on top of the engine.
 //!
-//! Every mutating operation runs under the state lock and calls the strategy's `setup_*`
-//! hooks in rule order (see `strategy`), then `op_done`, the mode's durability point, all
-//! inside an undo scope: if any of it fails, the operation changes nothing (see `undo`).
+//! Every mutating operation runs under the state lock as one call the strategy is told
+//! about (`begin_op`, the facts in the order the changes are made, `end_op`: see
+//! `strategy`), all inside an undo scope: if any of it fails, the operation changes nothing
+//! (see `undo`). The one exception is a write in a `Concurrent` mode: two calls, with its
+//! stream's device writes between them under the file's own lock only (see `write`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
+use cairn_vfs::perm::{self, LINK_MAX};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
-    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs,
+    KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
-use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, xattr};
+use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
 use crate::inode::{now_ns, time_to_ns};
-use crate::{Ffs, Handle, State, corrupt_err};
+use crate::strategy::{
+    AllocDirect, Apply, AttrChange, BlkMapDep, BlockKind, FreeBlocks, FsyncReq, InoMapDep,
+    InodePtr, IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
+};
+use crate::{Ffs, State, corrupt_err};
 
-const LINK_MAX: u32 = 65_000;
 /// A write request at least this long is a stream: its whole blocks go straight to the
 /// device (see `do_write`).
 const STREAM_BYTES: u64 = 256 << 10;
@@ -26,7 +32,17 @@ const STREAM_BYTES: u64 = 256 << 10;
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
 
-/// One block of a write request, as pass 1 of `do_write` mapped it.
+/// A write request as its first pass mapped it (`write_map`).
+struct WritePlan {
+    offset: u64,
+    pieces: Vec<Piece>,
+    /// Indirect blocks the first pass allocated, parents first.
+    grown: Vec<crate::bmap::Grown>,
+    /// The inode's block, held so the final inode update needs no device read.
+    _inode_block: BufRef,
+}
+
+/// One block of a write request, as pass 1 of `write_map` mapped it.
 struct Piece {
     lbn: u64,
     /// The device block.
@@ -50,19 +66,13 @@ enum Target {
     Direct,
 }
 
-fn check_name(name: &OsStr) -> Result<&[u8]> {
-    let n = name.as_bytes();
-    if n.len() > MAX_NAME {
-        return Err(Errno::ENAMETOOLONG.into());
+/// The mode and ids of an inode, as the permission rules see them.
+fn owner(d: &DiskInode) -> Owner {
+    Owner {
+        mode: d.mode,
+        uid: d.uid,
+        gid: d.gid,
     }
-    if n.is_empty() || n.contains(&b'/') || n.contains(&0) {
-        return Err(Errno::EINVAL.into());
-    }
-    Ok(n)
-}
-
-fn is_dot(n: &[u8]) -> bool {
-    n == b"." || n == b".."
 }
 
 fn dtype_of(mode: u32) -> u8 {
@@ -71,47 +81,70 @@ fn dtype_of(mode: u32) -> u8 {
 
 impl Ffs {
     /// Runs one operation under the lock, attributing device writes and flushes to it.
+    /// `kind`: the call the strategy is told about (`None`: nothing on disk changes). A
+    /// call that changes metadata either completes, durability point included, or changes
+    /// nothing (see `undo`, `Ffs::in_op`).
     fn op<T>(
         &self,
         name: &'static str,
-        mutating: bool,
+        kind: Option<OpKind>,
         f: impl FnOnce(&mut State) -> Result<T>,
     ) -> Result<T> {
-        if mutating && self.read_only {
-            return Err(Errno::EROFS.into());
-        }
-        let mut st = self.st.lock();
+        self.counted(name, || self.locked_op(kind, f))
+    }
+
+    /// Runs `f` (one application call) and attributes the device's writes and flushes in
+    /// the meantime to `name` for `cairn stats`: exact when calls do not overlap, shared
+    /// out approximately when they do.
+    fn counted<T>(&self, name: &'static str, f: impl FnOnce() -> T) -> T {
         let before: CounterSnapshot = self.dev.counters().snapshot();
-        // A mutating operation either completes, durability point included, or changes
-        // nothing (see `undo`).
-        let r = if mutating {
-            self.atomically(&mut st, |st| {
-                let v = f(st)?;
-                self.strategy.op_done(&self.io)?;
-                Ok(v)
-            })
-        } else {
-            f(&mut st)
-        };
-        if mutating {
-            self.relieve_memory_pressure();
-        }
+        let r = f();
         let d = self.dev.counters().snapshot().delta(&before);
-        let s = st.op_stats.entry(name).or_default();
-        s.calls += 1;
-        s.device_writes += d.writes;
-        s.device_flushes += d.flushes;
+        {
+            let mut stats = self.stats.lock();
+            let s = stats.entry(name).or_default();
+            s.calls += 1;
+            s.device_writes += d.writes;
+            s.device_flushes += d.flushes;
+        }
         self.ops_total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         r
     }
 
-    /// Keeps dirty buffers under half the cache budget by writing back in the mode's order,
-    /// so the cache itself never has to evict a dirty buffer out of order.
+    /// Runs `f` under the engine's lock, as one call of `kind` when it has one (see
+    /// `Ffs::in_op`); after a call that changed metadata, relieves memory pressure with the
+    /// lock released.
+    fn locked_op<T>(
+        &self,
+        kind: Option<OpKind>,
+        f: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        let mutating = kind.is_some_and(|k| k != OpKind::Read);
+        if mutating && self.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        let r = {
+            let mut st = self.st.lock();
+            match kind {
+                Some(k) => self.in_op(&mut st, k, f),
+                None => f(&mut st),
+            }
+        };
+        if mutating {
+            self.relieve_memory_pressure();
+        }
+        r
+    }
+
+    /// Keeps dirty buffers under half the cache budget by writing back in the mode's order
+    /// (the cache itself never writes a dirty buffer: `DeferEviction`). The calling thread
+    /// does it, throttling the writer that dirtied the cache; in a `Concurrent` mode without
+    /// the engine's lock, so other calls go on meanwhile.
     fn relieve_memory_pressure(&self) {
-        let dirty_bytes = self.cache.dirty_count() as u64 * self.geo.block_size as u64;
-        if dirty_bytes > self.cache.config().budget_bytes / 2
-            && let Err(e) = self.strategy.write_back(&self.io, false)
+        let dirty_bytes = self.vol.cache.dirty_count() as u64 * self.vol.geo.block_size as u64;
+        if dirty_bytes > self.vol.cache.config().budget_bytes / 2
+            && let Err(e) = self.sync_as(SyncWhy::Pressure)
         {
             log::error!("write-back under memory pressure failed: {e}");
         }
@@ -135,24 +168,11 @@ impl Ffs {
     /// Write+search permission on a directory that still exists (not removed).
     fn dir_for_change(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
         let d = self.dir_inode(st, ino)?;
-        if d.nlink == 0 {
+        if self.iget(st, ino)?.effnlink == 0 {
             return Err(Errno::ENOENT.into());
         }
         ctx.check(d.mode, d.uid, d.gid, Access::WX)?;
         Ok(d)
-    }
-
-    /// The sticky-directory rule: in a sticky directory only the owner of the entry, the
-    /// owner of the directory, or root may remove or rename it.
-    fn sticky_ok(ctx: &Ctx, dir: &DiskInode, victim: &DiskInode) -> Result<()> {
-        if dir.mode & libc::S_ISVTX != 0
-            && !ctx.is_root()
-            && ctx.uid != dir.uid
-            && ctx.uid != victim.uid
-        {
-            return Err(Errno::EPERM.into());
-        }
-        Ok(())
     }
 
     fn touch_dir(&self, st: &mut State, dino: u64) -> Result<BufRef> {
@@ -160,7 +180,55 @@ impl Ffs {
         let ic = self.iget(st, dino)?;
         ic.d.mtime = now;
         ic.d.ctime = now;
-        self.iput(st, dino)
+        self.store(st, dino)
+    }
+
+    /// A new reference to `ino` will exist (a name, or a directory's `..`): its link count
+    /// goes up on disk first (count ≥ references), and the strategy is told why.
+    fn raise_link(&self, st: &mut State, ino: u64, why: LinkWhy) -> Result<()> {
+        let ic = self.iget(st, ino)?;
+        let before = ic.d.nlink;
+        ic.d.nlink += 1;
+        ic.effnlink += 1;
+        let after = ic.d.nlink;
+        let b = self.store(st, ino)?;
+        let f = LinkChange {
+            ino,
+            inode_buf: &b,
+            before,
+            after,
+            why,
+        };
+        self.fact(st, |s, tx| s.change_linkcnt(tx, &f))
+    }
+
+    /// `n` references to `ino` went (their removal was declared; `apply` is what the
+    /// strategy said): the namespace count drops now, the on-disk count now or when the
+    /// strategy lowers it later (rule 2: after the removal is on disk).
+    fn drop_link(&self, st: &mut State, ino: u64, n: u32, apply: Apply) -> Result<()> {
+        let ic = self.iget(st, ino)?;
+        ic.effnlink = ic.effnlink.saturating_sub(n);
+        if ic.effnlink == 0 {
+            st.inodes.add_orphan(ino);
+        }
+        let ic = self.iget(st, ino)?;
+        let before = ic.d.nlink;
+        if apply == Apply::Now {
+            ic.d.nlink = ic.d.nlink.saturating_sub(n);
+        }
+        let after = ic.d.nlink;
+        let b = self.store(st, ino)?;
+        if after != before {
+            let f = LinkChange {
+                ino,
+                inode_buf: &b,
+                before,
+                after,
+                why: LinkWhy::Drop,
+            };
+            self.fact(st, |s, tx| s.change_linkcnt(tx, &f))?;
+        }
+        Ok(())
     }
 
     /// Creates an inode of any type named `name` in `parent`. Returns its number.
@@ -175,33 +243,29 @@ impl Ffs {
         rdev: u32,
         link_target: Option<&[u8]>,
     ) -> Result<u64> {
-        let name = check_name(name)?;
+        let name = perm::check_name(name)?;
         let pd = self.dir_for_change(st, ctx, parent)?;
-        if is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
+        if perm::is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
             return Err(Errno::EEXIST.into());
         }
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir && pd.nlink >= LINK_MAX {
+        if is_dir && self.iget(st, parent)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
-        let mut mode = mode;
-        let gid = if pd.mode & libc::S_ISGID != 0 {
-            if is_dir {
-                mode |= libc::S_ISGID;
-            }
-            pd.gid
-        } else {
-            ctx.gid
-        };
-        if !is_dir && mode & libc::S_ISGID != 0 && !ctx.is_root() && !ctx.in_group(gid) {
-            mode &= !libc::S_ISGID;
-        }
+        let (mode, gid) = perm::new_inode_owner(ctx, owner(&pd), mode);
         // Preflight: the inode, the first block of a directory or slow symlink, and what
         // the name needs if the parent must grow, or ENOSPC before anything changes.
         let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
         let blocks = u64::from(is_dir || slow_link) + self.dir_add_blocks(st, parent, name)?;
-        self.reserve(st, 1, blocks)?;
-        let (ino, old_generation, cg) = self.alloc_inode(st, parent, is_dir)?;
+        st.alloc.reserve(1, blocks)?;
+        let (ino, old_generation, cg) = st.alloc.alloc_inode(&self.vol, parent, is_dir)?;
+        let f = InoMapDep {
+            ino,
+            is_dir,
+            bitmap: &cg.bitmap,
+            desc: &cg.desc,
+        };
+        self.fact(st, |s, tx| s.setup_inomapdep(tx, &f))?;
         let now = now_ns();
         let mut d = DiskInode {
             mode,
@@ -223,37 +287,35 @@ impl Ffs {
             }
         }
         self.iinsert(st, ino, d);
+        let mut body = None;
         if is_dir || slow_link {
-            // The first block: initialized and on disk before the inode points to it
-            // (rule 1). A new directory's ".." is a reference to the parent, so the parent's
-            // raised link count goes in the same step, before the entry makes it count.
-            let (p, _, _) = self.bmap_alloc(st, ino, 0)?;
-            let b = self.bnew(p, if is_dir { kind::DIRECTORY } else { kind::DATA });
+            // A new directory's ".." is a reference to the parent: its raised link count
+            // goes to disk with the new directory's first block (MKDIR_PARENT), before the
+            // entry makes it count. The first block is initialized before the inode points
+            // to it (rule 1).
             if is_dir {
-                dir::init_first(&mut b.write(), ino, parent);
-                self.iget(st, ino)?.d.size = self.geo.block_size as u64;
-            } else if let Some(t) = link_target {
-                b.write()[..t.len()].copy_from_slice(t);
+                self.raise_link(st, parent, LinkWhy::DotDot)?;
             }
-            self.cache.mark_dirty(&b);
-            let g = self.group_bufs(self.geo.group_of_block(p), false)?;
-            let mut step: Vec<&BufRef> = vec![&b, &g[0], &g[1]];
-            let pb;
+            let (kind, init): (BlockKind, crate::bmap::Init) = match link_target {
+                Some(t) => (BlockKind::Symlink, &move |b: &mut [u8]| {
+                    b[..t.len()].copy_from_slice(t)
+                }),
+                None => (BlockKind::Directory, &move |b: &mut [u8]| {
+                    dir::init_first(b, ino, parent)
+                }),
+            };
+            let (_, _, b) = self.bmap_alloc(st, ino, 0, kind, Some(init))?;
             if is_dir {
-                self.iget(st, parent)?.d.nlink += 1;
-                pb = self.iput(st, parent)?;
-                step.push(&pb);
+                self.iget(st, ino)?.d.size = self.vol.geo.block_size as u64;
+                body = b;
             }
-            self.strategy.setup_block_init(&self.io, &step)?;
         }
-        let ib = self.iput(st, ino)?;
-        self.strategy
-            .setup_inode_alloc(&self.io, &[&cg[0], &cg[1], &ib])?;
-        // Rule 1 satisfied: now the name. (If anything fails from here on, the operation's
-        // undo scope takes back the inode, its block and the parent's link count.)
-        let db = self.dir_add(st, parent, name, ino, dtype_of(mode))?;
-        let pb = self.touch_dir(st, parent)?;
-        self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+        // The inode's first encoding (rule 1: on disk before any entry names it).
+        self.store(st, ino)?;
+        // Now the name. (If anything fails from here on, the operation's undo scope takes
+        // back the inode, its block and the parent's link count.)
+        self.touch_dir(st, parent)?;
+        self.dir_add(st, parent, name, ino, dtype_of(mode), true, body.as_ref())?;
         if is_dir {
             self.dir_index(st, ino)?;
         }
@@ -261,59 +323,36 @@ impl Ffs {
     }
 
     fn entry_attr(&self, st: &mut State, ino: u64) -> Result<Attr> {
-        let ic = self.iget(st, ino)?;
-        ic.nlookup += 1;
-        let d = ic.d.clone();
-        Ok(self.attr_of(ino, &d))
+        self.iget(st, ino)?.nlookup += 1;
+        self.attr(st, ino)
     }
 
-    /// Frees an inode with no links, no open handles and no kernel references.
-    pub(crate) fn maybe_free_inode(&self, st: &mut State, ino: u64) -> Result<()> {
-        let Some(ic) = st.inodes.get(&ino) else {
+    /// Frees an inode with no links (neither in the namespace nor on disk), no open
+    /// handles and no kernel references: one encoding clears the pointers and the inode
+    /// (rule 2), and the strategy releases the blocks and the inode when its order allows.
+    /// An inode still referenced waits in the orphan set.
+    pub(crate) fn reclaim(&self, st: &mut State, ino: u64) -> Result<()> {
+        let Some(ic) = st.inodes.loaded(ino) else {
             return Ok(());
         };
-        if ic.d.nlink > 0 {
+        if ic.effnlink > 0 {
             return Ok(());
         }
-        if ic.nopen > 0 || ic.nlookup > 0 {
-            st.orphans.insert(ino);
+        if ic.nopen > 0 || ic.nlookup > 0 || ic.d.nlink > 0 || ic.writing > 0 {
+            // Referenced, or its on-disk count still waits for the strategy (a deferred
+            // drop), or a write is between its passes: freed when the last of these goes.
+            st.inodes.add_orphan(ino);
             return Ok(());
         }
-        st.orphans.remove(&ino);
-        let was_dir = ic.d.is_dir();
-        let xattr = ic.d.xattr;
-        // One write clears the pointers and the inode (rule 2); bitmaps are freed after.
-        self.truncate_blocks_and(st, ino, 0, true)?;
-        if xattr != 0 {
-            self.free_block(st, xattr)?;
-        }
-        self.free_inode_bit(st, ino, was_dir)?;
-        st.inodes.remove(&ino);
-        st.dirs.remove(&ino);
+        st.inodes.remove_orphan(ino);
+        self.truncate_blocks(st, ino, 0, true)?;
+        st.inodes.remove(ino);
+        st.dirs.remove(ino);
         Ok(())
     }
 
-    /// Truncates to logical block `from`; with `free_inode`, the same inode write also
-    /// marks the inode free.
-    fn truncate_blocks_and(
-        &self,
-        st: &mut State,
-        ino: u64,
-        from: u64,
-        free_inode: bool,
-    ) -> Result<()> {
-        if free_inode {
-            let ic = self.iget(st, ino)?;
-            ic.d.fast_link = None;
-            st.free_on_truncate = Some(ino);
-        }
-        let r = self.truncate_blocks(st, ino, from);
-        st.free_on_truncate = None;
-        r
-    }
-
     fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         if size.is_multiple_of(bs) {
             return Ok(());
         }
@@ -322,7 +361,7 @@ impl Ffs {
             let b = self.bread(p, kind::DATA)?;
             let at = (size % bs) as usize;
             b.write_range(at, bs as usize - at).fill(0);
-            self.cache.mark_dirty(&b);
+            self.vol.cache.mark_dirty(&b);
         }
         Ok(())
     }
@@ -332,11 +371,11 @@ impl Ffs {
             return Err(Errno::EFBIG.into());
         }
         let old = self.iget(st, ino)?.d.size;
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         if size < old {
             self.zero_tail(st, ino, size)?;
             self.iget(st, ino)?.d.size = size;
-            self.truncate_blocks(st, ino, size.div_ceil(bs))?;
+            self.truncate_blocks(st, ino, size.div_ceil(bs), false)?;
         } else {
             // Growing: bytes past the old end in its last block must read as zero.
             self.zero_tail(st, ino, old)?;
@@ -346,19 +385,12 @@ impl Ffs {
     }
 
     fn handle(&self, st: &State, fh: Fh) -> Result<(u64, i32)> {
-        st.handles
-            .get(&fh)
-            .map(|h| (h.ino, h.flags))
-            .ok_or_else(|| Errno::EBADF.into())
+        st.handles.get(fh)
     }
 
     fn new_handle(&self, st: &mut State, ino: u64, flags: i32) -> Fh {
-        let fh = st.next_fh;
-        st.next_fh += 1;
-        st.handles.insert(fh, Handle { ino, flags });
-        let State { inodes, undo, .. } = st;
-        if let Some(ic) = inodes.get_mut(&ino) {
-            undo.touch_inode(ino, ic);
+        let fh = st.handles.open(ino, flags);
+        if let Some(ic) = st.inodes.loaded_mut(ino) {
             ic.nopen += 1;
         }
         fh
@@ -373,79 +405,73 @@ impl Ffs {
         Ok(v)
     }
 
-    fn xattr_access(&self, ctx: &Ctx, d: &DiskInode, name: &[u8], write: bool) -> Result<()> {
-        if name.len() > MAX_NAME || name.is_empty() {
-            return Err(Errno::ERANGE.into());
-        }
-        if name.starts_with(b"user.") {
-            let t = d.mode & libc::S_IFMT;
-            if t != libc::S_IFREG && t != libc::S_IFDIR {
-                return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
-            }
-            ctx.check(
-                d.mode,
-                d.uid,
-                d.gid,
-                if write { Access::W } else { Access::R },
-            )
-        } else if name.starts_with(b"trusted.") {
-            if ctx.is_root() {
-                Ok(())
-            } else {
-                Err(Errno::EPERM.into())
-            }
-        } else if name.starts_with(b"security.") {
-            if write && !ctx.is_root() && ctx.uid != d.uid {
-                Err(Errno::EPERM.into())
-            } else {
-                Ok(())
-            }
-        } else {
-            // system.* (POSIX ACLs) is not supported; other namespaces do not exist.
-            Err(Errno::EOPNOTSUPP.into())
-        }
-    }
-
     fn write_xattrs(&self, st: &mut State, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let old = self.iget(st, ino)?.d.xattr;
         if attrs.is_empty() {
             if old != 0 {
-                self.iget(st, ino)?.d.xattr = 0;
-                self.iget(st, ino)?.d.blocks -= 1;
-                let ib = self.iput(st, ino)?;
-                self.strategy.setup_freeblocks(&self.io, &[&ib])?;
-                self.free_block(st, old)?;
+                let ic = self.iget(st, ino)?;
+                ic.d.xattr = 0;
+                ic.d.blocks -= 1;
+                let ib = self.store(st, ino)?;
+                let f = FreeBlocks {
+                    ino,
+                    inode_buf: &ib,
+                    from_lbn: 0,
+                    freed: &[old],
+                    holders: &[],
+                    whole_file: false,
+                };
+                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
             }
             return Ok(());
         }
-        if xattr::encoded_size(attrs) > self.geo.bs() {
+        if xattr::encoded_size(attrs) > self.vol.geo.bs() {
             return Err(Errno::ENOSPC.into());
         }
-        let (blk, fresh) = if old == 0 {
-            self.reserve(st, 0, 1)?;
-            (self.alloc_block(st, 0, ino)?, true)
-        } else {
-            (old, false)
-        };
-        let b = if fresh {
-            self.bnew(blk, kind::XATTR)
-        } else {
-            self.bread(blk, kind::XATTR)?
-        };
-        xattr::encode(attrs, &mut b.write());
-        self.cache.mark_dirty(&b);
-        if fresh {
-            let cg = self.group_bufs(self.geo.group_of_block(blk), false)?;
-            self.strategy
-                .setup_block_init(&self.io, &[&b, &cg[0], &cg[1]])?;
+        let b = if old == 0 {
+            // A new block: its bit, then its contents, then the pointer to it (rule 1).
+            st.alloc.reserve(0, 1)?;
+            let (blk, g) = st.alloc.alloc_block(&self.vol, 0, ino)?;
+            let f = BlkMapDep {
+                blk,
+                ino,
+                bitmap: &g.bitmap,
+                desc: &g.desc,
+            };
+            self.fact(st, |s, tx| s.setup_blkmapdep(tx, &f))?;
+            let b = self.bnew(blk, kind::XATTR);
+            xattr::encode(attrs, &mut b.write());
+            self.vol.cache.mark_dirty(&b);
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
             ic.d.blocks += 1;
-        }
-        let ic = self.iget(st, ino)?;
-        ic.d.ctime = now_ns();
-        let ib = self.iput(st, ino)?;
-        self.strategy.setup_attr_change(&self.io, &[&b, &ib])
+            let f = AllocDirect {
+                ino,
+                ptr: InodePtr::Xattr,
+                lbn: 0,
+                new_blk: blk,
+                old_blk: 0,
+                new_size: self.vol.geo.block_size,
+                old_size: 0,
+                kind: BlockKind::Xattr,
+                new_buf: Some(&b),
+            };
+            self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
+            b
+        } else {
+            let b = self.bread(old, kind::XATTR)?;
+            xattr::encode(attrs, &mut b.write());
+            self.vol.cache.mark_dirty(&b);
+            b
+        };
+        self.iget(st, ino)?.d.ctime = now_ns();
+        let ib = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &ib,
+            extra: Some(&b),
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
     }
 
     /// Is `anc` an ancestor of (or equal to) directory `dino`? Walks `..` up to the root.
@@ -473,23 +499,23 @@ impl Ffs {
         nname: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
-        let name = check_name(name)?;
-        let nname = check_name(nname)?;
-        if is_dot(name) || is_dot(nname) {
+        let name = perm::check_name(name)?;
+        let nname = perm::check_name(nname)?;
+        if perm::is_dot(name) || perm::is_dot(nname) {
             return Err(Errno::EINVAL.into());
         }
         let pd = self.dir_for_change(st, ctx, parent)?;
         let npd = self.dir_for_change(st, ctx, np)?;
         let src = self.dir_lookup(st, parent, name)?.ok_or(Errno::ENOENT)?;
         let sd = self.iget(st, src.ino)?.d.clone();
-        Self::sticky_ok(ctx, &pd, &sd)?;
+        perm::sticky_ok(ctx, owner(&pd), owner(&sd))?;
         let dst = self.dir_lookup(st, np, nname)?;
         let dd = match dst {
             Some(s) => Some(self.iget(st, s.ino)?.d.clone()),
             None => None,
         };
         if let (Some(_), Some(dd)) = (dst, &dd) {
-            Self::sticky_ok(ctx, &npd, dd)?;
+            perm::sticky_ok(ctx, owner(&npd), owner(dd))?;
         }
         if flags.exchange {
             let (Some(dst), Some(dd)) = (dst, dd) else {
@@ -523,83 +549,68 @@ impl Ffs {
                 return Err(Errno::EISDIR.into());
             }
             if dd.is_dir() {
-                if !self.dir_index(st, dslot.ino)?.names.is_empty() {
+                if !self.dir_index(st, dslot.ino)?.is_empty() {
                     return Err(Errno::ENOTEMPTY.into());
                 }
                 if self.is_ancestor(st, dslot.ino, parent)? {
                     return Err(Errno::ENOTEMPTY.into());
                 }
             }
-        } else if src_dir && np != parent && npd.nlink >= LINK_MAX {
+        } else if src_dir && np != parent && self.iget(st, np)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
         if dst.is_none() {
             let blocks = self.dir_add_blocks(st, np, nname)?;
-            self.reserve(st, 0, blocks)?;
+            st.alloc.reserve(0, blocks)?;
         }
         let now = now_ns();
+        let moves_dir = src_dir && np != parent;
         // 1. Link count up before the second name exists (link count >= references).
-        {
-            let ic = self.iget(st, src.ino)?;
-            ic.d.nlink += 1;
-            ic.d.ctime = now;
+        self.iget(st, src.ino)?.d.ctime = now;
+        self.raise_link(st, src.ino, LinkWhy::RenameHold)?;
+        // 2. The new name (rule 3: before the old one goes). A moved directory's ".." will
+        //    name the new parent: its count goes up with the new name.
+        if moves_dir {
+            self.raise_link(st, np, LinkWhy::DotDot)?;
         }
-        let ib = self.iput(st, src.ino)?;
-        self.strategy.setup_link_add(&self.io, &[&ib])?;
-        // 2. The new name (rule 3: before the old one goes).
-        let db = match dst {
-            Some(_) => self.dir_repoint(st, np, nname, src.ino, src.dtype)?,
-            None => self.dir_add(st, np, nname, src.ino, src.dtype)?,
+        self.touch_dir(st, np)?;
+        let replaced = match dst {
+            Some(_) => Some(self.dir_repoint(st, np, nname, src.ino, src.dtype)?),
+            None => {
+                self.dir_add(st, np, nname, src.ino, src.dtype, false, None)?;
+                None
+            }
         };
-        if src_dir && np != parent {
-            // The moved directory's ".." will name the new parent.
-            self.iget(st, np)?.d.nlink += 1;
-        }
-        let npb = self.touch_dir(st, np)?;
-        self.strategy.setup_directory_add(&self.io, &[&db, &npb])?;
         // 3. A moved directory's ".." names the new parent, then the old name goes. A
         //    directory rename is not atomic without a log (001 §3.4): until this step the
         //    directory has two names. With ".." rewritten first, every crash state keeps
         //    one name that agrees with "..", which fsck resolves as a leak (keeping that
         //    name); removing the old name first would leave ".." naming a parent that no
         //    longer holds the directory.
-        if src_dir && np != parent {
-            let b = self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?;
-            self.strategy.setup_directory_add(&self.io, &[&b])?;
-        }
-        let step3 = [
-            self.dir_remove(st, parent, name)?,
-            self.touch_dir(st, parent)?,
-        ];
-        let refs: Vec<&BufRef> = step3.iter().collect();
-        self.strategy.setup_directory_remove(&self.io, &refs)?;
+        let dotdot = if moves_dir {
+            Some(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?)
+        } else {
+            None
+        };
+        self.touch_dir(st, parent)?;
+        let (_, removed) = self.dir_remove(st, parent, name, false)?;
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
-        //    parent loses the ".." reference, a replaced inode loses its name.
-        let mut bufs = Vec::new();
-        self.iget(st, src.ino)?.d.nlink -= 1;
-        if src_dir && np != parent {
-            let pic = self.iget(st, parent)?;
-            pic.d.nlink = pic.d.nlink.saturating_sub(1);
-            bufs.push(self.iput(st, parent)?);
+        //    parent loses the ".." reference, a replaced inode loses its name (a replaced
+        //    directory its "." too, and the new parent its "..").
+        self.drop_link(st, src.ino, 1, removed)?;
+        if let Some(apply) = dotdot {
+            self.drop_link(st, parent, 1, apply)?;
         }
-        bufs.push(self.iput(st, src.ino)?);
-        if let (Some(dslot), Some(dd)) = (dst, &dd) {
-            let vic = self.iget(st, dslot.ino)?;
-            vic.d.ctime = now;
+        if let (Some(dslot), Some(dd), Some(apply)) = (dst, &dd, replaced) {
+            self.iget(st, dslot.ino)?.d.ctime = now;
             if dd.is_dir() {
-                vic.d.nlink = 0;
-                let npic = self.iget(st, np)?;
-                npic.d.nlink = npic.d.nlink.saturating_sub(1);
-                bufs.push(self.iput(st, np)?);
+                let n = self.iget(st, dslot.ino)?.effnlink;
+                self.drop_link(st, dslot.ino, n, apply)?;
+                self.drop_link(st, np, 1, apply)?;
             } else {
-                vic.d.nlink = vic.d.nlink.saturating_sub(1);
+                self.drop_link(st, dslot.ino, 1, apply)?;
             }
-            bufs.push(self.iput(st, dslot.ino)?);
-        }
-        let refs: Vec<&BufRef> = bufs.iter().collect();
-        self.strategy.setup_link_remove(&self.io, &refs)?;
-        if let Some(dslot) = dst {
-            self.maybe_free_inode(st, dslot.ino)?;
+            self.reclaim(st, dslot.ino)?;
         }
         Ok(())
     }
@@ -611,11 +622,11 @@ impl Ffs {
         ctx: &Ctx,
         parent: u64,
         name: &[u8],
-        src: crate::dirindex::Slot,
+        src: cairn_dir::Slot,
         sd: &DiskInode,
         np: u64,
         nname: &[u8],
-        dst: crate::dirindex::Slot,
+        dst: cairn_dir::Slot,
         dd: &DiskInode,
     ) -> Result<()> {
         if src.ino == dst.ino {
@@ -634,38 +645,33 @@ impl Ffs {
             }
         }
         let now = now_ns();
-        // Both names keep existing throughout; each entry is re-pointed in place.
-        let b1 = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
-        let b2 = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
-        let mut bufs = vec![b1, b2];
-        if parent != np && sd.is_dir() != dd.is_dir() {
-            let (gains, loses) = if sd.is_dir() {
-                (np, parent)
-            } else {
-                (parent, np)
-            };
-            self.iget(st, gains)?.d.nlink += 1;
-            let l = self.iget(st, loses)?;
-            l.d.nlink = l.d.nlink.saturating_sub(1);
-        }
+        // Both names keep existing throughout; each entry is re-pointed in place (the
+        // strategy sees an exchange as one call: sync writes it as one step).
+        let _ = self.dir_repoint(st, np, nname, src.ino, src.dtype)?;
+        let _ = self.dir_repoint(st, parent, name, dst.ino, dst.dtype)?;
+        // A directory that moves to the other parent: the new parent's count goes up for
+        // its "..", the ".." changes, the old parent's count goes down.
         if parent != np {
-            if sd.is_dir() {
-                bufs.push(self.dir_repoint(st, src.ino, b"..", np, libc::DT_DIR)?);
-            }
-            if dd.is_dir() {
-                bufs.push(self.dir_repoint(st, dst.ino, b"..", parent, libc::DT_DIR)?);
+            for (moved, is_dir, from, to) in [
+                (src.ino, sd.is_dir(), parent, np),
+                (dst.ino, dd.is_dir(), np, parent),
+            ] {
+                if is_dir {
+                    self.raise_link(st, to, LinkWhy::DotDot)?;
+                    let apply = self.dir_repoint(st, moved, b"..", to, libc::DT_DIR)?;
+                    self.drop_link(st, from, 1, apply)?;
+                }
             }
         }
         for ino in [src.ino, dst.ino] {
             self.iget(st, ino)?.d.ctime = now;
-            bufs.push(self.iput(st, ino)?);
+            self.store(st, ino)?;
         }
-        bufs.push(self.touch_dir(st, parent)?);
+        self.touch_dir(st, parent)?;
         if np != parent {
-            bufs.push(self.touch_dir(st, np)?);
+            self.touch_dir(st, np)?;
         }
-        let refs: Vec<&BufRef> = bufs.iter().collect();
-        self.strategy.setup_directory_add(&self.io, &refs)
+        Ok(())
     }
 
     fn do_read(
@@ -685,7 +691,7 @@ impl Ffs {
             return Ok(());
         }
         let end = (offset + size as u64).min(d.size);
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         buf.resize((end - offset) as usize, 0);
         let mut pos = offset;
         while pos < end {
@@ -693,12 +699,16 @@ impl Ffs {
             let in_blk = (pos % bs) as usize;
             let p = self.bmap(st, ino, lbn)?;
             // Gather a run of device-contiguous, uncached blocks and read them at once.
-            let cached = if p != 0 { self.cache.lookup(p) } else { None };
+            let cached = if p != 0 {
+                self.vol.cache.lookup(p)
+            } else {
+                None
+            };
             let mut run = 1u64;
             if p != 0 && cached.is_none() {
                 while (lbn + run) * bs < end && run < 256 {
                     let q = self.bmap(st, ino, lbn + run)?;
-                    if q != p + run || self.cache.lookup(q).is_some() {
+                    if q != p + run || self.vol.cache.lookup(q).is_some() {
                         break;
                     }
                     run += 1;
@@ -730,18 +740,30 @@ impl Ffs {
             || now - ic.d.atime > 86_400_000_000_000
         {
             ic.d.atime = now;
-            self.iput(st, ino)?;
+            self.store(st, ino)?;
         }
         Ok(())
     }
 
-    fn do_write(&self, st: &mut State, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// A write's first pass: maps every block of the request (allocating) and reads the
+    /// blocks that keep part of their old contents. Everything that can fail except a
+    /// stream's device writes happens here, and the undo takes all of it back; nothing of
+    /// the file's contents changes. Ends at the call's last point of failure: the steps it
+    /// wrote in `sync` mode (new indirect blocks) are made durable now (`commit_point`)
+    /// rather than at the end of the call, so that nothing after it can fail.
+    fn write_map(
+        &self,
+        st: &mut State,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Option<WritePlan>> {
         let d = self.iget(st, ino)?.d.clone();
         if d.is_dir() {
             return Err(Errno::EISDIR.into());
         }
         if data.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > self.max_file_size {
@@ -750,7 +772,7 @@ impl Ffs {
         if offset > d.size {
             self.zero_tail(st, ino, d.size)?;
         }
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         // Streaming writes (a request of at least STREAM_BYTES) bypass the buffer cache for
         // whole blocks nobody has cached: the request's bytes go to the device in one write
         // per run of contiguous blocks, with no copy (FFS's write-behind clustering). Small
@@ -761,16 +783,13 @@ impl Ffs {
         let streaming = data.len() as u64 >= STREAM_BYTES;
         // Held until the inode is written at the end, so that write cannot need a device
         // read once data has gone straight to the device (see pass 2).
-        let (iblk, _) = self.geo.inode_location(ino);
-        let _inode_block = match self.cache.lookup(iblk) {
+        let (iblk, _) = self.vol.geo.inode_location(ino);
+        let inode_block = match self.vol.cache.lookup(iblk) {
             Some(b) => b,
             None => self.bread(iblk, kind::INODE)?,
         };
-        // Pass 1 maps every block of the request (allocating) and reads the blocks that
-        // keep part of their old contents: everything that can fail except a stream's
-        // device writes happens here, and the undo takes all of it back. Nothing of the
-        // file's contents changes in this pass.
         let mut pieces: Vec<Piece> = Vec::new();
+        let mut grown = Vec::new();
         let mut pos = offset;
         while pos < end {
             let lbn = pos / bs;
@@ -779,21 +798,22 @@ impl Ffs {
             // Preflight: a block whose data and indirect blocks cannot all be allocated is
             // not started (a short write, or ENOSPC for the first), so no half-built
             // pointer path is left behind. Only near a full file system is it worth a walk.
-            if st.free_blocks < crate::inode::MAX_MAP_BLOCKS
-                && st.free_blocks < self.blocks_to_map(st, ino, lbn)?
+            if st.alloc.free_blocks() < crate::bmap::MAX_MAP_BLOCKS
+                && st.alloc.free_blocks() < self.blocks_to_map(st, ino, lbn)?
             {
                 if pos > offset {
                     break;
                 }
                 return Err(Errno::ENOSPC.into());
             }
-            let (p, fresh, _changed) = match self.bmap_alloc(st, ino, lbn) {
+            let mapped = self.bmap_alloc_tracked(st, ino, lbn, BlockKind::Data, None, &mut grown);
+            let (p, fresh, _) = match mapped {
                 Ok(v) => v,
                 Err(e) if pos > offset && e.errno() == Errno::ENOSPC => break,
                 Err(e) => return Err(e),
             };
             let whole = n == bs as usize;
-            let target = match self.cache.lookup(p) {
+            let target = match self.vol.cache.lookup(p) {
                 // A new block's cached buffer (if any) is zeroed in place by `bnew`.
                 Some(_) if fresh => Target::New,
                 Some(b) => Target::Cached(b),
@@ -812,174 +832,244 @@ impl Ffs {
             });
             pos += n as u64;
         }
-        // The last point of failure. The steps pass 1 wrote in `sync` mode (new indirect
-        // blocks) are made durable now rather than by `op_done`, so that nothing after
-        // this can fail: pass 2 changes file contents without before-images (a stream's
-        // direct writes replace bytes the undo has no copy of; cache copies are not saved,
-        // to keep overwrites cheap), and the inode update at the end uses a held buffer.
-        self.io.barrier()?;
-        // Pass 2, in request order: copy into the cache (cannot fail) and write the runs of
-        // direct blocks. If a run's device write fails after earlier bytes reached the file,
-        // the call is a short write of those bytes (write(2) on Linux does the same); the
-        // blocks this request allocated past them stay allocated, zeroed, past the end of
-        // the file (as after fallocate with FALLOC_FL_KEEP_SIZE). If nothing reached the
-        // file yet, the error fails the call and the undo takes everything back.
+        // The last point of failure (see above): pass 2 changes file contents without
+        // before-images (a stream's direct writes replace bytes the undo has no copy of;
+        // cache copies are not saved, to keep overwrites cheap), and the inode update at
+        // the end uses the held inode block.
+        let concurrent = self.strategy.io_model() == IoModel::Concurrent;
+        if concurrent {
+            // This pass is a call of its own: at its end the in-core inode must equal its
+            // buffer (the invariant `undo` keeps), with the pointers it set.
+            self.store(st, ino)?;
+        }
+        self.fact(st, |s, tx| s.commit_point(tx))?;
+        if concurrent {
+            // Held until the last pass: nothing frees the inode or its blocks meanwhile
+            // (`reclaim`), nor drops it from core (`forget`). Cannot fail: it is in core.
+            self.iget(st, ino)?.writing += 1;
+        }
+        Ok(Some(WritePlan {
+            offset,
+            pieces,
+            grown,
+            _inode_block: inode_block,
+        }))
+    }
+
+    /// A write's second pass, device half: the runs of direct blocks, in request order, each
+    /// one device write through the strategy (`write_stream`). Stops at the first run that
+    /// fails: the bytes before it reached the file, the rest did not. Takes no engine lock
+    /// (a `Concurrent` mode calls it without one; the file's own lock keeps other calls on
+    /// it out).
+    fn write_streams(&self, ino: u64, plan: &WritePlan, data: &[u8]) -> Option<(FsError, u64)> {
+        let bs = self.vol.geo.bs();
         let mut run: Option<(u64, usize, usize)> = None; // (first block, data offset, blocks)
-        let mut done = offset; // every byte before this reached the file
-        let mut failed: Option<(FsError, u64)> = None;
-        for pc in &pieces {
-            let pc_end = offset + (pc.doff + pc.n) as u64;
-            if let Target::Direct = pc.target {
-                match &mut run {
-                    Some((b0, off0, k))
-                        if *b0 + *k as u64 == pc.p
-                            && *off0 + *k * bs as usize == pc.doff
-                            && *k < STREAM_RUN_BLOCKS =>
+        let flush = |(blk, off, k): (u64, usize, usize)| {
+            self.strategy
+                .write_stream(&self.io, ino, blk, &data[off..off + k * bs])
+                .map_err(|e| (e, plan.offset + off as u64))
+        };
+        for pc in &plan.pieces {
+            let Target::Direct = pc.target else {
+                continue;
+            };
+            match &mut run {
+                // A run is contiguous on the device and in the request.
+                Some((b0, off0, k))
+                    if *b0 + *k as u64 == pc.p
+                        && *off0 + *k * bs == pc.doff
+                        && *k < STREAM_RUN_BLOCKS =>
+                {
+                    *k += 1;
+                }
+                _ => {
+                    if let Some(r) = run.replace((pc.p, pc.doff, 1))
+                        && let Err(f) = flush(r)
                     {
-                        *k += 1;
-                        continue;
+                        return Some(f);
                     }
-                    _ => {}
                 }
             }
-            // A run is contiguous on the device and in the request: anything else ends it.
-            if let Some((blk, off, k)) = run.take() {
-                if let Err(e) = self
-                    .dev
-                    .write_blocks(blk, &data[off..off + k * bs as usize])
-                {
-                    failed = Some((e.into(), offset + off as u64));
-                    break;
+        }
+        run.and_then(|r| flush(r).err())
+    }
+
+    /// A write's second pass, memory half, and its end: copies the cached pieces before
+    /// the failure point into the cache (cannot fail: after the last point of failure, no
+    /// before-image needed), then the size and times. If a run's device write failed after
+    /// earlier bytes reached the file, the call is a short write of those bytes (write(2) on
+    /// Linux does the same); the blocks this request allocated past them stay allocated,
+    /// zeroed, past the end of the file (as after fallocate with FALLOC_FL_KEEP_SIZE). If
+    /// nothing reached the file, the error fails the call: inside the call's undo scope
+    /// (`Serialized`) the undo takes everything back; after it (`Concurrent`, `unalloc`),
+    /// the blocks the first pass allocated are freed again, so a failed write still changes
+    /// nothing.
+    fn write_finish(
+        &self,
+        st: &mut State,
+        ino: u64,
+        plan: &WritePlan,
+        data: &[u8],
+        failed: Option<(FsError, u64)>,
+        unalloc: bool,
+    ) -> Result<Result<u32>> {
+        let offset = plan.offset;
+        let bs = self.vol.geo.block_size as u64;
+        let upto = failed.as_ref().map_or(u64::MAX, |(_, at)| *at);
+        if let Some((e, at)) = failed {
+            if at == offset {
+                if unalloc {
+                    self.unalloc_write(st, ino, plan)?;
+                    return Ok(Err(e));
                 }
-                done = offset + (off + k * bs as usize) as u64;
+                return Err(e);
+            }
+            log::warn!("write to inode {ino} cut short at byte {at}: {e}");
+        }
+        let mut done = offset;
+        for pc in &plan.pieces {
+            let pc_end = offset + (pc.doff + pc.n) as u64;
+            if pc_end > upto {
+                break;
             }
             match &pc.target {
-                Target::Direct => run = Some((pc.p, pc.doff, 1)),
-                // After the last point of failure (see above): no before-image needed.
+                Target::Direct => {}
                 Target::Cached(b) => {
                     b.set_kind(kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
-                    self.cache.mark_dirty(b);
-                    done = pc_end;
+                    self.vol.cache.mark_dirty(b);
                 }
                 Target::New => {
                     let b = self.bnew(pc.p, kind::DATA);
                     b.write_untracked()[pc.in_blk..pc.in_blk + pc.n]
                         .copy_from_slice(&data[pc.doff..pc.doff + pc.n]);
-                    self.cache.mark_dirty(&b);
-                    done = pc_end;
+                    self.vol.cache.mark_dirty(&b);
                 }
             }
+            done = pc_end;
         }
-        if failed.is_none()
-            && let Some((blk, off, k)) = run.take()
-        {
-            match self
-                .dev
-                .write_blocks(blk, &data[off..off + k * bs as usize])
+        if upto != u64::MAX {
+            // Blocks this request allocated from the failed run on hold stale bytes (or
+            // part of the run): zero them, in memory, which cannot fail.
+            for pc in plan
+                .pieces
+                .iter()
+                .filter(|pc| pc.fresh && pc.lbn * bs >= upto)
             {
-                Ok(()) => done = offset + (off + k * bs as usize) as u64,
-                Err(e) => failed = Some((e.into(), offset + off as u64)),
-            }
-        }
-        if let Some((e, at)) = failed {
-            if at == offset {
-                return Err(e);
-            }
-            log::warn!("write to inode {ino} cut short at byte {at}: {e}");
-            // Blocks this request allocated from the failed run on hold stale bytes (or part
-            // of the run): zero them, in memory, which cannot fail.
-            for pc in pieces.iter().filter(|pc| pc.fresh && pc.lbn * bs >= at) {
                 let b = self.bnew(pc.p, kind::DATA);
-                self.cache.mark_dirty(&b);
+                self.vol.cache.mark_dirty(&b);
             }
-        }
-        if pieces.iter().any(|pc| pc.fresh) {
-            self.io
-                .data_allocs_pending
-                .store(true, std::sync::atomic::Ordering::Release);
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
         ic.d.size = ic.d.size.max(done);
         ic.d.mtime = now;
         ic.d.ctime = now;
-        self.iput(st, ino)?;
-        Ok((done - offset) as u32)
+        self.store(st, ino)?;
+        Ok(Ok((done - offset) as u32))
     }
 
-    /// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
-    ///
-    /// A non-owner may make exactly this change to a file it may write: it is how Linux's
-    /// FUSE client (without `handle_killpriv`) kills privileges when someone who is not the
-    /// owner writes or truncates a setuid/setgid file — it sends SETATTR with the old mode
-    /// minus S_ISUID (and minus S_ISGID when group-execute is set), as the writing user,
-    /// for a truncate in the same request as the new size. Refusing it would make the write
-    /// fail with EPERM and keep the bits, where ext4 lets the write succeed and clears them.
-    ///
-    /// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
-    /// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
-    /// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
-    /// privilege kill. Without `default_permissions`, a user who may write the file could
-    /// also clear the bits with chmod(2) — which only ever removes privilege, and the same
-    /// user could clear them anyway by writing to the file.
-    fn only_kills_privileges(old: u32, new: u32) -> bool {
-        let (old, new) = (old & 0o7777, new & 0o7777);
-        let cleared = old & !new;
-        new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+    /// Drops the hold a write's first pass took on inode `ino` (`InCore::writing`) once its
+    /// last pass is done, whatever its outcome; then does what a `forget` or `release`
+    /// skipped meanwhile: frees the inode if nothing else refers to it and it has no name
+    /// left, drops it from core if nothing refers to it.
+    fn end_write(&self, ino: u64) {
+        let r = self.locked_op(None, |st| {
+            let Some(ic) = st.inodes.loaded_mut(ino) else {
+                return Ok(());
+            };
+            ic.writing = ic.writing.saturating_sub(1);
+            if ic.writing > 0 || ic.nopen > 0 || ic.nlookup > 0 {
+                return Ok(());
+            }
+            if ic.effnlink == 0 {
+                return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
+            }
+            if !ic.d.is_dir() {
+                st.inodes.remove(ino);
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            log::error!("ending a write of inode {ino}: {e}");
+        }
+    }
+
+    /// Takes back the blocks a write's first pass allocated, after that pass was committed
+    /// and nothing reached the file (a `Concurrent` mode's failed stream): the new data
+    /// blocks' pointers are cleared, then the indirect blocks the pass added (deepest
+    /// first: they point to nothing else), and the strategy releases them as for any free.
+    fn unalloc_write(&self, st: &mut State, ino: u64, plan: &WritePlan) -> Result<()> {
+        let mut freed = Vec::new();
+        let mut holders: Vec<BufRef> = Vec::new();
+        let mut hold = |h: BufRef| {
+            if !holders.iter().any(|x| x.blkno() == h.blkno()) {
+                holders.push(h);
+            }
+        };
+        for pc in plan.pieces.iter().filter(|pc| pc.fresh) {
+            if let Some((old, holder)) = self.bunmap(st, ino, pc.lbn)? {
+                freed.push(old);
+                if let Some(h) = holder {
+                    hold(h);
+                }
+            }
+        }
+        for g in plan.grown.iter().rev() {
+            match g.holder {
+                None => self.iget(st, ino)?.d.indirect[g.slot] = 0,
+                Some(h) => {
+                    let b = self.bread(h, kind::INDIRECT)?;
+                    put_u64(&mut b.write_range(g.slot * 8, 8), 0, 0);
+                    self.vol.cache.mark_dirty(&b);
+                    hold(b);
+                }
+            }
+            freed.push(g.blk);
+        }
+        holders.retain(|h| !freed.contains(&h.blkno()));
+        let ic = self.iget(st, ino)?;
+        ic.d.blocks = ic.d.blocks.saturating_sub(freed.len() as u64);
+        let ib = self.store(st, ino)?;
+        let from = plan.pieces.first().map_or(0, |pc| pc.lbn);
+        let f = FreeBlocks {
+            ino,
+            inode_buf: &ib,
+            from_lbn: from,
+            freed: &freed,
+            holders: &holders,
+            whole_file: false,
+        };
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))
     }
 
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
         let d = self.iget(st, ino)?.d.clone();
-        let owner = ctx.is_root() || ctx.uid == d.uid;
+        let cur = owner(&d);
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
-            let mut m = mode & 0o7777;
-            if !owner {
-                if !Self::only_kills_privileges(d.mode, m)
-                    || ctx.check(d.mode, d.uid, d.gid, Access::W).is_err()
-                {
-                    return Err(Errno::EPERM.into());
-                }
-            } else if !ctx.is_root() && !d.is_dir() && !ctx.in_group(d.gid) {
-                m &= !libc::S_ISGID;
-            }
-            n.mode = (d.mode & libc::S_IFMT) | m;
+            n.mode = perm::chmod(ctx, cur, mode)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.unwrap_or(d.uid);
-            let gid = set.gid.unwrap_or(d.gid);
-            if !ctx.is_root()
-                && (uid != d.uid || ctx.uid != d.uid || (gid != d.gid && !ctx.in_group(gid)))
-            {
-                return Err(Errno::EPERM.into());
-            }
-            if (uid != d.uid || gid != d.gid) && !d.is_dir() {
-                n.mode &= !libc::S_ISUID;
-                if n.mode & libc::S_IXGRP != 0 {
-                    n.mode &= !libc::S_ISGID;
-                }
-            }
-            n.uid = uid;
-            n.gid = gid;
+            let o = perm::chown(
+                ctx,
+                Owner {
+                    mode: n.mode,
+                    ..cur
+                },
+                set.uid,
+                set.gid,
+            )?;
+            (n.mode, n.uid, n.gid) = (o.mode, o.uid, o.gid);
         }
         for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
             let Some(t) = t else { continue };
+            perm::may_set_time(ctx, cur, &t)?;
             let v = match t {
-                SetTime::Now => {
-                    if !owner && ctx.check(d.mode, d.uid, d.gid, Access::W).is_err() {
-                        return Err(Errno::EACCES.into());
-                    }
-                    now
-                }
-                SetTime::At(t) => {
-                    if !owner {
-                        return Err(Errno::EPERM.into());
-                    }
-                    time_to_ns(t)
-                }
+                SetTime::Now => now,
+                SetTime::At(t) => time_to_ns(t),
             };
             if field == 0 { n.atime = v } else { n.mtime = v }
         }
@@ -1013,10 +1103,14 @@ impl Ffs {
                 ic.d.mtime = now;
             }
         }
-        let b = self.iput(st, ino)?;
-        self.strategy.setup_attr_change(&self.io, &[&b])?;
-        let d = self.iget(st, ino)?.d.clone();
-        Ok(self.attr_of(ino, &d))
+        let b = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &b,
+            extra: None,
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        self.attr(st, ino)
     }
 
     fn do_fallocate(
@@ -1043,18 +1137,15 @@ impl Ffs {
         if end > self.max_file_size {
             return Err(Errno::EFBIG.into());
         }
-        let bs = self.geo.block_size as u64;
+        let bs = self.vol.geo.block_size as u64;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
                 for lbn in offset / bs..end.div_ceil(bs) {
-                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn)?;
+                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
                     if fresh {
                         let b = self.bnew(p, kind::DATA);
-                        self.cache.mark_dirty(&b);
-                        self.io
-                            .data_allocs_pending
-                            .store(true, std::sync::atomic::Ordering::Release);
+                        self.vol.cache.mark_dirty(&b);
                     }
                 }
                 if !keep && end > d.size {
@@ -1085,26 +1176,29 @@ impl Ffs {
                         if p != 0 {
                             let b = self.bread(p, kind::DATA)?;
                             b.write_range(in_blk as usize, n as usize).fill(0);
-                            self.cache.mark_dirty(&b);
+                            self.vol.cache.mark_dirty(&b);
                         }
                     }
                     pos += n;
                 }
                 self.iget(st, ino)?.d.blocks -= freed.len() as u64;
-                let ib = self.iput(st, ino)?;
-                let mut refs: Vec<&BufRef> = changed.iter().collect();
-                refs.push(&ib);
-                self.strategy.setup_freeblocks(&self.io, &refs)?;
-                for b in freed {
-                    self.free_block(st, b)?;
-                }
+                let ib = self.store(st, ino)?;
+                let f = FreeBlocks {
+                    ino,
+                    inode_buf: &ib,
+                    from_lbn: offset / bs,
+                    freed: &freed,
+                    holders: &changed,
+                    whole_file: false,
+                };
+                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
             }
             _ => return Err(Errno::EOPNOTSUPP.into()),
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
         ic.d.ctime = now;
-        self.iput(st, ino)?;
+        self.store(st, ino)?;
         Ok(())
     }
 }
@@ -1120,33 +1214,25 @@ impl FileSystem for Ffs {
 
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
-        let meta = self.geo.group_count * self.geo.meta_blocks();
+        let meta = self.vol.geo.group_count * self.vol.geo.meta_blocks();
         // An unlinked inode nobody has open is free space already; only the kernel's
         // lookup reference (dropped by a forget that may still be in flight) keeps it.
-        let (mut bfree, mut ffree) = (st.free_blocks, st.free_inodes);
-        for ic in st
-            .orphans
-            .iter()
-            .filter_map(|i| st.inodes.get(i))
-            .filter(|ic| ic.nopen == 0)
-        {
-            bfree += ic.d.blocks;
-            ffree += 1;
-        }
+        let (ob, oi) = st.inodes.orphan_space();
+        let (bfree, ffree) = (st.alloc.free_blocks() + ob, st.alloc.free_inodes() + oi);
         Ok(StatFs {
-            blocks: self.geo.total_blocks - meta,
+            blocks: self.vol.geo.total_blocks - meta,
             bfree,
             bavail: bfree,
-            files: self.geo.total_inodes() - 2,
+            files: self.vol.geo.total_inodes() - 2,
             ffree,
-            bsize: self.geo.block_size,
+            bsize: self.vol.geo.block_size,
             namelen: MAX_NAME as u32,
-            frsize: self.geo.block_size,
+            frsize: self.vol.geo.block_size,
         })
     }
 
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
-        self.op("lookup", false, |st| {
+        self.op("lookup", None, |st| {
             let n = name.as_bytes();
             if n.len() > MAX_NAME {
                 return Err(Errno::ENAMETOOLONG.into());
@@ -1158,22 +1244,23 @@ impl FileSystem for Ffs {
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
-        let r = self.op("forget", false, |st| {
-            let Some(ic) = st.inodes.get_mut(&ino) else {
+        let r = self.op("forget", None, |st| {
+            let Some(ic) = st.inodes.loaded_mut(ino) else {
                 return Ok(());
             };
             ic.nlookup = ic.nlookup.saturating_sub(nlookup);
-            if ic.nlookup == 0 && ic.nopen == 0 {
-                if ic.d.nlink == 0 {
+            if ic.nlookup == 0 && ic.nopen == 0 && ic.writing == 0 {
+                if ic.effnlink == 0 {
                     if self.read_only {
                         return Ok(());
                     }
-                    // Freeing an orphan promises nothing durable: no op_done. The next
-                    // ordered step's barrier makes the cleared inode durable before any
-                    // freed resource can be pointed to again (rule 2).
-                    return self.atomically(st, |st| self.maybe_free_inode(st, ino));
+                    // Freeing an orphan promises nothing durable (`Reclaim` is no
+                    // durability point). Sync's next ordered step's barrier makes the
+                    // cleared inode durable before any freed resource can be pointed to
+                    // again (rule 2).
+                    return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
                 } else if !ic.d.is_dir() {
-                    st.inodes.remove(&ino);
+                    st.inodes.remove(ino);
                 }
             }
             Ok(())
@@ -1184,18 +1271,20 @@ impl FileSystem for Ffs {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        self.op("getattr", false, |st| {
-            let d = self.iget(st, ino)?.d.clone();
-            Ok(self.attr_of(ino, &d))
-        })
+        self.op("getattr", None, |st| self.attr(st, ino))
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
-        self.op("setattr", true, |st| self.do_setattr(st, ctx, ino, set))
+        // A size change frees or zeroes the file's blocks: no write of it may be between
+        // its passes.
+        let _il = set.size.map(|_| self.ilock(ino).write());
+        self.op("setattr", Some(OpKind::Setattr), |st| {
+            self.do_setattr(st, ctx, ino, set)
+        })
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        self.op("readlink", false, |st| {
+        self.op("readlink", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             if !d.is_symlink() {
                 return Err(Errno::EINVAL.into());
@@ -1204,7 +1293,7 @@ impl FileSystem for Ffs {
                 return Ok(t);
             }
             let p = self.bmap(st, ino, 0)?;
-            if p == 0 || d.size as usize > self.geo.bs() {
+            if p == 0 || d.size as usize > self.vol.geo.bs() {
                 return Err(corrupt_err(format!("symlink {ino}: no target block")));
             }
             let b = self.bread(p, kind::DATA)?;
@@ -1222,7 +1311,7 @@ impl FileSystem for Ffs {
         umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.op("mknod", true, |st| {
+        self.op("mknod", Some(OpKind::Mknod), |st| {
             let kind = FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile);
             match kind {
                 FileKind::Directory | FileKind::Symlink => return Err(Errno::EINVAL.into()),
@@ -1243,7 +1332,7 @@ impl FileSystem for Ffs {
     }
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
-        self.op("mkdir", true, |st| {
+        self.op("mkdir", Some(OpKind::Mkdir), |st| {
             let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
             let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
             self.entry_attr(st, ino)
@@ -1251,10 +1340,10 @@ impl FileSystem for Ffs {
     }
 
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
-        self.op("unlink", true, |st| {
-            let n = check_name(name)?;
+        self.op("unlink", Some(OpKind::Unlink), |st| {
+            let n = perm::check_name(name)?;
             let pd = self.dir_for_change(st, ctx, parent)?;
-            if is_dot(n) {
+            if perm::is_dot(n) {
                 return Err(Errno::EISDIR.into());
             }
             let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
@@ -1262,23 +1351,18 @@ impl FileSystem for Ffs {
             if td.is_dir() {
                 return Err(Errno::EISDIR.into());
             }
-            Self::sticky_ok(ctx, &pd, &td)?;
-            let db = self.dir_remove(st, parent, n)?;
-            let pb = self.touch_dir(st, parent)?;
-            self.strategy
-                .setup_directory_remove(&self.io, &[&db, &pb])?;
-            let ic = self.iget(st, slot.ino)?;
-            ic.d.nlink = ic.d.nlink.saturating_sub(1);
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_remove(&self.io, &[&ib])?;
-            self.maybe_free_inode(st, slot.ino)
+            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
+            self.touch_dir(st, parent)?;
+            let (_, apply) = self.dir_remove(st, parent, n, false)?;
+            self.iget(st, slot.ino)?.d.ctime = now_ns();
+            self.drop_link(st, slot.ino, 1, apply)?;
+            self.reclaim(st, slot.ino)
         })
     }
 
     fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
-        self.op("rmdir", true, |st| {
-            let n = check_name(name)?;
+        self.op("rmdir", Some(OpKind::Rmdir), |st| {
+            let n = perm::check_name(name)?;
             if n == b"." {
                 return Err(Errno::EINVAL.into());
             }
@@ -1291,30 +1375,28 @@ impl FileSystem for Ffs {
             if !td.is_dir() {
                 return Err(Errno::ENOTDIR.into());
             }
-            Self::sticky_ok(ctx, &pd, &td)?;
-            if !self.dir_index(st, slot.ino)?.names.is_empty() {
+            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
+            if !self.dir_index(st, slot.ino)?.is_empty() {
                 return Err(Errno::ENOTEMPTY.into());
             }
-            let db = self.dir_remove(st, parent, n)?;
-            self.strategy.setup_directory_remove(&self.io, &[&db])?;
-            let pic = self.iget(st, parent)?;
-            pic.d.nlink = pic.d.nlink.saturating_sub(1);
-            let pb = self.touch_dir(st, parent)?;
-            let ic = self.iget(st, slot.ino)?;
-            ic.d.nlink = 0;
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, slot.ino)?;
-            self.strategy.setup_link_remove(&self.io, &[&pb, &ib])?;
-            self.maybe_free_inode(st, slot.ino)
+            // The entry goes first (only its block in the step); then the parent loses the
+            // victim's "..", and the victim its name and ".".
+            let (_, apply) = self.dir_remove(st, parent, n, true)?;
+            self.drop_link(st, parent, 1, apply)?;
+            self.touch_dir(st, parent)?;
+            self.iget(st, slot.ino)?.d.ctime = now_ns();
+            let links = self.iget(st, slot.ino)?.effnlink;
+            self.drop_link(st, slot.ino, links, apply)?;
+            self.reclaim(st, slot.ino)
         })
     }
 
     fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr> {
-        self.op("symlink", true, |st| {
+        self.op("symlink", Some(OpKind::Symlink), |st| {
             if target.is_empty() {
                 return Err(Errno::ENOENT.into());
             }
-            if target.len() >= 4096 || target.len() > self.geo.bs() {
+            if target.len() >= 4096 || target.len() > self.vol.geo.bs() {
                 return Err(Errno::ENAMETOOLONG.into());
             }
             let ino = self.make_node(
@@ -1339,45 +1421,50 @@ impl FileSystem for Ffs {
         nname: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
-        self.op("rename", true, |st| {
-            self.do_rename(st, ctx, parent, name, np, nname, flags)
-        })
+        self.op(
+            "rename",
+            Some(if flags.exchange {
+                OpKind::Exchange
+            } else {
+                OpKind::Rename
+            }),
+            |st| self.do_rename(st, ctx, parent, name, np, nname, flags),
+        )
     }
 
     fn link(&self, ctx: &Ctx, ino: Ino, np: Ino, nname: &OsStr) -> Result<Attr> {
-        self.op("link", true, |st| {
-            let n = check_name(nname)?;
+        self.op("link", Some(OpKind::Link), |st| {
+            let n = perm::check_name(nname)?;
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() {
                 return Err(Errno::EPERM.into());
             }
             self.dir_for_change(st, ctx, np)?;
-            if is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
+            if perm::is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
-            if d.nlink >= LINK_MAX {
+            let links = self.iget(st, ino)?.effnlink;
+            if links >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
-            if d.nlink == 0 {
+            if links == 0 {
                 return Err(Errno::ENOENT.into());
             }
             let blocks = self.dir_add_blocks(st, np, n)?;
-            self.reserve(st, 0, blocks)?;
-            let ic = self.iget(st, ino)?;
-            ic.d.nlink += 1;
-            ic.d.ctime = now_ns();
-            let ib = self.iput(st, ino)?;
-            self.strategy.setup_link_add(&self.io, &[&ib])?;
-            let db = self.dir_add(st, np, n, ino, dtype_of(d.mode))?;
-            let pb = self.touch_dir(st, np)?;
-            self.strategy.setup_directory_add(&self.io, &[&db, &pb])?;
+            st.alloc.reserve(0, blocks)?;
+            // The count goes up on disk before the new name exists (count ≥ references).
+            self.iget(st, ino)?.d.ctime = now_ns();
+            self.raise_link(st, ino, LinkWhy::Link)?;
+            self.touch_dir(st, np)?;
+            self.dir_add(st, np, n, ino, dtype_of(d.mode), false, None)?;
             self.entry_attr(st, ino)
         })
     }
 
     fn open(&self, ctx: &Ctx, ino: Ino, flags: i32) -> Result<Fh> {
         let truncating = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
-        self.op("open", truncating, |st| {
+        let _il = truncating.then(|| self.ilock(ino).write());
+        self.op("open", truncating.then_some(OpKind::Truncate), |st| {
             let d = self.iget(st, ino)?.d.clone();
             if d.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EISDIR.into());
@@ -1392,8 +1479,13 @@ impl FileSystem for Ffs {
                 let ic = self.iget(st, ino)?;
                 ic.d.mtime = now;
                 ic.d.ctime = now;
-                let b = self.iput(st, ino)?;
-                self.strategy.setup_attr_change(&self.io, &[&b])?;
+                let b = self.store(st, ino)?;
+                let f = AttrChange {
+                    ino,
+                    inode_buf: &b,
+                    extra: None,
+                };
+                self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
             }
             Ok(self.new_handle(st, ino, flags))
         })
@@ -1408,7 +1500,7 @@ impl FileSystem for Ffs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Fh)> {
-        self.op("create", true, |st| {
+        self.op("create", Some(OpKind::Create), |st| {
             let m = libc::S_IFREG | (mode & 0o7777 & !umask);
             let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
             let attr = self.entry_attr(st, ino)?;
@@ -1418,7 +1510,10 @@ impl FileSystem for Ffs {
     }
 
     fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
-        self.op("read", false, |st| {
+        // Never between a write's passes: a block mapped but not yet written would show its
+        // previous owner's bytes.
+        let _il = self.ilock(ino).read();
+        self.op("read", Some(OpKind::Read), |st| {
             if fh != 0 {
                 self.handle(st, fh)?;
             }
@@ -1426,8 +1521,14 @@ impl FileSystem for Ffs {
         })
     }
 
+    /// A write in two passes (`write_map`, then `write_streams` and `write_finish`), under the
+    /// file's own lock. In a `Serialized` mode all of it is one call under the engine's
+    /// lock, in one undo scope. In a `Concurrent` mode the first pass is one call, the
+    /// stream's device writes go out with no engine lock held, and the second pass is
+    /// another call: other files' calls never wait for this file's data to reach the device.
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        self.op("write", true, |st| {
+        let _il = self.ilock(ino).write();
+        let map = |st: &mut State| -> Result<Option<WritePlan>> {
             let flags = if fh != 0 {
                 self.handle(st, fh)?.1
             } else {
@@ -1441,8 +1542,28 @@ impl FileSystem for Ffs {
             } else {
                 offset
             };
-            self.do_write(st, ino, off, data)
-        })
+            self.write_map(st, ino, off, data)
+        };
+        match self.strategy.io_model() {
+            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
+                let Some(plan) = map(st)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                self.write_finish(st, ino, &plan, data, failed, false)?
+            }),
+            IoModel::Concurrent => self.counted("write", || {
+                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                let r = self.locked_op(Some(OpKind::Write), |st| {
+                    self.write_finish(st, ino, &plan, data, failed, true)
+                });
+                self.end_write(ino);
+                r?
+            }),
+        }
     }
 
     /// Nothing to do at close(2): writes reach the buffer cache when write() is called (no
@@ -1453,42 +1574,58 @@ impl FileSystem for Ffs {
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
-        self.op("release", false, |st| {
-            if st.handles.remove(&fh).is_some()
-                && let Some(ic) = st.inodes.get_mut(&ino)
+        self.op("release", None, |st| {
+            if st.handles.close(fh)
+                && let Some(ic) = st.inodes.loaded_mut(ino)
             {
                 ic.nopen = ic.nopen.saturating_sub(1);
-                if ic.nopen == 0 && ic.d.nlink == 0 && !self.read_only {
+                if ic.nopen == 0 && ic.effnlink == 0 && !self.read_only {
                     // The handle is gone whatever happens; freeing the inode is all or
                     // nothing (a failure leaves an orphan that unmount frees).
-                    self.atomically(st, |st| {
-                        self.maybe_free_inode(st, ino)?;
-                        self.strategy.op_done(&self.io)
-                    })?;
+                    self.in_op(st, OpKind::Release, |st| self.reclaim(st, ino))?;
                 }
             }
             Ok(())
         })
     }
 
-    fn fsync(&self, ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
-        self.op("fsync", false, |st| {
-            self.iget(st, ino)?;
-            if self.read_only {
+    /// The file's dirty blocks are collected under the engine's lock; the strategy writes
+    /// them (and what finds them) with the lock held only in a `Serialized` mode. Writes of
+    /// this file wait for it (its own lock); calls on other files do not.
+    fn fsync(&self, ino: Ino, _fh: Fh, datasync: bool) -> Result<()> {
+        let _il = self.ilock(ino).read();
+        self.counted("fsync", || {
+            let data = self.locked_op(None, |st| {
+                self.iget(st, ino)?;
+                if self.read_only {
+                    return Ok(None);
+                }
+                let data: Vec<BufRef> = self
+                    .file_blocks(st, ino)?
+                    .into_iter()
+                    .filter_map(|b| self.vol.cache.lookup(b))
+                    .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
+                    .collect();
+                Ok(Some(data))
+            })?;
+            let Some(data) = data else {
                 return Ok(());
-            }
-            let data: Vec<BufRef> = self
-                .file_blocks(st, ino)?
-                .into_iter()
-                .filter_map(|b| self.cache.lookup(b))
-                .filter(|b| b.is_dirty() && matches!(b.kind(), kind::DATA | kind::INDIRECT))
-                .collect();
-            self.strategy.fsync(&self.io, &data)
+            };
+            self.with_io_lock(|| {
+                self.strategy.fsync(
+                    self,
+                    &FsyncReq {
+                        ino,
+                        datasync,
+                        blocks: &data,
+                    },
+                )
+            })
         })
     }
 
     fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
-        self.op("opendir", false, |st| {
+        self.op("opendir", None, |st| {
             let d = self.dir_inode(st, ino)?;
             ctx.check(d.mode, d.uid, d.gid, Access::R)?;
             Ok(self.new_handle(st, ino, libc::O_RDONLY))
@@ -1507,9 +1644,9 @@ impl FileSystem for Ffs {
         plus: bool,
         emit: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()> {
-        self.op("readdir", false, |st| {
+        self.op("readdir", None, |st| {
             let d = self.dir_inode(st, ino)?;
-            let bs = self.geo.block_size as u64;
+            let bs = self.vol.geo.block_size as u64;
             // Cookies are byte offsets + 1 of the entry last returned (0 = start).
             let mut lbn = offset / bs;
             while lbn * bs < d.size {
@@ -1526,7 +1663,7 @@ impl FileSystem for Ffs {
                         continue;
                     }
                     let kind = FileKind::from_dtype(e.dtype).unwrap_or(FileKind::RegularFile);
-                    let attr = if plus && !is_dot(e.name) {
+                    let attr = if plus && !perm::is_dot(e.name) {
                         Some(self.entry_attr(st, e.ino as u64)?)
                     } else {
                         None
@@ -1541,7 +1678,7 @@ impl FileSystem for Ffs {
                     if !ok {
                         // The refused entry was not handed over: undo its lookup count.
                         if let Some(a) = attr
-                            && let Some(ic) = st.inodes.get_mut(&a.ino)
+                            && let Some(ic) = st.inodes.loaded_mut(a.ino)
                         {
                             ic.nlookup = ic.nlookup.saturating_sub(1);
                         }
@@ -1559,10 +1696,10 @@ impl FileSystem for Ffs {
     }
 
     fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
-        self.op("setxattr", true, |st| {
+        self.op("setxattr", Some(OpKind::SetXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, true)?;
+            perm::xattr_access(ctx, owner(&d), n, true)?;
             if value.len() > XATTR_SIZE_MAX {
                 return Err(Errno::E2BIG.into());
             }
@@ -1582,10 +1719,10 @@ impl FileSystem for Ffs {
     }
 
     fn getxattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        self.op("getxattr", false, |st| {
+        self.op("getxattr", None, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, false)?;
+            perm::xattr_access(ctx, owner(&d), n, false)?;
             let attrs = self.read_xattrs(&d)?;
             attrs
                 .into_iter()
@@ -1596,7 +1733,7 @@ impl FileSystem for Ffs {
     }
 
     fn listxattr(&self, ctx: &Ctx, ino: Ino) -> Result<Vec<u8>> {
-        self.op("listxattr", false, |st| {
+        self.op("listxattr", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             let mut out = Vec::new();
             for (k, _) in self.read_xattrs(&d)? {
@@ -1611,10 +1748,10 @@ impl FileSystem for Ffs {
     }
 
     fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()> {
-        self.op("removexattr", true, |st| {
+        self.op("removexattr", Some(OpKind::RemoveXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            self.xattr_access(ctx, &d, n, true)?;
+            perm::xattr_access(ctx, owner(&d), n, true)?;
             let mut attrs = self.read_xattrs(&d)?;
             let before = attrs.len();
             attrs.retain(|(k, _)| k.as_slice() != n);
@@ -1626,7 +1763,7 @@ impl FileSystem for Ffs {
     }
 
     fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
-        self.op("access", false, |st| {
+        self.op("access", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             if mask.0 & Access::W.0 != 0 && self.read_only {
                 return Err(Errno::EROFS.into());
@@ -1643,7 +1780,8 @@ impl FileSystem for Ffs {
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
-        self.op("fallocate", true, |st| {
+        let _il = self.ilock(ino).write();
+        self.op("fallocate", Some(OpKind::Fallocate), |st| {
             self.do_fallocate(st, ino, offset, length, mode)
         })
     }
@@ -1652,8 +1790,7 @@ impl FileSystem for Ffs {
         if self.read_only {
             return Ok(());
         }
-        let mut st = self.st.lock();
-        self.sync_locked(&mut st)
+        self.sync_as(SyncWhy::All)
     }
 
     fn destroy(&self) -> Result<()> {
@@ -1666,14 +1803,14 @@ impl FileSystem for Ffs {
         let v = serde_json::json!({
             "mode": self.strategy.name(),
             "device": dev,
-            "cache": self.cache.stats(),
-            "ops": st.op_stats,
+            "cache": self.vol.cache.stats(),
+            "ops": *self.stats.lock(),
             "ops_total": self.ops_total.load(std::sync::atomic::Ordering::Relaxed),
             "inodes_in_core": st.inodes.len(),
             "directories_indexed": st.dirs.len(),
             "open_handles": st.handles.len(),
-            "free_blocks": st.free_blocks,
-            "free_inodes": st.free_inodes,
+            "free_blocks": st.alloc.free_blocks(),
+            "free_inodes": st.alloc.free_inodes(),
         });
         v.to_string()
     }

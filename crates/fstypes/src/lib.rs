@@ -38,8 +38,13 @@ pub struct FsType {
     pub probe: fn(&[u8]) -> bool,
     /// The metadata-update modes, the default first.
     pub modes: fn() -> Vec<ModeSpec>,
-    /// Checks mount options (unknown keys, bad values) without mounting: the command does
-    /// this before it daemonizes, so a typo is reported at once.
+    /// Checks one mount option on its own: a key the format (or one of its modes) parses,
+    /// with a value it accepts where that does not depend on the other options. The command
+    /// uses it to drop bad options one by one under `mount -s`.
+    pub check_option: fn(&str, Option<&str>) -> Result<(), String>,
+    /// Checks the mount options as a whole (unknown keys, bad values, a mode's own options
+    /// against the mode chosen, in any order) without mounting: the command does this
+    /// before it daemonizes, so a typo is reported at once.
     pub check_options: fn(&Options, read_only: bool) -> Result<(), String>,
     /// Creates a file system on an image file or device.
     pub mkfs: fn(&Path, &MkfsArgs) -> Result<(), FsError>,
@@ -141,6 +146,7 @@ impl Mode {
             "description": self.spec.description,
             "after_crash": self.spec.guarantees.after_crash,
             "mount_options": format!("mode={}", self.spec.name),
+            "options": self.spec.options,
             "guarantees": self.spec.guarantees,
         })
     }
@@ -174,12 +180,15 @@ static FFS: FsType = FsType {
     probe_bytes: cairn_ffs::format::superblock::SB_BYTES,
     probe: cairn_ffs::format::superblock::has_magic,
     modes: || cairn_ffs::modes().iter().map(|m| m.spec()).collect(),
+    check_option: ffs_check_option,
     check_options: ffs_check_options,
     mkfs: ffs_mkfs,
     mount: ffs_mount,
     check: cairn_fsck::check_path,
 };
 
+/// The options as the engine takes them, each key known to the format or one of its
+/// modes (the mode's own are checked against the mode at mount: `MountOptions::check`).
 fn ffs_options(opts: &Options, read_only: bool) -> Result<cairn_ffs::MountOptions, String> {
     let mut o = cairn_ffs::MountOptions {
         read_only,
@@ -191,8 +200,12 @@ fn ffs_options(opts: &Options, read_only: bool) -> Result<cairn_ffs::MountOption
     Ok(o)
 }
 
+fn ffs_check_option(key: &str, value: Option<&str>) -> Result<(), String> {
+    cairn_ffs::MountOptions::default().set(key, value)
+}
+
 fn ffs_check_options(opts: &Options, read_only: bool) -> Result<(), String> {
-    ffs_options(opts, read_only).map(|_| ())
+    ffs_options(opts, read_only)?.check()
 }
 
 fn ffs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
@@ -261,5 +274,10 @@ mod tests {
         let e = (FFS.check_options)(&opt("mode", Some("turbo")), false).unwrap_err();
         assert!(e.contains("turbo"), "{e}");
         assert!((FFS.check_options)(&opt("frobnicate", None), false).is_err());
+        assert!((FFS.check_option)("cache", Some("64M")).is_ok());
+        assert!((FFS.check_option)("frobnicate", None).is_err());
+        // The daemon's old log option is no option of any mode of this build (issue 12's
+        // journal will parse log=file|dev:PATH itself).
+        assert!((FFS.check_option)("log", Some("file")).is_err());
     }
 }

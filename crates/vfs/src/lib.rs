@@ -19,10 +19,11 @@ use std::time::SystemTime;
 
 mod error;
 pub mod modes;
-mod perm;
+pub mod perm;
 
 pub use error::{Errno, FsError, Result};
-pub use perm::{Access, Ctx};
+pub use perm::{Access, Ctx, Owner};
+pub use perm::{LINK_MAX, NAME_MAX};
 
 /// An inode number as the file system knows it. The FUSE adapter maps the kernel's root (1)
 /// to [`FileSystem::root_ino`].

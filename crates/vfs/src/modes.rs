@@ -55,10 +55,22 @@ pub struct Guarantees {
     pub basis: &'static str,
 }
 
+/// A mount option a mode parses itself (e.g. a journal's `log=file|dev:PATH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ModeOption {
+    pub key: &'static str,
+    /// The values it takes, as help text shows them (`file|dev:PATH`).
+    pub values: &'static str,
+    pub help: &'static str,
+}
+
 /// One metadata-update mode of a format, chosen at mount time with `-o mode=NAME`.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ModeSpec {
     pub name: &'static str,
     pub description: &'static str,
     pub guarantees: Guarantees,
+    /// The mount options this mode parses itself; the format hands them over without
+    /// knowing them, so a mode with options plugs in without edits in the tools.
+    pub options: &'static [ModeOption],
 }

@@ -4,7 +4,8 @@
 //! Codecs in this module never panic on hostile bytes: decoding returns
 //! [`FormatError`] naming what is wrong.
 
-pub mod dir;
+/// Directory blocks: the codec both of cairn's formats share (`cairn_dir::block`).
+pub use cairn_dir::block as dir;
 pub mod inode;
 pub mod superblock;
 pub mod xattr;
@@ -14,11 +15,7 @@ pub use inode::{DiskInode, FAST_SYMLINK_MAX, INODE_SIZE, NDIRECT};
 pub use superblock::{Geometry, GroupDesc, Superblock};
 
 /// Why a structure could not be decoded. The message is one line naming the problem.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct FormatError(pub String);
-
-pub type FResult<T> = Result<T, FormatError>;
+pub use cairn_dir::{FResult, FormatError};
 
 pub(crate) fn corrupt<T>(msg: impl Into<String>) -> FResult<T> {
     Err(FormatError(msg.into()))

@@ -1,167 +1,153 @@
 //! Metadata-update strategies: the one interface every consistency discipline implements.
 //!
-//! The file-system code never asks which mode it runs in. At each point where the Soft
-//! Updates paper's ordering rules apply (002 §3; 000/001 §2), it calls a `setup_*` hook
-//! with the buffers the step changed, in the order the rules need them on disk:
+//! The file-system code never asks which mode it runs in. It tells the strategy *facts*:
+//! what changed, in FreeBSD's families (`softdep_setup_*`, see [`facts`]), each naming the
+//! structure that changed and the buffer the change is in. The Soft Updates paper's
+//! ordering rules (002 §3; 000/001 §2) are stated over those facts:
 //!
-//! 1. Never point to a structure before it has been initialized: an inode reaches disk
-//!    before the directory entry naming it (`setup_inode_alloc` before
-//!    `setup_directory_add`), a bitmap marks a block used before a pointer to it.
-//! 2. Never reuse a resource before nullifying all previous pointers to it: the entry goes
-//!    (`setup_directory_remove`) before the link count drops (`setup_link_remove`), and an
-//!    inode's pointers are cleared on disk (`setup_freeblocks`) before the bitmap frees them.
+//! 1. Never point to a structure before it has been initialized: an inode
+//!    ([`InoMapDep`], then its first `update_inodeblock`) reaches disk before the entry
+//!    naming it ([`DirAdd`]); a bitmap ([`BlkMapDep`]) and a new block's contents before
+//!    the pointer to it ([`AllocDirect`], [`AllocIndir`]).
+//! 2. Never reuse a resource before nullifying all previous pointers to it: an entry's
+//!    removal ([`DirRemove`]) before the link count drops ([`LinkChange`]), cleared
+//!    pointers ([`FreeBlocks`]) before the bitmap frees the blocks — which is why the
+//!    *strategy* releases freed bits ([`Tx::release`]), when its order allows.
 //! 3. Never reset the last pointer to a live resource before the new pointer has been set:
-//!    rename adds the new name (`setup_directory_add`) before removing the old one.
+//!    rename's new name ([`DirAdd`] or [`DirChange`]) before the old one goes.
 //!
-//! The names follow FreeBSD's `softdep_setup_*` family: soft updates will attach
-//! dependency records to the buffers in these hooks and enforce the order with rollbacks in
-//! the buffer cache's write hooks, and journaling will log the step instead. `sync` writes
-//! each step's buffers at once with a device flush as the barrier before the next step;
-//! `delayed` (FFS mounted async) only leaves them dirty.
+//! `sync` writes each step at once behind a barrier; `async` (`Delayed`) only releases what
+//! is freed. Soft updates attaches dependencies to the named buffers and rolls them back in
+//! the buffer cache's `before_write`; a journal logs each fact as a record. See
+//! docs/DESIGN.md for the table of what each mode does with each fact.
 
 mod delayed;
+pub mod facts;
+mod io;
 mod sync;
 
+use std::any::Any;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cairn_bufcache::{Buf, BufRef, BufferCache};
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeSpec};
+use cairn_blockdev::BlockDevice;
+use cairn_bufcache::{BufRef, Pressure, WriteHooks};
+use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption, ModeSpec};
 use cairn_vfs::{KernelCachePolicy, Result};
 
-use crate::format::kind;
+use crate::format::Superblock;
 
 pub use delayed::Delayed;
-pub use sync::Sync;
+pub use facts::*;
+pub use io::Io;
+pub use sync::{Ordered, StepWriter, Sync};
 
-/// The device-facing side a strategy works with: the cache plus the barrier bookkeeping.
-pub struct Io {
-    pub cache: Arc<BufferCache>,
-    /// Writes have been issued since the last device flush.
-    unflushed: AtomicBool,
-    /// Blocks were allocated by the data path (file growth) and their bitmaps are not on
-    /// disk yet: before an inode or indirect block can be written, the group blocks must
-    /// be (rule 1 for block pointers).
-    pub data_allocs_pending: AtomicBool,
+/// A strategy's private state for one call: made by `begin_op`, reachable from every fact
+/// of the call through [`Tx::state`], handed back to `end_op` (a journal: the call's log
+/// records). `None` for a strategy that keeps none.
+pub type OpState = Option<Box<dyn Any + Send>>;
+
+/// One call in progress, as a fact sees it.
+pub struct Tx<'a> {
+    pub kind: OpKind,
+    pub io: &'a Io,
+    pub(crate) state: &'a mut OpState,
+    pub(crate) released: &'a mut Vec<Release>,
 }
 
-impl Io {
-    pub fn new(cache: Arc<BufferCache>) -> Io {
-        Io {
-            cache,
-            unflushed: AtomicBool::new(false),
-            data_allocs_pending: AtomicBool::new(false),
-        }
+impl Tx<'_> {
+    /// The strategy's state for this call, if `begin_op` made one of type `T`.
+    pub fn state<T: 'static>(&mut self) -> Option<&mut T> {
+        self.state.as_mut()?.downcast_mut()
     }
 
-    /// Writes `bufs` after everything written before them is durable: the barrier that
-    /// separates two ordered steps. Group blocks owed by the data path go first.
-    pub fn write_ordered(&self, bufs: &[&BufRef]) -> Result<()> {
-        self.ordered(bufs, &[kind::INODE, kind::INDIRECT])
-    }
-
-    /// Writes newly initialized blocks after everything written before them is durable.
-    /// Unlike [`Io::write_ordered`], a new indirect block does not first need the group
-    /// blocks owed by the data path: it holds no pointer to those blocks yet (a new indirect
-    /// block is zero; a directory's point only to directory blocks whose bitmaps went first).
-    /// An inode block in the step still does: it may hold other files' new pointers.
-    pub fn write_initialized(&self, bufs: &[&BufRef]) -> Result<()> {
-        self.ordered(bufs, &[kind::INODE])
-    }
-
-    fn ordered(&self, bufs: &[&BufRef], pointer_kinds: &[u8]) -> Result<()> {
-        let has_pointers = bufs.iter().any(|b| pointer_kinds.contains(&b.kind()));
-        if has_pointers && self.data_allocs_pending.swap(false, Ordering::AcqRel) {
-            self.write_groups()?;
-        }
-        self.barrier()?;
-        let dirty: Vec<&BufRef> = bufs.iter().copied().filter(|b| b.is_dirty()).collect();
-        if !dirty.is_empty() {
-            self.cache.write_now(&dirty)?;
-            self.unflushed.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    /// Flushes if anything was written since the last flush.
-    pub fn barrier(&self) -> Result<()> {
-        if self.unflushed.swap(false, Ordering::AcqRel) {
-            self.cache.flush_device()?;
-        }
-        Ok(())
-    }
-
-    /// Writes every dirty group block (bitmaps, descriptors). A barrier comes first: a
-    /// group block may carry freed bits whose cleared pointers were written but not yet
-    /// flushed (rule 2: the bitmap may free a block only after no pointer to it is on disk).
-    fn write_groups(&self) -> Result<()> {
-        self.barrier()?;
-        self.cache
-            .write_back_filter(&|b: &Buf| b.kind() == kind::GROUP)?;
-        self.unflushed.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Writes every dirty buffer in rule order (group blocks, barrier, the rest) and, if
-    /// `durable`, flushes at the end.
-    pub fn write_back_ordered(&self, durable: bool) -> Result<()> {
-        self.data_allocs_pending.store(false, Ordering::Release);
-        self.write_groups()?;
-        self.barrier()?;
-        self.cache.write_back_all()?;
-        self.unflushed.store(true, Ordering::Release);
-        if durable {
-            self.barrier()?;
-        }
-        Ok(())
-    }
-
-    /// fsync of one file whose dirty data and indirect blocks are `blocks`: its data and
-    /// the group blocks (bitmaps) that allocated it, a barrier, its indirect blocks (the
-    /// pointers to that data) behind a barrier of their own, then every dirty metadata
-    /// buffer (inodes, directories: the file's name may not be on disk yet), and a flush.
-    /// Other files' data stays in the cache. Every pointer reaches disk after what it points
-    /// to — data, then indirect blocks, then the inode — so while the fsync is in flight the
-    /// file never shows zeros or another file's blocks within its size on disk (an inode
-    /// written with its indirect block in one epoch could land alone: its new size over a
-    /// hole), and an fsynced file never shows stale blocks after a crash.
-    pub fn fsync_file(&self, blocks: &[BufRef]) -> Result<()> {
-        let (data, indirect): (Vec<&BufRef>, Vec<&BufRef>) = blocks
-            .iter()
-            .filter(|b| b.is_dirty())
-            .partition(|b| b.kind() != kind::INDIRECT);
-        if !data.is_empty() {
-            self.cache.write_now(&data)?;
-            self.unflushed.store(true, Ordering::Release);
-        }
-        self.data_allocs_pending.store(false, Ordering::Release);
-        self.write_groups()?;
-        if !indirect.is_empty() {
-            self.barrier()?;
-            self.cache.write_now(&indirect)?;
-            self.unflushed.store(true, Ordering::Release);
-        }
-        self.barrier()?;
-        self.cache
-            .write_back_filter(&|b: &Buf| b.kind() != kind::DATA)?;
-        self.unflushed.store(true, Ordering::Release);
-        self.barrier()
-    }
-
-    /// Writes every dirty buffer with no ordering at all.
-    pub fn write_back_unordered(&self, durable: bool) -> Result<()> {
-        self.cache.write_back_all()?;
-        self.unflushed.store(true, Ordering::Release);
-        if durable {
-            self.barrier()?;
-        }
-        Ok(())
+    /// Releases bits to the allocator: the engine clears them as soon as the fact that
+    /// called this returns, inside the call. A strategy calls it for what a `FreeBlocks` or
+    /// `FreeFile` named once its ordering allows (sync: after the cleared pointers were
+    /// written; async: at once).
+    pub fn release(&mut self, r: Release) {
+        self.released.push(r);
     }
 }
 
-/// A metadata-update discipline. See the module documentation for the rules each hook
-/// stands for. Every hook receives the buffers the step dirtied.
+/// How a mode's device I/O relates to the engine's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoModel {
+    /// The engine holds its lock across the mode's writes and flushes (its syncer, memory
+    /// pressure, fsync, sync(2), streams): no other call can put half an operation between a
+    /// step and its barrier. `sync`'s honest cost, as FFS holds the vnode locks of a call.
+    Serialized,
+    /// No engine lock is held across a device write or flush: the syncer and background
+    /// work never stall calls (FreeBSD never holds its soft-updates lock across I/O). The
+    /// engine calls `sync`, `fsync`, `unmount` and `write_stream` without its lock, so they
+    /// overlap other calls (and each other); facts still run under it and must do no
+    /// device I/O. A write is then two calls, its stream's device writes between them.
+    Concurrent,
+}
+
+/// Why the engine asks a strategy to write back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncWhy {
+    /// The syncer's interval (FFS's 30-second update daemon): write, no flush needed.
+    Periodic,
+    /// Dirty buffers passed half the cache budget: write, no flush needed.
+    Pressure,
+    /// sync(2): everything durable when this returns.
+    All,
+    /// Unmount: everything durable, nothing left pending.
+    Unmount,
+}
+
+impl SyncWhy {
+    /// Whether the write-back must end durable (a flush).
+    pub fn durable(self) -> bool {
+        matches!(self, SyncWhy::All | SyncWhy::Unmount)
+    }
+}
+
+/// fsync(2) of one file.
+pub struct FsyncReq<'a> {
+    pub ino: Ino,
+    pub datasync: bool,
+    /// The file's dirty cached data and indirect blocks.
+    pub blocks: &'a [BufRef],
+}
+
+/// The engine as a strategy sees it outside a call: from its life-cycle methods, its
+/// background work and its worker. Implemented by `Ffs`.
+///
+/// `release` and `apply_link_drop` take the engine's lock: never call them from a fact, nor
+/// from a method the engine calls with its lock held (every method in `Serialized` mode).
+pub trait Engine: Send + std::marker::Sync {
+    fn io(&self) -> &Io;
+    /// The allocator callback outside a call: clears the bits `r` names (invalidating freed
+    /// blocks' buffers first), as one call of its own (soft updates'
+    /// `handle_workitem_freeblocks`, after the pointer-clearing write completed).
+    fn release(&self, r: Release) -> Result<()>;
+    /// Lowers inode `ino`'s on-disk link count by `n` — a drop a removal deferred
+    /// (`Apply::Deferred`), now that the removal is on disk (soft updates'
+    /// `handle_workitem_remove`) — and frees the inode if nothing refers to it any more.
+    fn apply_link_drop(&self, ino: Ino, n: u32) -> Result<()>;
+}
+
+/// The write hooks `sync` and `async` install: nothing per write, and no dirty buffer is ever
+/// written by eviction (the engine writes back in the mode's order before the cache must).
+pub struct DeferEviction;
+
+impl WriteHooks for DeferEviction {
+    fn on_pressure(&self) -> Pressure {
+        Pressure::Defer
+    }
+}
+
+/// A metadata-update discipline. See the module documentation for the rules the facts
+/// stand for. The engine calls, for every call that changes metadata: `begin_op`, then the
+/// facts in the order the changes were made (§2.2 of the design), then `end_op`, all under
+/// its lock and inside the call's undo scope, so a failed call is taken back whole.
+///
+/// Facts with a default body carry no obligation. `setup_freeblocks` and `setup_freefile`
+/// must eventually `release` what they name (or space leaks until fsck), and the removal
+/// facts must say when the on-disk link count may drop.
 pub trait Strategy: Send + std::marker::Sync {
     fn name(&self) -> &'static str;
 
@@ -171,50 +157,140 @@ pub trait Strategy: Send + std::marker::Sync {
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
 
-    /// A new inode (and, for directories and slow symlinks, its first block) was allocated
-    /// and initialized; bitmaps included. Rule 1: on disk before any entry names it.
-    fn setup_inode_alloc(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// A newly allocated block was initialized (a directory's block, an indirect block, a
-    /// slow symlink's target, an xattr block), with the bitmap that allocated it. Rule 1:
-    /// on disk before any pointer to it. Sync writes it behind a barrier, as FFS writes a
-    /// new indirect or directory block synchronously before linking it.
-    fn setup_block_init(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// A directory entry now names an inode (new entry or an existing entry re-pointed).
-    fn setup_directory_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// A directory entry was removed. Rule 2: before the link count it accounted for drops.
-    fn setup_directory_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// A link count was raised, before a new reference to the inode exists (link, rename):
-    /// the count must never be lower than the references on disk.
-    fn setup_link_add(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// A link count was lowered after its reference went (unlink, rmdir, rename). Writing it
-    /// late is always safe: a count higher than the references is a leak, never a loss.
-    fn setup_link_remove(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// Block pointers were cleared (truncate, free). Rule 2: on disk before the bitmap
-    /// frees the blocks (the caller frees them after this returns).
-    fn setup_freeblocks(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// Attributes changed (chmod, chown, times, size growth by setattr).
-    fn setup_attr_change(&self, io: &Io, bufs: &[&BufRef]) -> Result<()>;
-
-    /// The end of a metadata call: the point where the mode's durability promise holds.
-    fn op_done(&self, io: &Io) -> Result<()>;
-
-    /// fsync(2) of one file whose dirty cached data and indirect blocks are `blocks`: when
-    /// this returns, the file's data and the metadata needed to find it are durable. While
-    /// it is in flight, data reaches disk before the pointers to it (the crash harness
-    /// holds every mode to this).
-    fn fsync(&self, io: &Io, blocks: &[BufRef]) -> Result<()> {
-        io.fsync_file(blocks)
+    /// Whether the engine may do this mode's device I/O without holding its lock.
+    fn io_model(&self) -> IoModel {
+        IoModel::Serialized
     }
 
-    /// Writes every dirty buffer (syncer, memory pressure); `durable` ends with a flush.
-    fn write_back(&self, io: &Io, durable: bool) -> Result<()>;
+    // ---- life cycle -----------------------------------------------------------------
+
+    /// The buffer cache's write hooks for this mode (soft updates: roll back in
+    /// `before_write`, roll forward in `after_write`; a journal: force the log). Installed
+    /// when the cache is made, before anything is read.
+    fn write_hooks(&self) -> Arc<dyn WriteHooks> {
+        Arc::new(DeferEviction)
+    }
+
+    /// Before the engine reads anything beyond the superblock (a journal replays its log
+    /// here). The registry's recovery, fsck and the crash harness call the same function.
+    fn recover(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
+        let _ = (dev, sb);
+        Ok(())
+    }
+
+    /// The file system is mounted read-write (start what the mode needs).
+    fn mount(&self, e: &dyn Engine) -> Result<()> {
+        let _ = e;
+        Ok(())
+    }
+
+    /// How often the engine's worker runs `background` (`None`: never).
+    fn background_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Deferred work, on the engine's worker, outside any call (soft updates' worklist:
+    /// frees and link-count drops whose dependencies are on disk). Returns whether more is
+    /// ready; the worker calls again within its time slice.
+    fn background(&self, e: &dyn Engine) -> Result<bool> {
+        let _ = e;
+        Ok(false)
+    }
+
+    /// Writes back dirty buffers in the mode's order (`why.durable()`: ending with
+    /// everything on disk).
+    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()>;
+
+    /// Unmount: everything durable and nothing pending when this returns (the engine then
+    /// writes the clean superblock through `write_superblock`).
+    fn unmount(&self, e: &dyn Engine) -> Result<()> {
+        self.sync(e, SyncWhy::Unmount)
+    }
+
+    /// Writes the superblock (marked dirty, contents final) durably: at mount (state
+    /// MOUNTED) and unmount (CLEAN).
+    fn write_superblock(&self, e: &dyn Engine, buf: &BufRef) -> Result<()> {
+        e.io().write_durable(&[buf])
+    }
+
+    /// Writes file data straight to the device (a stream: whole blocks nobody has cached,
+    /// `blk` onwards, of inode `ino`), bypassing the cache.
+    fn write_stream(&self, io: &Io, ino: Ino, blk: Blk, data: &[u8]) -> Result<()> {
+        let _ = ino;
+        io.write_stream(blk, data)
+    }
+
+    // ---- per call -------------------------------------------------------------------
+
+    /// A call of `kind` begins.
+    fn begin_op(&self, kind: OpKind) -> Result<OpState> {
+        let _ = kind;
+        Ok(None)
+    }
+
+    /// The call has done everything that can fail; what it changed so far must reach the
+    /// mode's durability now (sync: a barrier), because what follows changes file contents
+    /// without a before-image (a write's second pass).
+    fn commit_point(&self, tx: &mut Tx) -> Result<()> {
+        let _ = tx;
+        Ok(())
+    }
+
+    /// The call ends: `ok` false when it failed and everything it changed was taken back.
+    /// For a durable kind this is the point where the mode's promise holds.
+    fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
+        let _ = (tx, ok);
+        Ok(())
+    }
+
+    // ---- facts ----------------------------------------------------------------------
+
+    fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    fn setup_blkmapdep(&self, tx: &mut Tx, f: &BlkMapDep) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    /// Inode `ino` was encoded into `buf` (FreeBSD: `softdep_update_inodeblock`).
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+        let _ = (tx, ino, buf);
+        Ok(())
+    }
+    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> Result<Apply>;
+    fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply>;
+    fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+    fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()>;
+    fn setup_freefile(&self, tx: &mut Tx, f: &FreeFile) -> Result<()>;
+    fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
+
+    // ---- outside calls ---------------------------------------------------------------
+
+    /// fsync(2) of one file: when this returns, the file's data and the metadata needed to
+    /// find it are durable. While it is in flight, data reaches disk before the pointers to
+    /// it (the crash harness holds every mode to this).
+    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {
+        e.io().fsync_file(f.blocks)
+    }
 }
 
 /// A metadata-update discipline that can be chosen at mount time, with what it promises
@@ -224,8 +300,16 @@ pub struct ModeInfo {
     pub name: &'static str,
     pub description: &'static str,
     pub guarantees: Guarantees,
-    make: fn() -> Box<dyn Strategy>,
+    /// The mount options the mode parses itself (a journal's `log=`, `commit=`).
+    pub options: &'static [ModeOption],
+    /// The strategy, from the mode's own options (each `(key, value)` one of `options`);
+    /// a one-line error for a bad or unknown one.
+    make: MakeStrategy,
 }
+
+/// Makes a mode's strategy from the mode's own mount options.
+type MakeStrategy =
+    fn(&[(String, Option<String>)]) -> std::result::Result<Box<dyn Strategy>, String>;
 
 impl ModeInfo {
     /// The mode as the registry of file-system types lists it.
@@ -234,7 +318,18 @@ impl ModeInfo {
             name: self.name,
             description: self.description,
             guarantees: self.guarantees,
+            options: self.options,
         }
+    }
+}
+
+/// A mode that parses no options of its own: any is refused, naming it.
+fn no_options(mode: &str, opts: &[(String, Option<String>)]) -> std::result::Result<(), String> {
+    match opts.first() {
+        Some((k, _)) => Err(format!(
+            "mount option '{k}' is not an option of mode {mode}"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -257,7 +352,11 @@ static MODES: &[ModeInfo] = &[
             after_crash: AfterCrash::Fsck,
             basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
         },
-        make: || Box::new(Sync),
+        options: &[],
+        make: |o| {
+            no_options("sync", o)?;
+            Ok(Box::new(Sync::new()))
+        },
     },
     ModeInfo {
         name: "async",
@@ -274,7 +373,11 @@ static MODES: &[ModeInfo] = &[
             after_crash: AfterCrash::Fsck,
             basis: "000 §5 and Table 3: FFS-async makes no guarantee; fsync is honoured in every mode",
         },
-        make: || Box::new(Delayed),
+        options: &[],
+        make: |o| {
+            no_options("async", o)?;
+            Ok(Box::new(Delayed))
+        },
     },
 ];
 
@@ -282,7 +385,25 @@ pub fn modes() -> &'static [ModeInfo] {
     MODES
 }
 
-/// The strategy of the mode called `name`.
+/// The strategy of the mode called `name`, with its default options.
 pub fn by_name(name: &str) -> Option<Box<dyn Strategy>> {
-    MODES.iter().find(|m| m.name == name).map(|m| (m.make)())
+    make(name, &[]).ok()
+}
+
+/// The strategy of mode `name` with the mode's own options `opts`: a one-line error for an
+/// unknown mode or a bad option.
+pub fn make(
+    name: &str,
+    opts: &[(String, Option<String>)],
+) -> std::result::Result<Box<dyn Strategy>, String> {
+    let m = MODES.iter().find(|m| m.name == name).ok_or_else(|| {
+        let names: Vec<_> = MODES.iter().map(|m| m.name).collect();
+        format!("unknown mode '{name}' (known: {})", names.join(", "))
+    })?;
+    (m.make)(opts)
+}
+
+/// Whether some mode parses mount option `key` itself.
+pub fn is_mode_option(key: &str) -> bool {
+    MODES.iter().any(|m| m.options.iter().any(|o| o.key == key))
 }

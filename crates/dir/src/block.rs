@@ -1,4 +1,5 @@
-//! FFS-style directory blocks.
+//! FFS-style directory blocks (Sprite LFS keeps FFS's directory format, 004 §4, so both of
+//! cairn's formats use this codec).
 //!
 //! A directory block is a sequence of 512-byte chunks (FFS's DIRBLKSIZ). Entries never
 //! cross a chunk boundary, so that one entry's update is a single sector write: a torn
@@ -17,7 +18,20 @@
 //! life, which is what makes readdir cookies (byte offsets) stable under concurrent
 //! create/unlink.
 
-use super::*;
+use crate::{FResult, FormatError, corrupt};
+
+fn get_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+fn get_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+fn put_u16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
 
 pub const DIR_CHUNK: usize = 512;
 const HDR: usize = 8;

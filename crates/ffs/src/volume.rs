@@ -1,0 +1,58 @@
+//! The mounted volume as the engine's types see it: the geometry and the buffer cache, with
+//! the block reads every piece needs (each block number checked against the geometry before
+//! it is read) and the inode-table codec.
+
+use std::sync::Arc;
+
+use cairn_bufcache::{BufRef, BufferCache};
+use cairn_vfs::{Errno, Result};
+
+use crate::corrupt_err;
+use crate::format::{DiskInode, Geometry, kind};
+
+pub(crate) struct Volume {
+    pub geo: Geometry,
+    pub cache: Arc<BufferCache>,
+}
+
+impl Volume {
+    /// The buffer of `blk`, tagged `k`. A block beyond the file system is corruption.
+    pub fn bread(&self, blk: u64, k: u8) -> Result<BufRef> {
+        if blk >= self.geo.total_blocks {
+            return Err(corrupt_err(format!(
+                "block {blk} beyond the end of the file system"
+            )));
+        }
+        let b = self.cache.read(blk)?;
+        b.set_kind(k);
+        Ok(b)
+    }
+
+    /// A zeroed buffer for a block just allocated (never read from the device).
+    pub fn bnew(&self, blk: u64, k: u8) -> BufRef {
+        let b = self.cache.get_new(blk);
+        b.set_kind(k);
+        b
+    }
+
+    /// Reads an inode from its table block (no in-core caching).
+    pub fn read_disk_inode(&self, ino: u64) -> Result<DiskInode> {
+        if !self.geo.valid_ino(ino) {
+            return Err(Errno::ENOENT.into());
+        }
+        let (blk, off) = self.geo.inode_location(ino);
+        let b = self.bread(blk, kind::INODE)?;
+        let d = DiskInode::decode(ino, &b.read()[off..off + 256]).map_err(|e| corrupt_err(e.0))?;
+        Ok(d)
+    }
+
+    /// Encodes `d` into inode `ino`'s slot and marks the block dirty; returns the block.
+    /// Only the slot's 256 bytes are saved in an undo scope.
+    pub fn write_disk_inode(&self, ino: u64, d: &DiskInode) -> Result<BufRef> {
+        let (blk, off) = self.geo.inode_location(ino);
+        let b = self.bread(blk, kind::INODE)?;
+        d.encode(ino, &mut b.write_range(off, 256));
+        self.cache.mark_dirty(&b);
+        Ok(b)
+    }
+}
