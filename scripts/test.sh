@@ -51,6 +51,19 @@ trap 'rm -rf --one-file-system "$scratch"' EXIT
 export CAIRN_RUNTIME_DIR="${CAIRN_RUNTIME_DIR:-$scratch/run}"
 export CAIRN_BENCH_CACHE="${CAIRN_BENCH_CACHE:-$scratch/cache}"
 log="$scratch/test.log"
+
+# FUSE over io_uring is a kernel switch that new mounts see at INIT (a live mount keeps what
+# it got). The suites mount over both transports: turn it on for the run. It stays on
+# afterwards: turning it off could fail another run's io_uring mounts mid-way.
+uring_param=/sys/module/fuse/parameters/enable_uring
+if [ -e "$uring_param" ]; then
+    if [ "$(cat "$uring_param")" != Y ] && ! echo Y > "$uring_param" 2>/dev/null; then
+        echo "test: cannot turn on $uring_param; the io_uring transport will not be tested"
+    fi
+    echo "test: FUSE over io_uring: $uring_param = $(cat "$uring_param")"
+else
+    echo "test: this kernel has no FUSE over io_uring; only the /dev/fuse transport is tested"
+fi
 run_tests() {
     # --no-fail-fast: one failing suite must not hide the results of the others.
     cargo test --workspace --no-fail-fast 2>&1 | tee "$log"

@@ -430,6 +430,22 @@ fn list(arg: &str, all: Vec<String>) -> Vec<String> {
     }
 }
 
+/// FUSE over io_uring is a kernel switch that new mounts see at INIT (a live mount keeps
+/// what it got): turned on when a target asks for the io_uring transport (`+uring`), which
+/// otherwise fails to mount. Never turned off: others' mounts may be using it.
+fn enable_fuse_uring(targets: &[TargetSpec]) {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    let wanted = targets
+        .iter()
+        .any(|t| matches!(&t.kind, Kind::Cairn { transport: Some(x), .. } if x == "uring"));
+    if wanted && fs::read_to_string(PARAM).is_ok_and(|v| v.trim() != "Y") {
+        match fs::write(PARAM, "Y") {
+            Ok(()) => eprintln!("cairn-bench: turned on FUSE over io_uring ({PARAM})"),
+            Err(e) => eprintln!("cairn-bench: cannot turn on {PARAM}: {e}"),
+        }
+    }
+}
+
 fn cmd_run(a: RunArgs) -> Result<i32> {
     if !nix::unistd::geteuid().is_root() {
         bail!("`run` mounts file systems and sets up loop devices: run it as root");
@@ -505,6 +521,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         .iter()
         .map(|t| TargetSpec::parse(t))
         .collect::<Result<_>>()?;
+    enable_fuse_uring(&targets);
     let workloads: Vec<Workload> = list(&a.workloads, a.suite.workloads())
         .iter()
         .map(|w| Workload::named(w, &params))

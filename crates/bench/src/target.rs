@@ -44,8 +44,14 @@ pub enum Kind {
     /// floor any FUSE file system pays.
     Passthrough,
     /// cairn in one of its metadata-update modes, on an image file or (`loopdev`) on a loop
-    /// block device over the same kind of image.
-    Cairn { mode: String, loopdev: bool },
+    /// block device over the same kind of image; `transport` ("uring" or "dev", from a
+    /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
+    Cairn {
+        mode: String,
+        loopdev: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        transport: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -87,6 +93,13 @@ impl TargetSpec {
                     Some(b) => (b, true),
                     None => (n, false),
                 };
+                let (base, transport) = match base.rsplit_once('+') {
+                    Some((b, t @ ("uring" | "dev"))) => (b, Some(t.to_string())),
+                    Some(_) => {
+                        bail!("unknown target '{n}' (a cairn target's transport is +uring or +dev)")
+                    }
+                    None => (base, None),
+                };
                 match base.strip_prefix("cairn-") {
                     Some(mode)
                         if !mode.is_empty()
@@ -97,10 +110,11 @@ impl TargetSpec {
                         Kind::Cairn {
                             mode: mode.to_string(),
                             loopdev,
+                            transport,
                         }
                     }
                     _ => bail!(
-                        "unknown target '{n}' (known: {}, cairn-<mode>, cairn-<mode>@loop)",
+                        "unknown target '{n}' (known: {}, cairn-<mode>[+uring|+dev][@loop])",
                         BASELINES.join(", ")
                     ),
                 }
@@ -459,12 +473,20 @@ impl Mounted {
             }
             Kind::Cairn {
                 mode,
-                loopdev: false,
-            } => format!("cairn mount -o mode={mode} (image file)"),
-            Kind::Cairn {
-                mode,
-                loopdev: true,
-            } => format!("cairn mount -o mode={mode} (loop device)"),
+                loopdev,
+                transport,
+            } => format!(
+                "cairn mount -o mode={mode}{} ({})",
+                transport
+                    .as_ref()
+                    .map(|t| format!(",transport={t}"))
+                    .unwrap_or_default(),
+                if *loopdev {
+                    "loop device"
+                } else {
+                    "image file"
+                }
+            ),
         }
     }
 
@@ -496,21 +518,43 @@ impl Mounted {
                 )?;
                 self.after_fuse_mount()?;
             }
-            Kind::Cairn { mode, .. } => {
+            Kind::Cairn {
+                mode, transport, ..
+            } => {
                 // The daemon's log goes beside its image, so a run leaves nothing in the
                 // machine's runtime directory.
+                let transport = transport
+                    .as_ref()
+                    .map(|t| format!(",transport={t}"))
+                    .unwrap_or_default();
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
                         .arg("-o")
                         .arg(format!(
-                            "mode={mode},logfile={}",
+                            "mode={mode}{transport},logfile={}",
                             self.root.join("daemon.log").display()
                         ))
                         .arg(self.device())
                         .arg(&self.mnt),
                 )?;
                 self.after_fuse_mount()?;
+                // A daemon the kernel refuses io_uring mounts over /dev/fuse (and says
+                // so): measuring that under the `+uring` name would be a lie.
+                if transport.contains("uring") {
+                    let stats = sys::run(
+                        Command::new(&self.cairn)
+                            .args(["stats", "--json"])
+                            .arg(&self.mnt),
+                    )?;
+                    if !stats.contains("\"active\":\"uring\"") {
+                        self.mounted = true;
+                        bail!(
+                            "asked for FUSE over io_uring but served over /dev/fuse (see {})",
+                            self.root.join("daemon.log").display()
+                        );
+                    }
+                }
             }
         }
         self.mounted = true;
@@ -748,16 +792,35 @@ mod tests {
             TargetSpec::parse("cairn-async").unwrap().kind,
             Kind::Cairn {
                 mode: "async".into(),
-                loopdev: false
+                loopdev: false,
+                transport: None,
             }
         );
         assert_eq!(
             TargetSpec::parse("cairn-sync@loop").unwrap().kind,
             Kind::Cairn {
                 mode: "sync".into(),
-                loopdev: true
+                loopdev: true,
+                transport: None,
             }
         );
+        assert_eq!(
+            TargetSpec::parse("cairn-async+uring").unwrap().kind,
+            Kind::Cairn {
+                mode: "async".into(),
+                loopdev: false,
+                transport: Some("uring".into()),
+            }
+        );
+        assert_eq!(
+            TargetSpec::parse("cairn-sync+dev@loop").unwrap().kind,
+            Kind::Cairn {
+                mode: "sync".into(),
+                loopdev: true,
+                transport: Some("dev".into()),
+            }
+        );
+        assert!(TargetSpec::parse("cairn-async+pigeon").is_err());
         assert_eq!(TargetSpec::parse("xfs-logdev").unwrap().kind, Kind::Xfs);
         assert!(TargetSpec::parse("cairn-@loop").is_err());
         assert!(TargetSpec::parse("cairn-a/b").is_err());

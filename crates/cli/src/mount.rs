@@ -30,7 +30,12 @@ Options (-o, comma-separated, repeatable):
   ro / rw             read-only / read-write
   force               mount read-write an image a crash left behind although its last mode
                       needs fsck first (by default refused: run cairn fsck -y)
-  threads=N           FUSE request threads (default 2)
+  transport=auto|uring|dev  how FUSE requests travel: uring is FUSE over io_uring (one queue
+                      per CPU, Linux 6.14+ with /sys/module/fuse/parameters/enable_uring = Y),
+                      dev the /dev/fuse threads; auto (default) takes io_uring when the kernel
+                      offers it. Where it does not, uring and auto mount over /dev/fuse and
+                      the log says why (`cairn stats` shows fuse.transport.active)
+  threads=N           FUSE request threads (default 2; with io_uring they serve only forgets)
   allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
   passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
@@ -372,12 +377,16 @@ impl Job {
         std::thread::Builder::new()
             .name("cairn-signals".into())
             .spawn(move || signal_loop(signals, u))?;
+        let transport = server.counts().transport().map(|t| match t.active {
+            "uring" => format!("FUSE over io_uring, {} queues", t.queues),
+            _ => format!("{} /dev/fuse threads", self.plan.fuse.threads),
+        });
         info!(
-            "mounted {} on {} (mode {}, {} FUSE threads)",
+            "mounted {} on {} (mode {}, {})",
             self.shown,
             self.mountpoint.display(),
             self.plan.mode(),
-            self.plan.fuse.threads
+            transport.unwrap_or_default()
         );
         Ok(Daemon {
             server,

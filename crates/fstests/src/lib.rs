@@ -16,6 +16,17 @@
 //! - `CAIRN_TEST_HOST_ONLY=1`: run the suites against host directories only.
 //! - `CAIRN_TEST_HEAVY=1`: also run the heavy parts (the zlib build in `persistence`).
 //! - `CAIRN_MOUNT_OPTS`: extra `-o` options appended to every `cairn mount`.
+//! - `CAIRN_TEST_TRANSPORTS`: comma-separated FUSE transports (`dev`, `uring`) every cairn
+//!   target is mounted over. By default both, when the kernel has FUSE over io_uring: the
+//!   suites then turn its `enable_uring` parameter on (as root; it only changes what new
+//!   mounts are offered) and skip io_uring with a message where they cannot. Which suites
+//!   cover what, to keep CI time in check: the POSIX suite, the differential test and the
+//!   transport suite mount every mode over every transport ([`Target::all`]); the persistence
+//!   tests, the slowest, mount every mode once, the transports in turn
+//!   ([`Target::all_once`]); kill -9 rounds and single targets take the transports in turn.
+//!   An io_uring mount is checked to be served over io_uring (`cairn stats`), and holds
+//!   [`URING_PARAMETER_LOCK`] shared while it mounts, so a test that turns the parameter
+//!   off ([`ParamOff`]) cannot make it fall back unnoticed.
 //!
 //! When cairn is not usable (mkfs or mount fails) the suites fail with the command's output:
 //! they never pass silently.
@@ -89,6 +100,119 @@ pub fn modes() -> Vec<String> {
             listed
         })
         .clone()
+}
+
+/// The FUSE transports every cairn target is mounted over, from `CAIRN_TEST_TRANSPORTS`;
+/// by default `dev` and, where the kernel has FUSE over io_uring, `uring` (its
+/// `enable_uring` parameter is turned on for the run if it is off and we are root).
+pub fn transports() -> Vec<String> {
+    if let Ok(s) = std::env::var("CAIRN_TEST_TRANSPORTS") {
+        return s
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect();
+    }
+    static LISTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    LISTED
+        .get_or_init(|| {
+            let mut v = vec!["dev".to_string()];
+            match uring_usable() {
+                Ok(()) => v.push("uring".into()),
+                Err(why) => say!("NOTE: not testing FUSE over io_uring: {why}"),
+            }
+            v
+        })
+        .clone()
+}
+
+/// The kernel switch for FUSE over io_uring.
+pub const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether io_uring mounts can be made, turning the kernel parameter on if need be.
+pub fn uring_usable() -> Result<(), String> {
+    // Not while a test holds it off on purpose.
+    let _lock = uring_parameter_lock(false);
+    match fs::read_to_string(URING_PARAMETER) {
+        Ok(v) if v.trim() == "Y" => Ok(()),
+        Ok(_) if nix::unistd::geteuid().is_root() => fs::write(URING_PARAMETER, "Y")
+            .map_err(|e| format!("cannot turn on {URING_PARAMETER}: {e}")),
+        Ok(_) => Err(format!(
+            "{URING_PARAMETER} is off and only root may turn it on"
+        )),
+        Err(e) => Err(format!("this kernel has no FUSE over io_uring ({e})")),
+    }
+}
+
+/// Who may change [`URING_PARAMETER`] while whose io_uring mounts are made: the parameter
+/// matters only at a mount's INIT, so an io_uring mount holds this lock shared for the
+/// length of its `cairn mount`, and a test that needs the parameter off ([`ParamOff`])
+/// holds it exclusively while it is off. A file lock, so test binaries of separate
+/// processes (and crates) that use it stay out of each other's way.
+pub const URING_PARAMETER_LOCK: &str = "/tmp/cairn-enable-uring.lock";
+
+/// Takes [`URING_PARAMETER_LOCK`], shared or exclusive; released when dropped. `None`
+/// when the lock file cannot be made (then nothing is serialized; said once).
+pub fn uring_parameter_lock(exclusive: bool) -> Option<nix::fcntl::Flock<fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(URING_PARAMETER_LOCK)
+        .map_err(|e| say!("NOTE: no lock {URING_PARAMETER_LOCK}: {e}"))
+        .ok()?;
+    let how = if exclusive {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockShared
+    };
+    Flock::lock(f, how)
+        .map_err(|(_, e)| say!("NOTE: cannot lock {URING_PARAMETER_LOCK}: {e}"))
+        .ok()
+}
+
+/// Turns [`URING_PARAMETER`] off for the life of the guard, holding
+/// [`URING_PARAMETER_LOCK`] exclusively (no io_uring mount of a suite using the lock is
+/// made meanwhile), and puts back what it was.
+pub struct ParamOff {
+    before: String,
+    _lock: Option<nix::fcntl::Flock<fs::File>>,
+}
+
+impl ParamOff {
+    pub fn new() -> io::Result<ParamOff> {
+        let lock = uring_parameter_lock(true);
+        let before = fs::read_to_string(URING_PARAMETER)?.trim().to_string();
+        fs::write(URING_PARAMETER, "N")?;
+        Ok(ParamOff {
+            before,
+            _lock: lock,
+        })
+    }
+}
+
+impl Drop for ParamOff {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(URING_PARAMETER, &self.before) {
+            say!(
+                "WARNING: cannot put {URING_PARAMETER} back to {}: {e}",
+                self.before
+            );
+        }
+    }
+}
+
+/// The transport for a target made on its own (not by [`Target::all`]): the transports in
+/// turn, so a suite that makes several single targets (rounds of a crash test) covers each.
+fn next_transport() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let t = transports();
+    let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    t.get(i % t.len().max(1))
+        .cloned()
+        .unwrap_or_else(|| "dev".into())
 }
 
 static BIN: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -168,6 +292,8 @@ enum Kind {
     Cairn {
         bin: PathBuf,
         mode: String,
+        /// The FUSE transport (`-o transport=`), one of [`transports`].
+        transport: String,
         image: PathBuf,
         mounted: bool,
     },
@@ -229,16 +355,22 @@ impl Target {
         }
     }
 
-    /// A fresh 512 MiB cairn image mounted in `mode`.
+    /// A fresh 512 MiB cairn image mounted in `mode` (over the next transport in turn).
     pub fn cairn(mode: &str) -> Target {
         Self::cairn_sized(mode, "512M", &[])
     }
 
-    /// A fresh cairn image of `size` (e.g. "16M") with extra mkfs arguments, mounted in `mode`.
-    /// Panics with the command's output when cairn cannot make or mount it.
+    /// A fresh cairn image of `size` (e.g. "16M") with extra mkfs arguments, mounted in `mode`
+    /// over the next transport in turn. Panics with the command's output when cairn cannot
+    /// make or mount it.
     pub fn cairn_sized(mode: &str, size: &str, mkfs_args: &[&str]) -> Target {
+        Self::cairn_via(mode, &next_transport(), size, mkfs_args)
+    }
+
+    /// A fresh cairn image of `size` mounted in `mode` over `transport` (`dev`, `uring`).
+    pub fn cairn_via(mode: &str, transport: &str, size: &str, mkfs_args: &[&str]) -> Target {
         if mode == UMBRELLA {
-            return Self::umbrella_sized(size);
+            return Self::umbrella_via(transport, size);
         }
         let bin = cairn_bin();
         let d = open_tempdir("cairn-fs-");
@@ -269,6 +401,7 @@ impl Target {
             kind: Kind::Cairn {
                 bin,
                 mode: mode.to_string(),
+                transport: transport.to_string(),
                 image,
                 mounted: false,
             },
@@ -280,13 +413,38 @@ impl Target {
     }
 
     /// The targets a suite runs on: host only with `CAIRN_TEST_HOST_ONLY=1`, otherwise one
-    /// cairn mount per mode of [`modes`].
+    /// cairn mount per mode of [`modes`] and transport of [`transports`].
     pub fn all() -> Vec<Target> {
         if host_only() {
             vec![Target::host_dir()]
         } else {
-            modes().iter().map(|m| Target::cairn(m)).collect()
+            Self::all_sized("512M")
         }
+    }
+
+    /// For the slowest suites: like [`Target::all`] but every mode over one transport,
+    /// taken in turn from [`transports`] (the first mode over the first one, and so on, the
+    /// turn going on from call to call), so both transports are covered without doubling
+    /// the suite's time.
+    pub fn all_once() -> Vec<Target> {
+        if host_only() {
+            vec![Target::host_dir()]
+        } else {
+            modes()
+                .iter()
+                .map(|m| Target::cairn_via(m, &next_transport(), "512M", &[]))
+                .collect()
+        }
+    }
+
+    fn all_sized(size: &str) -> Vec<Target> {
+        let mut v = Vec::new();
+        for m in modes() {
+            for t in transports() {
+                v.push(Target::cairn_via(&m, &t, size, &[]));
+            }
+        }
+        v
     }
 
     /// Like [`Target::all`] but small file systems of `size` bytes-with-unit ("16M"), used to
@@ -295,10 +453,7 @@ impl Target {
         if host_only() {
             vec![Target::host_tmpfs(size, host_inodes)]
         } else {
-            modes()
-                .iter()
-                .map(|m| Target::cairn_sized(m, size, &[]))
-                .collect()
+            Self::all_sized(size)
         }
     }
 
@@ -316,7 +471,9 @@ impl Target {
         match &self.kind {
             Kind::Host { tmpfs: false } => "host".into(),
             Kind::Host { tmpfs: true } => "tmpfs".into(),
-            Kind::Cairn { mode, .. } => format!("cairn:{mode}"),
+            Kind::Cairn {
+                mode, transport, ..
+            } => format!("cairn:{mode}+{transport}"),
         }
     }
 
@@ -345,6 +502,7 @@ impl Target {
         if let Kind::Cairn {
             bin,
             mode,
+            transport,
             image,
             mounted,
         } = &mut self.kind
@@ -352,19 +510,21 @@ impl Target {
             if *mounted {
                 return;
             }
-            let mut opts = format!("mode={mode}");
-            let extra = std::env::var("CAIRN_MOUNT_OPTS").unwrap_or_default();
-            if !extra.is_empty() {
-                opts.push(',');
-                opts.push_str(&extra);
+            // CAIRN_MOUNT_OPTS comes last, so it can override the transport too.
+            let mut extra = format!("transport={transport}");
+            let more = std::env::var("CAIRN_MOUNT_OPTS").unwrap_or_default();
+            if !more.is_empty() {
+                extra.push(',');
+                extra.push_str(&more);
             }
+            let opts = format!("mode={mode},{extra}");
+            // The kernel parameter must stay as it is until INIT is done.
+            let lock = (transport == "uring").then(|| uring_parameter_lock(false));
             let o = if mode == UMBRELLA {
                 // `image` is the umbrella configuration file.
                 let mut c = Command::new(&*bin);
                 c.arg("umbrella");
-                if !extra.is_empty() {
-                    c.args(["-o", &extra]);
-                }
+                c.args(["-o", &extra]);
                 run(c.arg(&*image).arg(&root))
             } else {
                 run(Command::new(&*bin)
@@ -379,12 +539,25 @@ impl Target {
                 root.display(),
                 show(&o)
             );
+            drop(lock);
             *mounted = true;
             assert!(
                 is_mountpoint(&root),
                 "cairn mount returned but {} is not a mount point",
                 root.display()
             );
+            // A mount asked for io_uring falls back to /dev/fuse where the kernel refuses:
+            // a suite meant to run over io_uring must not pass over the other transport.
+            if transport == "uring" {
+                let o = run(Command::new(&*bin).args(["stats", "--json"]).arg(&root));
+                let stats = String::from_utf8_lossy(&o.stdout);
+                assert!(
+                    stats.contains("\"active\":\"uring\""),
+                    "{} asked for transport=uring but is not served over io_uring:\n{}",
+                    root.display(),
+                    show(&o)
+                );
+            }
         }
     }
 
@@ -613,6 +786,11 @@ impl Target {
     /// a tmpfs of a third of `size` (so ENOSPC tests fill the union); larger ones use
     /// plain directories on the host file system.
     pub fn umbrella_sized(size: &str) -> Target {
+        Self::umbrella_via(&next_transport(), size)
+    }
+
+    /// [`Target::umbrella_sized`] over `transport`.
+    pub fn umbrella_via(transport: &str, size: &str) -> Target {
         let bin = cairn_bin();
         let d = open_tempdir("cairn-umbrella-");
         let root = d.path().join("mnt");
@@ -645,6 +823,7 @@ impl Target {
             kind: Kind::Cairn {
                 bin,
                 mode: UMBRELLA.to_string(),
+                transport: transport.to_string(),
                 image: config,
                 mounted: false,
             },

@@ -1,4 +1,7 @@
-//! The FUSE callbacks, each a thin translation onto [`cairn_vfs::FileSystem`].
+//! The FUSE requests, each a thin translation onto [`cairn_vfs::FileSystem`], written once for
+//! both transports: the handlers take the request's decoded arguments and answer through the
+//! transport-neutral traits of [`crate::reply`]. `dev.rs` feeds them from the binding's
+//! /dev/fuse threads, `uring/` from the io_uring queues.
 //!
 //! Invariants this module keeps:
 //! - The kernel's root inode is 1; the file system's is [`FileSystem::root_ino`] (2 for ffs,
@@ -7,7 +10,7 @@
 //! - Every request gets exactly one reply. A panic in the file system is caught; the reply
 //!   object it unwinds through answers EIO on drop, so the kernel never waits forever and the
 //!   other threads keep serving.
-//! - Work happens on the fuser thread that read the request: no queue and no worker pool in
+//! - Work happens on the thread that received the request: no queue and no worker pool in
 //!   between, because on this machine a FUSE round trip is dominated by cross-CPU wake-ups
 //!   and every hand-off adds one.
 
@@ -15,28 +18,23 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use cairn_vfs::{
     Access, Attr, Ctx, FileKind, FileSystem, FsError, Ino, KernelCachePolicy, RenameFlags, SetAttr,
-    SetTime,
 };
-use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
-    FileType, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
-};
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 use log::{debug, error, warn};
 use parking_lot::Mutex;
 
+use crate::FuseOptions;
 use crate::counters::{Op, RequestCounts};
-use crate::{FuseOptions, ReaddirPlus};
+use crate::reply::{
+    AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
+    LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+};
 
 /// The kernel's fixed root inode number.
 const FUSE_ROOT: u64 = 1;
@@ -44,35 +42,41 @@ const FUSE_ROOT: u64 = 1;
 /// How the final flush went; read by the server after the session ends.
 pub(crate) type DestroyResult = Arc<Mutex<Option<Result<(), String>>>>;
 
+/// What INIT settled, before any request is served (set once, read by every request).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Negotiated {
+    /// The kernel's writeback cache is on (the policy, the options and the kernel agreed).
+    pub(crate) writeback: bool,
+    /// The kernel agreed to FUSE passthrough.
+    pub(crate) passthrough: bool,
+}
+
 pub(crate) struct Adapter {
-    fs: Arc<dyn FileSystem>,
+    pub(crate) fs: Arc<dyn FileSystem>,
     root: Ino,
-    policy: KernelCachePolicy,
-    counts: Arc<RequestCounts>,
-    opts: FuseOptions,
-    /// Decided in `init` (before any request thread runs) from the policy, the options and
-    /// what the kernel offers.
-    writeback: bool,
-    /// Decided in `init` like `writeback`: the kernel agreed to FUSE passthrough.
-    passthrough: bool,
+    pub(crate) policy: KernelCachePolicy,
+    pub(crate) counts: Arc<RequestCounts>,
+    pub(crate) opts: FuseOptions,
+    /// Set by INIT (over /dev/fuse, before any other request can arrive on either transport).
+    negotiated: OnceLock<Negotiated>,
     /// Regular-file opens per inode, and the backing file they share when passed through.
     /// The kernel insists that while one open of an inode is passed through, every open of
     /// it is, with the same backing file (otherwise EINVAL), and that a passthrough open
     /// not join cached opens (ETXTBSY): so the choice is made by an inode's first open and
     /// holds until its last release, which drops (unregisters) the backing id.
     opens: Mutex<HashMap<Ino, InodeOpens>>,
-    destroyed: DestroyResult,
+    pub(crate) destroyed: DestroyResult,
 }
 
 struct InodeOpens {
     count: u32,
-    backing: Option<(BackingId, bool)>,
+    backing: Option<(Backing, bool)>,
 }
 
 /// How one open of a regular file is answered.
 enum OpenMode<'a> {
     Plain,
-    Passthrough(&'a BackingId),
+    Passthrough(&'a Backing),
 }
 
 thread_local! {
@@ -95,15 +99,28 @@ impl Adapter {
             policy,
             counts,
             opts,
-            writeback: false,
-            passthrough: false,
+            negotiated: OnceLock::new(),
             opens: Mutex::new(HashMap::new()),
             destroyed,
         }
     }
 
-    fn ino_in(&self, ino: INodeNo) -> Ino {
-        if ino.0 == FUSE_ROOT { self.root } else { ino.0 }
+    pub(crate) fn set_negotiated(&self, n: Negotiated) {
+        if self.negotiated.set(n).is_err() {
+            warn!("a second INIT was ignored");
+        }
+    }
+
+    fn negotiated(&self) -> Negotiated {
+        self.negotiated.get().copied().unwrap_or_default()
+    }
+
+    fn writeback(&self) -> bool {
+        self.negotiated().writeback
+    }
+
+    fn ino_in(&self, ino: u64) -> Ino {
+        if ino == FUSE_ROOT { self.root } else { ino }
     }
 
     fn ino_out(&self, ino: Ino) -> INodeNo {
@@ -166,9 +183,9 @@ impl Adapter {
         Errno::from_i32(errno)
     }
 
-    fn reply_entry(&self, op: Op, reply: ReplyEntry, r: cairn_vfs::Result<Attr>) {
+    fn reply_entry(&self, op: Op, reply: impl EntryReply, r: cairn_vfs::Result<Attr>) {
         match r {
-            Ok(a) => reply.entry_with_ttls(
+            Ok(a) => reply.entry(
                 &self.policy.attr_ttl,
                 &self.policy.entry_ttl,
                 &self.attr_out(&a),
@@ -178,7 +195,7 @@ impl Adapter {
         }
     }
 
-    fn reply_empty(&self, op: Op, reply: ReplyEmpty, r: cairn_vfs::Result<()>) {
+    fn reply_empty(&self, op: Op, reply: impl EmptyReply, r: cairn_vfs::Result<()>) {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.err(op, e)),
@@ -191,7 +208,7 @@ impl Adapter {
     /// a write-only handle to fill partial pages, so such handles are opened read-write
     /// when the caller may read (see `open`).
     fn fs_open_flags(&self, flags: i32) -> i32 {
-        if self.writeback {
+        if self.writeback() {
             flags & !libc::O_APPEND
         } else {
             flags
@@ -218,14 +235,14 @@ impl Adapter {
         ino: Ino,
         fh: u64,
         flags: i32,
-        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<BackingId>,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<Backing>,
     ) -> cairn_vfs::Result<OpenMode<'m>> {
         let o = opens.entry(ino).or_insert(InodeOpens {
             count: 0,
             backing: None,
         });
         if o.count == 0
-            && self.passthrough
+            && self.negotiated().passthrough
             && let Some(fd) = self.fs.backing_fd(ino, fh)
         {
             let acc = fcntl_accmode(&fd);
@@ -253,6 +270,19 @@ impl Adapter {
             None => OpenMode::Plain,
         })
     }
+
+    /// The file system's final flush, run once after the last request.
+    pub(crate) fn destroy(&self) {
+        let r = match catch_unwind(AssertUnwindSafe(|| self.fs.destroy())) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("final flush failed: {e}")),
+            Err(_) => Err("final flush panicked".to_string()),
+        };
+        if let Err(e) = &r {
+            error!("{e}");
+        }
+        *self.destroyed.lock() = Some(r);
+    }
 }
 
 fn fcntl_accmode(fd: &std::os::fd::OwnedFd) -> Option<i32> {
@@ -272,21 +302,14 @@ fn kind_out(k: FileKind) -> FileType {
     }
 }
 
-fn ctx(req: &Request) -> Ctx {
-    // Supplementary groups stay None: the vfs reads /proc/PID/status only when a check
-    // cannot be decided on uid and primary gid.
+/// The caller of a request, as the vfs wants it. Supplementary groups stay None: the vfs
+/// reads /proc/PID/status only when a check cannot be decided on uid and primary gid.
+pub(crate) fn caller(uid: u32, gid: u32, pid: u32) -> Ctx {
     Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
+        uid,
+        gid,
+        pid,
         groups: None,
-    }
-}
-
-fn time_in(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(t),
     }
 }
 
@@ -317,85 +340,19 @@ fn placeholder_attr(ino: Ino, kind: FileKind) -> Attr {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-impl fuser::Filesystem for Adapter {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let mut want = InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS;
-        if self.opts.atomic_o_trunc {
-            want |= InitFlags::FUSE_ATOMIC_O_TRUNC;
-        }
-        match self.opts.readdirplus {
-            ReaddirPlus::Off => {}
-            ReaddirPlus::Always => want |= InitFlags::FUSE_DO_READDIRPLUS,
-            ReaddirPlus::Auto => {
-                want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
-            }
-        }
-        let writeback = self.policy.writeback_cache && self.opts.writeback_cache;
-        if writeback {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        // Ask for each capability alone: a kernel lacking one must not cost us the others.
-        for flag in want.iter() {
-            if let Err(missing) = config.add_capabilities(flag) {
-                debug!("kernel does not offer {missing:?}");
-            }
-        }
-        self.writeback = writeback
-            && config
-                .capabilities()
-                .contains(InitFlags::FUSE_WRITEBACK_CACHE);
-        // Passthrough and the writeback cache exclude each other in the kernel. A stack
-        // depth of 1 lets branches live on any non-stacking file system (and lets this
-        // mount sit under one more stacking layer).
-        if self.opts.passthrough && !self.writeback && config.set_max_stack_depth(1).is_ok() {
-            self.passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
-            if !self.passthrough {
-                let _ = config.set_max_stack_depth(0);
-            }
-        }
-        if let Err(nearest) = config.set_max_write(self.opts.max_write) {
-            let _ = config.set_max_write(nearest);
-        }
-        if let Err(nearest) = config.set_max_readahead(self.opts.max_write) {
-            let _ = config.set_max_readahead(nearest);
-        }
-        // Room for readahead and writeback of a few large files at once.
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
-        debug!(
-            "FUSE init: writeback cache {}, passthrough {}, max_write {}",
-            self.writeback, self.passthrough, self.opts.max_write
-        );
-        Ok(())
-    }
-
-    fn destroy(&mut self) {
-        let r = match catch_unwind(AssertUnwindSafe(|| self.fs.destroy())) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("final flush failed: {e}")),
-            Err(_) => Err("final flush panicked".to_string()),
-        };
-        if let Err(e) = &r {
-            error!("{e}");
-        }
-        *self.destroyed.lock() = Some(r);
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+/// The request handlers. Inode numbers arrive as the kernel sends them (the root is 1);
+/// `c` is the caller where the vfs call needs one.
+impl Adapter {
+    pub(crate) fn lookup(&self, c: &Ctx, parent: u64, name: &OsStr, reply: impl EntryReply) {
         self.serve(Op::Lookup, || {
-            match self.fs.lookup(&ctx(req), self.ino_in(parent), name) {
+            match self.fs.lookup(c, self.ino_in(parent), name) {
                 Err(e) if e.errno().0 == libc::ENOENT && !self.policy.negative_ttl.is_zero() => {
                     // A negative entry (node id 0 with a timeout) lets the kernel remember
                     // the miss: the next stat or O_EXCL create of this name skips us.
                     self.counts.answered(Op::Lookup, libc::ENOENT);
                     let mut neg = self.attr_out(&placeholder_attr(0, FileKind::RegularFile));
                     neg.ino = INodeNo(0);
-                    reply.entry_with_ttls(
+                    reply.entry(
                         &Duration::ZERO,
                         &self.policy.negative_ttl,
                         &neg,
@@ -407,142 +364,112 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    // The binding splits BATCH_FORGET into calls of this method (its batch type is private),
-    // so the `forget` count is inodes forgotten, not round trips; forgets need no reply.
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    /// Forgets need no reply. Over /dev/fuse the binding splits BATCH_FORGET into one call
+    /// per inode, so the `forget` count is inodes forgotten, not round trips.
+    pub(crate) fn forget(&self, ino: u64, nlookup: u64) {
         self.serve(Op::Forget, || self.fs.forget(self.ino_in(ino), nlookup));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    pub(crate) fn getattr(&self, ino: u64, reply: impl AttrReply) {
         self.serve(Op::Getattr, || match self.fs.getattr(self.ino_in(ino)) {
             Ok(a) => reply.attr(&self.policy.attr_ttl, &self.attr_out(&a)),
             Err(e) => reply.error(self.err(Op::Getattr, e)),
         });
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    pub(crate) fn setattr(&self, c: &Ctx, ino: u64, set: SetAttr, reply: impl AttrReply) {
         self.serve(Op::Setattr, || {
-            let set = SetAttr {
-                mode,
-                uid,
-                gid,
-                size,
-                atime: atime.map(time_in),
-                mtime: mtime.map(time_in),
-                ctime,
-                fh: fh.map(|f| f.0),
-            };
-            match self.fs.setattr(&ctx(req), self.ino_in(ino), set) {
+            match self.fs.setattr(c, self.ino_in(ino), set) {
                 Ok(a) => reply.attr(&self.policy.attr_ttl, &self.attr_out(&a)),
                 Err(e) => reply.error(self.err(Op::Setattr, e)),
             }
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    pub(crate) fn readlink(&self, ino: u64, reply: impl DataReply) {
         self.serve(Op::Readlink, || match self.fs.readlink(self.ino_in(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(self.err(Op::Readlink, e)),
         });
     }
 
-    fn mknod(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mknod(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        c: &Ctx,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
         rdev: u32,
-        reply: ReplyEntry,
+        reply: impl EntryReply,
     ) {
         self.serve(Op::Mknod, || {
             let r = self
                 .fs
-                .mknod(&ctx(req), self.ino_in(parent), name, mode, umask, rdev);
+                .mknod(c, self.ino_in(parent), name, mode, umask, rdev);
             self.reply_entry(Op::Mknod, reply, r);
         });
     }
 
-    fn mkdir(
+    pub(crate) fn mkdir(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        c: &Ctx,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
-        reply: ReplyEntry,
+        reply: impl EntryReply,
     ) {
         self.serve(Op::Mkdir, || {
-            let r = self
-                .fs
-                .mkdir(&ctx(req), self.ino_in(parent), name, mode, umask);
+            let r = self.fs.mkdir(c, self.ino_in(parent), name, mode, umask);
             self.reply_entry(Op::Mkdir, reply, r);
         });
     }
 
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn unlink(&self, c: &Ctx, parent: u64, name: &OsStr, reply: impl EmptyReply) {
         self.serve(Op::Unlink, || {
-            let r = self.fs.unlink(&ctx(req), self.ino_in(parent), name);
+            let r = self.fs.unlink(c, self.ino_in(parent), name);
             self.reply_empty(Op::Unlink, reply, r);
         });
     }
 
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn rmdir(&self, c: &Ctx, parent: u64, name: &OsStr, reply: impl EmptyReply) {
         self.serve(Op::Rmdir, || {
-            let r = self.fs.rmdir(&ctx(req), self.ino_in(parent), name);
+            let r = self.fs.rmdir(c, self.ino_in(parent), name);
             self.reply_empty(Op::Rmdir, reply, r);
         });
     }
 
-    fn symlink(
+    pub(crate) fn symlink(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        c: &Ctx,
+        parent: u64,
         link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
+        target: &[u8],
+        reply: impl EntryReply,
     ) {
         self.serve(Op::Symlink, || {
-            let target = target.as_os_str().as_bytes();
-            let r = self
-                .fs
-                .symlink(&ctx(req), self.ino_in(parent), link_name, target);
+            let r = self.fs.symlink(c, self.ino_in(parent), link_name, target);
             self.reply_entry(Op::Symlink, reply, r);
         });
     }
 
-    fn rename(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        c: &Ctx,
+        parent: u64,
         name: &OsStr,
-        newparent: INodeNo,
+        newparent: u64,
         newname: &OsStr,
-        flags: fuser::RenameFlags,
-        reply: ReplyEmpty,
+        flags: u32,
+        reply: impl EmptyReply,
     ) {
         self.serve(Op::Rename, || {
-            let r = RenameFlags::from_bits(flags.bits()).and_then(|f| {
+            let r = RenameFlags::from_bits(flags).and_then(|f| {
                 self.fs.rename(
-                    &ctx(req),
+                    c,
                     self.ino_in(parent),
                     name,
                     self.ino_in(newparent),
@@ -554,35 +481,34 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn link(
+    pub(crate) fn link(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
+        c: &Ctx,
+        ino: u64,
+        newparent: u64,
         newname: &OsStr,
-        reply: ReplyEntry,
+        reply: impl EntryReply,
     ) {
         self.serve(Op::Link, || {
             let r = self
                 .fs
-                .link(&ctx(req), self.ino_in(ino), self.ino_in(newparent), newname);
+                .link(c, self.ino_in(ino), self.ino_in(newparent), newname);
             self.reply_entry(Op::Link, reply, r);
         });
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    pub(crate) fn open(&self, c: &Ctx, ino: u64, flags: i32, reply: impl OpenReply) {
         self.serve(Op::Open, || {
-            let c = ctx(req);
             let ino = self.ino_in(ino);
-            let flags = self.fs_open_flags(flags.0);
-            let r = if self.writeback && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            let flags = self.fs_open_flags(flags);
+            let r = if self.writeback() && flags & libc::O_ACCMODE == libc::O_WRONLY {
                 let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-                match self.fs.open(&c, ino, rw) {
-                    Err(e) if e.errno().0 == libc::EACCES => self.fs.open(&c, ino, flags),
+                match self.fs.open(c, ino, rw) {
+                    Err(e) if e.errno().0 == libc::EACCES => self.fs.open(c, ino, flags),
                     r => r,
                 }
             } else {
-                self.fs.open(&c, ino, flags)
+                self.fs.open(c, ino, flags)
             };
             let fh = match r {
                 Ok(fh) => fh,
@@ -604,20 +530,10 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, size: u32, reply: impl DataReply) {
         self.serve(Op::Read, || {
             READ_BUF.with_borrow_mut(|buf| {
-                match self.fs.read(self.ino_in(ino), fh.0, offset, size, buf) {
+                match self.fs.read(self.ino_in(ino), fh, offset, size, buf) {
                     Ok(()) => {
                         // The contract says at most `size`; trust but do not overrun the
                         // kernel's buffer if a file system gets it wrong.
@@ -635,20 +551,16 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn write(
+    pub(crate) fn write(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
+        ino: u64,
+        fh: u64,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
+        reply: impl WriteReply,
     ) {
         self.serve(Op::Write, || {
-            match self.fs.write(self.ino_in(ino), fh.0, offset, data) {
+            match self.fs.write(self.ino_in(ino), fh, offset, data) {
                 Ok(n) => {
                     self.counts.wrote_bytes(n as usize);
                     reply.written(n);
@@ -658,39 +570,23 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    pub(crate) fn flush(&self, ino: u64, fh: u64, reply: impl EmptyReply) {
         self.serve(Op::Flush, || {
-            let r = self.fs.flush(self.ino_in(ino), fh.0);
+            let r = self.fs.flush(self.ino_in(ino), fh);
             self.reply_empty(Op::Flush, reply, r);
         });
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    pub(crate) fn release(&self, ino: u64, fh: u64, reply: impl EmptyReply) {
         self.serve(Op::Release, || {
             let ino = self.ino_in(ino);
-            let r = self.fs.release(ino, fh.0);
+            let r = self.fs.release(ino, fh);
             {
                 let mut opens = self.opens.lock();
                 if let Some(o) = opens.get_mut(&ino) {
                     o.count = o.count.saturating_sub(1);
                     if o.count == 0 {
-                        // Dropping the BackingId unregisters it; opens still in the kernel
+                        // Dropping the backing id unregisters it; opens still in the kernel
                         // hold their own reference to the backing file.
                         opens.remove(&ino);
                     }
@@ -700,52 +596,36 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    pub(crate) fn fsync(&self, ino: u64, fh: u64, datasync: bool, reply: impl EmptyReply) {
         self.serve(Op::Fsync, || {
-            let r = self.fs.fsync(self.ino_in(ino), fh.0, datasync);
+            let r = self.fs.fsync(self.ino_in(ino), fh, datasync);
             self.reply_empty(Op::Fsync, reply, r);
         });
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.serve(Op::Opendir, || {
-            match self.fs.opendir(&ctx(req), self.ino_in(ino)) {
-                Ok(fh) => {
-                    // Let the kernel keep listings in its page cache: every change to a directory
-                    // goes through this mount, and the kernel drops the cached listing itself
-                    // when it creates, removes or renames in it (fuse_dir_changed).
-                    let flags = if self.policy.entry_ttl.is_zero() {
-                        FopenFlags::empty()
-                    } else {
-                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                    };
-                    reply.opened(FileHandle(fh), flags);
-                }
-                Err(e) => reply.error(self.err(Op::Opendir, e)),
+    pub(crate) fn opendir(&self, c: &Ctx, ino: u64, reply: impl OpenReply) {
+        self.serve(Op::Opendir, || match self.fs.opendir(c, self.ino_in(ino)) {
+            Ok(fh) => {
+                // Let the kernel keep listings in its page cache: every change to a directory
+                // goes through this mount, and the kernel drops the cached listing itself
+                // when it creates, removes or renames in it (fuse_dir_changed).
+                let flags = if self.policy.entry_ttl.is_zero() {
+                    FopenFlags::empty()
+                } else {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                };
+                reply.opened(FileHandle(fh), flags);
             }
+            Err(e) => reply.error(self.err(Op::Opendir, e)),
         });
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    pub(crate) fn readdir(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirReply) {
         self.serve(Op::Readdir, || {
             let mut emitted = 0usize;
             let r = self
                 .fs
-                .readdir(self.ino_in(ino), fh.0, offset, false, &mut |e| {
+                .readdir(self.ino_in(ino), fh, offset, false, &mut |e| {
                     let full =
                         reply.add(self.ino_out(e.ino), e.next_offset, kind_out(e.kind), e.name);
                     emitted += usize::from(!full);
@@ -760,20 +640,13 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    pub(crate) fn readdirplus(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirPlusReply) {
         self.serve(Op::Readdirplus, || {
             let ttl = self.combined_ttl();
             let mut emitted = 0usize;
             let r = self
                 .fs
-                .readdir(self.ino_in(ino), fh.0, offset, true, &mut |e| {
+                .readdir(self.ino_in(ino), fh, offset, true, &mut |e| {
                     let attr = match e.attr {
                         Some(a) => a,
                         None => {
@@ -803,35 +676,21 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    pub(crate) fn releasedir(&self, ino: u64, fh: u64, reply: impl EmptyReply) {
         self.serve(Op::Releasedir, || {
-            let r = self.fs.releasedir(self.ino_in(ino), fh.0);
+            let r = self.fs.releasedir(self.ino_in(ino), fh);
             self.reply_empty(Op::Releasedir, reply, r);
         });
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    pub(crate) fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool, reply: impl EmptyReply) {
         self.serve(Op::Fsyncdir, || {
-            let r = self.fs.fsyncdir(self.ino_in(ino), fh.0, datasync);
+            let r = self.fs.fsyncdir(self.ino_in(ino), fh, datasync);
             self.reply_empty(Op::Fsyncdir, reply, r);
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    pub(crate) fn statfs(&self, reply: impl StatfsReply) {
         self.serve(Op::Statfs, || match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -840,82 +699,87 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn setxattr(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn setxattr(
         &self,
-        req: &Request,
-        ino: INodeNo,
+        c: &Ctx,
+        ino: u64,
         name: &OsStr,
         value: &[u8],
         flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
+        reply: impl EmptyReply,
     ) {
         self.serve(Op::Setxattr, || {
-            let r = self
-                .fs
-                .setxattr(&ctx(req), self.ino_in(ino), name, value, flags);
+            let r = self.fs.setxattr(c, self.ino_in(ino), name, value, flags);
             self.reply_empty(Op::Setxattr, reply, r);
         });
     }
 
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    pub(crate) fn getxattr(
+        &self,
+        c: &Ctx,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+        reply: impl XattrReply,
+    ) {
         self.serve(Op::Getxattr, || {
-            match self.fs.getxattr(&ctx(req), self.ino_in(ino), name) {
+            match self.fs.getxattr(c, self.ino_in(ino), name) {
                 Ok(v) => reply_xattr(self, Op::Getxattr, reply, &v, size),
                 Err(e) => reply.error(self.err(Op::Getxattr, e)),
             }
         });
     }
 
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    pub(crate) fn listxattr(&self, c: &Ctx, ino: u64, size: u32, reply: impl XattrReply) {
         self.serve(Op::Listxattr, || {
-            match self.fs.listxattr(&ctx(req), self.ino_in(ino)) {
+            match self.fs.listxattr(c, self.ino_in(ino)) {
                 Ok(v) => reply_xattr(self, Op::Listxattr, reply, &v, size),
                 Err(e) => reply.error(self.err(Op::Listxattr, e)),
             }
         });
     }
 
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn removexattr(&self, c: &Ctx, ino: u64, name: &OsStr, reply: impl EmptyReply) {
         self.serve(Op::Removexattr, || {
-            let r = self.fs.removexattr(&ctx(req), self.ino_in(ino), name);
+            let r = self.fs.removexattr(c, self.ino_in(ino), name);
             self.reply_empty(Op::Removexattr, reply, r);
         });
     }
 
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+    pub(crate) fn access(&self, c: &Ctx, ino: u64, mask: i32, reply: impl EmptyReply) {
         self.serve(Op::Access, || {
-            let mask = Access((mask.bits() & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32);
-            let r = self.fs.access(&ctx(req), self.ino_in(ino), mask);
+            let mask = Access((mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32);
+            let r = self.fs.access(c, self.ino_in(ino), mask);
             self.reply_empty(Op::Access, reply, r);
         });
     }
 
-    fn create(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        c: &Ctx,
+        parent: u64,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
-        reply: ReplyCreate,
+        reply: impl CreateReply,
     ) {
         self.serve(Op::Create, || {
             let mut flags = self.fs_open_flags(flags);
-            if self.writeback && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            if self.writeback() && flags & libc::O_ACCMODE == libc::O_WRONLY {
                 // The creator may always access the file it creates, whatever its mode;
                 // read access lets the kernel fill partial pages through this handle.
                 flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             }
-            let (a, fh) =
-                match self
-                    .fs
-                    .create(&ctx(req), self.ino_in(parent), name, mode, umask, flags)
-                {
-                    Ok(r) => r,
-                    Err(e) => return reply.error(self.err(Op::Create, e)),
-                };
+            let (a, fh) = match self
+                .fs
+                .create(c, self.ino_in(parent), name, mode, umask, flags)
+            {
+                Ok(r) => r,
+                Err(e) => return reply.error(self.err(Op::Create, e)),
+            };
             let mut opens = self.opens.lock();
             let mode = self.open_mode(&mut opens, a.ino, fh, flags, |fd| reply.open_backing(fd));
             let (ttl, attr, generation) = (
@@ -944,89 +808,45 @@ impl fuser::Filesystem for Adapter {
         });
     }
 
-    fn getlk(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
-        _pid: u32,
-        reply: ReplyLock,
-    ) {
-        // Not requested at init (no FUSE_POSIX_LOCKS), so the kernel handles locks locally.
-        self.serve(Op::Getlk, || reply.error(Errno::ENOSYS));
+    /// Requests the adapter answers without the file system: `op` with `errno`. Locks
+    /// (no FUSE_POSIX_LOCKS at init, so the kernel handles them locally), bmap, poll and
+    /// copy_file_range (ENOSYS makes the kernel fall back to read+write and stop asking)
+    /// get ENOSYS; ioctl gets ENOTTY, the answer to the client's isatty probe.
+    pub(crate) fn unsupported(&self, op: Op, errno: Errno, reply: impl Reply) {
+        self.serve(op, || reply.error(errno));
     }
 
-    fn setlk(
+    pub(crate) fn fallocate(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
-        _pid: u32,
-        _sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.serve(Op::Setlk, || reply.error(Errno::ENOSYS));
-    }
-
-    fn bmap(&self, _req: &Request, _ino: INodeNo, _bs: u32, _idx: u64, reply: fuser::ReplyBmap) {
-        self.serve(Op::Bmap, || reply.error(Errno::ENOSYS));
-    }
-
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        self.serve(Op::Ioctl, || reply.error(Errno::ENOTTY));
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
+        ino: u64,
+        fh: u64,
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
+        reply: impl EmptyReply,
     ) {
         self.serve(Op::Fallocate, || {
             let r = self
                 .fs
-                .fallocate(self.ino_in(ino), fh.0, offset, length, mode);
+                .fallocate(self.ino_in(ino), fh, offset, length, mode);
             self.reply_empty(Op::Fallocate, reply, r);
         });
     }
 
-    fn lseek(
+    pub(crate) fn lseek(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
+        ino: u64,
+        fh: u64,
         offset: i64,
         whence: i32,
-        reply: ReplyLseek,
+        reply: impl LseekReply,
     ) {
         self.serve(Op::Lseek, || {
             let Ok(off) = u64::try_from(offset) else {
                 self.counts.error(Op::Lseek);
                 return reply.error(Errno::ENXIO);
             };
-            match self.fs.lseek(self.ino_in(ino), fh.0, off, whence) {
+            match self.fs.lseek(self.ino_in(ino), fh, off, whence) {
                 Ok(o) => match i64::try_from(o) {
                     Ok(o) => reply.offset(o),
                     Err(_) => reply
@@ -1036,28 +856,11 @@ impl fuser::Filesystem for Adapter {
             }
         });
     }
-
-    fn copy_file_range(
-        &self,
-        _req: &Request,
-        _ino_in: INodeNo,
-        _fh_in: FileHandle,
-        _offset_in: u64,
-        _ino_out: INodeNo,
-        _fh_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
-        _flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
-    ) {
-        // ENOSYS makes the kernel fall back to read+write and stop asking.
-        self.serve(Op::CopyFileRange, || reply.error(Errno::ENOSYS));
-    }
 }
 
 /// getxattr/listxattr: a size-0 request is a probe for the length; a value that does not
 /// fit the caller's buffer is ERANGE.
-fn reply_xattr(a: &Adapter, op: Op, reply: ReplyXattr, value: &[u8], size: u32) {
+fn reply_xattr(a: &Adapter, op: Op, reply: impl XattrReply, value: &[u8], size: u32) {
     let Ok(len) = u32::try_from(value.len()) else {
         return reply.error(a.err(op, FsError::Errno(cairn_vfs::Errno::E2BIG)));
     };

@@ -5,6 +5,7 @@
 //! report round trips per operation, which is the number the kernel-caching features exist
 //! to cut. Counting is one relaxed atomic add per request, cheap enough to be always on.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! ops {
@@ -90,6 +91,39 @@ pub struct RequestCounts {
     negative: [AtomicU64; N],
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// Requests that arrived over each transport (forgets always come over /dev/fuse).
+    via_uring: AtomicU64,
+    via_dev: AtomicU64,
+    /// How the mount's transport was settled (set once, after INIT).
+    transport: OnceLock<TransportReport>,
+}
+
+/// How a mount's requests travel: what was asked for (`-o transport=`), what serves it, and
+/// why, when that is not what `auto` or the option would suggest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportReport {
+    /// "auto", "uring" or "dev", as the mount option said.
+    pub requested: &'static str,
+    /// "uring" or "dev".
+    pub active: &'static str,
+    /// io_uring queues (one per possible CPU) when `active` is "uring", else 0.
+    pub queues: usize,
+    /// Why io_uring is not in use, when it was wanted.
+    pub reason: Option<String>,
+}
+
+impl TransportReport {
+    /// The one line the mount log gets, e.g. `FUSE transport: io_uring (2 queues, one per CPU)`.
+    pub fn line(&self) -> String {
+        match (self.active, &self.reason) {
+            ("uring", _) => format!(
+                "FUSE transport: io_uring ({} queues, one per CPU)",
+                self.queues
+            ),
+            (_, Some(why)) => format!("FUSE transport: /dev/fuse ({why})"),
+            _ => "FUSE transport: /dev/fuse".to_string(),
+        }
+    }
 }
 
 impl Default for RequestCounts {
@@ -100,6 +134,9 @@ impl Default for RequestCounts {
             negative: std::array::from_fn(|_| AtomicU64::new(0)),
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
+            via_uring: AtomicU64::new(0),
+            via_dev: AtomicU64::new(0),
+            transport: OnceLock::new(),
         }
     }
 }
@@ -131,6 +168,31 @@ impl RequestCounts {
         self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    pub(crate) fn via_uring(&self) {
+        self.via_uring.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn via_dev(&self) {
+        self.via_dev.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_transport(&self, t: TransportReport) {
+        let _ = self.transport.set(t);
+    }
+
+    /// How the mount's transport was settled (None until INIT is done).
+    pub fn transport(&self) -> Option<&TransportReport> {
+        self.transport.get()
+    }
+
+    /// Requests that arrived over io_uring and over /dev/fuse.
+    pub fn by_transport(&self) -> (u64, u64) {
+        (
+            self.via_uring.load(Ordering::Relaxed),
+            self.via_dev.load(Ordering::Relaxed),
+        )
+    }
+
     /// Requests of type `op` served so far.
     pub fn get(&self, op: Op) -> u64 {
         self.requests[op.index()].load(Ordering::Relaxed)
@@ -157,7 +219,9 @@ impl RequestCounts {
     /// The counts as JSON (`forget` counts inodes forgotten: the binding splits each
     /// BATCH_FORGET round trip into one call per inode):
     /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "negative": {...},
-    /// "bytes_read": n, "bytes_written": n}`. Opcodes never seen are left out of `requests` and `errors`
+    /// "bytes_read": n, "bytes_written": n, "transport": {"requested": "auto", "active":
+    /// "uring", "queues": 2, "uring_requests": n, "dev_requests": n[, "reason": "..."]}`.
+    /// Opcodes never seen are left out of `requests` and `errors`
     /// (absent means zero), so a report lists only what a workload actually used.
     pub fn to_json(&self) -> serde_json::Value {
         let nonzero = |counters: &[AtomicU64; N]| {
@@ -170,7 +234,21 @@ impl RequestCounts {
             }
             serde_json::Value::Object(m)
         };
+        let (uring, dev) = self.by_transport();
+        let mut transport = serde_json::json!({
+            "uring_requests": uring,
+            "dev_requests": dev,
+        });
+        if let Some(t) = self.transport() {
+            transport["requested"] = t.requested.into();
+            transport["active"] = t.active.into();
+            transport["queues"] = t.queues.into();
+            if let Some(r) = &t.reason {
+                transport["reason"] = r.clone().into();
+            }
+        }
         serde_json::json!({
+            "transport": transport,
             "total": self.total(),
             "requests": nonzero(&self.requests),
             "errors": nonzero(&self.errors),

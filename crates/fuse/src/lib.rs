@@ -7,6 +7,11 @@
 //! [`cairn_vfs::KernelCachePolicy`] allows, the writeback cache when the policy allows it,
 //! 1 MiB writes, readdirplus, parallel directory operations, cached symlinks and listings.
 //!
+//! Two transports carry the requests (`-o transport=`, see [`Transport`]): the binding's
+//! threads reading /dev/fuse, and FUSE over io_uring ([`uring`](crate) module), which
+//! serves each request on the CPU that issued it with one system call per round trip.
+//! Both feed the same handlers (`adapter`), so every file system runs over either unchanged.
+//!
 //! ```no_run
 //! # use std::sync::Arc;
 //! # fn demo(fs: Arc<dyn cairn_vfs::FileSystem>) -> std::io::Result<()> {
@@ -25,13 +30,48 @@ use cairn_vfs::FileSystem;
 
 mod adapter;
 mod counters;
+mod dev;
 pub mod memfs;
 mod mount;
+mod reply;
+mod uring;
 
-pub use counters::{Op, RequestCounts};
+pub use counters::{Op, RequestCounts, TransportReport};
 pub use mount::Unmounter;
 
 use adapter::{Adapter, DestroyResult};
+use dev::DevFs;
+use uring::{Handoff, Offer};
+
+/// How requests travel between the kernel and the daemon.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring when the kernel offers it (`enable_uring` module parameter on, Linux 6.14+)
+    /// and it can be set up, otherwise /dev/fuse, saying why in the log.
+    #[default]
+    Auto,
+    /// io_uring, asked for by name: where the kernel refuses it the mount still comes up
+    /// over /dev/fuse (a file system that does not mount is worse than a slower one), but
+    /// the one log line saying why is a warning, and [`RequestCounts::transport`] (`cairn
+    /// stats`) shows `active: dev`, so whoever measures or depends on io_uring can check
+    /// what they got rather than be silently given the other transport.
+    Uring,
+    /// The /dev/fuse threads (`threads=N`).
+    Dev,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Uring => "uring",
+            Transport::Dev => "dev",
+        }
+    }
+}
+
+/// The kernel switch for FUSE over io_uring (`echo Y > ` it, as root, to enable).
+pub const URING_PARAMETER: &str = uring::ENABLE_PARAM;
 
 /// When the kernel should use READDIRPLUS (entries with attributes, counted as lookups)
 /// instead of READDIR.
@@ -52,7 +92,10 @@ pub struct FuseOptions {
     pub fsname: String,
     /// The mount type becomes `fuse.<subtype>`.
     pub subtype: String,
-    /// Threads reading requests, each with its own /dev/fuse descriptor when `clone_fd`.
+    /// How requests travel (`transport=auto|uring|dev`).
+    pub transport: Transport,
+    /// Threads reading /dev/fuse, each with its own descriptor when `clone_fd`. With the
+    /// io_uring transport they serve only forgets and interrupts.
     pub threads: usize,
     pub clone_fd: bool,
     /// Let users other than the mounter in (the permission checks still apply).
@@ -83,6 +126,7 @@ impl Default for FuseOptions {
         FuseOptions {
             fsname: String::new(),
             subtype: "cairn".into(),
+            transport: Transport::Auto,
             threads: 2,
             clone_fd: true,
             allow_other: true,
@@ -125,6 +169,14 @@ impl FuseOptions {
                     return Err("threads must be between 1 and 64".into());
                 }
                 self.threads = n;
+            }
+            "transport" => {
+                self.transport = match need(key, value)? {
+                    "auto" => Transport::Auto,
+                    "uring" | "io_uring" => Transport::Uring,
+                    "dev" => Transport::Dev,
+                    v => return Err(format!("transport takes auto, uring or dev, not '{v}'")),
+                }
             }
             "clone_fd" => self.clone_fd = flag(value)?,
             "allow_other" => self.allow_other = flag(value)?,
@@ -180,15 +232,17 @@ fn parse_bytes(s: &str) -> Option<u64> {
 /// separate steps so a daemon can report "ready" (the mount is in the namespace and the
 /// kernel handshake is done) before it blocks in [`Server::run`].
 pub struct Server {
-    session: fuser::Session<Adapter>,
+    session: fuser::Session<DevFs>,
     unmounter: Unmounter,
     counts: Arc<RequestCounts>,
     destroyed: DestroyResult,
     mountpoint: PathBuf,
+    handoff: Arc<Handoff>,
 }
 
 impl Server {
-    /// Mounts `fs` at `mountpoint` and completes the FUSE handshake.
+    /// Mounts `fs` at `mountpoint`, completes the FUSE handshake and settles the transport
+    /// (logged, and reported by [`RequestCounts::transport`]).
     pub fn mount(
         fs: Arc<dyn FileSystem>,
         mountpoint: &Path,
@@ -196,7 +250,17 @@ impl Server {
     ) -> io::Result<Server> {
         let counts = Arc::new(RequestCounts::default());
         let destroyed = DestroyResult::default();
-        let adapter = Adapter::new(fs, counts.clone(), opts.clone(), destroyed.clone());
+        let adapter = Arc::new(Adapter::new(
+            fs,
+            counts.clone(),
+            opts.clone(),
+            destroyed.clone(),
+        ));
+        let handoff = Arc::new(Handoff::default());
+        let devfs = DevFs {
+            a: adapter.clone(),
+            handoff: handoff.clone(),
+        };
         let mut config = fuser::Config::default();
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = opts.clone_fd;
@@ -210,7 +274,7 @@ impl Server {
         let (session, unmounter) = match mount::mount_direct(&mountpoint, opts)? {
             Some(dev) => {
                 let unmounter = Unmounter::direct(mountpoint.clone(), dev.try_clone()?);
-                match fuser::Session::from_fd(adapter, OwnedFd::from(dev), config.acl, config) {
+                match fuser::Session::from_fd(devfs, OwnedFd::from(dev), config.acl, config) {
                     Ok(s) => (s, unmounter),
                     Err(e) => {
                         // Do not leave a mount behind that nobody serves.
@@ -221,11 +285,29 @@ impl Server {
             }
             None => {
                 config.mount_options = fuser_mount_options(opts);
-                let mut s = fuser::Session::new(adapter, &mountpoint, &config)?;
+                let mut s = fuser::Session::new(devfs, &mountpoint, &config)?;
                 let u = Unmounter::fuser(s.unmount_callable());
                 (s, u)
             }
         };
+        let report = match start_transport(&session, &adapter, &handoff, opts) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = unmounter.unmount();
+                // The kernel may still hold entries of queues that registered: stop them
+                // rather than wait for a connection that dies only once we let go of it.
+                if let Some(p) = handoff.take_pool() {
+                    p.stop();
+                }
+                return Err(e);
+            }
+        };
+        if report.requested == "uring" && report.active != "uring" {
+            log::warn!("{}", report.line());
+        } else {
+            log::info!("{}", report.line());
+        }
+        counts.set_transport(report);
         raise_read_ahead(&mountpoint, opts.max_write);
         Ok(Server {
             session,
@@ -233,6 +315,7 @@ impl Server {
             counts,
             destroyed,
             mountpoint,
+            handoff,
         })
     }
 
@@ -258,6 +341,7 @@ impl Server {
             session,
             unmounter,
             destroyed,
+            handoff,
             ..
         } = self;
         let served = session.run();
@@ -266,6 +350,9 @@ impl Server {
         if served.is_err() {
             let _ = unmounter.unmount();
         }
+        // Normally the final flush collected the io_uring queues already; a session that
+        // failed before it did leaves them here.
+        handoff.finish();
         let flushed = destroyed.lock().take();
         served?;
         match flushed {
@@ -276,6 +363,54 @@ impl Server {
             )),
         }
     }
+}
+
+/// After INIT: starts the io_uring queues if INIT asked for them, and decides what serves
+/// the mount: io_uring when its queues started, else /dev/fuse with the reason (whatever
+/// was asked). An error means the mount must not stay.
+fn start_transport(
+    session: &fuser::Session<DevFs>,
+    adapter: &Arc<Adapter>,
+    handoff: &Arc<Handoff>,
+    opts: &FuseOptions,
+) -> io::Result<TransportReport> {
+    let mut report = TransportReport {
+        requested: opts.transport.name(),
+        active: "dev",
+        queues: 0,
+        reason: None,
+    };
+    let why = match handoff.take_offer() {
+        None => {
+            if opts.transport == Transport::Dev {
+                return Ok(report);
+            }
+            "INIT did not settle io_uring".to_string()
+        }
+        Some(Offer::Refused(why)) => why,
+        Some(Offer::Prepared(p)) => {
+            let queues = p.queues();
+            use std::os::fd::AsFd;
+            let dev = Arc::new(std::fs::File::from(session.as_fd().try_clone_to_owned()?));
+            handoff.set_dev(dev.clone());
+            let (pool, started) = p.start(adapter.clone(), dev);
+            handoff.set_pool(pool);
+            match started {
+                Ok(()) => {
+                    report.active = "uring";
+                    report.queues = queues;
+                    return Ok(report);
+                }
+                Err(why) => why,
+            }
+        }
+    };
+    report.reason = Some(if opts.transport == Transport::Uring {
+        format!("transport=uring, but FUSE over io_uring is unavailable: {why}")
+    } else {
+        why
+    });
+    Ok(report)
 }
 
 fn fuser_mount_options(opts: &FuseOptions) -> Vec<fuser::MountOption> {
@@ -426,5 +561,12 @@ mod tests {
         assert_eq!(o.set("writeback_cache", Some("off")), Ok(true));
         assert!(!o.writeback_cache);
         assert!(o.set("allow_other", Some("maybe")).is_err());
+        assert_eq!(o.transport, Transport::Auto);
+        assert_eq!(o.set("transport", Some("uring")), Ok(true));
+        assert_eq!(o.transport, Transport::Uring);
+        assert_eq!(o.set("transport", Some("dev")), Ok(true));
+        assert_eq!(o.transport, Transport::Dev);
+        assert!(o.set("transport", Some("carrier-pigeon")).is_err());
+        assert!(o.set("transport", None).is_err());
     }
 }

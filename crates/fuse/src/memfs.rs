@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use cairn_vfs::{
@@ -99,6 +99,12 @@ pub struct MemFs {
     destroys: AtomicU64,
     /// Test hook: a lookup of this name panics, to check the adapter survives it.
     panic_name: Mutex<Option<OsString>>,
+    /// Test hook: every lookup sleeps this long (requests in flight on demand).
+    lookup_delay: Mutex<Duration>,
+    /// Lookups running right now.
+    lookups_running: AtomicU64,
+    /// `destroy` ran while a request was still inside the file system.
+    destroyed_mid_request: AtomicBool,
 }
 
 impl Default for MemFs {
@@ -160,6 +166,9 @@ impl MemFs {
             syncs: AtomicU64::new(0),
             destroys: AtomicU64::new(0),
             panic_name: Mutex::new(None),
+            lookup_delay: Mutex::new(Duration::ZERO),
+            lookups_running: AtomicU64::new(0),
+            destroyed_mid_request: AtomicBool::new(false),
         }
     }
 
@@ -176,6 +185,23 @@ impl MemFs {
     /// Makes every later lookup of `name` panic (a stand-in for a file-system bug).
     pub fn panic_on_lookup(&self, name: &str) {
         *self.panic_name.lock() = Some(name.into());
+    }
+
+    /// Makes every later lookup take `d` (a stand-in for a slow device), so a test can
+    /// have requests in flight in the server when it unmounts or kills it.
+    pub fn slow_lookups(&self, d: Duration) {
+        *self.lookup_delay.lock() = d;
+    }
+
+    /// Whether the final flush ran while a (slow) lookup was still being served: the
+    /// adapter must let every request finish first.
+    pub fn destroyed_mid_request(&self) -> bool {
+        self.destroyed_mid_request.load(Ordering::SeqCst)
+    }
+
+    /// Lookups being served at this moment.
+    pub fn lookups_running(&self) -> u64 {
+        self.lookups_running.load(Ordering::SeqCst)
     }
 
     /// Number of inodes alive (the root included).
@@ -329,6 +355,12 @@ impl FileSystem for MemFs {
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
         if self.panic_name.lock().as_deref() == Some(name) {
             panic!("lookup of {name:?} (test hook)");
+        }
+        let delay = *self.lookup_delay.lock();
+        if !delay.is_zero() {
+            self.lookups_running.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(delay);
+            self.lookups_running.fetch_sub(1, Ordering::SeqCst);
         }
         let mut g = self.inner.lock();
         if name.len() > NAME_MAX {
@@ -856,6 +888,9 @@ impl FileSystem for MemFs {
 
     fn destroy(&self) -> Result<()> {
         self.destroys.fetch_add(1, Ordering::SeqCst);
+        if self.lookups_running.load(Ordering::SeqCst) > 0 {
+            self.destroyed_mid_request.store(true, Ordering::SeqCst);
+        }
         self.sync_all()
     }
 

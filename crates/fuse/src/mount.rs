@@ -107,7 +107,7 @@ fn mount_error(mountpoint: &Path, e: Errno) -> io::Error {
 /// Is the kernel connection behind this /dev/fuse descriptor still alive? After the mount
 /// is gone the device reports POLLERR; checking it keeps a late unmount from hitting an
 /// unrelated file system mounted at the same place since.
-fn connected(dev: &File) -> bool {
+pub(crate) fn connected(dev: &File) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     loop {
         let mut fds = [PollFd::new(dev.as_fd(), PollFlags::empty())];

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use cairn_fuse::memfs::MemFs;
-use cairn_fuse::{FuseOptions, MountHandle, Op};
+use cairn_fuse::{FuseOptions, MountHandle, Op, Transport};
 
 /// A mount that is taken down before its directory is removed.
 struct Mnt {
@@ -26,12 +26,15 @@ struct Mnt {
 }
 
 impl Mnt {
-    fn new() -> Mnt {
-        Mnt::with(FuseOptions::default())
+    fn new(t: Transport) -> Mnt {
+        Mnt::with(t, FuseOptions::default())
     }
 
-    fn with(opts: FuseOptions) -> Mnt {
+    /// Mounts over transport `t` (io_uring explicitly, so a mount that silently fell back
+    /// to /dev/fuse fails instead of passing for the wrong transport).
+    fn with(t: Transport, mut opts: FuseOptions) -> Mnt {
         let _ = env_logger::builder().is_test(true).try_init();
+        opts.transport = t;
         let fs = Arc::new(MemFs::default());
         let dir = tempfile::tempdir().unwrap();
         // Other users must be able to reach the mount point for the permission tests.
@@ -152,9 +155,8 @@ fn renameat2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
     }
 }
 
-#[test]
-fn root_is_inode_1_to_the_kernel_and_2_to_the_fs() {
-    let m = Mnt::new();
+fn root_is_inode_1_to_the_kernel_and_2_to_the_fs(t: Transport) {
+    let m = Mnt::new(t);
     assert_eq!(fs::metadata(m.dir.path()).unwrap().ino(), 1);
     fs::create_dir(m.p("sub")).unwrap();
     fs::write(m.p("sub/f"), b"x").unwrap();
@@ -173,9 +175,8 @@ fn root_is_inode_1_to_the_kernel_and_2_to_the_fs() {
     drop(m);
 }
 
-#[test]
-fn create_write_read_append_truncate() {
-    let m = Mnt::new();
+fn create_write_read_append_truncate(t: Transport) {
+    let m = Mnt::new(t);
     let p = m.p("file");
     fs::write(&p, b"hello world").unwrap();
     assert_eq!(fs::read(&p).unwrap(), b"hello world");
@@ -210,9 +211,8 @@ fn create_write_read_append_truncate() {
     m.unmount().unwrap();
 }
 
-#[test]
-fn errnos_cross_intact() {
-    let m = Mnt::new();
+fn errnos_cross_intact(t: Transport) {
+    let m = Mnt::new(t);
     assert_eq!(errno(fs::metadata(m.p("missing"))), libc::ENOENT);
     fs::create_dir(m.p("d")).unwrap();
     assert_eq!(errno(fs::create_dir(m.p("d"))), libc::EEXIST);
@@ -229,9 +229,8 @@ fn errnos_cross_intact() {
     drop(m);
 }
 
-#[test]
-fn negative_lookups_are_cached_by_the_kernel() {
-    let m = Mnt::new();
+fn negative_lookups_are_cached_by_the_kernel(t: Transport) {
+    let m = Mnt::new(t);
     let before = m.count(Op::Lookup);
     for _ in 0..5 {
         assert!(fs::metadata(m.p("nothing-here")).is_err());
@@ -247,9 +246,8 @@ fn negative_lookups_are_cached_by_the_kernel() {
     drop(m);
 }
 
-#[test]
-fn readdir_offsets_survive_concurrent_unlinks() {
-    let m = Mnt::new();
+fn readdir_offsets_survive_concurrent_unlinks(t: Transport) {
+    let m = Mnt::new(t);
     fs::create_dir(m.p("d")).unwrap();
     // Long names so the listing takes several READDIR requests.
     let name = |i: usize| format!("{i:04}-{}", "x".repeat(200));
@@ -292,9 +290,8 @@ fn readdir_offsets_survive_concurrent_unlinks() {
     drop(m);
 }
 
-#[test]
-fn rename_flags_noreplace_and_exchange() {
-    let m = Mnt::new();
+fn rename_flags_noreplace_and_exchange(t: Transport) {
+    let m = Mnt::new(t);
     fs::write(m.p("a"), b"A").unwrap();
     fs::write(m.p("b"), b"B").unwrap();
     assert_eq!(
@@ -316,9 +313,8 @@ fn rename_flags_noreplace_and_exchange() {
     drop(m);
 }
 
-#[test]
-fn xattr_size_probe_and_erange() {
-    let m = Mnt::new();
+fn xattr_size_probe_and_erange(t: Transport) {
+    let m = Mnt::new(t);
     let p = m.p("f");
     fs::write(&p, b"").unwrap();
     setxattr(&p, "user.k", b"0123456789", 0).unwrap();
@@ -343,9 +339,8 @@ fn xattr_size_probe_and_erange() {
     drop(m);
 }
 
-#[test]
-fn symlink_link_mknod_statfs_fallocate() {
-    let m = Mnt::new();
+fn symlink_link_mknod_statfs_fallocate(t: Transport) {
+    let m = Mnt::new(t);
     std::os::unix::fs::symlink("target/path", m.p("ln")).unwrap();
     assert_eq!(fs::read_link(m.p("ln")).unwrap(), Path::new("target/path"));
     fs::write(m.p("f"), b"data").unwrap();
@@ -378,9 +373,8 @@ fn symlink_link_mknod_statfs_fallocate() {
     drop(m);
 }
 
-#[test]
-fn create_applies_umask_and_modes() {
-    let m = Mnt::new();
+fn create_applies_umask_and_modes(t: Transport) {
+    let m = Mnt::new(t);
     let f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -412,9 +406,8 @@ fn as_nobody(script: &str) -> bool {
         .success()
 }
 
-#[test]
-fn other_users_get_in_and_permissions_hold() {
-    let m = Mnt::new();
+fn other_users_get_in_and_permissions_hold(t: Transport) {
+    let m = Mnt::new(t);
     fs::write(m.p("public"), b"hi").unwrap();
     fs::set_permissions(m.p("public"), fs::Permissions::from_mode(0o644)).unwrap();
     fs::write(m.p("secret"), b"no").unwrap();
@@ -433,9 +426,8 @@ fn other_users_get_in_and_permissions_hold() {
     drop(m);
 }
 
-#[test]
-fn a_panicking_fs_answers_eio_and_keeps_serving() {
-    let m = Mnt::new();
+fn a_panicking_fs_answers_eio_and_keeps_serving(t: Transport) {
+    let m = Mnt::new(t);
     m.fs.panic_on_lookup("boom");
     assert_eq!(errno(fs::metadata(m.p("boom"))), libc::EIO);
     fs::write(m.p("fine"), b"ok").unwrap();
@@ -443,9 +435,8 @@ fn a_panicking_fs_answers_eio_and_keeps_serving() {
     m.unmount().unwrap();
 }
 
-#[test]
-fn unmount_calls_destroy_once() {
-    let m = Mnt::new();
+fn unmount_calls_destroy_once(t: Transport) {
+    let m = Mnt::new(t);
     let fs_ = m.fs.clone();
     fs::write(m.p("f"), b"x").unwrap();
     assert_eq!(fs_.destroy_count(), 0);
@@ -459,13 +450,12 @@ fn unmount_calls_destroy_once() {
     );
 }
 
-#[test]
-fn mountinfo_names_the_source_and_type() {
+fn mountinfo_names_the_source_and_type(t: Transport) {
     let opts = FuseOptions {
         fsname: "/images/disk.img".into(),
         ..Default::default()
     };
-    let m = Mnt::with(opts);
+    let m = Mnt::with(t, opts);
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let line = mounts
         .lines()
@@ -477,12 +467,14 @@ fn mountinfo_names_the_source_and_type() {
     drop(m);
 }
 
-#[test]
-fn parallel_clients_on_several_threads() {
-    let m = Mnt::with(FuseOptions {
-        threads: 4,
-        ..Default::default()
-    });
+fn parallel_clients_on_several_threads(t: Transport) {
+    let m = Mnt::with(
+        t,
+        FuseOptions {
+            threads: 4,
+            ..Default::default()
+        },
+    );
     std::thread::scope(|s| {
         for t in 0..4 {
             let m = &m;
@@ -503,9 +495,8 @@ fn parallel_clients_on_several_threads() {
     m.unmount().unwrap();
 }
 
-#[test]
-fn readdirplus_lookups_balance_with_forgets() {
-    let m = Mnt::new();
+fn readdirplus_lookups_balance_with_forgets(t: Transport) {
+    let m = Mnt::new(t);
     fs::create_dir(m.p("d")).unwrap();
     for i in 0..50 {
         fs::write(m.p(&format!("d/f{i}")), b"").unwrap();
@@ -545,10 +536,9 @@ fn readdirplus_lookups_balance_with_forgets() {
     drop(m);
 }
 
-#[test]
-fn lseek_data_hole_and_fsync_of_files_and_directories() {
+fn lseek_data_hole_and_fsync_of_files_and_directories(t: Transport) {
     use nix::unistd::{Whence, lseek};
-    let m = Mnt::new();
+    let m = Mnt::new(t);
     fs::write(m.p("f"), vec![1u8; 5000]).unwrap();
     let f = fs::File::open(m.p("f")).unwrap();
     assert_eq!(lseek(&f, 10, Whence::SeekData).unwrap(), 10);
@@ -566,3 +556,62 @@ fn lseek_data_hole_and_fsync_of_files_and_directories() {
     drop(f);
     drop(m);
 }
+
+/// Whether FUSE over io_uring can be used: the kernel has the switch, and it is on or we
+/// may turn it on (as root). Turning it on only changes what new mounts are offered at
+/// INIT; it never touches a live mount.
+fn uring_available() -> bool {
+    let p = cairn_fuse::URING_PARAMETER;
+    match fs::read_to_string(p) {
+        Ok(v) if v.trim() == "Y" => true,
+        Ok(_) if nix::unistd::geteuid().is_root() => fs::write(p, "Y").is_ok(),
+        Ok(_) => {
+            eprintln!("skipped: {p} is off and only root may turn it on");
+            false
+        }
+        Err(e) => {
+            eprintln!("skipped: this kernel has no FUSE over io_uring ({p}: {e})");
+            false
+        }
+    }
+}
+
+/// Every test above, once per transport: `dev::name` over the /dev/fuse threads,
+/// `uring::name` over io_uring.
+macro_rules! over_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod dev {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Transport::Dev)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                if super::uring_available() {
+                    super::$name(super::Transport::Uring)
+                }
+            })*
+        }
+    };
+}
+
+over_both_transports!(
+    root_is_inode_1_to_the_kernel_and_2_to_the_fs,
+    create_write_read_append_truncate,
+    errnos_cross_intact,
+    negative_lookups_are_cached_by_the_kernel,
+    readdir_offsets_survive_concurrent_unlinks,
+    rename_flags_noreplace_and_exchange,
+    xattr_size_probe_and_erange,
+    symlink_link_mknod_statfs_fallocate,
+    create_applies_umask_and_modes,
+    other_users_get_in_and_permissions_hold,
+    a_panicking_fs_answers_eio_and_keeps_serving,
+    unmount_calls_destroy_once,
+    mountinfo_names_the_source_and_type,
+    parallel_clients_on_several_threads,
+    readdirplus_lookups_balance_with_forgets,
+    lseek_data_hole_and_fsync_of_files_and_directories,
+);
