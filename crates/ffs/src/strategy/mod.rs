@@ -393,7 +393,6 @@ static MODES: &[ModeInfo] = &[
             Ok(Box::new(Delayed))
         },
     },
-    softdep::MODE,
 ];
 
 pub fn modes() -> &'static [ModeInfo] {
@@ -406,7 +405,7 @@ pub fn modes() -> &'static [ModeInfo] {
 /// ([`make`], [`candidate`]), not from `cairn modes` or `-o mode=`. `journal` waits for the
 /// suites to make journaled images; `softdep` for ENOSPC to wait for its pending frees.
 pub fn unlisted_modes() -> &'static [ModeInfo] {
-    &[journal::MODE, journal::MODE_ASYNC]
+    &[journal::MODE, journal::MODE_ASYNC, softdep::MODE]
 }
 
 /// The unlisted mode called `name` (see [`unlisted_modes`]).
