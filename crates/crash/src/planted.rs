@@ -592,6 +592,9 @@ impl Strategy for WriteBeforeLog {
     fn write_hooks(&self) -> Arc<dyn cairn_bufcache::WriteHooks> {
         self.inner.write_hooks()
     }
+    fn attach(&self, sb: &cairn_ffs::format::Superblock) -> FsResult<()> {
+        self.inner.attach(sb)
+    }
     fn recover(
         &self,
         dev: &dyn cairn_blockdev::BlockDevice,

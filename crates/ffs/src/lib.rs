@@ -353,6 +353,7 @@ impl Ffs {
                 sb.feature_ro_compat
             )));
         }
+        strategy.attach(&sb)?;
         if !opts.read_only {
             // A mode with a log replays it before anything else is read.
             strategy.recover(dev.as_ref(), &sb)?;

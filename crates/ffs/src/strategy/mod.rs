@@ -180,6 +180,14 @@ pub trait Strategy: Send + std::marker::Sync {
         Arc::new(DeferEviction)
     }
 
+    /// Every mount, read-only ones included, before anything beyond the superblock is read:
+    /// what the mode needs to know of the image to read and write it (soft updates: the
+    /// geometry its rollbacks use to find inodes in their blocks). Must not write.
+    fn attach(&self, sb: &Superblock) -> Result<()> {
+        let _ = sb;
+        Ok(())
+    }
+
     /// Before the engine reads anything beyond the superblock (a journal replays its log
     /// here). The registry's recovery, fsck and the crash harness call the same function.
     fn recover(&self, dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {

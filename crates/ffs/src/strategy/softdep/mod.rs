@@ -150,7 +150,9 @@ impl SoftDep {
 
     fn geo(&self) -> Result<Geometry> {
         (*self.inner.geo.lock()).ok_or_else(|| {
-            cairn_vfs::FsError::Corrupt("soft updates: no geometry (mounted read-only?)".into())
+            cairn_vfs::FsError::Corrupt(
+                "soft updates: no geometry (the strategy was never attached to an image)".into(),
+            )
         })
     }
 
@@ -635,14 +637,20 @@ impl Strategy for SoftDep {
         Arc::new(Hooks(self.inner.clone()))
     }
 
-    fn recover(&self, _dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
-        // Nothing to replay (002 §4: the disk is always consistent but for leaks); the
-        // geometry is what the rollbacks need to find inodes in their blocks.
+    fn attach(&self, sb: &Superblock) -> Result<()> {
+        // The geometry is what the rollbacks need to find inodes in their blocks; a
+        // read-only mount needs it too (reads consult the dependency records).
         let g = sb
             .geometry()
             .map_err(|e| cairn_vfs::FsError::Corrupt(e.0))?;
         *self.inner.geo.lock() = Some(g);
         Ok(())
+    }
+
+    fn recover(&self, _dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
+        // Nothing to replay (002 §4: the disk is always consistent but for leaks). Harnesses
+        // call `recover` without a mount: attach is idempotent.
+        self.attach(sb)
     }
 
     fn mount(&self, e: &dyn Engine) -> Result<()> {

@@ -662,3 +662,47 @@ fn a_full_disk_emptied_is_writable_again_at_once() {
     fs.unmount().unwrap();
     assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
 }
+
+/// A read-only mount in soft-updates mode reads what a crash left (the crash harness checks
+/// every crash state this way, and a user may mount `-o ro,mode=softdep`): the mode is
+/// attached to the image on every mount, not only when it recovers a read-write one.
+#[test]
+fn a_read_only_mount_reads_a_crashed_image() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let (f, fh) = fs.create(&c, d, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.write(f.ino, fh, 0, &[7u8; 20_000]).unwrap();
+    fs.fsync(f.ino, fh, false).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    // More work left in memory: the image below is a crash with dependencies pending.
+    let (g, gh) = fs.create(&c, d, n("g"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.write(g.ino, gh, 0, &[8u8; 9_000]).unwrap();
+    write_kind(&fs, kind::DIRECTORY);
+    let img = MemDevice::from_bytes(4096, dev.to_bytes());
+    let ro: Arc<dyn BlockDevice> = Arc::new(img);
+    let rfs = Ffs::mount_device(
+        ro,
+        &MountOptions {
+            mode: "softdep".into(),
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let d2 = rfs.lookup(&c, ROOT_INO, n("d")).unwrap().ino;
+    let f2 = rfs.lookup(&c, d2, n("f")).unwrap();
+    let mut buf = Vec::new();
+    rfs.read(f2.ino, 0, 0, 30_000, &mut buf).unwrap();
+    assert_eq!(buf, vec![7u8; 20_000]);
+    let mut names = Vec::new();
+    rfs.readdir(d2, 0, 0, false, &mut |e| {
+        names.push(e.name.to_string_lossy().into_owned());
+        true
+    })
+    .unwrap();
+    assert!(names.iter().any(|e| e == "f"), "{names:?}");
+    rfs.unmount().unwrap();
+    fs.release(g.ino, gh).unwrap();
+    fs.unmount().unwrap();
+}
