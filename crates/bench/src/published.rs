@@ -77,7 +77,7 @@ pub fn analogue(system: &str) -> &'static str {
     match system {
         "FFS" | "Conventional" => "cairn-sync",
         "FFS-async" | "No Order" => "cairn-async, ext2",
-        "Soft-Updates" => "cairn-softdep (when it lands)",
+        "Soft-Updates" => "cairn-softdep",
         "LFFS-file" => "cairn journal in a file (when it lands)",
         // ext4 -o sync is a journal on the file system's own disk whose every operation waits
         // for its commit: 000 Table 2's LFFS-wafs-1sync, not FFS (which has no log).

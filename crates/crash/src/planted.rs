@@ -608,6 +608,9 @@ impl Strategy for WriteBeforeLog {
     fn background_interval(&self) -> Option<Duration> {
         self.inner.background_interval()
     }
+    fn relieve(&self, e: &dyn Engine) -> FsResult<()> {
+        self.inner.relieve(e)
+    }
     fn background(&self, e: &dyn Engine) -> FsResult<bool> {
         self.inner.background(e)
     }

@@ -152,6 +152,9 @@ impl Ffs {
         };
         if mutating {
             self.relieve_memory_pressure();
+            if let Err(e) = self.strategy.relieve(self) {
+                log::error!("the mode's memory bound: {e}");
+            }
         }
         r
     }

@@ -171,6 +171,15 @@ pub trait Strategy: Send + std::marker::Sync {
         IoModel::Serialized
     }
 
+    /// After every call that changed metadata, on the calling thread with the engine's lock
+    /// released: the mode brings the memory it holds back under its bound (soft updates at
+    /// `max_softdeps`: completes records and runs the worklist), throttling the writer that
+    /// grew it rather than letting a background thread fall behind without limit.
+    fn relieve(&self, e: &dyn Engine) -> Result<()> {
+        let _ = e;
+        Ok(())
+    }
+
     // ---- life cycle -----------------------------------------------------------------
 
     /// The buffer cache's write hooks for this mode (soft updates: roll back in

@@ -703,11 +703,41 @@ impl Strategy for SoftDep {
         Ok(())
     }
 
+    fn relieve(&self, e: &dyn Engine) -> Result<()> {
+        // At the cap (FreeBSD's `max_softdeps`), the writer that reached it makes existing
+        // records complete (a write-back round) and runs the worklist they turn into, until
+        // three quarters of the cap: the hysteresis keeps every call from paying a round.
+        // Without this the worker alone ran the worklist, and a mass delete grew it without
+        // bound while it competed for the engine's lock
+        // (`a_million_files_stay_under_the_default_cap`).
+        if self.outstanding() < self.inner.max_deps {
+            return Ok(());
+        }
+        let Some(cache) = self.inner.cache.lock().clone() else {
+            return Ok(());
+        };
+        self.inner
+            .counters
+            .cap_waits
+            .fetch_add(1, Ordering::Relaxed);
+        let low = self.inner.max_deps / 4 * 3;
+        for _ in 0..8 {
+            let ready = self.inner.deps.lock().ready.len();
+            self.inner.run_ready(e, ready)?;
+            if self.outstanding() <= low {
+                break;
+            }
+            self.inner.round(&cache)?;
+        }
+        Ok(())
+    }
+
     fn begin_op(&self, _kind: OpKind) -> Result<OpState> {
-        let over = self.outstanding() >= self.inner.max_deps;
+        // The hard cap, for calls that race past `relieve`: inside a call the worklist
+        // cannot run (it takes the engine's lock), so only records are counted here.
+        let over = self.inner.deps.lock().recs.len() >= self.inner.max_deps;
         let cache = self.inner.cache.lock().clone();
         if over && let Some(cache) = cache {
-            // At the cap (FreeBSD's `max_softdeps`): existing records complete first.
             self.inner
                 .counters
                 .cap_waits

@@ -706,3 +706,73 @@ fn a_read_only_mount_reads_a_crashed_image() {
     fs.release(g.ino, gh).unwrap();
     fs.unmount().unwrap();
 }
+
+/// The memory bound at scale (the issue's "a million-file create/delete run stays under the
+/// cap"): a million files created in 100 directories, then every one removed, with the
+/// default `max_softdeps`; the records never exceed the cap (plus one call's worth), and
+/// the image is clean after unmount. Minutes in a debug build:
+/// `cargo test --release -p cairn-ffs --lib a_million_files -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn a_million_files_stay_under_the_default_cap() {
+    const FILES: u64 = 1_000_000;
+    const DIRS: u64 = 100;
+    let dev = MemDevice::new(4096, 1 << 19);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            inodes: Some(FILES + 4096),
+            blocks_per_group: Some(8192),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = mount(&dev, vec![]);
+    let cap = fs.strategy.stats().unwrap()["max_dependencies"]
+        .as_u64()
+        .unwrap();
+    let c = Ctx::root();
+    let dirs: Vec<u64> = (0..DIRS)
+        .map(|d| {
+            fs.mkdir(&c, ROOT_INO, n(&format!("d{d}")), 0o755, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut worst = 0;
+    let t = std::time::Instant::now();
+    for i in 0..FILES {
+        let d = dirs[(i % DIRS) as usize];
+        let (f, fh) = fs
+            .create(&c, d, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.release(f.ino, fh).unwrap();
+        fs.forget(f.ino, 1);
+        if i % 1000 == 0 {
+            worst = worst.max(outstanding(&fs));
+        }
+    }
+    let created = t.elapsed();
+    let t = std::time::Instant::now();
+    for i in 0..FILES {
+        let d = dirs[(i % DIRS) as usize];
+        fs.unlink(&c, d, n(&format!("f{i}"))).unwrap();
+        if i % 1000 == 0 {
+            worst = worst.max(outstanding(&fs));
+        }
+    }
+    let removed = t.elapsed();
+    let st = fs.strategy.stats().unwrap();
+    println!(
+        "{FILES} creates in {created:.1?}, {FILES} unlinks in {removed:.1?}; worst sampled \
+         {worst} records, cap {cap}; {st}"
+    );
+    assert!(worst <= cap + 64, "{worst} > {cap}");
+    assert!(
+        st["dependencies_peak"].as_u64().unwrap() <= cap + 64,
+        "{st}"
+    );
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
