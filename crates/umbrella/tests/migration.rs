@@ -195,6 +195,12 @@ fn check(r: &Rig, model: &Model, what: &str) {
             ino,
             "{what}: {p} is not linked to its group"
         );
+    }
+    // Reading a misplaced file closes it, and a last close queues its move (§2.2): let
+    // those moves finish before looking at the branches, or a move in flight shows its
+    // temporary copy (this once failed `a_branch_vanishing_during_a_move` at random).
+    r.settle();
+    for p in model.keys() {
         let on: Vec<&str> = ["fast", "slow"]
             .into_iter()
             .filter(|b| r.on(b, p))
@@ -356,7 +362,6 @@ fn race(point: &'static str, race: Race) {
         Race::SourceVanishes => set_branch_away(&r, "fast", false),
         _ => {}
     }
-    r.settle();
     if matches!(
         race,
         Race::WriteBehind | Race::TargetVanishes | Race::SourceVanishes
@@ -365,6 +370,10 @@ fn race(point: &'static str, race: Race) {
         // describe the state before them.
         std::thread::sleep(Duration::from_millis(1100));
     }
+    // Settle last: a move abandoned because its branch vanished is tried again once the
+    // branch is back, and the check must not look at that move's temporary copy while it
+    // is in flight (it once did, when the wait above came after settling).
+    r.settle();
     check(&r, &model, &what);
     let st = r.cmd("status", &[]);
     assert_eq!(st["migrations"]["records"], 0, "{what}: {st}");
