@@ -49,8 +49,6 @@ impl Commands {
     }
 }
 
-/// Binds the socket (replacing a stale one: the caller holds the mount point's record lock,
-/// so no live daemon owns it) and serves it on a background thread.
 impl Commands {
     /// The commands every daemon answers: `stats` (the file system's counters, the FUSE
     /// requests per opcode and `info` about the daemon), `ping` and `umount`.
@@ -93,28 +91,45 @@ impl Commands {
     }
 }
 
-pub fn serve(path: &Path, commands: Commands) -> Result<()> {
-    let _ = std::fs::remove_file(path);
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
-    // Only the owner (root, for a root-made mount) may talk to the daemon.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    let commands = Arc::new(commands);
-    std::thread::Builder::new()
-        .name("cairn-control".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(s) => {
-                        if let Err(e) = session(s, &commands) {
-                            debug!("control connection: {e}");
+/// A control socket bound and not yet served. A daemon binds it **before** its file system
+/// appears in the mount table and serves it after: a client that sees the mount (a script,
+/// `cairn stats` right after `cairn mount` returns) then always reaches this daemon —
+/// its request waits in the socket's backlog until the commands are served — and never the
+/// socket file a killed predecessor left behind, which refuses connections.
+pub struct Listener(UnixListener);
+
+impl Listener {
+    /// Binds `path`, replacing a stale socket (the caller holds the mount point's record
+    /// lock, so no live daemon owns it).
+    pub fn bind(path: &Path) -> Result<Listener> {
+        let _ = std::fs::remove_file(path);
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+        // Only the owner (root, for a root-made mount) may talk to the daemon.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(Listener(listener))
+    }
+
+    /// Answers connections on a background thread.
+    pub fn serve(self, commands: Commands) -> Result<()> {
+        let listener = self.0;
+        let commands = Arc::new(commands);
+        std::thread::Builder::new()
+            .name("cairn-control".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    match conn {
+                        Ok(s) => {
+                            if let Err(e) = session(s, &commands) {
+                                debug!("control connection: {e}");
+                            }
                         }
+                        Err(e) => warn!("control socket accept: {e}"),
                     }
-                    Err(e) => warn!("control socket accept: {e}"),
                 }
-            }
-        })?;
-    Ok(())
+            })?;
+        Ok(())
+    }
 }
 
 fn session(s: UnixStream, commands: &Commands) -> std::io::Result<()> {
@@ -170,7 +185,7 @@ mod tests {
         let sock = dir.path().join("s.sock");
         let mut c = Commands::default();
         c.add("stats", "counters", Box::new(|_| json!({"n": 7})));
-        serve(&sock, c).unwrap();
+        Listener::bind(&sock).unwrap().serve(c).unwrap();
         assert_eq!(request(&sock, "stats").unwrap()["n"], 7);
         let e = request(&sock, "frobnicate").unwrap_err().to_string();
         assert!(e.contains("unknown command"), "{e}");

@@ -342,6 +342,10 @@ impl Job {
         signals.thread_block().context("blocking signals")?;
 
         let mut record = runtime::Record::claim(&self.mountpoint)?;
+        // Bound before the mount appears, served once it is up (see `control::Listener`).
+        let listener = control::Listener::bind(&record.paths.sock)
+            .map_err(|e| warn!("no control socket: {e:#}"))
+            .ok();
         let mut trace = None;
         let fs: Arc<dyn FileSystem> = if self.memory {
             Arc::new(cairn_fuse::memfs::MemFs::default())
@@ -370,7 +374,9 @@ impl Job {
         record.write_info(&self.image, &self.mountpoint)?;
         let unmounter = server.unmounter();
         let commands = commands(&self, fs.clone(), &server);
-        if let Err(e) = control::serve(&record.paths.sock, commands) {
+        if let Some(l) = listener
+            && let Err(e) = l.serve(commands)
+        {
             warn!("no control socket: {e:#}");
         }
         let u = unmounter.clone();

@@ -509,6 +509,10 @@ impl Job {
         }
         signals.thread_block().context("blocking signals")?;
         let mut record = runtime::Record::claim(&self.mountpoint)?;
+        // Bound before the mount appears, served once it is up (see `control::Listener`).
+        let listener = control::Listener::bind(&record.paths.sock)
+            .map_err(|e| warn!("no control socket: {e:#}"))
+            .ok();
         let shown = self.cfg.source.display().to_string();
         let fs = match Umbrella::mount(&self.cfg) {
             Ok(f) => Arc::new(f),
@@ -527,7 +531,9 @@ impl Job {
         };
         record.write_info(&self.cfg.source, &self.mountpoint)?;
         let c = commands(fs.clone(), &server, &self);
-        if let Err(e) = control::serve(&record.paths.sock, c) {
+        if let Some(l) = listener
+            && let Err(e) = l.serve(c)
+        {
             warn!("no control socket: {e:#}");
         }
         let u = server.unmounter();
