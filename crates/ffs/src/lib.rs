@@ -10,7 +10,8 @@
 //! write path and the life cycle); `worker` is the one background thread of a mount (the
 //! syncer and the strategy's background work); `ops` implements the
 //! [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed operation change
-//! nothing; `mkfs` creates file systems (the one writer outside a strategy).
+//! nothing; `mkfs` creates file systems (the one writer outside a strategy); [`bgcheck`]
+//! is soft updates' background fsck of the live mount (the epoch rule).
 //!
 //! Concurrency: one mutex, the engine's lock, guards the in-memory state of a mounted file
 //! system ([`State`]: the pieces above and the superblock fields). Requests from several
