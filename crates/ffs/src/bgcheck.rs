@@ -311,6 +311,11 @@ pub struct Report {
     /// What each of those was (the first few).
     pub left: Vec<String>,
     pub seconds: f64,
+    /// The longest the check held the engine's lock at once (a scan chunk, or the final
+    /// phase), in milliseconds: what a call may have waited for it.
+    pub lock_held_max_ms: f64,
+    /// The final phase's hold (recount and fixes).
+    pub final_phase_ms: f64,
 }
 
 impl Report {
@@ -353,6 +358,19 @@ impl Scan {
     fn is_used(&self, b: Blk) -> bool {
         self.used[(b / 64) as usize] & (1 << (b % 64)) != 0
     }
+}
+
+/// Bits set among the first `len` of a bitmap block.
+fn count_set(map: &[u8], len: u64) -> u64 {
+    let full = (len / 8) as usize;
+    let mut n: u64 = map[..full.min(map.len())]
+        .iter()
+        .map(|b| b.count_ones() as u64)
+        .sum();
+    for i in (full as u64 * 8)..len {
+        n += bitmap::get(map, i as usize) as u64;
+    }
+    n
 }
 
 fn names_of(scan: &Scan, ino: Ino) -> u32 {
@@ -434,9 +452,12 @@ impl Ffs {
             let end = (next + CHUNK_INODES).min(total);
             {
                 let st = self.st.lock();
+                let held = Instant::now();
                 for ino in next..end {
                     self.scan_inode(&st, ino, &mut scan)?;
                 }
+                let ms = held.elapsed().as_secs_f64() * 1e3;
+                rep.lock_held_max_ms = rep.lock_held_max_ms.max(ms);
             }
             rep.chunks += 1;
             rep.inodes_scanned = end;
@@ -566,16 +587,35 @@ impl Ffs {
     /// fixes every untouched, idle leak the mode does not hold. Returns the parents whose
     /// count drops once the directories freed here are on disk (parent → `..` entries gone).
     fn fix(&self, scan: &Scan, rep: &mut Report) -> Result<HashMap<Ino, u32>> {
-        let geo = self.vol.geo;
         let mut st = self.st.lock();
+        let held_since = Instant::now();
+        let r = self.fix_locked(&mut st, scan, rep);
+        rep.final_phase_ms = held_since.elapsed().as_secs_f64() * 1e3;
+        rep.lock_held_max_ms = rep.lock_held_max_ms.max(rep.final_phase_ms);
+        r
+    }
+
+    fn fix_locked(
+        &self,
+        st: &mut State,
+        scan: &Scan,
+        rep: &mut Report,
+    ) -> Result<HashMap<Ino, u32>> {
+        let geo = self.vol.geo;
         // Nothing else runs while the lock is held: the facts of the fixes below are this
         // check's own and mark nothing. A fresh epoch starts when the lock is let go.
-        let marks = epoch_marks(&mut st);
+        let marks = epoch_marks(st);
+        if self.unmounted.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(FsError::Refused(
+                Errno(libc::ESHUTDOWN),
+                "the file system was unmounted during the check".into(),
+            ));
+        }
         let held = self
             .strategy
             .background_check_holds()
             .ok_or_else(|| self.refusal())?;
-        self.fix_summaries(&mut st, &held, rep)?;
+        self.fix_summaries(st, &held, &marks, scan, rep)?;
 
         // Blocks: marked in a bitmap, referenced by no inode.
         let mut leaked = Vec::new();
@@ -585,6 +625,9 @@ impl Ffs {
             let start = geo.group_start(g);
             for i in 0..geo.group_len(g) {
                 let b = start + i;
+                if img.get(i as usize / 8) == Some(&0) {
+                    continue; // eight free blocks (the common case): no bit to look at
+                }
                 if !bitmap::get(&img, i as usize) || !geo.is_data_block(b) || scan.is_used(b) {
                     continue;
                 }
@@ -599,7 +642,7 @@ impl Ffs {
         }
         if !leaked.is_empty() {
             let n = leaked.len() as u64;
-            self.in_op(&mut st, OpKind::Background, |st| {
+            self.in_op(st, OpKind::Background, |st| {
                 if let Some(op) = st.op.as_mut() {
                     op.released.push(Release::Blocks(leaked));
                 }
@@ -640,7 +683,7 @@ impl Ffs {
             if seen.free {
                 // Its bit reached disk, its inode never did (soft updates writes a new
                 // inode as free until its bitmap is on disk, so this is the other half).
-                self.in_op(&mut st, OpKind::Background, |st| {
+                self.in_op(st, OpKind::Background, |st| {
                     if let Some(op) = st.op.as_mut() {
                         op.released.push(Release::Inode { ino, is_dir: false });
                     }
@@ -649,7 +692,7 @@ impl Ffs {
                 rep.inodes_freed += 1;
                 continue;
             }
-            let (busy, deferred) = self.in_use(&st, ino);
+            let (busy, deferred) = self.in_use(st, ino);
             if deferred || busy {
                 rep.skipped_busy += 1;
                 continue;
@@ -671,7 +714,7 @@ impl Ffs {
                 }
             }
             let nblocks = seen.blocks;
-            self.in_op(&mut st, OpKind::Background, |st| self.free_leaked(st, ino))?;
+            self.in_op(st, OpKind::Background, |st| self.free_leaked(st, ino))?;
             rep.inodes_freed += 1;
             rep.blocks_freed_with_inodes += nblocks;
             if unnamed_dir {
@@ -704,20 +747,18 @@ impl Ffs {
                 rep.skipped_changed += 1;
                 continue;
             }
-            let (busy, deferred) = self.in_use(&st, ino);
+            let (busy, deferred) = self.in_use(st, ino);
             if held.inodes.contains(&ino) || deferred {
                 rep.skipped_busy += 1;
                 continue;
             }
             if seen.nlink > names {
-                self.in_op(&mut st, OpKind::Background, |st| {
-                    self.lower_link(st, ino, names)
-                })?;
+                self.in_op(st, OpKind::Background, |st| self.lower_link(st, ino, names))?;
                 rep.link_counts_fixed += 1;
             }
             if fix_blocks && !busy {
                 let n = seen.blocks;
-                self.in_op(&mut st, OpKind::Background, |st| {
+                self.in_op(st, OpKind::Background, |st| {
                     self.iget(st, ino)?.d.blocks = n;
                     let b = self.store(st, ino)?;
                     let f = AttrChange {
@@ -821,29 +862,31 @@ impl Ffs {
     /// Sets every group's summary to a recount, under the engine's lock: free blocks and
     /// inodes from the bitmaps, directories from the inodes (the mode's held inodes count
     /// as what they were: their zeroed encodings no longer say).
-    fn fix_summaries(&self, st: &mut State, held: &Held, rep: &mut Report) -> Result<()> {
+    fn fix_summaries(
+        &self,
+        st: &mut State,
+        held: &Held,
+        marks: &Marks,
+        scan: &Scan,
+        rep: &mut Report,
+    ) -> Result<()> {
         let geo = self.vol.geo;
         for g in 0..geo.group_count {
             let bmap = self.bread(geo.block_bitmap(g), kind::GROUP)?;
-            let free_blocks = {
-                let img = bmap.read();
-                (0..geo.group_len(g) as usize)
-                    .filter(|&i| !bitmap::get(&img, i))
-                    .count() as u32
-            };
+            let free_blocks = (geo.group_len(g) - count_set(&bmap.read(), geo.group_len(g))) as u32;
             let imap = self.bread(geo.inode_bitmap(g), kind::GROUP)?;
             let mut used = Vec::new();
             {
                 let img = imap.read();
                 for i in 0..geo.inodes_per_group {
-                    if bitmap::get(&img, i as usize) {
+                    if img.get(i as usize / 8) != Some(&0) && bitmap::get(&img, i as usize) {
                         used.push(g * geo.inodes_per_group + i);
                     }
                 }
             }
             let free_inodes = (geo.inodes_per_group - used.len() as u64) as u32;
             let have = st.alloc.summary(g);
-            let dirs = self.count_dirs(st, &used, held)?;
+            let dirs = self.count_dirs(st, &used, held, marks, scan)?;
             let want = (free_blocks, free_inodes, dirs);
             if want != have {
                 self.in_op(st, OpKind::Background, |st| {
@@ -855,13 +898,26 @@ impl Ffs {
         Ok(())
     }
 
-    fn count_dirs(&self, st: &State, used: &[Ino], held: &Held) -> Result<u32> {
+    /// The directories among `used` (allocated inodes of one group), as they are now: what
+    /// the scan saw of an untouched inode (whether an inode is a directory changes only when
+    /// it is allocated or freed, which marks it), else the inode itself.
+    fn count_dirs(
+        &self,
+        st: &State,
+        used: &[Ino],
+        held: &Held,
+        marks: &Marks,
+        scan: &Scan,
+    ) -> Result<u32> {
         let mut n = 0u32;
         for &ino in used {
+            let seen = scan.seen.get(&ino).filter(|_| !marks.inodes.contains(&ino));
             let is_dir = if held.dirs.contains(&ino) {
                 true
             } else if ino < ROOT_INO {
                 false
+            } else if let Some(seen) = seen {
+                seen.is_dir && !seen.free
             } else if let Some(ic) = st.inodes.loaded(ino) {
                 ic.d.is_dir()
             } else {
