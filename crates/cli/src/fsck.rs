@@ -286,6 +286,11 @@ fn print_background(name: &str, s: &Value, took: Duration) {
     for (k, v) in rows {
         println!("  {k:<34} {v}");
     }
+    println!(
+        "  {:<34} {:.1} ms",
+        "longest hold of the engine's lock",
+        s["lock_held_max_ms"].as_f64().unwrap_or(0.0)
+    );
     if let Some(left) = s["left"].as_array() {
         for l in left.iter().filter_map(Value::as_str) {
             println!("  left: {l}");
