@@ -61,6 +61,9 @@ use crate::{Ffs, State, corrupt_err};
 /// is not taken a million times for a large image.
 pub const CHUNK_INODES: u64 = 256;
 
+/// Scans one check makes at most (see `check_rounds`).
+const MAX_ROUNDS: u64 = 4;
+
 #[cfg(test)]
 mod tests;
 
@@ -290,6 +293,11 @@ pub struct Report {
     pub mode: String,
     pub inodes_total: u64,
     pub inodes_scanned: u64,
+    /// Scans made (another follows one that freed directories, up to four).
+    pub rounds: u64,
+    /// Directories the last round freed.
+    #[serde(skip)]
+    dirs_freed_last: u64,
     /// Allocated inodes the scan found.
     pub inodes_in_use: u64,
     pub chunks: u64,
@@ -319,6 +327,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds a later round's counts.
+    fn absorb(&mut self, r: Report) {
+        self.rounds += r.rounds;
+        self.chunks += r.chunks;
+        self.inodes_in_use = r.inodes_in_use;
+        self.blocks_freed += r.blocks_freed;
+        self.inodes_freed += r.inodes_freed;
+        self.blocks_freed_with_inodes += r.blocks_freed_with_inodes;
+        self.link_counts_fixed += r.link_counts_fixed;
+        self.block_counts_fixed += r.block_counts_fixed;
+        self.summaries_fixed += r.summaries_fixed;
+        self.skipped_changed = r.skipped_changed;
+        self.skipped_busy = r.skipped_busy;
+        self.left_for_fsck = r.left_for_fsck;
+        self.left = r.left;
+        self.lock_held_max_ms = self.lock_held_max_ms.max(r.lock_held_max_ms);
+        self.final_phase_ms = self.final_phase_ms.max(r.final_phase_ms);
+        self.dirs_freed_last = r.dirs_freed_last;
+    }
+
     fn leave(&mut self, what: String) {
         self.left_for_fsck += 1;
         if self.left.len() < 20 {
@@ -407,11 +435,25 @@ impl Ffs {
             }
             st.bg = Some(Marks::default());
         }
-        let r = self.check_epoch(progress);
+        let r = self.check_rounds(progress);
         self.st.lock().bg = None;
         let mut r = r?;
         r.seconds = t0.elapsed().as_secs_f64();
         Ok(r)
+    }
+
+    /// One scan, and another while the last freed directories: a leaked directory whose
+    /// only names were the `..` of leaked subdirectories (soft updates lets a new
+    /// subdirectory's inode and first block reach disk before its parent is named) is
+    /// unnamed only once those are freed. Each round is a full epoch of its own.
+    fn check_rounds(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Report> {
+        let mut total = self.check_epoch(progress)?;
+        while total.dirs_freed_last > 0 && total.rounds < MAX_ROUNDS {
+            self.st.lock().bg = Some(Marks::default());
+            let r = self.check_epoch(progress)?;
+            total.absorb(r);
+        }
+        Ok(total)
     }
 
     /// Why this mode refuses a background check.
@@ -440,6 +482,7 @@ impl Ffs {
         let mut rep = Report {
             mode: self.strategy.name().to_string(),
             inodes_total: total,
+            rounds: 1,
             ..Report::default()
         };
         let mut scan = Scan {
@@ -466,6 +509,7 @@ impl Ffs {
         }
         rep.inodes_in_use = scan.seen.len() as u64;
         let parents = self.fix(&scan, &mut rep)?;
+        rep.dirs_freed_last = parents.values().map(|&n| n as u64).sum();
         if !parents.is_empty() {
             // The freed directories' `..` must be gone from disk before their parents'
             // counts drop (rule 2): a full sync writes the zeroed inodes first. The epoch

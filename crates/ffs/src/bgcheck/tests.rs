@@ -215,8 +215,12 @@ fn planted_leaks_are_reclaimed() {
     fs.write(b.ino, fh, 0, &[2u8; 10_000]).unwrap();
     fs.release(b.ino, fh).unwrap();
     let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let e = fs.mkdir(&c, ROOT_INO, n("e"), 0o755, 0).unwrap().ino;
+    let f = fs.mkdir(&c, e, n("f"), 0o755, 0).unwrap().ino;
     fs.forget(b.ino, 1);
     fs.forget(d, 1);
+    fs.forget(e, 1);
+    fs.forget(f, 1);
     // Nothing pending: the planted changes below bypass the facts, and soft updates must
     // not hold records about the entries they remove.
     fs.sync_all().unwrap();
@@ -234,14 +238,21 @@ fn planted_leaks_are_reclaimed() {
             fs.store(st, a.ino)?;
             // Leaked: b (nlink 1, blocks) loses its name without its count dropping, and d
             // its name too (its `..` still holds the root's count).
-            for (name, ino) in [("b", b.ino), ("d", d)] {
-                let idx = fs.dir_index(st, ROOT_INO)?;
+            // And e, holding only the `..` of f, whose name in e is gone too (what soft
+            // updates may leave of a mkdir inside a new directory): freed in two rounds.
+            for (dir, name, ino) in [
+                (ROOT_INO, "b", b.ino),
+                (ROOT_INO, "d", d),
+                (ROOT_INO, "e", e),
+                (e, "f", f),
+            ] {
+                let idx = fs.dir_index(st, dir)?;
                 let slot = idx.names.get(name.as_bytes()).copied().unwrap();
-                let blk = fs.bmap(st, ROOT_INO, slot.lbn)?;
+                let blk = fs.bmap(st, dir, slot.lbn)?;
                 let buf = fs.bread(blk, kind::DIRECTORY)?;
                 crate::format::dir::remove(&mut buf.write()[..], slot.off).unwrap();
                 fs.vol.cache.mark_dirty(&buf);
-                st.dirs.remove(ROOT_INO);
+                st.dirs.remove(dir);
                 st.inodes.remove(ino);
             }
             Ok(())
@@ -262,9 +273,10 @@ fn planted_leaks_are_reclaimed() {
     }
     let r = check(&fs);
     assert!(r.blocks_freed >= 1, "{r:?}");
-    assert_eq!(r.inodes_freed, 3, "{r:?}"); // the free slot, b, d
-    assert!(r.blocks_freed_with_inodes >= 4, "{r:?}"); // b's 3 blocks, d's 1
-    assert_eq!(r.link_counts_fixed, 2, "{r:?}"); // a, then the root once d is on disk
+    assert_eq!(r.inodes_freed, 5, "{r:?}"); // the free slot, b, d, f, then e
+    assert!(r.blocks_freed_with_inodes >= 6, "{r:?}"); // b's 3 blocks, d's, e's, f's
+    assert_eq!(r.rounds, 3, "{r:?}"); // f and d; e; nothing more
+    assert!(r.link_counts_fixed >= 3, "{r:?}"); // a, the root, e
     let attr = fs.getattr(a.ino).unwrap();
     assert_eq!(attr.nlink, 1);
     fs.unmount().unwrap();
