@@ -263,9 +263,11 @@ fn num(v: &Value, k: &str) -> u64 {
 
 fn print_background(name: &str, s: &Value, took: Duration) {
     println!(
-        "cairn fsck --background {name} (mode {}): {} inodes scanned, {} in use, {:.2} s",
+        "cairn fsck --background {name} (mode {}): {} inodes scanned ({} round{}), {} in use, {:.2} s",
         s["mode"].as_str().unwrap_or("?"),
         num(s, "inodes_scanned"),
+        num(s, "rounds"),
+        if num(s, "rounds") == 1 { "" } else { "s" },
         num(s, "inodes_in_use"),
         took.as_secs_f64()
     );
