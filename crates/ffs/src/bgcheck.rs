@@ -796,6 +796,7 @@ impl Ffs {
                 rep.skipped_busy += 1;
                 continue;
             }
+            let was_in_core = st.inodes.loaded(ino).is_some();
             if seen.nlink > names {
                 self.in_op(st, OpKind::Background, |st| self.lower_link(st, ino, names))?;
                 rep.link_counts_fixed += 1;
@@ -813,6 +814,19 @@ impl Ffs {
                     self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
                 })?;
                 rep.block_counts_fixed += 1;
+            }
+            // An inode the fix brought into core leaves it again, as a forget would let it
+            // (a check must not grow the inode table by every inode it fixed).
+            if !was_in_core
+                && st.inodes.loaded(ino).is_some_and(|ic| {
+                    ic.nlookup == 0
+                        && ic.nopen == 0
+                        && ic.writing == 0
+                        && ic.effnlink == ic.d.nlink
+                        && !ic.d.is_dir()
+                })
+            {
+                st.inodes.remove(ino);
             }
         }
         if !parents.is_empty() {
