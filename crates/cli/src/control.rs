@@ -91,6 +91,81 @@ impl Commands {
     }
 }
 
+/// The state of a mount's background check, shared between the thread that runs it and
+/// the `check-background status` requests that watch it.
+#[derive(Default)]
+struct CheckState {
+    running: bool,
+    done: u64,
+    total: u64,
+    /// The last check's summary (its JSON) or its one-line error.
+    result: Option<std::result::Result<Value, String>>,
+}
+
+impl Commands {
+    /// `check-background start|status`: runs the file system's background check
+    /// (`FileSystem::check_background`, `cairn fsck --background`) on a thread of its own,
+    /// so the request answers at once and the client polls the progress; one check at a
+    /// time.
+    pub fn add_check_background(&mut self, fs: Arc<dyn cairn_vfs::FileSystem>) {
+        let state = Arc::new(parking_lot::Mutex::new(CheckState::default()));
+        self.add(
+            "check-background",
+            "start: begin a background check (reclaims a crash's leaks on the live mount); status: its progress and summary",
+            Box::new(move |args| match args.first().copied() {
+                Some("start") => {
+                    let mut s = state.lock();
+                    if s.running {
+                        return json!({"error": "a background check is already running"});
+                    }
+                    *s = CheckState {
+                        running: true,
+                        ..CheckState::default()
+                    };
+                    drop(s);
+                    let (fs, st) = (fs.clone(), state.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name("cairn-bgcheck".into())
+                        .spawn(move || {
+                            let progress = |done: u64, total: u64| {
+                                let mut s = st.lock();
+                                s.done = done;
+                                s.total = total;
+                            };
+                            let r = fs.check_background(&progress);
+                            let r = match r {
+                                Ok(text) => serde_json::from_str::<Value>(&text)
+                                    .map_err(|e| format!("bad summary: {e}")),
+                                Err(e) => Err(e.to_string()),
+                            };
+                            let mut s = st.lock();
+                            s.result = Some(r);
+                            s.running = false;
+                        });
+                    match spawned {
+                        Ok(_) => json!({"ok": true}),
+                        Err(e) => {
+                            state.lock().running = false;
+                            json!({"error": format!("cannot start the check: {e}")})
+                        }
+                    }
+                }
+                Some("status") => {
+                    let s = state.lock();
+                    let mut v = json!({"running": s.running, "done": s.done, "total": s.total});
+                    match &s.result {
+                        Some(Ok(sum)) => v["summary"] = sum.clone(),
+                        Some(Err(e)) => v["failed"] = json!(e),
+                        None => {}
+                    }
+                    v
+                }
+                _ => json!({"error": "usage: check-background start|status"}),
+            }),
+        );
+    }
+}
+
 /// A control socket bound and not yet served. A daemon binds it **before** its file system
 /// appears in the mount table and serves it after: a client that sees the mount (a script,
 /// `cairn stats` right after `cairn mount` returns) then always reaches this daemon —

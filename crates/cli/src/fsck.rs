@@ -1,10 +1,18 @@
 //! `cairn fsck`: check (and with -y repair) a file system. The checker is crates/fsck.
+//! `cairn fsck --background MOUNTPOINT` instead asks the mount's daemon (its control socket,
+//! `check-background start|status`) to run the file system's background check on the live
+//! mount (`cairn_ffs::bgcheck`) and polls its progress.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+use std::time::{Duration, Instant};
+
 use anyhow::Result;
 use cairn_fsck::{CheckOptions, Class, Progress, Report};
+use serde_json::Value;
+
+use crate::{control, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -21,12 +29,20 @@ pub struct Args {
     /// Print the report as JSON on stdout
     #[arg(long)]
     pub json: bool,
-    /// Image file or block device
+    /// Check the live mount at MOUNTPOINT while applications keep writing (soft updates'
+    /// background fsck): reclaim the leaks a crash left (blocks and inodes allocated but
+    /// unreferenced, link counts above the names, open-unlinked files); progress on stderr
+    #[arg(long, conflicts_with_all = ["yes", "no", "force"])]
+    pub background: bool,
+    /// Image file or block device (with --background: the mount point)
     pub image: PathBuf,
 }
 
 /// Exit codes follow e2fsck: 0 clean, 1 errors fixed, 4 errors left, 8 operational error.
 pub fn run(args: Args) -> Result<i32> {
+    if args.background {
+        return background(&args);
+    }
     let repair = args.yes && !args.no;
     let name = args.image.display().to_string();
     // A progress bar only for a person watching a terminal; pipes and logs get the summary.
@@ -153,4 +169,133 @@ fn print_text(name: &str, repair: bool, r: &Report) {
             ""
         }
     );
+}
+
+/// `cairn fsck --background MOUNTPOINT`: starts the daemon's background check, shows its
+/// progress on stderr, prints the summary. Exit codes as a repair: 0 nothing to reclaim,
+/// 1 leaks reclaimed, 4 findings left for an offline fsck, 8 refused or failed (one line).
+fn background(args: &Args) -> Result<i32> {
+    let name = args.image.display().to_string();
+    let fail = |msg: String| {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({ "mountpoint": name, "error": msg, "exit_code": 8 })
+            );
+        } else {
+            eprintln!("cairn fsck --background: {name}: {msg}");
+        }
+        Ok(8)
+    };
+    let sock = match runtime::canonical_mountpoint(&args.image) {
+        Ok(mp) => runtime::paths(&mp).sock,
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    if !sock.exists() {
+        return fail("not a cairn mount (no cairn daemon serves it)".into());
+    }
+    if let Err(e) = control::request(&sock, "check-background start") {
+        let msg = format!("{e:#}");
+        return fail(if msg.contains("unknown command") {
+            "this mount's file system has no background check (not a cairn FFS mount)".into()
+        } else {
+            msg
+        });
+    }
+    let tty = std::io::stderr().is_terminal();
+    let (t0, mut last_line) = (Instant::now(), Instant::now());
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let v = match control::request(&sock, "check-background status") {
+            Ok(v) => v,
+            Err(e) => return fail(format!("lost the daemon: {e:#}")),
+        };
+        let (done, total) = (num(&v, "done"), num(&v, "total"));
+        if v["running"].as_bool() == Some(true) {
+            // A person sees one line updated in place; a log gets a line every 2 s.
+            if tty && !args.json {
+                eprint!("\rscanned {done}/{total} inodes");
+            } else if last_line.elapsed() >= Duration::from_secs(2) {
+                eprintln!("cairn fsck --background: scanned {done}/{total} inodes");
+                last_line = Instant::now();
+            }
+            continue;
+        }
+        if tty && !args.json {
+            eprint!("\r\x1b[K");
+        }
+        if let Some(e) = v["failed"].as_str() {
+            return fail(e.to_string());
+        }
+        let sum = &v["summary"];
+        let fixed = [
+            "blocks_freed",
+            "inodes_freed",
+            "link_counts_fixed",
+            "block_counts_fixed",
+            "summaries_fixed",
+        ]
+        .iter()
+        .map(|k| num(sum, k))
+        .sum::<u64>();
+        let code = if num(sum, "left_for_fsck") > 0 {
+            4
+        } else if fixed > 0 {
+            1
+        } else {
+            0
+        };
+        if args.json {
+            let mut out = sum.clone();
+            out["mountpoint"] = Value::String(name.clone());
+            out["exit_code"] = code.into();
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        } else {
+            print_background(&name, sum, t0.elapsed());
+        }
+        return Ok(code);
+    }
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+fn print_background(name: &str, s: &Value, took: Duration) {
+    println!(
+        "cairn fsck --background {name} (mode {}): {} inodes scanned ({} round{}), {} in use, {:.2} s",
+        s["mode"].as_str().unwrap_or("?"),
+        num(s, "inodes_scanned"),
+        num(s, "rounds"),
+        if num(s, "rounds") == 1 { "" } else { "s" },
+        num(s, "inodes_in_use"),
+        took.as_secs_f64()
+    );
+    let rows = [
+        ("blocks freed", num(s, "blocks_freed")),
+        ("inodes freed", num(s, "inodes_freed")),
+        ("  with their blocks", num(s, "blocks_freed_with_inodes")),
+        ("link counts lowered", num(s, "link_counts_fixed")),
+        ("block counts lowered", num(s, "block_counts_fixed")),
+        ("group summaries fixed", num(s, "summaries_fixed")),
+        (
+            "skipped: changed during the scan",
+            num(s, "skipped_changed"),
+        ),
+        ("skipped: open or owed by the mode", num(s, "skipped_busy")),
+        ("left for an offline fsck", num(s, "left_for_fsck")),
+    ];
+    for (k, v) in rows {
+        println!("  {k:<34} {v}");
+    }
+    println!(
+        "  {:<34} {:.1} ms",
+        "longest hold of the engine's lock",
+        s["lock_held_max_ms"].as_f64().unwrap_or(0.0)
+    );
+    if let Some(left) = s["left"].as_array() {
+        for l in left.iter().filter_map(Value::as_str) {
+            println!("  left: {l}");
+        }
+    }
 }

@@ -412,12 +412,14 @@ fn commands(job: &Job, fs: Arc<dyn FileSystem>, server: &Server) -> control::Com
         "read_only": job.plan.read_only,
         "fuse_threads": job.plan.fuse.threads,
     });
-    control::Commands::for_daemon(
-        fs,
+    let mut c = control::Commands::for_daemon(
+        fs.clone(),
         server,
         info,
         "live counters: the file system's, the FUSE requests per opcode, the daemon's",
-    )
+    );
+    c.add_check_background(fs);
+    c
 }
 
 pub(crate) fn signal_loop(signals: SigSet, unmounter: Unmounter) {

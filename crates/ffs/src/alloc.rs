@@ -276,6 +276,32 @@ impl Allocator {
         Ok(Groups { desc, bitmap: b })
     }
 
+    /// Group `g`'s summary as it is (free blocks, free inodes, directories).
+    pub fn summary(&self, g: u64) -> (u32, u32, u32) {
+        let d = &self.groups[g as usize];
+        (d.free_blocks, d.free_inodes, d.dirs)
+    }
+
+    /// Sets group `g`'s summary to counts a background check recounted from the bitmaps
+    /// and inodes (a crash can leave a descriptor that disagrees with its bitmap: a leak,
+    /// 002 §4), keeping the file system's totals the sums of the groups.
+    pub fn set_summary(
+        &mut self,
+        vol: &Volume,
+        g: u64,
+        (free_blocks, free_inodes, dirs): (u32, u32, u32),
+    ) -> Result<()> {
+        let old = self.summary(g);
+        let gd = self.group_mut(g);
+        gd.free_blocks = free_blocks;
+        gd.free_inodes = free_inodes;
+        gd.dirs = dirs;
+        self.free_blocks = (self.free_blocks + free_blocks as u64).saturating_sub(old.0 as u64);
+        self.free_inodes = (self.free_inodes + free_inodes as u64).saturating_sub(old.1 as u64);
+        self.store_desc(vol, g)?;
+        Ok(())
+    }
+
     // ---- undo ------------------------------------------------------------------------
 
     pub fn begin_undo(&mut self) {

@@ -10,7 +10,8 @@
 //! write path and the life cycle); `worker` is the one background thread of a mount (the
 //! syncer and the strategy's background work); `ops` implements the
 //! [`cairn_vfs::FileSystem`] contract on top; `undo` makes a failed operation change
-//! nothing; `mkfs` creates file systems (the one writer outside a strategy).
+//! nothing; `mkfs` creates file systems (the one writer outside a strategy); [`bgcheck`]
+//! is soft updates' background fsck of the live mount (the epoch rule).
 //!
 //! Concurrency: one mutex, the engine's lock, guards the in-memory state of a mounted file
 //! system ([`State`]: the pieces above and the superblock fields). Requests from several
@@ -22,6 +23,7 @@
 //! pressure, fsync, sync(2) and a write's stream never stall other calls. docs/DESIGN.md,
 //! "Locks and device I/O", has the lock order.
 
+pub mod bgcheck;
 pub mod format;
 pub mod strategy;
 
@@ -209,6 +211,9 @@ pub(crate) struct State {
     /// The call in progress (between the strategy's `begin_op` and `end_op`): facts are
     /// declared only inside one.
     pub op: Option<OpCtx>,
+    /// While a background check scans (`bgcheck`): the blocks and inodes every fact and
+    /// release since the scan began touched. Only untouched ones may be fixed.
+    pub bg: Option<bgcheck::Marks>,
 }
 
 /// One call in progress: its kind, the strategy's state for it, and what the strategy has
@@ -398,6 +403,7 @@ impl Ffs {
                 dirs: Directories::default(),
                 handles: Handles::default(),
                 op: None,
+                bg: None,
             }),
             read_only: opts.read_only,
             max_file_size: geo.max_file_size(),
@@ -475,8 +481,8 @@ impl Ffs {
         st: &mut State,
         f: impl FnOnce(&dyn Strategy, &mut strategy::Tx) -> Result<R, FsError>,
     ) -> Result<R, FsError> {
-        let op = st
-            .op
+        let State { op, bg, .. } = st;
+        let op = op
             .as_mut()
             .ok_or_else(|| corrupt_err("a fact declared outside any call"))?;
         let mut tx = strategy::Tx {
@@ -485,7 +491,12 @@ impl Ffs {
             state: &mut op.state,
             released: &mut op.released,
         };
-        let r = f(&*self.strategy, &mut tx)?;
+        let r = match bg {
+            // A background check is scanning: the fact marks what it names on its way to
+            // the strategy (`bgcheck`, the epoch rule).
+            Some(marks) => f(&bgcheck::Marker::new(&*self.strategy, marks), &mut tx)?,
+            None => f(&*self.strategy, &mut tx)?,
+        };
         self.apply_releases(st)?;
         Ok(r)
     }
@@ -499,6 +510,9 @@ impl Ffs {
             return Ok(());
         }
         for r in std::mem::take(&mut op.released) {
+            if let Some(marks) = st.bg.as_mut() {
+                marks.release(&r);
+            }
             match r {
                 strategy::Release::Blocks(blocks) => {
                     for b in blocks {

@@ -1274,7 +1274,10 @@ impl FileSystem for Ffs {
                     // cleared inode durable before any freed resource can be pointed to
                     // again (rule 2).
                     return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
-                } else if !ic.d.is_dir() {
+                } else if !ic.d.is_dir() && ic.effnlink == ic.d.nlink {
+                    // Not while a drop of its on-disk count is deferred (soft updates):
+                    // reloaded, it would take the on-disk count as the names it has, and
+                    // the drop, clamped to those, would be lost (a link count left high).
                     st.inodes.remove(ino);
                 }
             }
@@ -1831,5 +1834,10 @@ impl FileSystem for Ffs {
             "strategy": self.strategy.stats(),
         });
         v.to_string()
+    }
+
+    fn check_background(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<String> {
+        let r = self.check_background_report(progress)?;
+        serde_json::to_string(&r).map_err(|e| FsError::Corrupt(e.to_string()))
     }
 }

@@ -352,4 +352,17 @@ pub trait FileSystem: Send + Sync {
     fn stats_json(&self) -> String {
         "{}".to_string()
     }
+
+    /// A background check of the mounted file system while calls go on (`cairn fsck
+    /// --background`, soft updates' background fsck, 002 §3.3): reclaims what a crash may
+    /// leak in a mode that promises nothing worse. `progress(done, total)` is called as it
+    /// goes; the answer is a one-object JSON summary. The default (and any mode where a
+    /// live check would be unsound) refuses with a one-line reason.
+    fn check_background(&self, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<String> {
+        let _ = progress;
+        Err(FsError::Refused(
+            Errno::EOPNOTSUPP,
+            "this file system has no background check".into(),
+        ))
+    }
 }

@@ -167,6 +167,14 @@ pub trait Strategy: Send + std::marker::Sync {
         false
     }
 
+    /// Whether a background check may run on a live mount in this mode, and what it must
+    /// leave alone: the blocks and inodes the mode will still release and the inodes whose
+    /// on-disk count it will still lower (soft updates' worklist). `None` (the default):
+    /// the mode does not allow one (see `bgcheck`). Called with the engine's lock held.
+    fn background_check_holds(&self) -> Option<crate::bgcheck::Held> {
+        None
+    }
+
     fn io_model(&self) -> IoModel {
         IoModel::Serialized
     }

@@ -189,6 +189,9 @@ pub(crate) struct Deps {
     /// Writes completed and not yet flushed.
     pub unflushed: Vec<Written>,
     pub ready: VecDeque<Action>,
+    /// Worklist items taken off `ready` and being applied through the engine (a background
+    /// check must see them held until the engine has them: `background_check_holds`).
+    pub running: Vec<Action>,
     pub op: Option<OpLog>,
     /// Highest number of records at once (for `stats`).
     pub peak: usize,

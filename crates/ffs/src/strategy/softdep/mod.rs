@@ -255,17 +255,27 @@ impl Inner {
     fn run_ready(&self, e: &dyn Engine, limit: usize) -> Result<usize> {
         let mut n = 0;
         while n < limit {
-            let Some(a) = self.deps.lock().ready.pop_front() else {
-                break;
+            let a = {
+                let mut d = self.deps.lock();
+                let Some(a) = d.ready.pop_front() else {
+                    break;
+                };
+                d.running.push(a.clone());
+                a
             };
             let r = match &a {
                 Action::Drop(ino, k) => e.apply_link_drop(*ino, *k),
                 Action::Release(r) => e.release(r.clone()),
             };
+            let mut d = self.deps.lock();
+            if let Some(i) = d.running.iter().position(|x| *x == a) {
+                d.running.swap_remove(i);
+            }
             if let Err(err) = r {
-                self.deps.lock().ready.push_front(a);
+                d.ready.push_front(a);
                 return Err(err);
             }
+            drop(d);
             self.counters.work_done.fetch_add(1, Ordering::Relaxed);
             n += 1;
         }
@@ -1227,6 +1237,26 @@ impl Strategy for SoftDep {
         // Frees wait on records (a removal not yet on disk) or sit ready in the worklist.
         let d = self.inner.deps.lock();
         !d.recs.is_empty() || !d.ready.is_empty()
+    }
+
+    fn background_check_holds(&self) -> Option<crate::bgcheck::Held> {
+        // Everything the worklist will still do: waiting on records, ready, or being
+        // applied right now (002 §3.3: the background check must not free what the
+        // worklist is about to free, nor lower a count the worklist is about to lower).
+        let d = self.inner.deps.lock();
+        let mut h = crate::bgcheck::Held::default();
+        let waiting = d.recs.values().filter_map(|r| match &r.what {
+            What::Work(a) => Some(a),
+            _ => None,
+        });
+        for a in waiting.chain(d.ready.iter()).chain(d.running.iter()) {
+            match a {
+                Action::Drop(ino, _) => h.hold_inode(*ino, false),
+                Action::Release(Release::Inode { ino, is_dir }) => h.hold_inode(*ino, *is_dir),
+                Action::Release(Release::Blocks(b)) => h.blocks.extend(b.iter().copied()),
+            }
+        }
+        Some(h)
     }
 
     fn stats(&self) -> Option<serde_json::Value> {
