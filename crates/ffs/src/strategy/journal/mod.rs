@@ -65,7 +65,7 @@ use crate::format::superblock::STATE_MOUNTED;
 use crate::format::{Superblock, kind};
 
 pub use record::{Chunk, Entry};
-pub use replay::{ReplayStats, Replayed, replay};
+pub use replay::{ReplayStats, ReplayView, Replayed, replay};
 
 /// When a call's log records are forced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +165,35 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     },
 };
 
+/// Whether the log describes the file system of `sb`: a journaled mount is what ended
+/// uncleanly. A journaled unmount empties the log, so records left behind a clean
+/// superblock, or behind a crash in another mode, are older than what another mode (after
+/// fsck or -o force) has written since — replaying them would undo it. (Any mode named
+/// journal*: `journal`, `journal-async`, the crash harness's planted ones.)
+pub fn needs_replay(sb: &Superblock) -> bool {
+    sb.last_mode.starts_with(MODE.name) && sb.state == STATE_MOUNTED
+}
+
+/// `cairn fsck` without `-y` on a file system a journaled mount left uncleanly: `dev` (opened
+/// with the file system's block size) as the replay of its log area would leave it, with
+/// what that replay does — without writing anything. `None` when there is nothing to
+/// replay. A log area that is missing, damaged or another file system's is an error naming
+/// it (the caller checks the image as it is and says so).
+pub fn replay_view(dev: Arc<dyn BlockDevice>) -> Result<Option<(Arc<ReplayView>, ReplayStats)>> {
+    let mut head = vec![0u8; dev.block_size() as usize];
+    dev.read_blocks(0, &mut head)?;
+    let sb = Superblock::decode(&head).map_err(|e| FsError::Corrupt(e.0))?;
+    let j = Journal::new(LogSpec::File, Commit::Sync);
+    let records = j.pending_records(dev.as_ref(), &sb)?;
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let view = Arc::new(ReplayView::new(dev));
+    let Replayed { stats, .. } = replay(view.as_ref(), records)
+        .map_err(|e| FsError::Corrupt(format!("journal log area: {e}")))?;
+    Ok(Some((view, stats)))
+}
+
 /// The journal strategy.
 pub struct Journal {
     name: &'static str,
@@ -195,6 +224,9 @@ struct Inner {
     /// A call that wrote data was logged and not forced: the next force writes dirty data
     /// first (ordered data).
     data_dirty: AtomicBool,
+    /// A read-only mount: no log is open and nothing is logged (what a call changes in
+    /// memory there, a read's atime, is never written).
+    read_only: AtomicBool,
 }
 
 #[derive(Default)]
@@ -295,6 +327,7 @@ impl Journal {
                 recovered_orphans: Mutex::new(Vec::new()),
                 pending_region: Mutex::new(None),
                 data_dirty: AtomicBool::new(false),
+                read_only: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -350,7 +383,8 @@ impl Journal {
         self.inner.wal()
     }
 
-    fn open_log(&self) -> Result<(Arc<dyn BlockDevice>, String)> {
+    /// The log's device (`log=dev:PATH` or a device given), opened read-only when asked.
+    fn open_log(&self, read_only: bool) -> Result<(Arc<dyn BlockDevice>, String)> {
         match &self.log {
             LogSpec::Device(d) => Ok((Arc::clone(d), "the log device".into())),
             LogSpec::File => Err(refused("log=file has no log device".into())),
@@ -363,7 +397,7 @@ impl Journal {
                     .ok()
                     .and_then(|h| cairn_wal::format::Superblock::decode(&h).ok())
                     .map_or(512, |sb| sb.block_size);
-                let dev = FileDevice::open(p, bs, false).map_err(|e| {
+                let dev = FileDevice::open(p, bs, read_only).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::ResourceBusy {
                         FsError::Refused(Errno::EBUSY, format!("{name}: {e}"))
                     } else {
@@ -410,6 +444,58 @@ impl Journal {
         name: &str,
         claim: bool,
     ) -> Result<()> {
+        let records = self.log_records(wal, sb, name, claim)?;
+        let Replayed { stats: st, orphans } =
+            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        *self.inner.recovered_orphans.lock() = orphans;
+        if st.records > 0 {
+            log::info!(
+                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
+                st.ops,
+                st.updates,
+                st.revoked,
+                st.partial_records,
+                st.blocks
+            );
+        }
+        Ok(())
+    }
+
+    /// The records a look at the file system that writes nothing must apply (a read-only
+    /// mount, `cairn fsck` without `-y`): the log's records since its checkpoint when a
+    /// journaled mount ended uncleanly, read without changing the log (none otherwise).
+    fn pending_records(
+        &self,
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        if !needs_replay(sb) {
+            return Ok(Vec::new());
+        }
+        if let LogSpec::File = self.log {
+            let region = self.file_region(dev, sb)?;
+            let copy = copy_region(dev, region)?;
+            let wal = Wal::open_read_only(Arc::new(copy) as Arc<dyn BlockDevice>, whole(region))
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            return self.log_records(&wal, sb, "journal log area", false);
+        }
+        let (logdev, name) = self.open_log(true)?;
+        let region = Region::whole(&*logdev);
+        let wal =
+            Wal::open_read_only(logdev, region).map_err(|e| refused(format!("{name}: {e}")))?;
+        self.log_records(&wal, sb, &name, false)
+    }
+
+    /// Checks the log is big enough and this file system's (taking an unowned one when
+    /// `claim`), and returns its records since the checkpoint — none when they are stale
+    /// (see below) or the log is unowned and not claimed.
+    fn log_records(
+        &self,
+        wal: &Wal,
+        sb: &Superblock,
+        name: &str,
+        claim: bool,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
         let bs = u64::from(sb.block_size);
         if wal.capacity() < MIN_LOG_BYTES || wal.max_record() < 2 * bs + 64 {
             return Err(refused(format!(
@@ -419,6 +505,10 @@ impl Journal {
             )));
         }
         let owner = wal.owner();
+        if owner == [0; 16] && !claim {
+            // Never used by a file system: nothing in it describes this one.
+            return Ok(Vec::new());
+        }
         if owner == [0; 16] && claim {
             wal.set_owner(sb.uuid)
                 .map_err(|e| refused(format!("{name}: {e}")))?;
@@ -439,9 +529,7 @@ impl Journal {
         // superblock, or behind a crash in another mode, are older than what another mode
         // (after fsck or -o force) has written since — replaying them would undo it.
         // (Any mode named journal*: `journal`, `journal-async`, the harness's planted ones.)
-        let journaled = sb.last_mode.starts_with(MODE.name);
-        let replayable = journaled && sb.state == STATE_MOUNTED;
-        if !replayable && !records.is_empty() {
+        if !needs_replay(sb) && !records.is_empty() {
             log::warn!(
                 "journal: {name}: {} stale records dropped (the file system was last {} in mode '{}')",
                 records.len(),
@@ -454,20 +542,7 @@ impl Journal {
             );
             records.clear();
         }
-        let Replayed { stats: st, orphans } =
-            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
-        *self.inner.recovered_orphans.lock() = orphans;
-        if st.records > 0 {
-            log::info!(
-                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
-                st.ops,
-                st.updates,
-                st.revoked,
-                st.partial_records,
-                st.blocks
-            );
-        }
-        Ok(())
+        Ok(records)
     }
 
     fn wal_options(&self) -> WalOptions {
@@ -530,7 +605,6 @@ impl Inner {
     /// changed).
     fn log_op(&self, op: &JOp, bufs: &[BufRef]) -> Result<Option<Lsn>> {
         let (fresh, revokes) = (&op.fresh, &op.revokes);
-        let wal = self.need_wal()?;
         let mut log = self.log.lock();
         for b in fresh {
             log.shadows.remove(b);
@@ -596,8 +670,10 @@ impl Inner {
         entries.extend(added.iter().map(|&ino| Entry::Orphan { ino }));
         entries.extend(gone.iter().map(|&ino| Entry::OrphanGone { ino }));
         if entries.is_empty() {
+            // A call that changed nothing (a read): no log needed (a read-only mount has none).
             return Ok(None);
         }
+        let wal = self.need_wal()?;
         let op = log.next_op;
         log.next_op += 1;
         let limit = MAX_RECORD.min(wal.max_record() as usize);
@@ -830,7 +906,7 @@ impl Strategy for Journal {
             *self.inner.pending_region.lock() = Some(region);
             return Ok(());
         }
-        let (logdev, name) = self.open_log()?;
+        let (logdev, name) = self.open_log(false)?;
         let region = Region::whole(&*logdev);
         let wal = Wal::open_with(logdev, region, self.wal_options())
             .map_err(|e| refused(format!("{name}: {e}")))?;
@@ -838,6 +914,35 @@ impl Strategy for Journal {
         self.inner.restart(&wal)?;
         *self.inner.wal.write() = Some(Arc::new(wal));
         Ok(())
+    }
+
+    /// A read-only mount writes nothing, so it cannot replay onto the disk: when a journaled
+    /// mount ended uncleanly, the complete operations of the log are replayed into memory
+    /// (a [`ReplayView`] over the device) and the mount shows the file system as a
+    /// read-write mount would after its recovery (orphans are left as they are: freeing
+    /// them is a change). A log that cannot be read is refused with one line, as at a
+    /// read-write mount: the home locations alone may show half an operation.
+    fn read_only_view(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        sb: &Superblock,
+    ) -> Result<Arc<dyn BlockDevice>> {
+        let geo = sb.geometry().map_err(|e| FsError::Corrupt(e.0))?;
+        *self.inner.geo.write() = Some(geo);
+        self.inner.read_only.store(true, AtomicOrdering::Release);
+        let records = self.pending_records(dev.as_ref(), sb)?;
+        if records.is_empty() {
+            return Ok(dev);
+        }
+        let view = ReplayView::new(dev);
+        let Replayed { stats, .. } =
+            replay(&view, records).map_err(|e| FsError::Corrupt(format!("journal: {e}")))?;
+        log::info!(
+            "journal: read-only mount: {} logged operations replayed in memory ({} blocks); a read-write mount replays them onto the disk",
+            stats.ops,
+            view.changed()
+        );
+        Ok(Arc::new(view))
     }
 
     /// Frees the orphans the replay found (inodes unlinked while open when the crash came):
@@ -916,8 +1021,9 @@ impl Strategy for Journal {
         let Some(mut op) = tx.state::<JOp>().map(std::mem::take) else {
             return Ok(());
         };
-        if !ok {
-            // Everything the call changed was taken back: nothing to log.
+        if !ok || self.inner.read_only.load(AtomicOrdering::Acquire) {
+            // Everything the call changed was taken back, or will never be written (a
+            // read-only mount): nothing to log.
             return Ok(());
         }
         let mut bufs = std::mem::take(&mut op.bufs);

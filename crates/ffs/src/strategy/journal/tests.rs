@@ -929,3 +929,59 @@ fn a_stale_log_is_not_replayed_over_another_modes_changes() {
     drop(f);
     fsck_clean(&fs2).unwrap();
 }
+
+/// A read-only mount writes nothing, so it cannot replay onto the disk; it must not show
+/// the home locations alone either (the calls the log made durable would be missing, or
+/// half there). It replays into memory: every returned call is there, the image unchanged;
+/// `replay_view` (what `cairn fsck` checks without `-y`) shows the same, fsck-clean.
+#[test]
+fn a_read_only_mount_shows_the_log_replayed_in_memory() {
+    let fs = fresh_file();
+    let f = mount_file(&fs, Commit::Sync);
+    let c = Ctx::root();
+    for i in 0..10 {
+        f.mkdir(&c, 2, n(&format!("d{i}")), 0o755, 0).unwrap();
+    }
+    let (a, fh) = f.create(&c, 2, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    f.write(a.ino, fh, 0, &vec![5u8; 10_000]).unwrap();
+    f.release(a.ino, fh).unwrap();
+    // The crash: home locations never written (no syncer ran), the log forced.
+    let img = fs.to_bytes();
+    std::mem::forget(f);
+    let fs2 = MemDevice::from_bytes(4096, img.clone());
+    let ro = mount_with(
+        Arc::new(fs2.with_block_size(4096)),
+        Journal::new(LogSpec::File, Commit::Sync),
+        true,
+    )
+    .unwrap();
+    for i in 0..10 {
+        ro.lookup(&c, 2, n(&format!("d{i}")))
+            .unwrap_or_else(|e| panic!("d{i} missing in the read-only mount: {e}"));
+    }
+    let a = ro.lookup(&c, 2, n("a")).unwrap();
+    let mut buf = Vec::new();
+    ro.read(a.ino, 0, 0, 20_000, &mut buf).unwrap();
+    assert!(buf.len() == 10_000 && buf.iter().all(|&x| x == 5));
+    ro.unmount().unwrap();
+    drop(ro);
+    assert!(
+        fs2.to_bytes() == img,
+        "a read-only mount wrote to the image"
+    );
+    let (view, st) = super::replay_view(Arc::new(fs2.with_block_size(4096)))
+        .unwrap()
+        .expect("operations to replay");
+    assert!(st.ops >= 11, "{st:?}");
+    fsck_clean(view.as_ref()).unwrap();
+    assert!(fs2.to_bytes() == img, "replay_view wrote to the image");
+    // After a read-write mount has replayed it, there is nothing left to replay.
+    let f = mount_file(&fs2, Commit::Sync);
+    f.unmount().unwrap();
+    drop(f);
+    assert!(
+        super::replay_view(Arc::new(fs2.with_block_size(4096)))
+            .unwrap()
+            .is_none()
+    );
+}
