@@ -264,6 +264,15 @@ pub trait Strategy: Send + std::marker::Sync {
         Ok(())
     }
 
+    /// After a call, on its thread, with the engine's lock released and before the call
+    /// returns: what makes it durable without holding other calls back (a journal's
+    /// `commit=group` forces here what `end_op` logged, so that calls ending together
+    /// share one log flush). An error fails the call, whose changes stay made (as a failed
+    /// fsync leaves them).
+    fn after_op(&self) -> Result<()> {
+        Ok(())
+    }
+
     // ---- facts ----------------------------------------------------------------------
 
     fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> Result<()> {

@@ -14,7 +14,8 @@
 //! | `directory_add`/`_remove`/`_change` | the entry's block (and a new directory's first block) join; drops apply now |
 //! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once and revoked in the log; their group blocks join |
 //! | `freefile` | the inode bit is released at once; its group blocks join |
-//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; forced for `commit=sync`/`group`, and in every mode when the call freed blocks — data first |
+//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; data first, then forced for `commit=sync`, and in every mode when the call freed blocks |
+//! | `after_op` | `commit=group`: the call's END record forced, with the engine's lock released (concurrent calls share the flush) |
 //!
 //! Frees are released inside the call that frees, so the bitmap change is logged with it,
 //! and that call is forced before it returns: the next call may give a freed block to a
@@ -73,7 +74,8 @@ pub enum Commit {
     /// At the end of every call that is a durability point: one log force per call (001
     /// §3.2's "-sync" systems).
     Sync,
-    /// As `Sync`, through the log's group commit: forcers arriving together share a flush.
+    /// As `Sync`, but forced after the engine's lock is released (`after_op`), through the
+    /// log's group commit: calls ending together share a flush.
     Group,
     /// On fsync, sync(2), unmount and the 1-second timer only: integrity without
     /// durability (001's "-async").
@@ -192,6 +194,12 @@ pub fn replay_view(dev: Arc<dyn BlockDevice>) -> Result<Option<(Arc<ReplayView>,
     let Replayed { stats, .. } = replay(view.as_ref(), records)
         .map_err(|e| FsError::Corrupt(format!("journal log area: {e}")))?;
     Ok(Some((view, stats)))
+}
+
+thread_local! {
+    /// `commit=group`: the END record the call on this thread logged and `after_op` forces
+    /// once the engine's lock is released (the journal's `Inner` it belongs to, the LSN).
+    static DEFERRED: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
 }
 
 /// The journal strategy.
@@ -1008,6 +1016,15 @@ impl Strategy for Journal {
     /// log is emptied (a forced checkpoint, never a failed call).
     fn begin_op(&self, kind: OpKind) -> Result<OpState> {
         let _ = kind;
+        // A force left by a call whose engine path did not reach `after_op` (none does):
+        // made now, before this call can build on it.
+        if let Some((owner, lsn)) = DEFERRED.take() {
+            if owner == Arc::as_ptr(&self.inner) as usize {
+                self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
+            } else {
+                DEFERRED.set(Some((owner, lsn)));
+            }
+        }
         if let Some(wal) = self.inner.wal()
             && wal.needs_checkpoint()
             && let Some(cache) = self.inner.cache.read().upgrade()
@@ -1034,7 +1051,6 @@ impl Strategy for Journal {
                 bufs.push(b);
             }
         }
-        let end = self.inner.log_op(&op, &bufs)?;
         // A call that freed blocks is forced in every commit mode: a freed block may be
         // handed out by the next call, and its next contents (data, never logged) must not
         // land while the free could still be lost — the block would then still belong to
@@ -1042,25 +1058,52 @@ impl Strategy for Journal {
         // the allocator until the commit instead; forcing keeps the allocator simple).
         let frees = !op.revokes.is_empty();
         let has_data = !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate);
+        let forced = (tx.kind.durable() && self.commit != Commit::Async) || frees;
+        // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
+        // allocated, or past the old end of the file) is written and flushed before the
+        // pointers and size that expose it become durable, so a returned write never leaves
+        // a file showing zeros or a deleted file's bytes, and an fsync in flight never shows
+        // its pointers first. Data earlier unforced calls left dirty (`commit=async`) goes
+        // too: this force makes their pointers durable as well. It happens *before* the
+        // call's records are appended: a force by another call (group commit forces with
+        // the engine's lock released) writes every record appended so far, so a record may
+        // be appended only once the data it exposes is durable.
+        if forced && (has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel)) {
+            tx.io
+                .cache
+                .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+            // Stream writes went to the device directly: the flush covers them too.
+            tx.io.cache.flush_device()?;
+        }
+        let end = self.inner.log_op(&op, &bufs)?;
         if let Some(end) = end
-            && ((tx.kind.durable() && self.commit != Commit::Async) || frees)
+            && forced
         {
-            // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
-            // allocated, or past the old end of the file) is written and flushed before the
-            // pointers and size that expose it become durable, so a returned write never
-            // leaves a file showing zeros or a deleted file's bytes, and an fsync in flight
-            // never shows its pointers first. Data earlier unforced calls left dirty
-            // (`commit=async`) goes too: this force makes their pointers durable as well.
-            if has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel) {
-                tx.io
-                    .cache
-                    .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
-                // Stream writes went to the device directly: the flush covers them too.
-                tx.io.cache.flush_device()?;
+            if self.commit == Commit::Group && !frees {
+                // Forced by `after_op`, once the engine's lock is released: calls that end
+                // meanwhile share its flush. (A free is forced now: the next call may reuse
+                // the block for data, which must not land first.)
+                DEFERRED.set(Some((Arc::as_ptr(&self.inner) as usize, end.0)));
+            } else {
+                self.inner.need_wal()?.force(end).map_err(wal_err)?;
             }
-            self.inner.need_wal()?.force(end).map_err(wal_err)?;
         } else if has_data {
             self.inner.data_dirty.store(true, AtomicOrdering::Release);
+        }
+        Ok(())
+    }
+
+    /// `commit=group`: the force `end_op` left for after the engine's lock (the log's group
+    /// commit lets every forcer arriving while a flush is prepared or runs share it, 001
+    /// §3.2 — which the paper's implementation "does not support").
+    fn after_op(&self) -> Result<()> {
+        if let Some((owner, lsn)) = DEFERRED.take() {
+            if owner != Arc::as_ptr(&self.inner) as usize {
+                // Another journal's (never: a call runs on one file system); put it back.
+                DEFERRED.set(Some((owner, lsn)));
+                return Ok(());
+            }
+            self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
         }
         Ok(())
     }
