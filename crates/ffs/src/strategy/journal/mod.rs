@@ -1220,6 +1220,24 @@ impl Strategy for Journal {
         Ok(())
     }
 
+    /// For `cairn stats`: the commit mode, where the log is, and the log service's own
+    /// counters (appends and bytes, forces, group sizes, flushes, checkpoint and its lag).
+    fn stats(&self) -> Option<serde_json::Value> {
+        let log = match &self.log {
+            LogSpec::File => "file".to_string(),
+            LogSpec::Dev(p) => format!("dev:{}", p.display()),
+            LogSpec::Device(_) => "device".to_string(),
+        };
+        let shadows = self.inner.log.lock().shadows.len();
+        Some(serde_json::json!({
+            "commit": format!("{:?}", self.commit).to_lowercase(),
+            "log": log,
+            "read_only": self.inner.read_only.load(AtomicOrdering::Acquire),
+            "shadow_images": shadows,
+            "wal": self.inner.wal().map(|w| w.stats()),
+        }))
+    }
+
     /// The file's dirty data first, flushed; then the log forced: the metadata naming the
     /// data (logged when its calls ended) becomes durable only after the data is.
     fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {

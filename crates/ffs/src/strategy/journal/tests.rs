@@ -1095,6 +1095,16 @@ fn concurrent_creates(
     let secs = t0.elapsed().as_secs_f64();
     let (l1, f1) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
     let total = (threads * per) as f64;
+    // `cairn stats` shows the log's counters: as many log flushes as the device counted,
+    // and group members for every forced create.
+    let st = f.strategy.stats().unwrap();
+    let wal = &st["wal"];
+    assert_eq!(st["commit"], format!("{commit:?}").to_lowercase());
+    assert!(
+        wal["flushes"].as_u64().unwrap() >= l1.delta(&l0).flushes,
+        "{st}"
+    );
+    assert!(wal["appends"].as_u64().unwrap() >= total as u64, "{st}");
     f.unmount().unwrap();
     drop(f);
     (
