@@ -35,8 +35,8 @@ pub struct Args {
     /// is sparse; writes into it may later fail when the host fills up)
     #[arg(long)]
     pub sparse: bool,
-    /// Reserve a log area of this size (e.g. 1% of the size: 10M for 1G) at the end of the
-    /// file system for `-o mode=journal,log=file`
+    /// Size of the log area at the end of the file system for `-o mode=journal,log=file`
+    /// (default: about 1% of the size, at least 272K, at most 128M, none under 8M; 0: none)
     #[arg(long)]
     pub journal_size: Option<String>,
 }

@@ -500,7 +500,8 @@ mod tests {
             let e = crate::modes::expectation(m).unwrap();
             if e.corrupt == crate::modes::Allow::Forbidden {
                 assert!(
-                    CATALOGUE.iter().any(|p| p.base == m),
+                    CATALOGUE.iter().any(|p| p.base == m)
+                        || JOURNAL_CATALOGUE.iter().any(|p| p.base == m),
                     "mode '{m}' forbids corruption but has no planted bug in the catalogue"
                 );
             }
@@ -521,14 +522,23 @@ pub struct PlantedJournal {
     pub workload: &'static str,
 }
 
-/// The journal's planted bugs.
-pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[PlantedJournal {
-    name: "journal-write-before-log",
-    base: "journal",
-    breaks: "write-ahead: a call's blocks reach their home locations before its log records",
-    how: "end_op writes every buffer the call's facts named (through the cache) before the journal logs and forces the call",
-    workload: "create",
-}];
+/// The journal's planted bugs: one per journal mode (`commit=sync` and `commit=async`).
+pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[
+    PlantedJournal {
+        name: "journal-write-before-log",
+        base: "journal",
+        breaks: "write-ahead: a call's blocks reach their home locations before its log records",
+        how: "end_op writes every buffer the call's facts named (through the cache) before the journal logs and forces the call",
+        workload: "create",
+    },
+    PlantedJournal {
+        name: "journal-async-write-before-log",
+        base: "journal-async",
+        breaks: "write-ahead: a call's blocks reach their home locations before its log records",
+        how: "as journal-write-before-log, with commit=async",
+        workload: "create",
+    },
+];
 
 /// The journal's planted bug called `name`.
 pub fn journal_by_name(name: &str) -> Option<&'static PlantedJournal> {
@@ -542,7 +552,11 @@ impl PlantedJournal {
             name: self.name,
             inner: cairn_ffs::strategy::journal::Journal::new(
                 cairn_ffs::strategy::journal::LogSpec::File,
-                cairn_ffs::strategy::journal::Commit::Sync,
+                if self.base == "journal-async" {
+                    cairn_ffs::strategy::journal::Commit::Async
+                } else {
+                    cairn_ffs::strategy::journal::Commit::Sync
+                },
             ),
             named: Mutex::new(Vec::new()),
         })

@@ -61,7 +61,7 @@ use crate::strategy::{Io, Strategy};
 use crate::volume::Volume;
 use crate::worker::Worker;
 
-pub use mkfs::{mkfs, mkfs_device};
+pub use mkfs::{default_journal_size, mkfs, mkfs_device};
 
 pub use strategy::{ModeInfo, modes};
 
@@ -181,7 +181,8 @@ pub struct MkfsOptions {
     /// (`--sparse`): writes into it may later fail with ENOSPC from the host.
     pub sparse: bool,
     /// Bytes of the journal's log area after the last group (`--journal-size`, for
-    /// `mode=journal,log=file`); `None`: no log area.
+    /// `mode=journal,log=file`); `None` or 0: no log area (`cairn mkfs` passes
+    /// [`default_journal_size`] when not told).
     pub journal_size: Option<u64>,
 }
 
@@ -359,10 +360,14 @@ impl Ffs {
             )));
         }
         strategy.attach(&sb)?;
-        if !opts.read_only {
+        let dev = if opts.read_only {
+            // Nothing is written: a mode with a log shows its replay in memory.
+            strategy.read_only_view(dev, &sb)?
+        } else {
             // A mode with a log replays it before anything else is read.
             strategy.recover(dev.as_ref(), &sb)?;
-        }
+            dev
+        };
         // The mode's write hooks are in place before the first block is read: every write
         // the cache will ever issue goes through them.
         let cache = BufferCache::new(

@@ -12,6 +12,23 @@ use crate::format::{
 };
 use crate::inode::now_ns;
 
+/// The log area `cairn mkfs` reserves for `mode=journal,log=file` when `--journal-size` does
+/// not say: about 1% of the file system (the size of 001's LFFS-file log), at least the
+/// smallest log the journal takes (with room for its two superblocks), at most 128 MiB (a
+/// checkpoint every second never needs more); none on a file system under 8 MiB, where
+/// the smallest log would be a large share. Like mkfs.ext4's default journal, it is made
+/// whatever mode the file system is first mounted in, so any image can be mounted
+/// journaled later; `--journal-size 0` makes none.
+pub fn default_journal_size(fs_bytes: u64, block_size: u32) -> Option<u64> {
+    if fs_bytes < 8 << 20 {
+        return None;
+    }
+    let bs = u64::from(block_size.max(1));
+    let min = crate::strategy::journal::MIN_LOG_BYTES + 4 * bs;
+    let bytes = (fs_bytes / 100).clamp(min, 128 << 20);
+    Some(bytes.div_ceil(bs) * bs)
+}
+
 /// Creates a file system on `path`: an image file (created sparse, or resized to `size`) or
 /// a block device (`size` at most the device's).
 ///
@@ -136,7 +153,9 @@ fn existing_contents(file: &std::fs::File) -> Result<Option<String>, FsError> {
     if superblock::has_magic(&head) {
         return Ok(Some(match Superblock::decode(&head) {
             Ok(sb) => {
-                let mib = (sb.total_blocks * sb.block_size as u64) >> 20;
+                // The whole image: the groups and the journal's log area after them.
+                let log = sb.journal_area().ok().flatten().map_or(0, |(_, n)| n);
+                let mib = ((sb.total_blocks + log) * sb.block_size as u64) >> 20;
                 if sb.label.is_empty() {
                     format!("a cairn file system ({mib} MiB)")
                 } else {
@@ -190,7 +209,7 @@ pub fn mkfs_device(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<(), FsEr
     }
     // The journal's log area (`log=file`) takes the last blocks: the groups end before it.
     let journal_blocks = match opts.journal_size {
-        None => 0,
+        None | Some(0) => 0,
         Some(j) => {
             let jb = j.div_ceil(bs as u64);
             if jb < crate::strategy::journal::MIN_LOG_BYTES.div_ceil(bs as u64) + 2 {

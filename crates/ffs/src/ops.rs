@@ -150,6 +150,12 @@ impl Ffs {
                 break r;
             }
         };
+        // The call's last step, with the engine's lock released: a journal forces the
+        // call's log records here (commit=group), so calls ending together share a flush.
+        let r = match self.strategy.after_op() {
+            Err(e) if r.is_ok() => Err(e),
+            _ => r,
+        };
         if mutating {
             self.relieve_memory_pressure();
             if let Err(e) = self.strategy.relieve(self) {

@@ -102,6 +102,27 @@ pub fn modes() -> Vec<String> {
         .clone()
 }
 
+/// The modes of [`modes`] that promise every metadata call durable when it returns (`cairn
+/// modes --json`: `metadata_on_return`), in the same order: the ones a kill -9 test can
+/// hold to "every returned call is there".
+pub fn durable_modes() -> Vec<String> {
+    let out = Command::new(cairn_bin())
+        .args(["modes", "--json"])
+        .output()
+        .expect("run cairn modes --json");
+    assert!(out.status.success(), "cairn modes --json failed");
+    let durable: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true))
+        .filter_map(|v| v["mode"].as_str().map(str::to_string))
+        .collect();
+    modes()
+        .into_iter()
+        .filter(|m| durable.contains(m))
+        .collect()
+}
+
 /// The FUSE transports every cairn target is mounted over, from `CAIRN_TEST_TRANSPORTS`;
 /// by default `dev` and, where the kernel has FUSE over io_uring, `uring` (its
 /// `enable_uring` parameter is turned on for the run if it is off and we are root).

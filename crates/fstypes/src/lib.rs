@@ -63,7 +63,8 @@ pub struct MkfsArgs {
     pub label: String,
     pub force: bool,
     pub sparse: bool,
-    /// Bytes of a journal log area (`--journal-size`), taken from the end of the size.
+    /// Bytes of a journal log area (`--journal-size`), taken from the end of the size;
+    /// `None`: the format's default (FFS: about 1%), `Some(0)`: none.
     pub journal_size: Option<u64>,
     /// Bytes per segment (log-structured formats; others refuse it).
     pub segment_size: Option<u64>,
@@ -202,7 +203,7 @@ static FFS: FsType = FsType {
     check_options: ffs_check_options,
     mkfs: ffs_mkfs,
     mount: ffs_mount,
-    check: cairn_fsck::check_path,
+    check: ffs_check,
 };
 
 /// The options as the engine takes them, each key known to the format or one of its
@@ -234,19 +235,125 @@ fn ffs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
         ));
     }
     let defaults = cairn_ffs::MkfsOptions::default();
+    let block_size = a.block_size.unwrap_or(defaults.block_size);
+    // A log area unless told otherwise (`--journal-size 0`: none), so that any image can be
+    // mounted in a journal mode: about 1% of the size (cairn_ffs::default_journal_size).
+    let journal_size = match a.journal_size {
+        Some(j) => Some(j),
+        None => a
+            .size
+            .or_else(|| image_bytes(path))
+            .and_then(|b| cairn_ffs::default_journal_size(b, block_size)),
+    };
     cairn_ffs::mkfs(
         path,
         &cairn_ffs::MkfsOptions {
             size: a.size,
-            block_size: a.block_size.unwrap_or(defaults.block_size),
+            block_size,
             inodes: a.inodes,
             label: a.label.clone(),
             force: a.force,
             sparse: a.sparse,
-            journal_size: a.journal_size,
+            journal_size,
             ..defaults
         },
     )
+}
+
+/// The size of an existing image file or block device (`None`: missing or empty).
+fn image_bytes(path: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::End(0)).ok().filter(|&n| n > 0)
+}
+
+/// `cairn fsck` on an FFS image. An image a journaled mount left uncleanly has calls in its
+/// log that its home locations may show only in part, and a repair of those would take
+/// back calls the log made durable: `-y` first replays the log (the mode's own recovery: a
+/// read-write journaled mount, which also frees its orphans) and then checks; a check
+/// without `-y` writes nothing, so it checks the image as the replay would leave it (in
+/// memory) and says so. The log must be the image's log area: a journal with its log on
+/// another device is replayed by mounting it (`mode=journal,log=dev:PATH`).
+fn ffs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
+    use cairn_ffs::format::Superblock;
+    use cairn_ffs::strategy::journal;
+    let sb = read_head(path, cairn_ffs::format::superblock::SB_BYTES)
+        .ok()
+        .and_then(|h| Superblock::decode(&h).ok());
+    let Some(sb) = sb.filter(journal::needs_replay) else {
+        return cairn_fsck::check_path(path, opts);
+    };
+    let no_area = sb.journal_area().ok().flatten().is_none();
+    if no_area {
+        let msg = format!(
+            "the file system was left mounted in mode '{}' with its log on another device: \
+             mount it read-write in that mode (log=dev:PATH) to replay the log first",
+            sb.last_mode
+        );
+        if opts.repair {
+            return Err(FsckError::Unusable(format!(
+                "{msg}; a repair now would take back calls the log made durable"
+            )));
+        }
+        log::warn!("{msg}; checking the file system as it is");
+        return cairn_fsck::check_path(path, opts);
+    }
+    if opts.repair && !opts.force {
+        let o = cairn_ffs::MountOptions {
+            mode: sb.last_mode.clone(),
+            read_only: false,
+            // The crash left the superblock "mounted": the journal recovers it itself.
+            force: true,
+            ..Default::default()
+        };
+        // The last mode may be a harness's planted one: a journal mode of this build.
+        let o = if cairn_ffs::strategy::make(&o.mode, &[]).is_ok() {
+            o
+        } else {
+            cairn_ffs::MountOptions {
+                mode: "journal".into(),
+                ..o
+            }
+        };
+        match cairn_ffs::Ffs::mount(path, &o).and_then(|fs| fs.unmount()) {
+            Ok(()) => log::warn!("replayed the journal's log before the check"),
+            Err(FsError::Refused(Errno::EBUSY, m)) => {
+                return Err(FsckError::Busy(format!(
+                    "{m}: refusing to repair a mounted file system (unmount it first)"
+                )));
+            }
+            Err(e) => log::warn!(
+                "the journal's log cannot be replayed ({e}): repairing the file system as it is"
+            ),
+        }
+        return cairn_fsck::check_path(path, opts);
+    }
+    // Check only: the replay in memory, over the image opened read-only.
+    let lock = if opts.force {
+        cairn_blockdev::Lock::None
+    } else {
+        cairn_blockdev::Lock::Shared
+    };
+    let dev = match cairn_blockdev::FileDevice::open_with(path, sb.block_size, true, lock) {
+        Ok(d) => std::sync::Arc::new(d) as std::sync::Arc<dyn cairn_blockdev::BlockDevice>,
+        // The check's own open says what is wrong, in its words.
+        Err(_) => return cairn_fsck::check_path(path, opts),
+    };
+    match journal::replay_view(dev.clone()) {
+        Ok(Some((view, st))) => {
+            log::warn!(
+                "the journal's log holds {} operations not yet replayed: checking the file system \
+                 as their replay leaves it (`cairn fsck -y` or a read-write mount replays them)",
+                st.ops
+            );
+            cairn_fsck::check(view.as_ref(), opts)
+        }
+        Ok(None) => cairn_fsck::check(dev.as_ref(), opts),
+        Err(e) => {
+            log::warn!("the journal's log cannot be read ({e}): checking the file system as it is");
+            cairn_fsck::check(dev.as_ref(), opts)
+        }
+    }
 }
 
 fn ffs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
@@ -424,6 +531,82 @@ mod tests {
         assert!(probe_path(&dir.path().join("missing")).is_err());
     }
 
+    /// `cairn fsck` of an image a journaled mount left behind: the check alone writes
+    /// nothing and judges the image as the replay leaves it (clean, every call there);
+    /// `-y` replays first (the image then mounts clean with every call), never "repairs"
+    /// the home locations alone, which would take back calls the log made durable. Also:
+    /// mkfs makes a log area unless told not to.
+    #[test]
+    fn fsck_replays_a_journal_first_and_a_check_sees_the_replay() {
+        use cairn_vfs::Ctx;
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("img");
+        let mk = |p: &Path, j: Option<u64>| {
+            (FFS.mkfs)(
+                p,
+                &MkfsArgs {
+                    size: Some(16 << 20),
+                    journal_size: j,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        mk(&img, None);
+        let head = read_head(&img, 4096).unwrap();
+        let sb = cairn_ffs::format::Superblock::decode(&head).unwrap();
+        assert!(
+            sb.journal_area().unwrap().is_some(),
+            "mkfs made no log area"
+        );
+        let none = dir.path().join("none");
+        mk(&none, Some(0));
+        let sb = cairn_ffs::format::Superblock::decode(&read_head(&none, 4096).unwrap()).unwrap();
+        assert!(sb.journal_area().unwrap().is_none());
+
+        let fs = cairn_ffs::Ffs::mount(
+            &img,
+            &cairn_ffs::MountOptions {
+                mode: "journal".into(),
+                syncer_interval: Some(std::time::Duration::from_secs(3600)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let c = Ctx::root();
+        for i in 0..20 {
+            fs.mkdir(&c, 2, std::ffi::OsStr::new(&format!("d{i}")), 0o755, 0)
+                .unwrap();
+        }
+        // The crash: the mount never unmounts; a copy of the image as it is now.
+        let crashed = dir.path().join("crashed");
+        std::fs::copy(&img, &crashed).unwrap();
+        std::mem::forget(fs);
+        let before = std::fs::read(&crashed).unwrap();
+        let r = (FFS.check)(&crashed, CheckOptions::default()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
+        assert_eq!(r.stats.dirs, 22, "the check did not see the replayed calls");
+        assert!(std::fs::read(&crashed).unwrap() == before, "a check wrote");
+        let r = (FFS.check)(
+            &crashed,
+            CheckOptions {
+                repair: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
+        let fs = (FFS.mount)(&crashed, &[], true).unwrap();
+        for i in 0..20 {
+            fs.lookup(&c, 2, std::ffi::OsStr::new(&format!("d{i}")))
+                .unwrap();
+        }
+        fs.destroy().unwrap();
+        let sb =
+            cairn_ffs::format::Superblock::decode(&read_head(&crashed, 4096).unwrap()).unwrap();
+        assert_eq!(sb.state, cairn_ffs::format::superblock::STATE_CLEAN);
+    }
+
     #[test]
     fn options_are_checked_before_mounting() {
         let opt = |k: &str, v: Option<&str>| vec![(k.to_string(), v.map(str::to_string))];
@@ -433,9 +616,17 @@ mod tests {
         assert!((FFS.check_options)(&opt("frobnicate", None), false).is_err());
         assert!((FFS.check_option)("cache", Some("64M")).is_ok());
         assert!((FFS.check_option)("frobnicate", None).is_err());
-        // The daemon's old log option is no option of any mode of this build (issue 12's
-        // journal will parse log=file|dev:PATH itself).
-        assert!((FFS.check_option)("log", Some("file")).is_err());
+        // log= is the journal's own option (the daemon's log file is logfile=): taken with
+        // mode=journal, refused with a mode that has no such option.
+        assert!((FFS.check_option)("log", Some("file")).is_ok());
+        let both = |m: &str| {
+            vec![
+                ("mode".to_string(), Some(m.to_string())),
+                ("log".to_string(), Some("file".to_string())),
+            ]
+        };
+        assert!((FFS.check_options)(&both("journal"), false).is_ok());
+        assert!((FFS.check_options)(&both("async"), false).is_err());
     }
 
     #[test]

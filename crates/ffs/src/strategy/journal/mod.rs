@@ -14,7 +14,8 @@
 //! | `directory_add`/`_remove`/`_change` | the entry's block (and a new directory's first block) join; drops apply now |
 //! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once and revoked in the log; their group blocks join |
 //! | `freefile` | the inode bit is released at once; its group blocks join |
-//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; forced for `commit=sync`/`group`, and in every mode when the call freed blocks — data first |
+//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; data first, then forced for `commit=sync`, and in every mode when the call freed blocks |
+//! | `after_op` | `commit=group`: the call's END record forced, with the engine's lock released (concurrent calls share the flush) |
 //!
 //! Frees are released inside the call that frees, so the bitmap change is logged with it,
 //! and that call is forced before it returns: the next call may give a freed block to a
@@ -65,7 +66,7 @@ use crate::format::superblock::STATE_MOUNTED;
 use crate::format::{Superblock, kind};
 
 pub use record::{Chunk, Entry};
-pub use replay::{ReplayStats, Replayed, replay};
+pub use replay::{ReplayStats, ReplayView, Replayed, replay};
 
 /// When a call's log records are forced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +74,8 @@ pub enum Commit {
     /// At the end of every call that is a durability point: one log force per call (001
     /// §3.2's "-sync" systems).
     Sync,
-    /// As `Sync`, through the log's group commit: forcers arriving together share a flush.
+    /// As `Sync`, but forced after the engine's lock is released (`after_op`), through the
+    /// log's group commit: calls ending together share a flush.
     Group,
     /// On fsync, sync(2), unmount and the 1-second timer only: integrity without
     /// durability (001's "-async").
@@ -165,6 +167,41 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     },
 };
 
+/// Whether the log describes the file system of `sb`: a journaled mount is what ended
+/// uncleanly. A journaled unmount empties the log, so records left behind a clean
+/// superblock, or behind a crash in another mode, are older than what another mode (after
+/// fsck or -o force) has written since — replaying them would undo it. (Any mode named
+/// journal*: `journal`, `journal-async`, the crash harness's planted ones.)
+pub fn needs_replay(sb: &Superblock) -> bool {
+    sb.last_mode.starts_with(MODE.name) && sb.state == STATE_MOUNTED
+}
+
+/// `cairn fsck` without `-y` on a file system a journaled mount left uncleanly: `dev` (opened
+/// with the file system's block size) as the replay of its log area would leave it, with
+/// what that replay does — without writing anything. `None` when there is nothing to
+/// replay. A log area that is missing, damaged or another file system's is an error naming
+/// it (the caller checks the image as it is and says so).
+pub fn replay_view(dev: Arc<dyn BlockDevice>) -> Result<Option<(Arc<ReplayView>, ReplayStats)>> {
+    let mut head = vec![0u8; dev.block_size() as usize];
+    dev.read_blocks(0, &mut head)?;
+    let sb = Superblock::decode(&head).map_err(|e| FsError::Corrupt(e.0))?;
+    let j = Journal::new(LogSpec::File, Commit::Sync);
+    let records = j.pending_records(dev.as_ref(), &sb)?;
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let view = Arc::new(ReplayView::new(dev));
+    let Replayed { stats, .. } = replay(view.as_ref(), records)
+        .map_err(|e| FsError::Corrupt(format!("journal log area: {e}")))?;
+    Ok(Some((view, stats)))
+}
+
+thread_local! {
+    /// `commit=group`: the END record the call on this thread logged and `after_op` forces
+    /// once the engine's lock is released (the journal's `Inner` it belongs to, the LSN).
+    static DEFERRED: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
+}
+
 /// The journal strategy.
 pub struct Journal {
     name: &'static str,
@@ -195,6 +232,9 @@ struct Inner {
     /// A call that wrote data was logged and not forced: the next force writes dirty data
     /// first (ordered data).
     data_dirty: AtomicBool,
+    /// A read-only mount: no log is open and nothing is logged (what a call changes in
+    /// memory there, a read's atime, is never written).
+    read_only: AtomicBool,
 }
 
 #[derive(Default)]
@@ -295,6 +335,7 @@ impl Journal {
                 recovered_orphans: Mutex::new(Vec::new()),
                 pending_region: Mutex::new(None),
                 data_dirty: AtomicBool::new(false),
+                read_only: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -350,7 +391,8 @@ impl Journal {
         self.inner.wal()
     }
 
-    fn open_log(&self) -> Result<(Arc<dyn BlockDevice>, String)> {
+    /// The log's device (`log=dev:PATH` or a device given), opened read-only when asked.
+    fn open_log(&self, read_only: bool) -> Result<(Arc<dyn BlockDevice>, String)> {
         match &self.log {
             LogSpec::Device(d) => Ok((Arc::clone(d), "the log device".into())),
             LogSpec::File => Err(refused("log=file has no log device".into())),
@@ -363,7 +405,7 @@ impl Journal {
                     .ok()
                     .and_then(|h| cairn_wal::format::Superblock::decode(&h).ok())
                     .map_or(512, |sb| sb.block_size);
-                let dev = FileDevice::open(p, bs, false).map_err(|e| {
+                let dev = FileDevice::open(p, bs, read_only).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::ResourceBusy {
                         FsError::Refused(Errno::EBUSY, format!("{name}: {e}"))
                     } else {
@@ -410,6 +452,58 @@ impl Journal {
         name: &str,
         claim: bool,
     ) -> Result<()> {
+        let records = self.log_records(wal, sb, name, claim)?;
+        let Replayed { stats: st, orphans } =
+            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        *self.inner.recovered_orphans.lock() = orphans;
+        if st.records > 0 {
+            log::info!(
+                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
+                st.ops,
+                st.updates,
+                st.revoked,
+                st.partial_records,
+                st.blocks
+            );
+        }
+        Ok(())
+    }
+
+    /// The records a look at the file system that writes nothing must apply (a read-only
+    /// mount, `cairn fsck` without `-y`): the log's records since its checkpoint when a
+    /// journaled mount ended uncleanly, read without changing the log (none otherwise).
+    fn pending_records(
+        &self,
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        if !needs_replay(sb) {
+            return Ok(Vec::new());
+        }
+        if let LogSpec::File = self.log {
+            let region = self.file_region(dev, sb)?;
+            let copy = copy_region(dev, region)?;
+            let wal = Wal::open_read_only(Arc::new(copy) as Arc<dyn BlockDevice>, whole(region))
+                .map_err(|e| refused(format!("journal log area: {e}")))?;
+            return self.log_records(&wal, sb, "journal log area", false);
+        }
+        let (logdev, name) = self.open_log(true)?;
+        let region = Region::whole(&*logdev);
+        let wal =
+            Wal::open_read_only(logdev, region).map_err(|e| refused(format!("{name}: {e}")))?;
+        self.log_records(&wal, sb, &name, false)
+    }
+
+    /// Checks the log is big enough and this file system's (taking an unowned one when
+    /// `claim`), and returns its records since the checkpoint — none when they are stale
+    /// (see below) or the log is unowned and not claimed.
+    fn log_records(
+        &self,
+        wal: &Wal,
+        sb: &Superblock,
+        name: &str,
+        claim: bool,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
         let bs = u64::from(sb.block_size);
         if wal.capacity() < MIN_LOG_BYTES || wal.max_record() < 2 * bs + 64 {
             return Err(refused(format!(
@@ -419,6 +513,10 @@ impl Journal {
             )));
         }
         let owner = wal.owner();
+        if owner == [0; 16] && !claim {
+            // Never used by a file system: nothing in it describes this one.
+            return Ok(Vec::new());
+        }
         if owner == [0; 16] && claim {
             wal.set_owner(sb.uuid)
                 .map_err(|e| refused(format!("{name}: {e}")))?;
@@ -439,9 +537,7 @@ impl Journal {
         // superblock, or behind a crash in another mode, are older than what another mode
         // (after fsck or -o force) has written since — replaying them would undo it.
         // (Any mode named journal*: `journal`, `journal-async`, the harness's planted ones.)
-        let journaled = sb.last_mode.starts_with(MODE.name);
-        let replayable = journaled && sb.state == STATE_MOUNTED;
-        if !replayable && !records.is_empty() {
+        if !needs_replay(sb) && !records.is_empty() {
             log::warn!(
                 "journal: {name}: {} stale records dropped (the file system was last {} in mode '{}')",
                 records.len(),
@@ -454,20 +550,7 @@ impl Journal {
             );
             records.clear();
         }
-        let Replayed { stats: st, orphans } =
-            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
-        *self.inner.recovered_orphans.lock() = orphans;
-        if st.records > 0 {
-            log::info!(
-                "journal: replayed {} operations ({} updates, {} revoked, {} records of a cut-short operation dropped) onto {} blocks",
-                st.ops,
-                st.updates,
-                st.revoked,
-                st.partial_records,
-                st.blocks
-            );
-        }
-        Ok(())
+        Ok(records)
     }
 
     fn wal_options(&self) -> WalOptions {
@@ -530,7 +613,6 @@ impl Inner {
     /// changed).
     fn log_op(&self, op: &JOp, bufs: &[BufRef]) -> Result<Option<Lsn>> {
         let (fresh, revokes) = (&op.fresh, &op.revokes);
-        let wal = self.need_wal()?;
         let mut log = self.log.lock();
         for b in fresh {
             log.shadows.remove(b);
@@ -596,8 +678,10 @@ impl Inner {
         entries.extend(added.iter().map(|&ino| Entry::Orphan { ino }));
         entries.extend(gone.iter().map(|&ino| Entry::OrphanGone { ino }));
         if entries.is_empty() {
+            // A call that changed nothing (a read): no log needed (a read-only mount has none).
             return Ok(None);
         }
+        let wal = self.need_wal()?;
         let op = log.next_op;
         log.next_op += 1;
         let limit = MAX_RECORD.min(wal.max_record() as usize);
@@ -830,7 +914,7 @@ impl Strategy for Journal {
             *self.inner.pending_region.lock() = Some(region);
             return Ok(());
         }
-        let (logdev, name) = self.open_log()?;
+        let (logdev, name) = self.open_log(false)?;
         let region = Region::whole(&*logdev);
         let wal = Wal::open_with(logdev, region, self.wal_options())
             .map_err(|e| refused(format!("{name}: {e}")))?;
@@ -838,6 +922,35 @@ impl Strategy for Journal {
         self.inner.restart(&wal)?;
         *self.inner.wal.write() = Some(Arc::new(wal));
         Ok(())
+    }
+
+    /// A read-only mount writes nothing, so it cannot replay onto the disk: when a journaled
+    /// mount ended uncleanly, the complete operations of the log are replayed into memory
+    /// (a [`ReplayView`] over the device) and the mount shows the file system as a
+    /// read-write mount would after its recovery (orphans are left as they are: freeing
+    /// them is a change). A log that cannot be read is refused with one line, as at a
+    /// read-write mount: the home locations alone may show half an operation.
+    fn read_only_view(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        sb: &Superblock,
+    ) -> Result<Arc<dyn BlockDevice>> {
+        let geo = sb.geometry().map_err(|e| FsError::Corrupt(e.0))?;
+        *self.inner.geo.write() = Some(geo);
+        self.inner.read_only.store(true, AtomicOrdering::Release);
+        let records = self.pending_records(dev.as_ref(), sb)?;
+        if records.is_empty() {
+            return Ok(dev);
+        }
+        let view = ReplayView::new(dev);
+        let Replayed { stats, .. } =
+            replay(&view, records).map_err(|e| FsError::Corrupt(format!("journal: {e}")))?;
+        log::info!(
+            "journal: read-only mount: {} logged operations replayed in memory ({} blocks); a read-write mount replays them onto the disk",
+            stats.ops,
+            view.changed()
+        );
+        Ok(Arc::new(view))
     }
 
     /// Frees the orphans the replay found (inodes unlinked while open when the crash came):
@@ -903,6 +1016,15 @@ impl Strategy for Journal {
     /// log is emptied (a forced checkpoint, never a failed call).
     fn begin_op(&self, kind: OpKind) -> Result<OpState> {
         let _ = kind;
+        // A force left by a call whose engine path did not reach `after_op` (none does):
+        // made now, before this call can build on it.
+        if let Some((owner, lsn)) = DEFERRED.take() {
+            if owner == Arc::as_ptr(&self.inner) as usize {
+                self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
+            } else {
+                DEFERRED.set(Some((owner, lsn)));
+            }
+        }
         if let Some(wal) = self.inner.wal()
             && wal.needs_checkpoint()
             && let Some(cache) = self.inner.cache.read().upgrade()
@@ -916,8 +1038,9 @@ impl Strategy for Journal {
         let Some(mut op) = tx.state::<JOp>().map(std::mem::take) else {
             return Ok(());
         };
-        if !ok {
-            // Everything the call changed was taken back: nothing to log.
+        if !ok || self.inner.read_only.load(AtomicOrdering::Acquire) {
+            // Everything the call changed was taken back, or will never be written (a
+            // read-only mount): nothing to log.
             return Ok(());
         }
         let mut bufs = std::mem::take(&mut op.bufs);
@@ -928,7 +1051,6 @@ impl Strategy for Journal {
                 bufs.push(b);
             }
         }
-        let end = self.inner.log_op(&op, &bufs)?;
         // A call that freed blocks is forced in every commit mode: a freed block may be
         // handed out by the next call, and its next contents (data, never logged) must not
         // land while the free could still be lost — the block would then still belong to
@@ -936,25 +1058,52 @@ impl Strategy for Journal {
         // the allocator until the commit instead; forcing keeps the allocator simple).
         let frees = !op.revokes.is_empty();
         let has_data = !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate);
+        let forced = (tx.kind.durable() && self.commit != Commit::Async) || frees;
+        // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
+        // allocated, or past the old end of the file) is written and flushed before the
+        // pointers and size that expose it become durable, so a returned write never leaves
+        // a file showing zeros or a deleted file's bytes, and an fsync in flight never shows
+        // its pointers first. Data earlier unforced calls left dirty (`commit=async`) goes
+        // too: this force makes their pointers durable as well. It happens *before* the
+        // call's records are appended: a force by another call (group commit forces with
+        // the engine's lock released) writes every record appended so far, so a record may
+        // be appended only once the data it exposes is durable.
+        if forced && (has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel)) {
+            tx.io
+                .cache
+                .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+            // Stream writes went to the device directly: the flush covers them too.
+            tx.io.cache.flush_device()?;
+        }
+        let end = self.inner.log_op(&op, &bufs)?;
         if let Some(end) = end
-            && ((tx.kind.durable() && self.commit != Commit::Async) || frees)
+            && forced
         {
-            // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
-            // allocated, or past the old end of the file) is written and flushed before the
-            // pointers and size that expose it become durable, so a returned write never
-            // leaves a file showing zeros or a deleted file's bytes, and an fsync in flight
-            // never shows its pointers first. Data earlier unforced calls left dirty
-            // (`commit=async`) goes too: this force makes their pointers durable as well.
-            if has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel) {
-                tx.io
-                    .cache
-                    .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
-                // Stream writes went to the device directly: the flush covers them too.
-                tx.io.cache.flush_device()?;
+            if self.commit == Commit::Group && !frees {
+                // Forced by `after_op`, once the engine's lock is released: calls that end
+                // meanwhile share its flush. (A free is forced now: the next call may reuse
+                // the block for data, which must not land first.)
+                DEFERRED.set(Some((Arc::as_ptr(&self.inner) as usize, end.0)));
+            } else {
+                self.inner.need_wal()?.force(end).map_err(wal_err)?;
             }
-            self.inner.need_wal()?.force(end).map_err(wal_err)?;
         } else if has_data {
             self.inner.data_dirty.store(true, AtomicOrdering::Release);
+        }
+        Ok(())
+    }
+
+    /// `commit=group`: the force `end_op` left for after the engine's lock (the log's group
+    /// commit lets every forcer arriving while a flush is prepared or runs share it, 001
+    /// §3.2 — which the paper's implementation "does not support").
+    fn after_op(&self) -> Result<()> {
+        if let Some((owner, lsn)) = DEFERRED.take() {
+            if owner != Arc::as_ptr(&self.inner) as usize {
+                // Another journal's (never: a call runs on one file system); put it back.
+                DEFERRED.set(Some((owner, lsn)));
+                return Ok(());
+            }
+            self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
         }
         Ok(())
     }
@@ -1069,6 +1218,24 @@ impl Strategy for Journal {
             Self::join(tx, &[b]);
         }
         Ok(())
+    }
+
+    /// For `cairn stats`: the commit mode, where the log is, and the log service's own
+    /// counters (appends and bytes, forces, group sizes, flushes, checkpoint and its lag).
+    fn stats(&self) -> Option<serde_json::Value> {
+        let log = match &self.log {
+            LogSpec::File => "file".to_string(),
+            LogSpec::Dev(p) => format!("dev:{}", p.display()),
+            LogSpec::Device(_) => "device".to_string(),
+        };
+        let shadows = self.inner.log.lock().shadows.len();
+        Some(serde_json::json!({
+            "commit": format!("{:?}", self.commit).to_lowercase(),
+            "log": log,
+            "read_only": self.inner.read_only.load(AtomicOrdering::Acquire),
+            "shadow_images": shadows,
+            "wal": self.inner.wal().map(|w| w.stats()),
+        }))
     }
 
     /// The file's dirty data first, flushed; then the log forced: the metadata naming the

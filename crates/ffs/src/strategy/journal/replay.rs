@@ -164,6 +164,89 @@ pub fn replay(
     })
 }
 
+/// A device showing `base` as a replay would leave it, without writing `base`: the replay's
+/// writes land in memory (a read-only mount, `cairn fsck` without `-y`). Reads of blocks the
+/// replay wrote come from memory, the rest from `base`; the counters and trace are `base`'s.
+pub struct ReplayView {
+    base: std::sync::Arc<dyn BlockDevice>,
+    blocks: parking_lot::RwLock<HashMap<u64, Box<[u8]>>>,
+}
+
+impl ReplayView {
+    pub fn new(base: std::sync::Arc<dyn BlockDevice>) -> ReplayView {
+        ReplayView {
+            base,
+            blocks: parking_lot::RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// How many blocks the replay changed.
+    pub fn changed(&self) -> usize {
+        self.blocks.read().len()
+    }
+}
+
+impl BlockDevice for ReplayView {
+    fn block_size(&self) -> u32 {
+        self.base.block_size()
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.base.num_blocks()
+    }
+
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.base.read_blocks(block, buf)?;
+        let bs = self.base.block_size() as usize;
+        let map = self.blocks.read();
+        if !map.is_empty() {
+            for (i, out) in buf.chunks_exact_mut(bs).enumerate() {
+                if let Some(d) = map.get(&(block + i as u64)) {
+                    out.copy_from_slice(d);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_blocks(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
+        let bs = self.base.block_size() as usize;
+        if bs == 0 || !buf.len().is_multiple_of(bs) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "transfer is not a multiple of the block size",
+            ));
+        }
+        let n = (buf.len() / bs) as u64;
+        if block
+            .checked_add(n)
+            .is_none_or(|end| end > self.num_blocks())
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("blocks {block}..+{n} out of range"),
+            ));
+        }
+        let mut map = self.blocks.write();
+        for (i, d) in buf.chunks_exact(bs).enumerate() {
+            map.insert(block + i as u64, Box::from(d));
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn counters(&self) -> &cairn_blockdev::DeviceCounters {
+        self.base.counters()
+    }
+
+    fn set_trace(&self, sink: Option<std::sync::Arc<dyn cairn_blockdev::TraceSink>>) {
+        self.base.set_trace(sink);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use cairn_blockdev::MemDevice;
