@@ -23,5 +23,7 @@ mod log;
 mod mkfs;
 pub mod sim;
 
+#[cfg(any(test, feature = "planted"))]
+pub use engine::Planted;
 pub use engine::{Lfs, MountOptions};
 pub use mkfs::{MkfsOptions, mkfs, mkfs_device};

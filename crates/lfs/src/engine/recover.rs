@@ -70,6 +70,8 @@ impl State {
                 .thresholds(sb_segments)
                 .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
             read_only,
+            #[cfg(any(test, feature = "planted"))]
+            planted: Planted::None,
         }
     }
 
@@ -253,6 +255,24 @@ impl Lfs {
     /// Mounts a file system on `dev`: checkpoint, tables, roll-forward, and (read-write) a
     /// checkpoint of what roll-forward found, so a second crash starts from it.
     pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Lfs>> {
+        Self::mount_inner(dev, opts, |_| {})
+    }
+
+    /// [`Lfs::mount_device`] with a planted ordering bug (the crash harness's catalogue).
+    #[cfg(any(test, feature = "planted"))]
+    pub fn mount_device_planted(
+        dev: Arc<dyn BlockDevice>,
+        opts: &MountOptions,
+        planted: Planted,
+    ) -> Result<Arc<Lfs>> {
+        Self::mount_inner(dev, opts, |st| st.planted = planted)
+    }
+
+    fn mount_inner(
+        dev: Arc<dyn BlockDevice>,
+        opts: &MountOptions,
+        plant: impl FnOnce(&mut State),
+    ) -> Result<Arc<Lfs>> {
         let (sb, slot, cp) = open_image(&dev)?;
         opts.thresholds(sb.segments)
             .map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
@@ -269,6 +289,7 @@ impl Lfs {
             opts.read_only,
             opts,
         );
+        plant(&mut st);
         st.usage[cp.log_seg as usize].dirty = true;
         let rolled = st.roll_forward()?;
         if !opts.read_only {
