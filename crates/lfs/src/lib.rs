@@ -19,6 +19,7 @@ pub mod check;
 pub mod cleaner;
 mod engine;
 pub mod format;
+pub mod fuzz;
 mod log;
 mod mkfs;
 pub mod sim;
