@@ -57,6 +57,8 @@ pub struct FsType {
     /// The same on a block device, for tools that build images in memory (the crash
     /// harness records a format through these, and checks every crash state with them).
     pub device: DeviceOps,
+    /// `cairn inspect IMG WHAT…` for this format; `None`: the FFS inspector of crates/fsck.
+    pub inspect: Option<InspectFn>,
     /// Every state a crash leaves is, after the mount's own recovery, the file system as
     /// some prefix of the calls left it, no shorter than the calls returned before the
     /// last returned fsync or sync (a single log, replayed up to its last committed flush,
@@ -68,6 +70,9 @@ pub struct FsType {
 /// Mounts a device with the format's options, as [`DeviceMount`] says.
 pub type DeviceMountFn =
     fn(Arc<dyn BlockDevice>, &Options, DeviceMount) -> Result<Arc<dyn FileSystem>, FsError>;
+
+/// Shows one structure of an image as text (`cairn inspect`).
+pub type InspectFn = fn(&Path, &[String]) -> Result<String, cairn_fsck::inspect::InspectError>;
 
 /// How [`DeviceOps::mount`] mounts.
 #[derive(Clone, Copy, Debug, Default)]
@@ -244,6 +249,7 @@ static FFS: FsType = FsType {
         check: |dev| cairn_fsck::check(&*dev, CheckOptions::default()),
     },
     crash_prefix: false,
+    inspect: None,
 };
 
 /// The options as the engine takes them, each key known to the format or one of its
@@ -364,7 +370,17 @@ static LFS: FsType = FsType {
         check: lfs_check_device,
     },
     crash_prefix: true,
+    inspect: Some(lfs_inspect),
 };
+
+fn lfs_inspect(path: &Path, what: &[String]) -> Result<String, cairn_fsck::inspect::InspectError> {
+    use cairn_fsck::inspect::InspectError as E;
+    cairn_lfs::inspect::inspect_path(path, what).map_err(|e| match e {
+        cairn_lfs::inspect::InspectError::Open(e) => E::Open(lfs_error(e)),
+        cairn_lfs::inspect::InspectError::Usage(m) => E::Usage(m),
+        cairn_lfs::inspect::InspectError::NotFound(m) => E::NotFound(m),
+    })
+}
 
 fn lfs_options(opts: &Options, read_only: bool) -> Result<cairn_lfs::MountOptions, String> {
     let mut o = cairn_lfs::MountOptions {

@@ -150,7 +150,7 @@ pub fn dirlog(data: &[u8]) {
 }
 
 /// A small valid image (a few files, a checkpoint, a committed flush after it).
-fn base_image() -> &'static [u8] {
+pub(crate) fn base_image() -> &'static [u8] {
     static IMG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     IMG.get_or_init(|| {
         use cairn_vfs::{Ctx, FileSystem};

@@ -20,6 +20,7 @@ pub mod cleaner;
 mod engine;
 pub mod format;
 pub mod fuzz;
+pub mod inspect;
 mod log;
 mod mkfs;
 pub mod sim;
