@@ -336,7 +336,7 @@ fn ffs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn Fil
 /// committed flush of everything dirty followed by a device flush. Leaks: only a file
 /// unlinked while a program held it open when the system stopped (its inode, flushed with
 /// no link, stays in the inode map: the crash workload `unlink-open` shows it; `cairn fsck
-/// -y` frees it, the mount does not yet). Nothing else: a flush carries every inode, block
+/// -y` frees it, and so does the next read-write mount when roll-forward finds it). Nothing else: a flush carries every inode, block
 /// and usage change of the calls before it.
 const LFS_MODES: [ModeSpec; 1] = [ModeSpec {
     name: "lfs",

@@ -335,6 +335,9 @@ pub(crate) struct State {
     pub policy: Policy,
     pub thresholds: Thresholds,
     pub read_only: bool,
+    /// Inodes roll-forward found with no link (unlinked while open when the system
+    /// stopped): a read-write mount frees them once roll-forward is done.
+    pub orphans: BTreeSet<u64>,
     /// A deliberately broken ordering the crash harness must catch (tests and the planted
     /// catalogue only; see [`Planted`]).
     #[cfg(any(test, feature = "planted"))]

@@ -70,6 +70,7 @@ impl State {
                 .thresholds(sb_segments)
                 .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
             read_only,
+            orphans: BTreeSet::new(),
             #[cfg(any(test, feature = "planted"))]
             planted: Planted::None,
         }
@@ -158,6 +159,13 @@ impl State {
                 }
             }
             self.kill(old.addr, 256);
+        }
+        // The newest copy decides: an inode written with no link is an orphan unless a
+        // later copy (its free record, or a link again) follows.
+        if r.mode != 0 && r.nlink == 0 {
+            self.orphans.insert(ino);
+        } else {
+            self.orphans.remove(&ino);
         }
         if r.mode == 0 {
             self.imap[ino as usize] = ImapEntry {
@@ -294,6 +302,13 @@ impl Lfs {
         let rolled = st.roll_forward()?;
         if !opts.read_only {
             st.pick_next_segment()?;
+            // Files unlinked while open when the system stopped, as far as roll-forward saw
+            // them (one a checkpoint captured is left for `cairn fsck -y`): nothing can
+            // open them again, so they go now, and the checkpoint below records it.
+            for ino in std::mem::take(&mut st.orphans) {
+                st.node(ino)?;
+                st.maybe_free(ino)?;
+            }
             if rolled > 0 {
                 st.checkpoint()?;
             } else {
