@@ -232,7 +232,7 @@ impl Mounted {
             m.loopdev = Some(losetup(&image)?);
         }
         match &spec.kind {
-            Kind::Cairn { loopdev, .. } => {
+            Kind::Cairn { loopdev, mode, .. } => {
                 if let Some(dev) = m.loopdev.as_deref().filter(|_| *loopdev) {
                     // The loop device was attached to the image made above a moment ago; check
                     // that it still is, so the --force below can only ever cover this run's
@@ -246,10 +246,13 @@ impl Mounted {
                         );
                     }
                 }
+                // The mode's format (`cairn modes --json`, "type"): lfs is its own format.
+                let format = cairn_mode_format(&env.cairn, mode);
                 sys::run(
                     Command::new(&env.cairn)
                         .arg("mkfs")
                         .args(cairn_mkfs_flags(*loopdev, beyond_free))
+                        .args(format.iter().flat_map(|f| ["--format", f.as_str()]))
                         .arg(m.device()),
                 )?;
             }
@@ -760,6 +763,17 @@ fn cairn_check(cairn: &str, dev: &Path) -> Result<()> {
 fn cairn_mode_needs_fsck(cairn: &str, mode: &str) -> bool {
     let listed = sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default();
     after_crash(&listed, mode).is_none_or(|a| a == "fsck")
+}
+
+/// The format (`"type"`) `mode` belongs to, as `cairn modes --json` lists it; `None` when
+/// it is not listed (mkfs's default format then).
+fn cairn_mode_format(cairn: &str, mode: &str) -> Option<String> {
+    let listed = sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default();
+    listed
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["mode"] == mode)
+        .and_then(|v| v["type"].as_str().map(str::to_string))
 }
 
 /// The `after_crash` of `mode` in `cairn modes --json` output (one object per line).

@@ -9,18 +9,27 @@ use cairn_fsck::inspect::{InspectError, Inspector};
 pub struct Args {
     /// Image file or block device
     pub image: PathBuf,
-    /// What to show: superblock | group N | inode N | dir PATH | block N
+    /// What to show: superblock | group N | inode N | dir PATH | block N (lfs: superblock |
+    /// checkpoint | segment N | imap | inode N | dir PATH)
     #[arg(trailing_var_arg = true)]
     pub what: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let shown = Inspector::open(&args.image).and_then(|i| {
-        if let Some(warning) = &i.live {
-            eprintln!("cairn inspect: warning: {warning}");
-        }
-        i.run(&args.what)
-    });
+    // A format with its own inspector (lfs: superblock | checkpoint | segment N | imap |
+    // inode N | dir PATH); anything else goes to the FFS inspector.
+    let own = cairn_fstypes::probe_path(&args.image)
+        .ok()
+        .and_then(|t| t.inspect);
+    let shown = match own {
+        Some(inspect) => inspect(&args.image, &args.what),
+        None => Inspector::open(&args.image).and_then(|i| {
+            if let Some(warning) = &i.live {
+                eprintln!("cairn inspect: warning: {warning}");
+            }
+            i.run(&args.what)
+        }),
+    };
     match shown {
         Ok(text) => {
             print!("{text}");

@@ -109,7 +109,7 @@ pub fn run(
                 "mode '{m}' declares no crash expectations (crates/crash/src/modes.rs)"
             ))
         })?;
-        if modes::strategy_for(m).is_none() {
+        if !modes::known(m) {
             return Err(Error::Config(format!("unknown mode '{m}'")));
         }
         expects.push(e);

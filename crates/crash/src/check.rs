@@ -10,6 +10,7 @@ use cairn_blockdev::BlockDevice;
 use cairn_ffs::format::{Geometry, INODE_SIZE, Superblock};
 use cairn_ffs::{Ffs, MountOptions};
 use cairn_fsck::{CheckOptions, Class};
+use cairn_vfs::FileSystem;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,9 @@ pub struct Checker {
     start: Arc<Base>,
     /// A mode for the read-only mount (any registered one reads the same format).
     mount_mode: String,
+    /// The format's registry entry when it is not FFS: its device check and mount judge
+    /// the states (FFS states are judged by cairn's fsck and an FFS mount, as before).
+    other: Option<&'static cairn_fstypes::FsType>,
     /// Where inodes live (from the start image's superblock), for the fsync-order check.
     geo: Option<Geometry>,
     /// The inode slot of each in-flight fsync's file as it could be on disk before the
@@ -119,12 +123,9 @@ impl Checker {
             }
         }
         let start = Arc::new(base);
-        let mount_mode = if crate::modes::registered().contains(&h.mode.as_str()) {
-            h.mode.clone()
-        } else {
-            "sync".to_string()
-        };
-        let initial = match mount_ro(start.clone(), &mount_mode) {
+        let mount_mode = crate::modes::mount_mode(&h.mode);
+        let other = crate::modes::format_of(&h.mode).filter(|f| f.name != "ffs");
+        let initial = match mount_ro(start.clone(), &mount_mode, other) {
             Ok(fs) => model_of(&observe(fs.as_ref())),
             // An image that does not mount at the start: nothing to compare names with.
             Err(_) => Model {
@@ -145,6 +146,7 @@ impl Checker {
             expect,
             start,
             mount_mode,
+            other,
             geo,
             pre_fsync: Mutex::new(HashMap::new()),
         })
@@ -298,7 +300,11 @@ impl Checker {
         let rename_in_flight = self.timeline.dir_rename_in_flight(cp);
         let fsync_wrote = self.fsync_wrote(&dev, cp);
         let (mut corrupt, mut leak, mut irename) = (false, false, false);
-        match cairn_fsck::check(&*dev, CheckOptions::default()) {
+        let checked = match self.other {
+            Some(f) => (f.device.check)(dev.clone()),
+            None => cairn_fsck::check(&*dev, CheckOptions::default()),
+        };
+        match checked {
             Ok(rep) => {
                 for f in &rep.findings {
                     match f.class {
@@ -315,7 +321,7 @@ impl Checker {
             }
         }
         let dev: Arc<dyn BlockDevice> = dev;
-        let obs = match mount_ro_dev(dev, &self.mount_mode) {
+        let obs = match mount_ro_dev(dev, &self.mount_mode, self.other) {
             Ok(fs) => {
                 let o = observe(fs.as_ref());
                 drop(fs);
@@ -469,13 +475,35 @@ impl Checker {
     }
 }
 
-fn mount_ro(base: Arc<Base>, mode: &str) -> Result<Arc<Ffs>, cairn_vfs::FsError> {
+type Format = Option<&'static cairn_fstypes::FsType>;
+
+fn mount_ro(
+    base: Arc<Base>,
+    mode: &str,
+    other: Format,
+) -> Result<Arc<dyn FileSystem>, cairn_vfs::FsError> {
     let dev = Overlay::new(base, HashMap::new())?;
-    mount_ro_dev(Arc::new(dev), mode)
+    mount_ro_dev(Arc::new(dev), mode, other)
 }
 
-fn mount_ro_dev(dev: Arc<dyn BlockDevice>, mode: &str) -> Result<Arc<Ffs>, cairn_vfs::FsError> {
-    Ffs::mount_device(
+/// A read-only mount of a state: FFS in `mode`, another format through its registry entry
+/// (whose read-only mount recovers in memory: LFS rolls forward).
+fn mount_ro_dev(
+    dev: Arc<dyn BlockDevice>,
+    mode: &str,
+    other: Format,
+) -> Result<Arc<dyn FileSystem>, cairn_vfs::FsError> {
+    if let Some(f) = other {
+        return (f.device.mount)(
+            dev,
+            &[("mode".to_string(), Some(mode.to_string()))],
+            cairn_fstypes::DeviceMount {
+                read_only: true,
+                background: false,
+            },
+        );
+    }
+    let ffs = Ffs::mount_device(
         dev,
         &MountOptions {
             mode: mode.into(),
@@ -485,7 +513,8 @@ fn mount_ro_dev(dev: Arc<dyn BlockDevice>, mode: &str) -> Result<Arc<Ffs>, cairn
             force: false,
             mode_options: Vec::new(),
         },
-    )
+    )?;
+    Ok(ffs)
 }
 
 /// `Arc::make_mut` for the base: copies only if a device of an earlier state still holds it.

@@ -9,12 +9,15 @@
 //!    block write with its contents and each flush; a [`recfs::RecordingFs`] around the file
 //!    system marks each operation (id, kind, path, and the moment it returned). Workloads run
 //!    in process ([`workload`]); real programs are recorded with `cairn mount -o record=FILE`.
+//!    Every registered format is recorded the same way: an FFS mode through its strategy,
+//!    any other format through its registry entry (`cairn_fstypes::DeviceOps`).
 //! 2. **Crash states** ([`states`]): for every flush epoch, every earlier epoch durable plus
 //!    a subset of the epoch's writes (all subsets when few, else a seeded sample and the
 //!    edge cases), optionally with one torn block write. Each state is an
 //!    [`overlay::Overlay`]: the epoch's shared base image plus the kept blocks.
 //! 3. **Checks** ([`check`]): the mode's recovery if it has one, fsck in check-only mode
-//!    (findings classed as corruption or leak), a read-only in-process mount walked
+//!    (findings classed as corruption or leak; another format: its own device check, LFS
+//!    rolling forward in its read-only mount), a read-only in-process mount walked
 //!    completely, and the durability oracle ([`oracle`]) against a model ([`model`]) of what
 //!    the returned operations promised.
 //! 4. **Expectations** ([`modes`]): one table of what each mode promises; a campaign

@@ -115,6 +115,7 @@ impl Expectation {
                 metadata_on_return: g.metadata_on_return,
                 fsync_data_first: g.fsync_data_first,
                 no_stale_data: g.no_stale_data,
+                prefix: false,
             },
             corrupt: Allow::from_declared(g.corrupt),
             leak: Allow::from_declared(g.leak),
@@ -135,9 +136,14 @@ pub const LAZY_RETURN: &str = "lazy-return";
 /// for a name that is neither a registered mode nor a planted bug.
 pub fn expectation(mode: &str) -> Option<Expectation> {
     match cairn_fstypes::mode(mode) {
-        // A mode whose format has a recovery step (log replay, roll-forward) registers it
-        // in `recovery_for`.
-        Some(m) => Some(Expectation::declared(&m.spec, recovery_for(mode))),
+        // A mode whose FFS recovery step (log replay) runs apart from the mount registers
+        // it in `recovery_for`; another format recovers in its own read-only mount and
+        // check. A format whose crash states are prefixes of the calls is held to that.
+        Some(m) => {
+            let mut e = Expectation::declared(&m.spec, recovery_for(mode));
+            e.promises.prefix = m.fs.crash_prefix;
+            Some(e)
+        }
         None => {
             // FFS modes built and tested but not yet listed (journal, softdep) are checked
             // by name.
@@ -147,8 +153,116 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
             if let Some(p) = crate::planted::journal_by_name(mode) {
                 return p.expectation();
             }
+            if let Some(v) = variant(mode) {
+                let mut e = expectation(v.base)?;
+                e.mode = v.name.to_string();
+                return Some(e);
+            }
             crate::planted::by_name(mode).and_then(|p| p.expectation())
         }
+    }
+}
+
+/// One `-o key[=value]`.
+pub type MountOption = (String, Option<String>);
+
+/// A recording variant of a registered mode of another format: the same mode and the same
+/// promises, recorded on an image made and mounted with options that drive a path the
+/// plain mode's workloads seldom reach. Checked by name (`cairn crash run --modes NAME`).
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub name: &'static str,
+    /// The registered mode it records.
+    pub base: &'static str,
+    pub what: &'static str,
+    /// mkfs's arguments for the recording's image.
+    pub mkfs: fn() -> cairn_fstypes::MkfsArgs,
+    /// Mount options (beyond `mode=`), given the freshly made device.
+    pub options: fn(&dyn BlockDevice) -> Vec<MountOption>,
+}
+
+/// The variants.
+pub const VARIANTS: &[Variant] = &[Variant {
+    name: "lfs-cleaning",
+    base: "lfs",
+    what: "lfs on 64 KiB segments with the cleaner's thresholds a few segments below the total: the cleaner runs (and checkpoints) after most flushes, so states fall inside cleaning passes (004 §3.3: a crash during cleaning loses nothing)",
+    mkfs: || cairn_fstypes::MkfsArgs {
+        segment_size: Some(64 << 10),
+        label: "crash".into(),
+        ..Default::default()
+    },
+    options: lfs_cleaning_options,
+}];
+
+/// `clean_start` 6 and `clean_stop` 3 segments below the image's segment count.
+fn lfs_cleaning_options(dev: &dyn BlockDevice) -> Vec<MountOption> {
+    let mut b = vec![0u8; dev.block_size() as usize];
+    let segments = dev
+        .read_blocks(0, &mut b)
+        .ok()
+        .and_then(|_| cairn_lfs::format::superblock::Superblock::decode(&b, dev.num_blocks()).ok())
+        .map_or(0, |sb| sb.segments);
+    if segments < 16 {
+        return Vec::new();
+    }
+    vec![
+        ("clean_start".into(), Some((segments - 6).to_string())),
+        ("clean_stop".into(), Some((segments - 3).to_string())),
+    ]
+}
+
+/// The variant called `name`.
+pub fn variant(name: &str) -> Option<&'static Variant> {
+    VARIANTS.iter().find(|v| v.name == name)
+}
+
+/// The format a mode (registered, an FFS mode not yet listed, a variant or a planted bug)
+/// records and checks in. `None` for an unknown name.
+pub fn format_of(mode: &str) -> Option<&'static cairn_fstypes::FsType> {
+    if let Some(m) = cairn_fstypes::mode(mode) {
+        return Some(m.fs);
+    }
+    if cairn_ffs::strategy::candidate(mode).is_some()
+        || crate::planted::journal_by_name(mode).is_some()
+    {
+        return cairn_fstypes::by_name("ffs");
+    }
+    if let Some(v) = variant(mode) {
+        return format_of(v.base);
+    }
+    crate::planted::by_name(mode).and_then(|p| format_of(p.base))
+}
+
+/// Whether the mode's format is FFS: it is recorded through a strategy (so planted FFS bugs
+/// and the modes not yet listed plug in) and checked with cairn's fsck and an FFS mount.
+/// Any other format is recorded and checked through its registry entry
+/// (`cairn_fstypes::DeviceOps`).
+pub fn is_ffs(mode: &str) -> bool {
+    format_of(mode).is_some_and(|f| f.name == "ffs")
+}
+
+/// Whether `mode` can be recorded: an FFS strategy, or a mode of another registered format
+/// (or a planted bug in one).
+pub fn known(mode: &str) -> bool {
+    if is_ffs(mode) {
+        strategy_for(mode).is_some()
+    } else {
+        format_of(mode).is_some()
+    }
+}
+
+/// The registered mode a state of `mode` is mounted in to be walked (a planted bug's base;
+/// an FFS mode not yet listed is read as sync, whose read-only mount reads any FFS image).
+pub fn mount_mode(mode: &str) -> String {
+    if cairn_fstypes::mode(mode).is_some() {
+        return mode.to_string();
+    }
+    if let Some(v) = variant(mode) {
+        return mount_mode(v.base);
+    }
+    match crate::planted::by_name(mode) {
+        Some(p) if !is_ffs(mode) => mount_mode(p.base),
+        _ => "sync".to_string(),
     }
 }
 
@@ -179,7 +293,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("mode '{m}' declares no crash expectations"));
             assert_eq!(e.mode, m);
             assert_eq!(e.durability, Allow::Forbidden);
-            assert!(strategy_for(m).is_some());
+            assert!(known(m));
+            assert_eq!(strategy_for(m).is_some(), is_ffs(m), "{m}");
         }
         assert_eq!(strategy_for(DIRENT_FIRST).unwrap().name(), DIRENT_FIRST);
         assert_eq!(strategy_for(LAZY_RETURN).unwrap().name(), LAZY_RETURN);

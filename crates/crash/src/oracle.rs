@@ -271,6 +271,10 @@ pub struct Promises {
     pub fsync_data_first: bool,
     /// No file ever shows data it was not given (000 §5, Soft Updates).
     pub no_stale_data: bool,
+    /// The whole namespace is the one some prefix of the calls left, no shorter than the
+    /// calls returned before the last returned fsync, fsyncdir or sync (a log replayed up
+    /// to its last committed flush, where an fsync commits everything: LFS, 004 §4.2).
+    pub prefix: bool,
 }
 
 /// What the oracle found wrong with one state.
@@ -541,6 +545,45 @@ impl Timeline {
         out
     }
 
+    /// The prefix promise: the state must match the returned calls (with those in flight,
+    /// as [`Timeline::candidates`]), or the first `k` returned calls for some `k` down to
+    /// the calls returned before the last returned fsync, fsyncdir or sync. `n` is the
+    /// number of calls returned before `cp`. Models are made one at a time and the search
+    /// stops at the first that matches; only a state none explains pays for all of them.
+    fn prefix_state(&self, cp: usize, n: usize, obs: &Observed, v: &mut Verdict) {
+        let mut cands = self.candidates(cp);
+        if cands.iter().any(|c| c.model.unknown) {
+            return;
+        }
+        if cands
+            .iter()
+            .any(|c| self.differences(&c.model, obs, cp).is_empty())
+        {
+            return;
+        }
+        let durable = self.ends[..n]
+            .iter()
+            .rposition(|&k| {
+                let o = &self.ops[k];
+                matches!(
+                    o.op,
+                    Op::Fsync { .. } | Op::Fsyncdir { .. } | Op::SyncAll | Op::Unmount
+                ) && o.result.as_ref().is_some_and(|r| r.ok())
+            })
+            .map_or(0, |i| i + 1);
+        for k in (durable..n).rev() {
+            let model = self.after(k);
+            if model.unknown || self.differences(&model, obs, cp).is_empty() {
+                return;
+            }
+            cands.push(Candidate {
+                label: format!("the first {k} returned calls"),
+                model,
+            });
+        }
+        self.whole_state(&cands, obs, cp, v);
+    }
+
     /// Judges `obs`, a crash at event index `cp`, against `promises`. `fsync_wrote` names
     /// the inodes with an fsync in flight whose inode on disk was written by that fsync
     /// (see `check.rs`): their contents must already be complete.
@@ -562,6 +605,8 @@ impl Timeline {
             if !cands.iter().any(|c| c.model.unknown) {
                 self.whole_state(&cands, obs, cp, &mut v);
             }
+        } else if promises.prefix && !unknown {
+            self.prefix_state(cp, n, obs, &mut v);
         }
         self.fsynced(&returned, &flying, obs, &mut v);
         self.synced(cp, obs, &mut v);
@@ -1103,11 +1148,13 @@ mod tests {
         metadata_on_return: true,
         fsync_data_first: true,
         no_stale_data: false,
+        prefix: false,
     };
     const ASYNC: Promises = Promises {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: false,
+        prefix: false,
     };
 
     /// create a (returns, durable in sync), write + fsync a, then create b in flight.
@@ -1156,6 +1203,84 @@ mod tests {
         };
         let t = Timeline::new(&rec, Model::default());
         (rec, t)
+    }
+
+    /// The prefix promise (LFS): the namespace is the one some prefix of the calls left, no
+    /// shorter than the calls returned before the last returned fsync.
+    #[test]
+    fn the_prefix_promise_takes_prefixes_only_and_nothing_before_an_fsync() {
+        let mut ev = Vec::new();
+        let names = ["a", "b", "c"];
+        for (i, n) in names.iter().enumerate() {
+            let id = i as u64 + 1;
+            ev.push(begin(
+                id,
+                Op::Create {
+                    path: n.to_string(),
+                },
+            ));
+            ev.push(Event::End {
+                id,
+                result: ok(Some(10 + id)),
+            });
+        }
+        // fsync (#4) after a, b, c; then d (#5) returns and e (#6) is in flight.
+        ev.push(begin(4, Op::Fsync { ino: 11 }));
+        ev.push(Event::Flush);
+        ev.push(Event::End {
+            id: 4,
+            result: ok(None),
+        });
+        let fsync_end = ev.len();
+        ev.push(begin(5, Op::Create { path: "d".into() }));
+        ev.push(Event::End {
+            id: 5,
+            result: ok(Some(14)),
+        });
+        ev.push(begin(6, Op::Create { path: "e".into() }));
+        ev.push(Event::Flush);
+        let end = ev.len();
+        let rec = Recording {
+            header: hdr(),
+            events: ev,
+        };
+        let t = Timeline::new(&rec, Model::default());
+        let obs = |names: &[&str]| {
+            let mut o = Observed::default();
+            for n in names {
+                let ino = 11 + (n.as_bytes()[0] - b'a') as u64;
+                o.paths.insert(n.to_string(), file(ino, b""));
+            }
+            o
+        };
+        let prefix = Promises {
+            prefix: true,
+            ..ASYNC
+        };
+        let ok_at = |cp: usize, names: &[&str]| {
+            let v = t.judge(cp, &obs(names), prefix, &none());
+            v.violations.is_empty()
+        };
+        // After the fsync returned: a, b, c must be there; d and e may be.
+        assert!(ok_at(end, &["a", "b", "c"]));
+        assert!(ok_at(end, &["a", "b", "c", "d"]));
+        assert!(ok_at(end, &["a", "b", "c", "d", "e"]));
+        assert!(!ok_at(end, &["a", "b"]), "the fsync made c durable");
+        assert!(
+            !ok_at(end, &["a", "b", "c", "e"]),
+            "e without d is no prefix"
+        );
+        // Before the fsync returned any prefix goes, and only a prefix.
+        assert!(ok_at(fsync_end - 1, &[]));
+        assert!(ok_at(fsync_end - 1, &["a"]));
+        assert!(!ok_at(fsync_end - 1, &["b"]), "b without a is no prefix");
+        assert!(!ok_at(fsync_end - 1, &["a", "c"]));
+        // async promises none of it.
+        assert!(
+            t.judge(end, &obs(&["a", "c", "e"]), ASYNC, &none())
+                .violations
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1241,6 +1366,7 @@ mod tests {
                 metadata_on_return: false,
                 fsync_data_first: true,
                 no_stale_data: true,
+                prefix: false,
             },
             &none(),
         );

@@ -11,6 +11,10 @@
 //! through. Each entry names the scripted workload written to catch it (the campaign must
 //! catch it there), so no catch depends on a random seed.
 //!
+//! A bug of another format cannot be a strategy: `lfs-checkpoint-first` is planted in the
+//! LFS engine behind its `planted` feature (compiled for tests and this crate only, reached
+//! through no mount option) and recorded through [`Planted::mount`].
+//!
 //! A new mode adds its own entries (soft updates with one rollback skipped, a journal
 //! writing a block before its log records, LFS writing a checkpoint before its segments):
 //! `every_ordering_mode_has_planted_bugs` fails for a registered mode that forbids
@@ -63,6 +67,7 @@ enum Fault {
     DataAllocsUnowed,
     DirentFirst,
     SoftdepEntryUnrolled,
+    LfsCheckpointFirst,
 }
 
 /// Every planted bug, in the order `cairn crash list` prints them.
@@ -150,6 +155,16 @@ pub const CATALOGUE: &[Planted] = &[
         workload: "mkdir",
         fault: Fault::SoftdepEntryUnrolled,
     },
+    Planted {
+        name: "lfs-checkpoint-first",
+        base: "lfs",
+        breaks: "004 §4.1: a checkpoint region reaches disk before the segments it names",
+        how: "the checkpoint writes its region first, then the partial segment with the inode map and usage table blocks it names, with no flush between them",
+        // Every workload ends in an unmount, whose checkpoint shows it; create is the
+        // smallest.
+        workload: "create",
+        fault: Fault::LfsCheckpointFirst,
+    },
 ];
 
 /// The entry called `name`.
@@ -158,8 +173,12 @@ pub fn by_name(name: &str) -> Option<&'static Planted> {
 }
 
 impl Planted {
-    /// The strategy with the bug in it.
+    /// The strategy with the bug in it, for a bug in an FFS mode (`None` for another
+    /// format's: see [`Planted::mount`]).
     pub fn strategy(&self) -> Option<Box<dyn Strategy>> {
+        if self.fault == Fault::LfsCheckpointFirst {
+            return None;
+        }
         if self.fault == Fault::SoftdepEntryUnrolled {
             return Some(Box::new(
                 cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
@@ -189,6 +208,32 @@ impl Planted {
         let mut e = crate::modes::expectation(self.base)?;
         e.mode = self.name.to_string();
         Some(e)
+    }
+
+    /// A read-write mount of `dev` with the bug in it, for a bug in a format other than FFS
+    /// (planted in the format's engine behind its `planted` feature); `None` for an FFS
+    /// bug, which is a strategy.
+    pub fn mount(
+        &self,
+        dev: Arc<dyn cairn_blockdev::BlockDevice>,
+    ) -> Option<FsResult<Arc<dyn cairn_vfs::FileSystem>>> {
+        match self.fault {
+            Fault::LfsCheckpointFirst => {
+                let o = cairn_lfs::MountOptions {
+                    syncer: false,
+                    ..Default::default()
+                };
+                Some(
+                    cairn_lfs::Lfs::mount_device_planted(
+                        dev,
+                        &o,
+                        cairn_lfs::Planted::CheckpointFirst,
+                    )
+                    .map(|fs| fs as Arc<dyn cairn_vfs::FileSystem>),
+                )
+            }
+            _ => None,
+        }
     }
 }
 
@@ -479,7 +524,15 @@ mod tests {
                 p.name
             );
             assert!(!crate::modes::registered().contains(&p.name));
-            assert_eq!(p.strategy().expect("base mode exists").name(), p.name);
+            // An FFS bug is a strategy, another format's a mount of its engine.
+            match p.strategy() {
+                Some(s) => assert_eq!(s.name(), p.name),
+                None => assert!(
+                    crate::modes::format_of(p.base).is_some_and(|f| f.name != "ffs"),
+                    "{}",
+                    p.name
+                ),
+            }
             assert_eq!(p.expectation().unwrap().mode, p.name);
             assert!(
                 workload::scripted_set()

@@ -180,6 +180,9 @@ pub fn markdown(
                 e.durability.word(),
                 if e.recovery.is_some() {
                     "yes"
+                } else if !crate::modes::is_ffs(&e.mode) {
+                    // LFS: the read-only mount rolls forward before the check.
+                    "in the mount"
                 } else {
                     "fsck only"
                 }

@@ -297,6 +297,19 @@ impl Driver {
         })
     }
 
+    /// Opens `path` and keeps the handle (a program holding a file open across calls).
+    pub fn open_keep(&mut self, path: &str) -> Result<(Ino, cairn_vfs::Fh), FsError> {
+        self.call(|d| {
+            let a = d.stat(path)?;
+            Ok((a.ino, d.fs.open(&d.ctx, a.ino, libc::O_RDWR)?))
+        })
+    }
+
+    /// Closes a handle [`Driver::open_keep`] returned (its last close may free the inode).
+    pub fn close(&mut self, ino: Ino, fh: cairn_vfs::Fh) -> Result<(), FsError> {
+        self.call(|d| d.fs.release(ino, fh))
+    }
+
     pub fn fsync(&mut self, path: &str) -> Result<(), FsError> {
         self.call(|d| {
             let a = d.stat(path)?;
@@ -364,36 +377,12 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
     let rec = Arc::new(Recorder::new(bs));
     dev.set_trace(Some(rec.clone()));
     let fail = |what: &str, e: FsError| Error::Workload(format!("{}: {what}: {e}", w.name));
-    cairn_ffs::mkfs_device(
-        dev.as_ref(),
-        &MkfsOptions {
-            block_size: bs,
-            blocks_per_group: spec.blocks_per_group,
-            label: "crash".into(),
-            // A journal's log area: 1% of the image, at least the smallest log.
-            journal_size: crate::modes::needs_log_area(mode).then(|| {
-                (spec.bytes / 100)
-                    .max(cairn_ffs::strategy::journal::MIN_LOG_BYTES + 4 * u64::from(bs))
-            }),
-            ..Default::default()
-        },
-    )
-    .map_err(|e| fail("mkfs", e))?;
-    let strategy = crate::modes::strategy_for(mode)
-        .ok_or_else(|| Error::Workload(format!("unknown mode '{mode}'")))?;
-    let opts = MountOptions {
-        mode: mode.into(),
-        cache_bytes: 64 << 20,
-        // No syncer during a workload: its writes would land at a time-dependent point and
-        // make recordings differ between runs.
-        syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
-        read_only: false,
-        force: false,
-        mode_options: Vec::new(),
+    let mounted: Arc<dyn FileSystem> = if crate::modes::is_ffs(mode) {
+        mount_ffs(&dev, mode, spec).map_err(|(what, e)| fail(what, e))?
+    } else {
+        mount_format(&dev, mode).map_err(|(what, e)| fail(what, e))?
     };
-    let ffs = Ffs::mount_device_with_strategy(dev.clone() as Arc<dyn BlockDevice>, &opts, strategy)
-        .map_err(|e| fail("mount", e))?;
-    let fs = Arc::new(RecordingFs::new(ffs.clone(), rec.clone()));
+    let fs = Arc::new(RecordingFs::new(mounted.clone(), rec.clone()));
     let mut d = Driver::new(fs.clone(), w.forget);
     match &w.body {
         Body::Scripted { setup, .. } => setup(&mut d).map_err(|e| fail("setup", e))?,
@@ -408,12 +397,12 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
         Body::Untar { seed } => untar(&mut d, *seed).map_err(|e| fail("run", e))?,
         Body::Build { seed } => build(&mut d, *seed).map_err(|e| fail("run", e))?,
     }
-    fs.record_unmount(|| ffs.unmount())
+    fs.record_unmount(|| mounted.destroy())
         .map_err(|e| fail("unmount", e))?;
     dev.set_trace(None);
     drop(d);
     drop(fs);
-    drop(ffs);
+    drop(mounted);
     Ok(Recording {
         header: Header {
             recording: FORMAT,
@@ -428,6 +417,85 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
         },
         events: rec.events(),
     })
+}
+
+type MountResult = Result<Arc<dyn FileSystem>, (&'static str, FsError)>;
+
+/// An FFS image on `dev`, mounted through the mode's strategy (a registered mode, one not
+/// yet listed, or a planted bug), with no syncer.
+fn mount_ffs(dev: &Arc<MemDevice>, mode: &str, spec: &ImageSpec) -> MountResult {
+    let bs = spec.block_size;
+    cairn_ffs::mkfs_device(
+        dev.as_ref(),
+        &MkfsOptions {
+            block_size: bs,
+            blocks_per_group: spec.blocks_per_group,
+            label: "crash".into(),
+            // A journal's log area: 1% of the image, at least the smallest log.
+            journal_size: crate::modes::needs_log_area(mode).then(|| {
+                (spec.bytes / 100)
+                    .max(cairn_ffs::strategy::journal::MIN_LOG_BYTES + 4 * u64::from(bs))
+            }),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| ("mkfs", e))?;
+    let strategy = crate::modes::strategy_for(mode).ok_or((
+        "mount",
+        FsError::Refused(cairn_vfs::Errno::EINVAL, format!("unknown mode '{mode}'")),
+    ))?;
+    let opts = MountOptions {
+        mode: mode.into(),
+        cache_bytes: 64 << 20,
+        // No syncer during a workload: its writes would land at a time-dependent point and
+        // make recordings differ between runs.
+        syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
+        read_only: false,
+        force: false,
+        mode_options: Vec::new(),
+    };
+    let ffs = Ffs::mount_device_with_strategy(dev.clone() as Arc<dyn BlockDevice>, &opts, strategy)
+        .map_err(|e| ("mount", e))?;
+    Ok(ffs)
+}
+
+/// An image of another registered format on `dev`, made and mounted through its registry
+/// entry (`cairn_fstypes::DeviceOps`) with no background writers, or through a planted
+/// bug's own mount of the format's engine.
+fn mount_format(dev: &Arc<MemDevice>, mode: &str) -> MountResult {
+    let unknown = || {
+        (
+            "mount",
+            FsError::Refused(cairn_vfs::Errno::EINVAL, format!("unknown mode '{mode}'")),
+        )
+    };
+    let fs_type = crate::modes::format_of(mode).ok_or_else(unknown)?;
+    let variant = crate::modes::variant(mode);
+    let dev = dev.clone() as Arc<dyn BlockDevice>;
+    let args = variant.map_or_else(
+        || cairn_fstypes::MkfsArgs {
+            label: "crash".into(),
+            ..Default::default()
+        },
+        |v| (v.mkfs)(),
+    );
+    (fs_type.device.mkfs)(dev.clone(), &args).map_err(|e| ("mkfs", e))?;
+    if let Some(p) = crate::planted::by_name(mode) {
+        return p.mount(dev).ok_or_else(unknown)?.map_err(|e| ("mount", e));
+    }
+    let mut opts = vec![("mode".to_string(), Some(crate::modes::mount_mode(mode)))];
+    if let Some(v) = variant {
+        opts.extend((v.options)(dev.as_ref()));
+    }
+    (fs_type.device.mount)(
+        dev,
+        &opts,
+        cairn_fstypes::DeviceMount {
+            read_only: false,
+            background: false,
+        },
+    )
+    .map_err(|e| ("mount", e))
 }
 
 fn scripted(name: &str, setup: Script, run: Script) -> Workload {
@@ -452,6 +520,10 @@ pub fn all() -> Vec<Workload> {
             forget: Forget::Seeded(seed),
         });
     }
+    // Not in the scripted set (whose FFS write order is golden): a file unlinked while a
+    // program holds it open, with an fsync of another file while it is: the states after
+    // that fsync hold an inode with no name and no link (what the mount or fsck must free).
+    v.push(scripted("unlink-open", open_setup, unlink_open));
     v.push(Workload {
         name: "untar".into(),
         body: Body::Untar { seed: 7 },
@@ -780,6 +852,22 @@ pub fn scripted_set() -> Vec<Workload> {
             )
         },
     ]
+}
+
+fn open_setup(d: &mut Driver) -> Result<(), FsError> {
+    d.create("a")?;
+    d.write("a", 0, 8192)?;
+    d.create("b")
+}
+
+fn unlink_open(d: &mut Driver) -> Result<(), FsError> {
+    let (ino, fh) = d.open_keep("a")?;
+    d.unlink("a")?;
+    d.write("b", 0, 4096)?;
+    d.fsync("b")?;
+    d.write("b", 4096, 4096)?;
+    d.fsync("b")?;
+    d.close(ino, fh)
 }
 
 /// A seeded random sequence of operations on a small namespace. Calls may fail (a rename of

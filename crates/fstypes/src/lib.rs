@@ -16,6 +16,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use cairn_blockdev::BlockDevice;
+
 use cairn_fsck::{CheckOptions, FsckError, Report};
 use cairn_vfs::modes::{AfterCrash, ModeSpec};
 use cairn_vfs::{Errno, FileSystem, FsError};
@@ -52,6 +54,45 @@ pub struct FsType {
     pub mount: MountFn,
     /// Checks (and with `repair`, repairs) the image, as `cairn fsck`.
     pub check: fn(&Path, CheckOptions) -> Result<Report, FsckError>,
+    /// The same on a block device, for tools that build images in memory (the crash
+    /// harness records a format through these, and checks every crash state with them).
+    pub device: DeviceOps,
+    /// `cairn inspect IMG WHAT…` for this format; `None`: the FFS inspector of crates/fsck.
+    pub inspect: Option<InspectFn>,
+    /// Every state a crash leaves is, after the mount's own recovery, the file system as
+    /// some prefix of the calls left it, no shorter than the calls returned before the
+    /// last returned fsync or sync (a single log, replayed up to its last committed flush,
+    /// where an fsync commits everything before it: 004 §4.2). The crash harness holds a
+    /// format that says so to it.
+    pub crash_prefix: bool,
+}
+
+/// Mounts a device with the format's options, as [`DeviceMount`] says.
+pub type DeviceMountFn =
+    fn(Arc<dyn BlockDevice>, &Options, DeviceMount) -> Result<Arc<dyn FileSystem>, FsError>;
+
+/// Shows one structure of an image as text (`cairn inspect`).
+pub type InspectFn = fn(&Path, &[String]) -> Result<String, cairn_fsck::inspect::InspectError>;
+
+/// How [`DeviceOps::mount`] mounts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceMount {
+    pub read_only: bool,
+    /// Run the format's background writers (syncer, cleaner, checkpoint timer). A
+    /// recording turns them off: their writes would land at time-dependent points.
+    pub background: bool,
+}
+
+/// A format on a block device rather than an image path.
+pub struct DeviceOps {
+    /// Makes a file system on `dev` (`MkfsArgs::size`, `force` and `sparse` are ignored:
+    /// the device is the size).
+    pub mkfs: fn(Arc<dyn BlockDevice>, &MkfsArgs) -> Result<(), FsError>,
+    /// Mounts `dev` with the format's options (`mode=` among them).
+    pub mount: DeviceMountFn,
+    /// Checks `dev` without changing it (findings classed as corruption or leak), after
+    /// whatever the format's read-only mount recovers in memory.
+    pub check: fn(Arc<dyn BlockDevice>) -> Result<Report, FsckError>,
 }
 
 /// What `cairn mkfs` was asked, for any format.
@@ -72,18 +113,17 @@ pub struct MkfsArgs {
 
 /// Every format this build knows, the default (`mkfs` without `--format`) first.
 pub fn types() -> &'static [&'static FsType] {
-    static TYPES: [&FsType; 1] = [&FFS];
+    static TYPES: [&FsType; 2] = [&FFS, &LFS];
     &TYPES
 }
 
-/// Every format this build can make, mount and check: [`types`] and the formats not yet in
-/// the default iteration (the log-structured format, until the real-mount suites pass on
-/// it). `mkfs --format`, mount's probe, fsck and inspect look here; the tools that run
-/// every mode (`cairn modes`, the crash harness, the test suites, the benchmark) iterate
-/// [`types`] only.
+/// Every format this build can make, mount and check: [`types`] and any format not yet in
+/// the default iteration (none at present: a new format sits here until the real-mount
+/// suites, the crash campaign and the benchmark pass on it). `mkfs --format`, mount's
+/// probe, fsck and inspect look here; the tools that run every mode (`cairn modes`, the
+/// crash harness, the test suites, the benchmark) iterate [`types`] only.
 pub fn all_types() -> &'static [&'static FsType] {
-    static ALL: [&FsType; 2] = [&FFS, &LFS];
-    &ALL
+    types()
 }
 
 /// The format called `name`.
@@ -204,6 +244,13 @@ static FFS: FsType = FsType {
     mkfs: ffs_mkfs,
     mount: ffs_mount,
     check: ffs_check,
+    device: DeviceOps {
+        mkfs: ffs_mkfs_device,
+        mount: ffs_mount_device,
+        check: |dev| cairn_fsck::check(&*dev, CheckOptions::default()),
+    },
+    crash_prefix: false,
+    inspect: None,
 };
 
 /// The options as the engine takes them, each key known to the format or one of its
@@ -356,6 +403,39 @@ fn ffs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
     }
 }
 
+fn ffs_mkfs_device(dev: Arc<dyn BlockDevice>, a: &MkfsArgs) -> Result<(), FsError> {
+    let defaults = cairn_ffs::MkfsOptions::default();
+    cairn_ffs::mkfs_device(
+        &*dev,
+        &cairn_ffs::MkfsOptions {
+            block_size: dev.block_size(),
+            inodes: a.inodes,
+            label: a.label.clone(),
+            // As `ffs_mkfs`: a log area of about 1% unless told otherwise.
+            journal_size: a.journal_size.or_else(|| {
+                cairn_ffs::default_journal_size(
+                    dev.num_blocks() * dev.block_size() as u64,
+                    dev.block_size(),
+                )
+            }),
+            ..defaults
+        },
+    )
+}
+
+fn ffs_mount_device(
+    dev: Arc<dyn BlockDevice>,
+    opts: &Options,
+    how: DeviceMount,
+) -> Result<Arc<dyn FileSystem>, FsError> {
+    let mut o = ffs_options(opts, how.read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
+    if !how.background {
+        // A day: never within a recording.
+        o.syncer_interval = Some(std::time::Duration::from_secs(24 * 3600));
+    }
+    Ok(cairn_ffs::Ffs::mount_device(dev, &o)?)
+}
+
 fn ffs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
     let o = ffs_options(opts, read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
     Ok(cairn_ffs::Ffs::mount(path, &o)?)
@@ -363,7 +443,14 @@ fn ffs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn Fil
 
 // ---- the log-structured format (004, Sprite LFS) ---------------------------------------
 
-/// LFS's one mode: what a crash leaves after roll-forward (004 §4).
+/// LFS's one mode: what a crash leaves after roll-forward (004 §4). The crash harness holds
+/// it to this and, through [`FsType::crash_prefix`], to a prefix of the calls: roll-forward
+/// applies whole flushes, each written at an operation boundary, and an fsync is one
+/// committed flush of everything dirty followed by a device flush. Leaks: only a file
+/// unlinked while a program held it open when the system stopped (its inode, flushed with
+/// no link, stays in the inode map: the crash workload `unlink-open` shows it; `cairn fsck
+/// -y` frees it, and so does the next read-write mount when roll-forward finds it). Nothing else: a flush carries every inode, block
+/// and usage change of the calls before it.
 const LFS_MODES: [ModeSpec; 1] = [ModeSpec {
     name: "lfs",
     description: "log-structured (Sprite LFS): everything written sequentially in a log of segments; checkpoints and roll-forward",
@@ -375,13 +462,12 @@ const LFS_MODES: [ModeSpec; 1] = [ModeSpec {
         leak: cairn_vfs::modes::Allowed::May,
         interrupted_rename: cairn_vfs::modes::Allowed::Never,
         after_crash: AfterCrash::Recover,
-        basis: "004 §4: checkpoints and roll-forward to the last committed flush",
+        basis: "004 §4: checkpoints and roll-forward to the last committed flush; every state a prefix of the calls, every returned fsync durable; leaks only of files unlinked while open",
     },
     options: &[],
 }];
 
-/// Registered (mkfs, mount, fsck work) but not in [`types`]: the real-mount suites, the
-/// crash campaign and the benchmark do not run it yet.
+/// In [`types`]: every real-mount suite, the crash campaign and the benchmark run it.
 static LFS: FsType = FsType {
     name: "lfs",
     description: "the log-structured format (Sprite LFS, 004): segments, inode map, usage table, checkpoints, roll-forward",
@@ -393,7 +479,23 @@ static LFS: FsType = FsType {
     mkfs: lfs_mkfs,
     mount: lfs_mount,
     check: lfs_check,
+    device: DeviceOps {
+        mkfs: lfs_mkfs_device,
+        mount: lfs_mount_device,
+        check: lfs_check_device,
+    },
+    crash_prefix: true,
+    inspect: Some(lfs_inspect),
 };
+
+fn lfs_inspect(path: &Path, what: &[String]) -> Result<String, cairn_fsck::inspect::InspectError> {
+    use cairn_fsck::inspect::InspectError as E;
+    cairn_lfs::inspect::inspect_path(path, what).map_err(|e| match e {
+        cairn_lfs::inspect::InspectError::Open(e) => E::Open(lfs_error(e)),
+        cairn_lfs::inspect::InspectError::Usage(m) => E::Usage(m),
+        cairn_lfs::inspect::InspectError::NotFound(m) => E::NotFound(m),
+    })
+}
 
 fn lfs_options(opts: &Options, read_only: bool) -> Result<cairn_lfs::MountOptions, String> {
     let mut o = cairn_lfs::MountOptions {
@@ -427,18 +529,37 @@ fn lfs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
             "the lfs format uses 4096-byte blocks".into(),
         ));
     }
+    cairn_lfs::mkfs(path, &lfs_mkfs_options(a))
+}
+
+fn lfs_mkfs_options(a: &MkfsArgs) -> cairn_lfs::MkfsOptions {
     let d = cairn_lfs::MkfsOptions::default();
-    cairn_lfs::mkfs(
-        path,
-        &cairn_lfs::MkfsOptions {
-            size: a.size,
-            segment_size: a.segment_size.unwrap_or(d.segment_size),
-            inodes: a.inodes,
-            label: a.label.clone(),
-            force: a.force,
-            sparse: a.sparse,
-        },
-    )
+    cairn_lfs::MkfsOptions {
+        size: a.size,
+        segment_size: a.segment_size.unwrap_or(d.segment_size),
+        inodes: a.inodes,
+        label: a.label.clone(),
+        force: a.force,
+        sparse: a.sparse,
+    }
+}
+
+fn lfs_mkfs_device(dev: Arc<dyn BlockDevice>, a: &MkfsArgs) -> Result<(), FsError> {
+    cairn_lfs::mkfs_device(dev, &lfs_mkfs_options(a))
+}
+
+fn lfs_mount_device(
+    dev: Arc<dyn BlockDevice>,
+    opts: &Options,
+    how: DeviceMount,
+) -> Result<Arc<dyn FileSystem>, FsError> {
+    let mut o = lfs_options(opts, how.read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
+    o.syncer = how.background;
+    Ok(cairn_lfs::Lfs::mount_device(dev, &o)?)
+}
+
+fn lfs_check_device(dev: Arc<dyn BlockDevice>) -> Result<Report, FsckError> {
+    lfs_report(cairn_lfs::check::check_device(dev))
 }
 
 fn lfs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
@@ -446,11 +567,40 @@ fn lfs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn Fil
     Ok(cairn_lfs::Lfs::mount(path, &o)?)
 }
 
-/// `cairn fsck` on an LFS image: the engine's check, in fsck's report. Repair is not
-/// implemented yet: `-y` finds and reports, and fixes nothing.
+/// `cairn fsck` on an LFS image: the engine's check, in fsck's report. With `-y`, the LFS
+/// repair (`cairn_lfs::check::repair_path`): the roll-forward made durable, the usage
+/// table and link counts recounted, inodes with no name and no link freed; anything else
+/// is left, with one finding saying why the image was not repaired (exit 4).
 fn lfs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
-    use cairn_fsck::{Class, Finding, Pass, Stats};
-    let r = cairn_lfs::check::check_path(path).map_err(|e| match e {
+    if !opts.repair {
+        return lfs_report(cairn_lfs::check::check_path(path));
+    }
+    let r = cairn_lfs::check::repair_path(path).map_err(lfs_error)?;
+    let mut rep = lfs_report(Ok(r.before.clone()))?;
+    let left: std::collections::HashSet<&str> = r
+        .after
+        .findings
+        .iter()
+        .map(|f| f.message.as_str())
+        .collect();
+    for f in &mut rep.findings {
+        f.fixed = !left.contains(f.message.as_str());
+    }
+    rep.fixed = rep.findings.iter().filter(|f| f.fixed).count();
+    rep.repaired = r.wrote;
+    if let Some(why) = r.refused {
+        rep.findings.push(cairn_fsck::Finding {
+            class: cairn_fsck::Class::Corruption,
+            pass: cairn_fsck::Pass::Inodes,
+            message: format!("not repaired: {why}"),
+            fixed: false,
+        });
+    }
+    Ok(rep)
+}
+
+fn lfs_error(e: FsError) -> FsckError {
+    match e {
         FsError::Refused(Errno::EBUSY, m) => FsckError::Busy(m),
         FsError::Refused(_, m) => FsckError::NotCairn(m),
         FsError::Io(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
@@ -458,8 +608,13 @@ fn lfs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
         }
         FsError::Io(e) => FsckError::Io(e),
         e => FsckError::Unusable(e.to_string()),
-    })?;
-    let _ = opts;
+    }
+}
+
+/// The engine's check in fsck's report.
+fn lfs_report(r: Result<cairn_lfs::check::CheckReport, FsError>) -> Result<Report, FsckError> {
+    use cairn_fsck::{Class, Finding, Pass, Stats};
+    let r = r.map_err(lfs_error)?;
     Ok(Report {
         findings: r
             .findings
@@ -629,8 +784,57 @@ mod tests {
         assert!((FFS.check_options)(&both("async"), false).is_err());
     }
 
+    /// `cairn fsck -y` on an LFS image a crash left with a file unlinked while open: the
+    /// check reports the leak (exit 4), the repair frees it (exit 1), then it is clean.
     #[test]
-    fn lfs_is_registered_probed_and_checked_but_not_iterated() {
+    fn lfs_fsck_repairs_a_file_unlinked_while_open() {
+        use std::ffi::OsStr;
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("img");
+        let lfs = by_name("lfs").unwrap();
+        (lfs.mkfs)(
+            &img,
+            &MkfsArgs {
+                size: Some(16 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        {
+            let o = cairn_lfs::MountOptions {
+                syncer: false,
+                ..Default::default()
+            };
+            let fs = cairn_lfs::Lfs::mount(&img, &o).unwrap();
+            let c = cairn_vfs::Ctx::root();
+            let (a, fh) = fs
+                .create(&c, fs.root_ino(), OsStr::new("f"), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(a.ino, fh, 0, &[3u8; 9000]).unwrap();
+            fs.unlink(&c, fs.root_ino(), OsStr::new("f")).unwrap();
+            fs.fsync(fs.root_ino(), 0, false).unwrap();
+            // Dropped without unmounting: the crash.
+        }
+        let r = (lfs.check)(&img, CheckOptions::default()).unwrap();
+        assert_eq!(
+            (r.findings.len(), r.exit_code()),
+            (1, 4),
+            "{:?}",
+            r.findings
+        );
+        let y = CheckOptions {
+            repair: true,
+            ..Default::default()
+        };
+        let r = (lfs.check)(&img, y).unwrap();
+        assert_eq!((r.fixed, r.exit_code()), (1, 1), "{:?}", r.findings);
+        assert!(r.repaired);
+        let r = (lfs.check)(&img, CheckOptions::default()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
+    }
+
+    #[test]
+    fn lfs_is_registered_probed_checked_and_iterated() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("img");
         let lfs = by_name("lfs").unwrap();
@@ -656,8 +860,8 @@ mod tests {
         // Options are the format's own: a mode of another format is refused.
         assert!((lfs.check_option)("mode", Some("lfs")).is_ok());
         assert!((lfs.check_option)("mode", Some("async")).is_err());
-        // Not in the default iteration until the real-mount suites run it in CI.
-        assert!(modes().iter().all(|m| m.fs.name != "lfs"));
+        // In the default iteration: every suite, the crash campaign and the bench run it.
+        assert_eq!(mode("lfs").unwrap().fs.name, "lfs");
         // FFS refuses a segment size.
         let e = (FFS.mkfs)(
             &dir.path().join("f"),

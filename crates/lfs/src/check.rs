@@ -8,12 +8,15 @@
 //!   table blocks account for (004 §3.6);
 //! - the directory tree from the root: entries name live inodes, `..` names the parent;
 //! - link counts equal the references found; an inode no directory names is a leak.
+//!
+//! [`repair_device`] (`cairn fsck -y`) fixes what a crash can leave without corruption and
+//! refuses, changing nothing, what it cannot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
-use cairn_vfs::Result;
+use cairn_vfs::{FileSystem, Result};
 
 use crate::engine::{Lfs, MountOptions, ROOT_INO, owned_blocks};
 use crate::format::BLOCK_SIZE;
@@ -62,6 +65,24 @@ pub fn check_device(dev: Arc<dyn BlockDevice>) -> Result<CheckReport> {
     };
     let fs = Lfs::mount_device(dev, &opts)?;
     let mut st = fs.st.lock();
+    Ok(audit(&mut st)?.report)
+}
+
+/// What [`audit`] found, with what a repair needs: the live bytes each segment should have,
+/// and each inode's link count against the references the tree holds.
+struct Audit {
+    report: CheckReport,
+    /// Live bytes per segment, as the inode map, the inodes and the tables account for them.
+    live: Vec<u64>,
+    /// Link count on disk and references found, per inode in use.
+    links: BTreeMap<u64, (u32, u32)>,
+    /// A finding no repair here fixes (anything but the usage table, a link count and an
+    /// unnamed inode with no links).
+    unrepairable: usize,
+}
+
+fn audit(st: &mut crate::engine::State) -> Result<Audit> {
+    let mut unrepairable = 0usize;
     let mut r = CheckReport {
         segments: st.sb.segments,
         clean_segments: st.clean_segments(),
@@ -198,18 +219,293 @@ pub fn check_device(dev: Arc<dyn BlockDevice>) -> Result<CheckReport> {
             }
         }
     }
+    // Everything found so far but the usage table's counts is beyond the repair.
+    unrepairable += r
+        .findings
+        .iter()
+        .filter(|f| !f.message.starts_with("segment "))
+        .count();
+    let mut links = BTreeMap::new();
     for (&ino, &n) in &nlinks {
+        let c = refs.get(&ino).copied().unwrap_or(0);
+        links.insert(ino, (n, c));
         match refs.get(&ino) {
-            None => bad(
-                true,
-                format!("inode {ino}: in no directory (link count {n})"),
-            ),
-            Some(&c) if c != n => bad(
-                false,
-                format!("inode {ino}: link count {n}, {c} references"),
-            ),
+            None => {
+                // An inode with links no directory holds would need lost+found.
+                unrepairable += (n > 0) as usize;
+                r.findings.push(Finding {
+                    leak: true,
+                    message: format!("inode {ino}: in no directory (link count {n})"),
+                });
+            }
+            Some(&c) if c != n => r.findings.push(Finding {
+                leak: false,
+                message: format!("inode {ino}: link count {n}, {c} references"),
+            }),
             _ => {}
         }
     }
-    Ok(r)
+    Ok(Audit {
+        report: r,
+        live,
+        links,
+        unrepairable,
+    })
+}
+
+/// What `cairn fsck -y` did to an LFS image.
+#[derive(Clone, Debug, Default)]
+pub struct RepairReport {
+    /// The findings before the repair (the image as the last crash left it, rolled forward).
+    pub before: CheckReport,
+    /// The findings after it (empty when everything was fixed).
+    pub after: CheckReport,
+    /// Whether anything was written (roll-forward made durable, fixes checkpointed).
+    pub wrote: bool,
+    /// Why the repair changed nothing beyond the roll-forward, if it did not.
+    pub refused: Option<String>,
+}
+
+/// `cairn fsck -y` on an LFS image (an exclusive lock: refused while anything holds it).
+pub fn repair_path(path: &std::path::Path) -> Result<RepairReport> {
+    let dev = cairn_blockdev::FileDevice::open(path, BLOCK_SIZE as u32, false)?;
+    repair_device(Arc::new(dev))
+}
+
+/// Repairs what an LFS image can lose without corruption: a read-write mount makes the
+/// roll-forward durable (its checkpoint); then the usage table takes the live bytes the
+/// inodes account for, link counts take the references the tree holds, and inodes with no
+/// link and no name (unlinked while open when the system stopped) are freed; a checkpoint
+/// makes it durable. Anything else — an entry naming a free inode, a block owned twice, an
+/// inode that does not decode, an inode with links but no name (it would need lost+found)
+/// — is reported and left: the image is not changed beyond the roll-forward.
+pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
+    let opts = MountOptions {
+        syncer: false,
+        ..Default::default()
+    };
+    // What the image holds as the crash left it (rolled forward in memory only): the
+    // findings the report lists, fixed or not.
+    let mut out = RepairReport {
+        before: check_device(dev.clone())?,
+        ..Default::default()
+    };
+    // The read-write mount rolls forward for good, freeing the inodes it found unlinked.
+    let fs = Lfs::mount_device(dev.clone(), &opts)?;
+    let r = {
+        let mut st = fs.st.lock();
+        let a = audit(&mut st)?;
+        out.wrote = out.before.rolled_forward_partials > 0;
+        if a.report.findings.is_empty() {
+            None
+        } else if a.unrepairable > 0 {
+            out.refused = Some(format!(
+                "{} finding(s) beyond what lfs repairs (the usage table, link counts, unnamed inodes with no link): the image is left as it is",
+                a.unrepairable
+            ));
+            None
+        } else {
+            Some(fix(&mut st, &a))
+        }
+    };
+    if let Some(r) = r {
+        r?;
+        out.wrote = true;
+    }
+    if out.wrote {
+        fs.destroy()?;
+    }
+    drop(fs);
+    out.after = check_device(dev)?;
+    Ok(out)
+}
+
+/// Applies the repairs [`repair_device`] allows, then checkpoints.
+fn fix(st: &mut crate::engine::State, a: &Audit) -> Result<()> {
+    for (&ino, &(n, c)) in &a.links {
+        if c == 0 {
+            // No name and (the audit refused otherwise) no link: unlinked while open.
+            st.node(ino)?.inode.nlink = 0;
+            st.maybe_free(ino)?;
+        } else if n != c {
+            st.node(ino)?.inode.nlink = c;
+            st.mark_dirty(ino);
+        }
+    }
+    // The frees above moved live bytes; the table is recounted after them.
+    st.flush()?;
+    let fresh = audit(st)?;
+    for (s, &want) in fresh.live.iter().enumerate() {
+        st.usage[s].live_bytes = want as u32;
+    }
+    st.checkpoint()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use cairn_blockdev::MemDevice;
+    use cairn_vfs::Ctx;
+
+    use super::*;
+    use crate::format::tables;
+    use crate::mkfs::{MkfsOptions, mkfs_device};
+
+    fn image() -> Arc<MemDevice> {
+        let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 2048));
+        mkfs_device(
+            dev.clone(),
+            &MkfsOptions {
+                segment_size: 64 << 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        dev
+    }
+
+    fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
+        let o = MountOptions {
+            syncer: false,
+            ..Default::default()
+        };
+        Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap()
+    }
+
+    fn file(fs: &Lfs, name: &str) -> u64 {
+        let c = Ctx::root();
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, OsStr::new(name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[7u8; 10_000]).unwrap();
+        fs.release(a.ino, fh).unwrap();
+        a.ino
+    }
+
+    /// The image as a crash right now would leave it (the mount is never unmounted).
+    fn crashed(dev: &Arc<MemDevice>) -> Arc<MemDevice> {
+        Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, dev.to_bytes()))
+    }
+
+    fn check(dev: &Arc<MemDevice>) -> CheckReport {
+        check_device(dev.clone() as Arc<dyn BlockDevice>).unwrap()
+    }
+
+    /// A file unlinked while open, its unlink flushed, then a crash: the check finds an
+    /// inode in no directory with no link (a leak); the repair frees it and its blocks.
+    #[test]
+    fn repair_frees_an_inode_unlinked_while_open() {
+        let dev = image();
+        let fs = mount(&dev);
+        let c = Ctx::root();
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, OsStr::new("open"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        fs.unlink(&c, ROOT_INO, OsStr::new("open")).unwrap();
+        fs.fsync(ROOT_INO, 0, false).unwrap();
+        let img = crashed(&dev);
+        drop(fs);
+        let r = check(&img);
+        assert!(
+            r.findings.len() == 1 && r.findings[0].leak,
+            "{:?}",
+            r.findings
+        );
+        assert!(
+            r.findings[0]
+                .message
+                .contains("in no directory (link count 0)")
+        );
+        let rep = repair_device(img.clone() as Arc<dyn BlockDevice>).unwrap();
+        assert!(rep.refused.is_none() && rep.wrote, "{rep:?}");
+        assert!(check(&img).is_clean(), "{:?}", check(&img).findings);
+    }
+
+    /// The same crash, then a read-write mount: roll-forward sees the inode written with no
+    /// link and the mount frees it (its checkpoint records it), so the image checks clean.
+    #[test]
+    fn a_read_write_mount_frees_what_roll_forward_finds_unlinked() {
+        let dev = image();
+        let fs = mount(&dev);
+        let c = Ctx::root();
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, OsStr::new("open"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        fs.checkpoint().unwrap();
+        fs.unlink(&c, ROOT_INO, OsStr::new("open")).unwrap();
+        fs.fsync(ROOT_INO, 0, false).unwrap();
+        let img = crashed(&dev);
+        drop(fs);
+        assert!(!check(&img).is_clean());
+        let fs = mount(&img);
+        assert!(fs.getattr(a.ino).is_err(), "the orphan is gone");
+        fs.destroy().unwrap();
+        drop(fs);
+        assert!(check(&img).is_clean(), "{:?}", check(&img).findings);
+    }
+
+    /// A usage table and a link count that disagree with the inodes are set from them.
+    #[test]
+    fn repair_recounts_the_usage_table_and_link_counts() {
+        let dev = image();
+        let fs = mount(&dev);
+        let ino = file(&fs, "f");
+        {
+            let mut st = fs.st.lock();
+            let seg = st.log.seg as usize;
+            st.usage[seg].live_bytes += 8192;
+            st.node(ino).unwrap().inode.nlink = 3;
+            st.mark_dirty(ino);
+            st.checkpoint().unwrap();
+        }
+        fs.destroy().unwrap();
+        drop(fs);
+        let r = check(&dev);
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.message.contains("usage table says"))
+                && r.findings
+                    .iter()
+                    .any(|f| f.message.contains("link count 3, 1 references")),
+            "{:?}",
+            r.findings
+        );
+        let rep = repair_device(dev.clone() as Arc<dyn BlockDevice>).unwrap();
+        assert!(rep.refused.is_none(), "{rep:?}");
+        assert!(check(&dev).is_clean(), "{:?}", check(&dev).findings);
+        let fs = mount(&dev);
+        assert_eq!(fs.getattr(ino).unwrap().nlink, 1);
+    }
+
+    /// An entry naming a free inode is beyond the repair: reported, the image unchanged.
+    #[test]
+    fn repair_refuses_corruption_and_changes_nothing() {
+        let dev = image();
+        let fs = mount(&dev);
+        let ino = file(&fs, "f");
+        {
+            let mut st = fs.st.lock();
+            st.checkpoint().unwrap();
+            st.imap[ino as usize].addr = 0;
+            st.imap_dirty
+                .insert((ino / tables::PER_BLOCK as u64) as u32);
+            st.checkpoint().unwrap();
+        }
+        fs.destroy().unwrap();
+        drop(fs);
+        let before = dev.to_bytes();
+        let rep = repair_device(dev.clone() as Arc<dyn BlockDevice>).unwrap();
+        let why = rep.refused.clone().unwrap_or_else(|| panic!("{rep:?}"));
+        assert!(why.contains("left as it is"), "{why}");
+        assert!(!rep.wrote);
+        assert!(
+            dev.to_bytes() == before,
+            "a refused repair wrote to the image"
+        );
+        assert!(!check(&dev).is_clean());
+    }
 }

@@ -19,9 +19,13 @@ pub mod check;
 pub mod cleaner;
 mod engine;
 pub mod format;
+pub mod fuzz;
+pub mod inspect;
 mod log;
 mod mkfs;
 pub mod sim;
 
+#[cfg(any(test, feature = "planted"))]
+pub use engine::Planted;
 pub use engine::{Lfs, MountOptions};
 pub use mkfs::{MkfsOptions, mkfs, mkfs_device};

@@ -59,7 +59,7 @@ impl LogWriter {
     }
 
     /// Blocks pushed and not yet written.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "planted"))]
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }

@@ -97,9 +97,10 @@ impl MountOptions {
     /// The cleaning thresholds for a file system of `segments` segments.
     pub fn thresholds(&self, segments: u32) -> std::result::Result<Thresholds, String> {
         let start = self.clean_start.unwrap_or((segments / 10).clamp(2, 20));
+        // Not `clamp(start + 1, 100)`: a `clean_start` above 99 would make that panic.
         let stop = self
             .clean_stop
-            .unwrap_or((segments / 5).clamp(start + 1, 100).max(start));
+            .unwrap_or_else(|| (segments / 5).min(100).max(start.saturating_add(1)));
         Thresholds::new(start, stop).map_err(|e| e.to_string())
     }
 
@@ -334,6 +335,25 @@ pub(crate) struct State {
     pub policy: Policy,
     pub thresholds: Thresholds,
     pub read_only: bool,
+    /// Inodes roll-forward found with no link (unlinked while open when the system
+    /// stopped): a read-write mount frees them once roll-forward is done.
+    pub orphans: BTreeSet<u64>,
+    /// A deliberately broken ordering the crash harness must catch (tests and the planted
+    /// catalogue only; see [`Planted`]).
+    #[cfg(any(test, feature = "planted"))]
+    pub planted: Planted,
+}
+
+/// Deliberately broken orderings, compiled only for tests and the crash harness's planted
+/// catalogue (`feature = "planted"`): a checker that never fails proves nothing.
+#[cfg(any(test, feature = "planted"))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Planted {
+    #[default]
+    None,
+    /// The checkpoint region is written before the segments it names (and with no flush
+    /// between them): a crash between the two leaves a region naming blocks never written.
+    CheckpointFirst,
 }
 
 impl Segments for Vec<UsageEntry> {
@@ -800,8 +820,8 @@ impl State {
             let b = tables::encode_usage(i as u32, &self.usage);
             self.log.fill(&self.sb, a, b);
         }
-        #[cfg(test)]
-        if tests::CHECKPOINT_FIRST.with(|c| c.get()) {
+        #[cfg(any(test, feature = "planted"))]
+        if self.planted == Planted::CheckpointFirst {
             // The deliberately broken order the crash test must catch: the region first,
             // naming where the log will be once the segments it names are written.
             let n = self.log.pending_len() as u32;

@@ -291,7 +291,7 @@ impl State {
     }
 
     /// Frees `ino` once nothing names it and nothing has it open.
-    fn maybe_free(&mut self, ino: u64) -> Result<()> {
+    pub(crate) fn maybe_free(&mut self, ino: u64) -> Result<()> {
         let Some(n) = self.nodes.get(&ino) else {
             return Ok(());
         };

@@ -11,10 +11,6 @@ use cairn_vfs::{Ctx, FileSystem, RenameFlags};
 use super::*;
 use crate::check::check_device;
 
-thread_local! {
-    /// Test-only: write the checkpoint region before the segments it names (broken).
-    pub(super) static CHECKPOINT_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
 use crate::mkfs::{MkfsOptions, mkfs_device};
 
 fn opts() -> MountOptions {
@@ -221,7 +217,6 @@ fn full_disk_is_enospc_and_consistent() {
 /// device write (everything not yet written lost) must mount, check clean, and show the
 /// state after some step — never older than the last step whose fsync returned.
 fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
-    CHECKPOINT_FIRST.with(|c| c.set(broken));
     let dev = image(2048);
     let base = dev.to_bytes();
     let trace = Arc::new(VecTrace::with_data());
@@ -230,7 +225,13 @@ fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
     let mut states = vec![];
     let mut durable_after = vec![]; // trace length once step i's fsync returned
     {
-        let fs = mount(&dev);
+        let planted = if broken {
+            Planted::CheckpointFirst
+        } else {
+            Planted::None
+        };
+        let fs = Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted)
+            .unwrap();
         states.push(tree(&fs));
         durable_after.push(trace.len());
         type Step<'a> = Box<dyn Fn(&Lfs) + 'a>;
@@ -306,7 +307,6 @@ fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
     let writes: Vec<usize> = (0..=recs.len())
         .filter(|&k| k == 0 || recs[k - 1].0.op == TraceOp::Write)
         .collect();
-    CHECKPOINT_FIRST.with(|c| c.set(false));
     let mut checked = 0;
     for &k in &writes {
         let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -569,4 +569,17 @@ fn a_failed_log_write_refuses_changes_until_remount() {
     assert!(!t.contains_key("/lost") && !t.contains_key("/after/"));
     drop(fs);
     assert_clean(&dev);
+}
+
+/// A `clean_start` above 99 with no `clean_stop` is a valid choice, not a panic (the default
+/// stop used to be `clamp(start + 1, 100)`, whose bounds cross there).
+#[test]
+fn a_high_clean_start_without_a_stop_is_accepted() {
+    let mut o = MountOptions::default();
+    o.set("clean_start", Some("150")).unwrap();
+    let th = o.thresholds(1000).unwrap();
+    assert!(th.should_start(149) && !th.should_start(150), "{th:?}");
+    let mut o = MountOptions::default();
+    o.set("clean_start", Some("5")).unwrap();
+    assert!(o.thresholds(1000).is_ok());
 }

@@ -1,0 +1,5 @@
+#![no_main]
+// Body and property: cairn_lfs::fuzz::image.
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| cairn_lfs::fuzz::image(data));
