@@ -78,14 +78,14 @@ pub fn analogue(system: &str) -> &'static str {
         "FFS" | "Conventional" => "cairn-sync",
         "FFS-async" | "No Order" => "cairn-async, ext2",
         "Soft-Updates" => "cairn-softdep",
-        "LFFS-file" => "cairn journal in a file (when it lands)",
+        "LFFS-file" => "cairn-journal (log=file: the image's log area)",
         // ext4 -o sync is a journal on the file system's own disk whose every operation waits
         // for its commit: 000 Table 2's LFFS-wafs-1sync, not FFS (which has no log).
         "LFFS-wafs-1sync" => "ext4-sync (journal on the same disk, synchronous commit)",
-        "LFFS-wafs-2sync" => "cairn journal, synchronous (when it lands)",
+        "LFFS-wafs-2sync" => "cairn-journal with log=dev:PATH (not yet a bench target)",
         "LFFS-wafs-1async" => "ext4 (journal on the same disk, async commit)",
         "LFFS-wafs-2async" => "xfs-logdev (log on a second device)",
-        "Sprite LFS" => "cairn-lfs (when it lands)",
+        "Sprite LFS" => "cairn-lfs",
         _ => "",
     }
 }
