@@ -830,7 +830,17 @@ impl Strategy for SoftDep {
                 _ => return Ok(()),
             }
         };
-        let known = self.inner.deps.lock().enc_size.get(&ino).copied();
+        let known = {
+            let d = self.inner.deps.lock();
+            // A fresh inode (its allocation not yet on disk) had size 0 on disk; so does
+            // any inode whose size is 0 now, as far as a raised size goes. Neither needs the
+            // device read below, which every create used to pay.
+            if di.size == 0 || d.inomap.contains_key(&ino) {
+                Some(0)
+            } else {
+                d.enc_size.get(&ino).copied()
+            }
+        };
         let prev = match known {
             Some(s) => s,
             None => {
