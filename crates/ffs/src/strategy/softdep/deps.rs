@@ -171,6 +171,10 @@ pub(crate) struct Deps {
     pub by_block: BTreeMap<Blk, BTreeSet<u64>>,
     waiting: BTreeMap<Blk, BTreeSet<u64>>,
     pub alloc_by_ino: BTreeMap<Ino, BTreeSet<u64>>,
+    /// Allocation records by (inode, new block): whether a block of a file is one it was
+    /// given since its last write-back, in O(1) (a size raised by a streaming write asks it
+    /// of every block it covers; scanning `alloc_by_ino` made that quadratic in the file).
+    pub alloc_new: HashMap<(Ino, Blk), u32>,
     pub inomap: HashMap<Ino, u64>,
     pub entries: HashMap<(Blk, u32), u64>,
     /// Directory blocks that had entries removed, by directory, until the directory itself
@@ -237,8 +241,9 @@ impl Deps {
             What::InoMap { ino, .. } => {
                 self.inomap.insert(*ino, rec.id);
             }
-            What::Alloc { ino, .. } => {
+            What::Alloc { ino, new_blk, .. } => {
                 self.alloc_by_ino.entry(*ino).or_default().insert(rec.id);
+                *self.alloc_new.entry((*ino, *new_blk)).or_default() += 1;
             }
             What::Size { ino, .. } => {
                 self.sizes.entry(*ino).or_default().insert(rec.id);
@@ -274,7 +279,15 @@ impl Deps {
                     self.inomap.remove(ino);
                 }
             }
-            What::Alloc { ino, .. } => drop_id(&mut self.alloc_by_ino, *ino, rec.id),
+            What::Alloc { ino, new_blk, .. } => {
+                drop_id(&mut self.alloc_by_ino, *ino, rec.id);
+                if let Some(n) = self.alloc_new.get_mut(&(*ino, *new_blk)) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.alloc_new.remove(&(*ino, *new_blk));
+                    }
+                }
+            }
             What::Size { ino, .. } => drop_id(&mut self.sizes, *ino, rec.id),
             What::Entry {
                 blk, off, target, ..

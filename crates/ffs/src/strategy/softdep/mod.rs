@@ -859,16 +859,6 @@ impl Strategy for SoftDep {
         let first = prev / bs;
         let last = (di.size - 1) / bs;
         let cache = &tx.io.cache;
-        let allocs: Vec<Blk> = d
-            .alloc_by_ino
-            .get(&ino)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
-                Some(What::Alloc { new_blk, .. }) => Some(*new_blk),
-                _ => None,
-            })
-            .collect();
         let mut waits = Vec::new();
         // Bounded: a size raised over a long run is a truncate up (holes) or a stream (new
         // blocks, held by their allocations); the blocks that matter are at its ends.
@@ -881,7 +871,7 @@ impl Strategy for SoftDep {
             let Some(p) = map_cached(cache, &geo, &di, lbn) else {
                 continue;
             };
-            if allocs.contains(&p) {
+            if d.alloc_new.contains_key(&(ino, p)) {
                 continue;
             }
             if cache.lookup(p).is_some_and(|b| b.is_dirty()) {
