@@ -478,10 +478,7 @@ impl Mounted {
                 transport,
             } => format!(
                 "cairn mount -o mode={mode}{} ({})",
-                transport
-                    .as_ref()
-                    .map(|t| format!(",transport={t}"))
-                    .unwrap_or_default(),
+                transport_option(transport),
                 if *loopdev {
                     "loop device"
                 } else {
@@ -522,12 +519,10 @@ impl Mounted {
             Kind::Cairn {
                 mode, transport, ..
             } => {
+                let want_uring = transport.as_deref() == Some("uring");
                 // The daemon's log goes beside its image, so a run leaves nothing in the
                 // machine's runtime directory.
-                let transport = transport
-                    .as_ref()
-                    .map(|t| format!(",transport={t}"))
-                    .unwrap_or_default();
+                let transport = transport_option(transport);
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
@@ -542,7 +537,7 @@ impl Mounted {
                 self.after_fuse_mount()?;
                 // A daemon the kernel refuses io_uring mounts over /dev/fuse (and says
                 // so): measuring that under the `+uring` name would be a lie.
-                if transport.contains("uring") {
+                if want_uring {
                     let stats = sys::run(
                         Command::new(&self.cairn)
                             .args(["stats", "--json"])
@@ -761,28 +756,52 @@ fn cairn_check(cairn: &str, dev: &Path) -> Result<()> {
 /// (`cairn modes --json`, "after_crash": "fsck"; soft updates, journaling and LFS mount
 /// directly: 000 Table 3). Unknown answers mean fsck: the safe procedure.
 fn cairn_mode_needs_fsck(cairn: &str, mode: &str) -> bool {
-    let listed = sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default();
-    after_crash(&listed, mode).is_none_or(|a| a == "fsck")
+    after_crash(&listed_modes(cairn), mode).is_none_or(|a| a == "fsck")
 }
 
 /// The format (`"type"`) `mode` belongs to, as `cairn modes --json` lists it; `None` when
 /// it is not listed (mkfs's default format then).
 fn cairn_mode_format(cairn: &str, mode: &str) -> Option<String> {
-    let listed = sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default();
-    listed
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["mode"] == mode)
-        .and_then(|v| v["type"].as_str().map(str::to_string))
+    mode_field(&listed_modes(cairn), mode, "type")
 }
 
-/// The `after_crash` of `mode` in `cairn modes --json` output (one object per line).
-fn after_crash(listed: &str, mode: &str) -> Option<String> {
+/// `cairn modes --json`: one object per listed mode and line (empty if it cannot run),
+/// asked of each binary once per run: every target's mkfs and every crash recovery want it.
+fn listed_modes(cairn: &str) -> String {
+    static LISTED: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, String>>,
+    > = std::sync::OnceLock::new();
+    let mut m = LISTED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    m.entry(cairn.to_string())
+        .or_insert_with(|| {
+            sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default()
+        })
+        .clone()
+}
+
+/// The string `field` of `mode`'s line in `cairn modes --json` output.
+fn mode_field(listed: &str, mode: &str, field: &str) -> Option<String> {
     listed
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["mode"] == mode)
-        .and_then(|v| v["after_crash"].as_str().map(str::to_string))
+        .and_then(|v| v[field].as_str().map(str::to_string))
+}
+
+/// The `after_crash` of `mode` in `cairn modes --json` output.
+fn after_crash(listed: &str, mode: &str) -> Option<String> {
+    mode_field(listed, mode, "after_crash")
+}
+
+/// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
+fn transport_option(transport: &Option<String>) -> String {
+    transport
+        .as_ref()
+        .map(|t| format!(",transport={t}"))
+        .unwrap_or_default()
 }
 
 /// The flags `cairn mkfs` gets for a target: `--force` on a loop device (`cairn mkfs` refuses a

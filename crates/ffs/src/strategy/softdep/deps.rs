@@ -460,3 +460,43 @@ impl Deps {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(ino: Ino, new_blk: Blk) -> What {
+        What::Alloc {
+            ino,
+            at: PtrAt::Inode {
+                ptr: InodePtr::Direct(0),
+                iblk: 40,
+            },
+            cut: None,
+            new_blk,
+            old_blk: 0,
+            kind: BlockKind::Data,
+            applied: false,
+        }
+    }
+
+    /// The (inode, new block) index follows the records: two records for one block keep
+    /// it until both are gone, and another inode's record for the block is another key.
+    #[test]
+    fn the_allocation_index_follows_its_records() {
+        let mut d = Deps::default();
+        let a = d.insert(alloc(5, 100), vec![Cond::Block(100, 0)]);
+        let b = d.insert(alloc(5, 100), vec![Cond::Block(100, 0)]);
+        let c = d.insert(alloc(6, 101), vec![Cond::Block(101, 0)]);
+        assert!(d.alloc_new.contains_key(&(5, 100)));
+        assert!(!d.alloc_new.contains_key(&(6, 100)));
+        d.remove(a);
+        assert!(d.alloc_new.contains_key(&(5, 100)));
+        d.remove(b);
+        assert!(!d.alloc_new.contains_key(&(5, 100)));
+        d.update(c, |r| r.waits.clear());
+        assert!(d.alloc_new.contains_key(&(6, 101)));
+        d.remove(c);
+        assert!(d.alloc_new.is_empty());
+    }
+}
