@@ -388,19 +388,6 @@ impl Scan {
     }
 }
 
-/// Bits set among the first `len` of a bitmap block.
-fn count_set(map: &[u8], len: u64) -> u64 {
-    let full = (len / 8) as usize;
-    let mut n: u64 = map[..full.min(map.len())]
-        .iter()
-        .map(|b| b.count_ones() as u64)
-        .sum();
-    for i in (full as u64 * 8)..len {
-        n += bitmap::get(map, i as usize) as u64;
-    }
-    n
-}
-
 fn names_of(scan: &Scan, ino: Ino) -> u32 {
     scan.names.get(&ino).copied().unwrap_or(0)
 }
@@ -817,15 +804,7 @@ impl Ffs {
             }
             // An inode the fix brought into core leaves it again, as a forget would let it
             // (a check must not grow the inode table by every inode it fixed).
-            if !was_in_core
-                && st.inodes.loaded(ino).is_some_and(|ic| {
-                    ic.nlookup == 0
-                        && ic.nopen == 0
-                        && ic.writing == 0
-                        && ic.effnlink == ic.d.nlink
-                        && !ic.d.is_dir()
-                })
-            {
+            if !was_in_core && st.inodes.loaded(ino).is_some_and(|ic| ic.may_leave_core()) {
                 st.inodes.remove(ino);
             }
         }
@@ -931,7 +910,8 @@ impl Ffs {
         let geo = self.vol.geo;
         for g in 0..geo.group_count {
             let bmap = self.bread(geo.block_bitmap(g), kind::GROUP)?;
-            let free_blocks = (geo.group_len(g) - count_set(&bmap.read(), geo.group_len(g))) as u32;
+            let used_blocks = bitmap::count_set(&bmap.read(), geo.group_len(g) as usize) as u64;
+            let free_blocks = (geo.group_len(g) - used_blocks) as u32;
             let imap = self.bread(geo.inode_bitmap(g), kind::GROUP)?;
             let mut used = Vec::new();
             {

@@ -56,6 +56,19 @@ impl InCore {
             undo_scope: 0,
         }
     }
+
+    /// Whether the inode may leave memory: nothing refers to it (no lookup, handle or
+    /// write in flight), it is not a directory (their indexes stay), and no drop of its
+    /// on-disk count is deferred — reloaded, it would take the on-disk count as the names it
+    /// has and the drop, clamped to those, would be lost (a link count left high). An
+    /// unlinked inode is reclaimed instead, not dropped.
+    pub fn may_leave_core(&self) -> bool {
+        self.nlookup == 0
+            && self.nopen == 0
+            && self.writing == 0
+            && self.effnlink == self.d.nlink
+            && !self.d.is_dir()
+    }
 }
 
 /// Every inode in core, and the orphans among them.

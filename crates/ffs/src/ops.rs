@@ -1007,7 +1007,7 @@ impl Ffs {
             if ic.effnlink == 0 {
                 return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
             }
-            if !ic.d.is_dir() {
+            if ic.may_leave_core() {
                 st.inodes.remove(ino);
             }
             Ok(())
@@ -1280,10 +1280,7 @@ impl FileSystem for Ffs {
                     // cleared inode durable before any freed resource can be pointed to
                     // again (rule 2).
                     return self.in_op(st, OpKind::Reclaim, |st| self.reclaim(st, ino));
-                } else if !ic.d.is_dir() && ic.effnlink == ic.d.nlink {
-                    // Not while a drop of its on-disk count is deferred (soft updates):
-                    // reloaded, it would take the on-disk count as the names it has, and
-                    // the drop, clamped to those, would be lost (a link count left high).
+                } else if ic.may_leave_core() {
                     st.inodes.remove(ino);
                 }
             }

@@ -111,10 +111,12 @@ pub mod bitmap {
         }
         None
     }
+    /// Bits set among the first `limit` (whole bytes by popcount, the tail bit by bit).
     pub fn count_set(map: &[u8], limit: usize) -> usize {
-        (0..limit.min(map.len() * 8))
-            .filter(|&i| get(map, i))
-            .count()
+        let limit = limit.min(map.len() * 8);
+        let full = limit / 8;
+        let whole: usize = map[..full].iter().map(|b| b.count_ones() as usize).sum();
+        whole + (full * 8..limit).filter(|&i| get(map, i)).count()
     }
 
     #[cfg(test)]

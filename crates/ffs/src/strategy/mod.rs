@@ -159,7 +159,6 @@ pub trait Strategy: Send + std::marker::Sync {
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
 
-    /// Whether the engine may do this mode's device I/O without holding its lock.
     /// Whether the mode holds frees back that a sync would make (soft updates' worklist).
     /// A call that fails with ENOSPC while this is true makes them (`sync(All)`, without the
     /// engine's lock) and runs once more.
@@ -175,6 +174,7 @@ pub trait Strategy: Send + std::marker::Sync {
         None
     }
 
+    /// Whether the engine may do this mode's device I/O without holding its lock.
     fn io_model(&self) -> IoModel {
         IoModel::Serialized
     }
