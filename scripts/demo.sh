@@ -70,8 +70,12 @@ for mode in $modes; do
     mkdir -p "$mnt"
     echo
     echo "== mode $mode"
-    echo "\$ cairn mkfs $img --size 1G"
-    "$CAIRN" mkfs "$img" --size 1G
+    # The mode's on-disk format ("type" in `cairn modes --json`): lfs is a format of its own.
+    fmt=$("$CAIRN" modes --json 2>/dev/null | grep "\"mode\":\"$mode\"" |
+        sed -n 's/.*"type":"\([a-z0-9_-]*\)".*/\1/p' || true)
+    fmt=${fmt:-ffs}
+    echo "\$ cairn mkfs $img --size 1G --format $fmt"
+    "$CAIRN" mkfs "$img" --size 1G --format "$fmt"
     echo "\$ cairn mount -o mode=$mode $img $mnt"
     pin "$CAIRN" mount -o "mode=$mode" "$img" "$mnt"
     pin "$BENCH" workload create-unlink --dir "$mnt/demo" --files "$FILES" --cairn-stats "$mnt" --cairn "$CAIRN" --label "$mode" | tee -a "$summary"
