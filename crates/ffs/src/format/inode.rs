@@ -114,6 +114,17 @@ impl DiskInode {
         put_u32(b, 252, c);
     }
 
+    /// The mode and size of an encoded inode, unchecked: for a caller that holds the
+    /// buffer the engine itself just encoded (soft updates looks at every inode update
+    /// for a raised size, and most updates raise none: a full decode, checksum included,
+    /// was a measurable part of each call). `None` if `b` is short.
+    pub fn peek_mode_size(b: &[u8]) -> Option<(u32, u64)> {
+        if b.len() < INODE_SIZE {
+            return None;
+        }
+        Some((get_u32(b, 0), get_u64(b, 16)))
+    }
+
     /// Decodes the inode `ino` from its 256 bytes. Checks the checksum and that the mode
     /// names a file type; pointer ranges are checked by the users (they know the geometry).
     pub fn decode(ino: u64, b: &[u8]) -> FResult<DiskInode> {

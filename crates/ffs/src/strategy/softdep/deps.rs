@@ -9,7 +9,9 @@
 //! `mod.rs`), so a write numbered above a record always carries the change the record is
 //! about.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::super::{BlockKind, InodePtr, Release};
 use super::{Blk, Ino};
@@ -128,17 +130,116 @@ pub(crate) struct Rec {
 }
 
 impl Rec {
-    /// The blocks whose writes this record rolls back something in.
-    fn rollback_blocks(&self) -> Vec<Blk> {
-        match &self.what {
-            What::InoMap { iblk, .. } => vec![*iblk],
+    /// The blocks whose writes this record rolls back something in (at most two: an
+    /// indirect pointer's holder and its inode's block; no allocation, this runs for every
+    /// record made and removed).
+    fn rollback_blocks(&self) -> impl Iterator<Item = Blk> {
+        let (a, b) = match &self.what {
+            What::InoMap { iblk, .. } => (Some(*iblk), None),
             What::Alloc { at, .. } => match *at {
-                PtrAt::Inode { iblk, .. } => vec![iblk],
-                PtrAt::Indir { holder, iblk, .. } => vec![holder, iblk],
+                PtrAt::Inode { iblk, .. } => (Some(iblk), None),
+                PtrAt::Indir { holder, iblk, .. } => (Some(holder), Some(iblk)),
             },
-            What::Entry { blk, .. } => vec![*blk],
-            What::Size { iblk, .. } => vec![*iblk],
-            What::Work(_) => vec![],
+            What::Entry { blk, .. } => (Some(*blk), None),
+            What::Size { iblk, .. } => (Some(*iblk), None),
+            What::Work(_) => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+}
+
+/// The ids of the records under one index key; [`Ids::to_vec`] lists them ascending (so
+/// every walk over them, and so the order of writes and of the worklist, is the same on
+/// every run: crash recordings are compared by seed). Most keys hold one to three ids,
+/// where a sorted vector costs one allocation and a `BTreeSet` a tree node and its
+/// rebalancing (the index updates were the top of the per-call profile in PostMark); some
+/// keys hold thousands (a bitmap or inode block every new file waits on until the syncer
+/// writes it, a streamed file's allocations), where a vector's insert and remove would be
+/// linear and a tree's cost a walk down it on every record made and removed: past
+/// [`Ids::FEW`] a set is hashed, and sorted only when listed (at a write, not per call).
+#[derive(Debug)]
+pub(crate) enum Ids {
+    Few(Vec<u64>),
+    Many(FxHashSet<u64>),
+}
+
+impl Default for Ids {
+    fn default() -> Ids {
+        Ids::Few(Vec::new())
+    }
+}
+
+impl Ids {
+    const FEW: usize = 32;
+
+    fn insert(&mut self, id: u64) {
+        match self {
+            Ids::Few(v) => {
+                if let Err(i) = v.binary_search(&id) {
+                    if v.len() < Self::FEW {
+                        v.insert(i, id);
+                    } else {
+                        let mut t: FxHashSet<u64> = v.drain(..).collect();
+                        t.insert(id);
+                        *self = Ids::Many(t);
+                    }
+                }
+            }
+            Ids::Many(t) => {
+                t.insert(id);
+            }
+        }
+    }
+
+    /// Removes `id`; whether the set is empty now (its key goes).
+    fn remove(&mut self, id: u64) -> bool {
+        match self {
+            Ids::Few(v) => {
+                if let Ok(i) = v.binary_search(&id) {
+                    v.remove(i);
+                }
+                v.is_empty()
+            }
+            Ids::Many(t) => {
+                t.remove(&id);
+                t.is_empty()
+            }
+        }
+    }
+
+    /// The ids, ascending.
+    pub fn to_vec(&self) -> Vec<u64> {
+        match self {
+            Ids::Few(v) => v.clone(),
+            Ids::Many(t) => {
+                let mut v: Vec<u64> = t.iter().copied().collect();
+                v.sort_unstable();
+                v
+            }
+        }
+    }
+}
+
+/// The ids under key `k` of `m`, ascending.
+pub(crate) fn ids_at<K: std::hash::Hash + Eq>(m: &FxHashMap<K, Ids>, k: &K) -> Vec<u64> {
+    m.get(k).map(Ids::to_vec).unwrap_or_default()
+}
+
+/// An index from a key to the [`Ids`] of the records it names.
+trait IdIndex<K> {
+    fn add(&mut self, k: K, id: u64);
+    fn drop_id(&mut self, k: K, id: u64);
+}
+
+impl<K: std::hash::Hash + Eq> IdIndex<K> for FxHashMap<K, Ids> {
+    fn add(&mut self, k: K, id: u64) {
+        self.entry(k).or_default().insert(id);
+    }
+    fn drop_id(&mut self, k: K, id: u64) {
+        if let Some(v) = self.get_mut(&k)
+            && v.remove(id)
+        {
+            self.remove(&k);
         }
     }
 }
@@ -165,31 +266,33 @@ pub(crate) struct OpLog {
 pub(crate) struct Deps {
     pub seq: u64,
     next_id: u64,
-    pub recs: HashMap<u64, Rec>,
-    // Indexes: ordered, so every walk over them (and so the order of writes and of the
-    // worklist) is the same on every run — crash recordings are compared by seed.
-    pub by_block: BTreeMap<Blk, BTreeSet<u64>>,
-    waiting: BTreeMap<Blk, BTreeSet<u64>>,
-    pub alloc_by_ino: BTreeMap<Ino, BTreeSet<u64>>,
+    pub recs: FxHashMap<u64, Rec>,
+    // Indexes, hashed with a fixed, cheap hasher (the keys are block and inode numbers the
+    // allocator chose, not input picked to collide). Every walk over them lists keys and
+    // ids sorted (`waited_blocks`, `Ids::to_vec`), so the order of writes and of the
+    // worklist is the same on every run — crash recordings are compared by seed.
+    pub by_block: FxHashMap<Blk, Ids>,
+    waiting: FxHashMap<Blk, Ids>,
+    pub alloc_by_ino: FxHashMap<Ino, Ids>,
     /// Allocation records by (inode, new block): whether a block of a file is one it was
     /// given since its last write-back, in O(1) (a size raised by a streaming write asks it
     /// of every block it covers; scanning `alloc_by_ino` made that quadratic in the file).
-    pub alloc_new: HashMap<(Ino, Blk), u32>,
-    pub inomap: HashMap<Ino, u64>,
-    pub entries: HashMap<(Blk, u32), u64>,
+    pub alloc_new: FxHashMap<(Ino, Blk), u32>,
+    pub inomap: FxHashMap<Ino, u64>,
+    pub entries: FxHashMap<(Blk, u32), u64>,
     /// Directory blocks that had entries removed, by directory, until the directory itself
     /// is removed (its removal must not reach disk before theirs).
-    pub removed_in: HashMap<Ino, Vec<Blk>>,
+    pub removed_in: FxHashMap<Ino, Vec<Blk>>,
     /// Each inode's size as last encoded (to see a size raised).
-    pub enc_size: HashMap<Ino, u64>,
+    pub enc_size: FxHashMap<Ino, u64>,
     /// Size holds by inode.
-    pub sizes: BTreeMap<Ino, BTreeSet<u64>>,
+    pub sizes: FxHashMap<Ino, Ids>,
     /// Pending entries by the inode they name.
-    naming: BTreeMap<Ino, BTreeSet<u64>>,
+    naming: FxHashMap<Ino, Ids>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
-    pub blkmap: HashMap<Blk, [Blk; 2]>,
+    pub blkmap: FxHashMap<Blk, [Blk; 2]>,
     /// Writes between `before_write` and `after_write`.
-    pub inflight: HashMap<Blk, Written>,
+    pub inflight: FxHashMap<Blk, Written>,
     /// Writes completed and not yet flushed.
     pub unflushed: Vec<Written>,
     pub ready: VecDeque<Action>,
@@ -232,46 +335,38 @@ impl Deps {
 
     fn index(&mut self, rec: &Rec) {
         for b in rec.rollback_blocks() {
-            self.by_block.entry(b).or_default().insert(rec.id);
+            self.by_block.add(b, rec.id);
         }
         for c in &rec.waits {
-            self.waiting.entry(c.blk()).or_default().insert(rec.id);
+            self.waiting.add(c.blk(), rec.id);
         }
         match &rec.what {
             What::InoMap { ino, .. } => {
                 self.inomap.insert(*ino, rec.id);
             }
             What::Alloc { ino, new_blk, .. } => {
-                self.alloc_by_ino.entry(*ino).or_default().insert(rec.id);
+                self.alloc_by_ino.add(*ino, rec.id);
                 *self.alloc_new.entry((*ino, *new_blk)).or_default() += 1;
             }
             What::Size { ino, .. } => {
-                self.sizes.entry(*ino).or_default().insert(rec.id);
+                self.sizes.add(*ino, rec.id);
             }
             What::Entry {
                 blk, off, target, ..
             } => {
                 self.entries.insert((*blk, *off), rec.id);
-                self.naming.entry(*target).or_default().insert(rec.id);
+                self.naming.add(*target, rec.id);
             }
             What::Work(_) => {}
         }
     }
 
     fn unindex(&mut self, rec: &Rec) {
-        fn drop_id<K: Ord>(m: &mut BTreeMap<K, BTreeSet<u64>>, k: K, id: u64) {
-            if let Some(v) = m.get_mut(&k) {
-                v.remove(&id);
-                if v.is_empty() {
-                    m.remove(&k);
-                }
-            }
-        }
         for b in rec.rollback_blocks() {
-            drop_id(&mut self.by_block, b, rec.id);
+            self.by_block.drop_id(b, rec.id);
         }
         for c in &rec.waits {
-            drop_id(&mut self.waiting, c.blk(), rec.id);
+            self.waiting.drop_id(c.blk(), rec.id);
         }
         match &rec.what {
             What::InoMap { ino, .. } => {
@@ -280,7 +375,7 @@ impl Deps {
                 }
             }
             What::Alloc { ino, new_blk, .. } => {
-                drop_id(&mut self.alloc_by_ino, *ino, rec.id);
+                self.alloc_by_ino.drop_id(*ino, rec.id);
                 if let Some(n) = self.alloc_new.get_mut(&(*ino, *new_blk)) {
                     *n -= 1;
                     if *n == 0 {
@@ -288,14 +383,14 @@ impl Deps {
                     }
                 }
             }
-            What::Size { ino, .. } => drop_id(&mut self.sizes, *ino, rec.id),
+            What::Size { ino, .. } => self.sizes.drop_id(*ino, rec.id),
             What::Entry {
                 blk, off, target, ..
             } => {
                 if self.entries.get(&(*blk, *off)) == Some(&rec.id) {
                     self.entries.remove(&(*blk, *off));
                 }
-                drop_id(&mut self.naming, *target, rec.id);
+                self.naming.drop_id(*target, rec.id);
             }
             What::Work(_) => {}
         }
@@ -320,60 +415,78 @@ impl Deps {
         Some(rec)
     }
 
-    /// Replaces record `id`'s conditions and contents.
-    pub fn update(&mut self, id: u64, f: impl FnOnce(&mut Rec)) {
+    /// Replaces record `id`'s conditions, re-indexing only `waiting` (the one index keyed
+    /// by them): the common change — a write met some conditions, or a record became
+    /// applied and now waits for its block — must not pay a removal and re-insertion in
+    /// every index.
+    fn set_waits(&mut self, id: u64, waits: Vec<Cond>) {
         self.save(id);
-        let Some(mut rec) = self.recs.remove(&id) else {
+        let Deps { recs, waiting, .. } = self;
+        let Some(rec) = recs.get_mut(&id) else {
             return;
         };
-        self.unindex(&rec);
-        f(&mut rec);
-        self.index(&rec);
-        self.recs.insert(id, rec);
+        let old = std::mem::replace(&mut rec.waits, waits);
+        for c in &old {
+            let b = c.blk();
+            if !rec.waits.iter().any(|n| n.blk() == b) {
+                waiting.drop_id(b, id);
+            }
+        }
+        for c in &rec.waits {
+            waiting.add(c.blk(), id);
+        }
     }
 
     /// Record `id`'s conditions all hold.
     fn complete(&mut self, id: u64) {
-        let Some(rec) = self.recs.get(&id) else {
-            return;
-        };
-        match rec.what.clone() {
-            What::Work(a) => {
-                self.remove(id);
-                self.ready.push_back(a);
-                if let Some(op) = self.op.as_mut() {
-                    op.ready_len += 1;
-                }
-            }
-            What::Entry {
+        enum Next {
+            Ready,
+            Apply(Blk),
+            Done,
+        }
+        let next = match self.recs.get(&id).map(|r| &r.what) {
+            None => return,
+            Some(What::Work(_)) => Next::Ready,
+            Some(What::Entry {
                 blk,
                 applied: false,
                 ..
-            } => {
-                let seq = self.seq;
-                self.update(id, |r| {
-                    if let What::Entry { applied, .. } = &mut r.what {
-                        *applied = true;
-                    }
-                    r.waits = vec![Cond::Block(blk, seq)];
-                });
-            }
-            What::Alloc {
+            }) => Next::Apply(*blk),
+            // The pointer may now be written; the inode's size may cover it only once the
+            // indirect block carrying it is on disk.
+            Some(What::Alloc {
                 at: PtrAt::Indir { holder, .. },
                 applied: false,
                 ..
-            } => {
-                // The pointer may now be written; the inode's size may cover it only once
-                // the indirect block carrying it is on disk.
-                let seq = self.seq;
-                self.update(id, |r| {
-                    if let What::Alloc { applied, .. } = &mut r.what {
-                        *applied = true;
+            }) => Next::Apply(*holder),
+            Some(_) => Next::Done,
+        };
+        match next {
+            Next::Ready => {
+                if let Some(Rec {
+                    what: What::Work(a),
+                    ..
+                }) = self.remove(id)
+                {
+                    self.ready.push_back(a);
+                    if let Some(op) = self.op.as_mut() {
+                        op.ready_len += 1;
                     }
-                    r.waits = vec![Cond::Block(holder, seq)];
-                });
+                }
             }
-            _ => {
+            Next::Apply(blk) => {
+                // `applied` is in no index key: flipped in place, after the record is
+                // saved for the call's undo.
+                self.save(id);
+                if let Some(r) = self.recs.get_mut(&id)
+                    && let What::Entry { applied, .. } | What::Alloc { applied, .. } = &mut r.what
+                {
+                    *applied = true;
+                }
+                let seq = self.seq;
+                self.set_waits(id, vec![Cond::Block(blk, seq)]);
+            }
+            Next::Done => {
                 self.remove(id);
             }
         }
@@ -397,7 +510,7 @@ impl Deps {
         }
         let left: Vec<Cond> = rec.waits.iter().copied().filter(|c| !met(c)).collect();
         let done = left.is_empty();
-        self.update(id, |r| r.waits = left);
+        self.set_waits(id, left);
         if done {
             self.complete(id);
         }
@@ -412,27 +525,28 @@ impl Deps {
 
     /// The pending entry records naming inode `ino`.
     pub fn entries_naming(&self, ino: Ino) -> Vec<u64> {
-        self.naming
-            .get(&ino)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect()
+        ids_at(&self.naming, &ino)
     }
 
     /// The records waiting on block `blk`.
     pub fn waiting_on(&self, blk: Blk) -> Vec<u64> {
-        self.waiting
-            .get(&blk)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect()
+        ids_at(&self.waiting, &blk)
     }
 
-    /// Every block some record waits on.
+    /// The records that roll back something of inode `ino` in its own block: its
+    /// allocation (`InoMap`), its pointers (`Alloc`) and raised sizes (`Size`).
+    pub fn inode_records(&self, ino: Ino) -> Vec<u64> {
+        let mut ids = ids_at(&self.alloc_by_ino, &ino);
+        ids.extend(self.inomap.get(&ino));
+        ids.extend(ids_at(&self.sizes, &ino));
+        ids
+    }
+
+    /// Every block some record waits on, ascending.
     pub fn waited_blocks(&self) -> Vec<Blk> {
-        self.waiting.keys().copied().collect()
+        let mut v: Vec<Blk> = self.waiting.keys().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     /// Whether a write of `blk` is under way or not yet flushed.
@@ -480,6 +594,34 @@ mod tests {
         }
     }
 
+    /// An id set walks ascending and keeps every id across the change from a vector to a
+    /// tree and back to empty (an index losing an id would leave a record no write ever
+    /// completes, or roll back a record already gone).
+    #[test]
+    fn an_id_set_grows_into_a_tree_and_keeps_its_order() {
+        let mut ids = Ids::default();
+        // Out of order, with a duplicate, past the vector's limit.
+        let mut want: Vec<u64> = (0..3 * Ids::FEW as u64).map(|i| (i * 37) % 101).collect();
+        for &i in &want {
+            ids.insert(i);
+        }
+        ids.insert(want[0]);
+        want.sort_unstable();
+        want.dedup();
+        assert!(matches!(ids, Ids::Many(_)));
+        assert_eq!(ids.to_vec(), want);
+        let mut small = Ids::default();
+        for &i in want.iter().rev().take(5) {
+            small.insert(i);
+        }
+        assert!(matches!(small, Ids::Few(_)));
+        let got = small.to_vec();
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        for (n, &i) in want.iter().enumerate() {
+            assert_eq!(ids.remove(i), n + 1 == want.len());
+        }
+    }
+
     /// The (inode, new block) index follows the records: two records for one block keep
     /// it until both are gone, and another inode's record for the block is another key.
     #[test]
@@ -494,7 +636,7 @@ mod tests {
         assert!(d.alloc_new.contains_key(&(5, 100)));
         d.remove(b);
         assert!(!d.alloc_new.contains_key(&(5, 100)));
-        d.update(c, |r| r.waits.clear());
+        d.set_waits(c, vec![]);
         assert!(d.alloc_new.contains_key(&(6, 101)));
         d.remove(c);
         assert!(d.alloc_new.is_empty());

@@ -289,15 +289,7 @@ impl Inner {
         for _ in 0..8 {
             let (waits, holders) = {
                 let d = self.deps.lock();
-                let mut ids: Vec<u64> = d
-                    .alloc_by_ino
-                    .get(&ino)
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .collect();
-                ids.extend(d.inomap.get(&ino));
-                ids.extend(d.sizes.get(&ino).into_iter().flatten());
+                let ids = d.inode_records(ino);
                 let mut waits = Vec::new();
                 let mut holders = Vec::new();
                 for id in ids {
@@ -446,13 +438,7 @@ impl WriteHooks for Hooks {
         // A freed block: what was rolled back in it, or waited for on it, is moot.
         let blk = buf.blkno();
         let mut d = self.0.deps.lock();
-        let ids: Vec<u64> = d
-            .by_block
-            .get(&blk)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect();
+        let ids = deps::ids_at(&d.by_block, &blk);
         for id in ids {
             let keyed_here = match d.recs.get(&id).map(|r| &r.what) {
                 Some(What::Entry { blk: b, .. }) => *b == blk,
@@ -820,6 +806,24 @@ impl Strategy for SoftDep {
     fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
         let geo = self.geo()?;
         let (iblk, off) = geo.inode_location(ino);
+        let Some((mode, size)) = DiskInode::peek_mode_size(buf.read().get(off..).unwrap_or(&[]))
+        else {
+            return Ok(());
+        };
+        {
+            // Most updates raise no size (times, link counts, a write inside the file) and
+            // only a regular file's raised size needs a hold: those are told from the mode
+            // and size alone, without decoding the inode.
+            let mut d = self.inner.deps.lock();
+            // (A fresh inode's size on disk is 0, whatever `enc_size` says.)
+            let not_raised = size == 0
+                || (!d.inomap.contains_key(&ino)
+                    && d.enc_size.get(&ino).is_some_and(|&p| size <= p));
+            if mode & libc::S_IFMT != libc::S_IFREG || not_raised {
+                d.enc_size.insert(ino, size);
+                return Ok(());
+            }
+        }
         let di = {
             let data = buf.read();
             match data
@@ -1109,13 +1113,7 @@ impl Strategy for SoftDep {
         // Pointers still pending never reached disk: their blocks go back at once.
         let mut now = Vec::new();
         let mut later = Vec::new();
-        let allocs: Vec<u64> = d
-            .alloc_by_ino
-            .get(&f.ino)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect();
+        let allocs = deps::ids_at(&d.alloc_by_ino, &f.ino);
         let never_on_disk = d.inomap.contains_key(&f.ino);
         for b in f.freed {
             let pending = allocs.iter().copied().find(|id| {
@@ -1173,27 +1171,7 @@ impl Strategy for SoftDep {
         };
         // Everything the inode still had pending is moot: it is free now.
         let never = d.inomap.contains_key(&f.ino);
-        if let Some(id) = d.inomap.get(&f.ino).copied() {
-            d.remove(id);
-        }
-        for id in d
-            .alloc_by_ino
-            .get(&f.ino)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect::<Vec<_>>()
-        {
-            d.remove(id);
-        }
-        for id in d
-            .sizes
-            .get(&f.ino)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect::<Vec<_>>()
-        {
+        for id in d.inode_records(f.ino) {
             d.remove(id);
         }
         d.enc_size.remove(&f.ino);

@@ -29,9 +29,11 @@ pub(crate) fn roll_back(
 ) -> std::io::Result<Rolled> {
     let mut out = Rolled::default();
     out.written.blk = blk;
-    let Some(ids) = d.by_block.get(&blk) else {
+    let ids = super::deps::ids_at(&d.by_block, &blk);
+    if ids.is_empty() {
         return Ok(out);
-    };
+    }
+    let ids = &ids[..];
     match k {
         kind::INODE => inode_block(d, geo, blk, ids, image, &mut out),
         kind::INDIRECT => {
@@ -117,7 +119,7 @@ fn inode_block(
     d: &Deps,
     geo: &Geometry,
     blk: Blk,
-    ids: &std::collections::BTreeSet<u64>,
+    ids: &[u64],
     image: &mut [u8],
     out: &mut Rolled,
 ) -> std::io::Result<Rolled> {

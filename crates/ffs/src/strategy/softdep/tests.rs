@@ -489,10 +489,14 @@ fn directory_rename_puts_new_name_and_dotdot_on_disk_first() {
 /// Rates of 0-length create/unlink and 4 KB small-file creation, in process on a memory
 /// device, softdep against async (002 Table I's comparison, without FUSE). Not a
 /// guarantee: `cargo test -p cairn-ffs --lib softdep_rates -- --ignored --nocapture`.
+/// `CAIRN_RATE_MODES=softdep` runs only the modes listed (one mode per process under an
+/// instruction counter such as `valgrind --tool=callgrind`, which a shared machine's
+/// timings cannot replace).
 #[test]
 #[ignore]
 fn softdep_rates() {
-    for mode in ["async", "softdep", "sync"] {
+    let modes = std::env::var("CAIRN_RATE_MODES").unwrap_or("async,softdep,sync".into());
+    for mode in modes.split(',') {
         let dev = MemDevice::new(4096, 65536);
         mkfs_device(&dev, &MkfsOptions::default()).unwrap();
         let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
