@@ -67,7 +67,7 @@ impl DevFs {
             )));
             return false;
         }
-        match Prepared::new(payload_len) {
+        match Prepared::new(payload_len, self.a.opts.uring_depth) {
             Ok(p) => {
                 if config
                     .add_capabilities(InitFlags::FUSE_OVER_IO_URING)

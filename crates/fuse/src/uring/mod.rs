@@ -14,10 +14,18 @@
 //! then a `write`), a round trip saves a system call and, with the queue's thread pinned to
 //! the queue's CPU, the cross-CPU wake-up.
 //!
-//! Here: one thread per queue, pinned to its CPU when the daemon's affinity allows (a
-//! daemon started under `taskset` keeps its placement), one entry per queue (the thread
-//! serves one request at a time, and a request that arrives meanwhile is handed over by the
-//! commit that answers the previous one, without a wake-up).
+//! Here: `uring_depth` entries per queue (default [`DEFAULT_DEPTH`]), each served by a
+//! thread of its own with an io_uring of its own. The kernel hands a request to the entry
+//! that became available last (`fuse_uring_ent_avail` puts it at the head of the queue's
+//! available list), so a lone client is served by the same entry round after round: the
+//! queue's first entry, whose thread is pinned to the queue's CPU when the daemon's affinity
+//! allows (a daemon started under `taskset` keeps its placement). The other entries only
+//! get a request while the first is busy: a second client on the same CPU, or a request
+//! arriving while another blocks in the file system. Their threads are not pinned, so the
+//! scheduler can run them on an idle CPU; with one entry per queue those requests would
+//! wait in the kernel until the first entry's commit fetched them, one after the other.
+//! One thread per entry, not one thread serving several entries, because the file system
+//! works synchronously: a thread holding two requests still answers them in turn.
 //!
 //! # Choosing it
 //!
@@ -72,8 +80,13 @@ use crate::adapter::Adapter;
 use abi::{EntInOut, InHeader, OutHeader};
 use ring::{Ring, STOP};
 
-/// Ring entries per queue (see the module comment for why one).
-const DEPTH: usize = 1;
+/// Ring entries per queue unless `uring_depth=` says otherwise: two, so a second client on
+/// a CPU (or a request arriving while another blocks) is served at once, for one more thread
+/// and one more payload buffer (`max_write`, 1 MiB by default) per CPU.
+pub(crate) const DEFAULT_DEPTH: usize = 2;
+
+/// The largest `uring_depth=`: every entry is a thread and a payload buffer per CPU.
+pub(crate) const MAX_DEPTH: usize = 16;
 
 /// How long the mount waits for every queue thread to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,24 +157,41 @@ pub(crate) fn enable_param() -> String {
 
 /// The rings of every queue, made before INIT is answered.
 pub(crate) struct Prepared {
+    /// One ring (and later one thread) per entry: queue 0's entries first, then queue 1's.
     rings: Vec<Ring>,
+    queues: usize,
+    depth: usize,
 }
 
 impl Prepared {
-    /// io_uring instances and buffers for every queue; `payload_len` must hold the largest
-    /// request or reply the kernel may send (it checks at REGISTER).
-    pub(crate) fn new(payload_len: usize) -> io::Result<Prepared> {
+    /// io_uring instances and buffers for `depth` entries on every queue; `payload_len`
+    /// must hold the largest request or reply the kernel may send (it checks at REGISTER).
+    pub(crate) fn new(payload_len: usize, depth: usize) -> io::Result<Prepared> {
         let n = possible_cpus()?;
         let n = u16::try_from(n).map_err(|_| io::Error::other("too many CPUs"))?;
+        let depth = depth.clamp(1, MAX_DEPTH);
         let payload_len = payload_len.max(abi::MIN_PAYLOAD);
-        let rings = (0..n)
-            .map(|q| Ring::new(q, DEPTH, payload_len))
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Prepared { rings })
+        let mut rings = Vec::with_capacity(usize::from(n) * depth);
+        for q in 0..n {
+            for slot in 0..depth {
+                // `depth` is at most MAX_DEPTH, so the slot fits.
+                rings.push(Ring::new(q, slot as u16, 1, payload_len)?);
+            }
+        }
+        Ok(Prepared {
+            rings,
+            queues: usize::from(n),
+            depth,
+        })
     }
 
     pub(crate) fn queues(&self) -> usize {
-        self.rings.len()
+        self.queues
+    }
+
+    /// Ring entries per queue.
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
     }
 
     /// Starts the queue threads and registers every ring's entries. The pool comes back
@@ -177,13 +207,15 @@ impl Prepared {
         let mut failure: Option<String> = None;
         let mut expected = 0;
         for mut r in self.rings {
-            let qid = r.qid;
-            // Pin only where the daemon may run: a daemon placed with taskset or a cpuset
-            // keeps its placement, and a queue outside it is served from inside it.
+            let (qid, slot) = (r.qid, r.slot);
+            // Pin the queue's first entry only, and only where the daemon may run: a daemon
+            // placed with taskset or a cpuset keeps its placement, and a queue outside it is
+            // served from inside it. The other entries serve what arrives while the first is
+            // busy, best on another CPU (module comment).
             let cpu = usize::from(qid);
             let pin = allowed
                 .as_ref()
-                .is_some_and(|s| s.is_set(cpu).unwrap_or(false))
+                .is_some_and(|s| slot == 0 && s.is_set(cpu).unwrap_or(false))
                 .then_some(cpu);
             if let Err(e) = r.register_dev(&dev) {
                 failure.get_or_insert(format!("queue {qid}: registering /dev/fuse: {e}"));
@@ -192,7 +224,7 @@ impl Prepared {
             pool.stops.push(r.stopper());
             let (a, dev, tx) = (a.clone(), dev.clone(), tx.clone());
             let spawned = std::thread::Builder::new()
-                .name(format!("cairn-uring-{qid}"))
+                .name(format!("cairn-uring-{qid}.{slot}"))
                 .spawn(move || queue_thread(r, a, dev, pin, tx));
             match spawned {
                 Ok(t) => {
@@ -358,7 +390,8 @@ fn queue_thread(
     pin: Option<usize>,
     report: mpsc::Sender<Result<(), String>>,
 ) {
-    let qid = r.qid;
+    // For log lines: queue and entry ("0.1").
+    let qid = format!("{}.{}", r.qid, r.slot);
     if let Some(cpu) = pin
         && let Err(e) = pin_to(cpu)
     {

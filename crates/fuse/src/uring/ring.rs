@@ -116,11 +116,13 @@ pub(super) struct Ring {
     entries: Vec<Entry>,
     stop: Arc<EventFd>,
     pub(super) qid: u16,
+    /// Which of the queue's rings this is (0 is the one pinned to the queue's CPU).
+    pub(super) slot: u16,
 }
 
 impl Ring {
-    /// A ring with `depth` entries of `payload_len` bytes for queue `qid`.
-    pub(super) fn new(qid: u16, depth: usize, payload_len: usize) -> io::Result<Ring> {
+    /// Ring `slot` of queue `qid`, with `depth` entries of `payload_len` bytes.
+    pub(super) fn new(qid: u16, slot: u16, depth: usize, payload_len: usize) -> io::Result<Ring> {
         let sq = u32::try_from(depth + 2).map_err(io::Error::other)?;
         let uring = IoUring::builder()
             .setup_cqsize(sq * 2)
@@ -149,6 +151,7 @@ impl Ring {
             entries,
             stop,
             qid,
+            slot,
         })
     }
 
@@ -343,7 +346,7 @@ mod tests {
 
     #[test]
     fn buffers_are_lent_only_while_the_kernel_has_none_of_them() {
-        let mut r = match Ring::new(0, 2, 8192) {
+        let mut r = match Ring::new(0, 0, 2, 8192) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("skipped: no io_uring here ({e})");
