@@ -206,7 +206,7 @@ impl Prepared {
         };
         let mut failure: Option<String> = None;
         let mut expected = 0;
-        for mut r in self.rings {
+        for r in self.rings {
             let (qid, slot) = (r.qid, r.slot);
             // Pin the queue's first entry only, and only where the daemon may run: a daemon
             // placed with taskset or a cpuset keeps its placement, and a queue outside it is
@@ -217,10 +217,6 @@ impl Prepared {
                 .as_ref()
                 .is_some_and(|s| slot == 0 && s.is_set(cpu).unwrap_or(false))
                 .then_some(cpu);
-            if let Err(e) = r.register_dev(&dev) {
-                failure.get_or_insert(format!("queue {qid}: registering /dev/fuse: {e}"));
-                continue;
-            }
             pool.stops.push(r.stopper());
             let (a, dev, tx) = (a.clone(), dev.clone(), tx.clone());
             let spawned = std::thread::Builder::new()
@@ -399,7 +395,14 @@ fn queue_thread(
     }
     let mut last = vec![Last::Register; r.depth()];
     let mut cqes = Vec::new();
-    let registered = register(&mut r, &mut cqes);
+    let registered = r
+        .enable()
+        .map_err(|e| format!("enabling the ring: {e}"))
+        .and_then(|()| {
+            r.register_dev(&dev)
+                .map_err(|e| format!("registering /dev/fuse: {e}"))
+        })
+        .and_then(|()| register(&mut r, &mut cqes));
     let _ = report.send(registered.map_err(|e| format!("queue {qid}: {e}")));
     drop(report);
     let mut scratch = Vec::new();
