@@ -357,6 +357,46 @@ impl Drop for Handoff {
     }
 }
 
+/// How long a /dev/fuse thread pauses after a forget it had to wait for, while io_uring
+/// serves the mount.
+const FORGET_PACE: Duration = Duration::from_millis(5);
+
+/// A forget handled within this of the previous one came in the same read (a BATCH_FORGET,
+/// which the binding splits into one call per inode, or forgets already queued when the
+/// thread read): no wait, so no wake-up, came before it.
+const SAME_READ: Duration = Duration::from_micros(200);
+
+/// Called by a /dev/fuse thread after it handled a FORGET (one inode of a BATCH_FORGET).
+/// Over io_uring those threads get nothing but forgets and interrupts (the kernel sends
+/// both over /dev/fuse only: `fuse_io_uring_ops.send_forget` is `fuse_dev_queue_forget`),
+/// and a thread waiting in `read` is woken for every single forget: with a create+unlink
+/// loop that is one wake-up, context switch and `read` per pair, about a tenth of the pair's
+/// CPU time with client and daemon on one CPU (docs/FUSE.md, "Where the time goes"). So a
+/// thread that was woken for a forget pauses before it reads again: meanwhile the kernel
+/// only queues the forgets (nobody waits to be woken), and the next `read` takes them all
+/// as one BATCH_FORGET. A forget may wait: it only lowers lookup counts, and it is
+/// unordered against the ring's requests anyway. An interrupt or the end of the
+/// connection is noticed up to `FORGET_PACE` later.
+pub(crate) fn pace_forgets(a: &Adapter) {
+    use std::cell::Cell;
+    use std::time::Instant;
+    thread_local! {
+        /// When this thread last finished handling a forget.
+        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    if a.counts.transport().is_none_or(|t| t.active != "uring") {
+        return;
+    }
+    let now = Instant::now();
+    if LAST
+        .get()
+        .is_none_or(|t| now.duration_since(t) >= SAME_READ)
+    {
+        std::thread::sleep(FORGET_PACE);
+    }
+    LAST.set(Some(Instant::now()));
+}
+
 fn pin_to(cpu: usize) -> nix::Result<()> {
     let mut set = CpuSet::new();
     set.set(cpu)?;
