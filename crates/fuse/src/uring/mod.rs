@@ -15,17 +15,25 @@
 //! the queue's CPU, the cross-CPU wake-up.
 //!
 //! Here: `uring_depth` entries per queue (default [`DEFAULT_DEPTH`]), each served by a
-//! thread of its own with an io_uring of its own. The kernel hands a request to the entry
-//! that became available last (`fuse_uring_ent_avail` puts it at the head of the queue's
-//! available list), so a lone client is served by the same entry round after round: the
-//! queue's first entry, whose thread is pinned to the queue's CPU when the daemon's affinity
-//! allows (a daemon started under `taskset` keeps its placement). The other entries only
-//! get a request while the first is busy: a second client on the same CPU, or a request
-//! arriving while another blocks in the file system. Their threads are not pinned, so the
-//! scheduler can run them on an idle CPU; with one entry per queue those requests would
-//! wait in the kernel until the first entry's commit fetched them, one after the other.
-//! One thread per entry, not one thread serving several entries, because the file system
-//! works synchronously: a thread holding two requests still answers them in turn.
+//! thread of its own with an io_uring of its own, every one pinned to the queue's CPU when
+//! the daemon's affinity allows (a daemon started under `taskset` keeps its placement). With
+//! one entry per queue a request that arrives while the entry's request is in the file
+//! system waits in the kernel until that entry's commit fetches it; with several, it is
+//! served at once by another entry, so a request that blocks (on the device, on a lock)
+//! no longer holds up the others issued on its CPU. One thread per entry, not one thread
+//! serving several entries, because the file system works synchronously: a thread holding
+//! two requests still answers them in turn.
+//!
+//! Why every entry's thread is pinned: the kernel hands a request to the entry that became
+//! available last, but the committing entry becomes available only after the answer has
+//! woken the client (`fuse_uring_commit_fetch`: `fuse_uring_commit` ends the request, then
+//! `fuse_uring_next_fuse_req` puts the entry back), and a client woken on the same CPU
+//! often preempts the committing thread and sends its next request first. So a lone
+//! client's requests alternate between a queue's entries. With the second entry's thread
+//! free to run on another CPU, every other request of a client pinned to one CPU became a
+//! cross-CPU wake-up and the client ran ~30% slower (docs/FUSE.md); pinned, the alternation
+//! costs nothing measurable (the same CPU time per request as one entry). The price is that
+//! two busy clients on one CPU still share that CPU: spreading them is the scheduler's job.
 //!
 //! # Choosing it
 //!
@@ -80,9 +88,10 @@ use crate::adapter::Adapter;
 use abi::{EntInOut, InHeader, OutHeader};
 use ring::{Ring, STOP};
 
-/// Ring entries per queue unless `uring_depth=` says otherwise: two, so a second client on
-/// a CPU (or a request arriving while another blocks) is served at once, for one more thread
-/// and one more payload buffer (`max_write`, 1 MiB by default) per CPU.
+/// Ring entries per queue unless `uring_depth=` says otherwise: two, so a request arriving
+/// while another from the same CPU is in the file system (a second client, or a request
+/// that blocks) is served at once, for one more thread and one more payload buffer
+/// (`max_write`, 1 MiB by default) per CPU.
 pub(crate) const DEFAULT_DEPTH: usize = 2;
 
 /// The largest `uring_depth=`: every entry is a thread and a payload buffer per CPU.
@@ -208,14 +217,13 @@ impl Prepared {
         let mut expected = 0;
         for r in self.rings {
             let (qid, slot) = (r.qid, r.slot);
-            // Pin the queue's first entry only, and only where the daemon may run: a daemon
-            // placed with taskset or a cpuset keeps its placement, and a queue outside it is
-            // served from inside it. The other entries serve what arrives while the first is
-            // busy, best on another CPU (module comment).
+            // Pin every entry's thread to the queue's CPU (module comment), but only where
+            // the daemon may run: a daemon placed with taskset or a cpuset keeps its
+            // placement, and a queue outside it is served from inside it.
             let cpu = usize::from(qid);
             let pin = allowed
                 .as_ref()
-                .is_some_and(|s| slot == 0 && s.is_set(cpu).unwrap_or(false))
+                .is_some_and(|s| s.is_set(cpu).unwrap_or(false))
                 .then_some(cpu);
             pool.stops.push(r.stopper());
             let (a, dev, tx) = (a.clone(), dev.clone(), tx.clone());
