@@ -266,6 +266,52 @@ fn every_ring_entry_of_a_queue_serves() {
     assert!(!fs.destroyed_mid_request());
 }
 
+/// Every ring entry's thread runs only on its queue's CPU: a lone client's requests
+/// alternate between the entries of its CPU's queue, so an entry served from another CPU
+/// would make every other request a cross-CPU wake-up (docs/FUSE.md).
+#[test]
+fn every_entry_thread_is_pinned_to_its_queue_cpu() {
+    let _serial = serial();
+    if !uring_available() {
+        return;
+    }
+    // The threads are pinned only where the daemon may run.
+    let mine = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap();
+    if (0..cpus()).any(|c| !mine.is_set(c).unwrap_or(false)) {
+        eprintln!("skipped: this process may not run on every CPU");
+        return;
+    }
+    let fs = Arc::new(MemFs::default());
+    let dir = tempfile::tempdir().unwrap();
+    let h = cairn_fuse::spawn(fs, dir.path(), &opts(Transport::Uring)).unwrap();
+    let report = h.counts().transport().unwrap().clone();
+    assert_eq!(report.active, "uring", "{report:?}");
+    let mut seen = 0;
+    for t in fs::read_dir("/proc/self/task").unwrap() {
+        let t = t.unwrap().path();
+        let comm = fs::read_to_string(t.join("comm")).unwrap_or_default();
+        // "cairn-uring-Q.S": queue Q, entry S.
+        let Some(qs) = comm.trim().strip_prefix("cairn-uring-") else {
+            continue;
+        };
+        let q = qs.split('.').next().unwrap();
+        let status = fs::read_to_string(t.join("status")).unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(
+            allowed, q,
+            "thread cairn-uring-{qs} may run on CPUs {allowed}"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, report.queues * report.depth, "{report:?}");
+    h.unmount().unwrap();
+}
+
 /// The connection aborted (`umount -f`) while every queue holds a request in the file
 /// system: the answers are refused, the queue threads still leave, the final flush runs,
 /// and the dead mount unmounts without hanging.
