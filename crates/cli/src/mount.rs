@@ -35,6 +35,8 @@ Options (-o, comma-separated, repeatable):
                       dev the /dev/fuse threads; auto (default) takes io_uring when the kernel
                       offers it. Where it does not, uring and auto mount over /dev/fuse and
                       the log says why (`cairn stats` shows fuse.transport.active)
+  uring_depth=N       io_uring ring entries (and serving threads) per queue, 1-16 (default 2):
+                      how many requests issued on one CPU are served at once
   threads=N           FUSE request threads (default 2; with io_uring they serve only forgets)
   allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
   writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no

@@ -133,6 +133,8 @@ fn stats_and_the_mount_log_report_the_transport() {
         let uring = t["uring_requests"].as_u64().unwrap();
         if expected == "uring" {
             assert!(uring >= 100, "{t}");
+            // The default `uring_depth`.
+            assert_eq!(t["depth"], 2, "{t}");
         } else {
             assert_eq!(uring, 0, "{t}");
         }
@@ -227,7 +229,7 @@ fn a_daemon_killed_with_requests_in_flight_leaves_a_mount_cairn_umount_cleans() 
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut writers = Vec::new();
     for cpu in 0..cpus {
-        for k in 0..2 {
+        for k in 0..3 {
             let (dir, stop) = (s.mnt(), stop.clone());
             writers.push(std::thread::spawn(move || {
                 let mut set = nix::sched::CpuSet::new();
@@ -268,14 +270,15 @@ fn a_daemon_killed_with_requests_in_flight_leaves_a_mount_cairn_umount_cleans() 
     );
 }
 
-/// Clients pinned to every CPU, two each, looking up fresh names in `dir` (every stat a
-/// LOOKUP round trip, so every queue keeps a request in flight) until `stop`; errors are
-/// expected once the mount goes away.
+/// Clients pinned to every CPU, three each (one more than a queue's default two ring
+/// entries), looking up fresh names in `dir` (every stat a LOOKUP round trip, so every
+/// entry of every queue keeps a request in flight) until `stop`; errors are expected once
+/// the mount goes away.
 fn lookup_clients(dir: PathBuf, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<u64>> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut v = Vec::new();
     for cpu in 0..cpus {
-        for k in 0..2 {
+        for k in 0..3 {
             let (dir, stop) = (dir.clone(), stop.clone());
             v.push(std::thread::spawn(move || {
                 let mut set = nix::sched::CpuSet::new();

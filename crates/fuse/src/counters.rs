@@ -108,17 +108,20 @@ pub struct TransportReport {
     pub active: &'static str,
     /// io_uring queues (one per possible CPU) when `active` is "uring", else 0.
     pub queues: usize,
+    /// Ring entries per queue (`uring_depth`) when `active` is "uring", else 0.
+    pub depth: usize,
     /// Why io_uring is not in use, when it was wanted.
     pub reason: Option<String>,
 }
 
 impl TransportReport {
-    /// The one line the mount log gets, e.g. `FUSE transport: io_uring (2 queues, one per CPU)`.
+    /// The one line the mount log gets, e.g. `FUSE transport: io_uring (2 queues, one per
+    /// CPU, 2 entries each)`.
     pub fn line(&self) -> String {
         match (self.active, &self.reason) {
             ("uring", _) => format!(
-                "FUSE transport: io_uring ({} queues, one per CPU)",
-                self.queues
+                "FUSE transport: io_uring ({} queues, one per CPU, {} entries each)",
+                self.queues, self.depth
             ),
             (_, Some(why)) => format!("FUSE transport: /dev/fuse ({why})"),
             _ => "FUSE transport: /dev/fuse".to_string(),
@@ -220,7 +223,7 @@ impl RequestCounts {
     /// BATCH_FORGET round trip into one call per inode):
     /// `{"total": n, "requests": {"lookup": n, ...}, "errors": {...}, "negative": {...},
     /// "bytes_read": n, "bytes_written": n, "transport": {"requested": "auto", "active":
-    /// "uring", "queues": 2, "uring_requests": n, "dev_requests": n[, "reason": "..."]}`.
+    /// "uring", "queues": 2, "depth": 2, "uring_requests": n, "dev_requests": n[, "reason": "..."]}`.
     /// Opcodes never seen are left out of `requests` and `errors`
     /// (absent means zero), so a report lists only what a workload actually used.
     pub fn to_json(&self) -> serde_json::Value {
@@ -243,6 +246,7 @@ impl RequestCounts {
             transport["requested"] = t.requested.into();
             transport["active"] = t.active.into();
             transport["queues"] = t.queues.into();
+            transport["depth"] = t.depth.into();
             if let Some(r) = &t.reason {
                 transport["reason"] = r.clone().into();
             }

@@ -67,7 +67,7 @@ impl DevFs {
             )));
             return false;
         }
-        match Prepared::new(payload_len) {
+        match Prepared::new(payload_len, self.a.opts.uring_depth) {
             Ok(p) => {
                 if config
                     .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
@@ -175,7 +175,8 @@ impl fuser::Filesystem for DevFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.a().forget(ino.0, nlookup)
+        self.a().forget(ino.0, nlookup);
+        uring::pace_forgets(&self.a);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

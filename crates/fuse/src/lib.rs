@@ -94,6 +94,9 @@ pub struct FuseOptions {
     pub subtype: String,
     /// How requests travel (`transport=auto|uring|dev`).
     pub transport: Transport,
+    /// io_uring ring entries per queue (`uring_depth=N`, 1 to 16), each served by a thread
+    /// of its own: how many requests issued on one CPU the server works on at once.
+    pub uring_depth: usize,
     /// Threads reading /dev/fuse, each with its own descriptor when `clone_fd`. With the
     /// io_uring transport they serve only forgets and interrupts.
     pub threads: usize,
@@ -127,6 +130,7 @@ impl Default for FuseOptions {
             fsname: String::new(),
             subtype: "cairn".into(),
             transport: Transport::Auto,
+            uring_depth: uring::DEFAULT_DEPTH,
             threads: 2,
             clone_fd: true,
             allow_other: true,
@@ -177,6 +181,17 @@ impl FuseOptions {
                     "dev" => Transport::Dev,
                     v => return Err(format!("transport takes auto, uring or dev, not '{v}'")),
                 }
+            }
+            "uring_depth" => {
+                let v = need(key, value)?;
+                let n: usize = v.parse().map_err(|_| format!("bad uring_depth '{v}'"))?;
+                if !(1..=uring::MAX_DEPTH).contains(&n) {
+                    return Err(format!(
+                        "uring_depth must be between 1 and {}",
+                        uring::MAX_DEPTH
+                    ));
+                }
+                self.uring_depth = n;
             }
             "clone_fd" => self.clone_fd = flag(value)?,
             "allow_other" => self.allow_other = flag(value)?,
@@ -378,6 +393,7 @@ fn start_transport(
         requested: opts.transport.name(),
         active: "dev",
         queues: 0,
+        depth: 0,
         reason: None,
     };
     let why = match handoff.take_offer() {
@@ -389,7 +405,7 @@ fn start_transport(
         }
         Some(Offer::Refused(why)) => why,
         Some(Offer::Prepared(p)) => {
-            let queues = p.queues();
+            let (queues, depth) = (p.queues(), p.depth());
             use std::os::fd::AsFd;
             let dev = Arc::new(std::fs::File::from(session.as_fd().try_clone_to_owned()?));
             handoff.set_dev(dev.clone());
@@ -399,6 +415,7 @@ fn start_transport(
                 Ok(()) => {
                     report.active = "uring";
                     report.queues = queues;
+                    report.depth = depth;
                     return Ok(report);
                 }
                 Err(why) => why,
@@ -568,5 +585,12 @@ mod tests {
         assert_eq!(o.transport, Transport::Dev);
         assert!(o.set("transport", Some("carrier-pigeon")).is_err());
         assert!(o.set("transport", None).is_err());
+        assert_eq!(o.uring_depth, 2);
+        assert_eq!(o.set("uring_depth", Some("4")), Ok(true));
+        assert_eq!(o.uring_depth, 4);
+        assert!(o.set("uring_depth", Some("0")).is_err());
+        assert!(o.set("uring_depth", Some("17")).is_err());
+        assert!(o.set("uring_depth", Some("x")).is_err());
+        assert!(o.set("uring_depth", None).is_err());
     }
 }

@@ -76,12 +76,26 @@ fn within<T: Send + 'static>(
         .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
 }
 
-/// Two clients per CPU, each pinned to its CPU, stat-ing fresh names in `dir` (every stat a
-/// lookup, so every queue gets requests) until `stop`.
+/// Clients per CPU in the load tests: one more than a queue has ring entries (the default
+/// `uring_depth`, 2), so every entry of every queue is busy and requests wait in the kernel.
+const CLIENTS_PER_CPU: usize = 3;
+
+/// `CLIENTS_PER_CPU` clients per CPU, each pinned to its CPU, stat-ing fresh names in `dir`
+/// (every stat a lookup, so every queue gets requests) until `stop`.
 fn start_clients(dir: PathBuf, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    start_clients_on(dir, stop, 0..cpus(), CLIENTS_PER_CPU)
+}
+
+/// `per_cpu` clients pinned to each CPU of `cpus`, as [`start_clients`].
+fn start_clients_on(
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    cpus: std::ops::Range<usize>,
+    per_cpu: usize,
+) -> Vec<std::thread::JoinHandle<()>> {
     let mut v = Vec::new();
-    for cpu in 0..cpus() {
-        for k in 0..2 {
+    for cpu in cpus {
+        for k in 0..per_cpu {
             let (dir, stop) = (dir.clone(), stop.clone());
             v.push(std::thread::spawn(move || {
                 let mut set = CpuSet::new();
@@ -115,11 +129,11 @@ fn transports() -> Vec<Transport> {
     v
 }
 
-/// How many requests the server works on at once: one per queue over io_uring, one per
-/// thread over /dev/fuse.
+/// How many requests the server works on at once: one per ring entry of every queue over
+/// io_uring, one per thread over /dev/fuse.
 fn servers(t: Transport, o: &FuseOptions) -> u64 {
     match t {
-        Transport::Uring => cpus() as u64,
+        Transport::Uring => (cpus() * o.uring_depth) as u64,
         _ => o.threads as u64,
     }
 }
@@ -145,6 +159,7 @@ fn the_chosen_transport_serves_and_is_reported() {
                 assert_eq!(report.active, "uring", "{report:?}");
                 assert_eq!(report.requested, "uring");
                 assert!(report.queues >= 1);
+                assert_eq!(report.depth, FuseOptions::default().uring_depth);
                 assert!(uring > 40, "only {uring} requests over io_uring");
                 // Only forgets (and interrupts) may use /dev/fuse.
                 assert!(
@@ -196,6 +211,105 @@ fn unmount_under_load_completes() {
         assert!(!fs.destroyed_mid_request(), "{t:?}: flushed mid-request");
         assert!(!is_mountpoint(dir.path()));
     }
+}
+
+/// Requests issued on one CPU are served as many at a time as its queue has ring entries:
+/// clients pinned to CPU 0, each blocked in a slow lookup, are all inside the file system
+/// at once (with only the queue's first entry served, one would be, and the rest would wait
+/// in the kernel for its commit). Then the mount unmounts with every entry busy.
+#[test]
+fn every_ring_entry_of_a_queue_serves() {
+    let _serial = serial();
+    if !uring_available() {
+        return;
+    }
+    let depth = 3;
+    let fs = Arc::new(MemFs::default());
+    fs.slow_lookups(Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let o = FuseOptions {
+        uring_depth: depth,
+        ..opts(Transport::Uring)
+    };
+    let h = cairn_fuse::spawn(fs.clone(), dir.path(), &o).unwrap();
+    let report = h.counts().transport().unwrap().clone();
+    assert_eq!(
+        (report.active, report.depth),
+        ("uring", depth),
+        "{report:?}"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = start_clients_on(dir.path().to_path_buf(), stop.clone(), 0..1, depth + 1);
+    let t0 = Instant::now();
+    let mut most = 0;
+    while most < depth as u64 && t0.elapsed() < Duration::from_secs(20) {
+        most = most.max(fs.lookups_running());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, Ordering::SeqCst);
+    within(
+        "unmount with every entry busy",
+        Duration::from_secs(60),
+        move || h.unmount(),
+    )
+    .unwrap();
+    within("clients", Duration::from_secs(30), move || {
+        for c in clients {
+            c.join().unwrap();
+        }
+    });
+    assert_eq!(
+        most, depth as u64,
+        "requests from one CPU in the file system at once (uring_depth={depth})"
+    );
+    assert_eq!(fs.destroy_count(), 1);
+    assert!(!fs.destroyed_mid_request());
+}
+
+/// Every ring entry's thread runs only on its queue's CPU: a lone client's requests
+/// alternate between the entries of its CPU's queue, so an entry served from another CPU
+/// would make every other request a cross-CPU wake-up (docs/FUSE.md).
+#[test]
+fn every_entry_thread_is_pinned_to_its_queue_cpu() {
+    let _serial = serial();
+    if !uring_available() {
+        return;
+    }
+    // The threads are pinned only where the daemon may run.
+    let mine = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap();
+    if (0..cpus()).any(|c| !mine.is_set(c).unwrap_or(false)) {
+        eprintln!("skipped: this process may not run on every CPU");
+        return;
+    }
+    let fs = Arc::new(MemFs::default());
+    let dir = tempfile::tempdir().unwrap();
+    let h = cairn_fuse::spawn(fs, dir.path(), &opts(Transport::Uring)).unwrap();
+    let report = h.counts().transport().unwrap().clone();
+    assert_eq!(report.active, "uring", "{report:?}");
+    let mut seen = 0;
+    for t in fs::read_dir("/proc/self/task").unwrap() {
+        let t = t.unwrap().path();
+        let comm = fs::read_to_string(t.join("comm")).unwrap_or_default();
+        // "cairn-uring-Q.S": queue Q, entry S.
+        let Some(qs) = comm.trim().strip_prefix("cairn-uring-") else {
+            continue;
+        };
+        let q = qs.split('.').next().unwrap();
+        let status = fs::read_to_string(t.join("status")).unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(
+            allowed, q,
+            "thread cairn-uring-{qs} may run on CPUs {allowed}"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, report.queues * report.depth, "{report:?}");
+    h.unmount().unwrap();
 }
 
 /// The connection aborted (`umount -f`) while every queue holds a request in the file
@@ -303,8 +417,8 @@ fn killed_daemon_leaves_a_mount_that_unmounts() {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let clients = start_clients(dir.path().to_path_buf(), stop.clone());
-        // Lookups take 100 ms and every CPU has two clients: after 300 ms every queue is
-        // inside one and the others wait in the kernel.
+        // Lookups take 100 ms and every CPU has one client more than its queue has entries:
+        // after 300 ms every entry is inside one and the others wait in the kernel.
         std::thread::sleep(Duration::from_millis(300));
         child.kill().unwrap();
         child.wait().unwrap();

@@ -14,10 +14,26 @@
 //! then a `write`), a round trip saves a system call and, with the queue's thread pinned to
 //! the queue's CPU, the cross-CPU wake-up.
 //!
-//! Here: one thread per queue, pinned to its CPU when the daemon's affinity allows (a
-//! daemon started under `taskset` keeps its placement), one entry per queue (the thread
-//! serves one request at a time, and a request that arrives meanwhile is handed over by the
-//! commit that answers the previous one, without a wake-up).
+//! Here: `uring_depth` entries per queue (default [`DEFAULT_DEPTH`]), each served by a
+//! thread of its own with an io_uring of its own, every one pinned to the queue's CPU when
+//! the daemon's affinity allows (a daemon started under `taskset` keeps its placement). With
+//! one entry per queue a request that arrives while the entry's request is in the file
+//! system waits in the kernel until that entry's commit fetches it; with several, it is
+//! served at once by another entry, so a request that blocks (on the device, on a lock)
+//! no longer holds up the others issued on its CPU. One thread per entry, not one thread
+//! serving several entries, because the file system works synchronously: a thread holding
+//! two requests still answers them in turn.
+//!
+//! Why every entry's thread is pinned: the kernel hands a request to the entry that became
+//! available last, but the committing entry becomes available only after the answer has
+//! woken the client (`fuse_uring_commit_fetch`: `fuse_uring_commit` ends the request, then
+//! `fuse_uring_next_fuse_req` puts the entry back), and a client woken on the same CPU
+//! often preempts the committing thread and sends its next request first. So a lone
+//! client's requests alternate between a queue's entries. With the second entry's thread
+//! free to run on another CPU, every other request of a client pinned to one CPU became a
+//! cross-CPU wake-up and the client ran ~30% slower (docs/FUSE.md); pinned, the alternation
+//! costs nothing measurable (the same CPU time per request as one entry). The price is that
+//! two busy clients on one CPU still share that CPU: spreading them is the scheduler's job.
 //!
 //! # Choosing it
 //!
@@ -72,8 +88,14 @@ use crate::adapter::Adapter;
 use abi::{EntInOut, InHeader, OutHeader};
 use ring::{Ring, STOP};
 
-/// Ring entries per queue (see the module comment for why one).
-const DEPTH: usize = 1;
+/// Ring entries per queue unless `uring_depth=` says otherwise: two, so a request arriving
+/// while another from the same CPU is in the file system (a second client, or a request
+/// that blocks) is served at once, for one more thread and one more payload buffer
+/// (`max_write`, 1 MiB by default) per CPU.
+pub(crate) const DEFAULT_DEPTH: usize = 2;
+
+/// The largest `uring_depth=`: every entry is a thread and a payload buffer per CPU.
+pub(crate) const MAX_DEPTH: usize = 16;
 
 /// How long the mount waits for every queue thread to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,24 +166,41 @@ pub(crate) fn enable_param() -> String {
 
 /// The rings of every queue, made before INIT is answered.
 pub(crate) struct Prepared {
+    /// One ring (and later one thread) per entry: queue 0's entries first, then queue 1's.
     rings: Vec<Ring>,
+    queues: usize,
+    depth: usize,
 }
 
 impl Prepared {
-    /// io_uring instances and buffers for every queue; `payload_len` must hold the largest
-    /// request or reply the kernel may send (it checks at REGISTER).
-    pub(crate) fn new(payload_len: usize) -> io::Result<Prepared> {
+    /// io_uring instances and buffers for `depth` entries on every queue; `payload_len`
+    /// must hold the largest request or reply the kernel may send (it checks at REGISTER).
+    pub(crate) fn new(payload_len: usize, depth: usize) -> io::Result<Prepared> {
         let n = possible_cpus()?;
         let n = u16::try_from(n).map_err(|_| io::Error::other("too many CPUs"))?;
+        let depth = depth.clamp(1, MAX_DEPTH);
         let payload_len = payload_len.max(abi::MIN_PAYLOAD);
-        let rings = (0..n)
-            .map(|q| Ring::new(q, DEPTH, payload_len))
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Prepared { rings })
+        let mut rings = Vec::with_capacity(usize::from(n) * depth);
+        for q in 0..n {
+            for slot in 0..depth {
+                // `depth` is at most MAX_DEPTH, so the slot fits.
+                rings.push(Ring::new(q, slot as u16, 1, payload_len)?);
+            }
+        }
+        Ok(Prepared {
+            rings,
+            queues: usize::from(n),
+            depth,
+        })
     }
 
     pub(crate) fn queues(&self) -> usize {
-        self.rings.len()
+        self.queues
+    }
+
+    /// Ring entries per queue.
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
     }
 
     /// Starts the queue threads and registers every ring's entries. The pool comes back
@@ -176,23 +215,20 @@ impl Prepared {
         };
         let mut failure: Option<String> = None;
         let mut expected = 0;
-        for mut r in self.rings {
-            let qid = r.qid;
-            // Pin only where the daemon may run: a daemon placed with taskset or a cpuset
-            // keeps its placement, and a queue outside it is served from inside it.
+        for r in self.rings {
+            let (qid, slot) = (r.qid, r.slot);
+            // Pin every entry's thread to the queue's CPU (module comment), but only where
+            // the daemon may run: a daemon placed with taskset or a cpuset keeps its
+            // placement, and a queue outside it is served from inside it.
             let cpu = usize::from(qid);
             let pin = allowed
                 .as_ref()
                 .is_some_and(|s| s.is_set(cpu).unwrap_or(false))
                 .then_some(cpu);
-            if let Err(e) = r.register_dev(&dev) {
-                failure.get_or_insert(format!("queue {qid}: registering /dev/fuse: {e}"));
-                continue;
-            }
             pool.stops.push(r.stopper());
             let (a, dev, tx) = (a.clone(), dev.clone(), tx.clone());
             let spawned = std::thread::Builder::new()
-                .name(format!("cairn-uring-{qid}"))
+                .name(format!("cairn-uring-{qid}.{slot}"))
                 .spawn(move || queue_thread(r, a, dev, pin, tx));
             match spawned {
                 Ok(t) => {
@@ -329,6 +365,46 @@ impl Drop for Handoff {
     }
 }
 
+/// How long a /dev/fuse thread pauses after a forget it had to wait for, while io_uring
+/// serves the mount.
+const FORGET_PACE: Duration = Duration::from_millis(5);
+
+/// A forget handled within this of the previous one came in the same read (a BATCH_FORGET,
+/// which the binding splits into one call per inode, or forgets already queued when the
+/// thread read): no wait, so no wake-up, came before it.
+const SAME_READ: Duration = Duration::from_micros(200);
+
+/// Called by a /dev/fuse thread after it handled a FORGET (one inode of a BATCH_FORGET).
+/// Over io_uring those threads get nothing but forgets and interrupts (the kernel sends
+/// both over /dev/fuse only: `fuse_io_uring_ops.send_forget` is `fuse_dev_queue_forget`),
+/// and a thread waiting in `read` is woken for every single forget: with a create+unlink
+/// loop that is one wake-up, context switch and `read` per pair, about a tenth of the pair's
+/// CPU time with client and daemon on one CPU (docs/FUSE.md, "Where the time goes"). So a
+/// thread that was woken for a forget pauses before it reads again: meanwhile the kernel
+/// only queues the forgets (nobody waits to be woken), and the next `read` takes them all
+/// as one BATCH_FORGET. A forget may wait: it only lowers lookup counts, and it is
+/// unordered against the ring's requests anyway. An interrupt or the end of the
+/// connection is noticed up to `FORGET_PACE` later.
+pub(crate) fn pace_forgets(a: &Adapter) {
+    use std::cell::Cell;
+    use std::time::Instant;
+    thread_local! {
+        /// When this thread last finished handling a forget.
+        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    if a.counts.transport().is_none_or(|t| t.active != "uring") {
+        return;
+    }
+    let now = Instant::now();
+    if LAST
+        .get()
+        .is_none_or(|t| now.duration_since(t) >= SAME_READ)
+    {
+        std::thread::sleep(FORGET_PACE);
+    }
+    LAST.set(Some(Instant::now()));
+}
+
 fn pin_to(cpu: usize) -> nix::Result<()> {
     let mut set = CpuSet::new();
     set.set(cpu)?;
@@ -358,7 +434,8 @@ fn queue_thread(
     pin: Option<usize>,
     report: mpsc::Sender<Result<(), String>>,
 ) {
-    let qid = r.qid;
+    // For log lines: queue and entry ("0.1").
+    let qid = format!("{}.{}", r.qid, r.slot);
     if let Some(cpu) = pin
         && let Err(e) = pin_to(cpu)
     {
@@ -366,7 +443,14 @@ fn queue_thread(
     }
     let mut last = vec![Last::Register; r.depth()];
     let mut cqes = Vec::new();
-    let registered = register(&mut r, &mut cqes);
+    let registered = r
+        .enable()
+        .map_err(|e| format!("enabling the ring: {e}"))
+        .and_then(|()| {
+            r.register_dev(&dev)
+                .map_err(|e| format!("registering /dev/fuse: {e}"))
+        })
+        .and_then(|()| register(&mut r, &mut cqes));
     let _ = report.send(registered.map_err(|e| format!("queue {qid}: {e}")));
     drop(report);
     let mut scratch = Vec::new();

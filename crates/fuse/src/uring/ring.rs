@@ -116,14 +116,25 @@ pub(super) struct Ring {
     entries: Vec<Entry>,
     stop: Arc<EventFd>,
     pub(super) qid: u16,
+    /// Which of the queue's rings this is (0 is the one pinned to the queue's CPU).
+    pub(super) slot: u16,
 }
 
 impl Ring {
-    /// A ring with `depth` entries of `payload_len` bytes for queue `qid`.
-    pub(super) fn new(qid: u16, depth: usize, payload_len: usize) -> io::Result<Ring> {
+    /// Ring `slot` of queue `qid`, with `depth` entries of `payload_len` bytes.
+    pub(super) fn new(qid: u16, slot: u16, depth: usize, payload_len: usize) -> io::Result<Ring> {
         let sq = u32::try_from(depth + 2).map_err(io::Error::other)?;
+        // One thread submits to and waits on this ring, so the kernel may run the task
+        // work that delivers a request (`fuse_uring_send_in_task`) when that thread waits for
+        // completions, instead of interrupting it (DEFER_TASKRUN, which needs SINGLE_ISSUER).
+        // The ring is made here, on the thread answering INIT, and used by the queue thread:
+        // it starts disabled and the queue thread enables it (`enable`), which makes that
+        // thread its one issuer.
         let uring = IoUring::builder()
             .setup_cqsize(sq * 2)
+            .setup_r_disabled()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
             .build(sq)
             .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
         let mut entries = Vec::with_capacity(depth);
@@ -149,6 +160,7 @@ impl Ring {
             entries,
             stop,
             qid,
+            slot,
         })
     }
 
@@ -159,6 +171,12 @@ impl Ring {
     /// What another thread writes to make this ring's thread stop.
     pub(super) fn stopper(&self) -> Arc<EventFd> {
         self.stop.clone()
+    }
+
+    /// Enables the ring with the calling thread as its only submitter; before anything
+    /// else the queue thread does with it.
+    pub(super) fn enable(&mut self) -> io::Result<()> {
+        self.uring.submitter().register_enable_rings()
     }
 
     /// Makes the /dev/fuse descriptor fixed file 0 of the ring (no file lookup per command;
@@ -343,7 +361,7 @@ mod tests {
 
     #[test]
     fn buffers_are_lent_only_while_the_kernel_has_none_of_them() {
-        let mut r = match Ring::new(0, 2, 8192) {
+        let mut r = match Ring::new(0, 0, 2, 8192) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("skipped: no io_uring here ({e})");
