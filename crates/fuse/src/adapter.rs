@@ -692,9 +692,7 @@ impl Adapter {
 
     pub(crate) fn statfs(&self, reply: impl StatfsReply) {
         self.serve(Op::Statfs, || match self.fs.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
+            Ok(s) => reply.statfs(&s),
             Err(e) => reply.error(self.err(Op::Statfs, e)),
         });
     }

@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
+use cairn_vfs::StatFs;
 use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 
 use crate::uring::RingBacking;
@@ -82,18 +83,7 @@ pub(crate) trait CreateReply: Reply {
 }
 
 pub(crate) trait StatfsReply: Reply {
-    #[allow(clippy::too_many_arguments)]
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    );
+    fn statfs(self, s: &StatFs);
 }
 
 pub(crate) trait DirReply: Reply {
@@ -240,19 +230,9 @@ impl CreateReply for fuser::ReplyCreate {
 }
 
 impl StatfsReply for fuser::ReplyStatfs {
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    ) {
+    fn statfs(self, s: &StatFs) {
         fuser::ReplyStatfs::statfs(
-            self, blocks, bfree, bavail, files, ffree, bsize, namelen, frsize,
+            self, s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
         )
     }
 }

@@ -143,8 +143,6 @@ pub(crate) const FATTR_CTIME: u32 = 1 << 10;
 
 /// fuse_fsync_in.fsync_flags: only the data.
 pub(crate) const FSYNC_FDATASYNC: u32 = 1;
-/// fuse_open_out.open_flags: the kernel serves this open from the backing file.
-pub(crate) const FOPEN_PASSTHROUGH: u32 = 1 << 7;
 
 /// `struct fuse_setattr_in` (88 bytes).
 #[repr(C)]

@@ -18,8 +18,7 @@ use zerocopy::IntoBytes;
 
 use super::RingBacking;
 use super::abi::{
-    AttrOut, DirentHead, EntryOut, FOPEN_PASSTHROUGH, FuseAttr, GetxattrOut, LseekOut, OpenOut,
-    StatfsOut, WriteOut,
+    AttrOut, DirentHead, EntryOut, FuseAttr, GetxattrOut, LseekOut, OpenOut, StatfsOut, WriteOut,
 };
 use crate::reply::{
     AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
@@ -231,6 +230,16 @@ fn open_out(fh: FileHandle, flags: FopenFlags, backing_id: i32) -> OpenOut {
     }
 }
 
+/// An open answer handing the kernel `backing` for the file's I/O; `None` (answered EIO)
+/// for a backing file this transport did not register.
+fn passthrough_open_out(fh: FileHandle, flags: FopenFlags, backing: &Backing) -> Option<OpenOut> {
+    Some(open_out(
+        fh,
+        flags | FopenFlags::FOPEN_PASSTHROUGH,
+        ring_backing_id(backing)?,
+    ))
+}
+
 /// The raw id of a backing file this transport registered (see [`Backing`]).
 fn ring_backing_id(b: &Backing) -> Option<i32> {
     match b {
@@ -323,12 +332,8 @@ impl OpenReply for RingReply<'_, '_> {
         self.body(open_out(fh, flags, 0).as_bytes())
     }
     fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &Backing) {
-        match ring_backing_id(backing) {
-            Some(id) => {
-                let mut o = open_out(fh, flags, id);
-                o.open_flags |= FOPEN_PASSTHROUGH;
-                self.body(o.as_bytes())
-            }
+        match passthrough_open_out(fh, flags, backing) {
+            Some(o) => self.body(o.as_bytes()),
             None => self.error(Errno::EIO),
         }
     }
@@ -360,42 +365,30 @@ impl CreateReply for RingReply<'_, '_> {
         flags: FopenFlags,
         backing: &Backing,
     ) {
-        let Some(id) = ring_backing_id(backing) else {
+        let Some(o) = passthrough_open_out(fh, flags, backing) else {
             return self.error(Errno::EIO);
         };
         let e = entry_out(ttl, ttl, attr, g);
-        let mut o = open_out(fh, flags, id);
-        o.open_flags |= FOPEN_PASSTHROUGH;
         let fitted = self.ans.put(e.as_bytes()) && self.ans.put(o.as_bytes());
         self.ans.finish(fitted);
     }
 }
 
 impl StatfsReply for RingReply<'_, '_> {
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    ) {
-        let s = StatfsOut {
-            blocks,
-            bfree,
-            bavail,
-            files,
-            ffree,
-            bsize,
-            namelen,
-            frsize,
+    fn statfs(self, s: &cairn_vfs::StatFs) {
+        let out = StatfsOut {
+            blocks: s.blocks,
+            bfree: s.bfree,
+            bavail: s.bavail,
+            files: s.files,
+            ffree: s.ffree,
+            bsize: s.bsize,
+            namelen: s.namelen,
+            frsize: s.frsize,
             padding: 0,
             spare: [0; 6],
         };
-        self.body(s.as_bytes())
+        self.body(out.as_bytes())
     }
 }
 
