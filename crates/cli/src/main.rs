@@ -76,6 +76,18 @@ fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
     Some(name.to_string())
 }
 
+/// SIGPIPE back to its default action (Rust starts programs with it ignored, so a write to
+/// a closed pipe fails and `println!` panics).
+#[allow(unsafe_code)]
+fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no
+    // memory of this program; nothing else in the process is changing it concurrently (this
+    // runs before any thread is started).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let translated = match invoked_as(argv.first()).as_deref() {
@@ -97,6 +109,13 @@ fn main() {
     if !matches!(cli.cmd, Cmd::Mount(_) | Cmd::Umbrella(_)) {
         let env = env_logger::Env::default().default_filter_or("warn");
         let _ = env_logger::Builder::from_env(env).try_init();
+    }
+    if matches!(cli.cmd, Cmd::Modes { .. } | Cmd::Inspect(_) | Cmd::Stats(_)) {
+        // Commands that only read and print: a reader that goes away (`cairn modes --json |
+        // head`) ends them quietly, as it ends any Unix filter, instead of a panic in
+        // `println!`. Not for commands that write an image or serve a mount, which must
+        // finish what they started whatever happens to their output.
+        default_sigpipe();
     }
     let result = match cli.cmd {
         Cmd::Mount(a) => mount::run(a),

@@ -148,6 +148,30 @@ fn argument_errors_exit_nonzero_with_a_message() {
     assert!(!e.mounted());
 }
 
+/// A reader that goes away ends a printing command quietly, as any Unix filter: no panic
+/// message (`cairn modes --json | head -1` printed one, exit 101, before).
+#[test]
+fn a_closed_pipe_ends_a_printing_command_without_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(CAIRN)
+        .args(["modes", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the command writes.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        o.status.success() || o.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+}
+
 #[test]
 fn a_bad_image_is_one_clear_line_and_exit_1() {
     let e = Env::new();
