@@ -83,43 +83,58 @@ pub fn modes() -> Vec<String> {
             .map(str::to_string)
             .collect();
     }
-    static LISTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    LISTED
-        .get_or_init(|| {
-            let out = Command::new(cairn_bin())
-                .arg("modes")
-                .output()
-                .expect("run cairn modes");
-            assert!(out.status.success(), "cairn modes failed");
-            let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split_whitespace().next())
-                .map(str::to_string)
-                .collect();
-            assert!(!listed.is_empty(), "cairn modes listed nothing");
-            listed
-        })
-        .clone()
+    listed().iter().map(|m| m.mode.clone()).collect()
+}
+
+/// One mode as `cairn modes --json` describes it.
+struct Listed {
+    mode: String,
+    /// Its on-disk format (`ffs`, `lfs`): what `mkfs --format` makes for it.
+    format: String,
+    /// Every metadata call durable when it returns (`metadata_on_return`).
+    durable: bool,
+}
+
+/// What the binary lists, asked once per test process.
+fn listed() -> &'static [Listed] {
+    static LISTED: std::sync::OnceLock<Vec<Listed>> = std::sync::OnceLock::new();
+    LISTED.get_or_init(|| {
+        let out = Command::new(cairn_bin())
+            .args(["modes", "--json"])
+            .output()
+            .expect("run cairn modes --json");
+        assert!(out.status.success(), "cairn modes --json failed");
+        let listed: Vec<Listed> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| {
+                Some(Listed {
+                    mode: v["mode"].as_str()?.to_string(),
+                    format: v["type"].as_str().unwrap_or("ffs").to_string(),
+                    durable: v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true),
+                })
+            })
+            .collect();
+        assert!(!listed.is_empty(), "cairn modes listed nothing");
+        listed
+    })
+}
+
+/// The on-disk format mode `mode` runs on (`ffs` for a mode the binary does not list).
+pub fn format_of(mode: &str) -> String {
+    listed()
+        .iter()
+        .find(|m| m.mode == mode)
+        .map_or_else(|| "ffs".to_string(), |m| m.format.clone())
 }
 
 /// The modes of [`modes`] that promise every metadata call durable when it returns (`cairn
 /// modes --json`: `metadata_on_return`), in the same order: the ones a kill -9 test can
 /// hold to "every returned call is there".
 pub fn durable_modes() -> Vec<String> {
-    let out = Command::new(cairn_bin())
-        .args(["modes", "--json"])
-        .output()
-        .expect("run cairn modes --json");
-    assert!(out.status.success(), "cairn modes --json failed");
-    let durable: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true))
-        .filter_map(|v| v["mode"].as_str().map(str::to_string))
-        .collect();
     modes()
         .into_iter()
-        .filter(|m| durable.contains(m))
+        .filter(|m| listed().iter().any(|l| &l.mode == m && l.durable))
         .collect()
 }
 
@@ -398,18 +413,13 @@ impl Target {
         let image = d.path().join("image");
         let root = d.path().join("mnt");
         fs::create_dir(&root).unwrap();
-        // A mode of a format other than the default one names its format at mkfs (the
-        // log-structured format's one mode is called after it).
-        let format: &[&str] = if mode == "lfs" {
-            &["--format", "lfs"]
-        } else {
-            &[]
-        };
+        // Each mode's image is made in the mode's own format (`type` in `cairn modes
+        // --json`).
         let o = run(Command::new(&bin)
             .arg("mkfs")
             .arg(&image)
             .args(["--size", size])
-            .args(format)
+            .args(["--format", &format_of(mode)])
             .args(mkfs_args));
         assert!(
             o.status.success(),
