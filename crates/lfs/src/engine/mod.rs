@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use cairn_blockdev::BlockDevice;
+use cairn_bufcache::BufferCache;
 use cairn_dir::DirIndex;
 use cairn_vfs::{Errno, FsError, Result};
 use parking_lot::{Condvar, Mutex};
@@ -75,6 +76,13 @@ pub struct MountOptions {
     pub clean_start: Option<u32>,
     /// ... and stops once this many are (default: a fifth, up to 100).
     pub clean_stop: Option<u32>,
+    /// Bytes of log blocks the buffer cache keeps for reads (`cache=SIZE`, default 256 MiB
+    /// as for the FFS modes). Log blocks never change once written, so the cache holds only
+    /// clean copies; a block is dropped from it when the log writes over its segment again.
+    pub cache_bytes: u64,
+    /// Largest read-ahead window in blocks (`readahead_kb=N`, default 2 MiB; 0 turns
+    /// read-ahead off): see [`ReadAhead`].
+    pub readahead_blocks: u64,
 }
 
 impl Default for MountOptions {
@@ -89,6 +97,8 @@ impl Default for MountOptions {
             cleaner: Policy::COST_BENEFIT,
             clean_start: None,
             clean_stop: None,
+            cache_bytes: 256 << 20,
+            readahead_blocks: 512,
         }
     }
 }
@@ -146,6 +156,20 @@ impl MountOptions {
                 }
                 Ok(())
             }
+            "cache" => {
+                self.cache_bytes = value
+                    .and_then(parse_size)
+                    .filter(|&b| b >= BS)
+                    .ok_or("option cache takes a size of at least 4K (e.g. 64M)")?;
+                Ok(())
+            }
+            "readahead_kb" => {
+                self.readahead_blocks = value
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or("option readahead_kb takes a number of KiB")?
+                    .div_ceil(BS / 1024);
+                Ok(())
+            }
             "ro" => {
                 self.read_only = true;
                 Ok(())
@@ -153,6 +177,65 @@ impl MountOptions {
             "rw" => Ok(()),
             _ => Err(format!("unknown option '{key}' for an lfs image")),
         }
+    }
+}
+
+/// `N`, `NK`, `NM` or `NG` bytes.
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, shift) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Sequential-access detection and the read-ahead window of one inode (as FFS's cluster
+/// read-ahead and Linux's on-demand read-ahead do it). A read that starts where the last
+/// one ended is sequential: the window doubles (from twice the request, up to the mount's
+/// maximum) and, once the reader has used up half of what was read ahead, the next window
+/// is read. Any other read resets it, so random reads cost one block each and read nothing
+/// they did not ask for. A file written sequentially lies in one run of the log per
+/// partial segment, so a window is a few large device reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ReadAhead {
+    /// The block after the last read's end (0 before any read: a read from the start of
+    /// the file counts as sequential).
+    next: u64,
+    /// Current window in blocks (0: not sequential).
+    window: u64,
+    /// First block not yet read ahead.
+    end: u64,
+}
+
+impl ReadAhead {
+    /// Notes a read of blocks `first..first + n`; returns the blocks to read ahead
+    /// (`start, count`), if any.
+    pub fn plan(&mut self, first: u64, n: u64, max: u64) -> Option<(u64, u64)> {
+        let seq = first == self.next;
+        let done = first.saturating_add(n);
+        self.next = done;
+        if !seq || max == 0 || n == 0 {
+            self.window = 0;
+            self.end = 0;
+            return None;
+        }
+        self.window = if self.window == 0 {
+            n.saturating_mul(2).max(8)
+        } else {
+            self.window.saturating_mul(2)
+        }
+        .min(max);
+        let from = self.end.max(done);
+        // Still half a window ahead of the reader: the next window waits, so each device
+        // read is a large one rather than one request's worth past the last window.
+        if from >= done.saturating_add(self.window / 2) {
+            return None;
+        }
+        let to = done.saturating_add(self.window);
+        self.end = to;
+        Some((from, to - from))
     }
 }
 
@@ -168,6 +251,7 @@ pub(crate) struct Node {
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     pub xattr_dirty: bool,
     pub opens: u32,
+    pub ra: ReadAhead,
 }
 
 impl Node {
@@ -181,6 +265,7 @@ impl Node {
             xattrs: Some(BTreeMap::new()),
             xattr_dirty: false,
             opens: 0,
+            ra: ReadAhead::default(),
         }
     }
 }
@@ -306,6 +391,10 @@ pub struct LfsStats {
 pub(crate) struct State {
     pub sb: Superblock,
     pub dev: Arc<dyn BlockDevice>,
+    /// Clean copies of log blocks read (never written through: the log writer writes the
+    /// device itself and drops the cached copies of the blocks it overwrites).
+    pub cache: Arc<BufferCache>,
+    pub readahead_blocks: u64,
     pub imap: Vec<ImapEntry>,
     pub imap_addrs: Vec<u64>,
     pub imap_dirty: BTreeSet<u32>,
@@ -386,9 +475,59 @@ impl State {
         if !self.sb.in_log(addr) {
             return Err(corrupt(format!("block address {addr} outside the log")));
         }
-        let mut b = vec![0u8; BLOCK_SIZE];
-        self.dev.read_blocks(addr, &mut b)?;
-        Ok(b)
+        Ok(self.cache.read(addr)?.read().to_vec())
+    }
+
+    /// Reads into the cache, with as few device reads as possible, every uncached block
+    /// of the log at `addrs` (in any order): each run of consecutive addresses is one
+    /// device read (up to the cache's largest cluster). Addresses outside the log are left
+    /// for [`State::read_block`] to report.
+    pub fn prefetch(&self, addrs: &mut Vec<u64>) -> Result<()> {
+        addrs.retain(|&a| self.sb.in_log(a));
+        addrs.sort_unstable();
+        addrs.dedup();
+        let mut i = 0;
+        while i < addrs.len() {
+            let mut j = i + 1;
+            while j < addrs.len() && addrs[j] == addrs[j - 1] + 1 {
+                j += 1;
+            }
+            self.cache.prefetch(addrs[i], (j - i) as u64)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Contents of blocks `first..first + n` of `ino` (zeros for holes) read with one
+    /// device read per run of blocks that lie next to each other in the log, plus the
+    /// read-ahead blocks `ahead` (start, count) brought into the cache the same way.
+    pub fn read_file_range(
+        &mut self,
+        ino: u64,
+        first: u64,
+        n: u64,
+        ahead: Option<(u64, u64)>,
+    ) -> Result<Vec<u8>> {
+        let map = self.map(ino)?;
+        let mut ranges = vec![(first, n)];
+        ranges.extend(ahead);
+        let found: Vec<(u64, u64)> = ranges
+            .into_iter()
+            .flat_map(|(a, k)| map.range(a..a.saturating_add(k)))
+            .map(|(&l, &a)| (l, a))
+            .collect();
+        // A block still buffered is read from memory; its old copy in the log is not.
+        let mut want: Vec<u64> = found
+            .into_iter()
+            .filter(|&(l, _)| !self.dirty_data.contains_key(&(ino, l)))
+            .map(|(_, a)| a)
+            .collect();
+        self.prefetch(&mut want)?;
+        let mut out = Vec::with_capacity((n * BS) as usize);
+        for lbn in first..first.saturating_add(n) {
+            out.extend_from_slice(&self.read_file_block(ino, lbn)?);
+        }
+        Ok(out)
     }
 
     /// Reads inode `ino` through the inode map.
@@ -423,6 +562,7 @@ impl State {
                     xattrs: None,
                     xattr_dirty: false,
                     opens: 0,
+                    ra: ReadAhead::default(),
                 },
             );
         }

@@ -16,6 +16,7 @@ use super::*;
 use crate::format::checkpoint::{self, Checkpoint};
 use crate::format::summary::Summary;
 use crate::log::read_partial;
+use cairn_bufcache::{CacheConfig, NoHooks};
 
 impl State {
     #[allow(clippy::too_many_arguments)]
@@ -39,9 +40,21 @@ impl State {
             cp.log_seg,
             sb.segment_blocks,
         );
+        let cache = BufferCache::new(
+            Arc::clone(&dev),
+            CacheConfig {
+                budget_bytes: opts.cache_bytes,
+                ..CacheConfig::default()
+            },
+            Arc::new(NoHooks),
+        );
+        let mut log = log;
+        log.cache = Some(Arc::clone(&cache));
         State {
             sb,
             dev,
+            cache,
+            readahead_blocks: opts.readahead_blocks,
             imap,
             imap_addrs,
             imap_dirty: BTreeSet::new(),
