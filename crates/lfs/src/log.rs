@@ -65,7 +65,6 @@ impl LogWriter {
     }
 
     /// Blocks pushed and not yet written.
-    #[cfg(any(test, feature = "planted"))]
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }

@@ -55,6 +55,7 @@ impl State {
             dev,
             cache,
             readahead_blocks: opts.readahead_blocks,
+            logical_clock: opts.logical_clock,
             imap,
             imap_addrs,
             imap_dirty: BTreeSet::new(),

@@ -1,7 +1,7 @@
 //! Engine tests on an in-memory device: operations across remounts, roll-forward after a
 //! crash at every write boundary, hostile images.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::sync::Arc;
 
@@ -510,7 +510,7 @@ fn write_cost() {
         let (cs, ls) = overwrite_workload_on(policy, 16384, 512 << 10, 768, 40_000);
         let wc = (ls.new_data_blocks + cs.blocks_read + cs.blocks_moved) as f64
             / ls.new_data_blocks as f64;
-        eprintln!("{policy}: write cost {wc:.2} {cs:?}");
+        eprintln!("{policy}: write cost {wc:.2} {cs:?} {ls:?}");
     }
 }
 
@@ -709,4 +709,79 @@ fn read_ahead_window_grows_on_sequential_reads_and_resets_on_a_seek() {
         }
         at += 32;
     }
+}
+
+/// A segment's age for cost-benefit counts from its last write, the cleaner's included
+/// (`State::push`): the segments the cleaner fills with old blocks it moved are young.
+/// Stamped with the blocks' own (old) times instead, they looked like the oldest segments
+/// on the disk and cost-benefit cleaned them again while they were nearly full (on a
+/// 64 MiB disk at 75% with hot-and-cold overwrites: write cost 9.77 against 6.69).
+#[test]
+fn segments_the_cleaner_writes_are_young() {
+    let dev = image(4096);
+    let o = MountOptions {
+        cleaner: crate::cleaner::policy::Policy::GREEDY,
+        logical_clock: true,
+        ..opts()
+    };
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+    let c = Ctx::root();
+    // 64 one-block files kept, 64 deleted, interleaved in the log: segments half live.
+    let mut keep = Vec::new();
+    for i in 0..64 {
+        keep.push(write_file(&fs, ROOT_INO, &format!("c{i}"), &[1u8; 4096]));
+        write_file(&fs, ROOT_INO, &format!("j{i}"), &[2u8; 4096]);
+    }
+    fs.checkpoint().unwrap();
+    for i in 0..64 {
+        fs.unlink(&c, ROOT_INO, n(&format!("j{i}"))).unwrap();
+    }
+    // Time passes: a few hundred blocks go through the log.
+    let big = write_file(&fs, ROOT_INO, "big", &vec![3u8; 1 << 20]);
+    fs.checkpoint().unwrap();
+    let _ = big;
+    let (t0, old_segs) = {
+        let mut st = fs.st.lock();
+        let t0 = st.clock();
+        let mut segs = BTreeSet::new();
+        for &ino in &keep {
+            let a = *st.map(ino).unwrap().get(&0).unwrap();
+            segs.insert(st.sb.seg_of(a).unwrap());
+        }
+        (t0, segs)
+    };
+    let before = fs.clean_segments();
+    assert!(fs.clean_now(before + 4).unwrap() > 0, "nothing cleaned");
+    let mut st = fs.st.lock();
+    let mut moved = 0;
+    for &ino in &keep {
+        let a = *st.map(ino).unwrap().get(&0).unwrap();
+        let s = st.sb.seg_of(a).unwrap();
+        if old_segs.contains(&s) {
+            continue;
+        }
+        moved += 1;
+        let y = st.usage[s as usize].youngest;
+        assert!(
+            y >= t0,
+            "segment {s} holding moved blocks is dated {y}, before the pass ({t0})"
+        );
+    }
+    assert!(
+        moved > 16,
+        "only {moved} blocks moved: the test needs a segment of them"
+    );
+}
+
+#[test]
+fn default_cleaning_thresholds_clean_a_few_segments_at_a_time() {
+    let o = MountOptions::default();
+    let t = |segs| {
+        let th = o.thresholds(segs).unwrap();
+        (th.start_below(), th.stop_at())
+    };
+    assert_eq!(t(511), (20, 30));
+    assert_eq!(t(2047), (20, 60));
+    assert_eq!(t(127), (12, 14));
+    assert_eq!(t(8), (2, 4));
 }
