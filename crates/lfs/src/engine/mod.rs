@@ -439,8 +439,9 @@ pub(crate) struct State {
     pub policy: Policy,
     pub thresholds: Thresholds,
     pub read_only: bool,
-    /// Inodes roll-forward found with no link (unlinked while open when the system
-    /// stopped): a read-write mount frees them once roll-forward is done.
+    /// Inodes with no link that were open when the system stopped: the checkpoint's orphan
+    /// list, then what roll-forward finds written with no link (or with links again); a
+    /// read-write mount frees them once roll-forward is done.
     pub orphans: BTreeSet<u64>,
     /// A deliberately broken ordering the crash harness must catch (tests and the planted
     /// catalogue only; see [`Planted`]).
@@ -1044,6 +1045,17 @@ impl State {
             next_ino: self.next_ino,
             imap_addrs: self.imap_addrs.clone(),
             usage_addrs: self.usage_addrs.clone(),
+            // Files unlinked while open: nothing in the log after this checkpoint need
+            // mention them again, so the region lists them for the mount after a crash to
+            // free (roll-forward finds only those written after it).
+            orphans: self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.inode.nlink == 0 && n.inode.mode != 0)
+                .map(|(&ino, _)| ino)
+                .collect::<BTreeSet<u64>>()
+                .into_iter()
+                .collect(),
         };
         self.dev
             .write_blocks(self.sb.cp_start(slot), &cp.encode(self.sb.cp_blocks))?;
