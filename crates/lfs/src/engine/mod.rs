@@ -496,8 +496,10 @@ impl State {
 
     /// Reads into the cache, with as few device reads as possible, every uncached block
     /// of the log at `addrs` (in any order): each run of consecutive addresses is one
-    /// device read (up to the cache's largest cluster). Addresses outside the log are left
-    /// for [`State::read_block`] to report.
+    /// device read (up to the cache's largest cluster). A run goes on across a one-block
+    /// gap — the summary block between two partial segments of a file written
+    /// sequentially — which is read and cached with it: one block more, one device read
+    /// fewer. Addresses outside the log are left for [`State::read_block`] to report.
     pub fn prefetch(&self, addrs: &mut Vec<u64>) -> Result<()> {
         addrs.retain(|&a| self.sb.in_log(a));
         addrs.sort_unstable();
@@ -505,10 +507,10 @@ impl State {
         let mut i = 0;
         while i < addrs.len() {
             let mut j = i + 1;
-            while j < addrs.len() && addrs[j] == addrs[j - 1] + 1 {
+            while j < addrs.len() && addrs[j] <= addrs[j - 1] + 2 {
                 j += 1;
             }
-            self.cache.prefetch(addrs[i], (j - i) as u64)?;
+            self.cache.prefetch(addrs[i], addrs[j - 1] - addrs[i] + 1)?;
             i = j;
         }
         Ok(())

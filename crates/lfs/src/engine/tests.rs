@@ -640,8 +640,10 @@ fn sequential_read_device_reads(readahead_kb: &str) -> (u64, u64) {
 fn a_sequential_read_is_clustered_and_read_ahead() {
     // 4 MiB = 1024 blocks in 128 KiB requests (32 of them).
     let (reads, blocks) = sequential_read_device_reads("2048");
-    // 8 segments of 512 KiB, a few partial segments each, and the indirect blocks.
-    assert!(reads <= 24, "{reads} device reads for 1024 blocks");
+    // 8 segments of 512 KiB, a few partial segments each, and the indirect blocks; the
+    // read-ahead reads go on across the summary block between two partial segments (15
+    // device reads when they stop at it).
+    assert!(reads <= 12, "{reads} device reads for 1024 blocks");
     assert!(blocks <= 1024 + 16, "{blocks} blocks read for 1024");
     // Without read-ahead each request is still one device read per run, never per block...
     let (reads_no_ra, _) = sequential_read_device_reads("0");
