@@ -126,7 +126,7 @@ fn show_checkpoints(dev: &Arc<dyn BlockDevice>, sb: &Superblock) -> Result<Strin
             Ok(cp) => {
                 let _ = writeln!(
                     out,
-                    "  serial {}, written at {} ns\n  log head: segment {} block {}, next summary serial {}\n  next inode number {}\n  inode map blocks ({}): {:?}\n  usage table blocks ({}): {:?}",
+                    "  serial {}, written at {} ns\n  log head: segment {} block {}, next summary serial {}\n  next inode number {}\n  inode map blocks ({}): {:?}\n  usage table blocks ({}): {:?}\n  orphans (unlinked while open, freed by the next read-write mount): {:?}",
                     cp.serial,
                     cp.time_ns,
                     cp.log_seg,
@@ -136,7 +136,8 @@ fn show_checkpoints(dev: &Arc<dyn BlockDevice>, sb: &Superblock) -> Result<Strin
                     cp.imap_addrs.len(),
                     cp.imap_addrs,
                     cp.usage_addrs.len(),
-                    cp.usage_addrs
+                    cp.usage_addrs,
+                    cp.orphans
                 );
             }
         }

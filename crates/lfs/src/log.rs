@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
+use cairn_bufcache::BufferCache;
 
 use crate::format::summary::{self, Entry, FLAG_COMMIT, FLAG_SKIP_REST, MAX_ENTRIES, Summary};
 use crate::format::superblock::Superblock;
@@ -36,6 +37,10 @@ pub struct LogWriter {
     /// Partial segments and blocks written (for stats and tests).
     pub partials_written: u64,
     pub blocks_written: u64,
+    /// The cache the file system reads log blocks through, if any: every block a partial
+    /// segment overwrites is dropped from it before the write, so a read never returns a
+    /// copy from the segment's life before it was cleaned.
+    pub cache: Option<Arc<BufferCache>>,
 }
 
 impl LogWriter {
@@ -49,6 +54,7 @@ impl LogWriter {
             segment_blocks,
             partials_written: 0,
             blocks_written: 0,
+            cache: None,
         }
     }
 
@@ -59,7 +65,6 @@ impl LogWriter {
     }
 
     /// Blocks pushed and not yet written.
-    #[cfg(any(test, feature = "planted"))]
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }
@@ -168,6 +173,12 @@ impl LogWriter {
             entries: self.pending.iter().map(|(e, _)| *e).collect(),
         };
         buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
+        let at = sb.seg_start(self.seg) + self.off as u64;
+        if let Some(c) = &self.cache {
+            for b in at..at + n as u64 + 1 {
+                c.invalidate(b);
+            }
+        }
         dev.write_blocks(sb.seg_start(self.seg) + self.off as u64, &buf)?;
         self.partials_written += 1;
         self.blocks_written += n as u64 + 1;

@@ -204,6 +204,7 @@ pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> 
         next_ino: ROOT_INO as u32 + 1,
         imap_addrs: vec![0; sb.imap_blocks as usize],
         usage_addrs: vec![0; sb.usage_blocks as usize],
+        orphans: Vec::new(),
     };
     let imap = vec![ImapEntry::default(); sb.max_inodes as usize];
     let usage = vec![UsageEntry::default(); sb.segments as usize];

@@ -57,6 +57,11 @@ pub struct CleanerStats {
     /// Live blocks written back (data, indirect, xattr; inodes and tables are rewritten by
     /// the checkpoint that ends the pass).
     pub blocks_moved: u64,
+    /// Passes of the greedy policy run because the mount's policy found nothing worth
+    /// cleaning.
+    pub greedy_fallbacks: u64,
+    /// Passes refused: the victims would not give back a segment more than they fill.
+    pub refused: u64,
 }
 
 /// A live data block found in a victim.
@@ -134,7 +139,12 @@ impl State {
                         {
                             continue;
                         }
-                        let mtime = age_ms(self.node(e.ino)?.inode.mtime);
+                        // Nanoseconds: in milliseconds many blocks tie, and the order of
+                        // ties would depend on how fast the workload ran.
+                        let t = self.node(e.ino)?.inode.mtime;
+                        let mtime = (t.sec.max(0) as u64)
+                            .saturating_mul(1_000_000_000)
+                            .saturating_add(t.nsec as u64);
                         out.push(Moved {
                             ino: e.ino,
                             lbn: e.lbn,
@@ -195,7 +205,7 @@ impl State {
     }
 
     fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
-        let now_s = age_ms(now());
+        let now_s = self.clock();
         let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
         let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);
         // Keep the pass within what the clean segments can take: live data goes back at
@@ -219,6 +229,7 @@ impl State {
         // data around (every candidate full of live blocks).
         let gain = (victims.len() as u64 * seg_bytes).saturating_sub(live);
         if victims.is_empty() || gain < seg_bytes {
+            self.cleaner.refused += 1;
             return Ok(0);
         }
         let mut moved = Vec::new();
@@ -237,7 +248,7 @@ impl State {
                 ino: m.ino,
                 lbn: m.lbn,
             };
-            let addr = self.push(e, m.data, BLOCK_SIZE as u32, m.mtime)?;
+            let addr = self.push(e, m.data, BLOCK_SIZE as u32)?;
             let old = self.set_map(m.ino, m.lbn, addr)?;
             debug_assert_eq!(old, m.addr);
             self.kill(old, BLOCK_SIZE as u32);

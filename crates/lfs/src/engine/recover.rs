@@ -16,6 +16,7 @@ use super::*;
 use crate::format::checkpoint::{self, Checkpoint};
 use crate::format::summary::Summary;
 use crate::log::read_partial;
+use cairn_bufcache::{CacheConfig, NoHooks};
 
 impl State {
     #[allow(clippy::too_many_arguments)]
@@ -39,9 +40,22 @@ impl State {
             cp.log_seg,
             sb.segment_blocks,
         );
+        let cache = BufferCache::new(
+            Arc::clone(&dev),
+            CacheConfig {
+                budget_bytes: opts.cache_bytes,
+                ..CacheConfig::default()
+            },
+            Arc::new(NoHooks),
+        );
+        let mut log = log;
+        log.cache = Some(Arc::clone(&cache));
         State {
             sb,
             dev,
+            cache,
+            readahead_blocks: opts.readahead_blocks,
+            logical_clock: opts.logical_clock,
             imap,
             imap_addrs,
             imap_dirty: BTreeSet::new(),
@@ -298,18 +312,26 @@ impl Lfs {
             opts,
         );
         plant(&mut st);
+        // The checkpoint's orphans still in the inode map; roll-forward adds and drops.
+        st.orphans = cp
+            .orphans
+            .iter()
+            .copied()
+            .filter(|&i| st.imap.get(i as usize).is_some_and(|e| e.addr != 0))
+            .collect();
         st.usage[cp.log_seg as usize].dirty = true;
         let rolled = st.roll_forward()?;
         if !opts.read_only {
             st.pick_next_segment()?;
-            // Files unlinked while open when the system stopped, as far as roll-forward saw
-            // them (one a checkpoint captured is left for `cairn fsck -y`): nothing can
-            // open them again, so they go now, and the checkpoint below records it.
-            for ino in std::mem::take(&mut st.orphans) {
+            // Files unlinked while open when the system stopped (the checkpoint's orphan
+            // list and what roll-forward saw): nothing can open them again, so they go
+            // now, and the checkpoint below records it.
+            let orphans = std::mem::take(&mut st.orphans);
+            for &ino in &orphans {
                 st.node(ino)?;
                 st.maybe_free(ino)?;
             }
-            if rolled > 0 {
+            if rolled > 0 || !orphans.is_empty() {
                 st.checkpoint()?;
             } else {
                 st.release_empty_segments();

@@ -7,7 +7,7 @@
 //! ```text
 //! region of cp_blocks blocks
 //!   0  magic        u32  "LFCP"
-//!   4  version      u32  1
+//!   4  version      u32  2 (1 is read too: no orphan list, bytes 52..64 reserved)
 //!   8  serial       u64  checkpoint number, +1 each checkpoint (the newer valid one wins)
 //!  16  time_ns      u64  when it was written (nanoseconds since the epoch)
 //!  24  log_seg      u32  segment where the log continues
@@ -16,8 +16,11 @@
 //!  40  imap_blocks  u32
 //!  44  usage_blocks u32
 //!  48  next_ino     u32  where the search for a free inode number starts
-//!  52  reserved     [u8; 12]
+//!  52  orphans      u32  inode numbers in the orphan list (version 2)
+//!  56  reserved     [u8; 8]
 //!  64  addresses    u64 × (imap_blocks + usage_blocks): inode map blocks, then usage blocks
+//!  ..  orphan list  u64 × orphans: inodes with no link still open when the checkpoint was
+//!                   written (a mount frees those roll-forward does not give a link back)
 //!  ... zero
 //!  len-4 crc        u32  CRC32C of bytes 0..len-4 (the last bytes: 004 §4.1 puts the
 //!                        time in the last block so a torn write never looks complete)
@@ -26,8 +29,14 @@
 use super::*;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"LFCP");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const HDR: usize = 64;
+
+/// Inode numbers the orphan list of a region of `cp_blocks` blocks naming `tables` table
+/// blocks can hold (what is left of the region before its checksum).
+pub fn orphan_room(cp_blocks: u32, tables: u32) -> usize {
+    (cp_blocks as usize * BLOCK_SIZE).saturating_sub(HDR + 8 * tables as usize + 4) / 8
+}
 
 /// Blocks a region needs to name `imap` + `usage` table blocks.
 pub fn region_blocks(imap: u32, usage: u32) -> u32 {
@@ -44,6 +53,9 @@ pub struct Checkpoint {
     pub next_ino: u32,
     pub imap_addrs: Vec<u64>,
     pub usage_addrs: Vec<u64>,
+    /// Inodes with no link that were open (at most [`orphan_room`]; the encoder drops the
+    /// rest, which only `cairn fsck -y` then frees after a crash).
+    pub orphans: Vec<u64>,
 }
 
 impl Checkpoint {
@@ -61,7 +73,19 @@ impl Checkpoint {
         put_u32(&mut b, 40, self.imap_addrs.len() as u32);
         put_u32(&mut b, 44, self.usage_addrs.len() as u32);
         put_u32(&mut b, 48, self.next_ino);
-        for (i, a) in self.imap_addrs.iter().chain(&self.usage_addrs).enumerate() {
+        let tables = self.imap_addrs.len() + self.usage_addrs.len();
+        let orphans = &self.orphans[..self
+            .orphans
+            .len()
+            .min(orphan_room(cp_blocks, tables as u32))];
+        put_u32(&mut b, 52, orphans.len() as u32);
+        for (i, a) in self
+            .imap_addrs
+            .iter()
+            .chain(&self.usage_addrs)
+            .chain(orphans)
+            .enumerate()
+        {
             put_u64(&mut b, HDR + 8 * i, *a);
         }
         let c = crc(&b[..len - 4]);
@@ -77,8 +101,9 @@ impl Checkpoint {
         if get_u32(b, 0) != MAGIC {
             return corrupt("checkpoint region: bad magic");
         }
-        if get_u32(b, 4) != VERSION {
-            return corrupt(format!("checkpoint region: version {}", get_u32(b, 4)));
+        let version = get_u32(b, 4);
+        if version != 1 && version != VERSION {
+            return corrupt(format!("checkpoint region: version {version}"));
         }
         if get_u32(b, len - 4) != crc(&b[..len - 4]) {
             return corrupt("checkpoint region: checksum mismatch (torn or damaged)");
@@ -101,6 +126,27 @@ impl Checkpoint {
                 "checkpoint region: table block at {a} outside the log"
             ));
         }
+        let n_orphans = if version >= 2 {
+            get_u32(b, 52) as usize
+        } else {
+            0
+        };
+        if n_orphans > orphan_room(sb.cp_blocks, ni + nu) {
+            return corrupt(format!(
+                "checkpoint region: {n_orphans} orphans do not fit the region"
+            ));
+        }
+        let orphans: Vec<u64> = ((ni + nu) as usize..(ni + nu) as usize + n_orphans)
+            .map(addr)
+            .collect();
+        if let Some(i) = orphans
+            .iter()
+            .find(|&&i| i == 0 || i >= u64::from(sb.max_inodes))
+        {
+            return corrupt(format!(
+                "checkpoint region: orphan {i} is not an inode number"
+            ));
+        }
         let cp = Checkpoint {
             serial: get_u64(b, 8),
             time_ns: get_u64(b, 16),
@@ -110,6 +156,7 @@ impl Checkpoint {
             next_ino: get_u32(b, 48),
             imap_addrs,
             usage_addrs,
+            orphans,
         };
         if cp.log_seg >= sb.segments || cp.log_off > sb.segment_blocks {
             return corrupt(format!(
@@ -169,7 +216,33 @@ mod tests {
                 .map(|i| sb.first_segment + i)
                 .collect(),
             usage_addrs: vec![sb.first_segment + 100],
+            orphans: vec![],
         }
+    }
+
+    #[test]
+    fn the_orphan_list_round_trips_and_is_checked() {
+        let sb = sb();
+        let mut c = cp(3, &sb);
+        c.orphans = vec![5, 999];
+        let b = c.encode(sb.cp_blocks);
+        assert_eq!(Checkpoint::decode(&b, &sb).unwrap(), c);
+        // Not an inode number.
+        c.orphans = vec![1000];
+        assert!(Checkpoint::decode(&c.encode(sb.cp_blocks), &sb).is_err());
+        // More than the region holds: the encoder keeps what fits.
+        let room = orphan_room(sb.cp_blocks, sb.imap_blocks + sb.usage_blocks);
+        c.orphans = (1..=room as u64 + 10).map(|i| i % 999 + 1).collect();
+        let d = Checkpoint::decode(&c.encode(sb.cp_blocks), &sb).unwrap();
+        assert_eq!(d.orphans.len(), room);
+        // A version 1 region (bytes 52..64 reserved, whatever they hold) has no list.
+        let mut v1 = cp(3, &sb).encode(sb.cp_blocks);
+        put_u32(&mut v1, 4, 1);
+        put_u32(&mut v1, 52, 7);
+        let n = v1.len();
+        let c1 = crc(&v1[..n - 4]);
+        put_u32(&mut v1, n - 4, c1);
+        assert!(Checkpoint::decode(&v1, &sb).unwrap().orphans.is_empty());
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! usage-table entry (segment = index·255 + i)
 //!   0  live_bytes u32  bytes still live in the segment
 //!   4  flags      u32  bit 0: dirty (written since it was last clean)
-//!   8  youngest   u64  newest modification time of a block written into it (ms)
+//!   8  youngest   u64  when a block was last written into it (ms since the epoch)
 //! ```
 
 use super::*;

@@ -23,6 +23,7 @@ pub mod access;
 pub mod disk;
 pub mod markdown;
 pub mod paper;
+pub mod real;
 pub mod rng;
 pub mod run;
 pub mod suite;
