@@ -235,8 +235,8 @@ impl Strategy for Marker<'_> {
     }
     // An inode's encoding changing (size, times, mode) changes none of what the check
     // decides on: its pointers, its count and the names of it change by the other facts.
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
-        self.inner.update_inodeblock(tx, ino, buf)
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> Result<()> {
+        self.inner.update_inodeblock(tx, ino, buf, was)
     }
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {
         self.mark(|m| {

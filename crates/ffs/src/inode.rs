@@ -177,7 +177,9 @@ impl InodeTable {
     }
 
     /// Encodes the in-core inode into its table block and marks it dirty; returns the block.
-    pub fn store(&self, vol: &Volume, ino: u64) -> Result<BufRef> {
+    /// Encodes in-core inode `ino` into its block; the block, and the size its slot held
+    /// before.
+    pub fn store(&self, vol: &Volume, ino: u64) -> Result<(BufRef, u64)> {
         let ic = self
             .map
             .get(&ino)

@@ -467,8 +467,8 @@ impl Ffs {
     /// Encodes inode `ino` into its table block and tells the strategy
     /// (`update_inodeblock`); returns the block.
     pub(crate) fn store(&self, st: &mut State, ino: u64) -> Result<BufRef, FsError> {
-        let b = st.inodes.store(&self.vol, ino)?;
-        self.fact(st, |s, tx| s.update_inodeblock(tx, ino, &b))?;
+        let (b, was) = st.inodes.store(&self.vol, ino)?;
+        self.fact(st, |s, tx| s.update_inodeblock(tx, ino, &b, was))?;
         Ok(b)
     }
 

@@ -48,11 +48,14 @@ impl Volume {
 
     /// Encodes `d` into inode `ino`'s slot and marks the block dirty; returns the block.
     /// Only the slot's 256 bytes are saved in an undo scope.
-    pub fn write_disk_inode(&self, ino: u64, d: &DiskInode) -> Result<BufRef> {
+    /// Encodes `d` into inode `ino`'s slot; the block, and the size the slot held before.
+    pub fn write_disk_inode(&self, ino: u64, d: &DiskInode) -> Result<(BufRef, u64)> {
         let (blk, off) = self.geo.inode_location(ino);
         let b = self.bread(blk, kind::INODE)?;
+        let was =
+            DiskInode::peek_mode_size(b.read().get(off..).unwrap_or(&[])).map_or(0, |(_, s)| s);
         d.encode(ino, &mut b.write_range(off, 256));
         self.cache.mark_dirty(&b);
-        Ok(b)
+        Ok((b, was))
     }
 }

@@ -316,9 +316,11 @@ pub trait Strategy: Send + std::marker::Sync {
         let _ = (tx, f);
         Ok(())
     }
-    /// Inode `ino` was encoded into `buf` (FreeBSD: `softdep_update_inodeblock`).
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
-        let _ = (tx, ino, buf);
+    /// Inode `ino` was encoded into `buf` (FreeBSD: `softdep_update_inodeblock`); `was` is
+    /// the size its slot held before (the size on disk when nothing encoded the inode since
+    /// its block was read: a mode asking whether a size was raised need not read the device).
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> Result<()> {
+        let _ = (tx, ino, buf, was);
         Ok(())
     }
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {

@@ -304,7 +304,7 @@ impl Strategy for Sync {
     /// A new inode's first encoding goes with its bitmap and descriptor, at once (rule 1:
     /// before any entry names it; if a crash keeps the inode but not the bit, nothing names
     /// it yet and fsck reclaims it). Other encodings wait for the step that needs them.
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, _was: u64) -> Result<()> {
         let mut op = self.op.lock();
         if let Some(i) = op.new_inodes.iter().position(|(i, _)| *i == ino) {
             let (_, groups) = op.new_inodes.swap_remove(i);

@@ -1148,7 +1148,7 @@ impl Strategy for Journal {
         Ok(())
     }
 
-    fn update_inodeblock(&self, tx: &mut Tx, _ino: Ino, buf: &BufRef) -> Result<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, _ino: Ino, buf: &BufRef, _was: u64) -> Result<()> {
         Self::join(tx, &[buf]);
         Ok(())
     }

@@ -803,27 +803,35 @@ impl Strategy for SoftDep {
 
     /// A raised size of a regular file waits for the dirty blocks it newly covers that
     /// the file already had (new blocks wait through their allocation records).
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> Result<()> {
         let geo = self.geo()?;
         let (iblk, off) = geo.inode_location(ino);
         let Some((mode, size)) = DiskInode::peek_mode_size(buf.read().get(off..).unwrap_or(&[]))
         else {
             return Ok(());
         };
-        {
+        // The size on disk before this update, as far as a raised size goes: 0 for a fresh
+        // inode (its allocation not yet on disk), the size last encoded this mount, else
+        // (the first encoding since the block was read) the size the slot held — what the
+        // disk holds. Reading it from the device instead cost every first write or atime
+        // update after a mount a device read (small-file reads: 2.07 device reads per file
+        // against async's 1.07).
+        let prev = {
+            let mut d = self.inner.deps.lock();
+            let prev = if size == 0 || d.inomap.contains_key(&ino) {
+                0
+            } else {
+                d.enc_size.get(&ino).copied().unwrap_or(was)
+            };
             // Most updates raise no size (times, link counts, a write inside the file) and
             // only a regular file's raised size needs a hold: those are told from the mode
             // and size alone, without decoding the inode.
-            let mut d = self.inner.deps.lock();
-            // (A fresh inode's size on disk is 0, whatever `enc_size` says.)
-            let not_raised = size == 0
-                || (!d.inomap.contains_key(&ino)
-                    && d.enc_size.get(&ino).is_some_and(|&p| size <= p));
-            if mode & libc::S_IFMT != libc::S_IFREG || not_raised {
+            if mode & libc::S_IFMT != libc::S_IFREG || size <= prev {
                 d.enc_size.insert(ino, size);
                 return Ok(());
             }
-        }
+            prev
+        };
         let di = {
             let data = buf.read();
             match data
@@ -832,26 +840,6 @@ impl Strategy for SoftDep {
             {
                 Some(Ok(di)) => di,
                 _ => return Ok(()),
-            }
-        };
-        let known = {
-            let d = self.inner.deps.lock();
-            // A fresh inode (its allocation not yet on disk) had size 0 on disk; so does
-            // any inode whose size is 0 now, as far as a raised size goes. Neither needs the
-            // device read below, which every create used to pay.
-            if di.size == 0 || d.inomap.contains_key(&ino) {
-                Some(0)
-            } else {
-                d.enc_size.get(&ino).copied()
-            }
-        };
-        let prev = match known {
-            Some(s) => s,
-            None => {
-                // First encoding this mount: the size on disk is the one to compare with.
-                let mut b = vec![0u8; geo.bs()];
-                tx.io.cache.device().read_blocks(iblk, &mut b)?;
-                DiskInode::decode(ino, &b[off..off + INODE_SIZE]).map_or(0, |d| d.size)
             }
         };
         let mut d = self.inner.deps.lock();

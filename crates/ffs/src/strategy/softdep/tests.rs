@@ -348,6 +348,42 @@ fn block_pointers_and_size_roll_back_until_block_and_bitmap_are_on_disk() {
     fs.unmount().unwrap();
 }
 
+/// After a remount, a size raised inside the file's last block is held at the size on
+/// disk — taken from the inode's slot as the engine found it, not read again from the
+/// device — until the data is written.
+#[test]
+fn a_size_raised_after_a_remount_is_held_at_the_size_on_disk() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let (f, fh) = fs
+        .create(&c, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(f.ino, fh, 0, &[1u8; 1000]).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, vec![]);
+    let reads = fs.vol.cache.device().counters().snapshot().reads;
+    let fh = fs.open(&c, f.ino, libc::O_RDWR).unwrap();
+    fs.write(f.ino, fh, 1000, &[2u8; 2000]).unwrap();
+    // The block being extended, nothing else (the inode's block came in with the root's at
+    // mount; before, the first size raised after a mount read the inode block again).
+    assert_eq!(fs.vol.cache.device().counters().snapshot().reads - reads, 1);
+    write_kind(&fs, kind::INODE);
+    assert_eq!(
+        on_disk_inode(&dev, &fs, f.ino).size,
+        1000,
+        "the data is not on disk"
+    );
+    write_kind(&fs, kind::DATA);
+    write_kind(&fs, kind::INODE);
+    assert_eq!(on_disk_inode(&dev, &fs, f.ino).size, 3000);
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
+
 /// DirRemove + worklist: the on-disk count drops only after the removal is on disk, then
 /// (count 0) the inode and its blocks are freed after the zeroed inode is.
 #[test]
