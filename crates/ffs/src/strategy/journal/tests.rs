@@ -862,25 +862,30 @@ fn journal_cpu_cost_on_memory() {
         .unwrap();
         fs
     };
-    let fs = big();
-    let f = Ffs::mount_device(
-        Arc::new(fs.with_block_size(4096)),
-        &MountOptions {
-            mode: "async".into(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let a = time(&f);
-    drop(f);
-    let fs = big();
-    let f = mount_with(
-        Arc::new(fs.with_block_size(4096)),
-        Journal::new(LogSpec::File, Commit::Async),
-        false,
-    )
-    .unwrap();
-    let j = time(&f);
+    // The best of three of each, alternating: the machine is shared and noisy, and the
+    // best run is the one least disturbed.
+    let (mut a, mut j) = (0f64, 0f64);
+    for _ in 0..3 {
+        let fs = big();
+        let f = Ffs::mount_device(
+            Arc::new(fs.with_block_size(4096)),
+            &MountOptions {
+                mode: "async".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        a = a.max(time(&f));
+        drop(f);
+        let fs = big();
+        let f = mount_with(
+            Arc::new(fs.with_block_size(4096)),
+            Journal::new(LogSpec::File, Commit::Async),
+            false,
+        )
+        .unwrap();
+        j = j.max(time(&f));
+    }
     eprintln!(
         "async {a:.0} creates/s, journal-async {j:.0} creates/s ({:.2}x)",
         j / a
