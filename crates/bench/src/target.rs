@@ -289,7 +289,10 @@ impl Mounted {
                 )?;
                 if *log_device {
                     // The log on an image file of its own beside the file system's, on the
-                    // same disk (a second image: the "second image file").
+                    // same disk (a second image: the "second image file"). Written
+                    // out in full first, as a disk is: a sparse file would make every log
+                    // write allocate, and every flush of it commit the host's own journal.
+                    make_filled(&m.log_image(), JOURNAL_LOG_SIZE)?;
                     sys::run(
                         Command::new(&env.cairn)
                             .args(["wal", "mkfs", "--size"])
@@ -884,6 +887,27 @@ fn cairn_mkfs_flags(loopdev: bool, beyond_free: bool) -> &'static [&'static str]
 
 /// A new sparse file of `size` bytes; never an existing one (create_new), so a target's mkfs can
 /// only ever format an image this run has just made.
+/// A new file of `size` bytes of zeros, every block allocated (and on disk: synced).
+fn make_filled(path: &Path, size: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let chunk = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])
+            .with_context(|| format!("writing {}", path.display()))?;
+        left -= n as u64;
+    }
+    f.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    Ok(())
+}
+
 fn make_sparse(image: &Path, size: u64) -> Result<()> {
     let f = fs::OpenOptions::new()
         .write(true)
