@@ -71,7 +71,12 @@ impl Held {
     fn mark(&mut self, at: &[(u64, usize)], on: bool) {
         for &(g, bit) in at {
             let bytes = self.map_bytes;
-            let (map, n) = self.groups.entry(g).or_insert_with(|| (vec![0; bytes], 0));
+            let (map, n) = match self.groups.get_mut(&g) {
+                Some(e) => e,
+                // Nothing held in the group: nothing to unmark.
+                None if !on => continue,
+                None => self.groups.entry(g).or_insert_with(|| (vec![0; bytes], 0)),
+            };
             if bit / 8 >= map.len() || bitmap::get(map, bit) == on {
                 continue;
             }
@@ -82,9 +87,9 @@ impl Held {
             } else {
                 *n -= 1;
                 self.count -= 1;
-            }
-            if *n == 0 {
-                self.groups.remove(&g);
+                if *n == 0 {
+                    self.groups.remove(&g);
+                }
             }
         }
     }
