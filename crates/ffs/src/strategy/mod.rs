@@ -198,9 +198,10 @@ pub trait Strategy: Send + std::marker::Sync {
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
 
-    /// Whether the mode holds frees back that a sync would make (soft updates' worklist).
-    /// A call that fails with ENOSPC while this is true makes them (`sync(All)`, without the
-    /// engine's lock) and runs once more.
+    /// Whether the mode holds frees back that a sync would make (soft updates' worklist; a
+    /// journal's blocks held from reuse until the log is forced, `Tx::release_held`). A call
+    /// that fails with ENOSPC while this is true makes them (`sync(All)`, with the engine's
+    /// lock only in a `Serialized` mode) and runs once more.
     fn has_pending_frees(&self) -> bool {
         false
     }
