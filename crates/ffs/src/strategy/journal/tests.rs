@@ -1537,3 +1537,34 @@ fn a_shrink_is_never_half_done_by_its_zeroed_tail() {
         );
     }
 }
+
+/// A call that fails after it freed blocks is taken back whole: its holds go with it (a
+/// hold left behind would never open — the call logged nothing — and keep its blocks from
+/// the allocator for the life of the mount).
+#[test]
+fn a_failed_calls_holds_are_taken_back_with_it() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Async);
+    let (a, fh) = new_file(&f, "a", 8 << 10, 1);
+    f.release(a, fh).unwrap();
+    let blocks = blocks_of(&f, a, 2);
+    let mut st = f.st.lock();
+    st.alloc.begin_undo();
+    for &b in &blocks {
+        st.alloc.free_block(&f.vol, b).unwrap();
+    }
+    st.alloc
+        .hold(&f.vol, blocks.clone(), crate::strategy::Hold::new());
+    assert_eq!(st.alloc.held_blocks(), 2);
+    st.alloc.rollback_undo();
+    assert_eq!(st.alloc.held_blocks(), 0);
+    // A committed hold stays until it opens.
+    st.alloc.begin_undo();
+    let h = crate::strategy::Hold::new();
+    st.alloc.hold(&f.vol, vec![blocks[0]], h.clone());
+    st.alloc.commit_undo();
+    assert_eq!(st.alloc.held_blocks(), 1);
+    h.open();
+    st.alloc.reserve(0, 1).unwrap();
+    assert_eq!(st.alloc.held_blocks(), 0);
+}
