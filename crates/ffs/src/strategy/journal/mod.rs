@@ -1437,6 +1437,18 @@ impl Strategy for Journal {
         }
         io.cache.flush_device()?;
         // The log force makes every earlier call durable, so their data goes first too.
-        self.inner.ordered_sync(&io.cache)
+        self.inner.ordered_sync(&io.cache)?;
+        // Blocks that had to follow the log (a shrunk file's last block, its tail zeroed:
+        // `truncate_tail`) may go now, and must: they hold the file's data before its end.
+        let rest: Vec<&BufRef> = f
+            .blocks
+            .iter()
+            .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+            .collect();
+        if !rest.is_empty() {
+            io.cache.write_now(&rest)?;
+            io.cache.flush_device()?;
+        }
+        Ok(())
     }
 }

@@ -1568,3 +1568,37 @@ fn a_failed_calls_holds_are_taken_back_with_it() {
     st.alloc.reserve(0, 1).unwrap();
     assert_eq!(st.alloc.held_blocks(), 0);
 }
+
+/// A shrunk file's last block waits for the shrink's records (`truncate_tail`), but it also
+/// holds the file's data before the new end: an fsync returns only once that is durable too.
+#[test]
+fn an_fsync_after_a_shrink_makes_the_last_blocks_data_durable() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Async);
+    let (a, fh) = new_file(&f, "a", 5 * 4096, 1);
+    f.fsync(a, fh, false).unwrap();
+    // New bytes in the block that will be the last, then a shrink to within that block.
+    f.write(a, fh, 4 * 4096, &[9u8; 100]).unwrap();
+    let set = cairn_vfs::SetAttr {
+        size: Some(4 * 4096 + 200),
+        ..Default::default()
+    };
+    f.setattr(&Ctx::root(), a, set).unwrap();
+    f.fsync(a, fh, false).unwrap();
+    // The crash: the devices as the fsync left them.
+    let (fs_img, log_img) = (fs.to_bytes(), log.to_bytes());
+    std::mem::forget(f);
+    let (fs2, log2) = (
+        MemDevice::from_bytes(4096, fs_img),
+        MemDevice::from_bytes(4096, log_img),
+    );
+    let f = mount(&fs2, &log2, Commit::Async);
+    let mut buf = Vec::new();
+    f.read(a, 0, 4 * 4096, 4096, &mut buf).unwrap();
+    assert_eq!(buf.len(), 200);
+    assert!(
+        buf[..100].iter().all(|&x| x == 9) && buf[100..].iter().all(|&x| x == 1),
+        "the fsynced file's last block is not what was written"
+    );
+    f.unmount().unwrap();
+}
