@@ -46,11 +46,16 @@ pub enum Kind {
     /// cairn in one of its metadata-update modes, on an image file or (`loopdev`) on a loop
     /// block device over the same kind of image; `transport` ("uring" or "dev", from a
     /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
+    /// `log_device`: a journal mode with its log on a second image file (`log=dev:PATH`, a
+    /// log made by `cairn wal mkfs`): 001's LFFS-wafs-2sync/-2async, the targets
+    /// `cairn-journal-2sync` and `cairn-journal-2async`.
     Cairn {
         mode: String,
         loopdev: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
         transport: Option<String>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        log_device: bool,
     },
 }
 
@@ -66,6 +71,17 @@ impl fmt::Display for TargetSpec {
         f.write_str(&self.name)
     }
 }
+
+/// The journal with its log on a second image file (001's LFFS-wafs-2sync and -2async): the
+/// target names and the mode each mounts.
+pub const JOURNAL_LOG_DEVICE: &[(&str, &str)] = &[
+    ("cairn-journal-2sync", "journal"),
+    ("cairn-journal-2async", "journal-async"),
+];
+
+/// Size of the log image of a `log_device` target (a journal's log area on a 4 GiB image is
+/// about 40 MiB: the same order, so the two placements checkpoint alike).
+const JOURNAL_LOG_SIZE: u64 = 64 << 20;
 
 /// Baseline targets every run knows about, in table order (cairn's modes come first).
 pub const BASELINES: &[&str] = &[
@@ -88,6 +104,16 @@ impl TargetSpec {
             "fuse2fs" => Kind::Fuse2fs,
             "mergerfs" => Kind::Mergerfs,
             "passthrough" => Kind::Passthrough,
+            n if JOURNAL_LOG_DEVICE.iter().any(|(t, _)| *t == n) => Kind::Cairn {
+                mode: JOURNAL_LOG_DEVICE
+                    .iter()
+                    .find(|(t, _)| *t == n)
+                    .map_or("journal", |(_, m)| m)
+                    .to_string(),
+                loopdev: false,
+                transport: None,
+                log_device: true,
+            },
             n => {
                 let (base, loopdev) = match n.strip_suffix("@loop") {
                     Some(b) => (b, true),
@@ -111,6 +137,7 @@ impl TargetSpec {
                             mode: mode.to_string(),
                             loopdev,
                             transport,
+                            log_device: false,
                         }
                     }
                     _ => bail!(
@@ -232,7 +259,12 @@ impl Mounted {
             m.loopdev = Some(losetup(&image)?);
         }
         match &spec.kind {
-            Kind::Cairn { loopdev, mode, .. } => {
+            Kind::Cairn {
+                loopdev,
+                mode,
+                log_device,
+                ..
+            } => {
                 if let Some(dev) = m.loopdev.as_deref().filter(|_| *loopdev) {
                     // The loop device was attached to the image made above a moment ago; check
                     // that it still is, so the --force below can only ever cover this run's
@@ -255,6 +287,19 @@ impl Mounted {
                         .args(format.iter().flat_map(|f| ["--format", f.as_str()]))
                         .arg(m.device()),
                 )?;
+                if *log_device {
+                    // The log on an image file of its own beside the file system's, on the
+                    // same disk (a second image: the "second image file"). Written
+                    // out in full first, as a disk is: a sparse file would make every log
+                    // write allocate, and every flush of it commit the host's own journal.
+                    make_filled(&m.log_image(), JOURNAL_LOG_SIZE)?;
+                    sys::run(
+                        Command::new(&env.cairn)
+                            .args(["wal", "mkfs", "--size"])
+                            .arg(JOURNAL_LOG_SIZE.to_string())
+                            .arg(m.log_image()),
+                    )?;
+                }
             }
             Kind::Xfs => {
                 let log = root.join("log.img");
@@ -309,6 +354,11 @@ impl Mounted {
             .as_ref()
             .map(PathBuf::from)
             .unwrap_or_else(|| self.image.clone())
+    }
+
+    /// A `log_device` journal's log: an image file beside the file system's.
+    fn log_image(&self) -> PathBuf {
+        self.root.join("log.img")
     }
 
     /// The directory workloads run in (a subdirectory, so lost+found is out of the way).
@@ -476,9 +526,18 @@ impl Mounted {
                 mode,
                 loopdev,
                 transport,
+                log_device,
             } => format!(
-                "cairn mount -o mode={mode}{} ({})",
+                "cairn mount -o mode={mode}{}{} ({})",
                 transport_option(transport),
+                if *log_device {
+                    format!(
+                        ",log=dev:LOG (a second image file, cairn wal mkfs --size {}M)",
+                        JOURNAL_LOG_SIZE >> 20
+                    )
+                } else {
+                    String::new()
+                },
                 if *loopdev {
                     "loop device"
                 } else {
@@ -517,18 +576,26 @@ impl Mounted {
                 self.after_fuse_mount()?;
             }
             Kind::Cairn {
-                mode, transport, ..
+                mode,
+                transport,
+                log_device,
+                ..
             } => {
                 let want_uring = transport.as_deref() == Some("uring");
                 // The daemon's log goes beside its image, so a run leaves nothing in the
                 // machine's runtime directory.
                 let transport = transport_option(transport);
+                let log = if *log_device {
+                    format!(",log=dev:{}", self.log_image().display())
+                } else {
+                    String::new()
+                };
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
                         .arg("-o")
                         .arg(format!(
-                            "mode={mode}{transport},logfile={}",
+                            "mode={mode}{transport}{log},logfile={}",
                             self.root.join("daemon.log").display()
                         ))
                         .arg(self.device())
@@ -820,6 +887,27 @@ fn cairn_mkfs_flags(loopdev: bool, beyond_free: bool) -> &'static [&'static str]
 
 /// A new sparse file of `size` bytes; never an existing one (create_new), so a target's mkfs can
 /// only ever format an image this run has just made.
+/// A new file of `size` bytes of zeros, every block allocated (and on disk: synced).
+fn make_filled(path: &Path, size: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let chunk = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])
+            .with_context(|| format!("writing {}", path.display()))?;
+        left -= n as u64;
+    }
+    f.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    Ok(())
+}
+
 fn make_sparse(image: &Path, size: u64) -> Result<()> {
     let f = fs::OpenOptions::new()
         .write(true)
@@ -857,6 +945,7 @@ mod tests {
                 mode: "async".into(),
                 loopdev: false,
                 transport: None,
+                log_device: false,
             }
         );
         assert_eq!(
@@ -865,6 +954,7 @@ mod tests {
                 mode: "sync".into(),
                 loopdev: true,
                 transport: None,
+                log_device: false,
             }
         );
         assert_eq!(
@@ -873,6 +963,7 @@ mod tests {
                 mode: "async".into(),
                 loopdev: false,
                 transport: Some("uring".into()),
+                log_device: false,
             }
         );
         assert_eq!(
@@ -881,8 +972,22 @@ mod tests {
                 mode: "sync".into(),
                 loopdev: true,
                 transport: Some("dev".into()),
+                log_device: false,
             }
         );
+        assert_eq!(
+            TargetSpec::parse("cairn-journal-2async").unwrap().kind,
+            Kind::Cairn {
+                mode: "journal-async".into(),
+                loopdev: false,
+                transport: None,
+                log_device: true,
+            }
+        );
+        assert!(matches!(
+            TargetSpec::parse("cairn-journal-2sync").unwrap().kind,
+            Kind::Cairn { ref mode, log_device: true, .. } if mode == "journal"
+        ));
         assert!(TargetSpec::parse("cairn-async+pigeon").is_err());
         assert_eq!(TargetSpec::parse("xfs-logdev").unwrap().kind, Kind::Xfs);
         assert!(TargetSpec::parse("cairn-@loop").is_err());

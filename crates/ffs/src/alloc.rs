@@ -10,12 +10,24 @@
 //! the sums of the summaries (`Allocator::check`). Inside an undo scope it saves each
 //! summary on its first change and the free counts at the start, so a failed operation's
 //! rollback restores them together with the bitmap and descriptor buffers (see `undo`).
+//!
+//! **Held blocks.** A strategy may free blocks whose next use must wait (a journal: until
+//! the log records of the free are durable, since the block's next contents — data, never
+//! logged — must not land while the free could still be lost): their bits are cleared and
+//! counted free at once, in the call that frees them, but `alloc_block` skips them until
+//! their [`Hold`] opens (jbd2 keeps such blocks out of ext4's in-memory buddy bitmaps the
+//! same way until the commit). `reserve` does not count them, so a call that needs them
+//! fails with ENOSPC before it changes anything, and the engine makes the mode's pending
+//! frees (`Strategy::has_pending_frees`) and runs it again.
+
+use std::collections::{HashMap, VecDeque};
 
 use cairn_bufcache::BufRef;
 use cairn_vfs::{Errno, FsError, Result};
 
 use crate::corrupt_err;
 use crate::format::{GroupDesc, bitmap, kind, superblock};
+use crate::strategy::Hold;
 use crate::volume::Volume;
 
 /// Sets bit `i` of a bitmap block, saving (in an undo scope) only the byte it changes.
@@ -34,7 +46,62 @@ pub(crate) struct Allocator {
     groups: Vec<GroupDesc>,
     free_blocks: u64,
     free_inodes: u64,
+    held: Held,
     undo: AllocUndo,
+}
+
+/// Freed blocks not to be handed out yet (module documentation, "Held blocks"). Each block
+/// is in at most one hold: it cannot be allocated, hence not freed again, while held.
+#[derive(Default)]
+struct Held {
+    /// In the order they were made; a hold is released once it and every hold before it
+    /// are open (strategies open them in that order: a journal's log is forced in order).
+    queue: VecDeque<(Hold, Vec<(u64, usize)>)>,
+    /// Per group, a bitmap of its held blocks (bit = block - group start, as in the
+    /// group's block bitmap) and their number.
+    groups: HashMap<u64, (Vec<u8>, u32)>,
+    /// Blocks held in all.
+    count: u64,
+    /// Bytes of a group's bitmap (the block size).
+    map_bytes: usize,
+}
+
+impl Held {
+    /// Marks (`on`) or unmarks the blocks `at` (group, bit in the group) as held.
+    fn mark(&mut self, at: &[(u64, usize)], on: bool) {
+        for &(g, bit) in at {
+            let bytes = self.map_bytes;
+            let (map, n) = match self.groups.get_mut(&g) {
+                Some(e) => e,
+                // Nothing held in the group: nothing to unmark.
+                None if !on => continue,
+                None => self.groups.entry(g).or_insert_with(|| (vec![0; bytes], 0)),
+            };
+            if bit / 8 >= map.len() || bitmap::get(map, bit) == on {
+                continue;
+            }
+            bitmap::set(map, bit, on);
+            if on {
+                *n += 1;
+                self.count += 1;
+            } else {
+                *n -= 1;
+                self.count -= 1;
+                if *n == 0 {
+                    self.groups.remove(&g);
+                }
+            }
+        }
+    }
+
+    /// Lets go of the holds that are open, oldest first.
+    fn settle(&mut self) {
+        while self.queue.front().is_some_and(|(h, _)| h.is_open()) {
+            if let Some((_, at)) = self.queue.pop_front() {
+                self.mark(&at, false);
+            }
+        }
+    }
 }
 
 /// The allocator's half of an open undo scope.
@@ -45,6 +112,9 @@ struct AllocUndo {
     groups: Vec<(usize, GroupDesc)>,
     free_blocks: u64,
     free_inodes: u64,
+    /// Holds made in the scope (the newest ones): a failed call's frees are taken back, so
+    /// are their holds.
+    holds: usize,
 }
 
 impl Allocator {
@@ -57,8 +127,35 @@ impl Allocator {
             groups,
             free_blocks,
             free_inodes,
+            held: Held::default(),
             undo: AllocUndo::default(),
         }
+    }
+
+    /// Keeps `blocks`, just freed (`free_block`), from being handed out until `until` opens.
+    pub fn hold(&mut self, vol: &Volume, blocks: Vec<u64>, until: Hold) {
+        if until.is_open() || blocks.is_empty() {
+            return;
+        }
+        let at: Vec<(u64, usize)> = blocks
+            .iter()
+            .map(|&b| {
+                let g = vol.geo.group_of_block(b);
+                (g, (b - vol.geo.group_start(g)) as usize)
+            })
+            .collect();
+        self.held.map_bytes = vol.geo.block_size as usize;
+        self.held.mark(&at, true);
+        self.held.queue.push_back((until, at));
+        if self.undo.active {
+            self.undo.holds += 1;
+        }
+    }
+
+    /// Blocks freed but held from reuse (counted in `free_blocks`).
+    #[cfg(test)]
+    pub fn held_blocks(&self) -> u64 {
+        self.held.count
     }
 
     pub fn free_blocks(&self) -> u64 {
@@ -78,8 +175,11 @@ impl Allocator {
     /// inodes and `blocks` blocks when fewer are free (the preflight that keeps the common
     /// ENOSPC from ever being hit halfway). The summaries are trusted here; should they be
     /// wrong, the allocator still fails cleanly and the undo takes the operation back.
-    pub fn reserve(&self, inodes: u64, blocks: u64) -> Result<()> {
-        if self.free_inodes < inodes || self.free_blocks < blocks {
+    /// Held blocks are not counted: they cannot be handed out yet.
+    pub fn reserve(&mut self, inodes: u64, blocks: u64) -> Result<()> {
+        self.held.settle();
+        let usable = self.free_blocks.saturating_sub(self.held.count);
+        if self.free_inodes < inodes || usable < blocks {
             return Err(Errno::ENOSPC.into());
         }
         Ok(())
@@ -208,9 +308,10 @@ impl Allocator {
         Ok(bufs)
     }
 
-    /// Allocates a block as close after `pref` as possible (`pref` 0: the group of `ino`).
-    /// Returns the block and the group buffers that recorded it.
+    /// Allocates a block as close after `pref` as possible (`pref` 0: the group of `ino`),
+    /// never a held one. Returns the block and the group buffers that recorded it.
     pub fn alloc_block(&mut self, vol: &Volume, pref: u64, ino: u64) -> Result<(u64, Groups)> {
+        self.held.settle();
         let n = vol.geo.group_count;
         let (pg, pbit) = if pref != 0 && pref < vol.geo.total_blocks {
             let g = vol.geo.group_of_block(pref);
@@ -231,8 +332,22 @@ impl Allocator {
                 vol.geo.meta_blocks() as usize
             };
             let b = vol.bread(vol.geo.block_bitmap(g), kind::GROUP)?;
-            let Some(bit) = bitmap::find_clear(&b.read(), from, len) else {
-                self.group_mut(g).free_blocks = 0;
+            let found = match self.held.groups.get(&g) {
+                None => bitmap::find_clear(&b.read(), from, len),
+                // The group's bitmap with its held blocks marked used (one pass over a
+                // block: cheap beside a search that would skip them one by one).
+                Some((mask, _)) => {
+                    let mut m = b.read().to_vec();
+                    m.iter_mut().zip(mask).for_each(|(x, h)| *x |= h);
+                    bitmap::find_clear(&m, from, len)
+                }
+            };
+            let Some(bit) = found else {
+                // Nothing usable: the summary is right when only held blocks are free
+                // (they come back once their hold opens); otherwise trust the bitmap.
+                if !self.held.groups.contains_key(&g) {
+                    self.group_mut(g).free_blocks = 0;
+                }
                 continue;
             };
             set_bit(&b, bit, true);
@@ -309,11 +424,13 @@ impl Allocator {
         self.undo.groups.clear();
         self.undo.free_blocks = self.free_blocks;
         self.undo.free_inodes = self.free_inodes;
+        self.undo.holds = 0;
     }
 
     pub fn commit_undo(&mut self) {
         self.undo.active = false;
         self.undo.groups.clear();
+        self.undo.holds = 0;
     }
 
     /// Puts every summary and the free counts back as they were when the scope began.
@@ -324,6 +441,13 @@ impl Allocator {
         }
         self.free_blocks = self.undo.free_blocks;
         self.free_inodes = self.undo.free_inodes;
+        // The scope's holds are the newest (a hold made in a call cannot open before the
+        // call ends, so none of them was settled): their blocks are allocated again.
+        for _ in 0..std::mem::take(&mut self.undo.holds) {
+            if let Some((_, at)) = self.held.queue.pop_back() {
+                self.held.mark(&at, false);
+            }
+        }
     }
 
     /// The invariant (module documentation): every summary equals its descriptor buffer

@@ -223,6 +223,8 @@ pub(crate) struct OpCtx {
     pub kind: strategy::OpKind,
     pub state: strategy::OpState,
     pub released: Vec<strategy::Release>,
+    /// Blocks among `released` the allocator must not hand out until their hold opens.
+    pub holds: Vec<(Vec<u64>, strategy::Hold)>,
 }
 
 /// Per-operation-type counts for `cairn stats`.
@@ -495,6 +497,7 @@ impl Ffs {
             io: &self.io,
             state: &mut op.state,
             released: &mut op.released,
+            holds: &mut op.holds,
         };
         let r = match bg {
             // A background check is scanning: the fact marks what it names on its way to
@@ -514,6 +517,7 @@ impl Ffs {
         if op.released.is_empty() {
             return Ok(());
         }
+        let holds = std::mem::take(&mut op.holds);
         for r in std::mem::take(&mut op.released) {
             if let Some(marks) = st.bg.as_mut() {
                 marks.release(&r);
@@ -528,6 +532,10 @@ impl Ffs {
                     st.alloc.free_inode(&self.vol, ino, is_dir)?;
                 }
             }
+        }
+        // Freed just above, kept from reuse until the strategy opens the hold.
+        for (blocks, until) in holds {
+            st.alloc.hold(&self.vol, blocks, until);
         }
         Ok(())
     }
@@ -547,6 +555,7 @@ impl Ffs {
             kind,
             state,
             released: Vec::new(),
+            holds: Vec::new(),
         });
         let body = |st: &mut State| -> Result<T, FsError> {
             let v = f(st)?;

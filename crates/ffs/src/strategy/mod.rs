@@ -55,6 +55,34 @@ pub struct Tx<'a> {
     pub io: &'a Io,
     pub(crate) state: &'a mut OpState,
     pub(crate) released: &'a mut Vec<Release>,
+    pub(crate) holds: &'a mut Vec<(Vec<Blk>, Hold)>,
+}
+
+/// A gate on freed blocks: the allocator does not hand them out again until the strategy
+/// opens it (a journal: once the log records of the free are durable). Cloned between the
+/// strategy, which opens it, and the allocator, which looks at it when it allocates.
+#[derive(Clone, Default)]
+pub struct Hold(Arc<std::sync::atomic::AtomicBool>);
+
+impl Hold {
+    pub fn new() -> Hold {
+        Hold::default()
+    }
+
+    /// The held blocks may be reused from now on.
+    pub fn open(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hold(open: {})", self.is_open())
+    }
 }
 
 impl Tx<'_> {
@@ -69,6 +97,17 @@ impl Tx<'_> {
     /// written; async: at once).
     pub fn release(&mut self, r: Release) {
         self.released.push(r);
+    }
+
+    /// Releases `blocks` as [`Release::Blocks`] — their bits cleared now, in this call —
+    /// and keeps them from being allocated again until `until` opens: for a strategy whose
+    /// free is made in the call but not yet durable when the call ends (a journal in
+    /// `commit=async`: the block's next contents, data that is never logged, must not land
+    /// while the free could still be lost). ext3/4 keep such blocks out of the allocator
+    /// until the transaction commits the same way. Undone with the call if it fails.
+    pub fn release_held(&mut self, blocks: Vec<Blk>, until: Hold) {
+        self.released.push(Release::Blocks(blocks.clone()));
+        self.holds.push((blocks, until));
     }
 }
 
@@ -159,9 +198,10 @@ pub trait Strategy: Send + std::marker::Sync {
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
 
-    /// Whether the mode holds frees back that a sync would make (soft updates' worklist).
-    /// A call that fails with ENOSPC while this is true makes them (`sync(All)`, without the
-    /// engine's lock) and runs once more.
+    /// Whether the mode holds frees back that a sync would make (soft updates' worklist; a
+    /// journal's blocks held from reuse until the log is forced, `Tx::release_held`). A call
+    /// that fails with ENOSPC while this is true makes them (`sync(All)`, with the engine's
+    /// lock only in a `Serialized` mode) and runs once more.
     fn has_pending_frees(&self) -> bool {
         false
     }

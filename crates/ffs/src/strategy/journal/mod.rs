@@ -12,14 +12,16 @@
 //! | `allocdirect`/`allocindir` | the new metadata block and the indirect block join |
 //! | `update_inodeblock`, `change_linkcnt`, `attr_change` | the inode block (and xattr block) join |
 //! | `directory_add`/`_remove`/`_change` | the entry's block (and a new directory's first block) join; drops apply now |
-//! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once and revoked in the log; their group blocks join |
+//! | `freeblocks` | the inode and cleared indirect blocks join; the freed blocks are released at once, held from reuse until the call is durable, and revoked in the log; their group blocks join; a shrunk file's zeroed tail block waits for the call's END record |
 //! | `freefile` | the inode bit is released at once; its group blocks join |
-//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; data first, then forced for `commit=sync`, and in every mode when the call freed blocks |
+//! | `end_op` | one operation: every joined buffer's bytes that differ from its last logged image, the revokes, the orphan entries, an END record; data first, then forced for `commit=sync` |
 //! | `after_op` | `commit=group`: the call's END record forced, with the engine's lock released (concurrent calls share the flush) |
 //!
 //! Frees are released inside the call that frees, so the bitmap change is logged with it,
-//! and that call is forced before it returns: the next call may give a freed block to a
-//! file's data, which is never logged and must not land while the free could be lost.
+//! and the freed blocks are held from the allocator until the call's END record is durable
+//! (`Tx::release_held`; the journal opens the hold after the force that makes it so, ext3/4's
+//! way): a freed block's next contents may be a file's data, which is never logged and must
+//! not land while the free could be lost. No call is forced for its frees.
 //!
 //! # Ordered data
 //!
@@ -43,7 +45,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Weak};
@@ -58,8 +60,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::{
     AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
-    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, LinkChange, ModeInfo, OpKind, OpState,
-    Release, Strategy, SyncWhy, Tx,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Hold, Ino, InoMapDep, LinkChange, ModeInfo, OpKind,
+    OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::superblock::Geometry;
 use crate::format::superblock::STATE_MOUNTED;
@@ -235,12 +237,42 @@ struct Inner {
     /// A read-only mount: no log is open and nothing is logged (what a call changes in
     /// memory there, a read's atime, is never written).
     read_only: AtomicBool,
+    /// Frees not yet durable: the END record of the operation that freed the blocks, and
+    /// the hold keeping them from the allocator until that record is durable (in LSN
+    /// order: `open_holds` opens them as forces make them durable).
+    holds: Mutex<VecDeque<(u64, Hold)>>,
+    /// A planted bug for the tests: freed blocks may be reused at once (the hold opens at
+    /// the call's end), before the free is durable.
+    #[cfg(any(test, feature = "planted"))]
+    plant_reuse: AtomicBool,
 }
+
+/// Hashes a block number with one multiplication (Fibonacci hashing): the shadow map is
+/// looked up for every buffer of every call, and SipHash showed in the profile of a create
+/// (`journal_cpu_cost_on_memory`). Block numbers are not chosen by an adversary.
+#[derive(Default, Clone, Copy)]
+struct BlockHasher(u64);
+
+impl std::hash::Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type BlockMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<BlockHasher>>;
 
 #[derive(Default)]
 struct LogState {
     /// The image last logged of each block, the diff base of its next change.
-    shadows: HashMap<u64, Shadow>,
+    shadows: BlockMap<Shadow>,
     next_op: u64,
     /// Inodes whose link count reached 0 and that are not freed yet (held open): logged,
     /// and logged again at a checkpoint that would release their first record.
@@ -268,6 +300,11 @@ struct JOp {
     orphan_gone: Vec<Ino>,
     /// Data blocks the call allocated: written before the call is forced (ordered data).
     data: Vec<Blk>,
+    /// The hold on the blocks the call freed (one for all of them), opened once the
+    /// call's END record is durable.
+    hold: Option<Hold>,
+    /// A file shrunk to within a block: that block, its tail zeroed (`truncate_tail`).
+    tail: Option<BufRef>,
 }
 
 impl JOp {
@@ -336,6 +373,9 @@ impl Journal {
                 pending_region: Mutex::new(None),
                 data_dirty: AtomicBool::new(false),
                 read_only: AtomicBool::new(false),
+                holds: Mutex::new(VecDeque::new()),
+                #[cfg(any(test, feature = "planted"))]
+                plant_reuse: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -384,6 +424,14 @@ impl Journal {
 
     pub fn commit(&self) -> Commit {
         self.commit
+    }
+
+    /// Plants a bug (the crash harness's `journal-async-reuse-before-log`): blocks a call
+    /// frees may be allocated again as soon as the call ends, before its log records — the
+    /// free — are durable, so a crash can show the old owner over the new owner's data.
+    #[cfg(any(test, feature = "planted"))]
+    pub fn plant_reuse_before_log(&self) {
+        self.inner.plant_reuse.store(true, AtomicOrdering::Release);
     }
 
     /// The open log (after `recover`).
@@ -566,8 +614,8 @@ impl Journal {
         }
     }
 
-    /// Releases `r` at once and notes the group blocks the release will change.
-    fn release_now(&self, tx: &mut Tx, r: Release) {
+    /// Notes the group blocks releasing `r` will change (they join the call).
+    fn note_release(&self, tx: &mut Tx, r: &Release) {
         if let (Some(geo), Some(op)) = (*self.inner.geo.read(), tx.state::<JOp>()) {
             match &r {
                 Release::Blocks(v) => {
@@ -586,7 +634,47 @@ impl Journal {
             op.groups.sort_unstable();
             op.groups.dedup();
         }
-        tx.release(r);
+    }
+
+    /// A file shrunk to a size within a block has that block's tail zeroed — a data write
+    /// (never logged) that must not land before the shrink is durable, or a crash shows the
+    /// old size over zeros where data was (the truncation half done). The block, found
+    /// through the cache from the inode just encoded (the call read its path); `None` when
+    /// the size is block-aligned or the block is not cached.
+    fn truncate_tail(&self, tx: &Tx, f: &FreeBlocks) -> Option<BufRef> {
+        let geo = (*self.inner.geo.read())?;
+        let bs = u64::from(geo.block_size);
+        let (_, off) = geo.inode_location(f.ino);
+        let d = {
+            let img = f.inode_buf.read();
+            crate::format::DiskInode::decode(
+                f.ino,
+                img.get(off..off + crate::format::inode::INODE_SIZE)?,
+            )
+            .ok()?
+        };
+        if d.size.is_multiple_of(bs) {
+            return None;
+        }
+        let (level, path) = crate::bmap::tree_path(d.size / bs, geo.ptrs_per_block())?;
+        let mut p = if level == 0 {
+            d.direct[path[0] as usize]
+        } else {
+            d.indirect[path[0] as usize]
+        };
+        for &i in &path[1..=level] {
+            if p == 0 {
+                return None;
+            }
+            let b = tx.io.cache.lookup(p)?;
+            let img = b.read();
+            let at = (i * 8) as usize;
+            p = u64::from_le_bytes(img.get(at..at + 8)?.try_into().ok()?);
+        }
+        if p == 0 {
+            return None;
+        }
+        tx.io.cache.lookup(p).filter(|b| b.kind() == kind::DATA)
     }
 
     fn join(tx: &mut Tx, bufs: &[&BufRef]) {
@@ -608,17 +696,78 @@ impl Inner {
             .ok_or_else(|| FsError::Io(std::io::Error::other("journal: the log is not open")))
     }
 
+    /// Forces the log up to `lsn` and gives the allocator back the frees that made durable.
+    fn force(&self, lsn: Lsn) -> Result<()> {
+        self.need_wal()?.force(lsn).map_err(wal_err)?;
+        self.open_holds();
+        Ok(())
+    }
+
+    /// Blocks freed by the operation whose END record is `lsn` stay held until it is durable.
+    fn hold_until(&self, lsn: u64, hold: Hold) {
+        #[cfg(any(test, feature = "planted"))]
+        if self.plant_reuse.load(AtomicOrdering::Acquire) {
+            hold.open();
+            return;
+        }
+        self.holds.lock().push_back((lsn, hold));
+        // Already durable (a force by another path since): open now.
+        self.open_holds();
+    }
+
+    /// Opens the holds of every free whose END record is durable. Called after each force
+    /// (and cheap when none is waiting): the allocator looks at the holds when it allocates.
+    fn open_holds(&self) {
+        let mut q = self.holds.lock();
+        if q.is_empty() {
+            return;
+        }
+        let Some(wal) = self.wal() else {
+            return;
+        };
+        let durable = wal.durable().0;
+        while q.front().is_some_and(|(lsn, _)| *lsn < durable) {
+            if let Some((_, h)) = q.pop_front() {
+                h.open();
+            }
+        }
+    }
+
+    /// Whether a data-first pass (ordered data: data before the log force that exposes
+    /// it) writes `b`: data, except a block whose change must *follow* a log record not yet
+    /// durable (a shrunk file's zeroed tail, `truncate_tail`); that one is written after
+    /// the force, by the write-back that follows or the syncer.
+    fn data_first(&self, b: &Buf) -> bool {
+        if b.kind() != kind::DATA {
+            return false;
+        }
+        let high = b.high_lsn();
+        high == 0 || self.wal().is_none_or(|w| high < w.durable().0)
+    }
+
+    /// Whether frees wait for a force.
+    fn holding(&self) -> bool {
+        !self.holds.lock().is_empty()
+    }
+
     /// Logs one operation: the bytes of `bufs` that differ from their last logged image,
     /// then `revokes`, as records ending in END. Returns the END record's LSN (None: nothing
-    /// changed).
+    /// changed). The bytes go from each buffer straight into the record payloads
+    /// (`record::Writer`): one copy, then the log's own.
     fn log_op(&self, op: &JOp, bufs: &[BufRef]) -> Result<Option<Lsn>> {
         let (fresh, revokes) = (&op.fresh, &op.revokes);
+        let wal = self.wal();
+        let limit = wal
+            .as_ref()
+            .map_or(MAX_RECORD, |w| MAX_RECORD.min(w.max_record() as usize));
         let mut log = self.log.lock();
         for b in fresh {
             log.shadows.remove(b);
         }
-        let mut entries = Vec::new();
+        let op_no = log.next_op;
+        let mut w = record::Writer::new(op_no, limit);
         let mut logged: Vec<&BufRef> = Vec::new();
+        let mut ranges = Vec::new();
         for b in bufs {
             if b.is_invalidated() || revokes.contains(&b.blkno()) {
                 continue;
@@ -628,40 +777,36 @@ impl Inner {
             // are copied (no copy of the block per call). Should the append below fail,
             // the shadows of this call's blocks are dropped (their next change is logged
             // whole), since the call's rollback takes the buffers back.
-            let ranges = match log.shadows.get_mut(&b.blkno()) {
+            ranges.clear();
+            match log.shadows.get_mut(&b.blkno()) {
                 Some(sh) => {
-                    let r = record::diff(Some(&sh.image), &img);
-                    for &(o, l) in &r {
+                    record::diff_into(&sh.image, &img, &mut ranges);
+                    for &(o, l) in &ranges {
                         sh.image[o..o + l].copy_from_slice(&img[o..o + l]);
                     }
-                    r
                 }
                 None => {
                     log.shadows.insert(
                         b.blkno(),
                         Shadow {
-                            image: img.clone(),
+                            image: img.to_vec(),
                             buf: Arc::downgrade(b),
                         },
                     );
-                    vec![(0, img.len())]
+                    ranges.push((0, img.len()));
                 }
-            };
+            }
             if ranges.is_empty() {
                 continue;
             }
-            for (o, l) in ranges {
-                entries.push(Entry::Update {
-                    block: b.blkno(),
-                    offset: o as u32,
-                    data: img[o..o + l].to_vec(),
-                });
+            for &(o, l) in &ranges {
+                w.update(b.blkno(), o as u32, &img[o..o + l]);
             }
             logged.push(b);
         }
         for &r in revokes {
             log.shadows.remove(&r);
-            entries.push(Entry::Revoke { block: r });
+            w.revoke(r);
         }
         let added: Vec<Ino> = op
             .orphan
@@ -675,19 +820,20 @@ impl Inner {
             .copied()
             .filter(|i| log.orphans.contains(i))
             .collect();
-        entries.extend(added.iter().map(|&ino| Entry::Orphan { ino }));
-        entries.extend(gone.iter().map(|&ino| Entry::OrphanGone { ino }));
-        if entries.is_empty() {
+        added.iter().for_each(|&ino| w.orphan(ino));
+        gone.iter().for_each(|&ino| w.orphan_gone(ino));
+        if w.is_empty() {
             // A call that changed nothing (a read): no log needed (a read-only mount has none).
             return Ok(None);
         }
-        let wal = self.need_wal()?;
-        let op = log.next_op;
+        let wal = match wal {
+            Some(w) => w,
+            None => self.need_wal()?,
+        };
         log.next_op += 1;
-        let limit = MAX_RECORD.min(wal.max_record() as usize);
         let mut first = None;
         let mut last = Lsn(0);
-        for payload in record::split(op, entries, limit) {
+        for payload in w.finish() {
             match wal.append(&payload) {
                 Ok(l) => last = l,
                 Err(e) => {
@@ -799,7 +945,9 @@ impl Inner {
             return Ok(());
         }
         cache.flush_device()?;
-        wal.set_checkpoint(target).map_err(wal_err)
+        wal.set_checkpoint(target).map_err(wal_err)?;
+        self.open_holds();
+        Ok(())
     }
 
     /// Everything home and the log emptied: sync the log, write every dirty buffer (the
@@ -820,12 +968,15 @@ impl Inner {
     fn ordered_sync(&self, cache: &BufferCache) -> Result<()> {
         let wal = self.need_wal()?;
         if wal.durable() >= wal.end() {
+            self.open_holds();
             return Ok(());
         }
         self.data_dirty.store(false, AtomicOrdering::Release);
-        cache.write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+        cache.write_back_filter(&|b: &Buf| self.data_first(b))?;
         cache.flush_device()?;
-        wal.sync().map_err(wal_err)
+        wal.sync().map_err(wal_err)?;
+        self.open_holds();
+        Ok(())
     }
 }
 
@@ -851,6 +1002,7 @@ impl WriteHooks for Hooks {
             && let Some(w) = self.inner.wal()
         {
             w.force(Lsn(high)).map_err(to_io)?;
+            self.inner.open_holds();
         }
         Ok(())
     }
@@ -1020,7 +1172,7 @@ impl Strategy for Journal {
         // made now, before this call can build on it.
         if let Some((owner, lsn)) = DEFERRED.take() {
             if owner == Arc::as_ptr(&self.inner) as usize {
-                self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
+                self.inner.force(Lsn(lsn))?;
             } else {
                 DEFERRED.set(Some((owner, lsn)));
             }
@@ -1051,14 +1203,10 @@ impl Strategy for Journal {
                 bufs.push(b);
             }
         }
-        // A call that freed blocks is forced in every commit mode: a freed block may be
-        // handed out by the next call, and its next contents (data, never logged) must not
-        // land while the free could still be lost — the block would then still belong to
-        // the deleted file, holding its successor's bytes (ext3/4 keep such blocks out of
-        // the allocator until the commit instead; forcing keeps the allocator simple).
-        let frees = !op.revokes.is_empty();
+        // A call that freed blocks is not forced for it: the blocks stay out of the
+        // allocator until its END record is durable (`setup_freeblocks`, `open_holds`).
         let has_data = !op.data.is_empty() || matches!(tx.kind, OpKind::Write | OpKind::Fallocate);
-        let forced = (tx.kind.durable() && self.commit != Commit::Async) || frees;
+        let forced = tx.kind.durable() && self.commit != Commit::Async;
         // Ordered data (ext3/4's data=ordered): the data a call wrote (into blocks it
         // allocated, or past the old end of the file) is written and flushed before the
         // pointers and size that expose it become durable, so a returned write never leaves
@@ -1069,23 +1217,34 @@ impl Strategy for Journal {
         // the engine's lock released) writes every record appended so far, so a record may
         // be appended only once the data it exposes is durable.
         if forced && (has_data || self.inner.data_dirty.swap(false, AtomicOrdering::AcqRel)) {
-            tx.io
-                .cache
-                .write_back_filter(&|b: &Buf| b.kind() == kind::DATA)?;
+            let tail = op.tail.as_ref().map(|b| b.blkno());
+            tx.io.cache.write_back_filter(&|b: &Buf| {
+                self.inner.data_first(b) && Some(b.blkno()) != tail
+            })?;
             // Stream writes went to the device directly: the flush covers them too.
             tx.io.cache.flush_device()?;
         }
         let end = self.inner.log_op(&op, &bufs)?;
+        if let (Some(tail), Some(end)) = (op.tail.take(), end) {
+            // Written only once the shrink is durable: the write-ahead hook forces the log
+            // first, and the data-first passes leave it (`Inner::data_first`).
+            tail.note_lsn(end.0);
+        }
+        if let Some(hold) = op.hold.take() {
+            // The freed blocks come back once `end` is durable (a free is always logged:
+            // its revokes; should nothing have been, the next force opens the hold).
+            let lsn = end.map_or_else(|| self.inner.need_wal().map(|w| w.end().0), |l| Ok(l.0))?;
+            self.inner.hold_until(lsn, hold);
+        }
         if let Some(end) = end
             && forced
         {
-            if self.commit == Commit::Group && !frees {
+            if self.commit == Commit::Group {
                 // Forced by `after_op`, once the engine's lock is released: calls that end
-                // meanwhile share its flush. (A free is forced now: the next call may reuse
-                // the block for data, which must not land first.)
+                // meanwhile share its flush.
                 DEFERRED.set(Some((Arc::as_ptr(&self.inner) as usize, end.0)));
             } else {
-                self.inner.need_wal()?.force(end).map_err(wal_err)?;
+                self.inner.force(end)?;
             }
         } else if has_data {
             self.inner.data_dirty.store(true, AtomicOrdering::Release);
@@ -1103,7 +1262,7 @@ impl Strategy for Journal {
                 DEFERRED.set(Some((owner, lsn)));
                 return Ok(());
             }
-            self.inner.need_wal()?.force(Lsn(lsn)).map_err(wal_err)?;
+            self.inner.force(Lsn(lsn))?;
         }
         Ok(())
     }
@@ -1186,14 +1345,31 @@ impl Strategy for Journal {
 
     fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()> {
         Self::join(tx, &[f.inode_buf]);
+        if !f.whole_file
+            && let Some(tail) = self.truncate_tail(tx, f)
+            && let Some(op) = tx.state::<JOp>()
+        {
+            op.tail = Some(tail);
+        }
         for h in f.holders {
             Self::join(tx, &[h]);
         }
         if !f.freed.is_empty() {
-            if let Some(op) = tx.state::<JOp>() {
-                op.revokes.extend_from_slice(f.freed);
-            }
-            self.release_now(tx, Release::Blocks(f.freed.to_vec()));
+            // Released in this call, so the bitmap change is logged with the cleared
+            // pointers (one operation: after a crash both or neither), and held from the
+            // allocator until that operation is durable: the blocks' next contents may be
+            // data, which is never logged and must not land while the free could still be
+            // lost (the block would then still belong to this file). jbd2's way; the call
+            // is not forced for it.
+            let until = match tx.state::<JOp>() {
+                Some(op) => {
+                    op.revokes.extend_from_slice(f.freed);
+                    op.hold.get_or_insert_with(Hold::new).clone()
+                }
+                None => Hold::new(),
+            };
+            self.note_release(tx, &Release::Blocks(f.freed.to_vec()));
+            tx.release_held(f.freed.to_vec(), until);
         }
         Ok(())
     }
@@ -1202,13 +1378,14 @@ impl Strategy for Journal {
         if let Some(op) = tx.state::<JOp>() {
             op.orphan_gone.push(f.ino);
         }
-        self.release_now(
-            tx,
-            Release::Inode {
-                ino: f.ino,
-                is_dir: f.is_dir,
-            },
-        );
+        // An inode is released at once, unheld: its next use is a create, logged after this
+        // call, so it can never be durable without this free.
+        let r = Release::Inode {
+            ino: f.ino,
+            is_dir: f.is_dir,
+        };
+        self.note_release(tx, &r);
+        tx.release(r);
         Ok(())
     }
 
@@ -1218,6 +1395,13 @@ impl Strategy for Journal {
             Self::join(tx, &[b]);
         }
         Ok(())
+    }
+
+    /// Frees held until a force (`setup_freeblocks`): a call that runs out of space meanwhile
+    /// has the engine make them — `sync(All)` forces the log, which opens the holds — and
+    /// runs once more, so no call fails for space that is only waiting for the log.
+    fn has_pending_frees(&self) -> bool {
+        self.inner.holding()
     }
 
     /// For `cairn stats`: the commit mode, where the log is, and the log service's own
@@ -1234,6 +1418,7 @@ impl Strategy for Journal {
             "log": log,
             "read_only": self.inner.read_only.load(AtomicOrdering::Acquire),
             "shadow_images": shadows,
+            "held_frees": self.inner.holds.lock().len(),
             "wal": self.inner.wal().map(|w| w.stats()),
         }))
     }
@@ -1245,13 +1430,25 @@ impl Strategy for Journal {
         let data: Vec<&BufRef> = f
             .blocks
             .iter()
-            .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+            .filter(|b| b.is_dirty() && self.inner.data_first(b))
             .collect();
         if !data.is_empty() {
             io.cache.write_now(&data)?;
         }
         io.cache.flush_device()?;
         // The log force makes every earlier call durable, so their data goes first too.
-        self.inner.ordered_sync(&io.cache)
+        self.inner.ordered_sync(&io.cache)?;
+        // Blocks that had to follow the log (a shrunk file's last block, its tail zeroed:
+        // `truncate_tail`) may go now, and must: they hold the file's data before its end.
+        let rest: Vec<&BufRef> = f
+            .blocks
+            .iter()
+            .filter(|b| b.is_dirty() && b.kind() == kind::DATA)
+            .collect();
+        if !rest.is_empty() {
+            io.cache.write_now(&rest)?;
+            io.cache.flush_device()?;
+        }
+        Ok(())
     }
 }

@@ -862,25 +862,30 @@ fn journal_cpu_cost_on_memory() {
         .unwrap();
         fs
     };
-    let fs = big();
-    let f = Ffs::mount_device(
-        Arc::new(fs.with_block_size(4096)),
-        &MountOptions {
-            mode: "async".into(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let a = time(&f);
-    drop(f);
-    let fs = big();
-    let f = mount_with(
-        Arc::new(fs.with_block_size(4096)),
-        Journal::new(LogSpec::File, Commit::Async),
-        false,
-    )
-    .unwrap();
-    let j = time(&f);
+    // The best of three of each, alternating: the machine is shared and noisy, and the
+    // best run is the one least disturbed.
+    let (mut a, mut j) = (0f64, 0f64);
+    for _ in 0..3 {
+        let fs = big();
+        let f = Ffs::mount_device(
+            Arc::new(fs.with_block_size(4096)),
+            &MountOptions {
+                mode: "async".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        a = a.max(time(&f));
+        drop(f);
+        let fs = big();
+        let f = mount_with(
+            Arc::new(fs.with_block_size(4096)),
+            Journal::new(LogSpec::File, Commit::Async),
+            false,
+        )
+        .unwrap();
+        j = j.max(time(&f));
+    }
     eprintln!(
         "async {a:.0} creates/s, journal-async {j:.0} creates/s ({:.2}x)",
         j / a
@@ -1245,4 +1250,355 @@ fn group_commit_curve() {
             grate / srate
         );
     }
+}
+
+// ----- frees held from the allocator until durable ---------------------------------------
+
+/// The device blocks of the first `nblocks` blocks of `ino`.
+fn blocks_of(f: &Ffs, ino: u64, nblocks: u64) -> Vec<u64> {
+    let mut st = f.st.lock();
+    (0..nblocks)
+        .map(|l| f.bmap(&mut st, ino, l).unwrap())
+        .collect()
+}
+
+fn new_file(f: &Ffs, name: &str, len: usize, byte: u8) -> (u64, u64) {
+    let c = Ctx::root();
+    let (a, fh) = f.create(&c, 2, n(name), 0o644, 0, libc::O_RDWR).unwrap();
+    f.write(a.ino, fh, 0, &vec![byte; len]).unwrap();
+    (a.ino, fh)
+}
+
+/// commit=async: removing a file costs no flush; its blocks (bits cleared, counted free,
+/// the free logged with the cleared pointers) stay out of the allocator until the free is
+/// durable — a file written meanwhile gets other blocks — and come back once a force has
+/// made it durable.
+#[test]
+fn freed_blocks_are_held_until_the_free_is_durable_and_nothing_is_forced() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let fsdev = Arc::new(fs.with_block_size(4096));
+    let j = Journal::new(LogSpec::Device(logdev.clone()), Commit::Async);
+    let f = mount_with(fsdev.clone(), j, false).unwrap();
+    let c = Ctx::root();
+    let (a, fh) = new_file(&f, "a", 64 << 10, 1);
+    f.fsync(a, fh, false).unwrap();
+    f.release(a, fh).unwrap();
+    let old = blocks_of(&f, a, 16);
+    let free0 = f.statfs().unwrap().bfree;
+    let (l0, f0) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    f.unlink(&c, 2, n("a")).unwrap();
+    f.forget(a, 1);
+    let (l1, f1) = (logdev.counters().snapshot(), fsdev.counters().snapshot());
+    assert_eq!(
+        (l1.delta(&l0).flushes, f1.delta(&f0).flushes),
+        (0, 0),
+        "a free is not forced"
+    );
+    // 16 data blocks and the indirect block: free (statfs counts them), held.
+    assert_eq!(f.statfs().unwrap().bfree, free0 + 17);
+    assert_eq!(f.st.lock().alloc.held_blocks(), 17);
+    let (b, fh) = new_file(&f, "b", 64 << 10, 2);
+    f.release(b, fh).unwrap();
+    let got = blocks_of(&f, b, 16);
+    assert!(
+        got.iter().all(|x| !old.contains(x)),
+        "a block reused before its free was durable: {got:?} / {old:?}"
+    );
+    // A force (fsync of another file) makes the free durable: the blocks come back.
+    f.fsync(b, 0, false).unwrap();
+    let (d, fh) = new_file(&f, "d", 64 << 10, 3);
+    f.release(d, fh).unwrap();
+    assert_eq!(f.st.lock().alloc.held_blocks(), 0);
+    let got = blocks_of(&f, d, 16);
+    assert!(
+        got.iter().any(|x| old.contains(x)),
+        "the freed blocks were never given back: {got:?} / {old:?}"
+    );
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs).unwrap();
+}
+
+/// A file system whose only free blocks are held: a call needing them is not failed — the
+/// engine has the log forced (which opens the holds) and runs it again.
+#[test]
+fn a_call_needing_held_blocks_forces_the_log_and_never_fails() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Async);
+    let c = Ctx::root();
+    // Fill the file system with one file, then free it without a force.
+    let free = f.statfs().unwrap().bfree;
+    let (a, fh) = f.create(&c, 2, n("a"), 0o644, 0, libc::O_RDWR).unwrap();
+    let a = a.ino;
+    let mut off = 0u64;
+    let chunk = vec![5u8; 64 << 10];
+    loop {
+        match f.write(a, fh, off, &chunk) {
+            Ok(w) if w > 0 => off += w as u64,
+            _ => break,
+        }
+    }
+    assert!(off >= (free - 64) * 4096, "filled only {off} bytes");
+    f.release(a, fh).unwrap();
+    f.fsyncdir(2, 0, false).unwrap();
+    f.unlink(&c, 2, n("a")).unwrap();
+    f.forget(a, 1);
+    assert!(f.st.lock().alloc.held_blocks() > free / 2);
+    // Every block is needed again: it must work, whatever is still held.
+    let (b, fh) = f.create(&c, 2, n("b"), 0o644, 0, libc::O_RDWR).unwrap();
+    let b = b.ino;
+    let mut boff = 0u64;
+    while boff < off {
+        let w = f.write(b, fh, boff, &chunk).unwrap();
+        assert!(w > 0, "short write at {boff} of {off}");
+        boff += w as u64;
+    }
+    f.release(b, fh).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    fsck_clean(&fs).unwrap();
+}
+
+/// The danger the holds exist for, crashed at every write and flush: `big`, with an
+/// indirect block, is home and checkpointed; it is truncated to 0 (not forced, commit=async)
+/// and another file is written and fsynced. Were a freed block handed out before the
+/// truncation is durable (the planted bug), the fsync's data write — before its log force
+/// — lands on `big`'s blocks while a crash still brings `big` back: its indirect block then
+/// holds the other file's bytes (fsck finds pointers out of range or shared), or its data
+/// does. Every state must recover clean, `big` whole or empty.
+fn reuse_campaign(plant: bool) -> Vec<String> {
+    let (fs, log) = fresh();
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let big_len = 80 << 10;
+    let setup = {
+        let f = mount(&fs, &log, Commit::Async);
+        let (a, fh) = new_file(&f, "big", big_len, 0xb1);
+        f.release(a, fh).unwrap();
+        f.unmount().unwrap();
+        (fs.to_bytes(), log.to_bytes())
+    };
+    let rfs = Arc::new(Rec {
+        inner: MemDevice::from_bytes(4096, setup.0.clone()),
+        id: 0,
+        evs: evs.clone(),
+    });
+    let rlog = Arc::new(Rec {
+        inner: MemDevice::from_bytes(4096, setup.1.clone()),
+        id: 1,
+        evs: evs.clone(),
+    });
+    let j = Journal::new(LogSpec::Device(rlog), Commit::Async);
+    if plant {
+        j.plant_reuse_before_log();
+    }
+    let f = mount_with(rfs, j, false).unwrap();
+    let c = Ctx::root();
+    let big = f.lookup(&c, 2, n("big")).unwrap().ino;
+    f.setattr(
+        &c,
+        big,
+        cairn_vfs::SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (o, fh) = new_file(&f, "other", big_len, 0x0e);
+    f.fsync(o, fh, false).unwrap();
+    f.release(o, fh).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    let evs = std::mem::take(&mut *evs.lock());
+    let mut bad = Vec::new();
+    for k in 0..=evs.len() {
+        if k < evs.len() && !matches!(evs[k], Ev::Write { .. } | Ev::Flush) {
+            continue;
+        }
+        let fsd = MemDevice::from_bytes(4096, setup.0.clone());
+        let logd = MemDevice::from_bytes(4096, setup.1.clone());
+        for e in &evs[..k] {
+            if let Ev::Write { dev, block, data } = e {
+                let d = if *dev == 0 { &fsd } else { &logd };
+                d.write_blocks(*block, data).unwrap();
+            }
+        }
+        let r = (|| -> Result<(), String> {
+            let f = mount_with(
+                Arc::new(fsd.with_block_size(4096)),
+                Journal::new(
+                    LogSpec::Device(Arc::new(logd.with_block_size(4096))),
+                    Commit::Async,
+                ),
+                false,
+            )
+            .map_err(|e| format!("recovery: {e}"))?;
+            let a = f.lookup(&c, 2, n("big")).map_err(|e| e.to_string())?;
+            let mut buf = Vec::new();
+            f.read(a.ino, 0, 0, big_len as u32 + 1, &mut buf)
+                .map_err(|e| format!("read big: {e}"))?;
+            f.unmount().map_err(|e| e.to_string())?;
+            drop(f);
+            fsck_clean(&fsd).map_err(|e| format!("fsck: {e}"))?;
+            if !(buf.is_empty() || buf.len() == big_len && buf.iter().all(|&x| x == 0xb1)) {
+                return Err(format!(
+                    "big holds {} bytes, not its own ({} of them)",
+                    buf.len(),
+                    buf.iter().filter(|&&x| x == 0xb1).count()
+                ));
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            bad.push(format!("after event {k}: {e}"));
+        }
+    }
+    bad
+}
+
+#[test]
+fn a_freed_block_is_never_reused_before_its_free_is_durable() {
+    let bad = reuse_campaign(false);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn a_journal_reusing_freed_blocks_before_the_log_is_caught() {
+    let bad = reuse_campaign(true);
+    assert!(!bad.is_empty(), "the planted reuse went unnoticed");
+    eprintln!("caught in {} states, e.g. {}", bad.len(), bad[0]);
+}
+
+/// A file shrunk to within a block has that block's tail zeroed, a data write: crashed at
+/// every write and flush of a shrink (which also frees blocks, so it is not forced) and an
+/// fsync, the file is whole or shrunk, never its old size over zeros where its data was.
+#[test]
+fn a_shrink_is_never_half_done_by_its_zeroed_tail() {
+    let (fs, log) = fresh();
+    let (len, to) = (5 * 4096 + 1000, 4 * 4096 + 944);
+    let setup = {
+        let f = mount(&fs, &log, Commit::Async);
+        let (a, fh) = new_file(&f, "f", len, 0xaa);
+        f.release(a, fh).unwrap();
+        f.unmount().unwrap();
+        (fs.to_bytes(), log.to_bytes())
+    };
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let rec = |bytes: &Vec<u8>, id| {
+        Arc::new(Rec {
+            inner: MemDevice::from_bytes(4096, bytes.clone()),
+            id,
+            evs: evs.clone(),
+        })
+    };
+    let (rfs, rlog) = (rec(&setup.0, 0), rec(&setup.1, 1));
+    let f = mount_with(
+        rfs,
+        Journal::new(LogSpec::Device(rlog), Commit::Async),
+        false,
+    )
+    .unwrap();
+    let c = Ctx::root();
+    let a = f.lookup(&c, 2, n("f")).unwrap().ino;
+    let set = cairn_vfs::SetAttr {
+        size: Some(to as u64),
+        ..Default::default()
+    };
+    f.setattr(&c, a, set).unwrap();
+    f.fsync(a, 0, false).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    let evs = std::mem::take(&mut *evs.lock());
+    for k in 0..=evs.len() {
+        let fsd = MemDevice::from_bytes(4096, setup.0.clone());
+        let logd = MemDevice::from_bytes(4096, setup.1.clone());
+        for e in &evs[..k] {
+            if let Ev::Write { dev, block, data } = e {
+                let d = if *dev == 0 { &fsd } else { &logd };
+                d.write_blocks(*block, data).unwrap();
+            }
+        }
+        let logdev = Arc::new(logd.with_block_size(4096));
+        let f = mount_with(
+            Arc::new(fsd.with_block_size(4096)),
+            Journal::new(LogSpec::Device(logdev), Commit::Async),
+            false,
+        )
+        .unwrap();
+        let a = f.lookup(&c, 2, n("f")).unwrap().ino;
+        let mut buf = Vec::new();
+        f.read(a, 0, 0, len as u32 + 1, &mut buf).unwrap();
+        f.unmount().unwrap();
+        assert!(
+            (buf.len() == len || buf.len() == to) && buf.iter().all(|&x| x == 0xaa),
+            "after event {k}: {} bytes, {} of them the file's",
+            buf.len(),
+            buf.iter().filter(|&&x| x == 0xaa).count()
+        );
+    }
+}
+
+/// A call that fails after it freed blocks is taken back whole: its holds go with it (a
+/// hold left behind would never open — the call logged nothing — and keep its blocks from
+/// the allocator for the life of the mount).
+#[test]
+fn a_failed_calls_holds_are_taken_back_with_it() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Async);
+    let (a, fh) = new_file(&f, "a", 8 << 10, 1);
+    f.release(a, fh).unwrap();
+    let blocks = blocks_of(&f, a, 2);
+    let mut st = f.st.lock();
+    st.alloc.begin_undo();
+    for &b in &blocks {
+        st.alloc.free_block(&f.vol, b).unwrap();
+    }
+    st.alloc
+        .hold(&f.vol, blocks.clone(), crate::strategy::Hold::new());
+    assert_eq!(st.alloc.held_blocks(), 2);
+    st.alloc.rollback_undo();
+    assert_eq!(st.alloc.held_blocks(), 0);
+    // A committed hold stays until it opens.
+    st.alloc.begin_undo();
+    let h = crate::strategy::Hold::new();
+    st.alloc.hold(&f.vol, vec![blocks[0]], h.clone());
+    st.alloc.commit_undo();
+    assert_eq!(st.alloc.held_blocks(), 1);
+    h.open();
+    st.alloc.reserve(0, 1).unwrap();
+    assert_eq!(st.alloc.held_blocks(), 0);
+}
+
+/// A shrunk file's last block waits for the shrink's records (`truncate_tail`), but it also
+/// holds the file's data before the new end: an fsync returns only once that is durable too.
+#[test]
+fn an_fsync_after_a_shrink_makes_the_last_blocks_data_durable() {
+    let (fs, log) = fresh();
+    let f = mount(&fs, &log, Commit::Async);
+    let (a, fh) = new_file(&f, "a", 5 * 4096, 1);
+    f.fsync(a, fh, false).unwrap();
+    // New bytes in the block that will be the last, then a shrink to within that block.
+    f.write(a, fh, 4 * 4096, &[9u8; 100]).unwrap();
+    let set = cairn_vfs::SetAttr {
+        size: Some(4 * 4096 + 200),
+        ..Default::default()
+    };
+    f.setattr(&Ctx::root(), a, set).unwrap();
+    f.fsync(a, fh, false).unwrap();
+    // The crash: the devices as the fsync left them.
+    let (fs_img, log_img) = (fs.to_bytes(), log.to_bytes());
+    std::mem::forget(f);
+    let (fs2, log2) = (
+        MemDevice::from_bytes(4096, fs_img),
+        MemDevice::from_bytes(4096, log_img),
+    );
+    let f = mount(&fs2, &log2, Commit::Async);
+    let mut buf = Vec::new();
+    f.read(a, 0, 4 * 4096, 4096, &mut buf).unwrap();
+    assert_eq!(buf.len(), 200);
+    assert!(
+        buf[..100].iter().all(|&x| x == 9) && buf[100..].iter().all(|&x| x == 1),
+        "the fsynced file's last block is not what was written"
+    );
+    f.unmount().unwrap();
 }
