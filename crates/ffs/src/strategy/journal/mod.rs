@@ -45,7 +45,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Weak};
@@ -247,27 +247,10 @@ struct Inner {
     plant_reuse: AtomicBool,
 }
 
-/// Hashes a block number with one multiplication (Fibonacci hashing): the shadow map is
-/// looked up for every buffer of every call, and SipHash showed in the profile of a create
-/// (`journal_cpu_cost_on_memory`). Block numbers are not chosen by an adversary.
-#[derive(Default, Clone, Copy)]
-struct BlockHasher(u64);
-
-impl std::hash::Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type BlockMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<BlockHasher>>;
+/// Block-number keyed maps, hashed with FxHash (a multiplication per key): the shadow map
+/// is looked up for every buffer of every call, and SipHash showed in the profile of a
+/// create (`journal_cpu_cost_on_memory`). Block numbers are not chosen by an adversary.
+type BlockMap<V> = rustc_hash::FxHashMap<u64, V>;
 
 #[derive(Default)]
 struct LogState {
