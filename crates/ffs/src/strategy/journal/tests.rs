@@ -9,7 +9,7 @@ use cairn_vfs::{Ctx, FileSystem, RenameFlags};
 use cairn_wal::{FormatOptions, Region, Wal};
 use parking_lot::Mutex;
 
-use super::{Commit, Journal, LogSpec};
+use super::{Commit, DEFAULT_COMMIT_INTERVAL, Journal, LogSpec};
 use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
 
 const FS_BLOCKS: u64 = 2048;
@@ -607,6 +607,41 @@ fn options_are_parsed_by_the_mode() {
     assert!(o(&[("log", "dev:/x"), ("commit", "soon")]).is_err());
     assert!(o(&[("log", "disk")]).is_err());
     assert!(o(&[("log", "file")]).is_ok());
+    assert!(o(&[("commit", "async"), ("commit_interval", "30")]).is_ok());
+    for bad in ["0", "301", "-1", "5s", ""] {
+        assert!(o(&[("commit_interval", bad)]).is_err(), "{bad}");
+    }
+}
+
+/// commit=async commits on the timer only every `commit_interval`: the 1-second worker
+/// leaves the log alone before that (each commit writes the dirty data home first), and
+/// commits once it is due.
+#[test]
+fn async_commits_wait_for_the_commit_interval() {
+    let (fs, log) = fresh();
+    let logdev = Arc::new(log.with_block_size(4096));
+    let mount_every = |every: std::time::Duration| {
+        let mut j = Journal::new(LogSpec::Device(logdev.clone()), Commit::Async);
+        j.commit_every = every;
+        mount_with(Arc::new(fs.with_block_size(4096)), j, false).unwrap()
+    };
+    let c = Ctx::root();
+    let f = mount_every(DEFAULT_COMMIT_INTERVAL);
+    f.mkdir(&c, 2, n("a"), 0o755, 0).unwrap();
+    let flushes = logdev.counters().snapshot().flushes;
+    f.strategy.background(&*f).unwrap();
+    assert_eq!(logdev.counters().snapshot().flushes, flushes, "not due yet");
+    f.unmount().unwrap();
+    drop(f);
+    let f = mount_every(std::time::Duration::ZERO);
+    f.mkdir(&c, 2, n("b"), 0o755, 0).unwrap();
+    let flushes = logdev.counters().snapshot().flushes;
+    f.strategy.background(&*f).unwrap();
+    assert!(
+        logdev.counters().snapshot().flushes > flushes,
+        "due: committed"
+    );
+    f.unmount().unwrap();
 }
 
 // ----- cost -----------------------------------------------------------------------------
