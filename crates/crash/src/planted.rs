@@ -402,7 +402,7 @@ impl Strategy for PlantedSync {
         }
         self.inner.setup_allocindir(tx, f)
     }
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> FsResult<()> {
         if self.fault == Fault::DirentFirst {
             let mut pending = self.new_inodes.lock();
             if let Some(i) = pending.iter().position(|(i, _)| *i == ino) {
@@ -412,7 +412,7 @@ impl Strategy for PlantedSync {
                 return Ok(());
             }
         }
-        self.inner.update_inodeblock(tx, ino, buf)
+        self.inner.update_inodeblock(tx, ino, buf, was)
     }
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
         match self.fault {
@@ -760,9 +760,9 @@ impl Strategy for WriteBeforeLog {
         self.note(&[f.indir]);
         self.inner.setup_allocindir(tx, f)
     }
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> FsResult<()> {
         self.note(&[buf]);
-        self.inner.update_inodeblock(tx, ino, buf)
+        self.inner.update_inodeblock(tx, ino, buf, was)
     }
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
         self.note(&[f.buf]);
@@ -886,8 +886,8 @@ impl Strategy for Renamed {
     fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> FsResult<()> {
         self.inner.setup_allocindir(tx, f)
     }
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
-        self.inner.update_inodeblock(tx, ino, buf)
+    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> FsResult<()> {
+        self.inner.update_inodeblock(tx, ino, buf, was)
     }
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
         self.inner.setup_directory_add(tx, f)
