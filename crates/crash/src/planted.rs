@@ -639,10 +639,7 @@ impl PlantedJournal {
             }),
             JournalFault::ReuseBeforeLog => {
                 inner.plant_reuse_before_log();
-                Box::new(Renamed {
-                    name: self.name,
-                    inner,
-                })
+                Box::new(inner.named(self.name))
             }
         }
     }
@@ -793,128 +790,6 @@ impl Strategy for WriteBeforeLog {
     }
     fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> FsResult<()> {
         self.inner.fsync(e, f)
-    }
-}
-
-/// The real journal under a planted bug's name (the bug is planted inside it).
-struct Renamed {
-    name: &'static str,
-    inner: cairn_ffs::strategy::journal::Journal,
-}
-
-impl Strategy for Renamed {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.inner.cache_policy()
-    }
-    fn syncer_interval(&self) -> Duration {
-        self.inner.syncer_interval()
-    }
-    fn has_pending_frees(&self) -> bool {
-        self.inner.has_pending_frees()
-    }
-    fn io_model(&self) -> cairn_ffs::strategy::IoModel {
-        self.inner.io_model()
-    }
-    fn write_hooks(&self) -> Arc<dyn cairn_bufcache::WriteHooks> {
-        self.inner.write_hooks()
-    }
-    fn attach(&self, sb: &cairn_ffs::format::Superblock) -> FsResult<()> {
-        self.inner.attach(sb)
-    }
-    fn recover(
-        &self,
-        dev: &dyn cairn_blockdev::BlockDevice,
-        sb: &cairn_ffs::format::Superblock,
-    ) -> FsResult<()> {
-        self.inner.recover(dev, sb)
-    }
-    fn read_only_view(
-        &self,
-        dev: Arc<dyn cairn_blockdev::BlockDevice>,
-        sb: &cairn_ffs::format::Superblock,
-    ) -> FsResult<Arc<dyn cairn_blockdev::BlockDevice>> {
-        self.inner.read_only_view(dev, sb)
-    }
-    fn mount(&self, e: &dyn Engine) -> FsResult<()> {
-        self.inner.mount(e)
-    }
-    fn background_interval(&self) -> Option<Duration> {
-        self.inner.background_interval()
-    }
-    fn relieve(&self, e: &dyn Engine) -> FsResult<()> {
-        self.inner.relieve(e)
-    }
-    fn background(&self, e: &dyn Engine) -> FsResult<bool> {
-        self.inner.background(e)
-    }
-    fn sync(&self, e: &dyn Engine, why: SyncWhy) -> FsResult<()> {
-        self.inner.sync(e, why)
-    }
-    fn unmount(&self, e: &dyn Engine) -> FsResult<()> {
-        self.inner.unmount(e)
-    }
-    fn write_superblock(&self, e: &dyn Engine, buf: &BufRef) -> FsResult<()> {
-        self.inner.write_superblock(e, buf)
-    }
-    fn write_stream(&self, io: &Io, ino: Ino, blk: u64, data: &[u8]) -> FsResult<()> {
-        self.inner.write_stream(io, ino, blk, data)
-    }
-    fn begin_op(&self, kind: OpKind) -> FsResult<OpState> {
-        self.inner.begin_op(kind)
-    }
-    fn commit_point(&self, tx: &mut Tx) -> FsResult<()> {
-        self.inner.commit_point(tx)
-    }
-    fn end_op(&self, tx: &mut Tx, ok: bool) -> FsResult<()> {
-        self.inner.end_op(tx, ok)
-    }
-    fn after_op(&self) -> FsResult<()> {
-        self.inner.after_op()
-    }
-    fn setup_inomapdep(&self, tx: &mut Tx, f: &InoMapDep) -> FsResult<()> {
-        self.inner.setup_inomapdep(tx, f)
-    }
-    fn setup_blkmapdep(&self, tx: &mut Tx, f: &BlkMapDep) -> FsResult<()> {
-        self.inner.setup_blkmapdep(tx, f)
-    }
-    fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> FsResult<()> {
-        self.inner.setup_allocdirect(tx, f)
-    }
-    fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> FsResult<()> {
-        self.inner.setup_allocindir(tx, f)
-    }
-    fn update_inodeblock(&self, tx: &mut Tx, ino: Ino, buf: &BufRef, was: u64) -> FsResult<()> {
-        self.inner.update_inodeblock(tx, ino, buf, was)
-    }
-    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> FsResult<()> {
-        self.inner.setup_directory_add(tx, f)
-    }
-    fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> FsResult<Apply> {
-        self.inner.setup_directory_remove(tx, f)
-    }
-    fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> FsResult<Apply> {
-        self.inner.setup_directory_change(tx, f)
-    }
-    fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> FsResult<()> {
-        self.inner.change_linkcnt(tx, f)
-    }
-    fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> FsResult<()> {
-        self.inner.setup_freeblocks(tx, f)
-    }
-    fn setup_freefile(&self, tx: &mut Tx, f: &FreeFile) -> FsResult<()> {
-        self.inner.setup_freefile(tx, f)
-    }
-    fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> FsResult<()> {
-        self.inner.setup_attr_change(tx, f)
-    }
-    fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> FsResult<()> {
-        self.inner.fsync(e, f)
-    }
-    fn stats(&self) -> Option<serde_json::Value> {
-        self.inner.stats()
     }
 }
 

@@ -439,6 +439,13 @@ impl Journal {
         self.commit
     }
 
+    /// The same journal under another name (what `stats` and the crash reports call it: a
+    /// planted variant of the crash harness).
+    pub fn named(mut self, name: &'static str) -> Journal {
+        self.name = name;
+        self
+    }
+
     /// Plants a bug (the crash harness's `journal-async-reuse-before-log`): blocks a call
     /// frees may be allocated again as soon as the call ends, before its log records — the
     /// free — are durable, so a crash can show the old owner over the new owner's data.
