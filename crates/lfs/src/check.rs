@@ -354,28 +354,12 @@ mod tests {
     use cairn_vfs::Ctx;
 
     use super::*;
+    use crate::engine::tests::mount;
     use crate::format::tables;
-    use crate::mkfs::{MkfsOptions, mkfs_device};
 
+    /// The engine tests' image, at 2048 blocks.
     fn image() -> Arc<MemDevice> {
-        let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 2048));
-        mkfs_device(
-            dev.clone(),
-            &MkfsOptions {
-                segment_size: 64 << 10,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        dev
-    }
-
-    fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
-        let o = MountOptions {
-            syncer: false,
-            ..Default::default()
-        };
-        Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap()
+        crate::engine::tests::image(2048)
     }
 
     fn file(fs: &Lfs, name: &str) -> u64 {

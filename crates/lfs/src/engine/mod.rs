@@ -24,7 +24,7 @@ mod clean;
 mod ops;
 mod recover;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

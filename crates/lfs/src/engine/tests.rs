@@ -20,7 +20,8 @@ fn opts() -> MountOptions {
     }
 }
 
-fn image(blocks: u64) -> Arc<MemDevice> {
+/// A fresh image of `blocks` blocks with 64 KiB segments (also the check's tests').
+pub(crate) fn image(blocks: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, blocks));
     mkfs_device(
         dev.clone(),
@@ -33,7 +34,7 @@ fn image(blocks: u64) -> Arc<MemDevice> {
     dev
 }
 
-fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
+pub(crate) fn mount(dev: &Arc<MemDevice>) -> Arc<Lfs> {
     Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap()
 }
 
