@@ -162,13 +162,20 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         after_crash: AfterCrash::Recover,
         basis: "001 §3.2: an asynchronous log gives integrity without durability; 001 §5.3: recovery replays complete operations; 001 §6: rename atomic",
     },
-    options: &[ModeOption {
-        key: "log",
-        values: "file|dev:PATH",
-        help: "where the log lives (as mode journal)",
-    }],
+    options: &[
+        ModeOption {
+            key: "log",
+            values: "file|dev:PATH",
+            help: "where the log lives (as mode journal)",
+        },
+        ModeOption {
+            key: "commit_interval",
+            values: "SECS",
+            help: "seconds between commits, what a crash may take back at most (default 5, as ext4; 1 to 300)",
+        },
+    ],
     make: |o| {
-        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log") {
+        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log" && k != "commit_interval") {
             return Err(format!(
                 "mount option '{k}' is not an option of mode journal-async"
             ));

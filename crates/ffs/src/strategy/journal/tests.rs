@@ -611,6 +611,17 @@ fn options_are_parsed_by_the_mode() {
     for bad in ["0", "301", "-1", "5s", ""] {
         assert!(o(&[("commit_interval", bad)]).is_err(), "{bad}");
     }
+    // journal-async takes the interval too, but not another commit mode.
+    let async_mode = |v: &[(&str, &str)]| {
+        let v: Vec<(String, Option<String>)> = v
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect();
+        (super::MODE_ASYNC.make)(&v).map(|_| ())
+    };
+    assert!(async_mode(&[("commit_interval", "10")]).is_ok());
+    assert!(async_mode(&[("commit_interval", "0")]).is_err());
+    assert!(async_mode(&[("commit", "sync")]).is_err());
 }
 
 /// commit=async commits on the timer only every `commit_interval`: the 1-second worker
