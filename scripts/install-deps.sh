@@ -7,11 +7,12 @@ set -euo pipefail
 # Debian package names. fuse3/libfuse3-dev: the kernel side helper (fusermount3) and the
 # library fuser links against; pkg-config finds it. e2fsprogs/fuse2fs/mergerfs/postmark:
 # the benchmark baselines. dpkg-dev/build-essential: `apt-get source` + configure && make of a
-# real C project on a mount (persistence test). xfsprogs/util-linux: mkfs/losetup/taskset/mount.
+# real C project on a mount (persistence test). xfsprogs/btrfs-progs/util-linux:
+# mkfs/losetup/taskset/mount (btrfs: the copy-on-write peer of cairn-lfs).
 # fonts-dejavu-core: the TTF cairn-bench's PNG plots draw their text with.
 PKGS=(
     fuse3 libfuse3-dev pkg-config
-    e2fsprogs fuse2fs mergerfs postmark xfsprogs util-linux mount
+    e2fsprogs fuse2fs mergerfs postmark xfsprogs btrfs-progs util-linux mount
     dpkg-dev build-essential autoconf automake libtool
     ca-certificates git procps kmod psmisc attr acl
     fonts-dejavu-core

@@ -33,6 +33,9 @@ pub enum Kind {
     Ext4 { sync: bool },
     /// Kernel ext2 on a loop device: no journal, delayed metadata writes (the FFS-async analogue).
     Ext2,
+    /// Kernel btrfs on a loop device: the copy-on-write peer of LFS (004's descendants; this
+    /// kernel has no f2fs or nilfs2). Defaults: data and metadata copied on write, checksums.
+    Btrfs,
     /// Kernel xfs with its log on a second loop device (`logdev=`): the two-disk journaling
     /// analogue (000's LFFS-wafs-2async).
     Xfs,
@@ -88,6 +91,7 @@ pub const BASELINES: &[&str] = &[
     "ext4",
     "ext4-sync",
     "ext2",
+    "btrfs",
     "xfs-logdev",
     "fuse2fs",
     "passthrough",
@@ -100,6 +104,7 @@ impl TargetSpec {
             "ext4" => Kind::Ext4 { sync: false },
             "ext4-sync" => Kind::Ext4 { sync: true },
             "ext2" => Kind::Ext2,
+            "btrfs" => Kind::Btrfs,
             "xfs-logdev" => Kind::Xfs,
             "fuse2fs" => Kind::Fuse2fs,
             "mergerfs" => Kind::Mergerfs,
@@ -158,6 +163,14 @@ impl TargetSpec {
         match self.kind {
             Kind::Ext4 { .. } => &["mkfs.ext4", "losetup", "mount", "umount", "e2fsck"],
             Kind::Ext2 => &["mkfs.ext2", "losetup", "mount", "umount", "e2fsck"],
+            Kind::Btrfs => &[
+                "mkfs.btrfs",
+                "btrfs",
+                "xfs_io",
+                "losetup",
+                "mount",
+                "umount",
+            ],
             Kind::Xfs => &[
                 "mkfs.xfs",
                 "xfs_repair",
@@ -180,6 +193,7 @@ impl TargetSpec {
         match self.kind {
             Kind::Ext4 { .. } | Kind::Mergerfs | Kind::Passthrough => Some("ext4"),
             Kind::Ext2 => Some("ext2"),
+            Kind::Btrfs => Some("btrfs"),
             Kind::Xfs => Some("xfs"),
             Kind::Fuse2fs | Kind::Cairn { .. } => None,
         }
@@ -313,6 +327,13 @@ impl Mounted {
                 )?;
                 m.logdev = Some(logdev);
             }
+            Kind::Btrfs => {
+                sys::run(
+                    Command::new("mkfs.btrfs")
+                        .args(["-q", "-f"])
+                        .arg(m.device()),
+                )?;
+            }
             Kind::Ext2 => {
                 sys::run(
                     Command::new("mkfs.ext2")
@@ -392,7 +413,7 @@ impl Mounted {
         // Only a FUSE daemon holds a cache that drop_caches cannot reach; for mergerfs and the
         // passthrough that is the FUSE layer, while their ext4 is a kernel file system.
         match self.spec.kind {
-            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => sys::drop_caches(),
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Btrfs | Kind::Xfs => sys::drop_caches(),
             Kind::Mergerfs | Kind::Passthrough => {
                 self.unmount_upper()?;
                 sys::drop_caches()?;
@@ -425,7 +446,7 @@ impl Mounted {
                 // The kernel keeps the dead connection mounted until someone unmounts it.
                 let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
             }
-            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Btrfs | Kind::Xfs => {
                 sys::run(
                     Command::new("xfs_io")
                         .args(["-x", "-c", "shutdown"])
@@ -454,6 +475,9 @@ impl Mounted {
     pub fn recover(&mut self) -> Result<String> {
         let procedure = match &self.spec.kind {
             Kind::Ext4 { .. } | Kind::Xfs => "mount (log replay)".to_string(),
+            // btrfs is consistent at every transaction commit: a mount finds the last
+            // committed tree (and replays the fsync log tree), no check needed.
+            Kind::Btrfs => "mount (last committed tree, log tree replay)".to_string(),
             Kind::Ext2 | Kind::Fuse2fs => {
                 fsck_status(Command::new("e2fsck").arg("-p").arg(self.device()))?;
                 "e2fsck -p, mount".to_string()
@@ -490,6 +514,13 @@ impl Mounted {
             Kind::Ext4 { .. } | Kind::Ext2 | Kind::Fuse2fs => {
                 fsck_status(Command::new("e2fsck").args(["-f", "-n"]).arg(self.device()))?;
             }
+            Kind::Btrfs => {
+                sys::run(
+                    Command::new("btrfs")
+                        .args(["check", "--readonly"])
+                        .arg(self.device()),
+                )?;
+            }
             Kind::Xfs => {
                 sys::run(
                     Command::new("xfs_repair")
@@ -511,6 +542,7 @@ impl Mounted {
             Kind::Ext4 { sync: true } => "mount -o sync (loop device)".into(),
             Kind::Ext4 { sync: false } => "mount (defaults; loop device)".into(),
             Kind::Ext2 => "mkfs.ext2, mount (defaults; loop device)".into(),
+            Kind::Btrfs => "mkfs.btrfs, mount (defaults: CoW, checksums; loop device)".into(),
             Kind::Xfs => format!(
                 "mkfs.xfs -l logdev=LOOP2,size={}M; mount -o logdev=LOOP2 (two loop devices)",
                 XFS_LOG_SIZE >> 20
@@ -551,7 +583,12 @@ impl Mounted {
     /// the passthrough; the FUSE daemon for fuse2fs and cairn.
     fn mount(&mut self) -> Result<()> {
         match &self.spec.kind {
-            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs | Kind::Mergerfs | Kind::Passthrough => {
+            Kind::Ext4 { .. }
+            | Kind::Ext2
+            | Kind::Btrfs
+            | Kind::Xfs
+            | Kind::Mergerfs
+            | Kind::Passthrough => {
                 let mut c = Command::new("mount");
                 if let Some(fstype) = self.spec.kernel_fs() {
                     c.args(["-t", fstype]);
@@ -693,7 +730,7 @@ impl Mounted {
             return Ok(());
         }
         match &self.spec.kind {
-            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs => {
+            Kind::Ext4 { .. } | Kind::Ext2 | Kind::Btrfs | Kind::Xfs => {
                 sys::run(Command::new("umount").arg(&self.mnt))?;
             }
             Kind::Mergerfs | Kind::Passthrough => {
@@ -993,7 +1030,8 @@ mod tests {
         assert!(TargetSpec::parse("cairn-@loop").is_err());
         assert!(TargetSpec::parse("cairn-a/b").is_err());
         assert!(TargetSpec::parse("cairn-").is_err());
-        assert!(TargetSpec::parse("btrfs").is_err());
+        assert_eq!(TargetSpec::parse("btrfs").unwrap().kind, Kind::Btrfs);
+        assert!(TargetSpec::parse("zfs").is_err());
     }
 
     #[test]
