@@ -67,12 +67,14 @@ fn recover_journal(dev: Arc<dyn BlockDevice>) -> Result<(), String> {
 
 /// The recovery of a mode that has one.
 fn recovery_for(mode: &str) -> Option<Recovery> {
-    matches!(mode, "journal" | "journal-async").then_some(recover_journal as Recovery)
+    matches!(mode, "journal" | "journal-async" | "journal-group")
+        .then_some(recover_journal as Recovery)
 }
 
 /// Whether a recording of `mode` needs an image with a journal log area (`log=file`).
 pub fn needs_log_area(mode: &str) -> bool {
-    matches!(mode, "journal" | "journal-async") || crate::planted::journal_by_name(mode).is_some()
+    matches!(mode, "journal" | "journal-async" | "journal-group")
+        || crate::planted::journal_by_name(mode).is_some()
 }
 
 /// What a mode promises about the states a crash can leave.

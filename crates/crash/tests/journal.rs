@@ -42,6 +42,12 @@ fn the_asynchronous_journal_delivers_what_it_declares() {
     delivers("journal-async");
 }
 
+/// commit=group: as `journal` (every returned call durable), its force made after the lock.
+#[test]
+fn the_group_commit_journal_delivers_what_it_declares() {
+    delivers("journal-group");
+}
+
 fn delivers(mode: &str) {
     let mut w = workload::scripted_set();
     w.push(workload::by_name("random-1").unwrap());

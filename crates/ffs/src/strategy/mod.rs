@@ -484,6 +484,7 @@ static MODES: &[ModeInfo] = &[
     softdep::MODE,
     journal::MODE,
     journal::MODE_ASYNC,
+    journal::MODE_GROUP,
 ];
 
 pub fn modes() -> &'static [ModeInfo] {

@@ -622,6 +622,17 @@ fn options_are_parsed_by_the_mode() {
     assert!(async_mode(&[("commit_interval", "10")]).is_ok());
     assert!(async_mode(&[("commit_interval", "0")]).is_err());
     assert!(async_mode(&[("commit", "sync")]).is_err());
+    // journal-group takes where its log lives, nothing that would change its promise.
+    let group_mode = |v: &[(&str, &str)]| {
+        let v: Vec<(String, Option<String>)> = v
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect();
+        (super::MODE_GROUP.make)(&v).map(|s| s.name().to_string())
+    };
+    assert_eq!(group_mode(&[("log", "dev:/x")]), Ok("journal-group".into()));
+    assert!(group_mode(&[("commit", "async")]).is_err());
+    assert!(group_mode(&[("commit_interval", "10")]).is_err());
 }
 
 /// commit=async commits on the timer only every `commit_interval`: the 1-second worker
