@@ -341,7 +341,7 @@ fn fix(st: &mut crate::engine::State, a: &Audit) -> Result<()> {
     st.flush()?;
     let fresh = audit(st)?;
     for (s, &want) in fresh.live.iter().enumerate() {
-        st.usage[s].live_bytes = want as u32;
+        st.usage.update(s, |u| u.live_bytes = want as u32);
     }
     st.checkpoint()
 }
@@ -472,7 +472,7 @@ mod tests {
         {
             let mut st = fs.st.lock();
             let seg = st.log.seg as usize;
-            st.usage[seg].live_bytes += 8192;
+            st.usage.update(seg, |u| u.live_bytes += 8192);
             st.node(ino).unwrap().inode.nlink = 3;
             st.mark_dirty(ino);
             st.checkpoint().unwrap();

@@ -413,7 +413,7 @@ pub(crate) struct State {
     pub imap: Vec<ImapEntry>,
     pub imap_addrs: Vec<u64>,
     pub imap_dirty: BTreeSet<u32>,
-    pub usage: Vec<UsageEntry>,
+    pub usage: Usage,
     pub usage_addrs: Vec<u64>,
     pub log: LogWriter,
     pub nodes: HashMap<u64, Node>,
@@ -461,14 +461,69 @@ pub enum Planted {
     CheckpointFirst,
 }
 
-impl Segments for Vec<UsageEntry> {
+/// The segment usage table in memory (004 §3.6), with the number of clean segments kept as
+/// entries change. Every call asks how many segments are clean (should the cleaner start,
+/// is there room for this write); counting them each time cost a scan of every entry per
+/// call — 8,192 on a 4 GiB disk of 512 KiB segments, a fifth of the daemon's time in a
+/// small-file create. Entries are read through `Deref` and changed only through
+/// [`Usage::update`], which keeps the count right (checked against a scan in debug builds).
+#[derive(Clone, Debug, Default)]
+pub struct Usage {
+    entries: Vec<UsageEntry>,
+    clean: u32,
+}
+
+impl Usage {
+    pub fn new(entries: Vec<UsageEntry>) -> Usage {
+        let clean = entries.iter().filter(|u| !u.dirty).count() as u32;
+        Usage { entries, clean }
+    }
+
+    /// Changes segment `s`'s entry (nothing if there is no such segment).
+    pub fn update<R>(&mut self, s: usize, f: impl FnOnce(&mut UsageEntry) -> R) -> Option<R> {
+        let u = self.entries.get_mut(s)?;
+        let was = u.dirty;
+        let r = f(u);
+        match (was, u.dirty) {
+            (true, false) => self.clean += 1,
+            (false, true) => self.clean -= 1,
+            _ => {}
+        }
+        Some(r)
+    }
+
+    /// Marks segment `s` as holding (or about to hold) log data.
+    pub fn set_dirty(&mut self, s: usize) {
+        self.update(s, |u| u.dirty = true);
+    }
+
+    /// Segments holding nothing of the log.
+    pub fn clean(&self) -> u32 {
+        debug_assert_eq!(
+            self.clean as usize,
+            self.entries.iter().filter(|u| !u.dirty).count(),
+            "the usage table's clean count drifted from its entries"
+        );
+        self.clean
+    }
+}
+
+impl std::ops::Deref for Usage {
+    type Target = [UsageEntry];
+    fn deref(&self) -> &[UsageEntry] {
+        &self.entries
+    }
+}
+
+impl Segments for Usage {
     fn take_clean(&mut self, avoid: &[u32]) -> Option<u32> {
-        let n = self.len();
+        let n = self.entries.len();
         let start = avoid.first().map_or(0, |&s| s as usize + 1);
-        (0..n)
+        let s = (0..n)
             .map(|i| ((start + i) % n) as u32)
-            .find(|s| !self[*s as usize].dirty && !avoid.contains(s))
-            .inspect(|&s| self[s as usize].dirty = true)
+            .find(|s| !self.entries[*s as usize].dirty && !avoid.contains(s))?;
+        self.set_dirty(s as usize);
+        Some(s)
     }
 }
 
@@ -685,10 +740,11 @@ impl State {
 
     fn add_live(&mut self, addr: u64, bytes: u32, mtime: u64) {
         if let Some(s) = self.sb.seg_of(addr) {
-            let u = &mut self.usage[s as usize];
-            u.live_bytes = u.live_bytes.saturating_add(bytes);
-            u.dirty = true;
-            u.youngest = u.youngest.max(mtime);
+            self.usage.update(s as usize, |u| {
+                u.live_bytes = u.live_bytes.saturating_add(bytes);
+                u.dirty = true;
+                u.youngest = u.youngest.max(mtime);
+            });
         }
     }
 
@@ -697,8 +753,8 @@ impl State {
             return;
         }
         if let Some(s) = self.sb.seg_of(addr) {
-            let u = &mut self.usage[s as usize];
-            u.live_bytes = u.live_bytes.saturating_sub(bytes);
+            self.usage
+                .update(s as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
         }
     }
 
@@ -735,7 +791,7 @@ impl State {
 
     /// Clean segments (the log's head and its next segment excluded).
     pub fn clean_segments(&self) -> u32 {
-        self.usage.iter().filter(|u| !u.dirty).count() as u32
+        self.usage.clean()
     }
 
     /// Bytes of file data that can still be buffered: what the clean segments hold beyond
@@ -1124,11 +1180,15 @@ impl State {
     /// clean: called only when a checkpoint recording them so is durable.
     pub fn release_empty_segments(&mut self) {
         let (head, next) = (self.log.seg, self.log.next_seg);
-        for (s, u) in self.usage.iter_mut().enumerate() {
-            let s = s as u32;
-            if u.dirty && u.live_bytes == 0 && s != head && s != next {
-                u.dirty = false;
-                u.youngest = 0;
+        for s in 0..self.usage.len() {
+            let seg = s as u32;
+            if seg != head && seg != next {
+                self.usage.update(s, |u| {
+                    if u.dirty && u.live_bytes == 0 {
+                        u.dirty = false;
+                        u.youngest = 0;
+                    }
+                });
             }
         }
     }

@@ -59,7 +59,7 @@ impl State {
             imap,
             imap_addrs,
             imap_dirty: BTreeSet::new(),
-            usage,
+            usage: super::Usage::new(usage),
             usage_addrs,
             log,
             nodes: HashMap::new(),
@@ -93,7 +93,7 @@ impl State {
     /// Points the log writer's next segment at a clean one (after mount or mkfs).
     pub(crate) fn pick_next_segment(&mut self) -> Result<()> {
         let seg = self.log.seg;
-        self.usage[seg as usize].dirty = true;
+        self.usage.set_dirty(seg as usize);
         self.log.next_seg = self
             .usage
             .take_clean(&[seg])
@@ -136,7 +136,7 @@ impl State {
     }
 
     fn apply_partial(&mut self, s: &Summary, data: &[u8]) -> Result<()> {
-        self.usage[s.seg as usize].dirty = true;
+        self.usage.set_dirty(s.seg as usize);
         let base = self.sb.seg_start(s.seg) + s.off as u64 + 1;
         for (i, e) in s.entries.iter().enumerate() {
             let b = &data[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
@@ -319,7 +319,7 @@ impl Lfs {
             .copied()
             .filter(|&i| st.imap.get(i as usize).is_some_and(|e| e.addr != 0))
             .collect();
-        st.usage[cp.log_seg as usize].dirty = true;
+        st.usage.set_dirty(cp.log_seg as usize);
         let rolled = st.roll_forward()?;
         if !opts.read_only {
             st.pick_next_segment()?;

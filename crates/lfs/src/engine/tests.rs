@@ -788,3 +788,25 @@ fn default_cleaning_thresholds_clean_a_few_segments_at_a_time() {
     assert_eq!(t(127), (12, 14));
     assert_eq!(t(8), (2, 4));
 }
+
+/// The usage table's clean count follows every change of an entry, whichever way it goes,
+/// and a segment the log takes stops counting as clean.
+#[test]
+fn the_usage_tables_clean_count_follows_its_entries() {
+    use crate::log::Segments;
+    let mut u = super::Usage::new(vec![UsageEntry::default(); 4]);
+    assert_eq!(u.clean(), 4);
+    u.update(1, |e| {
+        e.dirty = true;
+        e.live_bytes = 4096;
+    });
+    assert_eq!(u.clean(), 3);
+    u.update(1, |e| e.live_bytes = 0);
+    assert_eq!(u.clean(), 3, "no live bytes is not clean until a checkpoint says so");
+    u.update(1, |e| e.dirty = false);
+    assert_eq!(u.clean(), 4);
+    assert_eq!(u.update(9, |e| e.dirty = true), None);
+    let s = u.take_clean(&[0]).unwrap();
+    assert_eq!((s, u.clean()), (1, 3));
+    assert!(u[1].dirty);
+}
