@@ -558,9 +558,21 @@ fn evidence_table(s: &mut String, meta: &Meta, records: &[Record], w: &str, ls: 
         .and_then(|r| r.phases.iter().find(|p| ls.contains(&p.label())))
         .map(|p| p.unit.clone())
         .unwrap_or_default();
+    // A journal's own log device (log=dev:PATH) gets columns of its own when one ran: the
+    // "dev" columns are the file system's device.
+    let log_dev = meta.targets.iter().any(|t| {
+        ls.iter()
+            .any(|l| per_op_median(records, w, t, l, Counters::log_device_flushes).is_some())
+    });
     let _ = writeln!(
         s,
-        "| target | phase | {unit}/s | ÷ {b} | dev writes/op | dev flushes/op |\n|---|---|--:|--:|--:|--:|"
+        "| target | phase | {unit}/s | ÷ {b} | dev writes/op | dev flushes/op |{}\n|---|---|--:|--:|--:|--:|{}",
+        if log_dev {
+            " log dev writes/op | log dev flushes/op |"
+        } else {
+            ""
+        },
+        if log_dev { "--:|--:|" } else { "" }
     );
     for l in ls {
         let n = normalize(
@@ -581,9 +593,18 @@ fn evidence_table(s: &mut String, meta: &Meta, records: &[Record], w: &str, ls: 
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "—".into())
             };
+            let log_cells = if log_dev {
+                format!(
+                    " {} | {} |",
+                    per(Counters::log_device_writes),
+                    per(Counters::log_device_flushes)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "| {t} | {l} | {} | {} | {} | {} |",
+                "| {t} | {l} | {} | {} | {} | {} |{log_cells}",
                 fmt_stat(st, &fmt_rate),
                 r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
                 per(Counters::device_writes),
