@@ -292,6 +292,9 @@ pub fn title(w: &str) -> &'static str {
         "smallfile" => "Small files (004 Fig. 8)",
         "largefile" => "Large file (004 Fig. 9)",
         "recovery" => "Recovery time (002 Table III, 004 Table III)",
+        crate::workload::groupcreate::NAME => {
+            "Group commit: concurrent creates (001 §3.2, issue 12)"
+        }
         _ => "",
     }
 }
@@ -340,6 +343,11 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             baseline_measured: false,
             see: None,
         };
+        if w == crate::workload::groupcreate::NAME {
+            h.see = Some("per thread count: summary.md and group-create.png");
+            out.push(h);
+            continue;
+        }
         if ls.is_empty() {
             h.see = Some("per file size: summary.md and micro-*.png");
             out.push(h);
@@ -544,6 +552,12 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
             published_block(&mut s, p);
         }
         claims_block(&mut s, "recovery");
+    }
+
+    let group = crate::workload::groupcreate::NAME;
+    if has(meta, records, group) {
+        let _ = writeln!(s, "\n### {}\n", title(group));
+        crate::workload::groupcreate::render(&mut s, dir, meta, records)?;
     }
     Ok(s)
 }
