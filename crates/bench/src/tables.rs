@@ -314,7 +314,7 @@ pub struct Headline {
     /// Whether the baseline has numbers here (without them there are no ratios).
     pub baseline_measured: bool,
     /// Where to look instead, for a table with no single headline number (the per-size sweeps).
-    pub see: Option<&'static str>,
+    pub see: Option<String>,
 }
 
 /// One [`Headline`] per paper table the run has numbers for, in the run's workload order.
@@ -344,12 +344,12 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             see: None,
         };
         if w == crate::workload::groupcreate::NAME {
-            h.see = Some("per thread count: summary.md and group-create.png");
+            h.see = Some(crate::workload::groupcreate::headline(records));
             out.push(h);
             continue;
         }
         if ls.is_empty() {
-            h.see = Some("per file size: summary.md and micro-*.png");
+            h.see = Some("per file size: summary.md and micro-*.png".into());
             out.push(h);
             continue;
         }

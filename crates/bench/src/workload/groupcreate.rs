@@ -206,6 +206,25 @@ fn thread_counts(records: &[Record]) -> Vec<f64> {
     v
 }
 
+/// What the terminal shows: the check at 16 threads for each pair that ran, then
+/// where the curve is.
+pub fn headline(records: &[Record]) -> String {
+    let h = HEADLINE_THREADS as f64;
+    let mut parts: Vec<String> = PAIRS
+        .iter()
+        .filter_map(|(g, sync)| {
+            let r = vs_sync(records, g, h)?;
+            let f = flushes_per_create(&points(records, g, h));
+            Some(format!(
+                "{HEADLINE_THREADS} threads: {g} ÷ {sync} {r:.2}×, {} flushes/create",
+                fmt_opt(f, |v| format!("{v:.3}"))
+            ))
+        })
+        .collect();
+    parts.push("per thread count: summary.md and group-create.png".into());
+    parts.join("; ")
+}
+
 fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())
 }
@@ -456,6 +475,10 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("0.100 flushes per create"), "{s}");
+        assert_eq!(
+            headline(&records),
+            "16 threads: cairn-journal-group ÷ cairn-journal 6.00×, 0.100 flushes/create; per thread count: summary.md and group-create.png"
+        );
         assert!(dir.path().join("group-create.png").is_file());
     }
 
@@ -479,5 +502,9 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("At 16 threads"), "{s}");
+        assert_eq!(
+            headline(&records),
+            "per thread count: summary.md and group-create.png"
+        );
     }
 }
