@@ -110,9 +110,36 @@ const LIGHT: &[&str] = &["create-unlink", "smallfile", "largefile"];
 /// the workload asks. Everything runs the short workloads; the FFS-variant macrobenchmarks
 /// (000) run on cairn's modes and the kernel file systems (and fuse2fs, the FUSE peer, where
 /// the question is "what does a whole job cost"); 003's PostMark compares the policy layer
-/// with ext2 and mergerfs. This keeps the paper suite under 90 minutes; name targets to run
-/// any workload on any of them.
+/// with ext2 and mergerfs. The journal with its log on a second image (cairn-journal-2sync,
+/// -2async: 001's LFFS-wafs-2*) runs what the other cairn modes run of 000's tables (the short
+/// workloads, micro, PostMark, ssh, netnews, SDET), not the larger PostMark or recovery;
+/// group-create compares commit=group (cairn-journal-group, which runs nothing else) with
+/// commit=sync (cairn-journal). This keeps the paper suite under 90 minutes; name targets to
+/// run any workload on any of them.
 fn in_default_set(workload: &str, kind: &Kind) -> bool {
+    let group_create = workload == workload::groupcreate::NAME;
+    if let Kind::Cairn {
+        mode,
+        loopdev,
+        transport,
+        log_device,
+        options,
+    } = kind
+    {
+        if options.is_some() {
+            // A journal variant made for one comparison (commit=group): that one only.
+            return group_create;
+        }
+        if group_create {
+            return mode == "journal" && !loopdev && transport.is_none() && !log_device;
+        }
+        if *log_device && matches!(workload, "postmark-large" | "recovery") {
+            return false;
+        }
+    }
+    if group_create {
+        return false;
+    }
     let loopdev = matches!(kind, Kind::Cairn { loopdev: true, .. });
     let ffs_like = matches!(
         kind,
@@ -136,6 +163,23 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
     }
 }
 
+/// What `--targets all` means for a cairn build with `modes`, in table order: every mode on
+/// an image file, the journal's named variants (log on a second image, group commit) where
+/// the build has their mode — no loop-device variants of them (the paper suite's time) —,
+/// every mode on a loop device, then the baselines.
+fn all_targets(modes: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+    all.extend(
+        target::JOURNAL_TARGETS
+            .iter()
+            .filter(|j| modes.iter().any(|m| m == j.mode))
+            .map(|j| j.name.to_string()),
+    );
+    all.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
+    all.extend(target::BASELINES.iter().map(|s| s.to_string()));
+    all
+}
+
 /// A named set of workloads, sizes and repetitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Suite {
@@ -157,9 +201,15 @@ impl Suite {
     /// Repetitions of a workload: the paper suite repeats the workloads that take seconds per
     /// target three times and runs the ones that take minutes (the papers' macrobenchmarks,
     /// the microbenchmark sweep) once, which keeps the whole suite under 90 minutes here.
+    /// group-create takes seconds too, on its two targets, and its result is a ratio of two
+    /// medians: three times as well.
     fn reps(self, workload: &str) -> u32 {
         match self {
-            Suite::Paper if LIGHT.contains(&workload) => 3,
+            Suite::Paper
+                if LIGHT.contains(&workload) || workload == workload::groupcreate::NAME =>
+            {
+                3
+            }
             Suite::Paper | Suite::Quick => 1,
         }
     }
@@ -187,12 +237,15 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "paper")]
     suite: Suite,
     /// Comma-separated targets, or `all`: every cairn mode `cairn modes` lists (image file;
-    /// add `@loop` for a loop device, e.g. cairn-sync@loop), ext4, ext4-sync, ext2, xfs-logdev,
-    /// fuse2fs, passthrough, mergerfs.
+    /// add `@loop` for a loop device, e.g. cairn-sync@loop), the journal's variants
+    /// cairn-journal-2sync, cairn-journal-2async (log on a second image) and
+    /// cairn-journal-group (commit=group), ext4, ext4-sync, ext2, xfs-logdev, fuse2fs,
+    /// passthrough, mergerfs.
     #[arg(long, default_value = "all")]
     targets: String,
     /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, largefile,
-    /// micro, postmark, postmark-umbrella, postmark-large, ssh, netnews, sdet, recovery, seq.
+    /// micro, postmark, postmark-umbrella, postmark-large, ssh, netnews, sdet, recovery,
+    /// group-create, seq.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// Repetitions of every workload (default: the suite's — paper: 3 for the workloads that
@@ -509,13 +562,12 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         scratch: scratch.path().to_path_buf(),
         image_size,
         cairn: find_cairn(a.cairn),
+        fuse_concurrency: None,
     };
     let params = a.sizes.params(a.suite);
 
     let modes = cairn_modes(&env.cairn);
-    let mut all_targets: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
-    all_targets.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
-    all_targets.extend(target::BASELINES.iter().map(|s| s.to_string()));
+    let all_targets = all_targets(&modes);
     let all = a.targets == "all";
     let targets: Vec<TargetSpec> = list(&a.targets, all_targets)
         .iter()
@@ -721,6 +773,15 @@ fn run_one(t: &TargetSpec, w: &Workload, rep: u32, env: &Env) -> Record {
         phases: Vec::new(),
         notes: Vec::new(),
     };
+    // A workload whose threads wait in the file system together needs a daemon that serves
+    // them together: every cairn target of it is mounted alike (see `Env::fuse_concurrency`).
+    let env = &Env {
+        fuse_concurrency: match w {
+            Workload::GroupCreate(c) => Some(c.max_threads()),
+            _ => None,
+        },
+        ..env.clone()
+    };
     let res = (|| -> Result<()> {
         let mut m = Mounted::setup(t, env)?;
         let phases = w.run(&mut m);
@@ -759,8 +820,18 @@ fn cmd_workload(a: WorkloadArgs) -> Result<i32> {
                 .map(|v| format!("{v:.2}"))
                 .unwrap_or_else(|| "—".into())
         };
+        // A journal's own log device, when it has one (log=dev:PATH).
+        let log = if p.per_op(Counters::log_device_flushes).is_some() {
+            format!(
+                "  log device writes/op {}  flushes/op {}",
+                per(Counters::log_device_writes),
+                per(Counters::log_device_flushes)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{}{:<14} {:>9} {}/s  ({} {} in {:.2} s)  device writes/op {}  flushes/op {}  FUSE requests/op {}",
+            "{}{:<14} {:>9} {}/s  ({} {} in {:.2} s)  device writes/op {}  flushes/op {}  FUSE requests/op {}{log}",
             if a.label.is_empty() {
                 String::new()
             } else {
@@ -825,7 +896,46 @@ mod tests {
         assert!(
             !in_default_set("recovery", &k("ext4-sync")) && in_default_set("recovery", &k("ext2"))
         );
+        // The journal with its log on a second image: the short workloads and 000's tables,
+        // not the larger PostMark nor recovery, and never group-create by default.
+        for t in ["cairn-journal-2sync", "cairn-journal-2async"] {
+            for w in [
+                "create-unlink",
+                "smallfile",
+                "largefile",
+                "micro",
+                "postmark",
+                "ssh",
+                "netnews",
+                "sdet",
+            ] {
+                assert!(in_default_set(w, &k(t)), "{w} on {t}");
+            }
+            for w in [
+                "postmark-large",
+                "recovery",
+                "group-create",
+                "postmark-umbrella",
+            ] {
+                assert!(!in_default_set(w, &k(t)), "{w} on {t}");
+            }
+        }
+        // group-create: commit=group against commit=sync, and nothing else.
+        assert!(in_default_set("group-create", &k("cairn-journal-group")));
+        assert!(in_default_set("group-create", &k("cairn-journal")));
+        for t in [
+            "cairn-journal@loop",
+            "cairn-sync",
+            "ext4-sync",
+            "cairn-journal+dev",
+        ] {
+            assert!(!in_default_set("group-create", &k(t)), "{t}");
+        }
+        for w in ["create-unlink", "postmark", "micro"] {
+            assert!(!in_default_set(w, &k("cairn-journal-group")), "{w}");
+        }
         assert_eq!(Suite::Paper.reps("smallfile"), 3);
+        assert_eq!(Suite::Paper.reps("group-create"), 3);
         assert_eq!(Suite::Paper.reps("micro"), 1);
         assert_eq!(Suite::Quick.reps("smallfile"), 1);
     }
@@ -852,6 +962,33 @@ mod tests {
         };
         let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
         assert_eq!(build_commit(), (Some(head), dirty));
+    }
+
+    #[test]
+    fn all_targets_has_the_journal_variants_where_the_build_has_the_journal() {
+        let modes = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let all = all_targets(&modes(&["sync", "journal", "journal-async"]));
+        for t in [
+            "cairn-journal",
+            "cairn-journal-2sync",
+            "cairn-journal-2async",
+            "cairn-journal-group",
+            "cairn-journal@loop",
+            "xfs-logdev",
+        ] {
+            assert!(all.iter().any(|x| x == t), "{t} in {all:?}");
+        }
+        assert!(!all.iter().any(|x| x.starts_with("cairn-journal-2sync@")));
+        for t in &all {
+            TargetSpec::parse(t).unwrap();
+        }
+        // A build without the journal: none of its variants.
+        let old = all_targets(&modes(&["sync", "async"]));
+        assert!(!old.iter().any(|x| x.contains("journal")), "{old:?}");
+        // Only the synchronous journal's variants when the async one is not there.
+        let no_async = all_targets(&modes(&["journal"]));
+        assert!(no_async.iter().any(|x| x == "cairn-journal-2sync"));
+        assert!(!no_async.iter().any(|x| x == "cairn-journal-2async"));
     }
 
     #[test]

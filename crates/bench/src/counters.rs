@@ -5,6 +5,13 @@
 //! reads/writes/flushes, FUSE requests per opcode); a kernel file system on a loop device is
 //! counted by the block layer (`/sys/block/loopN/stat`). Both are flattened to
 //! `dotted.path -> number` so that deltas and per-operation figures need no schema.
+//!
+//! A journal with its log on a device of its own (`log=dev:PATH`, 001's LFFS-wafs-2*) does
+//! I/O that the file system's device counters do not see: the log service counts its own
+//! writes and flushes (`fs.strategy.wal` in `cairn stats`), and when `fs.strategy.log` says
+//! the log is on another device those become the `log_device.*` counters, reported beside
+//! the file system device's. With the log inside the image (`log=file`) its I/O already is
+//! part of `fs.device`, and no `log_device.*` counters exist, so nothing is counted twice.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,6 +21,9 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::sys;
+
+/// Prefix of the counters of a journal's own log device.
+pub const LOG_DEVICE: &str = "log_device";
 
 /// Flattened numeric counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -63,6 +73,35 @@ impl Counters {
     /// The first key, in preference order, that is present.
     fn first(&self, keys: &[&str]) -> Option<f64> {
         keys.iter().find_map(|k| self.0.get(*k).copied())
+    }
+
+    /// A `cairn stats --json` document, flattened, plus the `log_device.*` counters when the
+    /// journal's log is on a device of its own (see the module doc).
+    pub fn from_cairn_stats(v: &serde_json::Value) -> Counters {
+        let mut c = Counters::from_json(v);
+        let strategy = &v["fs"]["strategy"];
+        let own_device = strategy["log"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("dev:") || l == "device");
+        if own_device {
+            for key in ["writes", "flushes", "bytes_written"] {
+                if let Some(n) = strategy["wal"][key].as_f64() {
+                    c.0.insert(format!("{LOG_DEVICE}.{key}"), n);
+                }
+            }
+        }
+        c
+    }
+
+    /// Writes to the journal's own log device (none when the log is in the file system's
+    /// device, or there is no journal).
+    pub fn log_device_writes(&self) -> Option<f64> {
+        self.0.get(&format!("{LOG_DEVICE}.writes")).copied()
+    }
+
+    /// Flushes of the journal's own log device (see [`Counters::log_device_writes`]).
+    pub fn log_device_flushes(&self) -> Option<f64> {
+        self.0.get(&format!("{LOG_DEVICE}.flushes")).copied()
     }
 
     /// Device write requests (not bytes).
@@ -152,10 +191,12 @@ impl Counters {
         self.first(&["device.busy_ms", "block.device.busy_ms"])
     }
 
+    /// The first counter whose key satisfies `pred`, never a `log_device.*` one: the log
+    /// device is not the file system's device (its name only happens to contain "dev").
     fn find_leaf(&self, pred: impl Fn(&[&str]) -> bool) -> Option<f64> {
         self.0.iter().find_map(|(k, v)| {
             let segs: Vec<&str> = k.split('.').collect();
-            pred(&segs).then_some(*v)
+            (segs.first() != Some(&LOG_DEVICE) && pred(&segs)).then_some(*v)
         })
     }
 }
@@ -183,7 +224,7 @@ impl Source {
                 let v: serde_json::Value = serde_json::from_str(&out).with_context(|| {
                     format!("`{cairn} stats --json` printed no JSON: {out:.200}")
                 })?;
-                let mut c = Counters::from_json(&v);
+                let mut c = Counters::from_cairn_stats(&v);
                 if let Some(dev) = block {
                     for (k, v) in block_counters(dev)?.0 {
                         c.0.insert(format!("block.{k}"), v);
@@ -276,6 +317,48 @@ mod tests {
         assert_eq!(c.device_writes(), Some(10.0));
         assert_eq!(c.device_flushes(), Some(1.0));
         assert_eq!(c.fuse_requests(), Some(20.0));
+    }
+
+    /// The log on a device of its own is counted apart from the file system's device; the
+    /// log in the image (log=file) is already in the device's counts and gets no second count.
+    #[test]
+    fn log_device_counted_only_when_the_log_has_its_own_device() {
+        let stats = |log: &str, wal_flushes: u64| {
+            serde_json::json!({
+                "fs": {
+                    "device": {"writes": 10, "flushes": 4},
+                    "strategy": {"commit": "sync", "log": log,
+                                 "wal": {"writes": 7, "flushes": wal_flushes, "bytes_written": 28672,
+                                         "appends": 9, "group_sizes": [1, 0]}},
+                },
+                "fuse": {"total": 3},
+            })
+        };
+        let before = Counters::from_cairn_stats(&stats("dev:/x/log.img", 2));
+        let after = Counters::from_cairn_stats(&stats("dev:/x/log.img", 5));
+        assert_eq!(after.log_device_writes(), Some(7.0));
+        assert_eq!(after.log_device_flushes(), Some(5.0));
+        assert_eq!(after.0["log_device.bytes_written"], 28672.0);
+        assert_eq!(before.delta(&after).log_device_flushes(), Some(3.0));
+        // The file system's device stays the file system's device.
+        assert_eq!(after.device_writes(), Some(10.0));
+        assert_eq!(after.device_flushes(), Some(4.0));
+        let given = Counters::from_cairn_stats(&stats("device", 1));
+        assert_eq!(given.log_device_flushes(), Some(1.0));
+        // log=file: the log's writes are among fs.device's already.
+        let file = Counters::from_cairn_stats(&stats("file", 5));
+        assert_eq!(file.log_device_writes(), None);
+        assert_eq!(file.log_device_flushes(), None);
+        assert_eq!(file.device_flushes(), Some(4.0));
+        // Not a journal: nothing.
+        let plain =
+            Counters::from_cairn_stats(&serde_json::json!({"fs": {"device": {"writes": 1}}}));
+        assert_eq!(plain.log_device_writes(), None);
+        // The search for a device counter by shape never takes the log device's.
+        let only_log =
+            Counters::from_json(&serde_json::json!({"log_device": {"writes": 3, "flushes": 2}}));
+        assert_eq!(only_log.device_writes(), None);
+        assert_eq!(only_log.device_flushes(), None);
     }
 
     #[test]

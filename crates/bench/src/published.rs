@@ -79,12 +79,19 @@ pub fn analogue(system: &str) -> &'static str {
         "FFS-async" | "No Order" => "cairn-async, ext2",
         "Soft-Updates" => "cairn-softdep",
         "LFFS-file" => "cairn-journal (log=file: the image's log area)",
-        // ext4 -o sync is a journal on the file system's own disk whose every operation waits
-        // for its commit: 000 Table 2's LFFS-wafs-1sync, not FFS (which has no log).
-        "LFFS-wafs-1sync" => "ext4-sync (journal on the same disk, synchronous commit)",
-        "LFFS-wafs-2sync" => "cairn-journal with log=dev:PATH (not yet a bench target)",
-        "LFFS-wafs-1async" => "ext4 (journal on the same disk, async commit)",
-        "LFFS-wafs-2async" => "xfs-logdev (log on a second device)",
+        // The -1 systems log to a region of the file system's own disk: cairn's log=file is
+        // that placement. ext4 (-o sync) is the kernel's journal on the same disk whose every
+        // operation waits for its commit (or not): the kernel peers, not FFS (which has no log).
+        "LFFS-wafs-1sync" => {
+            "cairn-journal (log in a region of the same device); kernel peer ext4-sync"
+        }
+        "LFFS-wafs-1async" => {
+            "cairn-journal-async (log in a region of the same device); kernel peer ext4"
+        }
+        "LFFS-wafs-2sync" => "cairn-journal-2sync (log=dev: a second image)",
+        "LFFS-wafs-2async" => {
+            "cairn-journal-2async (log=dev: a second image); kernel peer xfs-logdev"
+        }
         "Sprite LFS" => "cairn-lfs",
         _ => "",
     }
@@ -196,6 +203,12 @@ mod tests {
         assert_eq!(TABLE4.rows[1].0, "FFS-async");
         assert!((v(2) / v(1) - 0.46).abs() < 0.01);
         assert_eq!(analogue("FFS"), "cairn-sync");
+        // 001's log placements by the targets that have them.
+        assert!(analogue("LFFS-wafs-2sync").starts_with("cairn-journal-2sync"));
+        assert!(analogue("LFFS-wafs-2async").starts_with("cairn-journal-2async"));
+        assert!(analogue("LFFS-wafs-2async").contains("xfs-logdev"));
+        assert!(analogue("LFFS-wafs-1sync").contains("ext4-sync"));
+        assert!(analogue("LFFS-wafs-1async").starts_with("cairn-journal-async"));
         assert!(for_workload("ssh")[0].source.contains("Table 5"));
         assert!(for_workload("seq").is_empty());
     }

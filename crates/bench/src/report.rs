@@ -145,6 +145,12 @@ pub struct Row {
     pub device_read_bytes_per_op: Option<f64>,
     pub device_write_bytes_per_op: Option<f64>,
     pub fuse_requests_per_op: Option<f64>,
+    /// A journal's own log device (`log=dev:PATH`): its writes and flushes per operation,
+    /// apart from the file system device's above (None when the log is in the image).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_device_writes_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_device_flushes_per_op: Option<f64>,
     pub failed_reps: usize,
     /// Why there is no number, when there is none.
     pub missing: Option<String>,
@@ -222,6 +228,8 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
                     device_read_bytes_per_op: median_of(&ok, Counters::device_read_bytes),
                     device_write_bytes_per_op: median_of(&ok, Counters::device_write_bytes),
                     fuse_requests_per_op: median_of(&ok, Counters::fuse_requests),
+                    log_device_writes_per_op: median_of(&ok, Counters::log_device_writes),
+                    log_device_flushes_per_op: median_of(&ok, Counters::log_device_flushes),
                     failed_reps,
                     missing,
                 });
@@ -517,13 +525,36 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
             .map(|r| r.description.clone())
             .unwrap_or_default();
         let _ = writeln!(s, "\n### {w}\n\n{desc}.\n");
+        // A journal with its log on a device of its own: that device's writes and flushes in
+        // columns of their own (the "dev" columns are the file system's device).
+        let log_dev = rows
+            .iter()
+            .any(|r| &r.workload == w && r.log_device_flushes_per_op.is_some());
         let _ = writeln!(
             s,
-            "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev KiB written/op | dev flushes/op | FUSE req/op |",
-            meta.baseline
+            "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev KiB written/op | dev flushes/op | FUSE req/op |{}",
+            meta.baseline,
+            if log_dev {
+                " log dev writes/op | log dev flushes/op |"
+            } else {
+                ""
+            }
         );
-        let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = writeln!(
+            s,
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|{}",
+            if log_dev { "--:|--:|" } else { "" }
+        );
         for r in rows.iter().filter(|r| &r.workload == w) {
+            let log_cells = if log_dev {
+                format!(
+                    " {} | {} |",
+                    fmt_opt(r.log_device_writes_per_op, fmt_per_op),
+                    fmt_opt(r.log_device_flushes_per_op, fmt_per_op)
+                )
+            } else {
+                String::new()
+            };
             let phase = if r.unit.is_empty() {
                 r.phase.clone()
             } else {
@@ -538,7 +569,7 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
                     };
                     let _ = writeln!(
                         s,
-                        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{log_cells}",
                         r.target,
                         failed,
                         phase,
@@ -558,8 +589,11 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
                     let why: String = why.chars().take(160).collect();
                     let _ = writeln!(
                         s,
-                        "| {} | {} | *{}* | | | | | | | | |",
-                        r.target, phase, why
+                        "| {} | {} | *{}* | | | | | | | | |{}",
+                        r.target,
+                        phase,
+                        why,
+                        if log_dev { " | |" } else { "" }
                     );
                 }
             }
@@ -798,6 +832,72 @@ mod tests {
         );
         let breakdown = "| create-unlink | create+unlink | cairn-sync | create 1.00, unlink 1.00 | create 4.00w/2.00f |";
         assert!(md.contains(breakdown), "{md}");
+        // No journal with a log device in the run: no columns for one.
+        assert!(!md.contains("log dev"), "{md}");
+    }
+
+    /// A journal with its log on its own device gets that device's writes and flushes per
+    /// operation in columns of their own, beside the file system device's; the log in the
+    /// image (log=file) has its I/O in the device's columns only.
+    #[test]
+    fn log_device_columns_beside_the_file_system_devices() {
+        let meta = Meta {
+            baseline: "cairn-journal".into(),
+            targets: vec!["cairn-journal".into(), "cairn-journal-2sync".into()],
+            workloads: vec!["create-unlink".into()],
+            ..Meta::default()
+        };
+        let stats = |log: &str, dev_flushes: u64, log_flushes: u64| {
+            serde_json::json!({"fs": {
+                "device": {"writes": 300, "flushes": dev_flushes},
+                "strategy": {"log": log, "wal": {"writes": 100, "flushes": log_flushes}},
+            }})
+        };
+        let with = |t: &str, c: serde_json::Value| {
+            let mut r = rec(t, 1, 100.0, None);
+            r.phases[0].counters = Some(Counters::from_cairn_stats(&c));
+            r
+        };
+        let records = vec![
+            with("cairn-journal", stats("file", 100, 100)),
+            with("cairn-journal-2sync", stats("dev:/l.img", 3, 100)),
+        ];
+        let rows = summarize(&meta, &records);
+        assert_eq!(rows[0].log_device_flushes_per_op, None);
+        assert_eq!(rows[1].log_device_flushes_per_op, Some(1.0));
+        assert_eq!(rows[1].device_flushes_per_op, Some(0.03));
+        let md = markdown(&meta, &records);
+        assert!(
+            md.contains("| FUSE req/op | log dev writes/op | log dev flushes/op |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| cairn-journal | create+unlink (files/s) | 100 | 100 | 100 | 1.00 | — | 3.00 | — | 1.00 | — | — | — |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| cairn-journal-2sync | create+unlink (files/s) | 100 | 100 | 100 | 1.00 | — | 3.00 | — | 0.03 | — | 1.00 | 1.00 |"),
+            "{md}"
+        );
+        // The paper's table (000 Table 4) shows the log device apart too.
+        let d = tempfile::tempdir().unwrap();
+        let md = render(d.path(), &meta, &records).unwrap();
+        assert!(
+            md.contains(
+                "| dev writes/op | dev flushes/op | log dev writes/op | log dev flushes/op |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| cairn-journal | create+unlink | 100 | 1.00 | 3.00 | 1.00 | — | — |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| cairn-journal-2sync | create+unlink | 100 | 1.00 | 3.00 | 0.03 | 1.00 | 1.00 |"
+            ),
+            "{md}"
+        );
     }
 
     #[test]

@@ -292,6 +292,9 @@ pub fn title(w: &str) -> &'static str {
         "smallfile" => "Small files (004 Fig. 8)",
         "largefile" => "Large file (004 Fig. 9)",
         "recovery" => "Recovery time (002 Table III, 004 Table III)",
+        crate::workload::groupcreate::NAME => {
+            "Group commit: concurrent creates (001 §3.2, issue 12)"
+        }
         _ => "",
     }
 }
@@ -311,7 +314,7 @@ pub struct Headline {
     /// Whether the baseline has numbers here (without them there are no ratios).
     pub baseline_measured: bool,
     /// Where to look instead, for a table with no single headline number (the per-size sweeps).
-    pub see: Option<&'static str>,
+    pub see: Option<String>,
 }
 
 /// One [`Headline`] per paper table the run has numbers for, in the run's workload order.
@@ -340,8 +343,13 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             baseline_measured: false,
             see: None,
         };
+        if w == crate::workload::groupcreate::NAME {
+            h.see = Some(crate::workload::groupcreate::headline(records));
+            out.push(h);
+            continue;
+        }
         if ls.is_empty() {
-            h.see = Some("per file size: summary.md and micro-*.png");
+            h.see = Some("per file size: summary.md and micro-*.png".into());
             out.push(h);
             continue;
         }
@@ -545,6 +553,12 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         }
         claims_block(&mut s, "recovery");
     }
+
+    let group = crate::workload::groupcreate::NAME;
+    if has(meta, records, group) {
+        let _ = writeln!(s, "\n### {}\n", title(group));
+        crate::workload::groupcreate::render(&mut s, dir, meta, records)?;
+    }
     Ok(s)
 }
 
@@ -558,9 +572,21 @@ fn evidence_table(s: &mut String, meta: &Meta, records: &[Record], w: &str, ls: 
         .and_then(|r| r.phases.iter().find(|p| ls.contains(&p.label())))
         .map(|p| p.unit.clone())
         .unwrap_or_default();
+    // A journal's own log device (log=dev:PATH) gets columns of its own when one ran: the
+    // "dev" columns are the file system's device.
+    let log_dev = meta.targets.iter().any(|t| {
+        ls.iter()
+            .any(|l| per_op_median(records, w, t, l, Counters::log_device_flushes).is_some())
+    });
     let _ = writeln!(
         s,
-        "| target | phase | {unit}/s | ÷ {b} | dev writes/op | dev flushes/op |\n|---|---|--:|--:|--:|--:|"
+        "| target | phase | {unit}/s | ÷ {b} | dev writes/op | dev flushes/op |{}\n|---|---|--:|--:|--:|--:|{}",
+        if log_dev {
+            " log dev writes/op | log dev flushes/op |"
+        } else {
+            ""
+        },
+        if log_dev { "--:|--:|" } else { "" }
     );
     for l in ls {
         let n = normalize(
@@ -581,9 +607,18 @@ fn evidence_table(s: &mut String, meta: &Meta, records: &[Record], w: &str, ls: 
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "—".into())
             };
+            let log_cells = if log_dev {
+                format!(
+                    " {} | {} |",
+                    per(Counters::log_device_writes),
+                    per(Counters::log_device_flushes)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "| {t} | {l} | {} | {} | {} | {} |",
+                "| {t} | {l} | {} | {} | {} | {} |{log_cells}",
                 fmt_stat(st, &fmt_rate),
                 r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
                 per(Counters::device_writes),

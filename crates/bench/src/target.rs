@@ -51,7 +51,9 @@ pub enum Kind {
     /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
     /// `log_device`: a journal mode with its log on a second image file (`log=dev:PATH`, a
     /// log made by `cairn wal mkfs`): 001's LFFS-wafs-2sync/-2async, the targets
-    /// `cairn-journal-2sync` and `cairn-journal-2async`.
+    /// `cairn-journal-2sync` and `cairn-journal-2async`. `options`: the mode's own mount
+    /// options beyond `mode=` (`commit=group` for `cairn-journal-group`), see
+    /// [`JOURNAL_TARGETS`].
     Cairn {
         mode: String,
         loopdev: bool,
@@ -59,6 +61,8 @@ pub enum Kind {
         transport: Option<String>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         log_device: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        options: Option<String>,
     },
 }
 
@@ -75,11 +79,39 @@ impl fmt::Display for TargetSpec {
     }
 }
 
-/// The journal with its log on a second image file (001's LFFS-wafs-2sync and -2async): the
-/// target names and the mode each mounts.
-pub const JOURNAL_LOG_DEVICE: &[(&str, &str)] = &[
-    ("cairn-journal-2sync", "journal"),
-    ("cairn-journal-2async", "journal-async"),
+/// A cairn target that is not just `cairn-<mode>`: a journal variant with options of its own.
+pub struct JournalTarget {
+    pub name: &'static str,
+    pub mode: &'static str,
+    /// Mount options of the mode beyond `mode=` ("" for none).
+    pub options: &'static str,
+    /// The log on a second image file (`log=dev:PATH`).
+    pub log_device: bool,
+}
+
+/// The journal variants with names of their own: the log on a second image file (001's
+/// LFFS-wafs-2sync and -2async), and group commit (`commit=group`: sync durability, calls
+/// that wait at once share the log's flushes; the 16-thread comparison with
+/// `cairn-journal`, which is `commit=sync`).
+pub const JOURNAL_TARGETS: &[JournalTarget] = &[
+    JournalTarget {
+        name: "cairn-journal-2sync",
+        mode: "journal",
+        options: "",
+        log_device: true,
+    },
+    JournalTarget {
+        name: "cairn-journal-2async",
+        mode: "journal-async",
+        options: "",
+        log_device: true,
+    },
+    JournalTarget {
+        name: "cairn-journal-group",
+        mode: "journal",
+        options: "commit=group",
+        log_device: false,
+    },
 ];
 
 /// Size of the log image of a `log_device` target (a journal's log area on a 4 GiB image is
@@ -100,6 +132,18 @@ pub const BASELINES: &[&str] = &[
 
 impl TargetSpec {
     pub fn parse(name: &str) -> Result<TargetSpec> {
+        if let Some(j) = JOURNAL_TARGETS.iter().find(|j| j.name == name) {
+            return Ok(TargetSpec {
+                name: name.to_string(),
+                kind: Kind::Cairn {
+                    mode: j.mode.to_string(),
+                    loopdev: false,
+                    transport: None,
+                    log_device: j.log_device,
+                    options: (!j.options.is_empty()).then(|| j.options.to_string()),
+                },
+            });
+        }
         let kind = match name {
             "ext4" => Kind::Ext4 { sync: false },
             "ext4-sync" => Kind::Ext4 { sync: true },
@@ -109,16 +153,6 @@ impl TargetSpec {
             "fuse2fs" => Kind::Fuse2fs,
             "mergerfs" => Kind::Mergerfs,
             "passthrough" => Kind::Passthrough,
-            n if JOURNAL_LOG_DEVICE.iter().any(|(t, _)| *t == n) => Kind::Cairn {
-                mode: JOURNAL_LOG_DEVICE
-                    .iter()
-                    .find(|(t, _)| *t == n)
-                    .map_or("journal", |(_, m)| m)
-                    .to_string(),
-                loopdev: false,
-                transport: None,
-                log_device: true,
-            },
             n => {
                 let (base, loopdev) = match n.strip_suffix("@loop") {
                     Some(b) => (b, true),
@@ -143,6 +177,7 @@ impl TargetSpec {
                             loopdev,
                             transport,
                             log_device: false,
+                            options: None,
                         }
                     }
                     _ => bail!(
@@ -213,6 +248,11 @@ pub struct Env {
     pub image_size: u64,
     /// The `cairn` binary.
     pub cairn: String,
+    /// Requests a cairn daemon must serve at once (its FUSE threads and io_uring depth), for a
+    /// workload whose threads all wait in the file system together (group-create); None: the
+    /// daemon's defaults. Every cairn target of such a workload gets the same, so a
+    /// comparison between modes is not one between daemon configurations.
+    pub fuse_concurrency: Option<usize>,
 }
 
 /// A mounted target, ready for a workload in [`Mounted::dir`]. Dropping it unmounts and
@@ -220,6 +260,8 @@ pub struct Env {
 pub struct Mounted {
     pub spec: TargetSpec,
     cairn: String,
+    /// `Env::fuse_concurrency`.
+    fuse_concurrency: Option<usize>,
     root: PathBuf,
     image: PathBuf,
     /// Where the target is mounted (the FUSE layer's mount for mergerfs and the passthrough).
@@ -254,6 +296,7 @@ impl Mounted {
         let mut m = Mounted {
             spec: spec.clone(),
             cairn: env.cairn.clone(),
+            fuse_concurrency: env.fuse_concurrency,
             root: root.clone(),
             image: image.clone(),
             mnt,
@@ -559,9 +602,11 @@ impl Mounted {
                 loopdev,
                 transport,
                 log_device,
+                options,
             } => format!(
-                "cairn mount -o mode={mode}{}{} ({})",
-                transport_option(transport),
+                "cairn mount -o mode={mode}{}{}{} ({})",
+                mode_options(options),
+                transport_option(transport) + &concurrency_options(self.fuse_concurrency),
                 if *log_device {
                     format!(
                         ",log=dev:LOG (a second image file, cairn wal mkfs --size {}M)",
@@ -616,12 +661,15 @@ impl Mounted {
                 mode,
                 transport,
                 log_device,
+                options,
                 ..
             } => {
                 let want_uring = transport.as_deref() == Some("uring");
                 // The daemon's log goes beside its image, so a run leaves nothing in the
                 // machine's runtime directory.
-                let transport = transport_option(transport);
+                let transport = mode_options(options)
+                    + &transport_option(transport)
+                    + &concurrency_options(self.fuse_concurrency);
                 let log = if *log_device {
                     format!(",log=dev:{}", self.log_image().display())
                 } else {
@@ -900,6 +948,34 @@ fn after_crash(listed: &str, mode: &str) -> Option<String> {
     mode_field(listed, mode, "after_crash")
 }
 
+/// The `,commit=group`-like options a named journal target adds (nothing otherwise).
+fn mode_options(options: &Option<String>) -> String {
+    options
+        .as_ref()
+        .map(|o| format!(",{o}"))
+        .unwrap_or_default()
+}
+
+/// Largest io_uring depth a cairn mount accepts (`uring_depth=`, 1 to 16).
+const MAX_URING_DEPTH: usize = 16;
+/// Largest FUSE thread count a cairn mount accepts (`threads=`, 1 to 64).
+const MAX_FUSE_THREADS: usize = 64;
+
+/// The mount options that let a daemon serve `n` requests at once, whichever transport it
+/// takes: `n` /dev/fuse threads, and `n` io_uring entries per queue (the benchmark and its
+/// threads are pinned to one CPU, so their requests all arrive on that CPU's queue). Both
+/// capped at what `cairn mount` accepts.
+fn concurrency_options(n: Option<usize>) -> String {
+    n.map(|n| {
+        format!(
+            ",threads={},uring_depth={}",
+            n.clamp(1, MAX_FUSE_THREADS),
+            n.clamp(1, MAX_URING_DEPTH)
+        )
+    })
+    .unwrap_or_default()
+}
+
 /// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
 fn transport_option(transport: &Option<String>) -> String {
     transport
@@ -983,6 +1059,7 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: false,
+                options: None,
             }
         );
         assert_eq!(
@@ -992,6 +1069,7 @@ mod tests {
                 loopdev: true,
                 transport: None,
                 log_device: false,
+                options: None,
             }
         );
         assert_eq!(
@@ -1001,6 +1079,7 @@ mod tests {
                 loopdev: false,
                 transport: Some("uring".into()),
                 log_device: false,
+                options: None,
             }
         );
         assert_eq!(
@@ -1010,6 +1089,7 @@ mod tests {
                 loopdev: true,
                 transport: Some("dev".into()),
                 log_device: false,
+                options: None,
             }
         );
         assert_eq!(
@@ -1019,12 +1099,23 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: true,
+                options: None,
             }
         );
         assert!(matches!(
             TargetSpec::parse("cairn-journal-2sync").unwrap().kind,
             Kind::Cairn { ref mode, log_device: true, .. } if mode == "journal"
         ));
+        assert_eq!(
+            TargetSpec::parse("cairn-journal-group").unwrap().kind,
+            Kind::Cairn {
+                mode: "journal".into(),
+                loopdev: false,
+                transport: None,
+                log_device: false,
+                options: Some("commit=group".into()),
+            }
+        );
         assert!(TargetSpec::parse("cairn-async+pigeon").is_err());
         assert_eq!(TargetSpec::parse("xfs-logdev").unwrap().kind, Kind::Xfs);
         assert!(TargetSpec::parse("cairn-@loop").is_err());
@@ -1032,6 +1123,18 @@ mod tests {
         assert!(TargetSpec::parse("cairn-").is_err());
         assert_eq!(TargetSpec::parse("btrfs").unwrap().kind, Kind::Btrfs);
         assert!(TargetSpec::parse("zfs").is_err());
+    }
+
+    #[test]
+    fn mount_options_of_named_targets_and_concurrent_workloads() {
+        assert_eq!(mode_options(&Some("commit=group".into())), ",commit=group");
+        assert_eq!(mode_options(&None), "");
+        assert_eq!(concurrency_options(None), "");
+        assert_eq!(concurrency_options(Some(8)), ",threads=8,uring_depth=8");
+        // Capped at what `cairn mount` accepts.
+        assert_eq!(concurrency_options(Some(32)), ",threads=32,uring_depth=16");
+        assert_eq!(concurrency_options(Some(500)), ",threads=64,uring_depth=16");
+        assert_eq!(concurrency_options(Some(0)), ",threads=1,uring_depth=1");
     }
 
     #[test]

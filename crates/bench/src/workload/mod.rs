@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::{Counters, Source};
 use crate::sys;
 
+pub mod groupcreate;
 pub mod largefile;
 pub mod micro;
 pub mod netnews;
@@ -162,7 +163,13 @@ impl PhaseResult {
     pub fn label(&self) -> String {
         match self.param {
             None => self.phase.clone(),
-            Some(n) if self.unit == "scripts" => format!("{} N={n}", self.phase),
+            // A concurrency sweep: SDET's scripts, group-create's threads.
+            Some(n)
+                if self.unit == "scripts"
+                    || self.extra.get("threads").and_then(|t| t.as_f64()) == Some(n) =>
+            {
+                format!("{} N={n}", self.phase)
+            }
             Some(b) => format!("{} {}", self.phase, fmt_size(b)),
         }
     }
@@ -330,6 +337,8 @@ pub enum Workload {
     Sdet(sdet::Config),
     /// 002 Table III, 004 Table III.
     Recovery(recovery::Config),
+    /// Issue 12's group commit: concurrent creates, 1–32 threads.
+    GroupCreate(groupcreate::Config),
 }
 
 /// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
@@ -346,6 +355,7 @@ pub const NAMES: &[&str] = &[
     "netnews",
     "sdet",
     "recovery",
+    groupcreate::NAME,
     "seq",
 ];
 
@@ -403,6 +413,7 @@ impl Workload {
             "ssh" => Workload::Ssh(ssh::Config::scaled(p.scale)),
             "sdet" => Workload::Sdet(sdet::Config::scaled(p.scale)),
             "recovery" => Workload::Recovery(recovery::Config::scaled(p.scale)),
+            groupcreate::NAME => Workload::GroupCreate(groupcreate::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
@@ -419,6 +430,7 @@ impl Workload {
             Workload::Ssh(_) => "ssh",
             Workload::Sdet(_) => "sdet",
             Workload::Recovery(_) => "recovery",
+            Workload::GroupCreate(_) => groupcreate::NAME,
         }
     }
 
@@ -482,6 +494,7 @@ impl Workload {
             Workload::Ssh(c) => c.describe(),
             Workload::Sdet(c) => c.describe(),
             Workload::Recovery(c) => c.describe(),
+            Workload::GroupCreate(c) => c.describe(),
         }
     }
 
@@ -534,6 +547,7 @@ impl Workload {
             Workload::Ssh(c) => ssh::run(stage, c),
             Workload::Sdet(c) => sdet::run(stage, c),
             Workload::Recovery(c) => recovery::run(stage, c),
+            Workload::GroupCreate(c) => groupcreate::run(stage, c),
         }
     }
 }
