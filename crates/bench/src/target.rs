@@ -52,8 +52,8 @@ pub enum Kind {
     /// `log_device`: a journal mode with its log on a second image file (`log=dev:PATH`, a
     /// log made by `cairn wal mkfs`): 001's LFFS-wafs-2sync/-2async, the targets
     /// `cairn-journal-2sync` and `cairn-journal-2async`. `options`: the mode's own mount
-    /// options beyond `mode=` (`commit=group` for `cairn-journal-group`), see
-    /// [`JOURNAL_TARGETS`].
+    /// options beyond `mode=` for a variant in [`JOURNAL_TARGETS`] (none needs one today:
+    /// `cairn-journal-group` is the mode `journal-group`, commit=group).
     Cairn {
         mode: String,
         loopdev: bool,
@@ -105,12 +105,6 @@ pub const JOURNAL_TARGETS: &[JournalTarget] = &[
         mode: "journal-async",
         options: "",
         log_device: true,
-    },
-    JournalTarget {
-        name: "cairn-journal-group",
-        mode: "journal",
-        options: "commit=group",
-        log_device: false,
     },
 ];
 
@@ -1109,11 +1103,11 @@ mod tests {
         assert_eq!(
             TargetSpec::parse("cairn-journal-group").unwrap().kind,
             Kind::Cairn {
-                mode: "journal".into(),
+                mode: "journal-group".into(),
                 loopdev: false,
                 transport: None,
                 log_device: false,
-                options: Some("commit=group".into()),
+                options: None,
             }
         );
         assert!(TargetSpec::parse("cairn-async+pigeon").is_err());

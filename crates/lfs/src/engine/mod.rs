@@ -753,8 +753,9 @@ impl State {
             return;
         }
         if let Some(s) = self.sb.seg_of(addr) {
-            self.usage
-                .update(s as usize, |u| u.live_bytes = u.live_bytes.saturating_sub(bytes));
+            self.usage.update(s as usize, |u| {
+                u.live_bytes = u.live_bytes.saturating_sub(bytes)
+            });
         }
     }
 

@@ -802,7 +802,11 @@ fn the_usage_tables_clean_count_follows_its_entries() {
     });
     assert_eq!(u.clean(), 3);
     u.update(1, |e| e.live_bytes = 0);
-    assert_eq!(u.clean(), 3, "no live bytes is not clean until a checkpoint says so");
+    assert_eq!(
+        u.clean(),
+        3,
+        "no live bytes is not clean until a checkpoint says so"
+    );
     u.update(1, |e| e.dirty = false);
     assert_eq!(u.clean(), 4);
     assert_eq!(u.update(9, |e| e.dirty = true), None);
