@@ -111,7 +111,30 @@ impl Default for MountOptions {
 impl MountOptions {
     /// The cleaning thresholds for a file system of `segments` segments.
     pub fn thresholds(&self, segments: u32) -> std::result::Result<Thresholds, String> {
-        let start = self.clean_start.unwrap_or((segments / 10).clamp(2, 20));
+        // At most this many segments are ever clean: the log's head and its next segment
+        // never are. A threshold above it would keep the cleaner running after every
+        // operation for a count it cannot reach: refused when given, clamped by default.
+        let most = segments.saturating_sub(2).max(1);
+        for (key, v) in [
+            ("clean_start", self.clean_start),
+            ("clean_stop", self.clean_stop),
+        ] {
+            if let Some(v) = v
+                && v > most
+            {
+                return Err(format!(
+                    "option {key}={v}: the image has {segments} segments, of which at most \
+                     {most} can be clean"
+                ));
+            }
+        }
+        // Thresholds below the reserve (even `clean_start=1`) cannot stall the file system:
+        // file data never takes the last RESERVE_SEGMENTS clean segments, and a write that
+        // finds no room cleans in the foreground whatever the thresholds (`ensure_space`).
+        let start = self
+            .clean_start
+            .unwrap_or((segments / 10).clamp(2, 20))
+            .min(most);
         // A pass cleans until a fiftieth of the segments more are clean (at least 2): a few
         // tens of segments at a time on a large disk, as Sprite LFS (004 §5.1). Large passes
         // (until a fifth of the disk was clean) blurred the choice cost-benefit makes: on a
@@ -124,6 +147,7 @@ impl MountOptions {
                 .saturating_add((segments / 50).max(2))
                 .min(100)
                 .max(start.saturating_add(1))
+                .min(most)
         });
         Thresholds::new(start, stop).map_err(|e| e.to_string())
     }
@@ -738,13 +762,20 @@ impl State {
         self.usage.iter().filter(|u| !u.dirty).count() as u32
     }
 
-    /// Bytes of file data that can still be buffered: what the clean segments hold beyond
-    /// the reserve, less what is already buffered.
+    /// Bytes of file data that can still be buffered: what the log's head and the clean
+    /// segments beyond the reserve hold, less what is already buffered. Nothing while the
+    /// reserve itself is short: the head's room is not file data's then, or flushes that
+    /// reach the next segment would take the reserve's segments one by one (a log left
+    /// with no clean segment cannot clean, checkpoint or unmount).
     pub fn space_left(&self) -> u64 {
+        let clean = self.clean_segments();
+        if clean < RESERVE_SEGMENTS {
+            return 0;
+        }
         let per_seg = (self.sb.segment_blocks as u64 - 2) * BS * 7 / 8;
-        let clean = self.clean_segments().saturating_sub(RESERVE_SEGMENTS) as u64;
+        let beyond = (clean - RESERVE_SEGMENTS) as u64;
         let in_head = (self.sb.segment_blocks - self.log.off) as u64 * BS / 2;
-        (clean * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
+        (beyond * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
     }
 
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
@@ -1183,16 +1214,24 @@ impl State {
         }
         self.checkpoint()?;
         // Foreground cleaning: a write never fails while cleaning can still make room.
+        // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
+        // only caps the work one call may do near a full disk, where each last-resort pass
+        // gains a few blocks.
         let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
-        for _ in 0..32 {
+        for _ in 0..4 * self.sb.segments.max(32) {
             if self.space_left() >= bytes {
                 return Ok(());
             }
-            let want = self.clean_segments() + bytes.div_ceil(per_seg) as u32 + 1;
+            let want =
+                self.clean_segments().max(RESERVE_SEGMENTS) + bytes.div_ceil(per_seg) as u32 + 1;
             let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
             // The policy's choice may give nothing back (cost-benefit prefers old, nearly
-            // full segments); the least utilized segments are the last resort.
-            if self.clean_pass(self.policy, th)? == 0 && self.greedy_fallback(th)? == 0 {
+            // full segments); the least utilized segments are the next resort, and a pass
+            // that gains less than a segment the last.
+            if self.clean_pass(self.policy, th)? == 0
+                && self.greedy_fallback(th)? == 0
+                && self.clean_pass_any_gain(th)? == 0
+            {
                 break;
             }
         }
