@@ -557,7 +557,11 @@ impl State {
     ) -> Result<Vec<u8>> {
         let end = first.saturating_add(n);
         let map = self.map(ino)?;
-        let addrs: Vec<Option<u64>> = (first..end).map(|l| map.get(&l).copied()).collect();
+        // One walk of the block map for the whole request, not a search per block.
+        let mut addrs: Vec<Option<u64>> = vec![None; n as usize];
+        for (&l, &a) in map.range(first..end) {
+            addrs[(l - first) as usize] = Some(a);
+        }
         if let Some((a, k)) = ahead {
             let found: Vec<(u64, u64)> = map
                 .range(a..a.saturating_add(k))
@@ -579,8 +583,13 @@ impl State {
             Device(u64),
         }
         let mut src = Vec::with_capacity(addrs.len());
+        let any_dirty = self
+            .dirty_data
+            .range((ino, first)..(ino, end))
+            .next()
+            .is_some();
         for (lbn, addr) in (first..).zip(&addrs) {
-            src.push(if self.dirty_data.contains_key(&(ino, lbn)) {
+            src.push(if any_dirty && self.dirty_data.contains_key(&(ino, lbn)) {
                 Src::Dirty
             } else if let Some(a) = *addr {
                 if !self.sb.in_log(a) {
@@ -595,19 +604,19 @@ impl State {
                 Src::Zero
             });
         }
-        let mut out = vec![0u8; (n * BS) as usize];
+        // Filled block by block in order (appended, not zeroed first and copied over: the
+        // reply is the largest buffer of a read, and zeroing it cost as much as a copy).
+        let mut out = Vec::with_capacity((n * BS) as usize);
         let max_run = (self.cache.config().max_cluster_bytes / BLOCK_SIZE).max(1);
         let mut i = 0;
         while i < src.len() {
-            let dst = |k: usize| k * BLOCK_SIZE;
             match src[i] {
-                Src::Zero => {}
+                Src::Zero => out.resize(out.len() + BLOCK_SIZE, 0),
                 Src::Dirty => {
-                    let d = &self.dirty_data[&(ino, first + i as u64)];
-                    out[dst(i)..dst(i + 1)].copy_from_slice(d);
+                    out.extend_from_slice(&self.dirty_data[&(ino, first + i as u64)]);
                 }
                 Src::Cached(a) => {
-                    out[dst(i)..dst(i + 1)].copy_from_slice(&self.cache.read(a)?.read());
+                    out.extend_from_slice(&self.cache.read(a)?.read());
                 }
                 Src::Device(a) => {
                     let mut j = i + 1;
@@ -617,7 +626,9 @@ impl State {
                     {
                         j += 1;
                     }
-                    self.dev.read_blocks(a, &mut out[dst(i)..dst(j)])?;
+                    let at = out.len();
+                    out.resize(at + (j - i) * BLOCK_SIZE, 0);
+                    self.dev.read_blocks(a, &mut out[at..])?;
                     i = j;
                     continue;
                 }

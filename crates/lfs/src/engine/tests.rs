@@ -1073,3 +1073,100 @@ fn cleaning_thresholds_above_the_segment_count_are_refused() {
     let th = MountOptions::default().thresholds(4).unwrap();
     assert!(th.stop_at() <= 2, "{th:?}");
 }
+
+/// Sequential read throughput on a memory device, cold cache (run by hand for profiling:
+/// `cargo test -p cairn-lfs --lib sequential_read_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn sequential_read_speed() {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 65536));
+    mkfs_device(
+        dev.clone(),
+        &MkfsOptions {
+            segment_size: 512 << 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = mount(&dev);
+    let (a, fh) = fs
+        .create(&Ctx::root(), ROOT_INO, n("big"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    for i in 0..192u64 {
+        fs.write(a.ino, fh, i << 20, &chunk).unwrap();
+    }
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    let rounds = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    for round in 0..rounds {
+        let fs = mount(&dev);
+        let t = std::time::Instant::now();
+        let before = dev.counters().snapshot();
+        let mut b = Vec::new();
+        let mut total = 0u64;
+        for off in (0..192u64 << 20).step_by(128 << 10) {
+            fs.read(a.ino, 0, off, 128 << 10, &mut b).unwrap();
+            total += b.len() as u64;
+        }
+        let d = dev.counters().snapshot().delta(&before);
+        let s = t.elapsed().as_secs_f64();
+        eprintln!(
+            "round {round}: {} MiB in {s:.3} s = {:.0} MiB/s, {} device reads",
+            total >> 20,
+            (total >> 20) as f64 / s,
+            d.reads
+        );
+    }
+}
+
+/// Reads at any offset and length return the file's bytes whatever each block's source:
+/// a hole, a block still buffered, a cached one, one read from the device (the reply is
+/// built block by block in order and handed over without a copy; a request that starts
+/// inside a block drops the bytes before it).
+#[test]
+fn reads_at_any_offset_see_holes_buffered_cached_and_device_blocks() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let mut model = vec![0u8; 60 * 4096 + 123];
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    let put = |model: &mut Vec<u8>, off: usize, len: usize, v: u8| {
+        let d: Vec<u8> = (0..len).map(|i| v ^ (i % 251) as u8).collect();
+        fs.write(a.ino, fh, off as u64, &d).unwrap();
+        model[off..off + len].copy_from_slice(&d);
+    };
+    // Blocks 0..10 and 16..60 on the device (blocks 10..16 a hole), then a few buffered.
+    put(&mut model, 0, 10 * 4096, 1);
+    put(&mut model, 16 * 4096, 44 * 4096 + 123, 2);
+    fs.flush_log().unwrap();
+    put(&mut model, 20 * 4096 + 100, 5000, 3);
+    put(&mut model, 40 * 4096, 4096, 4);
+    let check = |fs: &Lfs| {
+        let mut x = 5u64;
+        for _ in 0..300 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (x >> 20) as usize % model.len();
+            let len = (x >> 40) as usize % (70 << 10);
+            let mut got = vec![7u8; 3];
+            fs.read(a.ino, fh, off as u64, len as u32, &mut got).unwrap();
+            let want = &model[off..(off + len).min(model.len())];
+            assert!(got == want, "read of {len} at {off}");
+        }
+    };
+    check(&fs);
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    // Cold: every block from the device or read ahead into the cache.
+    let fs = mount(&dev);
+    check(&fs);
+}
