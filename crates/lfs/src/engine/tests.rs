@@ -1157,7 +1157,8 @@ fn reads_at_any_offset_see_holes_buffered_cached_and_device_blocks() {
             let off = (x >> 20) as usize % model.len();
             let len = (x >> 40) as usize % (70 << 10);
             let mut got = vec![7u8; 3];
-            fs.read(a.ino, fh, off as u64, len as u32, &mut got).unwrap();
+            fs.read(a.ino, fh, off as u64, len as u32, &mut got)
+                .unwrap();
             let want = &model[off..(off + len).min(model.len())];
             assert!(got == want, "read of {len} at {off}");
         }
