@@ -1,6 +1,7 @@
 //! `cairn lfs`: the log-structured file system (crates/lfs). For now `cairn lfs sim`, the
 //! cleaning simulator of 004 §3.5: the experiments of Figs. 4–7 as Markdown and JSON tables
-//! and PNG plots beside the paper's reference curves.
+//! and PNG plots beside the paper's reference curves, then the same policies on the real
+//! file system with the simulator's prediction beside the measured write cost.
 
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -9,7 +10,7 @@ use anyhow::{Context, Result};
 use cairn_bench::plot::{self, LinePlot, Series, XFormat};
 use cairn_lfs::sim::paper::{self, FFS_IMPROVED, FFS_TODAY, no_variance};
 use cairn_lfs::sim::suite::{self, Progress};
-use cairn_lfs::sim::{Report, Suite, markdown};
+use cairn_lfs::sim::{Report, Suite, markdown, real};
 use clap::{Args as ClapArgs, Subcommand};
 
 #[derive(ClapArgs, Debug)]
@@ -92,10 +93,13 @@ fn sim(a: SimArgs) -> Result<i32> {
         );
     };
     let report = suite::run_suite(&suite, a.seed, threads, &progress)?;
+    let real = real_comparison(a.quick, a.seed, threads)?;
     let secs = started.elapsed().as_secs_f64();
 
     let checks = paper::checks(&report);
-    let md = markdown::markdown(&report, &command);
+    let mut md = markdown::markdown(&report, &command);
+    md.push('\n');
+    md.push_str(&real::markdown(&real));
     write(&out.join("sim.md"), &md)?;
     let json = serde_json::json!({
         "command": command,
@@ -103,6 +107,10 @@ fn sim(a: SimArgs) -> Result<i32> {
         "elapsed_secs": secs,
         "checks": checks,
         "report": report,
+        "real": {
+            "checks": real::checks(&real),
+            "results": real,
+        },
     });
     write(&out.join("sim.json"), &serde_json::to_string_pretty(&json)?)?;
     let pngs = plots(&report, &out)?;
@@ -117,12 +125,56 @@ fn sim(a: SimArgs) -> Result<i32> {
             c.measured
         );
     }
+    for c in real::checks(&real) {
+        println!("  {c}");
+    }
     println!("wrote {}", out.join("sim.md").display());
     println!("wrote {}", out.join("sim.json").display());
     for p in pngs {
         println!("wrote {}", p.display());
     }
     Ok(0)
+}
+
+/// The same policies on the real file system (004 §3.5 against §5; issue 13: "runs the same
+/// policies against the real file system with a hot-and-cold workload and compares measured
+/// write cost with the simulator's prediction"): one run per policy, side by side when
+/// there are threads for it.
+fn real_comparison(quick: bool, seed: u64, threads: usize) -> Result<Vec<real::RealResult>> {
+    let specs = real::suite_specs(quick, seed);
+    let started = Instant::now();
+    let results: Vec<Result<real::RealResult, _>> = if threads > 1 {
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = specs
+                .iter()
+                .map(|spec| sc.spawn(move || real::compare(spec)))
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(cairn_lfs::sim::SimError::Config(
+                            "real file system: the run panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        })
+    } else {
+        specs.iter().map(real::compare).collect()
+    };
+    let mut out = Vec::new();
+    for r in results {
+        let r = r.context("the real-file-system comparison")?;
+        eprintln!(
+            "[real] {}: write cost {:.2}, simulator {:.2} ({:.1} s)",
+            r.spec.policy.name(),
+            r.write_cost,
+            r.sim_write_cost,
+            started.elapsed().as_secs_f64()
+        );
+        out.push(r);
+    }
+    Ok(out)
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

@@ -1,5 +1,5 @@
 //! `cairn lfs sim --quick` end to end: the command writes sim.md, sim.json and the five
-//! plots, its JSON holds the paper's shapes (the checks themselves are tested, including
+//! plots, with the real-file-system comparison in both, its JSON holds the paper's shapes (the checks themselves are tested, including
 //! that they fail for wrong policies, in crates/lfs/tests/sim_shapes.rs), and bad arguments
 //! are refused without a panic. Needs no root.
 
@@ -49,6 +49,9 @@ fn lfs_sim_quick_writes_tables_and_plots() {
         "## The paper's claims",
         "(Figs. 5 and 6)",
         &format!("seed {seed}"),
+        "## The real file system against the simulator",
+        "| greedy |",
+        "| cost-benefit+age-sort |",
     ] {
         assert!(md.contains(s), "sim.md lacks {s:?}");
     }
@@ -57,6 +60,13 @@ fn lfs_sim_quick_writes_tables_and_plots() {
             .unwrap();
     assert_eq!(json["seed"], seed);
     assert_eq!(json["report"]["suite"]["name"], "quick");
+    // The real file system ran both policies, each with the simulator's prediction.
+    let real = json["real"]["results"].as_array().unwrap();
+    assert_eq!(real.len(), 2, "{:?}", json["real"]);
+    for r in real {
+        assert!(r["write_cost"].as_f64().unwrap() > 1.0, "{r}");
+        assert!(r["sim_write_cost"].as_f64().unwrap() > 1.0, "{r}");
+    }
     let holds = |id: &str| {
         json["checks"]
             .as_array()

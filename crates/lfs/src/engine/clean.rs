@@ -17,7 +17,7 @@
 
 use super::*;
 use crate::cleaner::policy::{self, Policy, SegmentState, SegmentUsage, Thresholds, UsageTable};
-use crate::format::summary::Summary;
+use crate::format::summary::{self, Summary};
 
 /// The engine's usage table as the policies read it.
 struct View<'a>(&'a State);
@@ -65,7 +65,7 @@ pub struct CleanerStats {
 }
 
 /// A live data block found in a victim.
-struct Moved {
+pub(super) struct Moved {
     ino: u64,
     lbn: u64,
     addr: u64,
@@ -76,7 +76,7 @@ struct Moved {
 impl State {
     /// The partial segments of segment `seg`, as written (summary checksum, position and
     /// data checksum checked; the first that fails ends the segment).
-    fn scan_segment(&mut self, seg: u32) -> Vec<(Summary, Vec<u8>)> {
+    pub(super) fn scan_segment(&mut self, seg: u32) -> Vec<(Summary, Vec<u8>)> {
         let mut out = Vec::new();
         let mut off = 0u32;
         while off + 2 <= self.sb.segment_blocks {
@@ -103,7 +103,6 @@ impl State {
             {
                 break;
             }
-            self.cleaner.blocks_read += 1 + s.entries.len() as u64;
             off += 1 + s.entries.len() as u32;
             let skip = s.skip_rest();
             out.push((s, data));
@@ -123,10 +122,12 @@ impl State {
         }
     }
 
-    /// Finds the live blocks of `seg`: data blocks are returned (to be written back in the
-    /// policy's order), everything else is marked dirty for the checkpoint to rewrite.
-    fn collect_live(&mut self, seg: u32, out: &mut Vec<Moved>) -> Result<()> {
-        for (s, data) in self.scan_segment(seg) {
+    /// Finds the live blocks of the partial segments `scan` (one victim's, from
+    /// [`State::scan_segment`]) and notes in `w` what the pass must write for them, without
+    /// changing anything: data blocks to move (in the policy's order, later), and the
+    /// indirect blocks, xattr blocks, inodes and inode map blocks to rewrite.
+    pub(super) fn collect_live(&mut self, scan: &[(Summary, Vec<u8>)], w: &mut Work) -> Result<()> {
+        for (s, data) in scan {
             let base = self.sb.seg_start(s.seg) + s.off as u64 + 1;
             for (i, e) in s.entries.iter().enumerate() {
                 let addr = base + i as u64;
@@ -145,7 +146,11 @@ impl State {
                         let mtime = (t.sec.max(0) as u64)
                             .saturating_mul(1_000_000_000)
                             .saturating_add(t.nsec as u64);
-                        out.push(Moved {
+                        // The new address goes into the indirect block naming it, and
+                        // into every block above that one.
+                        w.slot_chain(e.ino, slot_of(e.lbn));
+                        w.inodes.insert(e.ino);
+                        w.moved.push(Moved {
                             ino: e.ino,
                             lbn: e.lbn,
                             addr,
@@ -160,14 +165,17 @@ impl State {
                         self.map(e.ino)?;
                         let n = self.node(e.ino)?;
                         if e.kind == Kind::Indirect && n.ind.get(&e.lbn) == Some(&addr) {
-                            n.dirty_slots.insert(e.lbn);
-                            self.mark_dirty(e.ino);
+                            // Rewritten elsewhere, the block's parent must name the new
+                            // copy: the parent is rewritten too (up to the inode).
+                            w.slot_chain(e.ino, Some(e.lbn));
+                            w.inodes.insert(e.ino);
                         } else if e.kind == Kind::Xattr && n.inode.xattr == addr {
-                            let x = decode_xattrs(blk)?;
-                            let n = self.node(e.ino)?;
-                            n.xattrs.get_or_insert(x);
-                            n.xattr_dirty = true;
-                            self.mark_dirty(e.ino);
+                            let x = match &n.xattrs {
+                                Some(x) => x.clone(),
+                                None => decode_xattrs(blk)?,
+                            };
+                            w.xattrs.push((e.ino, x));
+                            w.inodes.insert(e.ino);
                         }
                     }
                     Kind::Inode => {
@@ -178,13 +186,13 @@ impl State {
                                 .is_some_and(|m| m.addr == addr);
                             if live && r.mode != 0 {
                                 self.node(r.ino)?;
-                                self.mark_dirty(r.ino);
+                                w.inodes.insert(r.ino);
                             }
                         }
                     }
                     Kind::Imap => {
                         if self.imap_addrs.get(e.lbn as usize) == Some(&addr) {
-                            self.imap_dirty.insert(e.lbn as u32);
+                            w.imap.insert(e.lbn as u32);
                         }
                     }
                     // Every checkpoint rewrites the whole usage table; the log is dead.
@@ -195,51 +203,171 @@ impl State {
         Ok(())
     }
 
+    /// Blocks of payload (no summaries) the pass writes for `a` and `b` together: the
+    /// moved data, the indirect and xattr blocks, the inodes 16 to a block, the inode map
+    /// blocks (those already dirty and those of every inode rewritten) and the whole usage
+    /// table.
+    fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
+        let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
+        let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
+        let mut imap = self.imap_dirty.clone();
+        for w in [a, b] {
+            imap.extend(w.imap.iter().copied());
+            imap.extend(
+                w.inodes
+                    .iter()
+                    .map(|&i| (i / tables::PER_BLOCK as u64) as u32),
+            );
+        }
+        (a.moved.len() + b.moved.len() + slots + a.xattrs.len() + b.xattrs.len()) as u64
+            + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
+            + imap.len() as u64
+            + self.usage_addrs.len() as u64
+    }
+
+    /// Blocks of the log a pass writing `payload` blocks may take, at most: the payload,
+    /// a summary per partial segment (one per `MAX_ENTRIES` blocks and one more in every
+    /// segment it reaches, plus the flush's commit), and the end of a segment skipped so
+    /// that the usage table goes into one partial segment.
+    fn pass_log_blocks(&self, payload: u64) -> u64 {
+        let seg = self.sb.segment_blocks as u64;
+        let per_partial = (summary::MAX_ENTRIES as u64).min(seg - 1).max(1);
+        let segments = payload / seg.saturating_sub(2).max(1) + 2;
+        payload + payload.div_ceil(per_partial) + segments + 2 + self.usage_addrs.len() as u64 + 1
+    }
+
+    /// Segments the log enters writing `blocks` more: each takes a clean segment as the
+    /// log's next one.
+    fn segments_entered(&self, blocks: u64) -> u64 {
+        let head_left = (self.sb.segment_blocks - self.log.off) as u64;
+        blocks
+            .saturating_sub(head_left.saturating_sub(2))
+            .div_ceil(self.sb.segment_blocks as u64)
+    }
+
     /// One cleaning pass: plans with `policy` towards `th`, moves the victims' live blocks
     /// to the log head (data in the policy's grouping), and checkpoints. Returns the
     /// segments cleaned.
     pub fn clean_pass(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
         self.check_log_ok()?;
-        let r = self.clean_pass_inner(policy, th);
+        let r = self.clean_pass_inner(policy, th, Gain::Segment);
         self.note_log_result(r)
     }
 
-    fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds) -> Result<u32> {
+    /// The foreground cleaner's last resort, once no pass gives back a whole segment: a
+    /// greedy pass that gives back any room at all (its victims hold more blocks than it
+    /// writes). Near a full disk each such pass moves the log's head on by a few blocks
+    /// without changing the clean count, at a high write cost (004 §3.4, Fig. 3); enough
+    /// of them bring a segment back. Returns the segments cleaned.
+    pub fn clean_pass_any_gain(&mut self, th: Thresholds) -> Result<u32> {
+        self.check_log_ok()?;
+        let r = self.clean_pass_inner(Policy::GREEDY, th, Gain::Blocks);
+        self.note_log_result(r)
+    }
+
+    fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds, need: Gain) -> Result<u32> {
+        // What is buffered goes to the log first (the checkpoint ending the pass would
+        // write it anyway): the room below is then the pass's own.
+        self.flush_inner()?;
         let now_s = self.clock();
         let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
         let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);
-        // Keep the pass within what the clean segments can take: live data goes back at
-        // the head, and the checkpoint needs room too.
-        let seg_bytes = self.sb.segment_blocks as u64 * BS;
-        let room =
-            self.clean_segments().saturating_sub(1) as u64 * seg_bytes * 3 / 4 + head_free / 2;
+        // The room rule. A victim becomes clean only once the checkpoint ending the pass
+        // is durable, so everything the pass writes — the live blocks, the indirect blocks
+        // and inodes that name their new addresses, the inode map and usage table blocks,
+        // the summaries — must fit in what the log can still enter: the rest of its head
+        // and the clean segments, less the last two blocks of the last one (a segment
+        // with less than a summary and a block left makes the log take another). Each
+        // victim is read and its live blocks counted exactly before it is taken; one that
+        // would not fit is left and the next one in the plan's order tried, so a nearly
+        // full first choice does not hide emptier ones behind it.
+        let seg_blocks = self.sb.segment_blocks as u64;
+        let clean = self.clean_segments() as u64;
+        let can_write = (self.sb.segment_blocks - self.log.off) as u64 + clean * seg_blocks;
+        let can_write = can_write.saturating_sub(2);
         let mut victims = Vec::new();
-        let mut live = 0u64;
-        // The plan's victims in its order, skipping any whose live data would not fit what
-        // is left: a nearly full first choice must not hide emptier ones behind it.
+        let mut scans = Vec::new();
+        let mut work = Work::default();
         for v in plan.victims {
-            let l = self.usage[v as usize].live_bytes as u64;
-            if live + l > room {
+            let live = self.usage[v as usize].live_bytes as u64;
+            if live == 0 {
+                victims.push(v);
                 continue;
             }
-            live += l;
+            // Live bytes alone (inodes count 256 each) already too many: not read.
+            let at_least = self.work_blocks(&work, &Work::default()) + live / BS;
+            if self.pass_log_blocks(at_least) > can_write {
+                continue;
+            }
+            let scan = self.scan_segment(v);
+            let mut w = Work::default();
+            self.collect_live(&scan, &mut w)?;
+            if self.pass_log_blocks(self.work_blocks(&work, &w)) > can_write {
+                continue;
+            }
+            work.merge(w);
+            scans.push(scan);
             victims.push(v);
         }
-        // A pass must give back at least a segment more than it fills, or it only moves
-        // data around (every candidate full of live blocks).
-        let gain = (victims.len() as u64 * seg_bytes).saturating_sub(live);
-        if victims.is_empty() || gain < seg_bytes {
+        // A pass must give back more than it fills, or it only moves data around (every
+        // candidate full of live blocks): a segment more than it enters, or in the last
+        // resort any blocks more than it writes. Never fewer clean segments than before
+        // either way: the log enters at most as many segments as it frees.
+        let total = self.pass_log_blocks(self.work_blocks(&work, &Work::default()));
+        let entered = self.segments_entered(total);
+        let v = victims.len() as u64;
+        let gains = match need {
+            Gain::Segment => v > entered,
+            Gain::Blocks => v * seg_blocks > total && v >= entered,
+        };
+        if victims.is_empty() || !gains {
             self.cleaner.refused += 1;
             return Ok(0);
         }
-        let mut moved = Vec::new();
         for &v in &victims {
             if self.usage[v as usize].live_bytes == 0 {
                 self.cleaner.empty_segments_cleaned += 1;
-                continue;
             }
-            self.collect_live(v, &mut moved)?;
         }
+        self.cleaner.blocks_read += scans
+            .iter()
+            .flatten()
+            .map(|(s, _)| 1 + s.entries.len() as u64)
+            .sum::<u64>();
+        self.apply_work(policy, work)?;
+        self.checkpoint_inner()?;
+        let cleaned = victims
+            .iter()
+            .filter(|&&v| !self.usage[v as usize].dirty)
+            .count() as u32;
+        self.cleaner.passes += 1;
+        self.cleaner.segments_cleaned += cleaned as u64;
+
+        Ok(cleaned)
+    }
+
+    /// Moves the data blocks of `w` to the log head in the policy's grouping and marks
+    /// the rest for the checkpoint to rewrite.
+    fn apply_work(&mut self, policy: Policy, w: Work) -> Result<()> {
+        let Work {
+            mut moved,
+            slots,
+            xattrs,
+            inodes,
+            imap,
+        } = w;
+        for (ino, s) in slots {
+            self.node(ino)?.dirty_slots.insert(s);
+        }
+        for (ino, x) in xattrs {
+            let n = self.node(ino)?;
+            n.xattrs.get_or_insert(x);
+            n.xattr_dirty = true;
+        }
+        for ino in inodes {
+            self.mark_dirty(ino);
+        }
+        self.imap_dirty.extend(imap);
         policy.grouping.arrange(&mut moved, |m| m.mtime);
         for m in moved {
             let e = Entry {
@@ -255,13 +383,48 @@ impl State {
             self.mark_dirty(m.ino);
             self.cleaner.blocks_moved += 1;
         }
-        self.checkpoint()?;
-        let cleaned = victims
-            .iter()
-            .filter(|&&v| !self.usage[v as usize].dirty)
-            .count() as u32;
-        self.cleaner.passes += 1;
-        self.cleaner.segments_cleaned += cleaned as u64;
-        Ok(cleaned)
+        Ok(())
+    }
+}
+
+/// An inode's extended attributes, as the xattr block holds them.
+type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// What a cleaning pass must give back to be worth running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gain {
+    /// A clean segment more than before.
+    Segment,
+    /// Any room: more blocks freed than written.
+    Blocks,
+}
+
+/// What one cleaning pass writes: the live data blocks it moves, and the blocks naming
+/// live data that it rewrites (by the checkpoint ending the pass).
+#[derive(Default)]
+pub(super) struct Work {
+    moved: Vec<Moved>,
+    /// Indirect blocks `(ino, slot)`, with every slot above each.
+    pub(super) slots: BTreeSet<(u64, u64)>,
+    xattrs: Vec<(u64, Xattrs)>,
+    inodes: BTreeSet<u64>,
+    /// Inode map blocks found live in the victims.
+    imap: BTreeSet<u32>,
+}
+
+impl Work {
+    fn merge(&mut self, w: Work) {
+        self.moved.extend(w.moved);
+        self.slots.extend(w.slots);
+        self.xattrs.extend(w.xattrs);
+        self.inodes.extend(w.inodes);
+        self.imap.extend(w.imap);
+    }
+
+    fn slot_chain(&mut self, ino: u64, mut slot: Option<u64>) {
+        while let Some(s) = slot {
+            self.slots.insert((ino, s));
+            slot = slot_parent(s);
+        }
     }
 }

@@ -81,8 +81,12 @@ pub struct MountOptions {
     /// as for the FFS modes). Log blocks never change once written, so the cache holds only
     /// clean copies; a block is dropped from it when the log writes over its segment again.
     pub cache_bytes: u64,
-    /// Largest read-ahead window in blocks (`readahead_kb=N`, default 2 MiB; 0 turns
-    /// read-ahead off): see [`ReadAhead`].
+    /// Largest read-ahead window in blocks (`readahead_kb=N`; 0, the default, turns
+    /// read-ahead off): see [`ReadAhead`]. Off by default because a mount's reader already
+    /// has the kernel's read-ahead, which sends large requests the engine reads straight
+    /// into the reply; its own window goes through the buffer cache (a copy and an
+    /// allocation per block in, a copy out) and made a 256 MiB `dd` read 0.6× as fast
+    /// (docs/DESIGN.md). For callers of the engine that read in small pieces.
     pub readahead_blocks: u64,
     /// Segment ages count log blocks written instead of milliseconds (tests and the
     /// cleaning comparison with the simulator; not a mount option).
@@ -102,7 +106,7 @@ impl Default for MountOptions {
             clean_start: None,
             clean_stop: None,
             cache_bytes: 256 << 20,
-            readahead_blocks: 512,
+            readahead_blocks: 0,
             logical_clock: false,
         }
     }
@@ -111,7 +115,30 @@ impl Default for MountOptions {
 impl MountOptions {
     /// The cleaning thresholds for a file system of `segments` segments.
     pub fn thresholds(&self, segments: u32) -> std::result::Result<Thresholds, String> {
-        let start = self.clean_start.unwrap_or((segments / 10).clamp(2, 20));
+        // At most this many segments are ever clean: the log's head and its next segment
+        // never are. A threshold above it would keep the cleaner running after every
+        // operation for a count it cannot reach: refused when given, clamped by default.
+        let most = segments.saturating_sub(2).max(1);
+        for (key, v) in [
+            ("clean_start", self.clean_start),
+            ("clean_stop", self.clean_stop),
+        ] {
+            if let Some(v) = v
+                && v > most
+            {
+                return Err(format!(
+                    "option {key}={v}: the image has {segments} segments, of which at most \
+                     {most} can be clean"
+                ));
+            }
+        }
+        // Thresholds below the reserve (even `clean_start=1`) cannot stall the file system:
+        // file data never takes the last RESERVE_SEGMENTS clean segments, and a write that
+        // finds no room cleans in the foreground whatever the thresholds (`ensure_space`).
+        let start = self
+            .clean_start
+            .unwrap_or((segments / 10).clamp(2, 20))
+            .min(most);
         // A pass cleans until a fiftieth of the segments more are clean (at least 2): a few
         // tens of segments at a time on a large disk, as Sprite LFS (004 §5.1). Large passes
         // (until a fifth of the disk was clean) blurred the choice cost-benefit makes: on a
@@ -124,6 +151,7 @@ impl MountOptions {
                 .saturating_add((segments / 50).max(2))
                 .min(100)
                 .max(start.saturating_add(1))
+                .min(most)
         });
         Thresholds::new(start, stop).map_err(|e| e.to_string())
     }
@@ -588,7 +616,11 @@ impl State {
     ) -> Result<Vec<u8>> {
         let end = first.saturating_add(n);
         let map = self.map(ino)?;
-        let addrs: Vec<Option<u64>> = (first..end).map(|l| map.get(&l).copied()).collect();
+        // One walk of the block map for the whole request, not a search per block.
+        let mut addrs: Vec<Option<u64>> = vec![None; n as usize];
+        for (&l, &a) in map.range(first..end) {
+            addrs[(l - first) as usize] = Some(a);
+        }
         if let Some((a, k)) = ahead {
             let found: Vec<(u64, u64)> = map
                 .range(a..a.saturating_add(k))
@@ -610,8 +642,13 @@ impl State {
             Device(u64),
         }
         let mut src = Vec::with_capacity(addrs.len());
+        let any_dirty = self
+            .dirty_data
+            .range((ino, first)..(ino, end))
+            .next()
+            .is_some();
         for (lbn, addr) in (first..).zip(&addrs) {
-            src.push(if self.dirty_data.contains_key(&(ino, lbn)) {
+            src.push(if any_dirty && self.dirty_data.contains_key(&(ino, lbn)) {
                 Src::Dirty
             } else if let Some(a) = *addr {
                 if !self.sb.in_log(a) {
@@ -626,19 +663,19 @@ impl State {
                 Src::Zero
             });
         }
-        let mut out = vec![0u8; (n * BS) as usize];
+        // Filled block by block in order (appended, not zeroed first and copied over: the
+        // reply is the largest buffer of a read, and zeroing it cost as much as a copy).
+        let mut out = Vec::with_capacity((n * BS) as usize);
         let max_run = (self.cache.config().max_cluster_bytes / BLOCK_SIZE).max(1);
         let mut i = 0;
         while i < src.len() {
-            let dst = |k: usize| k * BLOCK_SIZE;
             match src[i] {
-                Src::Zero => {}
+                Src::Zero => out.resize(out.len() + BLOCK_SIZE, 0),
                 Src::Dirty => {
-                    let d = &self.dirty_data[&(ino, first + i as u64)];
-                    out[dst(i)..dst(i + 1)].copy_from_slice(d);
+                    out.extend_from_slice(&self.dirty_data[&(ino, first + i as u64)]);
                 }
                 Src::Cached(a) => {
-                    out[dst(i)..dst(i + 1)].copy_from_slice(&self.cache.read(a)?.read());
+                    out.extend_from_slice(&self.cache.read(a)?.read());
                 }
                 Src::Device(a) => {
                     let mut j = i + 1;
@@ -648,7 +685,9 @@ impl State {
                     {
                         j += 1;
                     }
-                    self.dev.read_blocks(a, &mut out[dst(i)..dst(j)])?;
+                    let at = out.len();
+                    out.resize(at + (j - i) * BLOCK_SIZE, 0);
+                    self.dev.read_blocks(a, &mut out[at..])?;
                     i = j;
                     continue;
                 }
@@ -795,13 +834,20 @@ impl State {
         self.usage.clean()
     }
 
-    /// Bytes of file data that can still be buffered: what the clean segments hold beyond
-    /// the reserve, less what is already buffered.
+    /// Bytes of file data that can still be buffered: what the log's head and the clean
+    /// segments beyond the reserve hold, less what is already buffered. Nothing while the
+    /// reserve itself is short: the head's room is not file data's then, or flushes that
+    /// reach the next segment would take the reserve's segments one by one (a log left
+    /// with no clean segment cannot clean, checkpoint or unmount).
     pub fn space_left(&self) -> u64 {
+        let clean = self.clean_segments();
+        if clean < RESERVE_SEGMENTS {
+            return 0;
+        }
         let per_seg = (self.sb.segment_blocks as u64 - 2) * BS * 7 / 8;
-        let clean = self.clean_segments().saturating_sub(RESERVE_SEGMENTS) as u64;
+        let beyond = (clean - RESERVE_SEGMENTS) as u64;
         let in_head = (self.sb.segment_blocks - self.log.off) as u64 * BS / 2;
-        (clean * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
+        (beyond * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
     }
 
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
@@ -1244,16 +1290,24 @@ impl State {
         }
         self.checkpoint()?;
         // Foreground cleaning: a write never fails while cleaning can still make room.
+        // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
+        // only caps the work one call may do near a full disk, where each last-resort pass
+        // gains a few blocks.
         let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
-        for _ in 0..32 {
+        for _ in 0..4 * self.sb.segments.max(32) {
             if self.space_left() >= bytes {
                 return Ok(());
             }
-            let want = self.clean_segments() + bytes.div_ceil(per_seg) as u32 + 1;
+            let want =
+                self.clean_segments().max(RESERVE_SEGMENTS) + bytes.div_ceil(per_seg) as u32 + 1;
             let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
             // The policy's choice may give nothing back (cost-benefit prefers old, nearly
-            // full segments); the least utilized segments are the last resort.
-            if self.clean_pass(self.policy, th)? == 0 && self.greedy_fallback(th)? == 0 {
+            // full segments); the least utilized segments are the next resort, and a pass
+            // that gains less than a segment the last.
+            if self.clean_pass(self.policy, th)? == 0
+                && self.greedy_fallback(th)? == 0
+                && self.clean_pass_any_gain(th)? == 0
+            {
                 break;
             }
         }

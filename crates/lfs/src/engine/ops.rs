@@ -924,9 +924,15 @@ impl FileSystem for Lfs {
             let (first, last) = (offset / BS, (end - 1) / BS);
             let max = st.readahead_blocks;
             let ahead = st.node(ino)?.ra.plan(first, last - first + 1, max);
-            let b = st.read_file_range(ino, first, last - first + 1, ahead)?;
+            let mut b = st.read_file_range(ino, first, last - first + 1, ahead)?;
             let from = (offset - first * BS) as usize;
-            buf.extend_from_slice(&b[from..from + (end - offset) as usize]);
+            // The blocks read become the reply (no second copy of the request): only a
+            // request that does not start on a block boundary moves its bytes down.
+            b.truncate(from + (end - offset) as usize);
+            if from > 0 {
+                b.drain(..from);
+            }
+            *buf = b;
             Ok(())
         })
     }
