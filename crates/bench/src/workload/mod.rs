@@ -19,6 +19,7 @@ pub mod largefile;
 pub mod micro;
 pub mod netnews;
 pub mod recovery;
+pub mod recovery_sweep;
 mod rng;
 pub mod sdet;
 pub mod ssh;
@@ -39,9 +40,20 @@ pub trait Stage {
     fn recover(&mut self) -> Result<String> {
         bail!("this stage cannot recover")
     }
-    /// Full read-only consistency check (unmounts and remounts).
-    fn fsck(&mut self) -> Result<()> {
+    /// Full read-only consistency check (unmounts and remounts); the check's own report
+    /// (`cairn fsck --json`), when it gives one.
+    fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
         bail!("this stage has no fsck")
+    }
+    /// Adds mount options (`key=value,...`) to every later mount of the file system and
+    /// remounts it with them (the recovery sweep holds a checkpoint back).
+    fn remount_with(&mut self, opts: &str) -> Result<()> {
+        let _ = opts;
+        bail!("this stage cannot be remounted with other options")
+    }
+    /// The file system daemon's log, if it has one (what a recovering mount reported).
+    fn daemon_log(&self) -> Option<PathBuf> {
+        None
     }
     /// Free and total bytes of the file system holding `dir()` (what `df` reports).
     fn space(&self) -> Result<(u64, u64)> {
@@ -67,8 +79,16 @@ impl Stage for crate::target::Mounted {
     fn recover(&mut self) -> Result<String> {
         crate::target::Mounted::recover(self)
     }
-    fn fsck(&mut self) -> Result<()> {
+    fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
         crate::target::Mounted::fsck(self)
+    }
+    fn remount_with(&mut self, opts: &str) -> Result<()> {
+        self.set_extra_options(opts)?;
+        // Unmounts, drops the caches, mounts with the options.
+        crate::target::Mounted::make_cold(self)
+    }
+    fn daemon_log(&self) -> Option<PathBuf> {
+        Some(crate::target::Mounted::daemon_log(self))
     }
 }
 
@@ -330,6 +350,8 @@ pub enum Workload {
     Sdet(sdet::Config),
     /// 002 Table III, 004 Table III.
     Recovery(recovery::Config),
+    /// Recovery time against the log since the checkpoint (001 §5.3, 004 Table III).
+    RecoverySweep(recovery_sweep::Config),
 }
 
 /// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
@@ -346,6 +368,7 @@ pub const NAMES: &[&str] = &[
     "netnews",
     "sdet",
     "recovery",
+    "recovery-sweep",
     "seq",
 ];
 
@@ -403,6 +426,7 @@ impl Workload {
             "ssh" => Workload::Ssh(ssh::Config::scaled(p.scale)),
             "sdet" => Workload::Sdet(sdet::Config::scaled(p.scale)),
             "recovery" => Workload::Recovery(recovery::Config::scaled(p.scale)),
+            "recovery-sweep" => Workload::RecoverySweep(recovery_sweep::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
@@ -419,6 +443,7 @@ impl Workload {
             Workload::Ssh(_) => "ssh",
             Workload::Sdet(_) => "sdet",
             Workload::Recovery(_) => "recovery",
+            Workload::RecoverySweep(_) => "recovery-sweep",
         }
     }
 
@@ -426,10 +451,14 @@ impl Workload {
     /// file system, not of a FUSE layer stacked over ext4).
     pub fn applies_to(&self, t: &crate::target::TargetSpec) -> bool {
         use crate::target::Kind;
-        !matches!(
-            (self, &t.kind),
-            (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough)
-        )
+        match (self, &t.kind) {
+            (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough) => false,
+            (Workload::RecoverySweep(_), Kind::Cairn { mode, .. }) => {
+                recovery_sweep::MODES.contains(&mode.as_str())
+            }
+            (Workload::RecoverySweep(_), _) => false,
+            _ => true,
+        }
     }
 
     /// Runs whatever must happen once before the first repetition (downloads).
@@ -482,6 +511,7 @@ impl Workload {
             Workload::Ssh(c) => c.describe(),
             Workload::Sdet(c) => c.describe(),
             Workload::Recovery(c) => c.describe(),
+            Workload::RecoverySweep(c) => c.describe(),
         }
     }
 
@@ -534,6 +564,7 @@ impl Workload {
             Workload::Ssh(c) => ssh::run(stage, c),
             Workload::Sdet(c) => sdet::run(stage, c),
             Workload::Recovery(c) => recovery::run(stage, c),
+            Workload::RecoverySweep(c) => recovery_sweep::run(stage, c),
         }
     }
 }
