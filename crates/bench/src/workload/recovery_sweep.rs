@@ -530,7 +530,10 @@ fn rows(records: &[Record], target: &str) -> BTreeMap<Key, Row> {
     out
 }
 
-fn sorted(mut pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+/// A plot's (x, y) points.
+type Points = Vec<(f64, f64)>;
+
+fn sorted(mut pts: Points) -> Points {
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     pts
 }
@@ -554,7 +557,10 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
         s,
         "\n### Recovery time against the log since the checkpoint (001 §5.3, 004 Table III)\n\nEach row: the checkpoint held back, that much written, SIGKILL; 'recover' is the mount until the root answers (the journal's replay, LFS's roll-forward; cairn-sync: `cairn fsck -y`, mount), 'fsck' a full read-only `cairn fsck` of the same image (what cairn-sync needs after any crash). 'fsck after' is that check's verdict on the recovered image."
     );
+    // Two plots: the targets with one series (journal, sync) and those with one per file
+    // size (LFS), whose 004 Table III axis reaches far further.
     let mut series = Vec::new();
+    let mut grouped = Vec::new();
     for t in &meta.targets {
         let rs = rows(records, t);
         if rs.is_empty() {
@@ -564,10 +570,8 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
             s,
             "\n#### {t}\n\n| files | written since checkpoint | log since checkpoint | recover (s) | fsck (s) | fsck ÷ recover | replayed | fsck after |\n|---|---:|---:|---:|---:|---:|---|---|"
         );
-        // Recovery per group (LFS: per file size), the full check once per target: the
-        // table has every number, the plot the shapes.
-        let mut by_group: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
-        let mut fsck_pts = Vec::new();
+        // Recovery and the full check per group (LFS: per file size).
+        let mut by_group: Vec<(&str, Points, Points)> = Vec::new();
         for ((_, group, param), r) in &rs {
             let log = med(&r.log_bytes);
             let ratio = match (med(&r.fsck), med(&r.recover)) {
@@ -598,53 +602,64 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
             // x: the log actually there at the crash; a scan-recovered target has no log,
             // its x is the data written.
             let x = log.unwrap_or(*param as f64);
-            if by_group.last().is_none_or(|(g, _)| g != group) {
-                by_group.push((group, Vec::new()));
+            if by_group.last().is_none_or(|(g, _, _)| g != group) {
+                by_group.push((group, Vec::new(), Vec::new()));
             }
-            if let (Some(v), Some((_, pts))) = (med(&r.recover), by_group.last_mut()) {
-                pts.push((x, v));
-            }
-            if let Some(v) = med(&r.fsck) {
-                fsck_pts.push((x, v));
+            if let Some((_, rec, fsck)) = by_group.last_mut() {
+                rec.extend(med(&r.recover).map(|v| (x, v)));
+                fsck.extend(med(&r.fsck).map(|v| (x, v)));
             }
         }
-        for (group, pts) in by_group {
-            series.push(plot::Series {
-                label: match group {
-                    "" => format!("{t} recover"),
-                    g => format!("{t} {g} recover"),
-                },
-                points: sorted(pts),
-                spread: None,
-            });
+        for (group, rec, fsck) in by_group {
+            let (name, to) = match group {
+                "" => (t.clone(), &mut series),
+                g => (format!("{t} {g}"), &mut grouped),
+            };
+            for (what, pts) in [("recover", rec), ("fsck", fsck)] {
+                to.push(plot::Series {
+                    label: format!("{name} {what}"),
+                    points: sorted(pts),
+                    spread: None,
+                });
+            }
         }
-        series.push(plot::Series {
-            label: format!("{t} fsck"),
-            points: sorted(fsck_pts),
-            spread: None,
-        });
     }
-    if series.is_empty() {
+    if series.is_empty() && grouped.is_empty() {
         return Ok(());
     }
     let _ = writeln!(
         s,
         "\n*Seconds, median (min–max) over repetitions; 'written since checkpoint' is the point asked for (journal: log bytes; lfs: file data; sync: file data), 'log since checkpoint' what the log held at the crash.*"
     );
-    let file = format!("{NAME}.png");
-    plot::render_line(
-        &plot::LinePlot {
-            title: "recovery time vs log since the checkpoint (001 §5.3, 004 Table III)".into(),
-            x_label: "log since the checkpoint at the crash (sync: data written)".into(),
-            y_label: "seconds".into(),
-            x_log: false,
-            y_log: false,
-            x_fmt: plot::XFormat::Bytes,
+    for (file, title, series) in [
+        (
+            format!("{NAME}.png"),
+            "recovery time vs log since the checkpoint (001 §5.3)",
             series,
-        },
-        &dir.join(&file),
-    )?;
-    let _ = writeln!(s, "\n![{NAME}]({file})");
+        ),
+        (
+            format!("{NAME}-by-file-size.png"),
+            "roll-forward time vs log since the checkpoint, per file size (004 Table III)",
+            grouped,
+        ),
+    ] {
+        if series.is_empty() {
+            continue;
+        }
+        plot::render_line(
+            &plot::LinePlot {
+                title: title.into(),
+                x_label: "log since the checkpoint at the crash (sync: data written)".into(),
+                y_label: "seconds".into(),
+                x_log: false,
+                y_log: false,
+                x_fmt: plot::XFormat::Bytes,
+                series,
+            },
+            &dir.join(&file),
+        )?;
+        let _ = writeln!(s, "\n![{NAME}]({file})");
+    }
     Ok(())
 }
 
@@ -812,6 +827,8 @@ mod tests {
         assert!(!s.contains("#### cairn-sync"), "{s}");
         assert!(s.contains("![recovery-sweep](recovery-sweep.png)"));
         assert!(d.path().join("recovery-sweep.png").exists());
+        assert!(s.contains("![recovery-sweep](recovery-sweep-by-file-size.png)"));
+        assert!(d.path().join("recovery-sweep-by-file-size.png").exists());
         // Nothing to show: no section body, no plot.
         let mut empty = String::new();
         let e = tempfile::tempdir().unwrap();
