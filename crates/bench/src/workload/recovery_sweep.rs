@@ -716,6 +716,77 @@ mod tests {
         assert!(format!("{e:#}").contains("crash"), "{e:#}");
     }
 
+    /// A file system in a directory that pretends to be an LFS: its counters have the
+    /// roll-forward's keys, its crash and recovery do nothing, its check reports `leaks`.
+    struct FakeLfs {
+        dir: tempfile::TempDir,
+        leaks: u64,
+        remounted: Option<String>,
+    }
+
+    impl Stage for FakeLfs {
+        fn dir(&self) -> std::path::PathBuf {
+            self.dir.path().to_path_buf()
+        }
+        fn counters(&self) -> Result<Option<Counters>> {
+            Ok(Some(Counters::from_json(
+                &serde_json::json!({"fs": {"lfs": {
+                    "log_blocks": 9, "checkpoints": 0,
+                    "rolled_forward_partials": 1, "rolled_forward_inodes": 2,
+                }}}),
+            )))
+        }
+        fn make_cold(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn crash(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn recover(&mut self) -> Result<String> {
+            Ok("mount".into())
+        }
+        fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
+            Ok(Some(serde_json::json!({
+                "clean": self.leaks == 0, "leaks": self.leaks, "corruptions": 0,
+            })))
+        }
+        fn remount_with(&mut self, opts: &str) -> Result<()> {
+            self.remounted = Some(opts.to_string());
+            Ok(())
+        }
+    }
+
+    /// The journal and LFS leak nothing after a crash (000 Table 3): a recovered image whose
+    /// check finds a leak fails the point, never a quiet row.
+    #[test]
+    fn a_recovered_image_with_leaks_fails_the_point() {
+        let cfg = Config {
+            lfs_file_sizes: vec![1024],
+            lfs_points: vec![4096],
+            ..Config::scaled(0.001)
+        };
+        let mut clean = FakeLfs {
+            dir: tempfile::tempdir().unwrap(),
+            leaks: 0,
+            remounted: None,
+        };
+        let r = run(&mut clean, &cfg).unwrap();
+        assert!(clean.remounted.unwrap().starts_with("checkpoint_interval="));
+        assert_eq!(
+            r.iter().map(|p| p.label()).collect::<Vec<_>>(),
+            ["recover 1K files 4K", "fsck 1K files 4K"]
+        );
+        assert_eq!(r[0].extra["replayed"]["inodes"], 2);
+        assert_eq!(r[1].extra["fsck"]["clean"], true);
+        let mut leaky = FakeLfs {
+            dir: tempfile::tempdir().unwrap(),
+            leaks: 2,
+            remounted: None,
+        };
+        let e = run(&mut leaky, &cfg).unwrap_err();
+        assert!(format!("{e:#}").contains("not clean"), "{e:#}");
+    }
+
     fn phase(name: &str, param: u64, secs: f64, extra: serde_json::Value) -> PhaseResult {
         PhaseResult {
             phase: name.into(),
