@@ -17,7 +17,7 @@ use crate::counters::Counters;
 use crate::plot;
 use crate::published::{self, Published};
 use crate::report::{Meta, Record, Stat, fmt_rate};
-use crate::workload::{PhaseResult, fmt_size};
+use crate::workload::{PhaseResult, fmt_size, recovery_sweep};
 
 /// Per target, per repetition: the value of `f` over a record (None when the record lacks it).
 fn per_rep(
@@ -558,6 +558,9 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     if has(meta, records, group) {
         let _ = writeln!(s, "\n### {}\n", title(group));
         crate::workload::groupcreate::render(&mut s, dir, meta, records)?;
+    }
+    if has(meta, records, recovery_sweep::NAME) {
+        recovery_sweep::render(&mut s, dir, meta, records)?;
     }
     Ok(s)
 }

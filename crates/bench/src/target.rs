@@ -267,6 +267,9 @@ pub struct Mounted {
     logdev: Option<String>,
     daemon: Option<u32>,
     mounted: bool,
+    /// Options a workload added to a cairn target's `-o` for its later mounts
+    /// ([`Mounted::set_extra_options`]), e.g. a checkpoint held back.
+    extra_options: String,
     /// Mount attempts' facts for the record (daemon CPU placement, options).
     pub notes: Vec<String>,
 }
@@ -299,6 +302,7 @@ impl Mounted {
             logdev: None,
             daemon: None,
             mounted: false,
+            extra_options: String::new(),
             notes: Vec::new(),
         };
         // Larger than the free space only when the run was asked for images the disk cannot
@@ -417,6 +421,29 @@ impl Mounted {
     /// A `log_device` journal's log: an image file beside the file system's.
     fn log_image(&self) -> PathBuf {
         self.root.join("log.img")
+    }
+
+    /// The FUSE daemon's log of a cairn target (what its mounts' recoveries report).
+    pub fn daemon_log(&self) -> PathBuf {
+        self.root.join("daemon.log")
+    }
+
+    /// Adds `opts` (`key=value,...`; empty for none) to a cairn target's mount options from
+    /// its next mount on, recorded in the notes; other targets refuse (their mounts have no
+    /// such options).
+    pub fn set_extra_options(&mut self, opts: &str) -> Result<()> {
+        if !matches!(self.spec.kind, Kind::Cairn { .. }) {
+            bail!(
+                "{}: only a cairn target takes extra mount options",
+                self.spec.name
+            );
+        }
+        self.extra_options = match opts.trim_start_matches(',') {
+            "" => String::new(),
+            o => format!(",{o}"),
+        };
+        self.notes.push(format!("later mounts add: {opts}"));
+        Ok(())
     }
 
     /// The directory workloads run in (a subdirectory, so lost+found is out of the way).
@@ -542,14 +569,16 @@ impl Mounted {
     }
 
     /// A full, read-only consistency check of the unmounted file system with a cold cache (the
-    /// scan an FFS needs after a crash; 002 Table III), then mounts it again.
-    pub fn fsck(&mut self) -> Result<()> {
+    /// scan an FFS needs after a crash; 002 Table III), then mounts it again. Returns the
+    /// check's own report when it gives one (`cairn fsck --json`: its leaks, say).
+    pub fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
         self.unmount()?;
         // Cold, as after a crash: the check reads what is on the device.
         sys::drop_caches()?;
-        match &self.spec.kind {
+        let report = match &self.spec.kind {
             Kind::Ext4 { .. } | Kind::Ext2 | Kind::Fuse2fs => {
                 fsck_status(Command::new("e2fsck").args(["-f", "-n"]).arg(self.device()))?;
+                None
             }
             Kind::Btrfs => {
                 sys::run(
@@ -557,6 +586,7 @@ impl Mounted {
                         .args(["check", "--readonly"])
                         .arg(self.device()),
                 )?;
+                None
             }
             Kind::Xfs => {
                 sys::run(
@@ -566,11 +596,13 @@ impl Mounted {
                         .arg(self.logdev.as_ref().context("xfs without log device")?)
                         .arg(self.device()),
                 )?;
+                None
             }
-            Kind::Cairn { .. } => cairn_check(&self.cairn, &self.device())?,
+            Kind::Cairn { .. } => Some(cairn_check(&self.cairn, &self.device())?),
             Kind::Mergerfs | Kind::Passthrough => bail!("no fsck for {}", self.spec.name),
-        }
-        self.mount()
+        };
+        self.mount()?;
+        Ok(report)
     }
 
     /// How the target is mounted, for the record.
@@ -674,8 +706,9 @@ impl Mounted {
                         .arg("mount")
                         .arg("-o")
                         .arg(format!(
-                            "mode={mode}{transport}{log},logfile={}",
-                            self.root.join("daemon.log").display()
+                            "mode={mode}{transport}{log}{},logfile={}",
+                            self.extra_options,
+                            self.daemon_log().display()
                         ))
                         .arg(self.device())
                         .arg(&self.mnt),
@@ -869,8 +902,9 @@ fn fsck_status(cmd: &mut Command) -> Result<()> {
 /// A read-only `cairn fsck` of `dev` that passes when nothing is corrupt: leaked blocks and
 /// inodes are what soft updates leaves after a crash by design (002 §4; they are reclaimed
 /// by `cairn fsck --background` or `-y`), so a check that finds only leaks (exit 4, the
-/// e2fsck convention for "errors left") is the expected outcome, not a failed run.
-fn cairn_check(cairn: &str, dev: &Path) -> Result<()> {
+/// e2fsck convention for "errors left") is the expected outcome, not a failed run; the
+/// report says what was found.
+fn cairn_check(cairn: &str, dev: &Path) -> Result<serde_json::Value> {
     let out = Command::new(cairn)
         .arg("fsck")
         .arg("--json")
@@ -887,7 +921,7 @@ fn cairn_check(cairn: &str, dev: &Path) -> Result<()> {
         )
     })?;
     match v["corruptions"].as_u64() {
-        Some(0) if matches!(out.status.code(), Some(0 | 1 | 4)) => Ok(()),
+        Some(0) if matches!(out.status.code(), Some(0 | 1 | 4)) => Ok(v),
         _ => bail!(
             "cairn fsck {} ({}): {} corruption(s), {}",
             dev.display(),

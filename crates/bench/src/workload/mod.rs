@@ -20,6 +20,7 @@ pub mod largefile;
 pub mod micro;
 pub mod netnews;
 pub mod recovery;
+pub mod recovery_sweep;
 mod rng;
 pub mod sdet;
 pub mod ssh;
@@ -40,9 +41,20 @@ pub trait Stage {
     fn recover(&mut self) -> Result<String> {
         bail!("this stage cannot recover")
     }
-    /// Full read-only consistency check (unmounts and remounts).
-    fn fsck(&mut self) -> Result<()> {
+    /// Full read-only consistency check (unmounts and remounts); the check's own report
+    /// (`cairn fsck --json`), when it gives one.
+    fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
         bail!("this stage has no fsck")
+    }
+    /// Adds mount options (`key=value,...`) to every later mount of the file system and
+    /// remounts it with them (the recovery sweep holds a checkpoint back).
+    fn remount_with(&mut self, opts: &str) -> Result<()> {
+        let _ = opts;
+        bail!("this stage cannot be remounted with other options")
+    }
+    /// The file system daemon's log, if it has one (what a recovering mount reported).
+    fn daemon_log(&self) -> Option<PathBuf> {
+        None
     }
     /// Free and total bytes of the file system holding `dir()` (what `df` reports).
     fn space(&self) -> Result<(u64, u64)> {
@@ -68,8 +80,16 @@ impl Stage for crate::target::Mounted {
     fn recover(&mut self) -> Result<String> {
         crate::target::Mounted::recover(self)
     }
-    fn fsck(&mut self) -> Result<()> {
+    fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
         crate::target::Mounted::fsck(self)
+    }
+    fn remount_with(&mut self, opts: &str) -> Result<()> {
+        self.set_extra_options(opts)?;
+        // Unmounts, drops the caches, mounts with the options.
+        crate::target::Mounted::make_cold(self)
+    }
+    fn daemon_log(&self) -> Option<PathBuf> {
+        Some(crate::target::Mounted::daemon_log(self))
     }
 }
 
@@ -339,6 +359,8 @@ pub enum Workload {
     Recovery(recovery::Config),
     /// Issue 12's group commit: concurrent creates, 1–32 threads.
     GroupCreate(groupcreate::Config),
+    /// Recovery time against the log since the checkpoint (001 §5.3, 004 Table III).
+    RecoverySweep(recovery_sweep::Config),
 }
 
 /// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
@@ -356,6 +378,7 @@ pub const NAMES: &[&str] = &[
     "sdet",
     "recovery",
     groupcreate::NAME,
+    "recovery-sweep",
     "seq",
 ];
 
@@ -414,6 +437,7 @@ impl Workload {
             "sdet" => Workload::Sdet(sdet::Config::scaled(p.scale)),
             "recovery" => Workload::Recovery(recovery::Config::scaled(p.scale)),
             groupcreate::NAME => Workload::GroupCreate(groupcreate::Config::scaled(p.scale)),
+            "recovery-sweep" => Workload::RecoverySweep(recovery_sweep::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
@@ -431,6 +455,7 @@ impl Workload {
             Workload::Sdet(_) => "sdet",
             Workload::Recovery(_) => "recovery",
             Workload::GroupCreate(_) => groupcreate::NAME,
+            Workload::RecoverySweep(_) => "recovery-sweep",
         }
     }
 
@@ -438,10 +463,14 @@ impl Workload {
     /// file system, not of a FUSE layer stacked over ext4).
     pub fn applies_to(&self, t: &crate::target::TargetSpec) -> bool {
         use crate::target::Kind;
-        !matches!(
-            (self, &t.kind),
-            (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough)
-        )
+        match (self, &t.kind) {
+            (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough) => false,
+            (Workload::RecoverySweep(_), Kind::Cairn { mode, .. }) => {
+                recovery_sweep::MODES.contains(&mode.as_str())
+            }
+            (Workload::RecoverySweep(_), _) => false,
+            _ => true,
+        }
     }
 
     /// Runs whatever must happen once before the first repetition (downloads).
@@ -495,6 +524,7 @@ impl Workload {
             Workload::Sdet(c) => c.describe(),
             Workload::Recovery(c) => c.describe(),
             Workload::GroupCreate(c) => c.describe(),
+            Workload::RecoverySweep(c) => c.describe(),
         }
     }
 
@@ -548,6 +578,7 @@ impl Workload {
             Workload::Sdet(c) => sdet::run(stage, c),
             Workload::Recovery(c) => recovery::run(stage, c),
             Workload::GroupCreate(c) => groupcreate::run(stage, c),
+            Workload::RecoverySweep(c) => recovery_sweep::run(stage, c),
         }
     }
 }

@@ -60,7 +60,7 @@ impl Config {
     }
 }
 
-fn write_file(path: &Path, len: u64, tag: u64) -> Result<()> {
+pub(super) fn write_file(path: &Path, len: u64, tag: u64) -> Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -124,7 +124,10 @@ fn fill(stage: &mut dyn Stage, cfg: &Config) -> Result<(u64, u64)> {
     Ok((files, bytes))
 }
 
-fn timed(phase: &str, f: impl FnOnce() -> Result<serde_json::Value>) -> Result<PhaseResult> {
+pub(super) fn timed(
+    phase: &str,
+    f: impl FnOnce() -> Result<serde_json::Value>,
+) -> Result<PhaseResult> {
     let t0 = Instant::now();
     let extra = f()?;
     let secs = t0.elapsed().as_secs_f64();
