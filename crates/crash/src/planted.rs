@@ -584,6 +584,9 @@ enum JournalFault {
     /// The real journal with its hold on freed blocks opened at the end of the call that
     /// freed them (`Journal::plant_reuse_before_log`, behind cairn-ffs's `planted` feature).
     ReuseBeforeLog,
+    /// The real journal in commit=group whose `after_op` does not force
+    /// (`Journal::plant_no_group_force`).
+    NoGroupForce,
 }
 
 /// The journal's planted bugs: write-ahead broken in each journal mode (`commit=sync` and
@@ -613,6 +616,14 @@ pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[
         workload: "reuse-indirect",
         fault: JournalFault::ReuseBeforeLog,
     },
+    PlantedJournal {
+        name: "journal-group-return-before-force",
+        base: "journal-group",
+        breaks: "durability on return: a call returns before its log records are forced",
+        how: "commit=group's after_op, which forces the call's END record once the engine's lock is dropped, returns without forcing",
+        workload: "create",
+        fault: JournalFault::NoGroupForce,
+    },
 ];
 
 /// The journal's planted bug called `name`.
@@ -625,10 +636,10 @@ impl PlantedJournal {
     pub fn strategy(&self) -> Box<dyn Strategy> {
         let inner = cairn_ffs::strategy::journal::Journal::new(
             cairn_ffs::strategy::journal::LogSpec::File,
-            if self.base == "journal-async" {
-                cairn_ffs::strategy::journal::Commit::Async
-            } else {
-                cairn_ffs::strategy::journal::Commit::Sync
+            match self.base {
+                "journal-async" => cairn_ffs::strategy::journal::Commit::Async,
+                "journal-group" => cairn_ffs::strategy::journal::Commit::Group,
+                _ => cairn_ffs::strategy::journal::Commit::Sync,
             },
         );
         match self.fault {
@@ -639,6 +650,10 @@ impl PlantedJournal {
             }),
             JournalFault::ReuseBeforeLog => {
                 inner.plant_reuse_before_log();
+                Box::new(inner.named(self.name))
+            }
+            JournalFault::NoGroupForce => {
+                inner.plant_no_group_force();
                 Box::new(inner.named(self.name))
             }
         }

@@ -294,6 +294,10 @@ struct Inner {
     /// the call's end), before the free is durable.
     #[cfg(any(test, feature = "planted"))]
     plant_reuse: AtomicBool,
+    /// A planted bug for the tests: commit=group's `after_op` returns without forcing the
+    /// call's END record, so a call returns before it is durable.
+    #[cfg(any(test, feature = "planted"))]
+    plant_no_group_force: AtomicBool,
 }
 
 /// Block-number keyed maps, hashed with FxHash (a multiplication per key): the shadow map
@@ -410,6 +414,8 @@ impl Journal {
                 holds: Mutex::new(VecDeque::new()),
                 #[cfg(any(test, feature = "planted"))]
                 plant_reuse: AtomicBool::new(false),
+                #[cfg(any(test, feature = "planted"))]
+                plant_no_group_force: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -486,6 +492,16 @@ impl Journal {
     #[cfg(any(test, feature = "planted"))]
     pub fn plant_reuse_before_log(&self) {
         self.inner.plant_reuse.store(true, AtomicOrdering::Release);
+    }
+
+    /// Plants a bug (the crash harness's `journal-group-return-before-force`): with
+    /// commit=group, a call returns without the force `after_op` owes it, so what it did is
+    /// not durable when it returns.
+    #[cfg(any(test, feature = "planted"))]
+    pub fn plant_no_group_force(&self) {
+        self.inner
+            .plant_no_group_force
+            .store(true, AtomicOrdering::Release);
     }
 
     /// The open log (after `recover`).
@@ -1325,6 +1341,14 @@ impl Strategy for Journal {
             if owner != Arc::as_ptr(&self.inner) as usize {
                 // Another journal's (never: a call runs on one file system); put it back.
                 DEFERRED.set(Some((owner, lsn)));
+                return Ok(());
+            }
+            #[cfg(any(test, feature = "planted"))]
+            if self
+                .inner
+                .plant_no_group_force
+                .load(AtomicOrdering::Acquire)
+            {
                 return Ok(());
             }
             self.inner.force(Lsn(lsn))?;
