@@ -31,6 +31,22 @@ pub struct Record {
     pub notes: Vec<String>,
 }
 
+impl Record {
+    /// A repetition that ran `phases` of `workload` on `target` (the tests' records).
+    #[cfg(test)]
+    pub(crate) fn ran(workload: &str, target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
+        Record {
+            target: target.into(),
+            workload: workload.into(),
+            description: String::new(),
+            rep,
+            error: None,
+            phases,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// The run as a whole.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Meta {

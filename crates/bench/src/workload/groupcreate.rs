@@ -13,7 +13,7 @@
 //! never is what serializes the calls.
 
 use std::fmt::Write as _;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::Instant;
@@ -95,13 +95,7 @@ fn create_in_threads(dirs: &[PathBuf], k: u64) -> Result<serde_json::Value> {
                         let p = d.join(format!("f{i:06}"));
                         let t = Instant::now();
                         // Opened and closed: the call a mode makes durable on return.
-                        drop(
-                            OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .open(&p)
-                                .with_context(|| format!("create {}", p.display()))?,
-                        );
+                        super::create_empty(&p)?;
                         v.push(t.elapsed().as_secs_f64() * 1e3);
                     }
                     Ok(v)
@@ -396,15 +390,7 @@ mod tests {
     }
 
     fn rec(target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
-        Record {
-            target: target.into(),
-            workload: NAME.into(),
-            description: String::new(),
-            rep,
-            error: None,
-            phases,
-            notes: vec![],
-        }
+        Record::ran(NAME, target, rep, phases)
     }
 
     #[test]

@@ -587,17 +587,23 @@ fn name_of(dir: &Path, i: u64) -> PathBuf {
     dir.join(format!("f{i:07}"))
 }
 
+/// Creates `p` empty and closes it: O_CREAT|O_EXCL, a fresh inode every time, never a
+/// truncate of an old one.
+pub(crate) fn create_empty(p: &Path) -> Result<()> {
+    drop(
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .with_context(|| format!("create {}", p.display()))?,
+    );
+    Ok(())
+}
+
 fn create_unlink(dir: &Path, files: u64) -> Result<serde_json::Value> {
     for i in 0..files {
         let p = name_of(dir, i);
-        // O_CREAT|O_EXCL: a fresh inode every time, never a truncate of an old one.
-        drop(
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&p)
-                .with_context(|| format!("create {}", p.display()))?,
-        );
+        create_empty(&p)?;
         fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
     }
     Ok(serde_json::Value::Null)

@@ -801,15 +801,7 @@ mod tests {
     }
 
     fn record(target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
-        Record {
-            target: target.into(),
-            workload: NAME.into(),
-            description: String::new(),
-            rep,
-            error: None,
-            phases,
-            notes: Vec::new(),
-        }
+        Record::ran(NAME, target, rep, phases)
     }
 
     #[test]
