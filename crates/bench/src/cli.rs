@@ -836,7 +836,8 @@ fn cmd_workload(a: WorkloadArgs) -> Result<i32> {
             if a.label.is_empty() {
                 String::new()
             } else {
-                format!("{:<8}", a.label)
+                // Wide enough for every mode's name ("journal-group") and a space.
+                format!("{:<13} ", a.label)
             },
             p.phase,
             report::fmt_rate(p.rate),
