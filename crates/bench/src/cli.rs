@@ -123,10 +123,9 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
         loopdev,
         transport,
         log_device,
-        options,
     } = kind
     {
-        if options.is_some() || mode == "journal-group" {
+        if mode == "journal-group" {
             // A journal variant made for one comparison (commit=group, which differs from
             // commit=sync only when calls run concurrently): that one only, on an image file.
             return group_create && !loopdev && transport.is_none();
@@ -239,9 +238,8 @@ pub struct RunArgs {
     suite: Suite,
     /// Comma-separated targets, or `all`: every cairn mode `cairn modes` lists (image file;
     /// add `@loop` for a loop device, e.g. cairn-sync@loop), the journal's variants
-    /// cairn-journal-2sync, cairn-journal-2async (log on a second image) and
-    /// cairn-journal-group (commit=group), ext4, ext4-sync, ext2, xfs-logdev, fuse2fs,
-    /// passthrough, mergerfs.
+    /// cairn-journal-2sync and cairn-journal-2async (log on a second image), ext4,
+    /// ext4-sync, ext2, btrfs, xfs-logdev, fuse2fs, passthrough, mergerfs.
     #[arg(long, default_value = "all")]
     targets: String,
     /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, largefile,

@@ -728,13 +728,13 @@ mod tests {
 
     fn rec(target: &str, rep: u32, rate: f64, c: Option<serde_json::Value>) -> Record {
         Record {
-            target: target.into(),
-            workload: "create-unlink".into(),
             description: "d".into(),
-            rep,
-            error: None,
-            phases: vec![phase("create+unlink", rate, c)],
-            notes: vec![],
+            ..Record::ran(
+                "create-unlink",
+                target,
+                rep,
+                vec![phase("create+unlink", rate, c)],
+            )
         }
     }
 

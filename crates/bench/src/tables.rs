@@ -856,15 +856,7 @@ mod tests {
     }
 
     fn rec(workload: &str, target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
-        Record {
-            target: target.into(),
-            workload: workload.into(),
-            description: String::new(),
-            rep,
-            error: None,
-            phases,
-            notes: vec![],
-        }
+        Record::ran(workload, target, rep, phases)
     }
 
     fn meta(workloads: &[&str]) -> Meta {

@@ -51,9 +51,7 @@ pub enum Kind {
     /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
     /// `log_device`: a journal mode with its log on a second image file (`log=dev:PATH`, a
     /// log made by `cairn wal mkfs`): 001's LFFS-wafs-2sync/-2async, the targets
-    /// `cairn-journal-2sync` and `cairn-journal-2async`. `options`: the mode's own mount
-    /// options beyond `mode=` for a variant in [`JOURNAL_TARGETS`] (none needs one today:
-    /// `cairn-journal-group` is the mode `journal-group`, commit=group).
+    /// `cairn-journal-2sync` and `cairn-journal-2async` ([`JOURNAL_TARGETS`]).
     Cairn {
         mode: String,
         loopdev: bool,
@@ -61,8 +59,6 @@ pub enum Kind {
         transport: Option<String>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         log_device: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        options: Option<String>,
     },
 }
 
@@ -79,32 +75,23 @@ impl fmt::Display for TargetSpec {
     }
 }
 
-/// A cairn target that is not just `cairn-<mode>`: a journal variant with options of its own.
+/// A cairn target that is not just `cairn-<mode>`: a journal mode with its log on a second
+/// image file (`log=dev:PATH`).
 pub struct JournalTarget {
     pub name: &'static str,
     pub mode: &'static str,
-    /// Mount options of the mode beyond `mode=` ("" for none).
-    pub options: &'static str,
-    /// The log on a second image file (`log=dev:PATH`).
-    pub log_device: bool,
 }
 
 /// The journal variants with names of their own: the log on a second image file (001's
-/// LFFS-wafs-2sync and -2async), and group commit (`commit=group`: sync durability, calls
-/// that wait at once share the log's flushes; the 16-thread comparison with
-/// `cairn-journal`, which is `commit=sync`).
+/// LFFS-wafs-2sync and -2async). Group commit needs none: it is the mode `journal-group`.
 pub const JOURNAL_TARGETS: &[JournalTarget] = &[
     JournalTarget {
         name: "cairn-journal-2sync",
         mode: "journal",
-        options: "",
-        log_device: true,
     },
     JournalTarget {
         name: "cairn-journal-2async",
         mode: "journal-async",
-        options: "",
-        log_device: true,
     },
 ];
 
@@ -133,8 +120,7 @@ impl TargetSpec {
                     mode: j.mode.to_string(),
                     loopdev: false,
                     transport: None,
-                    log_device: j.log_device,
-                    options: (!j.options.is_empty()).then(|| j.options.to_string()),
+                    log_device: true,
                 },
             });
         }
@@ -171,7 +157,6 @@ impl TargetSpec {
                             loopdev,
                             transport,
                             log_device: false,
-                            options: None,
                         }
                     }
                     _ => bail!(
@@ -628,10 +613,8 @@ impl Mounted {
                 loopdev,
                 transport,
                 log_device,
-                options,
             } => format!(
-                "cairn mount -o mode={mode}{}{}{} ({})",
-                mode_options(options),
+                "cairn mount -o mode={mode}{}{} ({})",
                 transport_option(transport) + &concurrency_options(self.fuse_concurrency),
                 if *log_device {
                     format!(
@@ -687,15 +670,13 @@ impl Mounted {
                 mode,
                 transport,
                 log_device,
-                options,
                 ..
             } => {
                 let want_uring = transport.as_deref() == Some("uring");
                 // The daemon's log goes beside its image, so a run leaves nothing in the
                 // machine's runtime directory.
-                let transport = mode_options(options)
-                    + &transport_option(transport)
-                    + &concurrency_options(self.fuse_concurrency);
+                let transport =
+                    transport_option(transport) + &concurrency_options(self.fuse_concurrency);
                 let log = if *log_device {
                     format!(",log=dev:{}", self.log_image().display())
                 } else {
@@ -976,14 +957,6 @@ fn after_crash(listed: &str, mode: &str) -> Option<String> {
     mode_field(listed, mode, "after_crash")
 }
 
-/// The `,commit=group`-like options a named journal target adds (nothing otherwise).
-fn mode_options(options: &Option<String>) -> String {
-    options
-        .as_ref()
-        .map(|o| format!(",{o}"))
-        .unwrap_or_default()
-}
-
 /// Largest io_uring depth a cairn mount accepts (`uring_depth=`, 1 to 16).
 const MAX_URING_DEPTH: usize = 16;
 /// Largest FUSE thread count a cairn mount accepts (`threads=`, 1 to 64).
@@ -1087,7 +1060,6 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: false,
-                options: None,
             }
         );
         assert_eq!(
@@ -1097,7 +1069,6 @@ mod tests {
                 loopdev: true,
                 transport: None,
                 log_device: false,
-                options: None,
             }
         );
         assert_eq!(
@@ -1107,7 +1078,6 @@ mod tests {
                 loopdev: false,
                 transport: Some("uring".into()),
                 log_device: false,
-                options: None,
             }
         );
         assert_eq!(
@@ -1117,7 +1087,6 @@ mod tests {
                 loopdev: true,
                 transport: Some("dev".into()),
                 log_device: false,
-                options: None,
             }
         );
         assert_eq!(
@@ -1127,7 +1096,6 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: true,
-                options: None,
             }
         );
         assert!(matches!(
@@ -1141,7 +1109,6 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: false,
-                options: None,
             }
         );
         assert!(TargetSpec::parse("cairn-async+pigeon").is_err());
@@ -1154,9 +1121,7 @@ mod tests {
     }
 
     #[test]
-    fn mount_options_of_named_targets_and_concurrent_workloads() {
-        assert_eq!(mode_options(&Some("commit=group".into())), ",commit=group");
-        assert_eq!(mode_options(&None), "");
+    fn mount_options_of_concurrent_workloads() {
         assert_eq!(concurrency_options(None), "");
         assert_eq!(concurrency_options(Some(8)), ",threads=8,uring_depth=8");
         // Capped at what `cairn mount` accepts.

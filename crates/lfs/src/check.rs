@@ -381,6 +381,22 @@ mod tests {
         check_device(dev.clone() as Arc<dyn BlockDevice>).unwrap()
     }
 
+    /// Creates "open" in the root with 20,000 bytes and keeps it open (never released).
+    fn create_open(fs: &Lfs) -> cairn_vfs::Attr {
+        let (a, fh) = fs
+            .create(
+                &Ctx::root(),
+                ROOT_INO,
+                OsStr::new("open"),
+                0o644,
+                0,
+                libc::O_RDWR,
+            )
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        a
+    }
+
     /// A file unlinked while open, its unlink flushed, then a crash: the check finds an
     /// inode in no directory with no link that roll-forward names as an orphan — pending,
     /// not a leak: the repair (a read-write mount first) frees it and its blocks.
@@ -389,10 +405,7 @@ mod tests {
         let dev = image();
         let fs = mount(&dev);
         let c = Ctx::root();
-        let (a, fh) = fs
-            .create(&c, ROOT_INO, OsStr::new("open"), 0o644, 0, libc::O_RDWR)
-            .unwrap();
-        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        create_open(&fs);
         fs.unlink(&c, ROOT_INO, OsStr::new("open")).unwrap();
         fs.fsync(ROOT_INO, 0, false).unwrap();
         let img = crashed(&dev);
@@ -412,10 +425,7 @@ mod tests {
         let dev = image();
         let fs = mount(&dev);
         let c = Ctx::root();
-        let (a, fh) = fs
-            .create(&c, ROOT_INO, OsStr::new("open"), 0o644, 0, libc::O_RDWR)
-            .unwrap();
-        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        let a = create_open(&fs);
         fs.checkpoint().unwrap();
         fs.unlink(&c, ROOT_INO, OsStr::new("open")).unwrap();
         fs.fsync(ROOT_INO, 0, false).unwrap();
@@ -437,10 +447,7 @@ mod tests {
         let dev = image();
         let fs = mount(&dev);
         let c = Ctx::root();
-        let (a, fh) = fs
-            .create(&c, ROOT_INO, OsStr::new("open"), 0o644, 0, libc::O_RDWR)
-            .unwrap();
-        fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
+        let a = create_open(&fs);
         fs.unlink(&c, ROOT_INO, OsStr::new("open")).unwrap();
         fs.checkpoint().unwrap();
         let img = crashed(&dev);
