@@ -16,6 +16,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use nix::fcntl::{Flock, FlockArg};
@@ -116,6 +117,28 @@ pub struct Record {
     pub paths: Paths,
 }
 
+/// Whether process `pid` is on its way out: gone, a zombie or dead, or with SIGKILL pending
+/// for the whole thread group (its threads are still closing their files).
+fn exiting(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the last ')' (the command name may itself contain one).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    if matches!(state, Some('Z' | 'X' | 'x')) {
+        return true;
+    }
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("ShdPnd:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|mask| mask & SIGKILL_BIT != 0)
+    })
+}
+
 impl Record {
     /// Takes the pid-file lock for `mountpoint`, refusing if a live daemon holds it.
     pub fn claim(mountpoint: &Path) -> Result<Record> {
@@ -125,6 +148,7 @@ impl Record {
     fn claim_in(dir: &Path, mountpoint: &Path) -> Result<Record> {
         let paths = paths_in(dir, mountpoint);
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let patience = Instant::now() + Duration::from_secs(5);
         loop {
             let f = OpenOptions::new()
                 .read(true)
@@ -139,6 +163,14 @@ impl Record {
                     let mut who = String::new();
                     let _ = f.read_to_string(&mut who);
                     let pid = who.lines().next().unwrap_or("?").to_string();
+                    // A daemon killed a moment ago still holds the lock until its last thread
+                    // has closed its files (the group leader shows as a zombie before that):
+                    // wait for it rather than refuse a remount that will be valid in
+                    // milliseconds. A live daemon is refused at once.
+                    if pid.parse().is_ok_and(exiting) && Instant::now() < patience {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
                     bail!(
                         "{} is already served by a cairn daemon (pid {pid})",
                         mountpoint.display()
@@ -277,6 +309,28 @@ mod tests {
         let e = escape(Path::new(&long));
         assert!(e.len() < 255);
         assert_ne!(e, escape(Path::new(&format!("{long}y"))));
+    }
+
+    #[test]
+    fn only_a_dying_holder_is_waited_for() {
+        assert!(
+            !exiting(std::process::id()),
+            "a live process is not exiting"
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .unwrap();
+        assert!(!exiting(child.id()));
+        child.kill().unwrap();
+        // Until reaped, the killed child is a zombie (or still has SIGKILL pending).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !exiting(child.id()) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(exiting(child.id()), "a killed child counts as exiting");
+        child.wait().unwrap();
+        assert!(exiting(child.id()), "a reaped child is gone");
     }
 
     #[test]

@@ -721,8 +721,13 @@ impl Target {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             // The daemon is not our child, so we cannot waitpid; it is gone once /proc says so
-            // (or it is a zombie of its own parent, which is equally dead for the mount).
-            if fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z ")) {
+            // (or it is a zombie of its own parent, which is equally dead for the mount). A
+            // zombie group leader is not enough: its other threads may still be closing the
+            // image and the pid-file lock, so wait until it is the only task left.
+            let zombie =
+                fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
+            let alone = fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() <= 1);
+            if zombie && alone {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
