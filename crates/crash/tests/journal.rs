@@ -179,3 +179,29 @@ fn only_a_per_device_crash_model_catches_a_log_forced_on_the_wrong_device() {
         "{msg}"
     );
 }
+
+/// A two-device reproducer (the recording cut at the state's epoch, both devices' events
+/// and the log device's size in its header) replays to the same failure.
+#[test]
+fn a_two_device_reproducer_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CampaignOptions {
+        modes: vec!["journal-2sync-force-flushes-home".into()],
+        workloads: vec![workload::by_name("create").unwrap()],
+        states: 300,
+        threads: 2,
+        repro_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let r = campaign::run(&opts, &quiet).expect("campaign runs");
+    assert!(!r.passed(), "{}", show(&r));
+    let repro = r
+        .cells
+        .iter()
+        .flat_map(|c| &c.reproducers)
+        .next()
+        .expect("a reproducer");
+    let (c, _, out, failing) = campaign::replay(std::path::Path::new(repro)).unwrap();
+    assert!(c.rec.header.log_blocks > 0);
+    assert!(failing, "reproducer {repro} no longer fails: {out:?}");
+}
