@@ -50,6 +50,7 @@ pub fn mount_recorded(
         workload: format!("mount:{}", image.display()),
         start: 0,
         tagged: false,
+        log_blocks: 0,
         repro: None,
     };
     let rec = Arc::new(Recorder::to_file(out, &header).map_err(|e| anyhow!("{e}"))?);

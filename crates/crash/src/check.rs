@@ -1,6 +1,11 @@
 //! Checking crash states (issue 5 §3): build the state over the epoch's shared base, run the
 //! mode's recovery if it has one, fsck it (check only), mount it read-only in process and
 //! walk it, and ask the durability oracle.
+//!
+//! A recording of two devices (a journal's log device: [`crate::record`]) builds each state
+//! as one overlay of both devices' blocks, handed out as two devices ([`Slice`]): the file
+//! system's to fsck, the walk and the oracle, both to the mode's recovery and to the
+//! read-only mount (which shows the log's replay in memory).
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,6 +13,7 @@ use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
 use cairn_ffs::format::{Geometry, INODE_SIZE, Superblock};
+use cairn_ffs::strategy::journal::Commit;
 use cairn_ffs::{Ffs, MountOptions};
 use cairn_fsck::{CheckOptions, Class};
 use cairn_vfs::FileSystem;
@@ -18,7 +24,7 @@ use crate::Error;
 use crate::model::Model;
 use crate::modes::{Allow, Expectation};
 use crate::oracle::{Observed, Timeline, model_of, observe};
-use crate::overlay::{Base, Overlay};
+use crate::overlay::{Base, Overlay, Slice};
 use crate::record::{self, Event, Op, Recording};
 use crate::states::{CrashState, Epoch, crash_point, epochs};
 
@@ -98,10 +104,10 @@ impl Checker {
     pub fn new(rec: Recording, expect: Expectation) -> Result<Checker, Error> {
         let h = &rec.header;
         let mut base = match &h.base {
-            record::Base::Zero => Base::zeroed(h.block_size, h.num_blocks),
+            record::Base::Zero => Base::zeroed(h.block_size, h.total_blocks()),
             record::Base::File(p) => {
                 let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-                let want = h.block_size as usize * h.num_blocks as usize;
+                let want = h.block_size as usize * h.total_blocks() as usize;
                 if bytes.len() < want {
                     return Err(Error::Format(format!(
                         "base image {} has {} bytes, the recording needs {want}",
@@ -125,7 +131,7 @@ impl Checker {
         let start = Arc::new(base);
         let mount_mode = crate::modes::mount_mode(&h.mode);
         let other = crate::modes::format_of(&h.mode).filter(|f| f.name != "ffs");
-        let initial = match mount_ro(start.clone(), &mount_mode, other) {
+        let initial = match mount_ro(start.clone(), &mount_mode, other, h) {
             Ok(fs) => model_of(&observe(fs.as_ref())),
             // An image that does not mount at the start: nothing to compare names with.
             Err(_) => Model {
@@ -176,9 +182,10 @@ impl Checker {
         }
     }
 
+    /// Makes durable what the flush ending epoch `e` settles.
     fn apply_epoch(&self, base: &mut Arc<Base>, e: usize) {
         let b = make_mut_base(base);
-        for &i in &self.epochs[e].writes {
+        for &i in &self.epochs[e].settled {
             if let Event::Write { block, data } = &self.rec.events[i] {
                 data.copy_to(b.block_mut(*block));
             }
@@ -281,7 +288,10 @@ impl Checker {
             stale: Vec::new(),
             crash_point: cp,
         };
-        let dev = match self.device(base, st) {
+        let devs = self.device(base, st).and_then(|d| {
+            split(Arc::new(d), &self.rec.header).map_err(|e| Error::Format(e.to_string()))
+        });
+        let (dev, log) = match devs {
             Ok(d) => d,
             Err(e) => {
                 out.class = StateClass::Corrupt;
@@ -289,16 +299,15 @@ impl Checker {
                 return out;
             }
         };
-        let dev = Arc::new(dev);
         if let Some(recover) = self.expect.recovery
-            && let Err(e) = recover(dev.clone())
+            && let Err(e) = recover(dev.clone(), log.clone())
         {
             out.class = StateClass::Corrupt;
             out.findings.push(format!("recovery failed: {e}"));
             return out;
         }
         let rename_in_flight = self.timeline.dir_rename_in_flight(cp);
-        let fsync_wrote = self.fsync_wrote(&dev, cp);
+        let fsync_wrote = self.fsync_wrote(dev.as_ref(), cp);
         let (mut corrupt, mut leak, mut irename) = (false, false, false);
         let checked = match self.other {
             Some(f) => (f.device.check)(dev.clone()),
@@ -320,8 +329,7 @@ impl Checker {
                 out.findings.push(format!("fsck cannot check: {e}"));
             }
         }
-        let dev: Arc<dyn BlockDevice> = dev;
-        let obs = match mount_ro_dev(dev, &self.mount_mode, self.other) {
+        let obs = match mount_ro_dev(dev, &self.mount_mode, self.other, log) {
             Ok(fs) => {
                 let o = observe(fs.as_ref());
                 drop(fs);
@@ -364,7 +372,7 @@ impl Checker {
     /// disk ahead of its data is FFS's ordinary stale-data window, not the fsync's doing);
     /// after it, the fsync's promise — data before the pointers to it — says the contents
     /// are complete. FFS layout: a new format locates its inodes its own way.
-    fn fsync_wrote(&self, dev: &Overlay, cp: usize) -> HashSet<u64> {
+    fn fsync_wrote(&self, dev: &dyn BlockDevice, cp: usize) -> HashSet<u64> {
         let mut out = HashSet::new();
         let Some(geo) = self.geo else { return out };
         for o in self.timeline.in_flight(cp) {
@@ -481,17 +489,41 @@ fn mount_ro(
     base: Arc<Base>,
     mode: &str,
     other: Format,
+    h: &record::Header,
 ) -> Result<Arc<dyn FileSystem>, cairn_vfs::FsError> {
     let dev = Overlay::new(base, HashMap::new())?;
-    mount_ro_dev(Arc::new(dev), mode, other)
+    let (dev, log) = split(Arc::new(dev), h)?;
+    mount_ro_dev(dev, mode, other, log)
 }
 
-/// A read-only mount of a state: FFS in `mode`, another format through its registry entry
-/// (whose read-only mount recovers in memory: LFS rolls forward).
+/// The file system's device, and the log's for a recording of two.
+type Devices = (Arc<dyn BlockDevice>, Option<Arc<dyn BlockDevice>>);
+
+/// A state of the recording's devices as the file system's device and, for a recording of
+/// two, the log's (both views of the one overlay: what recovery writes to either lands in
+/// it).
+fn split(state: Arc<Overlay>, h: &record::Header) -> std::io::Result<Devices> {
+    if h.log_blocks == 0 {
+        return Ok((state, None));
+    }
+    let state: Arc<dyn BlockDevice> = state;
+    let slice = |first, blocks| -> std::io::Result<Arc<dyn BlockDevice>> {
+        Ok(Arc::new(Slice::new(Arc::clone(&state), first, blocks)?))
+    };
+    Ok((
+        slice(0, h.num_blocks)?,
+        Some(slice(h.num_blocks, h.log_blocks)?),
+    ))
+}
+
+/// A read-only mount of a state: FFS in `mode` (with its log device when it has one: the
+/// journal's read-only mount replays the log in memory), another format through its
+/// registry entry (whose read-only mount recovers in memory: LFS rolls forward).
 fn mount_ro_dev(
     dev: Arc<dyn BlockDevice>,
     mode: &str,
     other: Format,
+    log: Option<Arc<dyn BlockDevice>>,
 ) -> Result<Arc<dyn FileSystem>, cairn_vfs::FsError> {
     if let Some(f) = other {
         return (f.device.mount)(
@@ -503,17 +535,22 @@ fn mount_ro_dev(
             },
         );
     }
-    let ffs = Ffs::mount_device(
-        dev,
-        &MountOptions {
-            mode: mode.into(),
-            cache_bytes: 16 << 20,
-            syncer_interval: None,
-            read_only: true,
-            force: false,
-            mode_options: Vec::new(),
-        },
-    )?;
+    let opts = MountOptions {
+        mode: mode.into(),
+        cache_bytes: 16 << 20,
+        syncer_interval: None,
+        read_only: true,
+        force: false,
+        mode_options: Vec::new(),
+    };
+    let ffs = match log {
+        Some(log) => Ffs::mount_device_with_strategy(
+            dev,
+            &opts,
+            Box::new(crate::modes::journal_on(log, Commit::Sync)),
+        )?,
+        None => Ffs::mount_device(dev, &opts)?,
+    };
     Ok(ffs)
 }
 

@@ -10,11 +10,14 @@
 //!    system marks each operation (id, kind, path, and the moment it returned). Workloads run
 //!    in process ([`workload`]); real programs are recorded with `cairn mount -o record=FILE`.
 //!    Every registered format is recorded the same way: an FFS mode through its strategy,
-//!    any other format through its registry entry (`cairn_fstypes::DeviceOps`).
+//!    any other format through its registry entry (`cairn_fstypes::DeviceOps`). A journal
+//!    with its log on a device of its own (`journal-2sync`, `journal-2async`) is recorded
+//!    as two devices into one event stream.
 //! 2. **Crash states** ([`states`]): for every flush epoch, every earlier epoch durable plus
 //!    a subset of the epoch's writes (all subsets when few, else a seeded sample and the
 //!    edge cases), optionally with one torn block write. Each state is an
-//!    [`overlay::Overlay`]: the epoch's shared base image plus the kept blocks.
+//!    [`overlay::Overlay`]: the epoch's shared base image plus the kept blocks. With two
+//!    devices a flush settles only its own device's writes.
 //! 3. **Checks** ([`check`]): the mode's recovery if it has one, fsck in check-only mode
 //!    (findings classed as corruption or leak; another format: its own device check, LFS
 //!    rolling forward in its read-only mount), a read-only in-process mount walked

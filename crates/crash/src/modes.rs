@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
+use cairn_ffs::strategy::journal::{Commit, Journal, LogSpec};
 use cairn_ffs::strategy::{self, Strategy};
 use serde::Serialize;
 
@@ -43,26 +44,119 @@ impl Allow {
 }
 
 /// A mode's recovery, run on the crash state before fsck (journal replay, roll-forward).
-/// It gets the state as a shared device, so it can mount it.
-pub type Recovery = fn(Arc<dyn BlockDevice>) -> Result<(), String>;
+/// It gets the state as a shared device, so it can mount it, and the state of the log's
+/// own device when the mode keeps its log on one (a two-device recording: see
+/// [`LOG_DEVICE_VARIANTS`]).
+pub type Recovery = fn(Arc<dyn BlockDevice>, Option<Arc<dyn BlockDevice>>) -> Result<(), String>;
 
 /// The journal's recovery: a read-write mount (which replays the log and frees the orphans
-/// it names) and a clean unmount — what the next mount after a crash does.
-fn recover_journal(dev: Arc<dyn BlockDevice>) -> Result<(), String> {
-    let fs = cairn_ffs::Ffs::mount_device(
-        dev,
-        &cairn_ffs::MountOptions {
-            mode: "journal".into(),
-            cache_bytes: 16 << 20,
-            syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
-            read_only: false,
-            // The crash left the superblock "mounted": the journal recovers it itself.
-            force: true,
-            mode_options: Vec::new(),
-        },
-    )
+/// it names) and a clean unmount — what the next mount after a crash does. With a log
+/// device, the journal reads its log there (`log=dev`), as it crashed: the two devices'
+/// states come from the same crash.
+fn recover_journal(
+    dev: Arc<dyn BlockDevice>,
+    log: Option<Arc<dyn BlockDevice>>,
+) -> Result<(), String> {
+    let opts = cairn_ffs::MountOptions {
+        mode: "journal".into(),
+        cache_bytes: 16 << 20,
+        syncer_interval: Some(std::time::Duration::from_secs(24 * 3600)),
+        read_only: false,
+        // The crash left the superblock "mounted": the journal recovers it itself.
+        force: true,
+        mode_options: Vec::new(),
+    };
+    let fs = match log {
+        // The commit policy plays no part in recovery.
+        Some(log) => cairn_ffs::Ffs::mount_device_with_strategy(
+            dev,
+            &opts,
+            Box::new(journal_on(log, Commit::Sync)),
+        ),
+        None => cairn_ffs::Ffs::mount_device(dev, &opts),
+    }
     .map_err(|e| e.to_string())?;
     fs.unmount().map_err(|e| e.to_string())
+}
+
+/// The journal with its log on `log` (a device formatted by `cairn_wal::Wal::format`).
+pub fn journal_on(log: Arc<dyn BlockDevice>, commit: Commit) -> Journal {
+    Journal::new(LogSpec::Device(log), commit)
+}
+
+/// A journal mode with its log on a device of its own (001 §5.2's WAFS; the paper's
+/// LFFS-wafs-2sync and -2async, the benchmarks' cairn-journal-2sync and -2async): the same
+/// mode, strategy and promises as its base (`log=dev:PATH`), recorded as two devices. The
+/// crash states that matter are the ones across the devices: the file system's writes
+/// landing while the log's last records did not, or the log forced and the home blocks not.
+/// Checked by name (`cairn crash run --modes journal-2sync`).
+#[derive(Clone, Copy, Debug)]
+pub struct LogDeviceVariant {
+    pub name: &'static str,
+    /// The registered journal mode it records, with `log=dev`.
+    pub base: &'static str,
+    pub what: &'static str,
+}
+
+/// The journal modes recorded with their log on a second device.
+pub const LOG_DEVICE_VARIANTS: &[LogDeviceVariant] = &[
+    LogDeviceVariant {
+        name: "journal-2sync",
+        base: "journal",
+        what: "mode journal (commit=sync) with log=dev: its log on a second device (001's LFFS-wafs-2sync)",
+    },
+    LogDeviceVariant {
+        name: "journal-2async",
+        base: "journal-async",
+        what: "mode journal-async (commit=async) with log=dev: its log on a second device (001's LFFS-wafs-2async)",
+    },
+];
+
+/// The log-device variant called `name`.
+pub fn log_device_variant(name: &str) -> Option<&'static LogDeviceVariant> {
+    LOG_DEVICE_VARIANTS.iter().find(|v| v.name == name)
+}
+
+/// Whether a recording of `mode` has a second device for the journal's log (a log-device
+/// variant or a planted bug claiming one's guarantees).
+pub fn needs_log_device(mode: &str) -> bool {
+    log_device_variant(mode).is_some()
+        || crate::planted::journal_by_name(mode)
+            .is_some_and(|p| log_device_variant(p.base).is_some())
+}
+
+/// The commit policy of a journal mode (registered, a log-device variant of one, or a
+/// planted bug claiming one's guarantees).
+pub fn journal_commit(mode: &str) -> Commit {
+    if let Some(v) = log_device_variant(mode) {
+        return journal_commit(v.base);
+    }
+    if let Some(p) = crate::planted::journal_by_name(mode) {
+        return journal_commit(p.base);
+    }
+    match mode {
+        "journal-async" => Commit::Async,
+        "journal-group" => Commit::Group,
+        _ => Commit::Sync,
+    }
+}
+
+/// The strategy recording `mode` with its log on `log` (see [`needs_log_device`]); `fs` is
+/// the file system's device (a planted bug may misuse it). `None` for a mode without a log
+/// device.
+pub fn strategy_with_log(
+    mode: &str,
+    fs: Arc<dyn BlockDevice>,
+    log: Arc<dyn BlockDevice>,
+) -> Option<Box<dyn Strategy>> {
+    if let Some(v) = log_device_variant(mode) {
+        return Some(Box::new(
+            journal_on(log, journal_commit(v.base)).named(v.name),
+        ));
+    }
+    crate::planted::journal_by_name(mode)
+        .filter(|p| log_device_variant(p.base).is_some())
+        .map(|p| p.strategy_on(fs, log))
 }
 
 /// The recovery of a mode that has one.
@@ -74,7 +168,7 @@ fn recovery_for(mode: &str) -> Option<Recovery> {
 /// Whether a recording of `mode` needs an image with a journal log area (`log=file`).
 pub fn needs_log_area(mode: &str) -> bool {
     matches!(mode, "journal" | "journal-async" | "journal-group")
-        || crate::planted::journal_by_name(mode).is_some()
+        || (crate::planted::journal_by_name(mode).is_some() && !needs_log_device(mode))
 }
 
 /// What a mode promises about the states a crash can leave.
@@ -155,6 +249,12 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
             if let Some(p) = crate::planted::journal_by_name(mode) {
                 return p.expectation();
             }
+            // The base's promises and recovery (which takes the log device's state).
+            if let Some(v) = log_device_variant(mode) {
+                let mut e = expectation(v.base)?;
+                e.mode = v.name.to_string();
+                return Some(e);
+            }
             if let Some(v) = variant(mode) {
                 let mut e = expectation(v.base)?;
                 e.mode = v.name.to_string();
@@ -226,6 +326,7 @@ pub fn format_of(mode: &str) -> Option<&'static cairn_fstypes::FsType> {
     }
     if cairn_ffs::strategy::candidate(mode).is_some()
         || crate::planted::journal_by_name(mode).is_some()
+        || log_device_variant(mode).is_some()
     {
         return cairn_fstypes::by_name("ffs");
     }
@@ -246,6 +347,9 @@ pub fn is_ffs(mode: &str) -> bool {
 /// Whether `mode` can be recorded: an FFS strategy, or a mode of another registered format
 /// (or a planted bug in one).
 pub fn known(mode: &str) -> bool {
+    if needs_log_device(mode) {
+        return true;
+    }
     if is_ffs(mode) {
         strategy_for(mode).is_some()
     } else {
@@ -273,8 +377,12 @@ pub fn registered() -> Vec<&'static str> {
     cairn_fstypes::modes().iter().map(|m| m.name()).collect()
 }
 
-/// The strategy for `mode`: a registered one, or a planted bug.
+/// The strategy for `mode`: a registered one, or a planted bug. `None` for a mode with a
+/// log device too: its strategy needs the devices ([`strategy_with_log`]).
 pub fn strategy_for(mode: &str) -> Option<Box<dyn Strategy>> {
+    if needs_log_device(mode) {
+        return None;
+    }
     if let Some(p) = crate::planted::journal_by_name(mode) {
         return Some(p.strategy());
     }
@@ -300,6 +408,52 @@ mod tests {
         }
         assert_eq!(strategy_for(DIRENT_FIRST).unwrap().name(), DIRENT_FIRST);
         assert_eq!(strategy_for(LAZY_RETURN).unwrap().name(), LAZY_RETURN);
+    }
+
+    /// journal-2sync and journal-2async hold the promises of their base mode, recover with
+    /// the journal, record a log device and no log area.
+    #[test]
+    fn log_device_variants_carry_their_base_modes_expectations() {
+        for v in LOG_DEVICE_VARIANTS {
+            let e = expectation(v.name).unwrap();
+            let b = expectation(v.base).unwrap();
+            assert_eq!(e.mode, v.name);
+            assert_eq!(
+                (e.promises, e.corrupt, e.leak, e.interrupted_rename),
+                (b.promises, b.corrupt, b.leak, b.interrupted_rename)
+            );
+            assert!(e.recovery.is_some() && known(v.name) && is_ffs(v.name));
+            assert!(needs_log_device(v.name) && !needs_log_area(v.name));
+            assert_eq!(journal_commit(v.name), journal_commit(v.base));
+            assert!(strategy_for(v.name).is_none());
+            let mem =
+                |n| -> Arc<dyn BlockDevice> { Arc::new(cairn_blockdev::MemDevice::new(4096, n)) };
+            assert_eq!(
+                strategy_with_log(v.name, mem(16), mem(16)).unwrap().name(),
+                v.name
+            );
+        }
+        // The benchmarks' names for the same systems (cairn-journal-2sync, -2async).
+        assert!(
+            expectation("journal-2sync")
+                .unwrap()
+                .promises
+                .metadata_on_return
+        );
+        assert!(
+            !expectation("journal-2async")
+                .unwrap()
+                .promises
+                .metadata_on_return
+        );
+        assert_eq!(journal_commit("journal-2async"), Commit::Async);
+        assert!(
+            !needs_log_device("journal") && strategy_with_log("journal", mem0(), mem0()).is_none()
+        );
+    }
+
+    fn mem0() -> Arc<dyn BlockDevice> {
+        Arc::new(cairn_blockdev::MemDevice::new(4096, 16))
     }
 
     /// The two baselines keep the promises the papers give them (000 §5, Table 3).

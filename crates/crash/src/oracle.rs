@@ -1116,6 +1116,7 @@ mod tests {
             workload: "t".into(),
             start: 0,
             tagged: true,
+            log_blocks: 0,
             repro: None,
         }
     }

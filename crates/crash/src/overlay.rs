@@ -6,6 +6,9 @@
 //! base; writes (a mode's recovery, fsck repairs in `replay --repair`) go to the map. The
 //! base is an `Arc`, so a state can be handed to `Ffs::mount_device` (which wants
 //! `Arc<dyn BlockDevice>`) without copying.
+//!
+//! A recording of two devices (a journal's log device) keeps both in one overlay, the log's
+//! blocks after the file system's; a [`Slice`] hands out each as a device of its own.
 
 use std::collections::HashMap;
 use std::io;
@@ -154,6 +157,79 @@ impl BlockDevice for Overlay {
     }
 }
 
+/// Blocks `first..first + blocks` of another device, as a device: the file system's and
+/// the log's part of a two-device state (reads and writes go to the shared overlay).
+pub struct Slice {
+    core: DeviceCore,
+    inner: Arc<dyn BlockDevice>,
+    first: u64,
+}
+
+impl std::fmt::Debug for Slice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slice")
+            .field("first", &self.first)
+            .field("blocks", &self.core.num_blocks())
+            .finish()
+    }
+}
+
+impl Slice {
+    /// `blocks` is clamped to what `inner` has past `first`.
+    pub fn new(inner: Arc<dyn BlockDevice>, first: u64, blocks: u64) -> io::Result<Slice> {
+        let blocks = blocks.min(inner.num_blocks().saturating_sub(first));
+        let core = DeviceCore::new(inner.block_size(), blocks)?;
+        Ok(Slice { core, inner, first })
+    }
+}
+
+impl BlockDevice for Slice {
+    fn block_size(&self) -> u32 {
+        self.core.block_size()
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.core.num_blocks()
+    }
+
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (_, blocks) = self.core.check(block, buf.len())?;
+        if blocks == 0 {
+            return Ok(());
+        }
+        let at = self.core.now();
+        self.inner.read_blocks(self.first + block, buf)?;
+        self.core.done_read(block, blocks, at);
+        Ok(())
+    }
+
+    fn write_blocks(&self, block: u64, buf: &[u8]) -> io::Result<()> {
+        let (_, blocks) = self.core.check(block, buf.len())?;
+        if blocks == 0 {
+            return Ok(());
+        }
+        let at = self.core.now();
+        self.inner.write_blocks(self.first + block, buf)?;
+        self.core.done_write(block, buf, at);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let at = self.core.now();
+        self.inner.flush()?;
+        self.core.done_flush(at);
+        Ok(())
+    }
+
+    fn counters(&self) -> &DeviceCounters {
+        self.core.counters()
+    }
+
+    fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>) {
+        self.core.set_trace(sink);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +256,27 @@ mod tests {
         let img = o.to_image();
         assert_eq!((img[512], img[1024], img[1536]), (1, 9, 7));
         assert!(o.read_blocks(4, &mut buf[..512]).is_err());
+    }
+
+    #[test]
+    fn slices_are_windows_of_one_overlay() {
+        let mut base = Base::zeroed(512, 6);
+        base.block_mut(4).fill(4);
+        let o: Arc<dyn BlockDevice> =
+            Arc::new(Overlay::new(Arc::new(base), HashMap::new()).unwrap());
+        let fs = Slice::new(o.clone(), 0, 4).unwrap();
+        let log = Slice::new(o.clone(), 4, 2).unwrap();
+        assert_eq!((fs.num_blocks(), log.num_blocks()), (4, 2));
+        let mut b = vec![0u8; 512];
+        log.read_blocks(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 4));
+        log.write_blocks(1, &[5u8; 512]).unwrap();
+        o.read_blocks(5, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 5));
+        // Neither reaches past its end into the other.
+        assert!(fs.read_blocks(4, &mut b).is_err());
+        assert!(log.write_blocks(2, &b).is_err());
+        // Clamped to the device.
+        assert_eq!(Slice::new(o, 5, 9).unwrap().num_blocks(), 1);
     }
 }

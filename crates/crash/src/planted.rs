@@ -587,10 +587,14 @@ enum JournalFault {
     /// The real journal in commit=group whose `after_op` does not force
     /// (`Journal::plant_no_group_force`).
     NoGroupForce,
+    /// The real journal with its log on a device whose flush goes to the file system's
+    /// device instead ([`FlushElsewhere`]).
+    ForceFlushesHome,
 }
 
 /// The journal's planted bugs: write-ahead broken in each journal mode (`commit=sync` and
-/// `commit=async`), and freed blocks reused before their free is durable.
+/// `commit=async`, the log in the image and on a device of its own), freed blocks reused
+/// before their free is durable, and a log on its own device forced by flushing the other.
 pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[
     PlantedJournal {
         name: "journal-write-before-log",
@@ -624,6 +628,30 @@ pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[
         workload: "create",
         fault: JournalFault::NoGroupForce,
     },
+    PlantedJournal {
+        name: "journal-2sync-write-before-log",
+        base: "journal-2sync",
+        breaks: "write-ahead across devices: a call's blocks reach the file system's device before its log records reach the log device",
+        how: "as journal-write-before-log, with the log on its own device",
+        workload: "create",
+        fault: JournalFault::WriteBeforeLog,
+    },
+    PlantedJournal {
+        name: "journal-2async-write-before-log",
+        base: "journal-2async",
+        breaks: "write-ahead across devices: a call's blocks reach the file system's device before its log records reach the log device",
+        how: "as journal-write-before-log, with commit=async and the log on its own device",
+        workload: "create",
+        fault: JournalFault::WriteBeforeLog,
+    },
+    PlantedJournal {
+        name: "journal-2sync-force-flushes-home",
+        base: "journal-2sync",
+        breaks: "write-ahead and durability on return: the log is \"forced\" by a flush of the file system's device, which says nothing about the log device's writes (one flush covers both only when the log is in the image)",
+        how: "the log device's flush flushes the file system's device instead (FlushElsewhere around the log device); the journal is the real one",
+        workload: "create",
+        fault: JournalFault::ForceFlushesHome,
+    },
 ];
 
 /// The journal's planted bug called `name`.
@@ -632,15 +660,29 @@ pub fn journal_by_name(name: &str) -> Option<&'static PlantedJournal> {
 }
 
 impl PlantedJournal {
-    /// The journal with the bug in it (its log in the image's log area).
+    /// The journal with the bug in it, its log in the image's log area (a bug claiming a
+    /// log-device variant's guarantees: [`PlantedJournal::strategy_on`]).
     pub fn strategy(&self) -> Box<dyn Strategy> {
+        self.with_log(cairn_ffs::strategy::journal::LogSpec::File)
+    }
+
+    /// The journal with the bug in it, its log on `log` (`fs`: the file system's device).
+    pub fn strategy_on(
+        &self,
+        fs: Arc<dyn cairn_blockdev::BlockDevice>,
+        log: Arc<dyn cairn_blockdev::BlockDevice>,
+    ) -> Box<dyn Strategy> {
+        let log: Arc<dyn cairn_blockdev::BlockDevice> = match self.fault {
+            JournalFault::ForceFlushesHome => Arc::new(FlushElsewhere { log, fs }),
+            _ => log,
+        };
+        self.with_log(cairn_ffs::strategy::journal::LogSpec::Device(log))
+    }
+
+    fn with_log(&self, log: cairn_ffs::strategy::journal::LogSpec) -> Box<dyn Strategy> {
         let inner = cairn_ffs::strategy::journal::Journal::new(
-            cairn_ffs::strategy::journal::LogSpec::File,
-            match self.base {
-                "journal-async" => cairn_ffs::strategy::journal::Commit::Async,
-                "journal-group" => cairn_ffs::strategy::journal::Commit::Group,
-                _ => cairn_ffs::strategy::journal::Commit::Sync,
-            },
+            log,
+            crate::modes::journal_commit(self.base),
         );
         match self.fault {
             JournalFault::WriteBeforeLog => Box::new(WriteBeforeLog {
@@ -656,6 +698,7 @@ impl PlantedJournal {
                 inner.plant_no_group_force();
                 Box::new(inner.named(self.name))
             }
+            JournalFault::ForceFlushesHome => Box::new(inner.named(self.name)),
         }
     }
 
@@ -664,6 +707,41 @@ impl PlantedJournal {
         let mut e = crate::modes::expectation(self.base)?;
         e.mode = self.name.to_string();
         Some(e)
+    }
+}
+
+/// journal-2sync-force-flushes-home: a log device whose flush goes to the file system's
+/// device. The journal forces its log exactly as it should; the barrier lands on the wrong
+/// device, as it would in a journal written for a log inside the image, where one flush
+/// covers log and home blocks alike. Only a crash model that keeps a flush to its own
+/// device sees it: the log's records stay volatile while home blocks written after the
+/// "force" become durable.
+struct FlushElsewhere {
+    log: Arc<dyn cairn_blockdev::BlockDevice>,
+    fs: Arc<dyn cairn_blockdev::BlockDevice>,
+}
+
+impl cairn_blockdev::BlockDevice for FlushElsewhere {
+    fn block_size(&self) -> u32 {
+        self.log.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.log.num_blocks()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.log.read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.log.write_blocks(block, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.fs.flush()
+    }
+    fn counters(&self) -> &cairn_blockdev::DeviceCounters {
+        self.log.counters()
+    }
+    fn set_trace(&self, sink: Option<Arc<dyn cairn_blockdev::TraceSink>>) {
+        self.log.set_trace(sink);
     }
 }
 
@@ -816,11 +894,23 @@ mod journal_tests {
     fn the_journals_planted_bugs_resolve_and_claim_its_guarantees() {
         for p in JOURNAL_CATALOGUE {
             assert!(by_name(p.name).is_none());
-            assert_eq!(p.strategy().name(), p.name);
+            let two = crate::modes::needs_log_device(p.name);
+            if two {
+                let mem = |n| -> Arc<dyn cairn_blockdev::BlockDevice> {
+                    Arc::new(cairn_blockdev::MemDevice::new(4096, n))
+                };
+                let s = crate::modes::strategy_with_log(p.name, mem(16), mem(16)).unwrap();
+                assert_eq!(s.name(), p.name);
+                assert!(crate::modes::strategy_for(p.name).is_none());
+            } else {
+                assert_eq!(p.strategy().name(), p.name);
+            }
             let e = p.expectation().unwrap();
             assert_eq!(e.mode, p.name);
             assert!(e.recovery.is_some());
-            assert!(crate::modes::needs_log_area(p.name));
+            // The log in the image's log area, or on its own device: never both.
+            assert_ne!(crate::modes::needs_log_area(p.name), two, "{}", p.name);
+            assert!(crate::modes::known(p.name));
             assert!(workload::by_name(p.workload).is_some());
         }
     }

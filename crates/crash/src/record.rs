@@ -10,7 +10,14 @@
 //! application may rely on the mode's durability promise.
 //!
 //! The same event stream is kept in memory for in-process workloads and written as JSON
-//! lines for `cairn mount -o record=FILE` (see [`JsonLinesSink`] and [`load`]).
+//! lines for `cairn mount -o record=FILE` (see [`Recorder::to_file`] and [`load`]).
+//!
+//! **Two devices.** A journal with its log on a device of its own (`log=dev`, 001's
+//! LFFS-wafs-2*) writes to two devices; both are recorded into the one event stream, in the
+//! order their writes and flushes completed: the second device's blocks are numbered after
+//! the first's ([`Header::log_blocks`]), and its flushes are [`Event::LogFlush`] (see
+//! [`Recorder::second_device`]). A flush of either device says nothing about the other's
+//! writes: [`crate::states`] keeps one flush frontier per device.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
@@ -205,8 +212,12 @@ impl OpResult {
 pub enum Event {
     /// One block reached the device's (volatile) cache.
     Write { block: u64, data: BlockData },
-    /// A durability barrier returned.
+    /// A durability barrier of the (first) device returned: its writes before it are
+    /// durable. It says nothing about a second device's writes.
     Flush,
+    /// A durability barrier of the second device (a journal's log device) returned: its
+    /// writes before it are durable, and nothing more.
+    LogFlush,
     /// An operation entered the file system.
     Begin { id: u64, op: Op },
     /// The operation returned to the application.
@@ -240,12 +251,33 @@ pub struct Header {
     /// Workload data is tagged (see `workload::tag`), so stale data can be recognized.
     #[serde(default)]
     pub tagged: bool,
+    /// Blocks of a second device recorded with the first (a journal's log device,
+    /// `log=dev`): its block `b` is block `num_blocks + b` of the recording, and its
+    /// flushes are [`Event::LogFlush`]. 0: one device.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub log_blocks: u64,
     /// Set in reproducer files: the crash state and what was found in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repro: Option<crate::report::Repro>,
 }
 
 pub const FORMAT: u32 = 1;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Header {
+    /// Blocks of every recorded device together (the first's, then the second's).
+    pub fn total_blocks(&self) -> u64 {
+        self.num_blocks.saturating_add(self.log_blocks)
+    }
+
+    /// Whether `block` (of the recording's numbering) is on the second device.
+    pub fn on_log_device(&self, block: u64) -> bool {
+        block >= self.num_blocks
+    }
+}
 
 /// A complete recording.
 #[derive(Clone, Debug)]
@@ -345,6 +377,39 @@ impl Recorder {
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().clone()
     }
+
+    /// A sink for a second device (a journal's log device) recorded into the same stream:
+    /// its block `b` is recorded as block `first_blocks + b`, its flushes as
+    /// [`Event::LogFlush`]. Both devices push into one stream, so the events keep the order
+    /// in which the two devices completed them.
+    pub fn second_device(self: &Arc<Self>, first_blocks: u64) -> Arc<dyn TraceSink> {
+        Arc::new(SecondDevice {
+            rec: Arc::clone(self),
+            offset: first_blocks,
+        })
+    }
+}
+
+/// See [`Recorder::second_device`].
+struct SecondDevice {
+    rec: Arc<Recorder>,
+    offset: u64,
+}
+
+impl TraceSink for SecondDevice {
+    fn record(&self, ev: &TraceEvent, data: Option<&[u8]>) {
+        match ev.op {
+            TraceOp::Read => {}
+            TraceOp::Flush => self.rec.push(Event::LogFlush),
+            TraceOp::Write => {
+                let moved = TraceEvent {
+                    block: ev.block + self.offset,
+                    ..ev.clone()
+                };
+                self.rec.record(&moved, data);
+            }
+        }
+    }
 }
 
 impl TraceSink for Recorder {
@@ -377,6 +442,8 @@ enum Line {
         d: Option<Arc<[u8]>>,
     },
     F,
+    /// A flush of the second device.
+    Lf,
     B {
         id: u64,
         op: Op,
@@ -399,6 +466,7 @@ impl From<&Event> for Line {
                 },
             },
             Event::Flush => Line::F,
+            Event::LogFlush => Line::Lf,
             Event::Begin { id, op } => Line::B {
                 id: *id,
                 op: op.clone(),
@@ -484,11 +552,11 @@ pub fn load(path: &Path) -> Result<Recording, Error> {
         };
         events.push(match parsed {
             Line::W { b, d } => {
-                if b >= header.num_blocks {
+                if b >= header.total_blocks() {
                     return Err(Error::Format(format!(
                         "{}:{n}: block {b} beyond the device ({} blocks)",
                         path.display(),
-                        header.num_blocks
+                        header.total_blocks()
                     )));
                 }
                 Event::Write {
@@ -507,6 +575,7 @@ pub fn load(path: &Path) -> Result<Recording, Error> {
                 }
             }
             Line::F => Event::Flush,
+            Line::Lf => Event::LogFlush,
             Line::B { id, op } => Event::Begin { id, op },
             Line::E { id, r } => Event::End { id, result: r },
         });
@@ -709,6 +778,7 @@ mod tests {
                 workload: "t".into(),
                 start: 1,
                 tagged: true,
+                log_blocks: 0,
                 repro: None,
             },
             events: vec![
@@ -768,6 +838,7 @@ mod tests {
             workload: "mount".into(),
             start: 0,
             tagged: false,
+            log_blocks: 0,
             repro: None,
         };
         let rec = Arc::new(Recorder::to_file(&p, &header).unwrap());
@@ -781,6 +852,65 @@ mod tests {
         assert_eq!(
             back.header.base,
             Base::File(dir.path().join("r.jsonl.base"))
+        );
+    }
+
+    #[test]
+    fn a_second_device_records_into_the_same_stream_and_round_trips() {
+        let fs = MemDevice::new(512, 8);
+        let log = MemDevice::new(512, 4);
+        let rec = Arc::new(Recorder::new(512));
+        fs.set_trace(Some(rec.clone()));
+        log.set_trace(Some(rec.second_device(8)));
+        log.write_blocks(1, &[1u8; 1024]).unwrap();
+        log.flush().unwrap();
+        fs.write_blocks(7, &[2u8; 512]).unwrap();
+        fs.flush().unwrap();
+        let evs = rec.events();
+        let blocks: Vec<String> = evs
+            .iter()
+            .map(|e| match e {
+                Event::Write { block, .. } => format!("w{block}"),
+                Event::Flush => "f".into(),
+                Event::LogFlush => "lf".into(),
+                _ => "?".into(),
+            })
+            .collect();
+        assert_eq!(blocks, ["w9", "w10", "lf", "w7", "f"]);
+        let header = Header {
+            recording: FORMAT,
+            block_size: 512,
+            num_blocks: 8,
+            base: Base::Zero,
+            mode: "journal-2sync".into(),
+            workload: "t".into(),
+            start: 0,
+            tagged: false,
+            log_blocks: 4,
+            repro: None,
+        };
+        assert!(header.on_log_device(9) && !header.on_log_device(7));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        let r = Recording {
+            header: header.clone(),
+            events: evs,
+        };
+        r.save(&p).unwrap();
+        let back = load(&p).unwrap();
+        assert_eq!((back.header, back.events), (header, r.events.clone()));
+        // A block beyond both devices is refused.
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, text.replace("\"b\":10", "\"b\":12")).unwrap();
+        assert!(load(&p).is_err());
+        // A one-device recording keeps its old header (no log_blocks field).
+        assert!(
+            !serde_json::to_string(&Header {
+                log_blocks: 0,
+                ..r.header
+            })
+            .unwrap()
+            .contains("log_blocks")
         );
     }
 

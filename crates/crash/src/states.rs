@@ -8,8 +8,20 @@
 //! block written twice in one epoch ends up old, first or second version). Nothing of epoch
 //! `e + 1` can be on the media without all of `e`: flushes are never crossed.
 //!
+//! **Two devices** (a journal's log on its own device: [`crate::record`]): one global
+//! sequence of events, each write and flush tagged by its device. A flush makes only its own
+//! device's earlier writes durable. An epoch still runs from one flush (of either device) to
+//! the next, and a crash in it is judged at its end; what may or may not have landed there —
+//! the epoch's *window* ([`Epoch::writes`]) — is, on each device, every write since that
+//! device's last flush, however many flushes of the other device came since. With one
+//! device the window is the epoch's own writes, as above. So a log write followed by a
+//! flush of the file system's device and a home write leaves a state with the home block
+//! and without the log record: write-ahead holds only if the log device was flushed in
+//! between, which is exactly what the harness checks.
+//!
 //! The full subset of an epoch that ends in a flush is the same image as the empty subset of
-//! the next epoch, which is checked with the later (stricter) crash point, so it is skipped.
+//! the next epoch when the flush settles its whole window (always with one device), which
+//! is checked with the later (stricter) crash point, so it is skipped.
 //!
 //! Every epoch starts with the systematic edge cases CrashMonkey-style tools use: nothing,
 //! each single write missing, only the first `k`, only the last `k`, each write alone. Then
@@ -22,45 +34,61 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::{Event, Recording};
 
-/// Writes between two flushes.
+/// From one flush to the next, of either device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Epoch {
     /// Event index of the epoch's first event (the one after the previous flush).
     pub start: usize,
-    /// Event indices of its block writes, in issue order.
+    /// Event indices of the writes a crash at the epoch's end may have kept or lost, in
+    /// issue order: on each device, every write since that device's last flush (one
+    /// device: the epoch's own writes).
     pub writes: Vec<usize>,
     /// Event index of the flush that ends it; `None` for the tail of the recording.
     pub flush: Option<usize>,
+    /// The writes that flush makes durable (its device's part of `writes`): every later
+    /// epoch's image has them.
+    pub settled: Vec<usize>,
 }
 
 /// Splits the events from `rec.header.start` on into epochs. There is always at least one
 /// epoch, and one after every flush (possibly empty).
 pub fn epochs(rec: &Recording) -> Vec<Epoch> {
     let mut out = Vec::new();
-    let mut cur = Epoch {
-        start: rec.header.start,
-        writes: Vec::new(),
-        flush: None,
-    };
+    // Writes since the last flush, per device (0: the file system's, 1: the log's).
+    let mut pending: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    let mut start = rec.header.start;
     for (i, ev) in rec.events.iter().enumerate().skip(rec.header.start) {
-        match ev {
-            Event::Write { .. } => cur.writes.push(i),
-            Event::Flush => {
-                cur.flush = Some(i);
-                out.push(std::mem::replace(
-                    &mut cur,
-                    Epoch {
-                        start: i + 1,
-                        writes: Vec::new(),
-                        flush: None,
-                    },
-                ));
+        let dev = match ev {
+            Event::Write { block, .. } => {
+                pending[usize::from(rec.header.on_log_device(*block))].push(i);
+                continue;
             }
-            _ => {}
-        }
+            Event::Flush => 0,
+            Event::LogFlush => 1,
+            _ => continue,
+        };
+        out.push(Epoch {
+            start,
+            writes: window(&pending),
+            flush: Some(i),
+            settled: std::mem::take(&mut pending[dev]),
+        });
+        start = i + 1;
     }
-    out.push(cur);
+    out.push(Epoch {
+        start,
+        writes: window(&pending),
+        flush: None,
+        settled: Vec::new(),
+    });
     out
+}
+
+/// Both devices' pending writes, in issue order.
+fn window(pending: &[Vec<usize>; 2]) -> Vec<usize> {
+    let mut w: Vec<usize> = pending.iter().flatten().copied().collect();
+    w.sort_unstable();
+    w
 }
 
 /// A write that tore: only some of its 512-byte sectors landed.
@@ -175,16 +203,18 @@ impl Rng {
     }
 }
 
+/// Whether the epoch's full subset is skipped: it ends in a flush that settles its whole
+/// window, so the full subset is the next epoch's empty state (see the module doc).
+fn skips_full(ep: &Epoch) -> bool {
+    ep.flush.is_some() && !ep.writes.is_empty() && ep.settled.len() == ep.writes.len()
+}
+
 /// How many distinct untorn states epoch `e` has (saturating).
 fn capacity(epochs: &[Epoch], e: usize) -> u64 {
     let n = epochs[e].writes.len() as u32;
     let all = if n >= 63 { u64::MAX / 2 } else { 1u64 << n };
     // The full subset of a flushed epoch is the next epoch's empty state.
-    if epochs[e].flush.is_some() && n > 0 {
-        all - 1
-    } else {
-        all
-    }
+    if skips_full(&epochs[e]) { all - 1 } else { all }
 }
 
 /// Generates up to `opts.states` distinct crash states, spread over the epochs: every epoch
@@ -252,7 +282,7 @@ fn epoch_states(
 ) {
     let ep = &epochs[e];
     let n = ep.writes.len() as u32;
-    let skip_full = ep.flush.is_some() && n > 0;
+    let skip_full = skips_full(ep);
     let torn_want = if torn_ok && n > 0 {
         (want / 8).max(1).min(4 * n as usize)
     } else {
@@ -367,6 +397,7 @@ mod tests {
                 workload: "t".into(),
                 start,
                 tagged: false,
+                log_blocks: 0,
                 repro: None,
             },
             events,
@@ -542,6 +573,71 @@ mod tests {
                     write: 0,
                     sectors: vec![0, 1, 2, 3]
                 })));
+    }
+
+    /// The event indices of the writes on the media in state `s`.
+    fn landed(e: &[Epoch], s: &CrashState) -> HashSet<usize> {
+        let mut out: HashSet<usize> = e[..s.epoch]
+            .iter()
+            .flat_map(|x| x.settled.clone())
+            .collect();
+        out.extend(s.kept.iter().map(|&k| e[s.epoch].writes[k as usize]));
+        out
+    }
+
+    /// Two devices: blocks 0..64 the file system's, 64.. the log's (`log_blocks`).
+    fn two(events: Vec<Event>) -> Recording {
+        let mut r = rec(events, 0);
+        r.header.log_blocks = 16;
+        r
+    }
+
+    #[test]
+    fn a_flush_settles_only_its_own_device() {
+        // A log record (event 0), a flush of the file system's device, a home block (2):
+        // write-ahead broken. The log write stays pending across the other device's flush.
+        let r = two(vec![w(64), Event::Flush, w(5), Event::Flush]);
+        let e = epochs(&r);
+        assert_eq!(e.len(), 3);
+        assert_eq!(
+            (e[0].writes.clone(), e[0].settled.clone()),
+            (vec![0], vec![])
+        );
+        assert_eq!(
+            (e[1].writes.clone(), e[1].settled.clone()),
+            (vec![0, 2], vec![2])
+        );
+        assert_eq!(
+            (e[2].writes.clone(), e[2].settled.clone()),
+            (vec![0], vec![])
+        );
+        let opts = GenOptions {
+            states: 1000,
+            torn: false,
+            ..Default::default()
+        };
+        let st = generate(&e, &opts);
+        // The state the journal must never leave: the home block without its log record.
+        assert!(
+            st.iter().any(|s| {
+                let l = landed(&e, s);
+                l.contains(&2) && !l.contains(&0)
+            }),
+            "{st:?}"
+        );
+        // A window the flush does not settle keeps its full subset (it is no later
+        // epoch's empty state).
+        assert!(st.iter().any(|s| s.epoch == 1 && s.kept == vec![0, 1]));
+        // Write-ahead kept (the log device flushed before the home write): no state has
+        // the home block without the log record, and the log's flush settles only it.
+        let r = two(vec![w(64), Event::LogFlush, w(5), Event::Flush]);
+        let e = epochs(&r);
+        assert_eq!(e[0].settled, vec![0]);
+        assert_eq!(e[1].writes, vec![2]);
+        for s in generate(&e, &opts) {
+            let l = landed(&e, &s);
+            assert!(!l.contains(&2) || l.contains(&0), "{s:?}");
+        }
     }
 
     #[test]

@@ -376,9 +376,16 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
     let dev = Arc::new(MemDevice::new(bs, blocks));
     let rec = Arc::new(Recorder::new(bs));
     dev.set_trace(Some(rec.clone()));
+    // A journal with its log on a device of its own: a second device, recorded into the same
+    // stream from its format on (its blocks numbered after the file system's).
+    let log = crate::modes::needs_log_device(mode).then(|| {
+        let log = Arc::new(MemDevice::new(bs, log_bytes(spec) / u64::from(bs)));
+        log.set_trace(Some(rec.second_device(blocks)));
+        log
+    });
     let fail = |what: &str, e: FsError| Error::Workload(format!("{}: {what}: {e}", w.name));
     let mounted: Arc<dyn FileSystem> = if crate::modes::is_ffs(mode) {
-        mount_ffs(&dev, mode, spec).map_err(|(what, e)| fail(what, e))?
+        mount_ffs(&dev, log.as_ref(), mode, spec).map_err(|(what, e)| fail(what, e))?
     } else {
         mount_format(&dev, mode).map_err(|(what, e)| fail(what, e))?
     };
@@ -400,6 +407,9 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
     fs.record_unmount(|| mounted.destroy())
         .map_err(|e| fail("unmount", e))?;
     dev.set_trace(None);
+    if let Some(log) = &log {
+        log.set_trace(None);
+    }
     drop(d);
     drop(fs);
     drop(mounted);
@@ -413,6 +423,7 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
             workload: w.name.clone(),
             start,
             tagged: true,
+            log_blocks: log.as_ref().map_or(0, |l| l.num_blocks()),
             repro: None,
         },
         events: rec.events(),
@@ -421,9 +432,26 @@ pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, E
 
 type MountResult = Result<Arc<dyn FileSystem>, (&'static str, FsError)>;
 
+/// The journal's log: 1% of the image, at least the smallest log (in the image's log area,
+/// or on a log device of its own).
+fn log_bytes(spec: &ImageSpec) -> u64 {
+    (spec.bytes / 100)
+        .max(cairn_ffs::strategy::journal::MIN_LOG_BYTES + 4 * u64::from(spec.block_size))
+}
+
+/// The log device's uuid: fixed, so the same workload writes the same log bytes every run.
+const LOG_UUID: [u8; 16] = *b"cairn-crash-log!";
+
 /// An FFS image on `dev`, mounted through the mode's strategy (a registered mode, one not
-/// yet listed, or a planted bug), with no syncer.
-fn mount_ffs(dev: &Arc<MemDevice>, mode: &str, spec: &ImageSpec) -> MountResult {
+/// yet listed, or a planted bug), with no syncer. With `log`, a journal's log device: it is
+/// formatted (`cairn wal mkfs`'s format, owned by nobody until the journal's first mount
+/// claims it) and handed to the strategy.
+fn mount_ffs(
+    dev: &Arc<MemDevice>,
+    log: Option<&Arc<MemDevice>>,
+    mode: &str,
+    spec: &ImageSpec,
+) -> MountResult {
     let bs = spec.block_size;
     cairn_ffs::mkfs_device(
         dev.as_ref(),
@@ -431,19 +459,43 @@ fn mount_ffs(dev: &Arc<MemDevice>, mode: &str, spec: &ImageSpec) -> MountResult 
             block_size: bs,
             blocks_per_group: spec.blocks_per_group,
             label: "crash".into(),
-            // A journal's log area: 1% of the image, at least the smallest log.
-            journal_size: crate::modes::needs_log_area(mode).then(|| {
-                (spec.bytes / 100)
-                    .max(cairn_ffs::strategy::journal::MIN_LOG_BYTES + 4 * u64::from(bs))
-            }),
+            // A journal's log area.
+            journal_size: crate::modes::needs_log_area(mode).then(|| log_bytes(spec)),
             ..Default::default()
         },
     )
     .map_err(|e| ("mkfs", e))?;
-    let strategy = crate::modes::strategy_for(mode).ok_or((
-        "mount",
-        FsError::Refused(cairn_vfs::Errno::EINVAL, format!("unknown mode '{mode}'")),
-    ))?;
+    let unknown = || {
+        (
+            "mount",
+            FsError::Refused(cairn_vfs::Errno::EINVAL, format!("unknown mode '{mode}'")),
+        )
+    };
+    let strategy = match log {
+        Some(log) => {
+            cairn_wal::Wal::format(
+                log.as_ref(),
+                cairn_wal::Region::whole(log.as_ref()),
+                &cairn_wal::FormatOptions {
+                    uuid: Some(LOG_UUID),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| {
+                (
+                    "wal mkfs",
+                    FsError::Io(std::io::Error::other(e.to_string())),
+                )
+            })?;
+            crate::modes::strategy_with_log(
+                mode,
+                dev.clone() as Arc<dyn BlockDevice>,
+                log.clone() as Arc<dyn BlockDevice>,
+            )
+            .ok_or_else(unknown)?
+        }
+        None => crate::modes::strategy_for(mode).ok_or_else(unknown)?,
+    };
     let opts = MountOptions {
         mode: mode.into(),
         cache_bytes: 64 << 20,

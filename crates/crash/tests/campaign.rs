@@ -181,6 +181,7 @@ fn recordings_are_deterministic() {
         ("sync", "random-3"),
         ("sync", "build"),
         ("lfs", "random-3"),
+        ("journal-2sync", "random-3"),
         ("lfs", "build"),
     ] {
         let w = workload::by_name(name).unwrap();
@@ -190,6 +191,7 @@ fn recordings_are_deterministic() {
                 .map(|e| match e {
                     Event::Write { block, .. } => format!("w{block}"),
                     Event::Flush => "f".into(),
+                    Event::LogFlush => "lf".into(),
                     Event::Begin { id, op } => format!("b{id} {op:?}"),
                     Event::End { id, result } => format!("e{id} {result:?}"),
                 })

@@ -37,6 +37,10 @@ fn shape(workload: &str, mode: &str) -> Vec<String> {
                 flush_writes(&mut out, &mut writes);
                 out.push("f".into());
             }
+            Event::LogFlush => {
+                flush_writes(&mut out, &mut writes);
+                out.push("lf".into());
+            }
             Event::Begin { id, op } => {
                 flush_writes(&mut out, &mut writes);
                 let mut v = serde_json::to_value(op).unwrap();
