@@ -119,9 +119,24 @@ pub fn run(a: Args) -> Result<i32> {
                     None => println!("  {m:<8} NO EXPECTATIONS DECLARED"),
                 }
             }
+            println!(
+                "variants (cairn crash run --modes NAME; a registered mode recorded another way):"
+            );
+            for v in modes::VARIANTS {
+                println!("  {} ({}) — {}", v.name, v.base, v.what);
+            }
+            for v in modes::LOG_DEVICE_VARIANTS {
+                println!("  {} ({}) — {}", v.name, v.base, v.what);
+            }
             println!("planted bugs (cairn crash run --planted NAME: exit 1 = caught):");
             for p in planted::CATALOGUE {
                 println!("planted {} — {}", p.name, p.breaks);
+            }
+            println!(
+                "planted journal bugs (cairn crash run --modes NAME: unexpected states = caught):"
+            );
+            for p in planted::JOURNAL_CATALOGUE {
+                println!("planted {} ({}) — {}", p.name, p.base, p.breaks);
             }
             println!("workloads:");
             for w in workload::all() {

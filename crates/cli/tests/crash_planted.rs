@@ -27,6 +27,24 @@ fn list_prints_every_planted_bug() {
             "missing '{line}' in:\n{out}"
         );
     }
+    // The journal's planted bugs and every recording variant are listed too.
+    for p in cairn_crash::planted::JOURNAL_CATALOGUE {
+        let line = format!("planted {} ({}) — {}", p.name, p.base, p.breaks);
+        assert!(
+            out.lines().any(|l| l == line),
+            "missing '{line}' in:\n{out}"
+        );
+    }
+    let variants = cairn_crash::modes::VARIANTS.iter().map(|v| v.name);
+    let log_variants = cairn_crash::modes::LOG_DEVICE_VARIANTS
+        .iter()
+        .map(|v| v.name);
+    for name in variants.chain(log_variants) {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("  {name} ("))),
+            "variant {name} missing in:\n{out}"
+        );
+    }
 }
 
 #[test]

@@ -110,6 +110,11 @@ pub const LOG_DEVICE_VARIANTS: &[LogDeviceVariant] = &[
         base: "journal-async",
         what: "mode journal-async (commit=async) with log=dev: its log on a second device (001's LFFS-wafs-2async)",
     },
+    LogDeviceVariant {
+        name: "journal-2group",
+        base: "journal-group",
+        what: "mode journal-group (commit=group) with log=dev: concurrent calls share the log device's flushes",
+    },
 ];
 
 /// The log-device variant called `name`.

@@ -1,5 +1,5 @@
 //! The journal (`mode=journal`, its log in the image's log area, or on a device of its own
-//! for `journal-2sync` and `journal-2async`) under the crash harness: a bounded campaign
+//! for `journal-2sync`, `journal-2async` and `journal-2group`) under the crash harness: a bounded campaign
 //! over the scripted workloads must find nothing it forbids (clean after recovery, atomic
 //! rename, returned calls durable — for the asynchronous ones returned fsyncs), and the
 //! journals that write a call's blocks before its log records, or force the log by
@@ -63,6 +63,12 @@ fn the_journal_with_a_log_device_delivers_what_it_declares() {
 #[test]
 fn the_asynchronous_journal_with_a_log_device_delivers_what_it_declares() {
     delivers("journal-2async");
+}
+
+/// Group commit with the log on its own device: `journal-group`'s promises.
+#[test]
+fn the_group_commit_journal_with_a_log_device_delivers_what_it_declares() {
+    delivers("journal-2group");
 }
 
 fn delivers(mode: &str) {
