@@ -23,6 +23,19 @@ pub fn mount_recorded(
     if plan.fs.name != "ffs" {
         anyhow::bail!("record= is supported on ffs images only");
     }
+    // The recording holds one device. A journal whose log is on a device of its own writes
+    // half of every crash state there: checked without it, the states would be wrong, so
+    // refuse rather than record them (`cairn crash run --modes journal-2sync` checks that
+    // configuration on two recorded memory devices).
+    if plan
+        .fs_options
+        .iter()
+        .any(|(k, v)| k == "log" && v.as_deref().is_some_and(|v| v.starts_with("dev:")))
+    {
+        anyhow::bail!(
+            "record= records the image's device only, not a log=dev:PATH log device (see `cairn crash run --modes journal-2sync`)"
+        );
+    }
     let mut opts = MountOptions {
         read_only: plan.read_only,
         ..Default::default()
@@ -66,6 +79,29 @@ mod tests {
     use cairn_crash::record::Event;
     use cairn_ffs::MkfsOptions;
     use cairn_vfs::{Ctx, FileSystem};
+
+    #[test]
+    fn a_log_on_its_own_device_is_refused_not_half_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("disk.img");
+        cairn_ffs::mkfs(
+            &img,
+            &MkfsOptions {
+                size: Some(16 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
+        let opts = ["mode=journal,log=dev:/tmp/nonexistent-log".to_string()];
+        let plan = crate::mount::parse_options(&opts, false, ffs_type).unwrap();
+        let err = mount_recorded(&img, &plan, &dir.path().join("rec.jsonl"))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("log=dev"), "{err}");
+        assert!(!dir.path().join("rec.jsonl.base").exists());
+    }
 
     #[test]
     fn recording_holds_writes_flushes_and_a_loadable_header() {
