@@ -315,6 +315,10 @@ struct LogState {
     orphans: std::collections::BTreeSet<Ino>,
     /// The LSN of the last operation listing every orphan (0: none).
     orphan_snapshot: u64,
+    /// The last operation's payload and diff ranges, reused by the next (`log_op`): logging
+    /// a call allocates neither.
+    scratch: Vec<u8>,
+    ranges: Vec<(usize, usize)>,
 }
 
 struct Shadow {
@@ -835,9 +839,9 @@ impl Inner {
             log.shadows.remove(b);
         }
         let op_no = log.next_op;
-        let mut w = record::Writer::new(op_no, limit);
-        let mut logged: Vec<&BufRef> = Vec::new();
-        let mut ranges = Vec::new();
+        let mut w = record::Writer::reusing(op_no, limit, std::mem::take(&mut log.scratch));
+        let mut logged: Vec<&BufRef> = Vec::with_capacity(bufs.len());
+        let mut ranges = std::mem::take(&mut log.ranges);
         for b in bufs {
             if b.is_invalidated() || revokes.contains(&b.blkno()) {
                 continue;
@@ -848,9 +852,14 @@ impl Inner {
             // the shadows of this call's blocks are dropped (their next change is logged
             // whole), since the call's rollback takes the buffers back.
             ranges.clear();
+            // Taken under the read guard: no change can fall between it and the diff.
+            // Outside the parts it names the block is as it was at its last log (or the
+            // shadow is gone and the block is logged whole).
+            let touched = b.take_touched();
             match log.shadows.get_mut(&b.blkno()) {
                 Some(sh) => {
-                    record::diff_into(&sh.image, &img, &mut ranges);
+                    let grain = Buf::grain_of(img.len());
+                    record::diff_touched(&sh.image, &img, touched, grain, &mut ranges);
                     for &(o, l) in &ranges {
                         sh.image[o..o + l].copy_from_slice(&img[o..o + l]);
                     }
@@ -874,6 +883,7 @@ impl Inner {
             }
             logged.push(b);
         }
+        log.ranges = ranges;
         for &r in revokes {
             log.shadows.remove(&r);
             w.revoke(r);
@@ -894,6 +904,7 @@ impl Inner {
         gone.iter().for_each(|&ino| w.orphan_gone(ino));
         if w.is_empty() {
             // A call that changed nothing (a read): no log needed (a read-only mount has none).
+            log.scratch = w.into_buf();
             return Ok(None);
         }
         let wal = match wal {
@@ -903,8 +914,9 @@ impl Inner {
         log.next_op += 1;
         let mut first = None;
         let mut last = Lsn(0);
-        for payload in w.finish() {
-            match wal.append(&payload) {
+        let mut payloads = w.finish();
+        for payload in &payloads {
+            match wal.append(payload) {
                 Ok(l) => last = l,
                 Err(e) => {
                     for b in &logged {
@@ -914,6 +926,10 @@ impl Inner {
                 }
             }
             first.get_or_insert(last);
+        }
+        // The last payload's buffer serves the next call (unless an unusually large one).
+        if let Some(p) = payloads.pop().filter(|p| p.capacity() <= 64 << 10) {
+            log.scratch = p;
         }
         for b in logged {
             // Low: the operation's first record (what must stay until the block is home);
