@@ -290,6 +290,8 @@ struct Inner {
     /// the hold keeping them from the allocator until that record is durable (in LSN
     /// order: `open_holds` opens them as forces make them durable).
     holds: Mutex<VecDeque<(u64, Hold)>>,
+    /// The last call's emptied [`JOp`], for the next (`Spent`).
+    spare_op: Mutex<Option<JOp>>,
     /// A planted bug for the tests: freed blocks may be reused at once (the hold opens at
     /// the call's end), before the free is durable.
     #[cfg(any(test, feature = "planted"))]
@@ -318,6 +320,7 @@ struct LogState {
     /// The last operation's payload and diff ranges, reused by the next (`log_op`): logging
     /// a call allocates neither.
     scratch: Vec<u8>,
+    payloads: Vec<Vec<u8>>,
     ranges: Vec<(usize, usize)>,
 }
 
@@ -345,6 +348,40 @@ struct JOp {
     hold: Option<Hold>,
     /// A file shrunk to within a block: that block, its tail zeroed (`truncate_tail`).
     tail: Option<BufRef>,
+}
+
+/// A call's [`JOp`] while `end_op` logs it, given back to the journal when done (emptied:
+/// no buffer stays pinned) so the next call reuses its vectors: a call's bookkeeping then
+/// allocates nothing but its box.
+struct Spent<'a>(&'a Inner, JOp);
+
+impl std::ops::Deref for Spent<'_> {
+    type Target = JOp;
+    fn deref(&self) -> &JOp {
+        &self.1
+    }
+}
+
+impl std::ops::DerefMut for Spent<'_> {
+    fn deref_mut(&mut self) -> &mut JOp {
+        &mut self.1
+    }
+}
+
+impl Drop for Spent<'_> {
+    fn drop(&mut self) {
+        let mut op = std::mem::take(&mut self.1);
+        op.bufs.clear();
+        op.groups.clear();
+        op.revokes.clear();
+        op.fresh.clear();
+        op.orphan.clear();
+        op.orphan_gone.clear();
+        op.data.clear();
+        op.hold = None;
+        op.tail = None;
+        *self.0.spare_op.lock() = Some(op);
+    }
 }
 
 impl JOp {
@@ -416,6 +453,7 @@ impl Journal {
                 data_dirty: AtomicBool::new(false),
                 read_only: AtomicBool::new(false),
                 holds: Mutex::new(VecDeque::new()),
+                spare_op: Mutex::new(None),
                 #[cfg(any(test, feature = "planted"))]
                 plant_reuse: AtomicBool::new(false),
                 #[cfg(any(test, feature = "planted"))]
@@ -839,7 +877,11 @@ impl Inner {
             log.shadows.remove(b);
         }
         let op_no = log.next_op;
-        let mut w = record::Writer::reusing(op_no, limit, std::mem::take(&mut log.scratch));
+        let (scratch, done) = (
+            std::mem::take(&mut log.scratch),
+            std::mem::take(&mut log.payloads),
+        );
+        let mut w = record::Writer::reusing(op_no, limit, scratch, done);
         let mut logged: Vec<&BufRef> = Vec::with_capacity(bufs.len());
         let mut ranges = std::mem::take(&mut log.ranges);
         for b in bufs {
@@ -904,7 +946,7 @@ impl Inner {
         gone.iter().for_each(|&ino| w.orphan_gone(ino));
         if w.is_empty() {
             // A call that changed nothing (a read): no log needed (a read-only mount has none).
-            log.scratch = w.into_buf();
+            (log.scratch, log.payloads) = w.into_parts();
             return Ok(None);
         }
         let wal = match wal {
@@ -931,6 +973,8 @@ impl Inner {
         if let Some(p) = payloads.pop().filter(|p| p.capacity() <= 64 << 10) {
             log.scratch = p;
         }
+        payloads.clear();
+        log.payloads = payloads;
         for b in logged {
             // Low: the operation's first record (what must stay until the block is home);
             // high: its END record (what must be durable before the block is written).
@@ -1280,13 +1324,15 @@ impl Strategy for Journal {
         {
             self.inner.checkpoint_full(&cache)?;
         }
-        Ok(Some(Box::new(JOp::default())))
+        let op = self.inner.spare_op.lock().take().unwrap_or_default();
+        Ok(Some(Box::new(op)))
     }
 
     fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
-        let Some(mut op) = tx.state::<JOp>().map(std::mem::take) else {
+        let Some(op) = tx.state::<JOp>().map(std::mem::take) else {
             return Ok(());
         };
+        let mut op = Spent(&self.inner, op);
         if !ok || self.inner.read_only.load(AtomicOrdering::Acquire) {
             // Everything the call changed was taken back, or will never be written (a
             // read-only mount): nothing to log.
@@ -1322,6 +1368,7 @@ impl Strategy for Journal {
             tx.io.cache.flush_device()?;
         }
         let end = self.inner.log_op(&op, &bufs)?;
+        op.bufs = bufs; // its capacity, for the next call
         if let (Some(tail), Some(end)) = (op.tail.take(), end) {
             // Written only once the shrink is durable: the write-ahead hook forces the log
             // first, and the data-first passes leave it (`Inner::data_first`).

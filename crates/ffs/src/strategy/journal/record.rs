@@ -342,18 +342,20 @@ impl Writer {
     /// the largest entry).
     #[cfg(test)]
     pub fn new(op: u64, limit: usize) -> Writer {
-        Writer::reusing(op, limit, Vec::new())
+        Writer::reusing(op, limit, Vec::new(), Vec::new())
     }
 
-    /// [`Writer::new`] writing its first payload into `buf` (cleared first): a buffer a
-    /// previous operation's payload left, so that logging a call allocates nothing for it.
-    pub fn reusing(op: u64, limit: usize, mut buf: Vec<u8>) -> Writer {
+    /// [`Writer::new`] writing its first payload into `buf` and the list of payloads into
+    /// `done` (both cleared first): buffers a previous operation left, so that logging a
+    /// call allocates nothing for it.
+    pub fn reusing(op: u64, limit: usize, mut buf: Vec<u8>, mut done: Vec<Vec<u8>>) -> Writer {
         buf.clear();
+        done.clear();
         Self::put_header(&mut buf, op);
         Writer {
             op,
             limit,
-            done: Vec::new(),
+            done,
             cur: buf,
             entries: 0,
         }
@@ -422,9 +424,10 @@ impl Writer {
         self.done.is_empty() && self.entries == 0
     }
 
-    /// The buffer of the payload in progress, for another writer (`reusing`).
-    pub fn into_buf(self) -> Vec<u8> {
-        self.cur
+    /// The buffers of the payload in progress and of the list, for another writer
+    /// (`reusing`).
+    pub fn into_parts(self) -> (Vec<u8>, Vec<Vec<u8>>) {
+        (self.cur, self.done)
     }
 
     /// The payloads, the last flagged END.
@@ -451,8 +454,18 @@ mod tests {
             });
             entries.push(Entry::Revoke { block: i + 1000 });
         }
-        for limit in [HEADER + 400, 1000, 4096, 1 << 20] {
-            let mut w = Writer::new(42, limit);
+        for (limit, reuse) in [
+            (HEADER + 400, false),
+            (1000, true),
+            (4096, false),
+            (1 << 20, true),
+        ] {
+            // A reused writer's leftovers (another operation's bytes) leave no trace.
+            let mut w = if reuse {
+                Writer::reusing(42, limit, vec![9; 77], vec![vec![1, 2, 3]])
+            } else {
+                Writer::new(42, limit)
+            };
             for e in &entries {
                 match e {
                     Entry::Update {
