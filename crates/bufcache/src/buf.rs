@@ -54,6 +54,11 @@ pub struct Buf {
     /// Which 1/64ths of the contents the scope `undo_touched` has saved (for
     /// [`Buf::write_range`]; meaningless once that scope has ended).
     undo_saved: AtomicU64,
+    /// Which 1/64ths of the contents changed since the last [`Buf::take_touched`] (all of
+    /// them for a new buffer): set by every change, under the contents' write lock, so a
+    /// strategy that compares the contents with an image it keeps (the journal's diff base)
+    /// need look only at these.
+    touched: AtomicU64,
 }
 
 impl Buf {
@@ -78,6 +83,7 @@ impl Buf {
             undo_touched: AtomicU64::new(0),
             undo_full: AtomicU64::new(0),
             undo_saved: AtomicU64::new(0),
+            touched: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -101,6 +107,7 @@ impl Buf {
     pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
         let guard = self.data.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.touched.store(u64::MAX, Ordering::Release);
         if let Some(scope) = self.undo_scope() {
             // The contents' write lock is held: no other writer of this buffer races
             // between the check and the stores.
@@ -125,11 +132,17 @@ impl Buf {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let end = at.saturating_add(len).min(guard.len());
         let at = at.min(end);
+        if at < end {
+            let grain = Self::grain_of(guard.len());
+            let (g0, g1) = (at / grain, (end - 1) / grain);
+            self.touched
+                .fetch_or((u64::MAX >> (63 - (g1 - g0))) << g0, Ordering::AcqRel);
+        }
         if let Some(scope) = self.undo_scope()
             && self.undo_full.load(Ordering::Acquire) != scope
             && at < end
         {
-            let grain = guard.len().div_ceil(64).max(1);
+            let grain = Self::grain_of(guard.len());
             let (g0, g1) = (at / grain, (end - 1) / grain);
             let want = (u64::MAX >> (63 - (g1 - g0))) << g0;
             let have = if self.undo_touched.swap(scope, Ordering::AcqRel) == scope {
@@ -155,7 +168,23 @@ impl Buf {
     pub fn write_untracked(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
         let guard = self.data.write();
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.touched.store(u64::MAX, Ordering::Release);
         guard
+    }
+
+    /// Bytes per bit of [`Buf::take_touched`]'s mask for contents of `len` bytes: a 64th
+    /// (64 bytes of a 4 KiB block), at least one.
+    pub fn grain_of(len: usize) -> usize {
+        len.div_ceil(64).max(1)
+    }
+
+    /// Which 1/64ths of the contents (bit `i`: bytes `i * grain..(i + 1) * grain`,
+    /// [`Buf::grain_of`]) changed since the last call, and clears the mask: a change outside
+    /// them has not been made since. Every buffer starts with all bits set, and
+    /// [`Buf::write`], [`Buf::write_untracked`] and a rollback set all. Call it while holding
+    /// the [`Buf::read`] guard of the contents compared, so no change falls between the two.
+    pub fn take_touched(&self) -> u64 {
+        self.touched.swap(0, Ordering::AcqRel)
     }
 
     /// The open undo scope, if this buffer belongs to the cache and one is open.
@@ -170,6 +199,7 @@ impl Buf {
         data.clear();
         data.extend_from_slice(image);
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.touched.store(u64::MAX, Ordering::Release);
     }
 
     pub fn is_dirty(&self) -> bool {

@@ -1097,3 +1097,29 @@ fn write_uncached_waits_for_a_freed_buffer_in_flight() {
     assert!(waited, "the direct write did not wait for the old one");
     assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
 }
+
+/// The touched mask names every 1/64th a change reached since it was last taken: all of a
+/// new buffer, the grains of each `write_range`, all after `write`, `write_untracked` or a
+/// rollback; taking it clears it.
+#[test]
+fn touched_names_every_changed_grain() {
+    let dev = mem(8);
+    let cache = cache_over(dev.clone(), 8);
+    let b = cache.read(1).unwrap();
+    let grain = Buf::grain_of(BS as usize);
+    assert_eq!(b.take_touched(), u64::MAX, "a new buffer: all of it");
+    assert_eq!(b.take_touched(), 0);
+    b.write_range(grain - 1, 2).fill(1); // straddles grains 0 and 1
+    b.write_range(5 * grain, grain).fill(2); // exactly grain 5
+    b.write_range(BS as usize - 1, 100).fill(3); // cut to the block: the last grain
+    b.write_range(7 * grain, 0).fill(4); // empty: nothing
+    assert_eq!(b.take_touched(), 0b11 | 1 << 5 | 1 << 63);
+    b.write()[0] = 1;
+    assert_eq!(b.take_touched(), u64::MAX);
+    b.write_untracked()[0] = 2;
+    assert_eq!(b.take_touched(), u64::MAX);
+    cache.begin_undo().unwrap();
+    b.write_range(0, 1).fill(9);
+    cache.rollback_undo().unwrap();
+    assert_eq!(b.take_touched(), u64::MAX, "a rollback: all of it");
+}

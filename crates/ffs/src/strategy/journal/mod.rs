@@ -290,6 +290,8 @@ struct Inner {
     /// the hold keeping them from the allocator until that record is durable (in LSN
     /// order: `open_holds` opens them as forces make them durable).
     holds: Mutex<VecDeque<(u64, Hold)>>,
+    /// The last call's emptied [`JOp`], for the next (`Spent`).
+    spare_op: Mutex<Option<JOp>>,
     /// A planted bug for the tests: freed blocks may be reused at once (the hold opens at
     /// the call's end), before the free is durable.
     #[cfg(any(test, feature = "planted"))]
@@ -315,6 +317,11 @@ struct LogState {
     orphans: std::collections::BTreeSet<Ino>,
     /// The LSN of the last operation listing every orphan (0: none).
     orphan_snapshot: u64,
+    /// The last operation's payload and diff ranges, reused by the next (`log_op`): logging
+    /// a call allocates neither.
+    scratch: Vec<u8>,
+    payloads: Vec<Vec<u8>>,
+    ranges: Vec<(usize, usize)>,
 }
 
 struct Shadow {
@@ -341,6 +348,40 @@ struct JOp {
     hold: Option<Hold>,
     /// A file shrunk to within a block: that block, its tail zeroed (`truncate_tail`).
     tail: Option<BufRef>,
+}
+
+/// A call's [`JOp`] while `end_op` logs it, given back to the journal when done (emptied:
+/// no buffer stays pinned) so the next call reuses its vectors: a call's bookkeeping then
+/// allocates nothing but its box.
+struct Spent<'a>(&'a Inner, JOp);
+
+impl std::ops::Deref for Spent<'_> {
+    type Target = JOp;
+    fn deref(&self) -> &JOp {
+        &self.1
+    }
+}
+
+impl std::ops::DerefMut for Spent<'_> {
+    fn deref_mut(&mut self) -> &mut JOp {
+        &mut self.1
+    }
+}
+
+impl Drop for Spent<'_> {
+    fn drop(&mut self) {
+        let mut op = std::mem::take(&mut self.1);
+        op.bufs.clear();
+        op.groups.clear();
+        op.revokes.clear();
+        op.fresh.clear();
+        op.orphan.clear();
+        op.orphan_gone.clear();
+        op.data.clear();
+        op.hold = None;
+        op.tail = None;
+        *self.0.spare_op.lock() = Some(op);
+    }
 }
 
 impl JOp {
@@ -412,6 +453,7 @@ impl Journal {
                 data_dirty: AtomicBool::new(false),
                 read_only: AtomicBool::new(false),
                 holds: Mutex::new(VecDeque::new()),
+                spare_op: Mutex::new(None),
                 #[cfg(any(test, feature = "planted"))]
                 plant_reuse: AtomicBool::new(false),
                 #[cfg(any(test, feature = "planted"))]
@@ -835,9 +877,13 @@ impl Inner {
             log.shadows.remove(b);
         }
         let op_no = log.next_op;
-        let mut w = record::Writer::new(op_no, limit);
-        let mut logged: Vec<&BufRef> = Vec::new();
-        let mut ranges = Vec::new();
+        let (scratch, done) = (
+            std::mem::take(&mut log.scratch),
+            std::mem::take(&mut log.payloads),
+        );
+        let mut w = record::Writer::reusing(op_no, limit, scratch, done);
+        let mut logged: Vec<&BufRef> = Vec::with_capacity(bufs.len());
+        let mut ranges = std::mem::take(&mut log.ranges);
         for b in bufs {
             if b.is_invalidated() || revokes.contains(&b.blkno()) {
                 continue;
@@ -848,9 +894,14 @@ impl Inner {
             // the shadows of this call's blocks are dropped (their next change is logged
             // whole), since the call's rollback takes the buffers back.
             ranges.clear();
+            // Taken under the read guard: no change can fall between it and the diff.
+            // Outside the parts it names the block is as it was at its last log (or the
+            // shadow is gone and the block is logged whole).
+            let touched = b.take_touched();
             match log.shadows.get_mut(&b.blkno()) {
                 Some(sh) => {
-                    record::diff_into(&sh.image, &img, &mut ranges);
+                    let grain = Buf::grain_of(img.len());
+                    record::diff_touched(&sh.image, &img, touched, grain, &mut ranges);
                     for &(o, l) in &ranges {
                         sh.image[o..o + l].copy_from_slice(&img[o..o + l]);
                     }
@@ -874,6 +925,7 @@ impl Inner {
             }
             logged.push(b);
         }
+        log.ranges = ranges;
         for &r in revokes {
             log.shadows.remove(&r);
             w.revoke(r);
@@ -894,6 +946,7 @@ impl Inner {
         gone.iter().for_each(|&ino| w.orphan_gone(ino));
         if w.is_empty() {
             // A call that changed nothing (a read): no log needed (a read-only mount has none).
+            (log.scratch, log.payloads) = w.into_parts();
             return Ok(None);
         }
         let wal = match wal {
@@ -903,8 +956,9 @@ impl Inner {
         log.next_op += 1;
         let mut first = None;
         let mut last = Lsn(0);
-        for payload in w.finish() {
-            match wal.append(&payload) {
+        let mut payloads = w.finish();
+        for payload in &payloads {
+            match wal.append(payload) {
                 Ok(l) => last = l,
                 Err(e) => {
                     for b in &logged {
@@ -915,6 +969,12 @@ impl Inner {
             }
             first.get_or_insert(last);
         }
+        // The last payload's buffer serves the next call (unless an unusually large one).
+        if let Some(p) = payloads.pop().filter(|p| p.capacity() <= 64 << 10) {
+            log.scratch = p;
+        }
+        payloads.clear();
+        log.payloads = payloads;
         for b in logged {
             // Low: the operation's first record (what must stay until the block is home);
             // high: its END record (what must be durable before the block is written).
@@ -1264,13 +1324,15 @@ impl Strategy for Journal {
         {
             self.inner.checkpoint_full(&cache)?;
         }
-        Ok(Some(Box::new(JOp::default())))
+        let op = self.inner.spare_op.lock().take().unwrap_or_default();
+        Ok(Some(Box::new(op)))
     }
 
     fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
-        let Some(mut op) = tx.state::<JOp>().map(std::mem::take) else {
+        let Some(op) = tx.state::<JOp>().map(std::mem::take) else {
             return Ok(());
         };
+        let mut op = Spent(&self.inner, op);
         if !ok || self.inner.read_only.load(AtomicOrdering::Acquire) {
             // Everything the call changed was taken back, or will never be written (a
             // read-only mount): nothing to log.
@@ -1306,6 +1368,7 @@ impl Strategy for Journal {
             tx.io.cache.flush_device()?;
         }
         let end = self.inner.log_op(&op, &bufs)?;
+        op.bufs = bufs; // its capacity, for the next call
         if let (Some(tail), Some(end)) = (op.tail.take(), end) {
             // Written only once the shrink is durable: the write-ahead hook forces the log
             // first, and the data-first passes leave it (`Inner::data_first`).
