@@ -850,6 +850,66 @@ impl State {
         (beyond * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
     }
 
+    /// Blocks a user can still write, as `statfs` reports them: the clean segments beyond
+    /// the reserve and the rest of the log's head (a summary block each), plus the dead
+    /// blocks cleaning can still give back, less what is buffered.
+    ///
+    /// Dead blocks are not all room: a cleaning pass writes, besides its victims' live
+    /// blocks, the metadata naming them and the summaries, and it runs only if it gives
+    /// back more than it writes within the room the log has now (`clean.rs`). So, from the
+    /// usage table alone (no segment is read): if no pass over the least utilized
+    /// segments pays for itself in the room left, nothing dead is collectible — writes
+    /// end with ENOSPC once the clean segments beyond the reserve are used, and `df` must
+    /// say so. Otherwise each dirty segment gives back its dead blocks less its own cost:
+    /// a block of metadata (an indirect block, the usual case of an overwritten file) and
+    /// the summaries its live blocks take when rewritten. A segment nearly full gives
+    /// nothing. An estimate, as any `df` of a log-structured file system is; what it must
+    /// not do is show a fifth of the disk free when writes already fail.
+    pub fn writable_blocks(&self) -> u64 {
+        let seg = self.sb.segment_blocks as u64;
+        let clean = self.clean_segments() as u64;
+        let reserve = RESERVE_SEGMENTS as u64;
+        let mut free = 0;
+        if clean >= reserve {
+            free += (clean - reserve) * (seg - 1);
+            free += (seg - self.log.off as u64).saturating_sub(1);
+        }
+        let (head, next) = (self.log.seg, self.log.next_seg);
+        let mut lives: Vec<u64> = self
+            .usage
+            .iter()
+            .enumerate()
+            .filter(|&(s, u)| u.dirty && s as u32 != head && s as u32 != next)
+            .map(|(_, u)| (u.live_bytes as u64).div_ceil(BS).min(seg))
+            .collect();
+        lives.sort_unstable();
+        const META_PER_VICTIM: u64 = 1;
+        let imap_blocks = self.imap_addrs.len() as u64;
+        let mut live = 0u64;
+        let mut pays = false;
+        for (k, &l) in (1u64..).zip(lives.iter()) {
+            live += l;
+            let (_, entered) = self.pass_log(live + META_PER_VICTIM * k + k.min(imap_blocks));
+            if entered > clean {
+                break;
+            }
+            if k > entered {
+                pays = true;
+                break;
+            }
+        }
+        if pays {
+            let per_partial = (crate::format::summary::MAX_ENTRIES as u64)
+                .min(seg - 1)
+                .max(1);
+            free += lives
+                .iter()
+                .map(|&l| (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)))
+                .sum::<u64>();
+        }
+        free.saturating_sub(self.dirty_data.len() as u64)
+    }
+
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
 
     /// Writes everything dirty to the log as one committed flush.
