@@ -52,6 +52,13 @@ const BS: u64 = BLOCK_SIZE as u64;
 /// Clean segments kept back from file data: the checkpoint's table blocks and the log's
 /// next segment always find room.
 const RESERVE_SEGMENTS: u32 = 2;
+/// Blocks of the log between two blocks of a read that are read with them and dropped
+/// rather than ending the device read: the summary block between two partial segments,
+/// and after an fsync the indirect blocks and inode block written before it (four for a
+/// file past its single indirect block), or the unused end of a segment. Up to 32 KiB more
+/// read against a device request saved: less than a request costs on a disk, an SSD or a
+/// loop device.
+const MAX_READ_GAP: u64 = 8;
 
 /// Mount options of the LFS format.
 #[derive(Clone, Debug)]
@@ -428,6 +435,9 @@ pub struct LfsStats {
     pub dirlog_records: u64,
     /// Data blocks flushed for applications (the denominator of the write cost).
     pub new_data_blocks: u64,
+    /// Blocks read only to keep a file read in one device read across the summaries (and
+    /// an fsync's metadata) between partial segments, and dropped.
+    pub gap_blocks_read: u64,
 }
 
 pub(crate) struct State {
@@ -678,16 +688,41 @@ impl State {
                     out.extend_from_slice(&self.cache.read(a)?.read());
                 }
                 Src::Device(a) => {
+                    // The run: following blocks of the request that lie after this one
+                    // in the log, each at most `MAX_READ_GAP` blocks after the one before.
+                    // A file written in many partial segments (fsync'd or small writes)
+                    // has a summary block — and after an fsync its indirect blocks and
+                    // inode — between each piece; reading those few blocks with the run
+                    // and dropping them costs less than a device read per piece (a 4 MiB
+                    // file written in 64 KiB fsync'd pieces: 69 reads before, 8 now).
                     let mut j = i + 1;
-                    while j < src.len()
-                        && j - i < max_run
-                        && matches!(src[j], Src::Device(b) if b == a + (j - i) as u64)
-                    {
+                    let mut last = a;
+                    while j < src.len() {
+                        let Src::Device(b) = src[j] else { break };
+                        if b <= last || b - last > MAX_READ_GAP + 1 || b - a >= max_run as u64 {
+                            break;
+                        }
+                        last = b;
                         j += 1;
                     }
                     let at = out.len();
-                    out.resize(at + (j - i) * BLOCK_SIZE, 0);
+                    let span = (last - a + 1) as usize;
+                    out.resize(at + span * BLOCK_SIZE, 0);
                     self.dev.read_blocks(a, &mut out[at..])?;
+                    if span > j - i {
+                        // Close the gaps: each wanted block moves down to its place in
+                        // the reply (in order, so no block is overwritten before it moves).
+                        for (k, src_k) in src[i..j].iter().enumerate() {
+                            let Src::Device(b) = *src_k else { continue };
+                            let from = at + (b - a) as usize * BLOCK_SIZE;
+                            let to = at + k * BLOCK_SIZE;
+                            if from != to {
+                                out.copy_within(from..from + BLOCK_SIZE, to);
+                            }
+                        }
+                        out.truncate(at + (j - i) * BLOCK_SIZE);
+                        self.stats.gap_blocks_read += (span - (j - i)) as u64;
+                    }
                     i = j;
                     continue;
                 }
