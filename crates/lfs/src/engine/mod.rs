@@ -710,15 +710,24 @@ impl State {
                     out.resize(at + span * BLOCK_SIZE, 0);
                     self.dev.read_blocks(a, &mut out[at..])?;
                     if span > j - i {
-                        // Close the gaps: each wanted block moves down to its place in
-                        // the reply (in order, so no block is overwritten before it moves).
-                        for (k, src_k) in src[i..j].iter().enumerate() {
-                            let Src::Device(b) = *src_k else { continue };
+                        // Close the gaps: each piece (blocks next to each other in the log)
+                        // moves down to its place in the reply with one copy, in order, so
+                        // nothing is overwritten before it moves.
+                        let mut k = 0;
+                        while k < j - i {
+                            let Src::Device(b) = src[i + k] else { break };
+                            let mut e = k + 1;
+                            while e < j - i
+                                && matches!(src[i + e], Src::Device(c) if c == b + (e - k) as u64)
+                            {
+                                e += 1;
+                            }
                             let from = at + (b - a) as usize * BLOCK_SIZE;
                             let to = at + k * BLOCK_SIZE;
                             if from != to {
-                                out.copy_within(from..from + BLOCK_SIZE, to);
+                                out.copy_within(from..from + (e - k) * BLOCK_SIZE, to);
                             }
+                            k = e;
                         }
                         out.truncate(at + (j - i) * BLOCK_SIZE);
                         self.stats.gap_blocks_read += (span - (j - i)) as u64;
