@@ -26,7 +26,7 @@ mod recover;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -36,6 +36,10 @@ use cairn_bufcache::BufferCache;
 use cairn_dir::DirIndex;
 use cairn_vfs::{Errno, FsError, Result};
 use parking_lot::{Condvar, Mutex};
+// Maps keyed by inode number or file handle, hashed with FxHash (a multiplication per
+// key): every operation looks up its inode, and SipHash's rounds were a visible share of
+// the daemon's time per small-file create (the keys are ours, not an attacker's).
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::cleaner::policy::{Policy, Thresholds};
 use crate::format::dirlog::Record;
