@@ -37,6 +37,8 @@ pub struct LogWriter {
     /// Partial segments and blocks written (for stats and tests).
     pub partials_written: u64,
     pub blocks_written: u64,
+    /// Segments the log has moved to (each took a clean segment as the next one).
+    pub segments_entered: u64,
     /// The cache the file system reads log blocks through, if any: every block a partial
     /// segment overwrites is dropped from it before the write, so a read never returns a
     /// copy from the segment's life before it was cleaned.
@@ -54,6 +56,7 @@ impl LogWriter {
             segment_blocks,
             partials_written: 0,
             blocks_written: 0,
+            segments_entered: 0,
             cache: None,
         }
     }
@@ -190,6 +193,7 @@ impl LogWriter {
         if self.off + 2 > self.segment_blocks || flags & FLAG_SKIP_REST != 0 {
             self.seg = self.next_seg;
             self.off = 0;
+            self.segments_entered += 1;
             self.next_seg = segs.take_clean(&[self.seg]).ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::StorageFull, "log: no clean segment")
             })?;

@@ -203,10 +203,10 @@ impl State {
         Ok(())
     }
 
-    /// Blocks of payload (no summaries) the pass writes for `a` and `b` together: the
-    /// moved data, the indirect and xattr blocks, the inodes 16 to a block, the inode map
-    /// blocks (those already dirty and those of every inode rewritten) and the whole usage
-    /// table.
+    /// Blocks of payload (no summaries) the pass writes for `a` and `b` together before
+    /// the usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
+    /// block, and the inode map blocks (those already dirty and those of every inode
+    /// rewritten). An upper bound: an indirect block left with no pointer is not written.
     fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
         let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
         let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
@@ -222,27 +222,61 @@ impl State {
         (a.moved.len() + b.moved.len() + slots + a.xattrs.len() + b.xattrs.len()) as u64
             + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
             + imap.len() as u64
-            + self.usage_addrs.len() as u64
     }
 
-    /// Blocks of the log a pass writing `payload` blocks may take, at most: the payload,
-    /// a summary per partial segment (one per `MAX_ENTRIES` blocks and one more in every
-    /// segment it reaches, plus the flush's commit), and the end of a segment skipped so
-    /// that the usage table goes into one partial segment.
-    fn pass_log_blocks(&self, payload: u64) -> u64 {
+    /// What a pass writing `payload` blocks before the usage table does to the log, found
+    /// by running the log writer's rules (`log.rs`) on counts alone from where the head is:
+    /// `(blocks, segments)` — the log blocks it takes (payload, summaries, the end of a
+    /// segment skipped) and the segments it enters, each of which takes a clean segment
+    /// as the log's next one. The pass pushes the payload (a partial segment written
+    /// whenever the current one is full: at the segment's end or at `MAX_ENTRIES`), makes
+    /// room for the whole usage table in one partial segment (writing what is pending, and
+    /// ending the segment early if the rest is still too small), pushes the table and
+    /// writes the commit. Exact, not an estimate: with small segments the few blocks a
+    /// formula would add to be safe are what decides whether a pass pays for itself.
+    pub(super) fn pass_log(&self, payload: u64) -> (u64, u64) {
         let seg = self.sb.segment_blocks as u64;
-        let per_partial = (summary::MAX_ENTRIES as u64).min(seg - 1).max(1);
-        let segments = payload / seg.saturating_sub(2).max(1) + 2;
-        payload + payload.div_ceil(per_partial) + segments + 2 + self.usage_addrs.len() as u64 + 1
-    }
-
-    /// Segments the log enters writing `blocks` more: each takes a clean segment as the
-    /// log's next one.
-    fn segments_entered(&self, blocks: u64) -> u64 {
-        let head_left = (self.sb.segment_blocks - self.log.off) as u64;
-        blocks
-            .saturating_sub(head_left.saturating_sub(2))
-            .div_ceil(self.sb.segment_blocks as u64)
+        let max = summary::MAX_ENTRIES as u64;
+        let nu = self.usage_addrs.len() as u64;
+        let mut off = self.log.off as u64;
+        let mut pending = self.log.pending_len() as u64;
+        let (mut blocks, mut entered) = (0u64, 0u64);
+        let room =
+            |off: u64, pending: u64| seg.saturating_sub(off + 1).min(max).saturating_sub(pending);
+        // One partial segment of `n` blocks (`LogWriter::write`).
+        let mut write = |off: &mut u64, n: u64, skip: bool| {
+            blocks += n + 1;
+            *off += n + 1;
+            if *off + 2 > seg || skip {
+                blocks += seg.saturating_sub(*off);
+                *off = 0;
+                entered += 1;
+            }
+        };
+        let mut left = payload;
+        while left > 0 {
+            let r = room(off, pending);
+            if r == 0 {
+                write(&mut off, pending, false);
+                pending = 0;
+                continue;
+            }
+            let k = r.min(left);
+            pending += k;
+            left -= k;
+        }
+        if room(off, pending) < nu {
+            if pending > 0 {
+                write(&mut off, pending, false);
+                pending = 0;
+            }
+            if room(off, pending) < nu {
+                write(&mut off, 0, true);
+            }
+        }
+        // The table fits the partial segment now (it is never larger than one).
+        write(&mut off, pending + nu, false);
+        (blocks, entered)
     }
 
     /// One cleaning pass: plans with `policy` towards `th`, moves the victims' live blocks
@@ -276,51 +310,72 @@ impl State {
         // is durable, so everything the pass writes — the live blocks, the indirect blocks
         // and inodes that name their new addresses, the inode map and usage table blocks,
         // the summaries — must fit in what the log can still enter: the rest of its head
-        // and the clean segments, less the last two blocks of the last one (a segment
-        // with less than a summary and a block left makes the log take another). Each
+        // and the clean segments, each segment it enters taking one (`pass_log`). Each
         // victim is read and its live blocks counted exactly before it is taken; one that
-        // would not fit is left and the next one in the plan's order tried, so a nearly
-        // full first choice does not hide emptier ones behind it.
+        // would not fit is left and the next one tried, so a nearly full first choice does
+        // not hide emptier ones behind it.
         let seg_blocks = self.sb.segment_blocks as u64;
         let clean = self.clean_segments() as u64;
-        let can_write = (self.sb.segment_blocks - self.log.off) as u64 + clean * seg_blocks;
-        let can_write = can_write.saturating_sub(2);
+        let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
         let mut victims = Vec::new();
         let mut scans = Vec::new();
         let mut work = Work::default();
-        for v in plan.victims {
+        // A pass must give back more than it fills, or it only moves data around (every
+        // candidate full of live blocks): a segment more than it enters, or in the last
+        // resort any blocks more than it writes. Never fewer clean segments than before
+        // either way: the log enters at most as many segments as it frees.
+        let gains = |st: &State, victims: &[u32], work: &Work| -> bool {
+            let (total, entered) = st.pass_log(st.work_blocks(work, &Work::default()));
+            let v = victims.len() as u64;
+            !victims.is_empty()
+                && match need {
+                    Gain::Segment => v > entered,
+                    Gain::Blocks => v * seg_blocks > total && v >= entered,
+                }
+        };
+        // The plan's victims first; then, while the pass would not pay for itself, more
+        // segments, the least utilized first (004 §3.3: the cleaner "reads a number of
+        // segments into memory, identifies the live data, and writes the live data back
+        // to a smaller number of clean segments"). What a pass writes besides the live
+        // data — an indirect block and an inode per file touched, the inode map and usage
+        // table blocks, the summaries — is shared by all its victims: with small segments
+        // nearly full no single victim frees more than that costs, several together do.
+        // The least utilized, as greedy takes them, whatever the policy: they are what
+        // makes the pass pay.
+        let planned = plan.victims.len();
+        let more = policy::rank(&View(self), policy::Selection::Greedy, now_s);
+        let mut misfits = 0;
+        for (i, v) in plan.victims.into_iter().chain(more).enumerate() {
+            if i >= planned {
+                if gains(self, &victims, &work) || misfits >= MAX_MISFITS {
+                    break;
+                }
+                if victims.contains(&v) {
+                    continue;
+                }
+            }
             let live = self.usage[v as usize].live_bytes as u64;
             if live == 0 {
                 victims.push(v);
                 continue;
             }
             // Live bytes alone (inodes count 256 each) already too many: not read.
-            let at_least = self.work_blocks(&work, &Work::default()) + live / BS;
-            if self.pass_log_blocks(at_least) > can_write {
+            if !fits(self, self.work_blocks(&work, &Work::default()) + live / BS) {
+                misfits += (i >= planned) as u32;
                 continue;
             }
             let scan = self.scan_segment(v);
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
-            if self.pass_log_blocks(self.work_blocks(&work, &w)) > can_write {
+            if !fits(self, self.work_blocks(&work, &w)) {
+                misfits += (i >= planned) as u32;
                 continue;
             }
             work.merge(w);
             scans.push(scan);
             victims.push(v);
         }
-        // A pass must give back more than it fills, or it only moves data around (every
-        // candidate full of live blocks): a segment more than it enters, or in the last
-        // resort any blocks more than it writes. Never fewer clean segments than before
-        // either way: the log enters at most as many segments as it frees.
-        let total = self.pass_log_blocks(self.work_blocks(&work, &Work::default()));
-        let entered = self.segments_entered(total);
-        let v = victims.len() as u64;
-        let gains = match need {
-            Gain::Segment => v > entered,
-            Gain::Blocks => v * seg_blocks > total && v >= entered,
-        };
-        if victims.is_empty() || !gains {
+        if !gains(self, &victims, &work) {
             self.cleaner.refused += 1;
             return Ok(0);
         }
@@ -334,8 +389,23 @@ impl State {
             .flatten()
             .map(|(s, _)| 1 + s.entries.len() as u64)
             .sum::<u64>();
+        // What the room rule counted is what the pass writes (checked in tests, where a
+        // wrong count would otherwise show only as a rare failed log write).
+        let predicted = self.pass_log(self.work_blocks(&work, &Work::default()));
+        let (seg0, off0, entered0) = (self.log.seg, self.log.off, self.log.segments_entered);
+        let written0 = self.log.blocks_written;
         self.apply_work(policy, work)?;
         self.checkpoint_inner()?;
+        let entered = self.log.segments_entered - entered0;
+        debug_assert!(
+            entered <= predicted.1,
+            "pass entered {entered} segments, counted {predicted:?} (from {seg0}:{off0})"
+        );
+        debug_assert!(
+            self.log.blocks_written - written0 <= predicted.0,
+            "pass wrote {} blocks, counted {predicted:?}",
+            self.log.blocks_written - written0
+        );
         let cleaned = victims
             .iter()
             .filter(|&&v| !self.usage[v as usize].dirty)
@@ -386,6 +456,10 @@ impl State {
         Ok(())
     }
 }
+
+/// Segments beyond the plan a pass may find too full for the room left before it stops
+/// looking (each costs a segment read; on a large disk the ranking is long).
+const MAX_MISFITS: u32 = 8;
 
 /// An inode's extended attributes, as the xattr block holds them.
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -611,13 +611,12 @@ impl FileSystem for Lfs {
 
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
-        // Free = not live and not buffered, less the segments the log keeps back. (Until
-        // the cleaner runs, dead blocks in partly live segments count as free although
-        // only a cleaner could reuse them.)
+        // Free = what a user can still write (`State::writable_blocks`): not the blocks
+        // that are not live, of which the reserve and the dead blocks no cleaning pass can
+        // collect are no room at all (with small segments nearly full, a fifth of the disk;
+        // showing it made `df` report room while writes failed with ENOSPC).
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
-        let live: u64 = st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() / BS;
-        let reserve = (RESERVE_SEGMENTS as u64 + 1) * st.sb.segment_blocks as u64;
-        let bfree = total.saturating_sub(live + st.dirty_data.len() as u64 + reserve);
+        let bfree = st.writable_blocks().min(total);
         let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64
             + st.nodes
                 .keys()
