@@ -80,10 +80,9 @@ mod tests {
     use cairn_ffs::MkfsOptions;
     use cairn_vfs::{Ctx, FileSystem};
 
-    #[test]
-    fn a_log_on_its_own_device_is_refused_not_half_recorded() {
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("disk.img");
+    /// A fresh 16 MiB FFS image in `dir`.
+    fn image(dir: &Path) -> PathBuf {
+        let img = dir.join("disk.img");
         cairn_ffs::mkfs(
             &img,
             &MkfsOptions {
@@ -92,6 +91,13 @@ mod tests {
             },
         )
         .unwrap();
+        img
+    }
+
+    #[test]
+    fn a_log_on_its_own_device_is_refused_not_half_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = image(dir.path());
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
         let opts = ["mode=journal,log=dev:/tmp/nonexistent-log".to_string()];
         let plan = crate::mount::parse_options(&opts, false, ffs_type).unwrap();
@@ -106,15 +112,7 @@ mod tests {
     #[test]
     fn recording_holds_writes_flushes_and_a_loadable_header() {
         let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("disk.img");
-        cairn_ffs::mkfs(
-            &img,
-            &MkfsOptions {
-                size: Some(16 << 20),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let img = image(dir.path());
         let out = dir.path().join("rec.jsonl");
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
         let plan = crate::mount::parse_options(&[], false, ffs_type).unwrap();
