@@ -2188,7 +2188,7 @@ fn freed_slack(t: &Target, s0: &nix::sys::statvfs::Statvfs, blocks: u64) -> u64 
         .mode()
         .is_some_and(|m| cairn_fstests::format_of(m) == "lfs");
     if log_structured {
-        blocks.max(s0.blocks() as u64 / 100)
+        blocks.max(s0.blocks() / 100)
     } else {
         blocks
     }
