@@ -24,7 +24,7 @@
 //!   may show holds at that place: not another file's bytes, and not zeros where every such
 //!   version had data. Counted for every mode, a violation where promised.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -269,8 +269,12 @@ pub struct Promises {
     /// where data was written, never another file's bytes) once the fsync has written the
     /// inode.
     pub fsync_data_first: bool,
-    /// No file ever shows data it was not given (000 §5, Soft Updates).
+    /// No file ever shows data it was not given (000 §5, Soft Updates; the journal's
+    /// ordered data): a violation, not only a count.
     pub no_stale_data: bool,
+    /// An inode that had a durable name and was never unlinked since keeps a name (002 §3
+    /// rule 3; atomic rename in a log): see [`Timeline::kept_names`].
+    pub names_kept: bool,
     /// The whole namespace is the one some prefix of the calls left, no shorter than the
     /// calls returned before the last returned fsync, fsyncdir or sync (a log replayed up
     /// to its last committed flush, where an fsync commits everything: LFS, 004 §4.2).
@@ -337,6 +341,92 @@ pub struct Timeline {
     fsync_ends: HashMap<u64, Vec<usize>>,
     /// Event indices at which sync(2) or an unmount returned.
     sync_ends: Vec<usize>,
+    /// When each inode first had a durable name, by what makes a name durable (see
+    /// [`Durable`]).
+    durable: Durable,
+    /// Where each inode lost a name: the begin event of every returned unlink, rmdir or
+    /// rename over one of its names (its victim as the model named it then).
+    unlinks: HashMap<u64, Vec<usize>>,
+}
+
+/// The first moment (event index of a return; 0: the recording's start) each inode had a
+/// name that a crash after it must keep, under each way a name becomes durable.
+#[derive(Default)]
+struct Durable {
+    /// The start, a returned sync(2) or unmount (every name), or a returned fsync of the
+    /// file while every directory above one of its names was durable: every mode.
+    synced: HashMap<u64, usize>,
+    /// As `synced`, with every returned fsync counting as a sync(2): a log that commits
+    /// everything before an fsync (the prefix promise).
+    fsync_commits_all: HashMap<u64, usize>,
+    /// The return of the first call after which the inode had a name: metadata durable on
+    /// return.
+    named: HashMap<u64, usize>,
+}
+
+impl Durable {
+    fn mark(map: &mut HashMap<u64, usize>, m: &Model, at: usize) {
+        for n in m.paths.values() {
+            if let Some(i) = n.ino {
+                map.entry(i).or_insert(at);
+            }
+        }
+    }
+
+    /// `ino`'s names in `m` whose every directory above is in `map` (durable): the names
+    /// an fsync of it makes durable.
+    fn reachable(map: &HashMap<u64, usize>, m: &Model, ino: u64) -> bool {
+        m.paths.iter().any(|(p, n)| {
+            n.ino == Some(ino)
+                && p.match_indices('/').all(|(i, _)| {
+                    m.paths
+                        .get(&p[..i])
+                        .and_then(|d| d.ino)
+                        .is_some_and(|d| map.contains_key(&d))
+                })
+        })
+    }
+
+    /// When `ino` first had a durable name under `promises`.
+    fn since(&self, ino: u64, promises: Promises) -> Option<usize> {
+        let mut at = self.synced.get(&ino).copied();
+        let mut earlier = |m: &HashMap<u64, usize>| {
+            if let Some(&e) = m.get(&ino) {
+                at = Some(at.map_or(e, |a| a.min(e)));
+            }
+        };
+        if promises.prefix {
+            earlier(&self.fsync_commits_all);
+        }
+        if promises.metadata_on_return {
+            earlier(&self.named);
+        }
+        at
+    }
+
+    fn inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut all: Vec<u64> = self
+            .synced
+            .keys()
+            .chain(self.fsync_commits_all.keys())
+            .chain(self.named.keys())
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all.into_iter()
+    }
+}
+
+/// The inodes a call may take a name from: the victim of an unlink or rmdir, whatever a
+/// rename replaces (as `m` names them).
+fn victims(m: &Model, op: &Op) -> Vec<u64> {
+    let at = |p: &str| m.paths.get(p).and_then(|n| n.ino);
+    match op {
+        Op::Unlink { path } | Op::Rmdir { path } => at(path).into_iter().collect(),
+        Op::Rename { from, to } if from != to && !under(to, from) => at(to).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 const SNAP: usize = 32;
@@ -388,10 +478,43 @@ impl Timeline {
         let mut sync_ends = Vec::new();
         let mut snaps = vec![initial.clone()];
         let mut m = initial.clone();
+        let mut durable = Durable::default();
+        for map in [
+            &mut durable.synced,
+            &mut durable.fsync_commits_all,
+            &mut durable.named,
+        ] {
+            Durable::mark(map, &initial, 0);
+        }
+        let mut unlinks: HashMap<u64, Vec<usize>> = HashMap::new();
         for (n, &k) in ends.iter().enumerate() {
             let o = &ops[k];
+            let ok = o.result.as_ref().is_some_and(|r| r.ok());
+            if ok {
+                for v in victims(&m, &o.op) {
+                    unlinks.entry(v).or_default().push(o.begin);
+                }
+            }
             m.apply(&o.op, o.result.as_ref());
             let end = o.end.unwrap_or(0);
+            if ok {
+                Durable::mark(&mut durable.named, &m, end);
+                match &o.op {
+                    Op::SyncAll | Op::Unmount => {
+                        Durable::mark(&mut durable.synced, &m, end);
+                        Durable::mark(&mut durable.fsync_commits_all, &m, end);
+                    }
+                    Op::Fsync { ino } => {
+                        Durable::mark(&mut durable.fsync_commits_all, &m, end);
+                        if !durable.synced.contains_key(ino)
+                            && Durable::reachable(&durable.synced, &m, *ino)
+                        {
+                            durable.synced.insert(*ino, end);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             if o.result.as_ref().is_some_and(|r| r.ok()) {
                 let changed = match &o.op {
                     Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino),
@@ -431,6 +554,8 @@ impl Timeline {
             versions,
             fsync_ends,
             sync_ends,
+            durable,
+            unlinks,
         }
     }
 
@@ -608,6 +733,9 @@ impl Timeline {
         } else if promises.prefix && !unknown {
             self.prefix_state(cp, n, obs, &mut v);
         }
+        if promises.names_kept && !unknown {
+            self.kept_names(cp, &returned, &flying, obs, promises, &mut v);
+        }
         self.fsynced(&returned, &flying, obs, &mut v);
         self.synced(cp, obs, &mut v);
         if !unknown {
@@ -644,36 +772,65 @@ impl Timeline {
         for d in diff {
             v.violations.push(format!("{d}{note}"));
         }
-        // An inode every explanation names, under names a call in flight changes, that the
-        // state names nowhere: a returned call had made one of its names durable and the
-        // state lost them all. fsck calls the inode unreferenced (a leak, reconnected to
-        // lost+found); under durability on return it is a violation.
+    }
+
+    /// Names kept (002 §3 rule 3, promised by every mode but `async`): an inode that had
+    /// a durable name before `cp` and lost none since — no unlink, rmdir or rename over one
+    /// of its names returned or in flight — must have a name in the state, wherever: a
+    /// rename in flight may leave the old name, the new one or both, never neither. fsck
+    /// calls a nameless inode a leak (it reconnects it to lost+found), but a returned call
+    /// had made one of its names durable and nothing took it back.
+    fn kept_names(
+        &self,
+        cp: usize,
+        returned: &Model,
+        flying: &[&OpRec],
+        obs: &Observed,
+        promises: Promises,
+        v: &mut Verdict,
+    ) {
         let on_disk: HashSet<u64> = obs.paths.values().map(|o| o.ino).collect();
-        let names_of = |m: &Model, ino: u64| -> Vec<String> {
-            m.paths
+        // A call in flight may have taken a name (one that never returns is not in
+        // `unlinks`).
+        let busy: HashSet<u64> = flying
+            .iter()
+            .flat_map(|o| victims(returned, &o.op))
+            .collect();
+        for ino in self.durable.inodes() {
+            let Some(since) = self.durable.since(ino, promises) else {
+                continue;
+            };
+            if since >= cp || on_disk.contains(&ino) || busy.contains(&ino) {
+                continue;
+            }
+            let unlinked = self
+                .unlinks
+                .get(&ino)
+                .is_some_and(|b| b.iter().any(|&b| b > since && b < cp));
+            if unlinked {
+                continue;
+            }
+            let names: Vec<String> = returned
+                .paths
                 .iter()
                 .filter(|(_, n)| n.ino == Some(ino))
                 .map(|(p, _)| format!("'/{p}'"))
-                .collect()
-        };
-        let lost: BTreeSet<u64> = cands[0]
-            .model
-            .paths
-            .values()
-            .filter_map(|n| n.ino)
-            .filter(|i| !on_disk.contains(i))
-            .collect();
-        for ino in lost {
-            let per: Vec<Vec<String>> = cands.iter().map(|c| names_of(&c.model, ino)).collect();
-            if per.iter().all(|n| !n.is_empty()) && per.iter().any(|n| *n != per[0]) {
-                let mut all: Vec<String> = per.concat();
-                all.sort();
-                all.dedup();
-                v.violations.push(format!(
-                    "inode {ino} has no name on disk ({} in the explanations): a call in flight lost the name a returned call had made durable",
-                    all.join(", ")
-                ));
-            }
+                .collect();
+            let by = self
+                .ops
+                .iter()
+                .find(|o| o.end == Some(since))
+                .map_or("the start".to_string(), |o| {
+                    format!("{} #{}", o.op.kind(), o.id)
+                });
+            v.violations.push(format!(
+                "inode {ino} has no name on disk ({}): its name was durable after {by} and it was never unlinked, so one must survive (002 §3 rule 3)",
+                if names.is_empty() {
+                    "a call in flight moves it".to_string()
+                } else {
+                    format!("named {} by the returned calls", names.join(", "))
+                }
+            ));
         }
     }
 
@@ -1149,12 +1306,14 @@ mod tests {
         metadata_on_return: true,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: true,
         prefix: false,
     };
     const ASYNC: Promises = Promises {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: false,
         prefix: false,
     };
 
@@ -1290,9 +1449,15 @@ mod tests {
         // Crash after the create returned (event 3 on), with an empty root.
         let empty = Observed::default();
         let v = t.judge(3, &empty, SYNC, &none());
-        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
         assert!(v.violations[0].contains("'/a'"), "{}", v.violations[0]);
         assert!(v.violations[0].contains("create #1"), "{}", v.violations[0]);
+        // The name was durable when the create returned: the inode must keep one.
+        assert!(
+            v.violations[1].contains("inode 7 has no name on disk"),
+            "{}",
+            v.violations[1]
+        );
         // The same state before the create returned is fine: it was in flight.
         assert!(t.judge(2, &empty, SYNC, &none()).violations.is_empty());
         // async promises no names.
@@ -1364,10 +1529,8 @@ mod tests {
             4,
             &obs,
             Promises {
-                metadata_on_return: false,
-                fsync_data_first: true,
                 no_stale_data: true,
-                prefix: false,
+                ..ASYNC
             },
             &none(),
         );
@@ -1571,5 +1734,103 @@ mod tests {
         assert!(t.judge(6, &with(b""), SYNC, &wrote).violations.is_empty());
         // A hole is zeros the file had.
         assert!(foreign_piece(&[0u8; 16], &[Arc::new(vec![0u8; 16])], 7, 1, true).is_none());
+    }
+
+    /// Names kept (002 §3 rule 3) in a mode without durability on return: a name made
+    /// durable by sync(2), or by an fsync while its directory was durable, survives a
+    /// rename in flight under the old name, the new one or both — never neither; a name
+    /// never made durable, or one an unlink took, may go; `async` promises nothing.
+    #[test]
+    fn a_durable_name_survives_every_crash_until_it_is_unlinked() {
+        let kept = Promises {
+            names_kept: true,
+            ..ASYNC
+        };
+        let t = timeline_of(vec![
+            begin(1, Op::Mkdir { path: "p".into() }),
+            end(1, Some(10)),
+            begin(2, Op::Mkdir { path: "q".into() }),
+            end(2, Some(11)),
+            begin(3, Op::Create { path: "p/f".into() }),
+            end(3, Some(12)),
+            begin(4, Op::SyncAll),
+            Event::Flush,
+            end(4, None),
+            // g in a durable directory, fsynced: durable; h in a new directory: not.
+            begin(5, Op::Mkdir { path: "n".into() }),
+            end(5, Some(13)),
+            begin(6, Op::Create { path: "p/g".into() }),
+            end(6, Some(14)),
+            begin(7, Op::Create { path: "n/h".into() }),
+            end(7, Some(15)),
+            begin(8, Op::Fsync { ino: 14 }),
+            end(8, None),
+            begin(9, Op::Fsync { ino: 15 }),
+            end(9, None),
+            begin(
+                10,
+                Op::Rename {
+                    from: "p/f".into(),
+                    to: "q/f".into(),
+                },
+            ),
+            Event::Flush,
+            end(10, None),
+            begin(11, Op::Unlink { path: "p/g".into() }),
+            Event::Flush,
+            end(11, None),
+        ]);
+        let state = |cp: usize, names: &[(&str, u64)]| {
+            let mut o = Observed::default();
+            for &(n, ino) in names {
+                let node = if ino < 12 { dir(ino) } else { file(ino, b"") };
+                o.paths.insert(n.to_string(), node);
+            }
+            t.judge(cp, &o, kept, &none()).violations
+        };
+        let dirs = [("p", 10), ("q", 11)];
+        let with = |extra: &[(&'static str, u64)]| -> Vec<(&'static str, u64)> {
+            dirs.iter().chain(extra).copied().collect()
+        };
+        // The rename in flight (crash at its flush, event 20): f under either name or both.
+        let cp = 20;
+        for names in [
+            with(&[("p/f", 12), ("p/g", 14)]),
+            with(&[("q/f", 12), ("p/g", 14)]),
+            with(&[("p/f", 12), ("q/f", 12), ("p/g", 14)]),
+        ] {
+            assert!(state(cp, &names).is_empty(), "{names:?}");
+        }
+        let v = state(cp, &with(&[("p/g", 14)]));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("inode 12 has no name on disk") && v[0].contains("sync #4"),
+            "{}",
+            v[0]
+        );
+        // g's fsync made its name durable; h's did not (n was never made durable).
+        let v = state(cp, &with(&[("q/f", 12)]));
+        assert!(
+            v.len() == 1 && v[0].contains("inode 14") && v[0].contains("fsync #8"),
+            "{v:?}"
+        );
+        // Before the sync returned, nothing was durable.
+        assert!(state(8, &[]).is_empty());
+        // After g's unlink began (crash at its flush, event 23), g may be gone.
+        assert!(state(23, &with(&[("q/f", 12)])).is_empty());
+        // (h, fsynced, is held to its fsync by another check once nothing is in flight.)
+        let h = [("q/f", 12), ("n", 13), ("n/h", 15)];
+        assert!(
+            state(25, &with(&h)).is_empty(),
+            "{:?}",
+            state(25, &with(&h))
+        );
+        // async keeps no names (what the sync made durable it keeps, f aside: the rename
+        // in flight touches it).
+        let mut o = Observed::default();
+        o.paths.insert("p".into(), dir(10));
+        o.paths.insert("q".into(), dir(11));
+        assert!(t.judge(cp, &o, ASYNC, &none()).violations.is_empty());
+        assert_eq!(t.judge(cp, &o, kept, &none()).violations.len(), 2);
     }
 }

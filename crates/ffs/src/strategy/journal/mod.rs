@@ -119,12 +119,18 @@ pub(super) const MODE: ModeInfo = ModeInfo {
     guarantees: Guarantees {
         metadata_on_return: true,
         fsync_data_first: true,
-        no_stale_data: false,
+        // Ordered data (DESIGN.md): a call's data is written and flushed before the records
+        // that make its pointers or size durable, and a freed block is revoked in the log
+        // and held from the allocator until its free is durable, so no recovery puts a
+        // logged image over data a returned call wrote. commit=async's timer leaves a gap
+        // (DESIGN.md): journal-async does not promise it.
+        no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::Never,
         interrupted_rename: Allowed::Never,
         after_crash: AfterCrash::Recover,
-        basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync)",
+        basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync); ordered data: no pointer or size durable before its data, no freed block's logged image replayed over its next owner (revoke)",
     },
     options: &[
         ModeOption {
@@ -156,6 +162,7 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::Never,
         interrupted_rename: Allowed::Never,

@@ -1316,6 +1316,7 @@ pub const MODE: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::May,
         interrupted_rename: Allowed::May,
