@@ -182,7 +182,7 @@ impl Checker {
             }
         };
         for ev in &rec.events[..h.start] {
-            if let Event::Write { block, data } = ev {
+            if let Event::Write { block, data, .. } = ev {
                 data.copy_to(base.block_mut(*block));
             }
         }
@@ -244,7 +244,7 @@ impl Checker {
     fn apply_epoch(&self, base: &mut Arc<Base>, e: usize) {
         let b = make_mut_base(base);
         for &i in &self.epochs[e].settled {
-            if let Event::Write { block, data } = &self.rec.events[i] {
+            if let Event::Write { block, data, .. } = &self.rec.events[i] {
                 data.copy_to(b.block_mut(*block));
             }
         }
@@ -294,7 +294,7 @@ impl Checker {
                     ep.writes.len()
                 )));
             };
-            let Event::Write { block, data } = &self.rec.events[i] else {
+            let Event::Write { block, data, .. } = &self.rec.events[i] else {
                 continue;
             };
             let torn = st.torn.as_ref().filter(|t| t.write == k);
@@ -478,7 +478,7 @@ impl Checker {
                     vec![Box::from(&self.start.block(blk)[off..off + INODE_SIZE])];
                 let mut tmp = vec![0u8; geo.bs()];
                 for ev in &self.rec.events[self.rec.header.start..o.begin] {
-                    if let Event::Write { block, data } = ev
+                    if let Event::Write { block, data, .. } = ev
                         && *block == blk
                     {
                         data.copy_to(&mut tmp);

@@ -57,6 +57,16 @@ fn recover_journal(
     dev: Arc<dyn BlockDevice>,
     log: Option<Arc<dyn BlockDevice>>,
 ) -> Result<(), String> {
+    recover_journal_as(dev, log, |_| {})
+}
+
+/// The journal's recovery by a journal `plant` has broken (a planted bug in the replay):
+/// the mount after the crash is that journal's.
+pub(crate) fn recover_journal_as(
+    dev: Arc<dyn BlockDevice>,
+    log: Option<Arc<dyn BlockDevice>>,
+    plant: impl FnOnce(&Journal),
+) -> Result<(), String> {
     let opts = cairn_ffs::MountOptions {
         mode: "journal".into(),
         cache_bytes: 16 << 20,
@@ -66,16 +76,14 @@ fn recover_journal(
         force: true,
         mode_options: Vec::new(),
     };
-    let fs = match log {
-        // The commit policy plays no part in recovery.
-        Some(log) => cairn_ffs::Ffs::mount_device_with_strategy(
-            dev,
-            &opts,
-            Box::new(journal_on(log, Commit::Sync)),
-        ),
-        None => cairn_ffs::Ffs::mount_device(dev, &opts),
-    }
-    .map_err(|e| e.to_string())?;
+    // The commit policy plays no part in recovery.
+    let journal = match log {
+        Some(log) => journal_on(log, Commit::Sync),
+        None => Journal::new(LogSpec::File, Commit::Sync),
+    };
+    plant(&journal);
+    let fs = cairn_ffs::Ffs::mount_device_with_strategy(dev, &opts, Box::new(journal))
+        .map_err(|e| e.to_string())?;
     fs.unmount().map_err(|e| e.to_string())
 }
 

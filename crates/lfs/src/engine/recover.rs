@@ -121,6 +121,8 @@ impl State {
                 off = 0;
             }
             let commit = s.commit();
+            #[cfg(any(test, feature = "planted"))]
+            let commit = commit || self.planted == Planted::RollForwardUncommitted;
             unit.push((s, data));
             if commit {
                 for (s, data) in std::mem::take(&mut unit) {

@@ -307,6 +307,9 @@ struct Inner {
     /// call's END record, so a call returns before it is durable.
     #[cfg(any(test, feature = "planted"))]
     plant_no_group_force: AtomicBool,
+    /// A planted bug for the tests: recovery replays updates a later REVOKE record freed.
+    #[cfg(any(test, feature = "planted"))]
+    plant_ignore_revoke: AtomicBool,
 }
 
 /// Block-number keyed maps, hashed with FxHash (a multiplication per key): the shadow map
@@ -465,6 +468,8 @@ impl Journal {
                 plant_reuse: AtomicBool::new(false),
                 #[cfg(any(test, feature = "planted"))]
                 plant_no_group_force: AtomicBool::new(false),
+                #[cfg(any(test, feature = "planted"))]
+                plant_ignore_revoke: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -553,6 +558,16 @@ impl Journal {
             .store(true, AtomicOrdering::Release);
     }
 
+    /// Plants a bug (the crash harness's `journal-replay-ignores-revoke`): recovery
+    /// replays every logged update, those of blocks a later record revoked too, so a freed
+    /// block's last logged image lands over whatever its next owner wrote there.
+    #[cfg(any(test, feature = "planted"))]
+    pub fn plant_ignore_revoke(&self) {
+        self.inner
+            .plant_ignore_revoke
+            .store(true, AtomicOrdering::Release);
+    }
+
     /// The open log (after `recover`).
     pub fn wal(&self) -> Option<Arc<Wal>> {
         self.inner.wal()
@@ -620,8 +635,12 @@ impl Journal {
         claim: bool,
     ) -> Result<()> {
         let records = self.log_records(wal, sb, name, claim)?;
-        let Replayed { stats: st, orphans } =
-            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        #[cfg(any(test, feature = "planted"))]
+        let revokes = !self.inner.plant_ignore_revoke.load(AtomicOrdering::Acquire);
+        #[cfg(not(any(test, feature = "planted")))]
+        let revokes = true;
+        let Replayed { stats: st, orphans } = replay::replay_with(dev, records, revokes)
+            .map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
         *self.inner.recovered_orphans.lock() = orphans;
         if st.records > 0 {
             log::info!(

@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     counters: Counters,
     /// Test-only planted bug: directory entries are never rolled back.
     skip_entry_rollback: bool,
+    /// Test-only planted bug: rename does not write its new entries before it returns.
+    skip_rename_force: bool,
 }
 
 /// The soft-updates strategy.
@@ -123,17 +125,33 @@ struct Hooks(Arc<Inner>);
 
 impl SoftDep {
     pub fn new(max_deps: usize) -> SoftDep {
-        SoftDep::build("softdep", max_deps, false)
+        SoftDep::build("softdep", max_deps)
     }
 
     /// A broken soft updates, called `name`, for the crash harness's planted bugs: new
     /// directory entries are written before the inodes they name (the entry rollback in
     /// `before_write` is skipped). Never reachable from a mount.
     pub fn without_entry_rollback(name: &'static str) -> SoftDep {
-        SoftDep::build(name, DEFAULT_MAX_DEPS, true)
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_entry_rollback = true;
+        s
     }
 
-    fn build(name: &'static str, max_deps: usize, skip_entry_rollback: bool) -> SoftDep {
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: rename
+    /// leaves its new entry to the write-back like any other (the force at its end that
+    /// keeps rule 3 is skipped), so the new name and the old name's removal can reach disk
+    /// in one write-back, in either order. Never reachable from a mount.
+    pub fn without_rename_force(name: &'static str) -> SoftDep {
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_rename_force = true;
+        s
+    }
+
+    fn build(name: &'static str, max_deps: usize) -> SoftDep {
         SoftDep {
             name,
             inner: Arc::new(Inner {
@@ -143,7 +161,8 @@ impl SoftDep {
                 gate: Gate::new(),
                 max_deps: max_deps.max(64),
                 counters: Counters::default(),
-                skip_entry_rollback,
+                skip_entry_rollback: false,
+                skip_rename_force: false,
             }),
         }
     }
@@ -757,7 +776,11 @@ impl Strategy for SoftDep {
             .op
             .as_ref()
             .is_some_and(|o| o.nesting == 0);
-        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) {
+        if ok
+            && outer
+            && matches!(tx.kind, OpKind::Rename | OpKind::Exchange)
+            && !self.inner.skip_rename_force
+        {
             // Rule 3: the new name (and a moved directory's new `..`) reach disk before
             // the old name's removal can: nothing writes during a call but the call itself.
             // On failure the engine takes the call back and ends it again, not ok.
