@@ -673,8 +673,9 @@ impl Timeline {
     /// The prefix promise: the state must match the returned calls (with those in flight,
     /// as [`Timeline::candidates`]), or the first `k` returned calls for some `k` down to
     /// the calls returned before the last returned fsync, fsyncdir or sync. `n` is the
-    /// number of calls returned before `cp`. Models are made one at a time and the search
-    /// stops at the first that matches; only a state none explains pays for all of them.
+    /// number of calls returned before `cp`. The prefixes are tried in order from the durable
+    /// point, one model advanced a call at a time, and the search stops at the first that
+    /// matches; only a state none explains pays for all of them.
     fn prefix_state(&self, cp: usize, n: usize, obs: &Observed, v: &mut Verdict) {
         let mut cands = self.candidates(cp);
         if cands.iter().any(|c| c.model.unknown) {
@@ -696,11 +697,29 @@ impl Timeline {
                 ) && o.result.as_ref().is_some_and(|r| r.ok())
             })
             .map_or(0, |i| i + 1);
-        for k in (durable..n).rev() {
-            let model = self.after(k);
-            if model.unknown || Self::mismatches(&model, obs, 1) == 0 {
+        // One model walked forward from the durable point, a call at a time (a clone per
+        // prefix cost more than the rest of a state's check); the closest is kept for the
+        // report.
+        let mut m = self.after(durable);
+        let mut best: Option<(usize, usize, Model)> = None;
+        for k in durable..n {
+            if k > durable {
+                let o = &self.ops[self.ends[k - 1]];
+                m.apply(&o.op, o.result.as_ref());
+            }
+            if m.unknown {
                 return;
             }
+            let limit = best.as_ref().map_or(usize::MAX, |b| b.0);
+            let c = Self::mismatches(&m, obs, limit);
+            if c == 0 {
+                return;
+            }
+            if c < limit {
+                best = Some((c, k, m.clone()));
+            }
+        }
+        if let Some((_, k, model)) = best {
             cands.push(Candidate {
                 label: format!("the first {k} returned calls"),
                 model,

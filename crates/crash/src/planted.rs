@@ -161,8 +161,8 @@ pub const CATALOGUE: &[Planted] = &[
     Planted {
         name: "softdep-rename-unforced",
         base: "softdep",
-        breaks: "rule 3: a rename's new name and the old name's removal reach disk in one write-back, in either order, so a crash can leave the file in no directory",
-        how: "rename's end_op does not write the call's new entries (soft updates' force of rule 3 skipped): both directory blocks wait for the next write-back",
+        breaks: "rule 3: a file rename's new name and the old name's removal reach disk in one write-back, in either order, so a crash can leave the file in no directory",
+        how: "the end_op of a rename that moves no directory between parents does not write the call's new entries (soft updates' force of rule 3 skipped): both directory blocks wait for the next write-back",
         // A name made durable by an fsync (written by it), then moved across directories.
         workload: "fsync-rename",
         fault: Fault::SoftdepRenameUnforced,
