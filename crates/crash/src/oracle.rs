@@ -1290,15 +1290,8 @@ fn named_path(op: &Op) -> Option<&str> {
 /// The names an operation may change (a directory's whole subtree is under its name).
 fn touched_paths(op: &Op) -> Vec<String> {
     match op {
-        Op::Create { path }
-        | Op::Mkdir { path }
-        | Op::Mknod { path }
-        | Op::Symlink { path, .. }
-        | Op::Link { path, .. }
-        | Op::Unlink { path }
-        | Op::Rmdir { path } => vec![path.clone()],
         Op::Rename { from, to } => vec![from.clone(), to.clone()],
-        _ => Vec::new(),
+        op => named_path(op).map(str::to_string).into_iter().collect(),
     }
 }
 
@@ -1658,28 +1651,40 @@ mod tests {
         Timeline::new(&rec, Model::default())
     }
 
-    /// A state is one moment: a rename in flight may show the old name, the new one, or
-    /// both (rule 3 writes the new first), but never neither, though each missing name
-    /// alone is explained by some moment.
-    #[test]
-    fn a_rename_in_flight_is_judged_as_a_whole_state() {
-        let t = timeline_of(vec![
+    /// Directories p (10) and q (11) made, and p/f (12) created.
+    fn p_q_f() -> Vec<Event> {
+        vec![
             begin(1, Op::Mkdir { path: "p".into() }),
             end(1, Some(10)),
             begin(2, Op::Mkdir { path: "q".into() }),
             end(2, Some(11)),
             begin(3, Op::Create { path: "p/f".into() }),
             end(3, Some(12)),
-            begin(
-                4,
-                Op::Rename {
-                    from: "p/f".into(),
-                    to: "q/f".into(),
-                },
-            ),
-            Event::Flush,
-            end(4, None),
-        ]);
+        ]
+    }
+
+    /// A state is one moment: a rename in flight may show the old name, the new one, or
+    /// both (rule 3 writes the new first), but never neither, though each missing name
+    /// alone is explained by some moment.
+    #[test]
+    fn a_rename_in_flight_is_judged_as_a_whole_state() {
+        let t = timeline_of(
+            [
+                p_q_f(),
+                vec![
+                    begin(
+                        4,
+                        Op::Rename {
+                            from: "p/f".into(),
+                            to: "q/f".into(),
+                        },
+                    ),
+                    Event::Flush,
+                    end(4, None),
+                ],
+            ]
+            .concat(),
+        );
         let state = |names: &[&str]| {
             let mut o = Observed::default();
             o.paths.insert("p".into(), dir(10));
@@ -1837,40 +1842,40 @@ mod tests {
             names_kept: true,
             ..ASYNC
         };
-        let t = timeline_of(vec![
-            begin(1, Op::Mkdir { path: "p".into() }),
-            end(1, Some(10)),
-            begin(2, Op::Mkdir { path: "q".into() }),
-            end(2, Some(11)),
-            begin(3, Op::Create { path: "p/f".into() }),
-            end(3, Some(12)),
-            begin(4, Op::SyncAll),
-            Event::Flush,
-            end(4, None),
-            // g in a durable directory, fsynced: durable; h in a new directory: not.
-            begin(5, Op::Mkdir { path: "n".into() }),
-            end(5, Some(13)),
-            begin(6, Op::Create { path: "p/g".into() }),
-            end(6, Some(14)),
-            begin(7, Op::Create { path: "n/h".into() }),
-            end(7, Some(15)),
-            begin(8, Op::Fsync { ino: 14 }),
-            end(8, None),
-            begin(9, Op::Fsync { ino: 15 }),
-            end(9, None),
-            begin(
-                10,
-                Op::Rename {
-                    from: "p/f".into(),
-                    to: "q/f".into(),
-                },
-            ),
-            Event::Flush,
-            end(10, None),
-            begin(11, Op::Unlink { path: "p/g".into() }),
-            Event::Flush,
-            end(11, None),
-        ]);
+        let t = timeline_of(
+            [
+                p_q_f(),
+                vec![
+                    begin(4, Op::SyncAll),
+                    Event::Flush,
+                    end(4, None),
+                    // g in a durable directory, fsynced: durable; h in a new directory: not.
+                    begin(5, Op::Mkdir { path: "n".into() }),
+                    end(5, Some(13)),
+                    begin(6, Op::Create { path: "p/g".into() }),
+                    end(6, Some(14)),
+                    begin(7, Op::Create { path: "n/h".into() }),
+                    end(7, Some(15)),
+                    begin(8, Op::Fsync { ino: 14 }),
+                    end(8, None),
+                    begin(9, Op::Fsync { ino: 15 }),
+                    end(9, None),
+                    begin(
+                        10,
+                        Op::Rename {
+                            from: "p/f".into(),
+                            to: "q/f".into(),
+                        },
+                    ),
+                    Event::Flush,
+                    end(10, None),
+                    begin(11, Op::Unlink { path: "p/g".into() }),
+                    Event::Flush,
+                    end(11, None),
+                ],
+            ]
+            .concat(),
+        );
         let state = |cp: usize, names: &[(&str, u64)]| {
             let mut o = Observed::default();
             for &(n, ino) in names {

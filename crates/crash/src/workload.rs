@@ -609,14 +609,7 @@ pub fn all() -> Vec<Workload> {
             d.create("big")?;
             d.write("big", 0, 80 << 10)
         },
-        |d| {
-            d.truncate("big", 0)?;
-            d.create("small")?;
-            d.write("small", 0, 4096)?;
-            d.create("other")?;
-            d.write("other", 0, 80 << 10)?;
-            d.fsync("other")
-        },
+        reuse_freed,
     ));
     v.push(Workload {
         name: "untar".into(),
@@ -674,12 +667,7 @@ pub fn designed() -> Vec<Workload> {
         scripted("reuse-logged", nothing, |d| {
             d.create("big")?;
             d.write("big", 0, 80 << 10)?;
-            d.truncate("big", 0)?;
-            d.create("small")?;
-            d.write("small", 0, 4096)?;
-            d.create("other")?;
-            d.write("other", 0, 80 << 10)?;
-            d.fsync("other")
+            reuse_freed(d)
         }),
         scripted(
             "fsync-rename",
@@ -698,6 +686,18 @@ pub fn designed() -> Vec<Workload> {
             },
         ),
     ]
+}
+
+/// `big` (past its direct blocks) truncated to nothing, then a one-block file that shifts
+/// the next file's data by one block over the freed ones, so that file's data, fsynced,
+/// falls on `big`'s old indirect block (`reuse-indirect`, `reuse-logged`).
+fn reuse_freed(d: &mut Driver) -> Result<(), FsError> {
+    d.truncate("big", 0)?;
+    d.create("small")?;
+    d.write("small", 0, 4096)?;
+    d.create("other")?;
+    d.write("other", 0, 80 << 10)?;
+    d.fsync("other")
 }
 
 /// `log-wrap`: about 9 MiB of overwrites in 64 KiB writes (one file fsynced in every
