@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
 use cairn_vfs::falloc::Falloc;
-use cairn_vfs::perm::{self, LINK_MAX};
+use cairn_vfs::perm::{self, LINK_MAX, XattrOp};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
@@ -1904,7 +1904,7 @@ impl FileSystem for Ffs {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             let acl = self.access_acl(st, ino)?;
-            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, true)?;
+            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Set)?;
             if value.len() > XATTR_SIZE_MAX {
                 return Err(Errno::E2BIG.into());
             }
@@ -1931,7 +1931,7 @@ impl FileSystem for Ffs {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             let acl = self.access_acl(st, ino)?;
-            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, false)?;
+            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Get)?;
             let attrs = self.read_xattrs(&d)?;
             attrs
                 .into_iter()
@@ -1961,7 +1961,9 @@ impl FileSystem for Ffs {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
             let acl = self.access_acl(st, ino)?;
-            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, true)?;
+            if !perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Remove)? {
+                return Ok(());
+            }
             if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
                 return self.set_acl(st, ctx, ino, kind, None);
             }

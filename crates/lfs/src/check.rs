@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cairn_blockdev::BlockDevice;
 use cairn_vfs::{FileSystem, Result};
 
-use crate::engine::{Lfs, MountOptions, ROOT_INO, owned_blocks};
+use crate::engine::{Lfs, MountOptions, ROOT_INO, decode_xattrs, owned_blocks};
 use crate::format::BLOCK_SIZE;
 
 /// One finding.
@@ -164,6 +164,24 @@ fn audit(st: &mut crate::engine::State) -> Result<Audit> {
                 }
             }
             Err(err) => bad(false, format!("inode {ino}: block map: {err}")),
+        }
+        let unknown = inode.flags & !cairn_vfs::fileattr::SUPPORTED;
+        if unknown != 0 {
+            bad(
+                false,
+                format!("inode {ino}: unknown inode flags {unknown:#x}"),
+            );
+        }
+        if inode.xattr != 0 {
+            match st.read_block(inode.xattr).and_then(|b| decode_xattrs(&b)) {
+                Ok(x) => {
+                    let a = cairn_vfs::acl::audit(inode.mode, |k| x.get(k.xattr()).map(|v| &v[..]));
+                    for p in a.problems {
+                        bad(false, format!("inode {ino}: {p}"));
+                    }
+                }
+                Err(err) => bad(false, format!("inode {ino}: extended attributes: {err}")),
+            }
         }
     }
     for (s, &want) in live.iter().enumerate() {

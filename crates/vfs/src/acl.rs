@@ -448,6 +448,87 @@ impl fmt::Display for Acl {
     }
 }
 
+/// One thing a checker finds wrong with an inode's stored ACLs (fsck of either format).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The value is not a valid ACL: it is dropped.
+    Malformed(Kind, AclError),
+    /// A default ACL on something that is not a directory: dropped.
+    DefaultOnNonDirectory,
+    /// An ACL on a symlink, which has none: dropped.
+    OnSymlink(Kind),
+    /// The mode's permission bits are not what the access ACL says (`mode`, `want`): a
+    /// change of one reached disk without the other. The ACL is the one the permission
+    /// checks use, so the mode is set from it.
+    ModeDisagrees { mode: u32, want: u32 },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |k: &Kind| String::from_utf8_lossy(k.xattr()).into_owned();
+        match self {
+            Problem::Malformed(k, e) => write!(f, "{}: {e}; dropped", name(k)),
+            Problem::DefaultOnNonDirectory => {
+                write!(f, "{} on a non-directory; dropped", name(&Kind::Default))
+            }
+            Problem::OnSymlink(k) => write!(f, "{} on a symlink; dropped", name(k)),
+            Problem::ModeDisagrees { mode, want } => write!(
+                f,
+                "mode {:o} disagrees with its access ACL ({:o}); set from the ACL",
+                mode & 0o7777,
+                want & 0o7777
+            ),
+        }
+    }
+}
+
+/// What a checker does about an inode's ACLs: the problems, the attributes to drop and the
+/// mode to keep.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    pub problems: Vec<Problem>,
+    pub drop: Vec<Kind>,
+    pub mode: u32,
+}
+
+/// Checks the ACL attributes of an inode of `mode` (`value(kind)`: the stored value, if
+/// any).
+pub fn audit<'a>(mode: u32, value: impl Fn(Kind) -> Option<&'a [u8]>) -> Audit {
+    let mut a = Audit {
+        mode,
+        ..Default::default()
+    };
+    let t = mode & libc::S_IFMT;
+    for kind in [Kind::Access, Kind::Default] {
+        let Some(v) = value(kind) else { continue };
+        let problem = if t == libc::S_IFLNK {
+            Some(Problem::OnSymlink(kind))
+        } else if kind == Kind::Default && t != libc::S_IFDIR {
+            Some(Problem::DefaultOnNonDirectory)
+        } else {
+            match Acl::decode(v) {
+                Err(e) => Some(Problem::Malformed(kind, e)),
+                Ok(Some(acl)) if kind == Kind::Access => {
+                    let (want, _) = acl.equiv_mode(mode);
+                    (want != mode)
+                        .then_some(Problem::ModeDisagrees { mode, want })
+                        .inspect(|_| {
+                            a.mode = want;
+                        })
+                }
+                Ok(_) => None,
+            }
+        };
+        if let Some(p) = problem {
+            if !matches!(p, Problem::ModeDisagrees { .. }) {
+                a.drop.push(kind);
+            }
+            a.problems.push(p);
+        }
+    }
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,5 +736,37 @@ mod tests {
         let o = Ctx::user(3000, 3000);
         assert!(lax.permission(&o, 0, 0, Access::W).is_ok());
         assert!(a.permission(&o, 0, 0, Access::R).is_err());
+    }
+
+    #[test]
+    fn audit_finds_what_a_torn_update_or_hostile_image_leaves() {
+        let a = named().encode();
+        let reg = libc::S_IFREG | 0o640;
+        // Agreeing: nothing.
+        assert_eq!(
+            audit(libc::S_IFREG | 0o660, |k| (k == Kind::Access)
+                .then_some(&a[..]))
+            .problems,
+            vec![]
+        );
+        // The mode without the mask's bits: set from the ACL.
+        let r = audit(reg, |k| (k == Kind::Access).then_some(&a[..]));
+        assert_eq!(
+            r.problems,
+            vec![Problem::ModeDisagrees {
+                mode: reg,
+                want: libc::S_IFREG | 0o660
+            }]
+        );
+        assert_eq!(r.mode, libc::S_IFREG | 0o660);
+        // Garbage, a default on a file, anything on a symlink: dropped.
+        let r = audit(reg, |_| Some(&b"junk"[..]));
+        assert_eq!(r.drop, vec![Kind::Access, Kind::Default]);
+        assert_eq!(r.problems[1], Problem::DefaultOnNonDirectory);
+        let r = audit(libc::S_IFLNK | 0o777, |k| {
+            (k == Kind::Access).then_some(&a[..])
+        });
+        assert_eq!(r.problems, vec![Problem::OnSymlink(Kind::Access)]);
+        assert!(r.problems[0].to_string().contains("symlink"));
     }
 }

@@ -118,7 +118,7 @@ mod tests {
             libc::FALLOC_FL_COLLAPSE_RANGE | K,
             libc::FALLOC_FL_INSERT_RANGE | K,
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE | K,
-            libc::FALLOC_FL_NO_HIDE_STALE,
+            0x4, // FALLOC_FL_NO_HIDE_STALE
             0x40,
         ] {
             assert_eq!(

@@ -357,23 +357,33 @@ pub fn may_truncate(ctx: &Ctx, cur: Owner, acl: Option<&Acl>, by_handle: bool) -
     ctx.permission(cur, acl, Access::W)
 }
 
-/// Access to extended attribute `name` of `cur` (`write`: set or remove; `acl`: the access
-/// ACL). Nothing may be set or removed on an immutable or append-only inode (EPERM).
-/// `user.` follows the file's permissions and exists only on regular files and
-/// directories; `trusted.` is root's; `security.` may be read by anyone and written by the
-/// owner or root; the POSIX ACLs (`system.posix_acl_access` and `_default`) may be read by
-/// anyone and set by the owner or root, a default ACL only on a directory (EACCES); other
-/// namespaces are not supported.
+/// What a caller does with an extended attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrOp {
+    Get,
+    Set,
+    Remove,
+}
+
+/// Access to extended attribute `name` of `cur` (`acl`: the access ACL). Nothing may be
+/// set or removed on an immutable or append-only inode (EPERM). `user.` follows the file's
+/// permissions and exists only on regular files and directories; `trusted.` is root's;
+/// `security.` may be read by anyone and written by the owner or root; the POSIX ACLs
+/// (`system.posix_acl_access` and `_default`) may be read by anyone and set by the owner or
+/// root, not on a symlink (EOPNOTSUPP), a default ACL only on a directory (EACCES; removing
+/// one from anything else is a no-op, `Ok(false)`); other namespaces are not supported.
+/// `Ok(true)`: go ahead.
 pub fn xattr_access(
     ctx: &Ctx,
     cur: Owner,
     acl: Option<&Acl>,
     name: &[u8],
-    write: bool,
-) -> Result<()> {
+    op: XattrOp,
+) -> Result<bool> {
     if name.len() > NAME_MAX || name.is_empty() {
         return Err(Errno::ERANGE.into());
     }
+    let write = op != XattrOp::Get;
     if write && cur.flags & fileattr::RESTRICTING != 0 {
         return Err(Errno::EPERM.into());
     }
@@ -382,32 +392,35 @@ pub fn xattr_access(
         if t != libc::S_IFREG && t != libc::S_IFDIR {
             return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
         }
-        ctx.permission(cur, acl, if write { Access::W } else { Access::R })
+        ctx.permission(cur, acl, if write { Access::W } else { Access::R })?;
     } else if name.starts_with(b"trusted.") {
-        if ctx.is_root() {
-            Ok(())
-        } else {
-            Err(Errno::EPERM.into())
+        if !ctx.is_root() {
+            return Err(Errno::EPERM.into());
         }
     } else if name.starts_with(b"security.") {
         if write && !ctx.owns(cur) {
-            Err(Errno::EPERM.into())
-        } else {
-            Ok(())
+            return Err(Errno::EPERM.into());
         }
     } else if let Some(kind) = acl::Kind::of_xattr(name) {
+        if cur.mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::EOPNOTSUPP.into());
+        }
         if !write {
-            Ok(())
-        } else if kind == acl::Kind::Default && !cur.is_dir() {
-            Err(Errno::EACCES.into())
-        } else if !ctx.owns(cur) {
-            Err(Errno::EPERM.into())
-        } else {
-            Ok(())
+            return Ok(true);
+        }
+        if kind == acl::Kind::Default && !cur.is_dir() {
+            return match op {
+                XattrOp::Remove => Ok(false),
+                _ => Err(Errno::EACCES.into()),
+            };
+        }
+        if !ctx.owns(cur) {
+            return Err(Errno::EPERM.into());
         }
     } else {
-        Err(Errno::EOPNOTSUPP.into())
+        return Err(Errno::EOPNOTSUPP.into());
     }
+    Ok(true)
 }
 
 /// `may_delete`: whether `ctx` may remove the entry naming `victim` from directory `dir`
@@ -581,22 +594,28 @@ mod tests {
                 .errno(),
             Errno::EPERM
         );
-        assert!(xattr_access(&other, ro, None, b"user.x", true).is_err());
-        assert!(xattr_access(&other, ro, None, b"user.x", false).is_ok());
-        assert!(xattr_access(&other, ro, None, b"trusted.x", false).is_err());
-        assert!(xattr_access(&other, ro, None, acl::ACCESS_XATTR, false).is_ok());
-        let e =
-            |c: &Ctx, o: Owner, n: &[u8]| xattr_access(c, o, None, n, true).map_err(|e| e.errno());
+        let x = |c: &Ctx, o: Owner, n: &[u8], op| {
+            xattr_access(c, o, None, n, op).map_err(|e| e.errno())
+        };
+        assert!(x(&other, ro, b"user.x", XattrOp::Set).is_err());
+        assert!(x(&other, ro, b"user.x", XattrOp::Get).is_ok());
+        assert!(x(&other, ro, b"trusted.x", XattrOp::Get).is_err());
+        assert_eq!(x(&other, ro, acl::ACCESS_XATTR, XattrOp::Get), Ok(true));
+        let e = |c: &Ctx, o: Owner, n: &[u8]| x(c, o, n, XattrOp::Set);
         assert_eq!(
             e(&other, ro, acl::ACCESS_XATTR),
             Err(Errno::EPERM),
             "not the owner"
         );
-        assert_eq!(e(&owner, ro, acl::ACCESS_XATTR), Ok(()));
+        assert_eq!(e(&owner, ro, acl::ACCESS_XATTR), Ok(true));
         assert_eq!(
             e(&owner, ro, acl::DEFAULT_XATTR),
             Err(Errno::EACCES),
             "not a directory"
+        );
+        assert_eq!(
+            x(&owner, ro, acl::DEFAULT_XATTR, XattrOp::Remove),
+            Ok(false)
         );
         assert_eq!(e(&owner, ro, b"system.other"), Err(Errno::EOPNOTSUPP));
     }
@@ -716,10 +735,8 @@ mod tests {
             assert!(chmod(&r, o, None, 0o600).is_err());
             assert!(chown(&r, o, Some(5), None).is_err());
             assert!(may_set_time(&r, o, None, &SetTime::At(std::time::UNIX_EPOCH)).is_err());
-            assert_eq!(
-                errno(xattr_access(&r, o, None, b"user.x", true)),
-                Some(libc::EPERM)
-            );
+            let w = xattr_access(&r, o, None, b"user.x", XattrOp::Set).map(|_| ());
+            assert_eq!(errno(w), Some(libc::EPERM));
             assert_eq!(errno(may_link(&r, o, None)), Some(libc::EPERM));
         }
         assert_eq!(

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use cairn_dir::block;
-use cairn_vfs::perm::{self, LINK_MAX};
+use cairn_vfs::perm::{self, LINK_MAX, XattrOp};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino,
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
@@ -1096,7 +1096,7 @@ impl FileSystem for Lfs {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
             let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
-            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, true)?;
+            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Set)?;
             if value.len() > XATTR_SIZE_MAX {
                 return Err(Errno::E2BIG.into());
             }
@@ -1122,7 +1122,7 @@ impl FileSystem for Lfs {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
             let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
-            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, false)?;
+            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Get)?;
             st.load_xattrs(ino)?
                 .get(n)
                 .cloned()
@@ -1146,7 +1146,9 @@ impl FileSystem for Lfs {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
             let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
-            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, true)?;
+            if !perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Remove)? {
+                return Ok(());
+            }
             if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
                 return st.set_acl(ctx, ino, kind, None);
             }
