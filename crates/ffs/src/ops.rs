@@ -1155,7 +1155,7 @@ impl Ffs {
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
-            n.mode = perm::chmod(ctx, cur, acl.as_deref(), mode)?;
+            n.mode = perm::chmod(ctx, cur, mode)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             let o = perm::chown(
@@ -1186,6 +1186,9 @@ impl Ffs {
                 return Err(Errno::EINVAL.into());
             }
             perm::may_truncate(ctx, cur, acl.as_deref(), set.fh.is_some())?;
+            if !ctx.is_root() {
+                n.mode = perm::kill_privileges(n.mode);
+            }
         }
         if let Some(c) = set.ctime {
             n.ctime = time_to_ns(c);
@@ -1399,6 +1402,10 @@ impl FileSystem for Ffs {
     }
 
     fn posix_acls(&self) -> bool {
+        true
+    }
+
+    fn kills_privileges(&self) -> bool {
         true
     }
 
@@ -1678,6 +1685,9 @@ impl FileSystem for Ffs {
                 let ic = self.iget(st, ino)?;
                 ic.d.mtime = now;
                 ic.d.ctime = now;
+                if !ctx.is_root() {
+                    ic.d.mode = perm::kill_privileges(ic.d.mode);
+                }
                 let b = self.store(st, ino)?;
                 let f = AttrChange {
                     ino,
@@ -1687,7 +1697,7 @@ impl FileSystem for Ffs {
                 };
                 self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
             }
-            Ok(self.new_handle(st, ino, flags))
+            Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags)))
         })
     }
 
@@ -1704,7 +1714,7 @@ impl FileSystem for Ffs {
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = self.make_node(st, ctx, parent, name, m, umask, 0, None)?;
             let attr = self.entry_attr(st, ino)?;
-            let fh = self.new_handle(st, ino, flags);
+            let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags));
             Ok((attr, fh))
         })
     }
@@ -1739,6 +1749,12 @@ impl FileSystem for Ffs {
             }
             // A file made immutable since it was opened takes no more writes.
             crate::acl::may_change_data(&self.iget(st, ino)?.d, true)?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && !data.is_empty() {
+                // Written by someone without CAP_FSETID: setuid (and setgid with
+                // group-execute) go (FUSE_HANDLE_KILLPRIV).
+                let ic = self.iget(st, ino)?;
+                ic.d.mode = perm::kill_privileges(ic.d.mode);
+            }
             let off = if perm::appends(flags) {
                 self.iget(st, ino)?.d.size
             } else {

@@ -93,7 +93,15 @@ impl Adapter {
         destroyed: DestroyResult,
     ) -> Adapter {
         let root = fs.root_ino();
-        let policy = fs.cache_policy();
+        let mut policy = fs.cache_policy();
+        if !opts.default_permissions {
+            // Without default_permissions the kernel asks nobody whether the caller may
+            // search a directory when it walks a path through entries it has cached: every
+            // permission check must reach the file system, so no entry (and no negative
+            // entry) is cached and each component of a path is looked up by its caller.
+            policy.entry_ttl = Duration::ZERO;
+            policy.negative_ttl = Duration::ZERO;
+        }
         Adapter {
             fs,
             root,

@@ -102,6 +102,11 @@ impl fuser::Filesystem for DevFs {
         if a.posix_acl() {
             want |= InitFlags::FUSE_POSIX_ACL;
         }
+        if a.fs.kills_privileges() {
+            // The file system clears setuid/setgid on a write or truncation by someone
+            // without CAP_FSETID; the kernel sends no mode change as the writer for it.
+            want |= InitFlags::FUSE_HANDLE_KILLPRIV;
+        }
         if a.opts.atomic_o_trunc {
             want |= InitFlags::FUSE_ATOMIC_O_TRUNC;
         }

@@ -216,6 +216,13 @@ pub trait FileSystem: Send + Sync {
         false
     }
 
+    /// Whether this file system clears setuid and setgid itself when someone without
+    /// CAP_FSETID writes or truncates a file (FUSE_HANDLE_KILLPRIV: [`perm::kill_privileges`]),
+    /// so the kernel need not send a mode change as the writer for it.
+    fn kills_privileges(&self) -> bool {
+        false
+    }
+
     fn statfs(&self) -> Result<StatFs>;
 
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr>;

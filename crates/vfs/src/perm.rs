@@ -141,6 +141,9 @@ fn proc_groups(pid: u32) -> Option<Vec<u32>> {
     )
 }
 
+/// The kernel's `__FMODE_EXEC` open flag: the file is opened to be executed.
+pub const FMODE_EXEC: i32 = 0x20;
+
 /// An access(2) mask: R=4, W=2, X=1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access(pub u32);
@@ -152,7 +155,10 @@ impl Access {
     pub const X: Access = Access(1);
     pub const WX: Access = Access(3);
 
-    /// The access an open(2) with these flags needs.
+    /// The access an open(2) with these flags needs. An open for execve (the kernel's
+    /// `__FMODE_EXEC`, which FUSE passes on in OPEN's flags) needs execute permission too:
+    /// without `default_permissions` the kernel itself only asks that some execute bit be
+    /// set.
     pub fn for_open_flags(flags: i32) -> Access {
         let mut a = match flags & libc::O_ACCMODE {
             libc::O_RDONLY => Access::R.0,
@@ -161,6 +167,9 @@ impl Access {
         };
         if flags & libc::O_TRUNC != 0 {
             a |= Access::W.0;
+        }
+        if flags & FMODE_EXEC != 0 {
+            a |= Access::X.0;
         }
         Access(a)
     }
@@ -255,44 +264,46 @@ pub fn new_inode_owner(ctx: &Ctx, parent: Owner, mode: u32) -> (u32, u32) {
     (mode, gid)
 }
 
-/// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
-///
-/// A non-owner may make exactly this change to a file it may write: it is how Linux's FUSE
-/// client (without `handle_killpriv`) kills privileges when someone who is not the owner
-/// writes or truncates a setuid/setgid file — it sends SETATTR with the old mode minus
-/// S_ISUID (and minus S_ISGID when group-execute is set), as the writing user, for a
-/// truncate in the same request as the new size. Refusing it would make the write fail with
-/// EPERM and keep the bits, where ext4 lets the write succeed and clears them.
-///
-/// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
-/// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
-/// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
-/// privilege kill. Without `default_permissions`, a user who may write the file could also
-/// clear the bits with chmod(2) — which only ever removes privilege, and the same user could
-/// clear them anyway by writing to the file.
-pub fn only_kills_privileges(old: u32, new: u32) -> bool {
-    let (old, new) = (old & 0o7777, new & 0o7777);
-    let cleared = old & !new;
-    new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+/// An open flag outside open(2)'s own (bit 29) a file system sets on a handle opened by a
+/// caller without CAP_FSETID (not root): a write through it kills the file's privileges
+/// ([`kill_privileges`]).
+pub const O_KILL_PRIVILEGES: i32 = 1 << 29;
+
+/// The flags a file system keeps for a handle `ctx` opens with `flags` (see
+/// [`O_KILL_PRIVILEGES`]).
+pub fn handle_flags(ctx: &Ctx, flags: i32) -> i32 {
+    if ctx.is_root() {
+        flags
+    } else {
+        flags | O_KILL_PRIVILEGES
+    }
 }
 
-/// chmod: the new `st_mode` of `cur` asked to take permission bits `mode`. The owner (or
-/// root) may set any bits, but a non-root owner outside the file's group loses S_ISGID on a
-/// non-directory; anyone else only the privilege kill of [`only_kills_privileges`], and only
-/// with write permission (`acl`: the access ACL) — EPERM otherwise. An immutable or
-/// append-only inode keeps its mode (EPERM), except for that privilege kill on an
-/// append-only one (the kernel kills privileges of a file appended to by someone else).
-pub fn chmod(ctx: &Ctx, cur: Owner, acl: Option<&Acl>, mode: u32) -> Result<u32> {
+/// The mode of a regular file after someone without CAP_FSETID wrote or truncated it:
+/// S_ISUID goes, and S_ISGID when group-execute is set (Linux's `should_remove_suid`; a
+/// setgid bit without group-execute is a mandatory-locking mark, kept). The file systems
+/// do this themselves — FUSE_HANDLE_KILLPRIV: the kernel then sends no mode change of its
+/// own, and a chmod from someone other than the owner is always a real one (EPERM).
+pub fn kill_privileges(mode: u32) -> u32 {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return mode;
+    }
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
+/// chmod: the new `st_mode` of `cur` asked to take permission bits `mode`. Only the owner
+/// (or root) may (EPERM), and not on an immutable or append-only inode (EPERM); a non-root
+/// owner outside the file's group loses S_ISGID on a non-directory.
+pub fn chmod(ctx: &Ctx, cur: Owner, mode: u32) -> Result<u32> {
     let mut m = mode & 0o7777;
-    let kill = only_kills_privileges(cur.mode, m);
-    if cur.flags & fileattr::IMMUTABLE != 0 || (cur.flags & fileattr::APPEND != 0 && !kill) {
+    if cur.flags & fileattr::RESTRICTING != 0 || !ctx.owns(cur) {
         return Err(Errno::EPERM.into());
     }
-    if !ctx.owns(cur) {
-        if !kill || ctx.permission(cur, acl, Access::W).is_err() {
-            return Err(Errno::EPERM.into());
-        }
-    } else if !ctx.is_root() && !cur.is_dir() && !ctx.in_group(cur.gid) {
+    if !ctx.is_root() && !cur.is_dir() && !ctx.in_group(cur.gid) {
         m &= !libc::S_ISGID;
     }
     Ok((cur.mode & libc::S_IFMT) | m)
@@ -562,15 +573,26 @@ mod tests {
             gid: 1000,
             flags: 0,
         };
+        assert_eq!(chmod(&owner, f, 0o644).unwrap(), libc::S_IFREG | 0o644);
+        assert!(
+            chmod(&other, f, 0o0777).is_err(),
+            "a chmod that only clears setuid is still the owner's"
+        );
+        assert!(chmod(&other, f, 0o7777).is_err());
         assert_eq!(
-            chmod(&owner, f, None, 0o644).unwrap(),
-            libc::S_IFREG | 0o644
+            kill_privileges(libc::S_IFREG | 0o6777),
+            libc::S_IFREG | 0o777
         );
         assert_eq!(
-            chmod(&other, f, None, 0o0777).unwrap(),
-            libc::S_IFREG | 0o0777
+            kill_privileges(libc::S_IFREG | 0o6767),
+            libc::S_IFREG | 0o2767
         );
-        assert!(chmod(&other, f, None, 0o7777).is_err());
+        assert_eq!(
+            kill_privileges(libc::S_IFDIR | 0o2777),
+            libc::S_IFDIR | 0o2777
+        );
+        assert_eq!(handle_flags(&other, 0), O_KILL_PRIVILEGES);
+        assert_eq!(handle_flags(&Ctx::root(), 0), 0);
         assert!(chown(&other, f, None, Some(2000)).is_err());
         let g = chown(&Ctx::root(), f, Some(5), None).unwrap();
         assert_eq!((g.uid, g.mode & 0o7000), (5, 0));
@@ -732,7 +754,7 @@ mod tests {
             None
         );
         for o in [i, a] {
-            assert!(chmod(&r, o, None, 0o600).is_err());
+            assert!(chmod(&r, o, 0o600).is_err());
             assert!(chown(&r, o, Some(5), None).is_err());
             assert!(may_set_time(&r, o, None, &SetTime::At(std::time::UNIX_EPOCH)).is_err());
             let w = xattr_access(&r, o, None, b"user.x", XattrOp::Set).map(|_| ());
@@ -748,9 +770,6 @@ mod tests {
             errno(may_set_time(&owner, i, None, &SetTime::Now)),
             Some(libc::EPERM)
         );
-        // The kernel's privilege kill still reaches an append-only setuid file.
-        let su = own(libc::S_IFREG | 0o4666, 1000, 1000, fileattr::APPEND);
-        assert!(chmod(&Ctx::user(2000, 2000), su, None, 0o666).is_ok());
         // Removal: from an append-only directory, or of a restricted inode.
         let d = own(libc::S_IFDIR | 0o777, 0, 0, 0);
         let ad = own(libc::S_IFDIR | 0o777, 0, 0, fileattr::APPEND);

@@ -622,6 +622,10 @@ impl FileSystem for Lfs {
         true
     }
 
+    fn kills_privileges(&self) -> bool {
+        true
+    }
+
     fn cache_policy(&self) -> KernelCachePolicy {
         // As FFS's delayed modes: writes are buffered here, not in the kernel, so ENOSPC is
         // reported by write() itself.
@@ -682,7 +686,7 @@ impl FileSystem for Lfs {
             let acl = acl.as_ref();
             let mut o = owner(&cur);
             if let Some(m) = set.mode {
-                o.mode = perm::chmod(ctx, o, acl, m)?;
+                o.mode = perm::chmod(ctx, o, m)?;
             }
             if set.uid.is_some() || set.gid.is_some() {
                 o = perm::chown(ctx, o, set.uid, set.gid)?;
@@ -701,6 +705,9 @@ impl FileSystem for Lfs {
                     return Err(Errno::EINVAL.into());
                 }
                 perm::may_truncate(ctx, owner(&cur), acl, set.fh.is_some())?;
+                if !ctx.is_root() {
+                    o.mode = perm::kill_privileges(o.mode);
+                }
                 if size > inode::MAX_BLOCKS * BS {
                     return Err(Errno::EFBIG.into());
                 }
@@ -916,11 +923,15 @@ impl FileSystem for Lfs {
             perm::may_open(ctx, owner(&n), acl.as_ref(), flags)?;
             if flags & libc::O_TRUNC != 0 && n.mode & libc::S_IFMT == libc::S_IFREG && n.size > 0 {
                 st.truncate(ino, 0)?;
+                if !ctx.is_root() {
+                    let node = st.inode(ino)?;
+                    node.mode = perm::kill_privileges(node.mode);
+                }
             }
             st.node(ino)?.opens += 1;
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.handles.insert(fh, (ino, flags));
+            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
             Ok(fh)
         })
     }
@@ -941,7 +952,7 @@ impl FileSystem for Lfs {
             st.node(ino)?.opens += 1;
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.handles.insert(fh, (ino, flags));
+            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
             Ok((st.attr(ino)?, fh))
         })
     }
@@ -988,6 +999,11 @@ impl FileSystem for Lfs {
                 offset
             };
             let r = st.do_write(ino, off, data)?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
+                // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
+                let node = st.inode(ino)?;
+                node.mode = perm::kill_privileges(node.mode);
+            }
             st.mark_dirty(ino);
             Ok(r)
         })
