@@ -415,6 +415,55 @@ mod tests {
         a
     }
 
+    /// An ACL the engine would never store (planted under it), and flags nobody sets, are
+    /// findings; a well-formed ACL whose mode agrees is not.
+    #[test]
+    fn malformed_acls_and_unknown_flags_are_findings() {
+        let dev = image();
+        let fs = mount(&dev);
+        let c = Ctx::root();
+        let good = file(&fs, "good");
+        let mut a = 2u32.to_le_bytes().to_vec();
+        for (t, p) in [(1u16, 6u16), (4, 4), (0x20, 4)] {
+            a.extend_from_slice(&t.to_le_bytes());
+            a.extend_from_slice(&p.to_le_bytes());
+            a.extend_from_slice(&u32::MAX.to_le_bytes());
+        }
+        fs.setxattr(&c, good, OsStr::new("system.posix_acl_default"), &a, 0)
+            .unwrap_err();
+        let bad = file(&fs, "bad");
+        let flagged = file(&fs, "flagged");
+        {
+            let mut st = fs.st.lock();
+            let n = st.node(bad).unwrap();
+            n.xattrs
+                .get_or_insert_default()
+                .insert(b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 9]);
+            n.xattr_dirty = true;
+            st.mark_dirty(bad);
+            st.node(flagged).unwrap().inode.flags = 0x4000_0000;
+            st.mark_dirty(flagged);
+        }
+        fs.destroy().unwrap();
+        drop(fs);
+        let r = check(&dev);
+        let msgs: Vec<&str> = r.findings.iter().map(|f| f.message.as_str()).collect();
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains(&format!("inode {bad}")) && m.contains("posix_acl_access")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains(&format!("inode {flagged}")) && m.contains("flags")),
+            "{msgs:?}"
+        );
+        assert!(
+            !msgs.iter().any(|m| m.contains(&format!("inode {good}"))),
+            "{msgs:?}"
+        );
+    }
+
     /// A file unlinked while open, its unlink flushed, then a crash: the check finds an
     /// inode in no directory with no link that roll-forward names as an orphan — pending,
     /// not a leak: the repair (a read-write mount first) frees it and its blocks.
