@@ -135,6 +135,12 @@ fn setup(d: &Path) {
     mkdir(&p("sgid"), 0o777);
     own(&p("sgid"), 0, SHARED);
     chmod(&p("sgid"), 0o2777);
+    // A's directories in a group A is not in: chmod g+s and an ACL drop S_ISGID.
+    for n in ["a-dir-chmod", "a-dir-acl"] {
+        mkdir(&p(n), 0o755);
+        own(&p(n), UA, OTHER_GROUP);
+        chmod(&p(n), 0o2755);
+    }
     // A user xattr on a file A may read but not write.
     write(&p("xattr-ro"), b"x");
     chmod(&p("xattr-ro"), 0o644);
@@ -481,6 +487,10 @@ fn as_a(d: &Path, sup: Support, c: &mut Checks) {
     c.ok(fs::write(p("sgid/f"), b"x"), "create in a setgid dir");
     c.ok(fs::write(p("mine"), b"x"), "create mine");
     c.ok(
+        fs::set_permissions(p("a-dir-chmod"), fs::Permissions::from_mode(0o2777)),
+        "chmod g+s own dir outside its group",
+    );
+    c.ok(
         chown(&p("mine"), None, Some(Gid::from_raw(UA))),
         "chgrp mine to my own group",
     );
@@ -506,6 +516,19 @@ fn as_a(d: &Path, sup: Support, c: &mut Checks) {
     );
     // ACLs: the named user entry, the mask, named groups.
     if sup.acls {
+        c.ok(
+            sys::setxattr(
+                &p("a-dir-acl"),
+                "system.posix_acl_access",
+                &sys::acl(&[
+                    (ACL_USER_OBJ, 7, NONE),
+                    (ACL_GROUP_OBJ, 7, NONE),
+                    (ACL_OTHER, 7, NONE),
+                ]),
+                0,
+            ),
+            "setfacl on own dir outside its group",
+        );
         c.ok(fs::read(p("acl-file")), "read by a named-user ACL entry");
         c.err(
             OpenOptions::new().write(true).open(p("acl-file")),
@@ -691,7 +714,17 @@ fn verify(d: &Path, sup: Support) -> Vec<String> {
         m == Ok(SHARED),
         "a file made in a setgid dir takes its group",
     );
+    let m = lstat(&p("a-dir-chmod")).map(|m| m.mode() & 0o7777);
+    want(
+        m == Ok(0o777),
+        &format!("S_ISGID dropped by chmod outside the group, on a dir too ({m:?})"),
+    );
     if sup.acls {
+        let m = lstat(&p("a-dir-acl")).map(|m| m.mode() & 0o7777);
+        want(
+            m == Ok(0o777),
+            &format!("S_ISGID dropped by setfacl outside the group ({m:?})"),
+        );
         let made = lstat(&p("acl-dir/a-made"));
         let acl = sys::getxattr(&p("acl-dir/a-made"), "system.posix_acl_access");
         want(

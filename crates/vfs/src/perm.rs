@@ -297,13 +297,13 @@ pub fn kill_privileges(mode: u32) -> u32 {
 
 /// chmod: the new `st_mode` of `cur` asked to take permission bits `mode`. Only the owner
 /// (or root) may (EPERM), and not on an immutable or append-only inode (EPERM); a non-root
-/// owner outside the file's group loses S_ISGID on a non-directory.
+/// owner outside the group loses S_ISGID, on a directory too (`setattr_prepare`).
 pub fn chmod(ctx: &Ctx, cur: Owner, mode: u32) -> Result<u32> {
     let mut m = mode & 0o7777;
     if cur.flags & fileattr::RESTRICTING != 0 || !ctx.owns(cur) {
         return Err(Errno::EPERM.into());
     }
-    if !ctx.is_root() && !cur.is_dir() && !ctx.in_group(cur.gid) {
+    if !ctx.is_root() && !ctx.in_group(cur.gid) {
         m &= !libc::S_ISGID;
     }
     Ok((cur.mode & libc::S_IFMT) | m)
