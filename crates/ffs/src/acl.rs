@@ -27,7 +27,6 @@ use cairn_vfs::{Access, Ctx, Errno, Result};
 use crate::format::DiskInode;
 use crate::inode::now_ns;
 use crate::ops::{XattrWrite, owner};
-use crate::strategy::AttrChange;
 use crate::{Ffs, State, corrupt_err};
 
 /// Extended attributes as the xattr block holds them: (name, value), in order.
@@ -94,10 +93,9 @@ impl Ffs {
     }
 
     /// What a new inode of `mode` (type and permission bits, umask not applied) made in
-    /// directory `parent` starts with: its mode, and the ACLs it inherits from the
-    /// directory's default ACL (`posix_acl_create`: the default masked by the mode, and the
-    /// umask ignored; a new directory also keeps the default). Without a default ACL, the
-    /// umask applies and there is nothing to inherit. Symlinks inherit nothing.
+    /// directory `parent` starts with: its mode, and the attributes holding the ACLs it
+    /// inherits from the directory's default ACL (`cairn_vfs::acl::inherit`). Symlinks
+    /// inherit nothing.
     pub(crate) fn inherit(
         &self,
         st: &mut State,
@@ -111,19 +109,8 @@ impl Ffs {
         } else {
             find_acl(parent, &self.read_xattrs(&pd)?, acl::Kind::Default)?
         };
-        let Some(default) = default else {
-            return Ok((mode & !(umask & 0o777), Vec::new()));
-        };
-        let mut mode = mode;
-        let mut access = default.clone();
-        let mut attrs = Vec::new();
-        if access.create_masq(&mut mode) {
-            put_acl(&mut attrs, acl::Kind::Access, Some(&access));
-        }
-        if mode & libc::S_IFMT == libc::S_IFDIR {
-            put_acl(&mut attrs, acl::Kind::Default, Some(&default));
-        }
-        Ok((mode, attrs))
+        let i = acl::inherit(default.as_ref(), mode, umask);
+        Ok((i.mode, i.xattrs()))
     }
 
     /// Sets (`value` Some) or removes an ACL of inode `ino` (`setxattr`/`removexattr` of
@@ -152,12 +139,9 @@ impl Ffs {
         let mut mode = d.mode;
         match (kind, &acl) {
             (acl::Kind::Access, Some(a)) => {
-                let (m, equiv) = a.equiv_mode(d.mode);
+                let (m, store) = acl::update_mode(ctx, a, d.mode, d.gid);
                 mode = m;
-                if !ctx.is_root() && !ctx.in_group(d.gid) {
-                    mode &= !libc::S_ISGID;
-                }
-                put_acl(&mut attrs, kind, (!equiv).then_some(a));
+                put_acl(&mut attrs, kind, store.then_some(a));
             }
             _ => put_acl(&mut attrs, kind, acl.as_ref()),
         }
@@ -201,14 +185,7 @@ impl Ffs {
     /// Stores inode `ino` with a new change time and declares it.
     pub(crate) fn touch_ctime(&self, st: &mut State, ino: u64) -> Result<()> {
         self.iget(st, ino)?.d.ctime = now_ns();
-        let b = self.store(st, ino)?;
-        let f = AttrChange {
-            ino,
-            inode_buf: &b,
-            extra: None,
-            acl_mode: None,
-        };
-        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
+        self.store_attrs(st, ino, None, None).map(drop)
     }
 
     /// `FS_IOC_SETFLAGS` of inode `ino` in the call in progress.

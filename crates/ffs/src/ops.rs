@@ -495,24 +495,9 @@ impl Ffs {
                 ic.d.xattr = 0;
                 ic.d.blocks -= 1;
                 let ib = self.store(st, ino)?;
-                let f = FreeBlocks {
-                    ino,
-                    inode_buf: &ib,
-                    from_lbn: 0,
-                    freed: &[old],
-                    holders: &[],
-                    whole_file: false,
-                };
-                return self.fact(st, |s, tx| s.setup_freeblocks(tx, &f));
+                return self.free_xattr_block(st, ino, &ib, old);
             }
-            let ib = self.store(st, ino)?;
-            let f = AttrChange {
-                ino,
-                inode_buf: &ib,
-                extra: None,
-                acl_mode: None,
-            };
-            return self.fact(st, |s, tx| s.setup_attr_change(tx, &f));
+            return self.store_attrs(st, ino, None, None).map(drop);
         }
         if xattr::encoded_size(attrs) > self.vol.geo.bs() {
             return Err(Errno::ENOSPC.into());
@@ -550,27 +535,25 @@ impl Ffs {
             b
         };
         self.iget(st, ino)?.d.ctime = now_ns();
-        let ib = self.store(st, ino)?;
-        let f = AttrChange {
-            ino,
-            inode_buf: &ib,
-            extra: Some(&b),
-            acl_mode: acl_mode(b.blkno()),
-        };
-        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        let ib = self.store_attrs(st, ino, Some(&b), acl_mode(b.blkno()))?;
         if replace {
-            // The old block, once no pointer to it can be on disk (rule 2).
-            let f = FreeBlocks {
-                ino,
-                inode_buf: &ib,
-                from_lbn: 0,
-                freed: &[old],
-                holders: &[],
-                whole_file: false,
-            };
-            self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
+            self.free_xattr_block(st, ino, &ib, old)?;
         }
         Ok(())
+    }
+
+    /// Inode `ino`, encoded in `ib`, no longer points to xattr block `old`: freed once no
+    /// pointer to it can be on disk (rule 2).
+    fn free_xattr_block(&self, st: &mut State, ino: u64, ib: &BufRef, old: u64) -> Result<()> {
+        let f = FreeBlocks {
+            ino,
+            inode_buf: ib,
+            from_lbn: 0,
+            freed: &[old],
+            holders: &[],
+            whole_file: false,
+        };
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))
     }
 
     /// Is `anc` an ancestor of (or equal to) directory `dino`? Walks `..` up to the root.
@@ -1215,14 +1198,7 @@ impl Ffs {
         if n.mode & 0o777 != d.mode & 0o777 && self.chmod_acl(st, ino, d.mode)? {
             return self.attr(st, ino);
         }
-        let b = self.store(st, ino)?;
-        let f = AttrChange {
-            ino,
-            inode_buf: &b,
-            extra: None,
-            acl_mode: None,
-        };
-        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        self.store_attrs(st, ino, None, None)?;
         self.attr(st, ino)
     }
 
@@ -1254,11 +1230,7 @@ impl Ffs {
         match op {
             Falloc::Allocate { keep_size } => {
                 for lbn in offset / bs..end.div_ceil(bs) {
-                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
-                    if fresh {
-                        let b = self.bnew(p, kind::DATA);
-                        self.vol.cache.mark_dirty(&b);
-                    }
+                    self.alloc_zeroed(st, ino, lbn)?;
                 }
                 grow(st, keep_size)?;
                 data_changed = false;
@@ -1268,12 +1240,9 @@ impl Ffs {
                 // Every block the range touches is allocated (as by mode 0), and the range's
                 // bytes in it zeroed.
                 for lbn in offset / bs..end.div_ceil(bs) {
-                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
-                    if fresh {
-                        let b = self.bnew(p, kind::DATA);
-                        self.vol.cache.mark_dirty(&b);
+                    let Some(p) = self.alloc_zeroed(st, ino, lbn)? else {
                         continue;
-                    }
+                    };
                     let lo = offset.max(lbn * bs) - lbn * bs;
                     let hi = end.min((lbn + 1) * bs) - lbn * bs;
                     let b = self.bread(p, kind::DATA)?;
@@ -1295,6 +1264,38 @@ impl Ffs {
         // and frees above, not the size and times).
         self.store(st, ino)?;
         Ok(())
+    }
+
+    /// Maps logical block `lbn` of `ino`, a new block zeroed: the block if it was mapped
+    /// already (its bytes as they were), `None` if it is new.
+    fn alloc_zeroed(&self, st: &mut State, ino: u64, lbn: u64) -> Result<Option<u64>> {
+        let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
+        if !fresh {
+            return Ok(Some(p));
+        }
+        let b = self.bnew(p, kind::DATA);
+        self.vol.cache.mark_dirty(&b);
+        Ok(None)
+    }
+
+    /// Stores inode `ino` and declares its attributes changed (`extra`: the xattr block it
+    /// rewrote; `acl_mode`: its mode changed with its access ACL); returns the inode block.
+    pub(crate) fn store_attrs(
+        &self,
+        st: &mut State,
+        ino: u64,
+        extra: Option<&BufRef>,
+        acl_mode: Option<AclMode>,
+    ) -> Result<BufRef> {
+        let b = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &b,
+            extra,
+            acl_mode,
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        Ok(b)
     }
 
     /// Bytes `from..to` of `ino` read as zeros: whole blocks are unmapped and freed (one
@@ -1688,14 +1689,7 @@ impl FileSystem for Ffs {
                 if !ctx.is_root() {
                     ic.d.mode = perm::kill_privileges(ic.d.mode);
                 }
-                let b = self.store(st, ino)?;
-                let f = AttrChange {
-                    ino,
-                    inode_buf: &b,
-                    extra: None,
-                    acl_mode: None,
-                };
-                self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+                self.store_attrs(st, ino, None, None)?;
             }
             Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags)))
         })

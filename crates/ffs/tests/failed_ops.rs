@@ -462,19 +462,7 @@ fn sync_rollback_crash_states_are_leaks_only() {
 
 /// An access ACL naming user 1000 rwx, the owning group r--, other ---, with `mask`.
 fn named_acl(mask: u16) -> Vec<u8> {
-    let mut b = 2u32.to_le_bytes().to_vec();
-    for (tag, perm, id) in [
-        (1u16, 6u16, u32::MAX),
-        (2, 7, 1000),
-        (4, 4, u32::MAX),
-        (0x10, mask, u32::MAX),
-        (0x20, 0, u32::MAX),
-    ] {
-        b.extend_from_slice(&tag.to_le_bytes());
-        b.extend_from_slice(&perm.to_le_bytes());
-        b.extend_from_slice(&id.to_le_bytes());
-    }
-    b
+    cairn_vfs::acl::example_named(1000, mask)
 }
 
 /// Every crash state of a `sync` call that changes an access ACL and the mode with it —

@@ -254,22 +254,14 @@ mod tests {
     #[test]
     fn posix_acl_fuzz() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed("posix_acl"));
-        let mut valid = 2u32.to_le_bytes().to_vec();
-        for (t, p, id) in [
-            (1u16, 6u16, u32::MAX),
+        let valid = cairn_vfs::acl::encode_raw(&[
+            (1, 6, u32::MAX),
             (2, 7, 1000),
             (4, 4, u32::MAX),
             (8, 5, 50),
-        ] {
-            valid.extend_from_slice(&t.to_le_bytes());
-            valid.extend_from_slice(&p.to_le_bytes());
-            valid.extend_from_slice(&id.to_le_bytes());
-        }
-        for (t, p) in [(0x10u16, 6u16), (0x20, 0)] {
-            valid.extend_from_slice(&t.to_le_bytes());
-            valid.extend_from_slice(&p.to_le_bytes());
-            valid.extend_from_slice(&u32::MAX.to_le_bytes());
-        }
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ]);
         assert!(cairn_vfs::acl::Acl::decode(&valid).unwrap().is_some());
         mutate(&mut rng, &valid, 5000, posix_acl);
     }

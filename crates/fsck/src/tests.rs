@@ -809,13 +809,7 @@ fn stale_summary_of_a_mounted_file_system_is_not_a_finding() {
 
 /// The binary form of an ACL from (tag, perm, id) triples.
 fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut b = 2u32.to_le_bytes().to_vec();
-    for &(t, p, id) in entries {
-        b.extend_from_slice(&t.to_le_bytes());
-        b.extend_from_slice(&p.to_le_bytes());
-        b.extend_from_slice(&id.to_le_bytes());
-    }
-    b
+    cairn_vfs::acl::encode_raw(entries)
 }
 
 /// POSIX ACLs among the extended attributes: a value that is no valid ACL, a default ACL on

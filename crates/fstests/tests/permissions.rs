@@ -132,10 +132,19 @@ fn setup(d: &Path) {
     mkdir(&p("sticky"), 0o1777);
     write(&p("sticky/b-victim"), b"b");
     own(&p("sticky/b-victim"), UB, UB);
+    write(&p("sticky/c-victim"), b"c");
+    own(&p("sticky/c-victim"), UC, UC);
     mkdir(&p("sgid"), 0o777);
     own(&p("sgid"), 0, SHARED);
     chmod(&p("sgid"), 0o2777);
-    // A's directories in a group A is not in: chmod g+s and an ACL drop S_ISGID.
+    // A's file and directories in a group A is not in: chmod g+s and an ACL drop S_ISGID.
+    write(&p("a-file-sgid"), b"x");
+    own(&p("a-file-sgid"), UA, OTHER_GROUP);
+    chmod(&p("a-file-sgid"), 0o644);
+    // What only root may do.
+    write(&p("zero"), b"0");
+    chmod(&p("zero"), 0o000);
+    mkdir(&p("closed"), 0o000);
     for n in ["a-dir-chmod", "a-dir-acl"] {
         mkdir(&p(n), 0o755);
         own(&p(n), UA, OTHER_GROUP);
@@ -491,6 +500,10 @@ fn as_a(d: &Path, sup: Support, c: &mut Checks) {
         "chmod g+s own dir outside its group",
     );
     c.ok(
+        fs::set_permissions(p("a-file-sgid"), fs::Permissions::from_mode(0o2755)),
+        "chmod g+s own file outside its group",
+    );
+    c.ok(
         chown(&p("mine"), None, Some(Gid::from_raw(UA))),
         "chgrp mine to my own group",
     );
@@ -713,6 +726,34 @@ fn verify(d: &Path, sup: Support) -> Vec<String> {
     want(
         m == Ok(SHARED),
         "a file made in a setgid dir takes its group",
+    );
+    let m = lstat(&p("a-file-sgid")).map(|m| m.mode() & 0o7777);
+    want(
+        m == Ok(0o755),
+        &format!("S_ISGID dropped by chmod outside the group ({m:?})"),
+    );
+    // Root reads and writes anything, creates in and removes from any directory, but
+    // executes only what has an execute bit.
+    want(fs::read(p("zero")).is_ok(), "root reads a 0000 file");
+    want(
+        OpenOptions::new().write(true).open(p("zero")).is_ok(),
+        "root writes a 0000 file",
+    );
+    want(
+        access(&p("script"), AccessFlags::X_OK) == Err(nix::errno::Errno::EACCES),
+        "root may not execute a file with no execute bit",
+    );
+    want(
+        access(&p("owner-exec"), AccessFlags::X_OK).is_ok(),
+        "root executes a 0744 file",
+    );
+    want(
+        File::create(p("closed/by-root")).is_ok(),
+        "root creates in a 0000 dir",
+    );
+    want(
+        fs::remove_file(p("sticky/c-victim")).is_ok(),
+        "root unlinks someone's file in a sticky dir",
     );
     let m = lstat(&p("a-dir-chmod")).map(|m| m.mode() & 0o7777);
     want(

@@ -122,13 +122,7 @@ impl Rig {
 
 /// The binary form of an ACL given as (tag, perm, id) triples.
 fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut b = 2u32.to_le_bytes().to_vec();
-    for &(t, p, id) in entries {
-        b.extend_from_slice(&t.to_le_bytes());
-        b.extend_from_slice(&p.to_le_bytes());
-        b.extend_from_slice(&id.to_le_bytes());
-    }
-    b
+    cairn_vfs::acl::encode_raw(entries)
 }
 
 const U: u32 = u32::MAX;
@@ -158,15 +152,7 @@ fn access_acls_are_validated_enforced_and_kept() {
         let fs = r.fs.clone();
         let root = ROOT_CTX();
         let alice = user(ALICE, &[]);
-        fs.setattr(
-            &root,
-            r.root(),
-            SetAttr {
-                mode: Some(0o777),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        r.chmod(&root, r.root(), 0o777).unwrap();
         let f = r.mkfile(&alice, r.root(), "f", 0o640, b"secret");
         // u::rw-, u:bob:rw-, g::r--, g:staff:r--, m::r--, o::---
         let a = acl(&[
@@ -418,15 +404,7 @@ fn inode_flags_are_kept_and_enforced() {
         let fs = r.fs.clone();
         let root = ROOT_CTX();
         let alice = user(ALICE, &[]);
-        fs.setattr(
-            &root,
-            r.root(),
-            SetAttr {
-                mode: Some(0o777),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        r.chmod(&root, r.root(), 0o777).unwrap();
         let d = fs.mkdir(&alice, r.root(), n("d"), 0o777, 0).unwrap().ino;
         let f = r.mkfile(&alice, d, "f", 0o666, b"data");
         let other = r.mkfile(&alice, d, "other", 0o666, b"");

@@ -423,12 +423,8 @@ mod tests {
         let fs = mount(&dev);
         let c = Ctx::root();
         let good = file(&fs, "good");
-        let mut a = 2u32.to_le_bytes().to_vec();
-        for (t, p) in [(1u16, 6u16), (4, 4), (0x20, 4)] {
-            a.extend_from_slice(&t.to_le_bytes());
-            a.extend_from_slice(&p.to_le_bytes());
-            a.extend_from_slice(&u32::MAX.to_le_bytes());
-        }
+        let a =
+            cairn_vfs::acl::encode_raw(&[(1, 6, u32::MAX), (4, 4, u32::MAX), (0x20, 4, u32::MAX)]);
         fs.setxattr(&c, good, OsStr::new("system.posix_acl_default"), &a, 0)
             .unwrap_err();
         let bad = file(&fs, "bad");

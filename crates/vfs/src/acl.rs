@@ -425,6 +425,83 @@ impl Acl {
     }
 }
 
+/// The binary form of raw (tag, perm, id) triples, valid or not: for tests and tools that
+/// build values (`Acl::encode` is the form of a valid ACL).
+pub fn encode_raw(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut b = VERSION.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        b.extend_from_slice(&tag.to_le_bytes());
+        b.extend_from_slice(&perm.to_le_bytes());
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    b
+}
+
+/// What a new inode starts with in a directory whose default ACL is `default`
+/// (`posix_acl_create`): with one, its mode is the mode asked for masked by the ACL (the
+/// umask is not applied), its access ACL the default masked by that mode (none when the mode
+/// says it all), and a directory keeps the default as its own; without one, the umask
+/// applies and there is nothing to store. Symlinks inherit nothing (the caller passes no
+/// default for them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inherited {
+    pub mode: u32,
+    pub access: Option<Acl>,
+    pub default: Option<Acl>,
+}
+
+impl Inherited {
+    /// The extended attributes to store: (name, value) of each ACL inherited.
+    pub fn xattrs(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        [(Kind::Access, &self.access), (Kind::Default, &self.default)]
+            .into_iter()
+            .filter_map(|(k, a)| Some((k.xattr().to_vec(), a.as_ref()?.encode())))
+            .collect()
+    }
+}
+
+/// An access ACL granting user `uid` rwx through `mask` (owner rw-, owning group r--,
+/// other ---): one fixture for the tests of several crates.
+#[doc(hidden)]
+pub fn example_named(uid: u32, mask: u16) -> Vec<u8> {
+    encode_raw(&[
+        (TAG_USER_OBJ, 6, UNDEFINED_ID),
+        (TAG_USER, 7, uid),
+        (TAG_GROUP_OBJ, 4, UNDEFINED_ID),
+        (TAG_MASK, mask, UNDEFINED_ID),
+        (TAG_OTHER, 0, UNDEFINED_ID),
+    ])
+}
+
+pub fn inherit(default: Option<&Acl>, mode: u32, umask: u32) -> Inherited {
+    let Some(default) = default else {
+        return Inherited {
+            mode: mode & !(umask & 0o777),
+            access: None,
+            default: None,
+        };
+    };
+    let mut mode = mode;
+    let mut access = default.clone();
+    let store = access.create_masq(&mut mode);
+    Inherited {
+        mode,
+        access: store.then_some(access),
+        default: (mode & libc::S_IFMT == libc::S_IFDIR).then(|| default.clone()),
+    }
+}
+
+/// `posix_acl_update_mode`: the mode an inode of `mode` in group `gid` takes when `ctx` sets
+/// access ACL `acl` — its permission bits from the ACL, S_ISGID dropped unless `ctx` is root
+/// or in the group — and whether the ACL must be stored (the mode does not say it all).
+pub fn update_mode(ctx: &Ctx, acl: &Acl, mode: u32, gid: u32) -> (u32, bool) {
+    let (mut m, equiv) = acl.equiv_mode(mode);
+    if !ctx.is_root() && !ctx.in_group(gid) {
+        m &= !libc::S_ISGID;
+    }
+    (m, !equiv)
+}
+
 impl fmt::Display for Acl {
     /// The short text form of acl(5): `u::rw-,u:1000:r--,g::r--,m::r--,o::---`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -533,15 +610,8 @@ pub fn audit<'a>(mode: u32, value: impl Fn(Kind) -> Option<&'a [u8]>) -> Audit {
 mod tests {
     use super::*;
 
-    /// The binary form of `entries` (tag, perm, id).
     fn raw(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-        let mut b = VERSION.to_le_bytes().to_vec();
-        for &(t, p, id) in entries {
-            b.extend_from_slice(&t.to_le_bytes());
-            b.extend_from_slice(&p.to_le_bytes());
-            b.extend_from_slice(&id.to_le_bytes());
-        }
-        b
+        encode_raw(entries)
     }
 
     const U: u32 = UNDEFINED_ID;

@@ -91,19 +91,8 @@ impl State {
         } else {
             self.acl_of(parent, acl::Kind::Default)?
         };
-        let mut x = BTreeMap::new();
-        let Some(default) = default else {
-            return Ok((mode & !(umask & 0o777), x));
-        };
-        let mut mode = mode;
-        let mut access = default.clone();
-        if access.create_masq(&mut mode) {
-            put_acl(&mut x, acl::Kind::Access, Some(&access));
-        }
-        if mode & libc::S_IFMT == libc::S_IFDIR {
-            put_acl(&mut x, acl::Kind::Default, Some(&default));
-        }
-        Ok((mode, x))
+        let i = acl::inherit(default.as_ref(), mode, umask);
+        Ok((i.mode, i.xattrs().into_iter().collect()))
     }
 
     /// Sets (`value` Some) or removes an ACL of `ino` (the caller checked the right to):
@@ -127,12 +116,9 @@ impl State {
         let mut mode = cur.mode;
         match (kind, &acl) {
             (acl::Kind::Access, Some(a)) => {
-                let (m, equiv) = a.equiv_mode(cur.mode);
+                let (m, store) = acl::update_mode(ctx, a, cur.mode, cur.gid);
                 mode = m;
-                if !ctx.is_root() && !ctx.in_group(cur.gid) {
-                    mode &= !libc::S_ISGID;
-                }
-                put_acl(&mut next, kind, (!equiv).then_some(a));
+                put_acl(&mut next, kind, store.then_some(a));
             }
             _ => put_acl(&mut next, kind, acl.as_ref()),
         }
