@@ -20,13 +20,12 @@ use cairn_vfs::{Access, Ctx, Result};
 use super::ops::owner;
 use super::*;
 
+/// A node's extended attributes: name to value.
+type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// The ACL of kind `kind` among `x`, decoded; a stored value that is not a valid ACL is
 /// corruption.
-pub(crate) fn find_acl(
-    ino: u64,
-    x: &BTreeMap<Vec<u8>, Vec<u8>>,
-    kind: acl::Kind,
-) -> Result<Option<Acl>> {
+pub(crate) fn find_acl(ino: u64, x: &Xattrs, kind: acl::Kind) -> Result<Option<Acl>> {
     let Some(v) = x.get(kind.xattr()) else {
         return Ok(None);
     };
@@ -39,7 +38,7 @@ pub(crate) fn find_acl(
 }
 
 /// `x` with the ACL of kind `kind` set to `acl`, or removed.
-fn put_acl(x: &mut BTreeMap<Vec<u8>, Vec<u8>>, kind: acl::Kind, acl: Option<&Acl>) {
+fn put_acl(x: &mut Xattrs, kind: acl::Kind, acl: Option<&Acl>) {
     match acl {
         Some(a) => {
             x.insert(kind.xattr().to_vec(), a.encode());
@@ -80,12 +79,7 @@ impl State {
 
     /// A new inode's mode and inherited ACLs in directory `parent` (see the FFS format's
     /// `Ffs::inherit`: `posix_acl_create`).
-    pub(crate) fn inherit(
-        &mut self,
-        parent: u64,
-        mode: u32,
-        umask: u32,
-    ) -> Result<(u32, BTreeMap<Vec<u8>, Vec<u8>>)> {
+    pub(crate) fn inherit(&mut self, parent: u64, mode: u32, umask: u32) -> Result<(u32, Xattrs)> {
         let default = if mode & libc::S_IFMT == libc::S_IFLNK {
             None
         } else {
@@ -131,7 +125,7 @@ impl State {
     pub(crate) fn replace_xattrs(
         &mut self,
         ino: u64,
-        next: BTreeMap<Vec<u8>, Vec<u8>>,
+        next: Xattrs,
         mode: Option<u32>,
         touch: bool,
     ) -> Result<()> {
