@@ -45,11 +45,19 @@ pub struct Dir {
     pub mask: u64,
     pub children: HashMap<OsString, Entry>,
     pub nsubdirs: u32,
+    /// Mode bits, owner and group of the first copy, as the last getattr read them: the
+    /// permission checks of namespace changes use them instead of a host call per copy.
+    pub perm: Option<(u16, u32, u32)>,
 }
 
 #[derive(Debug, Default)]
 pub struct Tree {
     pub dirs: HashMap<Ino, Dir>,
+    /// Files placed away from the branch their rules want because that branch was down
+    /// (stalled or failed) — 003 §6, disconnected operation: (directory, name) → the
+    /// wanted branch. They move there when it is back. A mark goes with its name (rename)
+    /// and goes away with it (unlink, a move to the wanted branch).
+    pub away: HashMap<(Ino, OsString), BranchId>,
 }
 
 impl Tree {
@@ -63,9 +71,13 @@ impl Tree {
                 mask: root_mask,
                 children: HashMap::new(),
                 nsubdirs: 0,
+                perm: None,
             },
         );
-        Tree { dirs }
+        Tree {
+            dirs,
+            away: HashMap::new(),
+        }
     }
 
     /// The relative path of a directory ("" for the root).
@@ -131,13 +143,28 @@ impl Tree {
                 mask,
                 children: HashMap::new(),
                 nsubdirs: 0,
+                perm: None,
             },
         );
+    }
+
+    /// Marks a file as placed away from the branch its rules want (see `away`).
+    pub fn mark_away(&mut self, dir: Ino, name: &OsStr, wanted: BranchId) {
+        self.away.insert((dir, name.to_os_string()), wanted);
+    }
+
+    /// Moves a name's mark with a rename.
+    pub fn move_mark(&mut self, from: (Ino, &OsStr), to: (Ino, &OsStr)) {
+        self.away.remove(&(to.0, to.1.to_os_string()));
+        if let Some(w) = self.away.remove(&(from.0, from.1.to_os_string())) {
+            self.away.insert((to.0, to.1.to_os_string()), w);
+        }
     }
 
     /// Removes a child entry (and, for a directory, its whole subtree).
     pub fn remove(&mut self, parent: Ino, name: &OsStr) -> Option<Entry> {
         let e = self.dirs.get_mut(&parent)?.children.remove(name)?;
+        self.away.remove(&(parent, name.to_os_string()));
         if let Entry::Dir(ino) = e {
             if let Some(p) = self.dirs.get_mut(&parent) {
                 p.nsubdirs = p.nsubdirs.saturating_sub(1);
@@ -145,6 +172,9 @@ impl Tree {
             let mut stack = vec![ino];
             while let Some(d) = stack.pop() {
                 if let Some(dir) = self.dirs.remove(&d) {
+                    for n in dir.children.keys() {
+                        self.away.remove(&(d, n.clone()));
+                    }
                     stack.extend(dir.children.values().filter_map(|e| match e {
                         Entry::Dir(i) => Some(*i),
                         Entry::File(_) => None,

@@ -448,6 +448,14 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<StatVfs> {
     })
 }
 
+/// The host file system's type (`f_type` of fstatfs: EXT4_SUPER_MAGIC, FUSE_SUPER_MAGIC…).
+pub fn fstatfs_type(fd: BorrowedFd<'_>) -> io::Result<i64> {
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and buffer.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) })?;
+    Ok(s.f_type as i64)
+}
+
 /// The `/proc/self/fd/N/name` path through which the path-only xattr calls reach `name`
 /// in the directory `dir` without resolving anything but that one component.
 fn proc_path(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<CString> {
@@ -680,6 +688,12 @@ pub fn attr_from(st: &Stat, ino: u64) -> Attr {
         blksize: st.st_blksize as u32,
         flags: 0,
     }
+}
+
+/// An all-zero stat (attributes to fill in by hand).
+pub fn zero_stat() -> Stat {
+    // SAFETY: stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 pub fn errno(e: &io::Error) -> i32 {
