@@ -392,8 +392,16 @@ fn a_hung_branch_leaves_the_rest_of_the_union_serving_under_and() {
 fn a_hung_branch_fails_its_calls_with_eio_under_or() {
     let r = Rig::new("or");
     let model = seed_union(&r);
-    // A file of the network branch open before it hangs.
+    // A file of the network branch open before it hangs, its pages dropped from the
+    // kernel's cache (the read must reach the layer).
     let mut open = fs::File::open(r.m("shared/s1")).unwrap();
+    nix::fcntl::posix_fadvise(
+        &open,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
     r.signal_server(Signal::SIGSTOP);
     let t = Instant::now();
     let mut buf = [0u8; 4];
@@ -642,4 +650,201 @@ fn names_on_both(a: &Path, b: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// The repository's root (the distributed file systems' scripts live in it).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `scripts/distfs/gluster.sh ARGS`: its output, or None when GlusterFS is not installed
+/// (exit 2). CI installs it (scripts/install-deps.sh): there, missing is a failure.
+fn gluster(args: &[&str]) -> Option<String> {
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/distfs/gluster.sh"))
+        .args(args)
+        .output()
+        .unwrap();
+    if o.status.code() == Some(2) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "GlusterFS is not installed: scripts/install-deps.sh installs it"
+        );
+        return None;
+    }
+    assert!(
+        o.status.success(),
+        "gluster.sh {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Stops the volume at the end, whatever happens.
+struct Volume;
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo().join("scripts/distfs/gluster.sh"))
+            .arg("cleanup")
+            .output();
+    }
+}
+
+/// 003 §6, disconnected operation, against a real GlusterFS volume (two bricks, FUSE
+/// client): a local branch and the volume; `/projects` lives on the volume, recently used
+/// files stay local. The volume's servers (both bricks) are killed; work goes on: local
+/// files are read and rewritten, new files are made under `/projects` (they land locally,
+/// marked to go back) and elsewhere, and a file of the volume is replaced by a new one of
+/// the same name. The bricks are restarted: the branch comes back by itself, the marked
+/// files move to the volume with the move protocol, every file ends where its rules say
+/// with the contents written, and the name written on both sides is kept twice and
+/// reported.
+#[test]
+fn disconnected_operation_against_glusterfs() {
+    let dir = tempfile::Builder::new()
+        .prefix("umbrella-gluster-")
+        .tempdir()
+        .unwrap();
+    let gmnt = dir.path().join("gluster");
+    fs::create_dir(&gmnt).unwrap();
+    let _ = gluster(&["cleanup"]);
+    let Some(_) = gluster(&["start", gmnt.to_str().unwrap()]) else {
+        eprintln!("skipped: GlusterFS is not installed");
+        return;
+    };
+    let _vol = Volume;
+    for d in ["local", "mnt"] {
+        fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    fs::write(
+        dir.path().join("u.toml"),
+        r#"
+[umbrella]
+errors = "and"
+default = ["net", "local"]
+branch_timeout = "2s"
+[[branch]]
+name = "local"
+path = "local"
+[[branch]]
+name = "net"
+path = "gluster"
+[[rule]]
+name = "projects on the cluster"
+namespace = [{ match = "/projects/*", branches = ["net", "local"] }]
+[[rule]]
+name = "recently used files stay local"
+atime = "< 1d"
+branches = ["local", "net"]
+"#,
+    )
+    .unwrap();
+    let r = Rig {
+        dir,
+        union: None,
+        server: None,
+    };
+    let mut rr = r;
+    rr.union = Some(rr.daemon(&["umbrella", "-f", "u.toml", "mnt"], "mnt"));
+    let r = rr;
+    let mut model = Model::new();
+    fs::create_dir_all(r.m("projects")).unwrap();
+    fs::create_dir_all(r.m("home")).unwrap();
+    for i in 0..10 {
+        for (k, v) in [
+            (format!("projects/p{i}"), format!("project file {i}")),
+            (format!("home/h{i}"), format!("home file {i}")),
+        ] {
+            write(&r.m(&k), v.as_bytes()).unwrap();
+            model.insert(k, v.into_bytes());
+        }
+    }
+    write(&r.m("projects/plan.txt"), b"the plan, before").unwrap();
+    assert!(gmnt.join("projects/p3").exists() && r.p("local/home/h3").exists());
+    // The volume's servers die.
+    let pids = gluster(&["pids"]).unwrap();
+    for l in pids.lines().filter(|l| l.starts_with("brick ")) {
+        let pid: i32 = l[6..].trim().parse().unwrap();
+        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    }
+    // Work goes on. The first call on the volume finds it gone; the branch is marked down
+    // (failed: ENOTCONN, or stalled if the client waits) within its deadline and a probe.
+    let t = Instant::now();
+    wait_until("the volume marked down", Duration::from_secs(10), || {
+        let _ = fs::metadata(r.m("projects/p1"));
+        r.net()["state"] != "active"
+    });
+    eprintln!("volume down after {:?}: {}", t.elapsed(), r.net()["reason"]);
+    for i in 0..10 {
+        let k = format!("home/h{i}");
+        assert_eq!(read(&r.m(&k)).unwrap(), model[&k]);
+        let v = format!("home file {i}, edited offline").into_bytes();
+        write(&r.m(&k), &v).unwrap();
+        model.insert(k, v);
+    }
+    for i in 0..5 {
+        let k = format!("projects/new{i}");
+        let v = format!("written offline {i}").into_bytes();
+        write(&r.m(&k), &v).unwrap();
+        model.insert(k, v);
+        let k = format!("home/new{i}");
+        let v = format!("home, offline {i}").into_bytes();
+        write(&r.m(&k), &v).unwrap();
+        model.insert(k, v);
+    }
+    // The volume's copy of plan.txt is hidden (and): a new one is written locally.
+    write(&r.m("projects/plan.txt"), b"the plan, rewritten offline").unwrap();
+    model.insert(
+        "projects/plan.txt".into(),
+        b"the plan, rewritten offline".to_vec(),
+    );
+    assert!(r.p("local/projects/new0").exists());
+    assert_eq!(r.net()["waiting_to_return"], 6, "{}", r.net());
+    // The servers come back.
+    gluster(&["restart-bricks"]).unwrap();
+    let t = Instant::now();
+    r.wait_net("active", Duration::from_secs(60));
+    wait_until(
+        "the marked files back on the volume",
+        Duration::from_secs(60),
+        || r.net()["waiting_to_return"] == 0,
+    );
+    eprintln!("volume back and files returned after {:?}", t.elapsed());
+    for i in 0..5 {
+        assert!(
+            gmnt.join(format!("projects/new{i}")).exists(),
+            "new{i} not on the volume"
+        );
+        assert!(!r.p(&format!("local/projects/new{i}")).exists());
+        assert!(r.p(&format!("local/home/new{i}")).exists());
+    }
+    for i in 0..10 {
+        assert!(gmnt.join(format!("projects/p{i}")).exists());
+        assert!(r.p(&format!("local/home/h{i}")).exists());
+    }
+    check(&r, &model, "after the volume came back");
+    // Both plans kept, the conflict reported.
+    let (s, _) = r.status();
+    let names: Vec<String> = s["conflict_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.contains("/projects/plan.txt")),
+        "{s}"
+    );
+    let kept: Vec<_> = fs::read_dir(r.m("projects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("plan.txt.conflict-net-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        read(&r.m(&format!("projects/{}", kept[0]))).unwrap(),
+        b"the plan, before"
+    );
 }

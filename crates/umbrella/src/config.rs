@@ -824,6 +824,50 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_shipped_disconnected_example_parses() {
+        let text = include_str!("../../../examples/umbrella-disconnected.toml");
+        let d = dirs(&["local", "cluster/home"]);
+        let text = text.replace(
+            "/mnt/cluster/home",
+            &d.path().join("cluster/home").display().to_string(),
+        );
+        let c = parse(&d, &text).unwrap();
+        assert_eq!(c.errors, ErrorMode::And);
+        assert_eq!(c.branches[0].timeout, Duration::from_secs(3));
+        assert_eq!(c.branches[1].timeout, Duration::from_secs(5));
+        assert_eq!(c.branches[1].isolate, Some(true));
+        assert_eq!(c.branches[0].isolate, None);
+        assert_eq!(c.rules.rules.len(), 2);
+    }
+
+    #[test]
+    fn deadlines_parse_and_bad_ones_name_the_line() {
+        let d = dirs(&["a"]);
+        let c = parse(
+            &d,
+            "[umbrella]\nbranch_timeout = \"750ms\"\n[[branch]]\nname = \"a\"\npath = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.branches[0].timeout, Duration::from_millis(750));
+        let e = err_of(
+            &d,
+            "[umbrella]\nbranch_timeout = \"0s\"\n[[branch]]\nname = \"a\"\npath = \"a\"\n",
+        );
+        assert!(
+            e.starts_with("test.toml:2:") && e.contains("branch_timeout"),
+            "{e}"
+        );
+        let e = err_of(
+            &d,
+            "[[branch]]\nname = \"a\"\npath = \"a\"\ntimeout = \"soon\"\n",
+        );
+        assert!(
+            e.starts_with("test.toml:4:") && e.contains("timeout"),
+            "{e}"
+        );
+    }
+
     /// Every TOML block of the README is a shipped example, byte for byte, and the two-tier
     /// one is shown: they cannot drift apart.
     #[test]

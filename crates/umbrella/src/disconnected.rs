@@ -282,7 +282,7 @@ impl Inner {
                 let (bb, r, n1, n2) = (b.clone(), prel.clone(), name.clone(), cname.clone());
                 let res = b.run(move || {
                     let fd = bb.dir_here(&r)?;
-                    sys::renameat2(fd.as_fd(), &n1, fd.as_fd(), &n2, libc::RENAME_NOREPLACE)
+                    sys::rename_noreplace(fd.as_fd(), &n1, fd.as_fd(), &n2)
                 });
                 match res {
                     Ok(()) => break Some(cname),

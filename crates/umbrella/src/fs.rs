@@ -1252,6 +1252,12 @@ impl Inner {
         let _shape = self.shape.read_recursive();
         let (b, name) = self.file_loc(ino)?;
         let (dir, name) = name.ok_or_else(|| err(libc::ENOENT))?;
+        // A file on a branch that is down: EIO under `or`; under `and` it is hidden, and
+        // ESTALE makes the kernel look the name up again (it may hold the entry from
+        // before), so an O_CREAT open makes a new file instead of failing.
+        if !self.file_visible(b)? {
+            return Err(err(libc::ESTALE));
+        }
         let rel = self.rel(dir);
         let (b, pfd, st) = self.stat_file_entry(dir, &name, b, rel)?;
         let want = Access::for_open_flags(flags);

@@ -752,9 +752,7 @@ impl Inner {
             if k == 0 {
                 let (t, tn) = (staged.tmpdir.clone(), staged.tmpname().to_os_string());
                 staged
-                    .on_dst(move || {
-                        sys::renameat2(t.as_fd(), &tn, nf.as_fd(), &nn, libc::RENAME_NOREPLACE)
-                    })
+                    .on_dst(move || sys::rename_noreplace(t.as_fd(), &tn, nf.as_fd(), &nn))
                     .map_err(ioerr)?;
             } else {
                 let (f0, n0) = (dfds[0].clone(), src.names[0].1.clone());

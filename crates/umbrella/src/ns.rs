@@ -10,11 +10,11 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `CAIRNUMB` |
-//! | 8 | 4 | version (1) |
+//! | 8 | 4 | version (2; version 1 files, without kind 3, are read too) |
 //! | 12 | 4 | branch count B |
 //! | 16 | … | B × (u16 name length, name bytes) |
 //! | … | 8 | entry count N |
-//! | … | … | N × (u8 kind: 1 dir, 2 file; u64 value: dir = branch mask, file = branch index; u32 path length; path bytes, relative, `/`-separated) |
+//! | … | … | N × (u8 kind: 1 dir, 2 file, 3 file marked to go back; u64 value: dir = branch mask, file = branch index, marked file = branch index + 2^32 × the branch it waits for; u32 path length; path bytes, relative, `/`-separated) |
 //! | end-4 | 4 | crc32c of everything before |
 //!
 //! Entries are written parents first. The file is trusted only when the `clean` marker
@@ -207,7 +207,7 @@ impl Tree {
     pub fn encode(&self, branch_names: &[String]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(b"CAIRNUMB");
-        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&2u32.to_le_bytes());
         out.extend_from_slice(&(branch_names.len() as u32).to_le_bytes());
         for n in branch_names {
             out.extend_from_slice(&(n.len() as u16).to_le_bytes());
@@ -243,7 +243,10 @@ impl Tree {
                         push(&mut out, 1, mask, &p);
                         stack.push((*i, p));
                     }
-                    Entry::File(b) => push(&mut out, 2, *b as u64, &p),
+                    Entry::File(b) => match self.away.get(&(d, n.clone())) {
+                        Some(w) => push(&mut out, 3, *b as u64 | (*w as u64) << 32, &p),
+                        None => push(&mut out, 2, *b as u64, &p),
+                    },
                 }
                 count += 1;
             }
@@ -269,7 +272,7 @@ impl Tree {
             return None;
         }
         let mut r = Reader { b: body, at: 0 };
-        if r.take(8)? != b"CAIRNUMB" || r.u32()? != 1 {
+        if r.take(8)? != b"CAIRNUMB" || !matches!(r.u32()?, 1 | 2) {
             return None;
         }
         let nb = r.u32()? as usize;
@@ -310,14 +313,18 @@ impl Tree {
                     tree.add_dir(parent, &name, ino, value);
                     by_path.insert(path, ino);
                 }
-                2 => {
-                    if value as usize >= branch_names.len() {
+                2 | 3 => {
+                    let (b, w) = ((value & 0xffff_ffff) as usize, (value >> 32) as usize);
+                    if b >= branch_names.len() || (kind == 3 && w >= branch_names.len()) {
                         return None;
+                    }
+                    if kind == 3 {
+                        tree.away.insert((parent, name.clone()), w);
                     }
                     tree.dirs
                         .get_mut(&parent)?
                         .children
-                        .insert(name, Entry::File(value as usize));
+                        .insert(name, Entry::File(b));
                 }
                 _ => return None,
             }
@@ -375,9 +382,13 @@ mod tests {
             .unwrap()
             .children
             .insert("g".into(), Entry::File(0));
+        t.mark_away(ROOT, OsStr::new("g"), 1);
         let names = vec!["fast".to_string(), "slow".to_string()];
         let enc = t.encode(&names);
         let d = Tree::decode(&enc, &names, &mut alloc).unwrap();
+        // The mark "waits for slow" survives.
+        assert_eq!(d.away.get(&(ROOT, "g".into())), Some(&1));
+        assert_eq!(d.away.len(), 1);
         let mut files = d.files();
         files.sort();
         assert_eq!(files.len(), 2);

@@ -184,6 +184,26 @@ pub fn renameat2(
     .map(drop)
 }
 
+/// rename that never replaces: `RENAME_NOREPLACE`, or — where the file system does not
+/// take the flag (EINVAL: GlusterFS's and other FUSE clients, NFS before 4.1) — a hard link
+/// to the new name (which fails with EEXIST if it exists: the same promise) and the removal
+/// of the old one. Between the two both names exist; a crash there leaves the object under
+/// both, which the move protocol's recovery resolves by identity (`recover`).
+pub fn rename_noreplace(
+    d1: BorrowedFd<'_>,
+    n1: &OsStr,
+    d2: BorrowedFd<'_>,
+    n2: &OsStr,
+) -> io::Result<()> {
+    match renameat2(d1, n1, d2, n2, libc::RENAME_NOREPLACE) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            linkat(d1, n1, d2, n2)?;
+            unlinkat(d1, n1, false)
+        }
+        r => r,
+    }
+}
+
 pub fn linkat(d1: BorrowedFd<'_>, n1: &OsStr, d2: BorrowedFd<'_>, n2: &OsStr) -> io::Result<()> {
     let a = cstr(n1.as_bytes())?;
     let b = cstr(n2.as_bytes())?;
