@@ -59,6 +59,8 @@ struct Rig {
     dir: tempfile::TempDir,
     union: Option<Child>,
     server: Option<Child>,
+    /// The network branch's directory ("netmnt" unless a test says otherwise).
+    net_dir: &'static str,
 }
 
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -102,6 +104,7 @@ impl Rig {
             dir,
             union: None,
             server: None,
+            net_dir: "netmnt",
         };
         r.start_server();
         r.union = Some(r.daemon(&["umbrella", "-f", "u.toml", "mnt"], "mnt"));
@@ -280,7 +283,7 @@ fn seed_union(r: &Rig) -> Model {
     wait_until(
         "the seed files on their branches",
         Duration::from_secs(10),
-        || r.p("netmnt/shared/s19").exists() && r.p("local/work/f19").exists(),
+        || r.p(r.net_dir).join("shared/s19").exists() && r.p("local/work/f19").exists(),
     );
     model
 }
@@ -745,6 +748,7 @@ branches = ["local", "net"]
         dir,
         union: None,
         server: None,
+        net_dir: "gluster",
     };
     let mut rr = r;
     rr.union = Some(rr.daemon(&["umbrella", "-f", "u.toml", "mnt"], "mnt"));
@@ -847,4 +851,112 @@ branches = ["local", "net"]
         read(&r.m(&format!("projects/{}", kept[0]))).unwrap(),
         b"the plan, before"
     );
+}
+
+/// `scripts/distfs/juicefs.sh ARGS`, as [`gluster`].
+fn juicefs(args: &[&str]) -> Option<String> {
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/distfs/juicefs.sh"))
+        .args(args)
+        .output()
+        .unwrap();
+    if o.status.code() == Some(2) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "JuiceFS is not installed: scripts/install-deps.sh installs it"
+        );
+        return None;
+    }
+    assert!(
+        o.status.success(),
+        "juicefs.sh {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+struct JuiceFs;
+
+impl Drop for JuiceFs {
+    fn drop(&mut self) {
+        let _ = juicefs(&["cleanup"]);
+    }
+}
+
+/// A JuiceFS branch (metadata in SQLite, data as objects in a directory, a FUSE client)
+/// whose client stops: the union's local files stay served, the branch is stalled within
+/// its deadline, and it comes back when the client resumes, with a file made meanwhile
+/// moved to it.
+#[test]
+fn a_stopped_juicefs_client_leaves_the_union_serving() {
+    let dir = tempfile::Builder::new()
+        .prefix("umbrella-juicefs-")
+        .tempdir()
+        .unwrap();
+    let jmnt = dir.path().join("jfs");
+    fs::create_dir(&jmnt).unwrap();
+    let _ = juicefs(&["cleanup"]);
+    if juicefs(&["start", jmnt.to_str().unwrap()]).is_none() {
+        eprintln!("skipped: JuiceFS is not installed");
+        return;
+    }
+    let _jfs = JuiceFs;
+    for d in ["local", "mnt"] {
+        fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    let mut cfg = union_config("and");
+    cfg = cfg.replace("path = \"netmnt\"", "path = \"jfs\"");
+    fs::write(dir.path().join("u.toml"), cfg).unwrap();
+    let mut r = Rig {
+        dir,
+        union: None,
+        server: None,
+        net_dir: "jfs",
+    };
+    r.union = Some(r.daemon(&["umbrella", "-f", "u.toml", "mnt"], "mnt"));
+    let mut model = seed_union(&r);
+    assert!(jmnt.join("shared/s3").exists());
+    let pid: i32 = juicefs(&["pids"]).unwrap()[7..].trim().parse().unwrap();
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    let resume = scopeguard(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = healthy_load(&r, stop.clone());
+    let _ = fs::read_dir(r.m("")).map(|d| d.count());
+    r.wait_net("stalled", TIMEOUT * 4);
+    write(
+        &r.m("shared/while-stopped"),
+        b"made while the client was stopped",
+    )
+    .unwrap();
+    model.insert(
+        "shared/while-stopped".into(),
+        b"made while the client was stopped".to_vec(),
+    );
+    stop.store(true, Ordering::Release);
+    let lat = load.join().unwrap();
+    let worst = p99(lat.clone());
+    assert!(
+        worst < Duration::from_secs(1),
+        "p99 {worst:?} over {}",
+        lat.len()
+    );
+    drop(resume);
+    r.wait_net("active", Duration::from_secs(15));
+    wait_until(
+        "the file marked to go back",
+        Duration::from_secs(15),
+        || jmnt.join("shared/while-stopped").exists(),
+    );
+    check(&r, &model, "after the client resumed");
+}
+
+/// Sends SIGCONT to `pid` when dropped (a failed assertion must not leave it stopped).
+fn scopeguard(pid: i32) -> impl Drop {
+    struct Cont(i32);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            let _ = kill(Pid::from_raw(self.0), Signal::SIGCONT);
+        }
+    }
+    Cont(pid)
 }
