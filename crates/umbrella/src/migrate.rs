@@ -2,7 +2,7 @@
 //!
 //! The protocol, for a file with names P1..Pn on branch S moving to branch D, one function
 //! per step (the failpoint reached after each is in quotes, see `failpoint`):
-//! 1. [`Inner::gather`], under the namespace read lock: the names, their paths, the
+//! 1. [`Inner::gather`]: the names, their paths (from the index), the
 //!    source's stat (its *identity*: device, inode, size, mtime) and an open descriptor
 //!    of it, so a later rename of its directory cannot make the copy read something else
 //!    ("gathered");
@@ -11,19 +11,23 @@
 //! 3. [`Staged::write_record`]: the move record (`record`: both branches, the temporary,
 //!    every name, the source's and the copy's identities) is written and fsynced on D
 //!    ("recorded"); from here on a crash is resolved by recovery (`recover`);
-//! 4. [`Inner::commit`], under the namespace write lock: [`Inner::still_same`] checks that
-//!    nothing changed since step 1 (the names, their paths, the object under each, its
-//!    size and mtime, both branches active) — otherwise the move is rolled back and the
-//!    caller may try again; [`Inner::place_names`] renames the temporary to P1 on D
-//!    (`RENAME_NOREPLACE`; "renamed"), links P2..Pn, fsyncs D's directories ("linked");
-//!    open handles are re-opened on the copy; [`Inner::remove_source_names`] removes
-//!    P1..Pn from S ("unlinked-one" after the first) and fsyncs S's directories; the
-//!    index and the file node now say D ("unlinked"), and the record is removed.
+//! 4. [`Inner::commit`], under the directory locks of every name's directory (the index
+//!    lock only to check and to update): [`Inner::still_same`] checks that nothing changed
+//!    since step 1 (the names, their paths, the object under each, its size and mtime,
+//!    both branches active) — otherwise the move is rolled back and the caller may try
+//!    again; [`Inner::place_names`] renames the temporary to P1 on D (no-replace;
+//!    "renamed"), links P2..Pn, fsyncs D's directories ("linked"); open handles are
+//!    re-opened on the copy; the index and the file node now say D; then
+//!    [`Inner::remove_source_names`] removes P1..Pn from S ("unlinked-one" after the
+//!    first) and fsyncs S's directories ("unlinked"), and the record is removed.
+//!
+//! Every host call has its branch's deadline (`exec`): reads on the source's branch,
+//! writes on the target's.
 //!
 //! **No exit leaves a record behind.** Steps 2–4 work on a [`Staged`] move: dropping it
 //! before the commit completes (an error, an early return, a panic) removes the names it
-//! made on D, the temporary and the record, under the namespace lock when the commit holds
-//! it. The one exit that keeps its record is a commit that put the copy in place but could
+//! made on D, the temporary and the record, under the directory locks when the commit
+//! holds them. The one exit that keeps its record is a commit that put the copy in place but could
 //! not remove a source name (the source branch refused): the record is rewritten in its
 //! *committed* phase, `status` counts it under `unfinished`, and the next mount's recovery
 //! removes the stale source names after verifying them.
@@ -205,7 +209,7 @@ pub(crate) enum Outcome {
     Failed,
 }
 
-/// What a move copies, taken under the namespace read lock (step 1).
+/// What a move copies (step 1).
 struct Source {
     branch: Arc<Branch>,
     names: Vec<(Ino, OsString)>,
@@ -436,7 +440,7 @@ impl<'a> Staged<'a> {
     }
 
     /// The commit ended. `complete`: every source name is gone, so the record goes (its
-    /// directory is fsynced by [`Staged::sync`], outside the namespace lock). Otherwise the
+    /// directory is fsynced by [`Staged::sync`], outside the directory locks). Otherwise the
     /// record is rewritten in its committed phase for recovery to finish the removals.
     fn close(&mut self, complete: bool) {
         self.open = false;
