@@ -90,7 +90,7 @@ def fresh(path):
     os.makedirs(path)
 
 
-def config(branches, rules=1, extra="", branch_extra=""):
+def config(branches, rules=1, extra="", branch_extra="", rule_extra=""):
     """branches: list of (name, path). `rules` metadata rules, all but the last never match
     (uid 4242), the last matches everything: the paper's worst case."""
     t = "[umbrella]\nindex = \"%s\"\n%s\n" % (branches[0][0], extra)
@@ -100,17 +100,18 @@ def config(branches, rules=1, extra="", branch_extra=""):
     for k in range(rules - 1):
         t += '[[rule]]\nname = "never %d"\nuid = 4242\nbranches = [%s]\n' % (k, names)
     if rules > 0:
-        t += '[[rule]]\nname = "last"\ntype = "file"\nbranches = [%s]\n' % names
+        t += '[[rule]]\nname = "last"\ntype = "file"\nbranches = [%s]\n%s' % (names, rule_extra)
     return t
 
 
 class Target:
-    def __init__(self, kind, branches, rules=1, extra="", cairn=None, branch_extra=""):
+    def __init__(self, kind, branches, rules=1, extra="", cairn=None, branch_extra="", rule_extra=""):
         self.kind = kind
         self.branches = branches
         self.rules = rules
         self.extra = extra
         self.branch_extra = branch_extra
+        self.rule_extra = rule_extra
         if cairn:
             self.cairn = cairn
         self.mnt = os.path.join(WORK, "mnt-" + kind)
@@ -125,7 +126,8 @@ class Target:
         if self.kind.startswith("umbrella"):
             cfg = os.path.join(WORK, self.kind + ".toml")
             with open(cfg, "w") as f:
-                f.write(config(self.branches, self.rules, self.extra, self.branch_extra))
+                f.write(config(self.branches, self.rules, self.extra, self.branch_extra,
+                               self.rule_extra))
             opts = os.environ.get("UMBRELLA_OPTS", "")
             sh(*PIN_DAEMON, getattr(self, "cairn", CAIRN), "umbrella",
                *(["-o", opts] if opts else []), cfg, self.mnt)
@@ -214,20 +216,23 @@ def hang(t, local, gdir, secs=5.0, cap=15.0):
     pid = gluster_client_pid()
     os.kill(pid, signal.SIGSTOP)
     lat = []
+    ls_s = None
     try:
-        ls = subprocess.Popen(["ls", d], stdout=subprocess.DEVNULL)
+        ls = subprocess.Popen(["ls", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.monotonic()
         while time.monotonic() - t0 < secs:
             s = time.monotonic()
             with open(os.path.join(d, "w", "local.txt"), "rb") as f:
                 f.read()
             lat.append(time.monotonic() - s)
-        try:
-            ls.wait(timeout=max(0.0, cap - (time.monotonic() - t0)))
-            ls_s = time.monotonic() - t0
-        except subprocess.TimeoutExpired:
-            ls_s = None
-            ls.kill()
+            if ls_s is None and ls.poll() is not None:
+                ls_s = time.monotonic() - t0
+        if ls_s is None:
+            try:
+                ls.wait(timeout=max(0.0, cap - (time.monotonic() - t0)))
+                ls_s = time.monotonic() - t0
+            except subprocess.TimeoutExpired:
+                ls.kill()
     finally:
         os.kill(pid, signal.SIGCONT)
     if ls_s is None:
@@ -249,6 +254,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scale", type=float, help="the workloads' scale (--quick is 0.2)")
     ap.add_argument("--only", default="postmark,create,seq,rules,overflow,oscillation")
     ap.add_argument("--base", help="a cairn binary from before the isolation (--only isolation)")
     ap.add_argument("--pin", action="store_true", help="daemons on CPU 1, the workload on CPU 0")
@@ -258,7 +264,7 @@ def main():
         PIN_LOAD[:] = ["taskset", "-c", "0"]
         os.sched_setaffinity(0, {0})
     only = set(a.only.split(","))
-    scale = 0.2 if a.quick else 1.0
+    scale = a.scale or (0.2 if a.quick else 1.0)
     os.makedirs(WORK, exist_ok=True)
     ext4 = make_ext4("ext4", 8 << 30)
     b1 = os.path.join(ext4, "b1")
@@ -418,13 +424,22 @@ def main():
         run("isolation_create_per_s", lambda d, t: create_unlink(d, int(20000 * scale)), tg)
         run("isolation_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans), tg)
         res["meta"]["base"] = base
-    if "distfs" in only or "hang" in only:
+    if "distfs" in only or "hang" in only or "nooverflow" in only:
         gl = subprocess.run(["bash", os.path.join(ROOT, "scripts/distfs/gluster.sh"), "start"],
                             check=True, capture_output=True, text=True).stdout.strip()
         gdir = os.path.join(gl, "bench")
         os.makedirs(gdir, exist_ok=True)
         two = [("local", b1), ("gluster", gdir)]
-        tg = [Target("umbrella-gluster", two, 1), Target("mergerfs-gluster", two)]
+        # `and`: a listing while the volume hangs shows the local entries.
+        tg = [Target("umbrella-gluster", two, 1, extra='errors = "and"'),
+              Target("mergerfs-gluster", two)]
+        if "nooverflow" in only:
+            # Files kept on the local branch without overflow: the layer then hands their
+            # data to the kernel (FUSE passthrough), which mergerfs cannot.
+            nt = Target("umbrella-gluster-nooverflow", two, 1, extra='errors = "and"',
+                        rule_extra="overflow = false\n")
+            run_with("distfs_nooverflow_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans),
+                     [nt, tg[1]], lambda: (fresh(b1), fresh(gdir)))
         if "distfs" in only:
             def fresh_both():
                 fresh(b1)
@@ -475,6 +490,8 @@ def report(res):
     if "isolation_create_per_s" in res:
         row("isolation: create+unlink (files/s)", res["isolation_create_per_s"], "/s", True, "umbrella-base")
         row("isolation: PostMark (s)", res["isolation_postmark_s"], "s", False, "umbrella-base")
+    if "distfs_nooverflow_postmark_s" in res:
+        row("local+GlusterFS: PostMark, no overflow (s)", res["distfs_nooverflow_postmark_s"], "s", False, "mergerfs-gluster")
     if "distfs_create_per_s" in res:
         row("local+GlusterFS: create+unlink (files/s)", res["distfs_create_per_s"], "/s", True, "mergerfs-gluster")
         row("local+GlusterFS: PostMark (s)", res["distfs_postmark_s"], "s", False, "mergerfs-gluster")

@@ -34,18 +34,18 @@ install() {
     log "installed in $((SECONDS - t0)) s"
 }
 
+# The glusterd this script started (a glusterd the system runs is used, never stopped).
 glusterd_pid() {
     local p
     p=$(cat "$DIR/glusterd.pid" 2>/dev/null || true)
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo "$p"; return; fi
-    pgrep -x glusterd | head -1 || true
+    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo "$p"; fi
 }
 
 start() {
     installed || { log "not installed (scripts/distfs/gluster.sh install)"; exit 2; }
     local mnt=${1:-$DIR/mnt}
     mkdir -p "$DIR/brick1" "$DIR/brick2" "$mnt"
-    if [ -z "$(glusterd_pid)" ]; then
+    if ! g peer status >/dev/null 2>&1; then
         glusterd --log-file="$DIR/glusterd.log" -p "$DIR/glusterd.pid"
     fi
     local t0=$SECONDS
@@ -88,10 +88,11 @@ stop() {
     # A stopped (SIGSTOP) process of ours must run to exit.
     for p in $(pids | awk '{print $2}'); do kill -CONT "$p" 2>/dev/null || true; done
     if mountpoint -q "$mnt" 2>/dev/null; then umount "$mnt" 2>/dev/null || umount -l "$mnt"; fi
-    if installed && [ -n "$(glusterd_pid)" ]; then
+    if installed; then
         g volume stop "$VOL" force >/dev/null 2>&1 || true
     fi
-    pkill -f "glusterfsd.*--brick-name $DIR/" 2>/dev/null || true
+    # Our bricks and our glusterd, each by its pid.
+    for p in $(pids | awk '/^brick [0-9]/ {print $2}'); do kill "$p" 2>/dev/null || true; done
     local p; p=$(glusterd_pid)
     if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi
     local t0=$SECONDS
@@ -99,7 +100,7 @@ stop() {
 }
 
 cleanup() {
-    if installed && [ -z "$(glusterd_pid)" ]; then
+    if installed && ! g peer status >/dev/null 2>&1; then
         glusterd --log-file="$DIR/glusterd.log" -p "$DIR/glusterd.pid" 2>/dev/null || true
         local t0=$SECONDS
         until g peer status >/dev/null 2>&1 || [ $((SECONDS - t0)) -ge 10 ]; do sleep 0.2; done
