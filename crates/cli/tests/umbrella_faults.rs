@@ -660,27 +660,32 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `scripts/distfs/gluster.sh ARGS`: its output, or None when GlusterFS is not installed
-/// (exit 2). CI installs it (scripts/install-deps.sh): there, missing is a failure.
-fn gluster(args: &[&str]) -> Option<String> {
+/// `scripts/distfs/SCRIPT ARGS` (gluster.sh, juicefs.sh): its output, or None when the
+/// engine is not installed (exit 2). CI installs both (scripts/install-deps.sh): there,
+/// missing is a failure.
+fn distfs(script: &str, args: &[&str]) -> Option<String> {
     let o = Command::new("bash")
-        .arg(repo().join("scripts/distfs/gluster.sh"))
+        .arg(repo().join("scripts/distfs").join(script))
         .args(args)
         .output()
         .unwrap();
     if o.status.code() == Some(2) {
         assert!(
             std::env::var_os("CI").is_none(),
-            "GlusterFS is not installed: scripts/install-deps.sh installs it"
+            "{script}: not installed; scripts/install-deps.sh installs it"
         );
         return None;
     }
     assert!(
         o.status.success(),
-        "gluster.sh {args:?}: {}",
+        "{script} {args:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     Some(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn gluster(args: &[&str]) -> Option<String> {
+    distfs("gluster.sh", args)
 }
 
 /// Stops the volume at the end, whatever happens.
@@ -853,26 +858,8 @@ branches = ["local", "net"]
     );
 }
 
-/// `scripts/distfs/juicefs.sh ARGS`, as [`gluster`].
 fn juicefs(args: &[&str]) -> Option<String> {
-    let o = Command::new("bash")
-        .arg(repo().join("scripts/distfs/juicefs.sh"))
-        .args(args)
-        .output()
-        .unwrap();
-    if o.status.code() == Some(2) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "JuiceFS is not installed: scripts/install-deps.sh installs it"
-        );
-        return None;
-    }
-    assert!(
-        o.status.success(),
-        "juicefs.sh {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+    distfs("juicefs.sh", args)
 }
 
 struct JuiceFs;

@@ -62,6 +62,23 @@ fn split(path: &[u8]) -> (&[u8], &OsStr) {
     }
 }
 
+/// A scanned path's parent directory in the index (through `by_path`, the directories
+/// merged so far), its last component, and what the index holds under that name.
+fn locate<'p>(
+    ns: &crate::ns::Tree,
+    by_path: &HashMap<Vec<u8>, Ino>,
+    path: &'p [u8],
+) -> Option<(Ino, &'p OsStr, Option<Entry>)> {
+    let (prel, name) = split(path);
+    let parent = *by_path.get(prel)?;
+    let existing = ns
+        .dirs
+        .get(&parent)
+        .and_then(|d| d.children.get(name))
+        .copied();
+    Some((parent, name, existing))
+}
+
 /// A conflict name: `NAME.conflict-BRANCH-YYYYMMDDTHHMMSS[-N]`.
 fn conflict_name(name: &OsStr, branch: &str, n: u32) -> OsString {
     let t = std::time::SystemTime::now()
@@ -206,15 +223,9 @@ impl Inner {
             let mut dirs = found.dirs.clone();
             dirs.sort_by_key(|p| p.iter().filter(|&&c| c == b'/').count());
             for p in &dirs {
-                let (prel, name) = split(p);
-                let Some(&parent) = by_path.get(prel) else {
+                let Some((parent, name, existing)) = locate(&ns, &by_path, p) else {
                     continue;
                 };
-                let existing = ns
-                    .dirs
-                    .get(&parent)
-                    .and_then(|d| d.children.get(name))
-                    .copied();
                 match existing {
                     Some(Entry::Dir(i)) => {
                         if let Some(d) = ns.dirs.get_mut(&i) {
@@ -248,15 +259,9 @@ impl Inner {
                 }
             }
             for p in &found.files {
-                let (prel, name) = split(p);
-                let Some(&parent) = by_path.get(prel) else {
+                let Some((parent, name, existing)) = locate(&ns, &by_path, p) else {
                     continue;
                 };
-                let existing = ns
-                    .dirs
-                    .get(&parent)
-                    .and_then(|d| d.children.get(name))
-                    .copied();
                 match existing {
                     None => {
                         if let Some(d) = ns.dirs.get_mut(&parent) {
@@ -265,7 +270,7 @@ impl Inner {
                         }
                     }
                     Some(Entry::File(c)) if c == b.id => {}
-                    Some(_) => conflicts.push((prel.to_vec(), name.to_os_string())),
+                    Some(_) => conflicts.push((split(p).0.to_vec(), name.to_os_string())),
                 }
             }
             for (d, n) in &gone {

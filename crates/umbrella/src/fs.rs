@@ -2034,6 +2034,12 @@ impl FileSystem for Umbrella {
     fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
         let i = &self.inner;
         i.check_new_name(new_parent, new_name)?;
+        // The file's mig lock: a migration of it gathered its names before this one exists
+        // and holds only the locks of *those* names' directories, so without it the link
+        // could land on the source between the migration's check and its unlinks, leaving
+        // two objects where there was one.
+        let mig = i.nodes.lock().files.get(&ino).map(|n| n.mig.clone());
+        let _moving = mig.as_ref().map(|m| m.lock());
         let _shape = i.shape.read_recursive();
         let _dl = i.lock_dirs(&[new_parent]);
         {
