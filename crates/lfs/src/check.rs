@@ -102,13 +102,13 @@ fn audit(st: &mut crate::engine::State) -> Result<Audit> {
             live[s as usize] += bytes;
         }
     };
-    for &a in st.imap_addrs.iter().chain(&st.usage_addrs) {
+    for &a in st.imap.block_addrs().iter().chain(st.usage.block_addrs()) {
         count(a, BLOCK_SIZE as u64, &mut live);
     }
     let mut kinds: BTreeMap<u64, u32> = BTreeMap::new();
     let mut nlinks: BTreeMap<u64, u32> = BTreeMap::new();
     for ino in 1..st.sb.max_inodes as u64 {
-        let e = st.imap[ino as usize];
+        let e = st.imap.get(ino).unwrap_or_default();
         if e.addr == 0 {
             continue;
         }
@@ -583,9 +583,8 @@ mod tests {
         {
             let mut st = fs.st.lock();
             st.checkpoint().unwrap();
-            st.imap[ino as usize].addr = 0;
-            st.imap_dirty
-                .insert((ino / tables::PER_BLOCK as u64) as u32);
+            let e = st.imap.get(ino).unwrap();
+            st.imap.set(ino, tables::ImapEntry { addr: 0, ..e });
             st.checkpoint().unwrap();
         }
         fs.destroy().unwrap();

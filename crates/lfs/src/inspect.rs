@@ -262,7 +262,7 @@ fn show_imap(dev: &Arc<dyn BlockDevice>) -> Result<String, InspectError> {
     let st = fs.st.lock();
     let mut out = String::from("inode map (after roll-forward): inode -> block, version\n");
     let mut n = 0;
-    for (ino, e) in st.imap.iter().enumerate() {
+    for (ino, e) in st.imap.entries().enumerate() {
         if e.addr != 0 {
             n += 1;
             let _ = writeln!(out, "  {ino:>8} -> {:>10}  v{}", e.addr, e.version);
@@ -277,8 +277,7 @@ fn show_inode(dev: &Arc<dyn BlockDevice>, ino: u64) -> Result<String, InspectErr
     let st = fs.st.lock();
     let e = st
         .imap
-        .get(ino as usize)
-        .copied()
+        .get(ino)
         .filter(|e| e.addr != 0)
         .ok_or_else(|| InspectError::NotFound(format!("inode {ino}: not in use")))?;
     let i = st

@@ -222,7 +222,9 @@ pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> 
         &crate::engine::MountOptions::default(),
     );
     st.pick_next_segment()?;
-    st.imap_dirty = (0..sb.imap_blocks).collect();
+    for i in 0..sb.imap_blocks {
+        st.imap.mark_block_dirty(i);
+    }
     let t = now();
     let root = Inode {
         ino: ROOT_INO,

@@ -114,7 +114,7 @@ impl State {
     }
 
     fn version_of(&self, ino: u64) -> Option<u32> {
-        let e = self.imap.get(ino as usize)?;
+        let e = self.imap.get(ino)?;
         match self.nodes.get(&ino) {
             Some(n) => Some(n.inode.version),
             None if e.addr != 0 => Some(e.version),
@@ -180,10 +180,7 @@ impl State {
                     }
                     Kind::Inode => {
                         for r in inode::decode_block(blk).map_err(corrupt)? {
-                            let live = self
-                                .imap
-                                .get(r.ino as usize)
-                                .is_some_and(|m| m.addr == addr);
+                            let live = self.imap.addr(r.ino) == addr;
                             if live && r.mode != 0 {
                                 self.node(r.ino)?;
                                 w.inodes.insert(r.ino);
@@ -191,7 +188,7 @@ impl State {
                         }
                     }
                     Kind::Imap => {
-                        if self.imap_addrs.get(e.lbn as usize) == Some(&addr) {
+                        if self.imap.block_addrs().get(e.lbn as usize) == Some(&addr) {
                             w.imap.insert(e.lbn as u32);
                         }
                     }
@@ -210,7 +207,7 @@ impl State {
     fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
         let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
         let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
-        let mut imap = self.imap_dirty.clone();
+        let mut imap = self.imap.dirty_blocks().clone();
         for w in [a, b] {
             imap.extend(w.imap.iter().copied());
             imap.extend(
@@ -237,7 +234,7 @@ impl State {
     pub(super) fn pass_log(&self, payload: u64) -> (u64, u64) {
         let seg = self.sb.segment_blocks as u64;
         let max = summary::MAX_ENTRIES as u64;
-        let nu = self.usage_addrs.len() as u64;
+        let nu = self.usage.block_addrs().len() as u64;
         let mut off = self.log.off as u64;
         let mut pending = self.log.pending_len() as u64;
         let (mut blocks, mut entered) = (0u64, 0u64);
@@ -437,7 +434,9 @@ impl State {
         for ino in inodes {
             self.mark_dirty(ino);
         }
-        self.imap_dirty.extend(imap);
+        for i in imap {
+            self.imap.mark_block_dirty(i);
+        }
         policy.grouping.arrange(&mut moved, |m| m.mtime);
         for m in moved {
             let e = Entry {

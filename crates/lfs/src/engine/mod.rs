@@ -22,10 +22,12 @@
 
 mod acl;
 mod clean;
+mod imap;
 mod ops;
 mod recover;
 #[cfg(test)]
 pub(crate) mod tests;
+mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -51,6 +53,8 @@ use crate::format::tables::{self, ImapEntry, UsageEntry};
 use crate::format::{BLOCK_SIZE, get_u64, put_u64};
 use crate::log::{LogWriter, Segments};
 pub use clean::CleanerStats;
+pub(crate) use imap::InodeMap;
+pub use usage::Usage;
 
 pub const ROOT_INO: u64 = 2;
 const BS: u64 = BLOCK_SIZE as u64;
@@ -453,11 +457,8 @@ pub(crate) struct State {
     pub cache: Arc<BufferCache>,
     pub readahead_blocks: u64,
     pub logical_clock: bool,
-    pub imap: Vec<ImapEntry>,
-    pub imap_addrs: Vec<u64>,
-    pub imap_dirty: BTreeSet<u32>,
+    pub imap: InodeMap,
     pub usage: Usage,
-    pub usage_addrs: Vec<u64>,
     pub log: LogWriter,
     pub nodes: HashMap<u64, Node>,
     pub dirty_inodes: BTreeSet<u64>,
@@ -469,7 +470,6 @@ pub(crate) struct State {
     pub dirlog: Vec<Record>,
     pub cp_serial: u64,
     pub cp_slot: usize,
-    pub next_ino: u32,
     pub last_cp: Instant,
     pub dirty_since: Option<Instant>,
     pub log_bytes_since_cp: u64,
@@ -513,72 +513,6 @@ pub enum Planted {
     /// leaves half of it applied — inodes without the directory blocks or inodes written
     /// with them.
     RollForwardUncommitted,
-}
-
-/// The segment usage table in memory (004 §3.6), with the number of clean segments kept as
-/// entries change. Every call asks how many segments are clean (should the cleaner start,
-/// is there room for this write); counting them each time cost a scan of every entry per
-/// call — 8,192 on a 4 GiB disk of 512 KiB segments, a fifth of the daemon's time in a
-/// small-file create. Entries are read through `Deref` and changed only through
-/// [`Usage::update`], which keeps the count right (checked against a scan in debug builds).
-#[derive(Clone, Debug, Default)]
-pub struct Usage {
-    entries: Vec<UsageEntry>,
-    clean: u32,
-}
-
-impl Usage {
-    pub fn new(entries: Vec<UsageEntry>) -> Usage {
-        let clean = entries.iter().filter(|u| !u.dirty).count() as u32;
-        Usage { entries, clean }
-    }
-
-    /// Changes segment `s`'s entry (nothing if there is no such segment).
-    pub fn update<R>(&mut self, s: usize, f: impl FnOnce(&mut UsageEntry) -> R) -> Option<R> {
-        let u = self.entries.get_mut(s)?;
-        let was = u.dirty;
-        let r = f(u);
-        match (was, u.dirty) {
-            (true, false) => self.clean += 1,
-            (false, true) => self.clean -= 1,
-            _ => {}
-        }
-        Some(r)
-    }
-
-    /// Marks segment `s` as holding (or about to hold) log data.
-    pub fn set_dirty(&mut self, s: usize) {
-        self.update(s, |u| u.dirty = true);
-    }
-
-    /// Segments holding nothing of the log.
-    pub fn clean(&self) -> u32 {
-        debug_assert_eq!(
-            self.clean as usize,
-            self.entries.iter().filter(|u| !u.dirty).count(),
-            "the usage table's clean count drifted from its entries"
-        );
-        self.clean
-    }
-}
-
-impl std::ops::Deref for Usage {
-    type Target = [UsageEntry];
-    fn deref(&self) -> &[UsageEntry] {
-        &self.entries
-    }
-}
-
-impl Segments for Usage {
-    fn take_clean(&mut self, avoid: &[u32]) -> Option<u32> {
-        let n = self.entries.len();
-        let start = avoid.first().map_or(0, |&s| s as usize + 1);
-        let s = (0..n)
-            .map(|i| ((start + i) % n) as u32)
-            .find(|s| !self.entries[*s as usize].dirty && !avoid.contains(s))?;
-        self.set_dirty(s as usize);
-        Some(s)
-    }
 }
 
 fn io(e: std::io::Error) -> FsError {
@@ -759,7 +693,7 @@ impl State {
 
     /// Reads inode `ino` through the inode map.
     pub fn read_inode(&self, ino: u64) -> Result<Option<Inode>> {
-        let Some(e) = self.imap.get(ino as usize) else {
+        let Some(e) = self.imap.get(ino) else {
             return Ok(None);
         };
         if e.addr == 0 {
@@ -839,11 +773,7 @@ impl State {
 
     fn add_live(&mut self, addr: u64, bytes: u32, mtime: u64) {
         if let Some(s) = self.sb.seg_of(addr) {
-            self.usage.update(s as usize, |u| {
-                u.live_bytes = u.live_bytes.saturating_add(bytes);
-                u.dirty = true;
-                u.youngest = u.youngest.max(mtime);
-            });
+            self.usage.add_live(s, bytes, mtime);
         }
     }
 
@@ -852,9 +782,7 @@ impl State {
             return;
         }
         if let Some(s) = self.sb.seg_of(addr) {
-            self.usage.update(s as usize, |u| {
-                u.live_bytes = u.live_bytes.saturating_sub(bytes)
-            });
+            self.usage.sub_live(s, bytes);
         }
     }
 
@@ -944,7 +872,7 @@ impl State {
             .collect();
         lives.sort_unstable();
         const META_PER_VICTIM: u64 = 1;
-        let imap_blocks = self.imap_addrs.len() as u64;
+        let imap_blocks = self.imap.block_addrs().len() as u64;
         let mut live = 0u64;
         let mut pays = false;
         for (k, &l) in (1u64..).zip(lives.iter()) {
@@ -1099,14 +1027,15 @@ impl State {
                 if n.mode == 0 {
                     continue;
                 }
-                let old = self.imap[n.ino as usize].addr;
+                let old = self.imap.addr(n.ino);
                 self.kill(old, 256);
-                self.imap[n.ino as usize] = ImapEntry {
-                    addr,
-                    version: n.version,
-                };
-                self.imap_dirty
-                    .insert((n.ino / tables::PER_BLOCK as u64) as u32);
+                self.imap.set(
+                    n.ino,
+                    ImapEntry {
+                        addr,
+                        version: n.version,
+                    },
+                );
             }
         }
         Ok(())
@@ -1245,21 +1174,21 @@ impl State {
             return Ok(());
         }
         self.write_dirty()?;
-        for i in std::mem::take(&mut self.imap_dirty) {
+        for i in self.imap.take_dirty() {
             let e = Entry {
                 kind: Kind::Imap,
                 version: 0,
                 ino: 0,
                 lbn: i as u64,
             };
-            let b = tables::encode_imap(i, &self.imap);
+            let b = self.imap.encode_block(i);
             let addr = self.push(e, b, BLOCK_SIZE as u32)?;
-            let old = std::mem::replace(&mut self.imap_addrs[i as usize], addr);
+            let old = self.imap.moved_block(i, addr);
             self.kill(old, BLOCK_SIZE as u32);
         }
         // The usage table describes its own new blocks: reserve their addresses in one
         // partial segment, account for them, then encode.
-        let nu = self.usage_addrs.len();
+        let nu = self.usage.block_addrs().len();
         self.log
             .ensure_room(&self.sb, &self.dev, &mut self.usage, nu)
             .map_err(io)?;
@@ -1274,11 +1203,11 @@ impl State {
             addrs.push(self.push(e, vec![0u8; BLOCK_SIZE], BLOCK_SIZE as u32)?);
         }
         for (i, &a) in addrs.iter().enumerate() {
-            let old = std::mem::replace(&mut self.usage_addrs[i], a);
+            let old = self.usage.moved_block(i, a);
             self.kill(old, BLOCK_SIZE as u32);
         }
         for (i, &a) in addrs.iter().enumerate() {
-            let b = tables::encode_usage(i as u32, &self.usage);
+            let b = self.usage.encode_block(i as u32);
             self.log.fill(&self.sb, a, b);
         }
         #[cfg(any(test, feature = "planted"))]
@@ -1315,9 +1244,9 @@ impl State {
             log_seg,
             log_off,
             log_serial,
-            next_ino: self.next_ino,
-            imap_addrs: self.imap_addrs.clone(),
-            usage_addrs: self.usage_addrs.clone(),
+            next_ino: self.imap.next_ino(),
+            imap_addrs: self.imap.block_addrs().to_vec(),
+            usage_addrs: self.usage.block_addrs().to_vec(),
             // Files unlinked while open: nothing in the log after this checkpoint need
             // mention them again, so the region lists them for the mount after a crash to
             // free (roll-forward finds only those written after it).
@@ -1352,18 +1281,7 @@ impl State {
     /// Segments with no live bytes, other than the log's head and its next segment, are
     /// clean: called only when a checkpoint recording them so is durable.
     pub fn release_empty_segments(&mut self) {
-        let (head, next) = (self.log.seg, self.log.next_seg);
-        for s in 0..self.usage.len() {
-            let seg = s as u32;
-            if seg != head && seg != next {
-                self.usage.update(s, |u| {
-                    if u.dirty && u.live_bytes == 0 {
-                        u.dirty = false;
-                        u.youngest = 0;
-                    }
-                });
-            }
-        }
+        self.usage.release_empty(self.log.seg, self.log.next_seg);
     }
 
     /// Flushes or checkpoints when the buffers, the log or the clock say so.

@@ -222,19 +222,15 @@ impl State {
     }
 
     fn alloc_ino(&mut self) -> Result<(u64, u32)> {
-        let max = self.sb.max_inodes as u64;
-        for i in 0..max {
-            let cand = (self.next_ino as u64 + i) % max;
-            if cand <= ROOT_INO {
-                continue;
-            }
-            if self.imap[cand as usize].addr == 0 && !self.nodes.contains_key(&cand) {
-                self.next_ino = (cand + 1) as u32;
-                self.freed.remove(&cand);
-                return Ok((cand, self.imap[cand as usize].version.max(1)));
-            }
-        }
-        Err(Errno::ENOSPC.into())
+        let nodes = &self.nodes;
+        let (ino, version) = self
+            .imap
+            .alloc(self.sb.max_inodes as u64, ROOT_INO, |i| {
+                nodes.contains_key(&i)
+            })
+            .ok_or(Errno::ENOSPC)?;
+        self.freed.remove(&ino);
+        Ok((ino, version))
     }
 
     /// A new inode in directory `parent`, named `name` (checked by the caller): `mode` is
@@ -326,12 +322,10 @@ impl State {
         for a in blocks {
             self.kill(a, BLOCK_SIZE as u32);
         }
-        let e = self.imap[ino as usize];
+        let e = self.imap.get(ino).ok_or(Errno::ENOENT)?;
         self.kill(e.addr, 256);
         let version = e.version.max(inode.version).wrapping_add(1).max(1);
-        self.imap[ino as usize] = ImapEntry { addr: 0, version };
-        self.imap_dirty
-            .insert((ino / tables::PER_BLOCK as u64) as u32);
+        self.imap.set(ino, ImapEntry { addr: 0, version });
         let keys: Vec<(u64, u64)> = self
             .dirty_data
             .range((ino, 0)..=(ino, u64::MAX))
@@ -645,11 +639,8 @@ impl FileSystem for Lfs {
         // showing it made `df` report room while writes failed with ENOSPC).
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
         let bfree = st.writable_blocks().min(total);
-        let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64
-            + st.nodes
-                .keys()
-                .filter(|&&i| st.imap[i as usize].addr == 0)
-                .count() as u64;
+        let in_use =
+            st.imap.in_use() + st.nodes.keys().filter(|&&i| st.imap.addr(i) == 0).count() as u64;
         let files = st.sb.max_inodes as u64 - 3;
         Ok(StatFs {
             blocks: total,

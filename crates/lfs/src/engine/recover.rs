@@ -57,11 +57,8 @@ impl State {
             cache,
             readahead_blocks: opts.readahead_blocks,
             logical_clock: opts.logical_clock,
-            imap,
-            imap_addrs,
-            imap_dirty: BTreeSet::new(),
-            usage: super::Usage::new(usage),
-            usage_addrs,
+            imap: InodeMap::new(imap, imap_addrs, cp.next_ino),
+            usage: Usage::new(usage, usage_addrs),
             log,
             nodes: HashMap::default(),
             dirty_inodes: BTreeSet::new(),
@@ -71,7 +68,6 @@ impl State {
             dirlog: Vec::new(),
             cp_serial: cp.serial,
             cp_slot,
-            next_ino: cp.next_ino,
             last_cp: Instant::now(),
             dirty_since: None,
             log_bytes_since_cp: 0,
@@ -168,7 +164,7 @@ impl State {
                 "inode number {ino} out of range in the log"
             )));
         }
-        let old = self.imap[ino as usize];
+        let old = self.imap.get(ino).unwrap_or_default();
         if old.addr != 0 {
             if let Some(prev) = self.read_inode(ino)? {
                 for a in owned_blocks(&prev, |a| self.read_block(a))? {
@@ -185,23 +181,27 @@ impl State {
             self.orphans.remove(&ino);
         }
         if r.mode == 0 {
-            self.imap[ino as usize] = ImapEntry {
-                addr: 0,
-                version: r.version,
-            };
+            self.imap.set(
+                ino,
+                ImapEntry {
+                    addr: 0,
+                    version: r.version,
+                },
+            );
         } else {
             let mtime = age_ms(r.mtime);
             for a in owned_blocks(&r, |a| self.read_block(a))? {
                 self.add_live(a, BLOCK_SIZE as u32, mtime);
             }
             self.add_live(addr, 256, mtime);
-            self.imap[ino as usize] = ImapEntry {
-                addr,
-                version: r.version,
-            };
+            self.imap.set(
+                ino,
+                ImapEntry {
+                    addr,
+                    version: r.version,
+                },
+            );
         }
-        self.imap_dirty
-            .insert((ino / tables::PER_BLOCK as u64) as u32);
         self.stats.rolled_forward_inodes += 1;
         Ok(())
     }
@@ -376,7 +376,7 @@ impl Lfs {
             .orphans
             .iter()
             .copied()
-            .filter(|&i| st.imap.get(i as usize).is_some_and(|e| e.addr != 0))
+            .filter(|&i| st.imap.addr(i) != 0)
             .collect();
         st.usage.set_dirty(cp.log_seg as usize);
         let rolled = st.roll_forward()?;

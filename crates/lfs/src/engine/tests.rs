@@ -997,7 +997,7 @@ fn default_cleaning_thresholds_clean_a_few_segments_at_a_time() {
 #[test]
 fn the_usage_tables_clean_count_follows_its_entries() {
     use crate::log::Segments;
-    let mut u = super::Usage::new(vec![UsageEntry::default(); 4]);
+    let mut u = super::Usage::new(vec![UsageEntry::default(); 4], Vec::new());
     assert_eq!(u.clean(), 4);
     u.update(1, |e| {
         e.dirty = true;
