@@ -242,7 +242,7 @@ pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> 
     let mut b = vec![0u8; BLOCK_SIZE];
     cairn_dir::block::init_first(&mut b, ROOT_INO, ROOT_INO);
     st.write_file_block(ROOT_INO, 0, b);
-    st.dirlog.push(dirlog::Record {
+    st.dirty.log_record(dirlog::Record {
         op: dirlog::Op::Create,
         rename_half: false,
         nlink: 2,

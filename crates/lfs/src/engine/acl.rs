@@ -182,7 +182,7 @@ impl State {
 
     /// Logical block `lbn` of `ino` becomes a hole.
     fn punch_block(&mut self, ino: u64, lbn: u64) -> Result<()> {
-        self.dirty_data.remove(&(ino, lbn));
+        self.dirty.drop_block(ino, lbn);
         if self.map(ino)?.contains_key(&lbn) {
             let a = self.set_map(ino, lbn, 0)?;
             self.kill(a, BLOCK_SIZE as u32);
@@ -198,8 +198,7 @@ impl State {
             let lbn = pos / BS;
             let in_blk = (pos % BS) as usize;
             let n = (BLOCK_SIZE - in_blk).min((to - pos) as usize);
-            let mapped =
-                self.dirty_data.contains_key(&(ino, lbn)) || self.map(ino)?.contains_key(&lbn);
+            let mapped = self.dirty.has_block(ino, lbn) || self.map(ino)?.contains_key(&lbn);
             if n == BLOCK_SIZE && punch {
                 self.punch_block(ino, lbn)?;
             } else if n == BLOCK_SIZE {
@@ -218,8 +217,7 @@ impl State {
     /// rewritten, never re-pointed: the log's summary names each block's (inode, block),
     /// and the cleaner keeps a block only while the map still points to it under that name.
     fn copy_block(&mut self, ino: u64, from: u64, to: u64) -> Result<()> {
-        let mapped =
-            self.dirty_data.contains_key(&(ino, from)) || self.map(ino)?.contains_key(&from);
+        let mapped = self.dirty.has_block(ino, from) || self.map(ino)?.contains_key(&from);
         if !mapped {
             return self.punch_block(ino, to);
         }
@@ -272,9 +270,7 @@ impl State {
                 // A log cannot reserve places ahead of time: the range's holes are filled
                 // with zero blocks (written at the next flush), so the space is taken now.
                 for lbn in offset / BS..end.div_ceil(BS) {
-                    if !self.dirty_data.contains_key(&(ino, lbn))
-                        && !self.map(ino)?.contains_key(&lbn)
-                    {
+                    if !self.dirty.has_block(ino, lbn) && !self.map(ino)?.contains_key(&lbn) {
                         self.write_file_block(ino, lbn, vec![0u8; BLOCK_SIZE]);
                     }
                 }

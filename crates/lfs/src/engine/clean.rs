@@ -135,7 +135,7 @@ impl State {
                 match e.kind {
                     Kind::Data => {
                         if self.version_of(e.ino) != Some(e.version)
-                            || self.dirty_data.contains_key(&(e.ino, e.lbn))
+                            || self.dirty.has_block(e.ino, e.lbn)
                             || self.map(e.ino)?.get(&e.lbn) != Some(&addr)
                         {
                             continue;

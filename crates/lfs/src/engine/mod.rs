@@ -21,7 +21,11 @@
 //!   points to the old copy.
 
 mod acl;
+mod checkpointer;
 mod clean;
+mod dirs;
+mod dirty;
+mod handles;
 mod imap;
 mod ops;
 mod recover;
@@ -32,7 +36,7 @@ mod usage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::BufferCache;
@@ -52,7 +56,11 @@ use crate::format::superblock::Superblock;
 use crate::format::tables::{self, ImapEntry, UsageEntry};
 use crate::format::{BLOCK_SIZE, get_u64, put_u64};
 use crate::log::{LogWriter, Segments};
+pub(crate) use checkpointer::Checkpointer;
 pub use clean::CleanerStats;
+pub(crate) use dirs::Directories;
+pub(crate) use dirty::DirtySet;
+pub(crate) use handles::Handles;
 pub(crate) use imap::InodeMap;
 pub use usage::Usage;
 
@@ -461,20 +469,10 @@ pub(crate) struct State {
     pub usage: Usage,
     pub log: LogWriter,
     pub nodes: HashMap<u64, Node>,
-    pub dirty_inodes: BTreeSet<u64>,
-    /// Inode numbers freed since the last flush, with their new version: written as free
-    /// records so roll-forward frees them too.
-    pub freed: BTreeMap<u64, u32>,
-    pub dirty_data: BTreeMap<(u64, u64), Vec<u8>>,
-    pub dirs: HashMap<u64, DirIndex>,
-    pub dirlog: Vec<Record>,
-    pub cp_serial: u64,
-    pub cp_slot: usize,
-    pub last_cp: Instant,
-    pub dirty_since: Option<Instant>,
-    pub log_bytes_since_cp: u64,
-    pub handles: HashMap<u64, (u64, i32)>,
-    pub next_fh: u64,
+    pub dirty: DirtySet,
+    pub dirs: Directories,
+    pub cp: Checkpointer,
+    pub handles: Handles,
     pub stats: LfsStats,
     pub cleaner: CleanerStats,
     /// Set when a log write failed half-way (see `note_log_result`).
@@ -589,7 +587,7 @@ impl State {
             // A block still buffered is read from memory; its old copy in the log is not.
             let mut want: Vec<u64> = found
                 .into_iter()
-                .filter(|&(l, _)| !self.dirty_data.contains_key(&(ino, l)))
+                .filter(|&(l, _)| !self.dirty.has_block(ino, l))
                 .map(|(_, a)| a)
                 .collect();
             self.prefetch(&mut want)?;
@@ -602,13 +600,9 @@ impl State {
             Device(u64),
         }
         let mut src = Vec::with_capacity(addrs.len());
-        let any_dirty = self
-            .dirty_data
-            .range((ino, first)..(ino, end))
-            .next()
-            .is_some();
+        let any_dirty = self.dirty.any_in(ino, first, end);
         for (lbn, addr) in (first..).zip(&addrs) {
-            src.push(if any_dirty && self.dirty_data.contains_key(&(ino, lbn)) {
+            src.push(if any_dirty && self.dirty.has_block(ino, lbn) {
                 Src::Dirty
             } else if let Some(a) = *addr {
                 if !self.sb.in_log(a) {
@@ -632,7 +626,8 @@ impl State {
             match src[i] {
                 Src::Zero => out.resize(out.len() + BLOCK_SIZE, 0),
                 Src::Dirty => {
-                    out.extend_from_slice(&self.dirty_data[&(ino, first + i as u64)]);
+                    let b = self.dirty.block(ino, first + i as u64).ok_or(Errno::EIO)?;
+                    out.extend_from_slice(b);
                 }
                 Src::Cached(a) => {
                     out.extend_from_slice(&self.cache.read(a)?.read());
@@ -744,7 +739,7 @@ impl State {
 
     /// Contents of logical block `lbn` of `ino` (zeros for a hole).
     pub fn read_file_block(&mut self, ino: u64, lbn: u64) -> Result<Vec<u8>> {
-        if let Some(d) = self.dirty_data.get(&(ino, lbn)) {
+        if let Some(d) = self.dirty.block(ino, lbn) {
             return Ok(d.clone());
         }
         match self.map(ino)?.get(&lbn).copied() {
@@ -755,18 +750,11 @@ impl State {
 
     /// Replaces logical block `lbn` of `ino` (written at the next flush).
     pub fn write_file_block(&mut self, ino: u64, lbn: u64, data: Vec<u8>) {
-        if self.dirty_since.is_none() {
-            self.dirty_since = Some(Instant::now());
-        }
-        self.dirty_data.insert((ino, lbn), data);
-        self.dirty_inodes.insert(ino);
+        self.dirty.write_block(ino, lbn, data);
     }
 
     pub fn mark_dirty(&mut self, ino: u64) {
-        if self.dirty_since.is_none() {
-            self.dirty_since = Some(Instant::now());
-        }
-        self.dirty_inodes.insert(ino);
+        self.dirty.mark_inode(ino);
     }
 
     // ---- usage accounting (004 §3.6) ------------------------------------------------------
@@ -802,7 +790,7 @@ impl State {
             .map_err(io)?;
         let t = self.clock();
         self.add_live(addr, live, t);
-        self.log_bytes_since_cp += BS;
+        self.cp.logged(BS);
         Ok(addr)
     }
 
@@ -835,7 +823,7 @@ impl State {
         let per_seg = (self.sb.segment_blocks as u64 - 2) * BS * 7 / 8;
         let beyond = (clean - RESERVE_SEGMENTS) as u64;
         let in_head = (self.sb.segment_blocks - self.log.off) as u64 * BS / 2;
-        (beyond * per_seg + in_head).saturating_sub(self.dirty_data.len() as u64 * BS * 2)
+        (beyond * per_seg + in_head).saturating_sub(self.dirty.data_blocks() * BS * 2)
     }
 
     /// Blocks a user can still write, as `statfs` reports them: the clean segments beyond
@@ -895,7 +883,7 @@ impl State {
                 .map(|&l| (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)))
                 .sum::<u64>();
         }
-        free.saturating_sub(self.dirty_data.len() as u64)
+        free.saturating_sub(self.dirty.data_blocks())
     }
 
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
@@ -933,11 +921,7 @@ impl State {
         if self.read_only {
             return Ok(());
         }
-        let any = !self.dirty_data.is_empty()
-            || !self.dirty_inodes.is_empty()
-            || !self.freed.is_empty()
-            || !self.dirlog.is_empty();
-        if !any {
+        if self.dirty.is_empty() {
             return Ok(());
         }
         self.write_dirty()?;
@@ -945,7 +929,6 @@ impl State {
             .write_partial(&self.sb, &self.dev, &mut self.usage, true)
             .map_err(io)?;
         self.stats.flushes += 1;
-        self.dirty_since = None;
         #[cfg(any(test, feature = "planted"))]
         if self.planted == Planted::ReleaseAtFlush {
             // The deliberately broken rule the crash test must catch: no durable
@@ -959,9 +942,9 @@ impl State {
     fn write_dirty(&mut self) -> Result<()> {
         // 1. The directory operation log, before the blocks and inodes it describes (004
         //    §4.2).
-        let recs = std::mem::take(&mut self.dirlog);
-        self.stats.dirlog_records += recs.len() as u64;
-        for b in crate::format::dirlog::encode(&recs) {
+        let pending = self.dirty.take();
+        self.stats.dirlog_records += pending.dirlog.len() as u64;
+        for b in crate::format::dirlog::encode(&pending.dirlog) {
             let e = Entry {
                 kind: Kind::DirLog,
                 version: 0,
@@ -971,8 +954,7 @@ impl State {
             self.push(e, b, 0)?;
         }
         // 2. Data blocks, file by file in logical order (temporal locality = logical here).
-        let data = std::mem::take(&mut self.dirty_data);
-        for ((ino, lbn), d) in data {
+        for ((ino, lbn), d) in pending.data {
             let Some(n) = self.nodes.get(&ino) else {
                 continue; // freed since
             };
@@ -990,7 +972,7 @@ impl State {
             self.kill(old, BLOCK_SIZE as u32);
         }
         // 3. Indirect and xattr blocks of the inodes about to be written.
-        let inos: Vec<u64> = self.dirty_inodes.iter().copied().collect();
+        let inos = pending.inodes;
         for &ino in &inos {
             if self.nodes.contains_key(&ino) {
                 self.write_meta_blocks(ino)?;
@@ -1003,7 +985,7 @@ impl State {
                 records.push(n.inode.clone());
             }
         }
-        for (&ino, &version) in &self.freed {
+        for (&ino, &version) in &pending.freed {
             // A free record: inode number and the version it will have next, mode 0.
             records.push(Inode {
                 ino,
@@ -1011,8 +993,6 @@ impl State {
                 ..Default::default()
             });
         }
-        self.freed.clear();
-        self.dirty_inodes.clear();
         for chunk in records.chunks(inode::PER_BLOCK) {
             let refs: Vec<&Inode> = chunk.iter().collect();
             let e = Entry {
@@ -1237,9 +1217,9 @@ impl State {
     }
 
     fn write_cp_region(&mut self, log_seg: u32, log_off: u32, log_serial: u64) -> Result<()> {
-        let slot = 1 - self.cp_slot;
+        let slot = self.cp.next_slot();
         let cp = crate::format::checkpoint::Checkpoint {
-            serial: self.cp_serial + 1,
+            serial: self.cp.serial() + 1,
             time_ns: crate::log::now_ns(),
             log_seg,
             log_off,
@@ -1266,13 +1246,8 @@ impl State {
 
     /// After a durable checkpoint region: the new slot, and segments it shows empty freed.
     fn checkpoint_done(&mut self) -> Result<()> {
-        let slot = 1 - self.cp_slot;
-        self.cp_serial += 1;
-        self.cp_slot = slot;
+        self.cp.done();
         self.release_empty_segments();
-        self.last_cp = Instant::now();
-        self.log_bytes_since_cp = 0;
-        self.dirty_since = None;
         self.stats.checkpoints += 1;
         self.stats.flushes += 1;
         Ok(())
@@ -1286,10 +1261,10 @@ impl State {
 
     /// Flushes or checkpoints when the buffers, the log or the clock say so.
     pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<()> {
-        if self.dirty_data.len() as u64 * BS >= o.dirty_limit {
+        if self.dirty.data_blocks() * BS >= o.dirty_limit {
             self.flush()?;
         }
-        if self.log_bytes_since_cp >= o.checkpoint_bytes {
+        if self.cp.log_bytes() >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
         // The cleaner also runs here, after the operation that took the clean segments
@@ -1491,12 +1466,13 @@ impl Lfs {
                     if let Err(e) = st.clean_if_low(2) {
                         ::log::warn!("lfs cleaner: {e}");
                     }
-                    let r = if st.last_cp.elapsed() >= fs.opts.checkpoint_interval
-                        && (st.log_bytes_since_cp > 0 || st.dirty_since.is_some())
+                    let r = if st.cp.age() >= fs.opts.checkpoint_interval
+                        && (st.cp.log_bytes() > 0 || st.dirty.since().is_some())
                     {
                         st.checkpoint()
                     } else if st
-                        .dirty_since
+                        .dirty
+                        .since()
                         .is_some_and(|t| t.elapsed() >= fs.opts.flush_age)
                     {
                         st.flush()

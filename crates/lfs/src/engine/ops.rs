@@ -64,9 +64,9 @@ impl State {
     pub(crate) fn attr(&mut self, ino: u64) -> Result<Attr> {
         self.map(ino)?;
         let pending = self
-            .dirty_data
-            .range((ino, 0)..=(ino, u64::MAX))
-            .filter(|((_, l), _)| {
+            .dirty
+            .blocks_of(ino)
+            .filter(|l| {
                 self.nodes
                     .get(&ino)
                     .and_then(|n| n.map.as_ref())
@@ -94,7 +94,7 @@ impl State {
 
     /// The name index of directory `ino`, built from its blocks on first use.
     pub(crate) fn dir_index(&mut self, ino: u64) -> Result<&mut DirIndex> {
-        if !self.dirs.contains_key(&ino) {
+        if !self.dirs.contains(ino) {
             let size = self.inode(ino)?.size;
             let nblocks = size / BS;
             let mut idx = DirIndex::new(0);
@@ -109,7 +109,7 @@ impl State {
                 .map_err(|e| corrupt(format!("directory {ino}: {e}")))?;
             self.dirs.insert(ino, idx);
         }
-        self.dirs.get_mut(&ino).ok_or(Errno::EIO.into())
+        self.dirs.get_mut(ino).ok_or(Errno::EIO.into())
     }
 
     fn dir_get(&mut self, dir: u64, name: &[u8]) -> Result<Option<cairn_dir::Slot>> {
@@ -211,7 +211,7 @@ impl State {
 
     fn log_op(&mut self, op: Op, rename_half: bool, dir: u64, ino: u64, name: &[u8]) {
         let nlink = self.nodes.get(&ino).map_or(0, |n| n.inode.nlink);
-        self.dirlog.push(Record {
+        self.dirty.log_record(Record {
             op,
             rename_half,
             nlink,
@@ -229,7 +229,7 @@ impl State {
                 nodes.contains_key(&i)
             })
             .ok_or(Errno::ENOSPC)?;
-        self.freed.remove(&ino);
+        self.dirty.reused(ino);
         Ok((ino, version))
     }
 
@@ -326,21 +326,9 @@ impl State {
         self.kill(e.addr, 256);
         let version = e.version.max(inode.version).wrapping_add(1).max(1);
         self.imap.set(ino, ImapEntry { addr: 0, version });
-        let keys: Vec<(u64, u64)> = self
-            .dirty_data
-            .range((ino, 0)..=(ino, u64::MAX))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            self.dirty_data.remove(&k);
-        }
-        self.freed.insert(ino, version);
-        self.dirty_inodes.remove(&ino);
+        self.dirty.freed(ino, version);
         self.nodes.remove(&ino);
-        self.dirs.remove(&ino);
-        if self.dirty_since.is_none() {
-            self.dirty_since = Some(Instant::now());
-        }
+        self.dirs.forget(ino);
         Ok(())
     }
 
@@ -357,19 +345,11 @@ impl State {
                 let a = self.set_map(ino, l, 0)?;
                 self.kill(a, BLOCK_SIZE as u32);
             }
-            let keys: Vec<(u64, u64)> = self
-                .dirty_data
-                .range((ino, keep)..=(ino, u64::MAX))
-                .map(|(k, _)| *k)
-                .collect();
-            for k in keys {
-                self.dirty_data.remove(&k);
-            }
+            self.dirty.drop_blocks_from(ino, keep);
             let tail = (size % BS) as usize;
             if tail != 0 {
                 let lbn = size / BS;
-                let has =
-                    self.dirty_data.contains_key(&(ino, lbn)) || self.map(ino)?.contains_key(&lbn);
+                let has = self.dirty.has_block(ino, lbn) || self.map(ino)?.contains_key(&lbn);
                 if has {
                     let mut b = self.read_file_block(ino, lbn)?;
                     b[tail..].fill(0);
@@ -920,9 +900,7 @@ impl FileSystem for Lfs {
                 }
             }
             st.node(ino)?.opens += 1;
-            let fh = st.next_fh;
-            st.next_fh += 1;
-            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
+            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags));
             Ok(fh)
         })
     }
@@ -941,9 +919,7 @@ impl FileSystem for Lfs {
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
             st.node(ino)?.opens += 1;
-            let fh = st.next_fh;
-            st.next_fh += 1;
-            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
+            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags));
             Ok((st.attr(ino)?, fh))
         })
     }
@@ -979,7 +955,7 @@ impl FileSystem for Lfs {
 
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
         self.run_rw(|st| {
-            let flags = st.handles.get(&fh).map(|h| h.1).ok_or(Errno::EBADF)?;
+            let flags = st.handles.flags(fh).ok_or(Errno::EBADF)?;
             // A file made immutable since it was opened takes no more writes.
             if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
                 return Err(Errno::EPERM.into());
@@ -1002,7 +978,7 @@ impl FileSystem for Lfs {
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         self.run(|st| {
-            st.handles.remove(&fh);
+            st.handles.close(fh);
             if let Some(n) = st.nodes.get_mut(&ino) {
                 n.opens = n.opens.saturating_sub(1);
             }
@@ -1028,8 +1004,7 @@ impl FileSystem for Lfs {
     fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
         self.run(|st| {
             st.dir_checked(ctx, ino, Access::R)?;
-            let fh = st.next_fh;
-            st.next_fh += 1;
+            let fh = st.handles.number();
             Ok(fh)
         })
     }
@@ -1225,7 +1200,7 @@ impl FileSystem for Lfs {
             "clean_segments": st.clean_segments(),
             "utilization_histogram": hist,
             "log_head": [st.log.seg, st.log.off],
-            "checkpoint_serial": st.cp_serial,
+            "checkpoint_serial": st.cp.serial(),
         })
         .to_string()
     }

@@ -1,0 +1,141 @@
+//! What changed in memory since the last flush: the next flush writes exactly this (004
+//! §4.1). Data blocks by (inode, logical block), the inodes to write, the inode numbers
+//! freed (written as free records so roll-forward frees them too) and the directory
+//! operation log's records.
+//!
+//! Invariants:
+//! - an inode with a buffered data block is among the dirty inodes (its block map and
+//!   size reach the log with the block);
+//! - a freed inode has no buffered blocks and is not a dirty inode; allocating the
+//!   number again takes it off the freed list;
+//! - `since` is set from the first change after a flush until the next flush takes the
+//!   set: the syncer flushes what is older than `flush_age`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use crate::format::dirlog::Record;
+
+#[derive(Default)]
+pub(crate) struct DirtySet {
+    data: BTreeMap<(u64, u64), Vec<u8>>,
+    inodes: BTreeSet<u64>,
+    freed: BTreeMap<u64, u32>,
+    dirlog: Vec<Record>,
+    since: Option<Instant>,
+}
+
+/// One flush's worth of changes, taken from the set ([`DirtySet::take`]).
+pub(crate) struct Pending {
+    pub dirlog: Vec<Record>,
+    pub data: BTreeMap<(u64, u64), Vec<u8>>,
+    pub inodes: Vec<u64>,
+    /// Inode numbers freed, with the version each takes next.
+    pub freed: BTreeMap<u64, u32>,
+}
+
+impl DirtySet {
+    fn touch(&mut self) {
+        if self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+    }
+
+    /// Block `lbn` of `ino`, if buffered.
+    pub fn block(&self, ino: u64, lbn: u64) -> Option<&Vec<u8>> {
+        self.data.get(&(ino, lbn))
+    }
+
+    pub fn has_block(&self, ino: u64, lbn: u64) -> bool {
+        self.data.contains_key(&(ino, lbn))
+    }
+
+    /// Is any block of `ino` in `first..end` buffered?
+    pub fn any_in(&self, ino: u64, first: u64, end: u64) -> bool {
+        first < end && self.data.range((ino, first)..(ino, end)).next().is_some()
+    }
+
+    /// The logical blocks of `ino` buffered.
+    pub fn blocks_of(&self, ino: u64) -> impl Iterator<Item = u64> + '_ {
+        self.data
+            .range((ino, 0)..=(ino, u64::MAX))
+            .map(|(&(_, l), _)| l)
+    }
+
+    /// Data blocks buffered, all files.
+    pub fn data_blocks(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Replaces block `lbn` of `ino` (written at the next flush with the inode).
+    pub fn write_block(&mut self, ino: u64, lbn: u64, data: Vec<u8>) {
+        self.touch();
+        self.data.insert((ino, lbn), data);
+        self.inodes.insert(ino);
+    }
+
+    /// Inode `ino` changed.
+    pub fn mark_inode(&mut self, ino: u64) {
+        self.touch();
+        self.inodes.insert(ino);
+    }
+
+    /// Drops the buffered block `lbn` of `ino` (it became a hole).
+    pub fn drop_block(&mut self, ino: u64, lbn: u64) {
+        self.data.remove(&(ino, lbn));
+    }
+
+    /// Drops the buffered blocks of `ino` from `keep` on (a truncate).
+    pub fn drop_blocks_from(&mut self, ino: u64, keep: u64) {
+        let keys: Vec<(u64, u64)> = self
+            .data
+            .range((ino, keep)..=(ino, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.data.remove(&k);
+        }
+    }
+
+    /// Inode `ino` was freed; its number takes `version` next.
+    pub fn freed(&mut self, ino: u64, version: u32) {
+        self.drop_blocks_from(ino, 0);
+        self.inodes.remove(&ino);
+        self.freed.insert(ino, version);
+        self.touch();
+    }
+
+    /// Number `ino` was allocated again: no free record for it.
+    pub fn reused(&mut self, ino: u64) {
+        self.freed.remove(&ino);
+    }
+
+    /// A record of the directory operation log (written first in the next flush).
+    pub fn log_record(&mut self, r: Record) {
+        self.dirlog.push(r);
+    }
+
+    /// Nothing to flush?
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+            && self.inodes.is_empty()
+            && self.freed.is_empty()
+            && self.dirlog.is_empty()
+    }
+
+    /// When the oldest change not yet flushed was made.
+    pub fn since(&self) -> Option<Instant> {
+        self.since
+    }
+
+    /// Everything, for a flush; the set is empty after.
+    pub fn take(&mut self) -> Pending {
+        self.since = None;
+        Pending {
+            dirlog: std::mem::take(&mut self.dirlog),
+            data: std::mem::take(&mut self.data),
+            inodes: std::mem::take(&mut self.inodes).into_iter().collect(),
+            freed: std::mem::take(&mut self.freed),
+        }
+    }
+}
