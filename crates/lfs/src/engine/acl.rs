@@ -18,7 +18,10 @@ use cairn_vfs::falloc::Falloc;
 use cairn_vfs::{Access, Ctx, Result};
 
 use super::ops::owner;
-use super::*;
+use super::{BS, State, corrupt, now, xattrs_size};
+use crate::format::BLOCK_SIZE;
+use crate::format::inode::{self, Inode};
+use cairn_vfs::Errno;
 
 /// A node's extended attributes: name to value.
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -22,11 +22,11 @@
 
 mod acl;
 mod checkpointer;
-mod clean;
 mod dirs;
 mod dirty;
 mod handles;
 mod imap;
+mod node;
 mod ops;
 mod recover;
 #[cfg(test)]
@@ -35,12 +35,11 @@ mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::BufferCache;
-use cairn_dir::DirIndex;
 use cairn_vfs::{Errno, FsError, Result};
 use parking_lot::{Condvar, Mutex};
 // Maps keyed by inode number or file handle, hashed with FxHash (a multiplication per
@@ -48,27 +47,30 @@ use parking_lot::{Condvar, Mutex};
 // the daemon's time per small-file create (the keys are ours, not an attacker's).
 use rustc_hash::FxHashMap as HashMap;
 
+pub use crate::cleaner::clean::CleanerStats;
 use crate::cleaner::policy::{Policy, Thresholds};
-use crate::format::dirlog::Record;
-use crate::format::inode::{self, Inode, NDIRECT, PTRS, Time};
+use crate::format::inode::{self, Inode, Time};
 use crate::format::summary::{Entry, Kind};
 use crate::format::superblock::Superblock;
-use crate::format::tables::{self, ImapEntry, UsageEntry};
-use crate::format::{BLOCK_SIZE, get_u64, put_u64};
-use crate::log::{LogWriter, Segments};
+use crate::format::tables::ImapEntry;
+use crate::format::{BLOCK_SIZE, put_u64};
+use crate::log::LogWriter;
 pub(crate) use checkpointer::Checkpointer;
-pub use clean::CleanerStats;
 pub(crate) use dirs::Directories;
 pub(crate) use dirty::DirtySet;
 pub(crate) use handles::Handles;
 pub(crate) use imap::InodeMap;
+pub(crate) use node::{
+    Node, ReadAhead, T_TOP, decode_xattrs, encode_xattrs, load_map, owned_blocks, slot_level,
+    slot_of, slot_parent, slot_range, xattrs_size,
+};
 pub use usage::Usage;
 
 pub const ROOT_INO: u64 = 2;
-const BS: u64 = BLOCK_SIZE as u64;
+pub(crate) const BS: u64 = BLOCK_SIZE as u64;
 /// Clean segments kept back from file data: the checkpoint's table blocks and the log's
 /// next segment always find room.
-const RESERVE_SEGMENTS: u32 = 2;
+pub(crate) const RESERVE_SEGMENTS: u32 = 2;
 /// Blocks of the log between two blocks of a read that are read with them and dropped
 /// rather than ending the device read: the summary block between two partial segments,
 /// and after an fsync the indirect blocks and inode block written before it (four for a
@@ -257,150 +259,6 @@ fn parse_size(v: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
-/// Sequential-access detection and the read-ahead window of one inode (as FFS's cluster
-/// read-ahead and Linux's on-demand read-ahead do it). A read that starts where the last
-/// one ended is sequential: the window doubles (from twice the request, up to the mount's
-/// maximum) and, once the reader has used up half of what was read ahead, the next window
-/// is read. Any other read resets it, so random reads cost one block each and read nothing
-/// they did not ask for. A file written sequentially lies in one run of the log per
-/// partial segment, so a window is a few large device reads.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ReadAhead {
-    /// The block after the last read's end (0 before any read: a read from the start of
-    /// the file counts as sequential).
-    next: u64,
-    /// Current window in blocks (0: not sequential).
-    window: u64,
-    /// First block not yet read ahead.
-    end: u64,
-}
-
-impl ReadAhead {
-    /// Notes a read of blocks `first..first + n`; returns the blocks to read ahead
-    /// (`start, count`), if any.
-    pub fn plan(&mut self, first: u64, n: u64, max: u64) -> Option<(u64, u64)> {
-        let seq = first == self.next;
-        let done = first.saturating_add(n);
-        self.next = done;
-        if !seq || max == 0 || n == 0 {
-            self.window = 0;
-            self.end = 0;
-            return None;
-        }
-        self.window = if self.window == 0 {
-            n.saturating_mul(2).max(8)
-        } else {
-            self.window.saturating_mul(2)
-        }
-        .min(max);
-        let from = self.end.max(done);
-        // Still half a window ahead of the reader: the next window waits, so each device
-        // read is a large one rather than one request's worth past the last window.
-        if from >= done.saturating_add(self.window / 2) {
-            return None;
-        }
-        let to = done.saturating_add(self.window);
-        self.end = to;
-        Some((from, to - from))
-    }
-}
-
-/// An inode in memory.
-pub(crate) struct Node {
-    pub inode: Inode,
-    /// The block map, once loaded: logical block -> address.
-    pub map: Option<BTreeMap<u64, u64>>,
-    /// Addresses of the indirect blocks by slot (0 single, 1 double, 2+i children).
-    pub ind: BTreeMap<u64, u64>,
-    /// Slots whose indirect block must be rewritten at the next flush.
-    pub dirty_slots: BTreeSet<u64>,
-    pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
-    pub xattr_dirty: bool,
-    pub opens: u32,
-    pub ra: ReadAhead,
-}
-
-impl Node {
-    /// A node whose every part is in memory (a new inode: nothing to load).
-    pub fn fresh(inode: Inode) -> Node {
-        Node {
-            inode,
-            map: Some(BTreeMap::new()),
-            ind: BTreeMap::new(),
-            dirty_slots: BTreeSet::new(),
-            xattrs: Some(BTreeMap::new()),
-            xattr_dirty: false,
-            opens: 0,
-            ra: ReadAhead::default(),
-        }
-    }
-}
-
-// Indirect blocks are named by *slots* (the summary's `lbn` for an indirect block):
-//   0                      the single indirect block       (leaf: blocks 12..524)
-//   1                      the double indirect block       (names slots 2..514)
-//   2 + i                  its i-th child                  (leaf)
-//   T_TOP                  the triple indirect block       (names T_MID + j)
-//   T_MID + j              its j-th child                  (names T_LEAF + 512j ..)
-//   T_LEAF + k             the k-th leaf under it          (leaf)
-pub(crate) const T_TOP: u64 = 1 << 40;
-const T_MID: u64 = T_TOP + 1;
-const T_LEAF: u64 = 1 << 41;
-const D_FIRST: u64 = NDIRECT as u64 + PTRS;
-const T_FIRST: u64 = D_FIRST + PTRS * PTRS;
-
-/// The leaf slot holding logical block `lbn`'s address (None for a direct block).
-pub(crate) fn slot_of(lbn: u64) -> Option<u64> {
-    if lbn < NDIRECT as u64 {
-        None
-    } else if lbn < D_FIRST {
-        Some(0)
-    } else if lbn < T_FIRST {
-        Some(2 + (lbn - D_FIRST) / PTRS)
-    } else {
-        Some(T_LEAF + (lbn - T_FIRST) / PTRS)
-    }
-}
-
-/// The slot whose block names slot `s`, if any (the inode names the roots).
-fn slot_parent(s: u64) -> Option<u64> {
-    if (2..2 + PTRS).contains(&s) {
-        Some(1)
-    } else if (T_MID..T_MID + PTRS).contains(&s) {
-        Some(T_TOP)
-    } else if s >= T_LEAF {
-        Some(T_MID + (s - T_LEAF) / PTRS)
-    } else {
-        None
-    }
-}
-
-/// Height above the leaves: leaves 0, the double block and triple's children 1, triple 2.
-fn slot_level(s: u64) -> u8 {
-    match s {
-        1 => 1,
-        T_TOP => 2,
-        _ if (T_MID..T_MID + PTRS).contains(&s) => 1,
-        _ => 0,
-    }
-}
-
-/// For a leaf, the logical blocks it maps; for an inner slot, the child slots it names.
-fn slot_range(s: u64) -> (u64, u64) {
-    let (first, i) = match s {
-        0 => (NDIRECT as u64, 0),
-        1 => return (2, 2 + PTRS),
-        T_TOP => return (T_MID, T_MID + PTRS),
-        _ if (T_MID..T_MID + PTRS).contains(&s) => {
-            let j = s - T_MID;
-            return (T_LEAF + j * PTRS, T_LEAF + (j + 1) * PTRS);
-        }
-        _ if s >= T_LEAF => (T_FIRST, s - T_LEAF),
-        _ => (D_FIRST, s - 2),
-    };
-    (first + i * PTRS, first + (i + 1) * PTRS)
-}
-
 pub(crate) fn to_time(t: SystemTime) -> Time {
     match t.duration_since(std::time::UNIX_EPOCH) {
         Ok(d) => Time {
@@ -513,7 +371,7 @@ pub enum Planted {
     RollForwardUncommitted,
 }
 
-fn io(e: std::io::Error) -> FsError {
+pub(crate) fn io(e: std::io::Error) -> FsError {
     if e.kind() == std::io::ErrorKind::StorageFull {
         FsError::Errno(Errno::ENOSPC)
     } else {
@@ -521,7 +379,7 @@ fn io(e: std::io::Error) -> FsError {
     }
 }
 
-fn corrupt(e: impl std::fmt::Display) -> FsError {
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> FsError {
     FsError::Corrupt(e.to_string())
 }
 
@@ -783,7 +641,7 @@ impl State {
     /// its blocks' old modification times instead makes cost-benefit clean that segment
     /// again as soon as it has lost a block or two, nearly full, pass after pass
     /// (docs/BENCHMARKS.md, the simulator's ablation).
-    fn push(&mut self, entry: Entry, data: Vec<u8>, live: u32) -> Result<u64> {
+    pub(crate) fn push(&mut self, entry: Entry, data: Vec<u8>, live: u32) -> Result<u64> {
         let addr = self
             .log
             .push(&self.sb, &self.dev, &mut self.usage, entry, data)
@@ -898,7 +756,7 @@ impl State {
     /// A log write that failed half-way left the in-memory state ahead of anything the log
     /// can hold (its dirty sets were taken): refuse further changes, so nothing built on it
     /// reaches the log. The image keeps its last committed flush; remounting recovers it.
-    fn note_log_result<T>(&mut self, r: Result<T>) -> Result<T> {
+    pub(crate) fn note_log_result<T>(&mut self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r
             && self.broken.is_none()
         {
@@ -917,7 +775,7 @@ impl State {
         }
     }
 
-    fn flush_inner(&mut self) -> Result<()> {
+    pub(crate) fn flush_inner(&mut self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
@@ -1149,7 +1007,7 @@ impl State {
         self.note_log_result(r)
     }
 
-    fn checkpoint_inner(&mut self) -> Result<()> {
+    pub(crate) fn checkpoint_inner(&mut self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
@@ -1273,160 +1131,6 @@ impl State {
         self.clean_if_low(16)?;
         Ok(())
     }
-
-    /// The cleaner's start and stop rule (004 §3.4): below `clean_start` clean segments,
-    /// clean until `clean_stop` are, at most `passes` passes (the lock is held during a
-    /// pass: the background syncer does a few per tick so operations get in between).
-    pub fn clean_if_low(&mut self, passes: u32) -> Result<()> {
-        if !self.thresholds.should_start(self.clean_segments()) {
-            return Ok(());
-        }
-        for _ in 0..passes {
-            if self.thresholds.satisfied(self.clean_segments())
-                || (self.clean_pass(self.policy, self.thresholds)? == 0
-                    && self.greedy_fallback(self.thresholds)? == 0)
-            {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// A greedy pass after the mount's policy found nothing worth cleaning.
-    fn greedy_fallback(&mut self, th: Thresholds) -> Result<u32> {
-        if self.policy.selection == crate::cleaner::policy::Selection::Greedy {
-            return Ok(0);
-        }
-        self.cleaner.greedy_fallbacks += 1;
-        self.clean_pass(Policy::GREEDY, th)
-    }
-
-    /// Makes sure `bytes` more of file data fit; a checkpoint first (which frees segments
-    /// whose blocks all died), ENOSPC if they still do not.
-    pub fn ensure_space(&mut self, bytes: u64) -> Result<()> {
-        if self.space_left() >= bytes {
-            return Ok(());
-        }
-        self.checkpoint()?;
-        // Foreground cleaning: a write never fails while cleaning can still make room.
-        // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
-        // only caps the work one call may do near a full disk, where each last-resort pass
-        // gains a few blocks.
-        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
-        for _ in 0..4 * self.sb.segments.max(32) {
-            if self.space_left() >= bytes {
-                return Ok(());
-            }
-            let want =
-                self.clean_segments().max(RESERVE_SEGMENTS) + bytes.div_ceil(per_seg) as u32 + 1;
-            let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
-            // The policy's choice may give nothing back (cost-benefit prefers old, nearly
-            // full segments); the least utilized segments are the next resort, and a pass
-            // that gains less than a segment the last.
-            if self.clean_pass(self.policy, th)? == 0
-                && self.greedy_fallback(th)? == 0
-                && self.clean_pass_any_gain(th)? == 0
-            {
-                break;
-            }
-        }
-        if self.space_left() >= bytes {
-            Ok(())
-        } else {
-            Err(Errno::ENOSPC.into())
-        }
-    }
-}
-
-/// Loads an inode's block map from its direct pointers and indirect blocks.
-#[allow(clippy::type_complexity)]
-pub(crate) fn load_map(
-    inode: &Inode,
-    mut read: impl FnMut(u64) -> Result<Vec<u8>>,
-) -> Result<(BTreeMap<u64, u64>, BTreeMap<u64, u64>)> {
-    let mut map = BTreeMap::new();
-    let mut ind = BTreeMap::new();
-    for (i, &a) in inode.direct.iter().enumerate() {
-        if a != 0 {
-            map.insert(i as u64, a);
-        }
-    }
-    // Depth-first from each root the inode names: (slot, address).
-    let roots = [
-        (0, inode.indirect),
-        (1, inode.dindirect),
-        (T_TOP, inode.tindirect),
-    ];
-    let mut stack: Vec<(u64, u64)> = roots.into_iter().filter(|&(_, a)| a != 0).collect();
-    while let Some((s, a)) = stack.pop() {
-        ind.insert(s, a);
-        let b = read(a)?;
-        let (lo, _) = slot_range(s);
-        for i in 0..PTRS {
-            let p = get_u64(&b, (i * 8) as usize);
-            if p == 0 {
-                continue;
-            }
-            if slot_level(s) == 0 {
-                map.insert(lo + i, p);
-            } else {
-                stack.push((lo + i, p));
-            }
-        }
-    }
-    Ok((map, ind))
-}
-
-/// Every log block an inode owns: data, indirect and xattr blocks.
-pub(crate) fn owned_blocks(
-    inode: &Inode,
-    read: impl FnMut(u64) -> Result<Vec<u8>>,
-) -> Result<Vec<u64>> {
-    let (map, ind) = load_map(inode, read)?;
-    let mut v: Vec<u64> = map.into_values().chain(ind.into_values()).collect();
-    if inode.xattr != 0 {
-        v.push(inode.xattr);
-    }
-    Ok(v)
-}
-
-/// Extended attributes of one inode in one block: `count u16`, then per attribute
-/// `namelen u8, vallen u16, name, value`.
-pub(crate) fn encode_xattrs(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
-    let mut b = vec![0u8; BLOCK_SIZE];
-    b[0..2].copy_from_slice(&(x.len() as u16).to_le_bytes());
-    let mut o = 2;
-    for (k, v) in x {
-        b[o] = k.len() as u8;
-        b[o + 1..o + 3].copy_from_slice(&(v.len() as u16).to_le_bytes());
-        b[o + 3..o + 3 + k.len()].copy_from_slice(k);
-        b[o + 3 + k.len()..o + 3 + k.len() + v.len()].copy_from_slice(v);
-        o += 3 + k.len() + v.len();
-    }
-    b
-}
-
-pub(crate) fn xattrs_size(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
-    2 + x.iter().map(|(k, v)| 3 + k.len() + v.len()).sum::<usize>()
-}
-
-pub(crate) fn decode_xattrs(b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
-    let bad = || corrupt("xattr block out of bounds");
-    let n = u16::from_le_bytes([*b.first().ok_or_else(bad)?, *b.get(1).ok_or_else(bad)?]);
-    let mut x = BTreeMap::new();
-    let mut o = 2usize;
-    for _ in 0..n {
-        let hdr = b.get(o..o + 3).ok_or_else(bad)?;
-        let (kl, vl) = (
-            hdr[0] as usize,
-            u16::from_le_bytes([hdr[1], hdr[2]]) as usize,
-        );
-        let k = b.get(o + 3..o + 3 + kl).ok_or_else(bad)?;
-        let v = b.get(o + 3 + kl..o + 3 + kl + vl).ok_or_else(bad)?;
-        x.insert(k.to_vec(), v.to_vec());
-        o += 3 + kl + vl;
-    }
-    Ok(x)
 }
 
 /// The mounted file system.

@@ -13,8 +13,18 @@ use cairn_vfs::{
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
-use super::*;
-use crate::format::dirlog::Op;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{
+    BS, Lfs, Node, ROOT_INO, State, corrupt, decode_xattrs, from_time, now, owned_blocks, to_time,
+};
+use crate::format::BLOCK_SIZE;
+use crate::format::dirlog::{Op, Record};
+use crate::format::inode::{self, Inode};
+use crate::format::tables::ImapEntry;
+use cairn_dir::DirIndex;
 
 const CHUNKS: usize = BLOCK_SIZE / block::DIR_CHUNK;
 /// The largest extended-attribute value (XATTR_SIZE_MAX).

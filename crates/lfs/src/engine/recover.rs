@@ -12,11 +12,33 @@
 //! owned to those the new one owns (004 §4.2: "the utilizations of older segments will also
 //! have to be adjusted").
 
-use super::*;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use cairn_blockdev::BlockDevice;
+use cairn_bufcache::BufferCache;
+use cairn_vfs::{Errno, FsError, Result};
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap as HashMap;
+
+#[cfg(any(test, feature = "planted"))]
+use super::Planted;
+use super::{
+    Checkpointer, CleanerStats, Directories, DirtySet, Handles, InodeMap, Lfs, LfsStats,
+    MountOptions, State, Usage, age_ms, corrupt, owned_blocks,
+};
+use crate::cleaner::policy::Thresholds;
+use crate::format::BLOCK_SIZE;
 use crate::format::checkpoint::{self, Checkpoint};
+use crate::format::inode::{self, Inode};
+use crate::format::summary::Kind;
 use crate::format::summary::Summary;
 use crate::format::superblock;
+use crate::format::superblock::Superblock;
+use crate::format::tables::{self, ImapEntry, UsageEntry};
 use crate::log::read_partial;
+use crate::log::{LogWriter, Segments};
 use cairn_bufcache::{CacheConfig, NoHooks};
 
 impl State {

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use cairn_blockdev::{BlockDevice, MemDevice, TraceOp, VecTrace};
 use cairn_vfs::{Ctx, FileSystem, RenameFlags};
 
+use super::node::D_FIRST;
 use super::*;
 use crate::check::check_device;
+use crate::format::inode::PTRS;
 
 use crate::mkfs::{MkfsOptions, mkfs_device};
 
@@ -997,7 +999,10 @@ fn default_cleaning_thresholds_clean_a_few_segments_at_a_time() {
 #[test]
 fn the_usage_tables_clean_count_follows_its_entries() {
     use crate::log::Segments;
-    let mut u = super::Usage::new(vec![UsageEntry::default(); 4], Vec::new());
+    let mut u = super::Usage::new(
+        vec![crate::format::tables::UsageEntry::default(); 4],
+        Vec::new(),
+    );
     assert_eq!(u.clean(), 4);
     u.update(1, |e| {
         e.dirty = true;
@@ -1282,7 +1287,7 @@ fn a_moved_indirect_block_rewrites_its_parent() {
     let addr = st.nodes[&a.ino].ind[&child];
     let seg = st.sb.seg_of(addr).unwrap();
     let scan = st.scan_segment(seg);
-    let mut w = clean::Work::default();
+    let mut w = crate::cleaner::clean::Work::default();
     st.collect_live(&scan, &mut w).unwrap();
     assert!(w.slots.contains(&(a.ino, child)), "{:?}", w.slots);
     assert!(

@@ -11,13 +11,23 @@
 //! - summaries and the directory operation log are never live.
 //!
 //! Which segments and in what order the live data goes back is `cleaner::policy`'s: the
-//! same `plan` and `Grouping::arrange` the simulator runs. A pass ends with a checkpoint
+//! same `plan` and `Grouping::arrange` the simulator runs. The rules for when it runs are
+//! here too: below `clean_start` clean segments after an operation and at the syncer's
+//! ticks ([`State::clean_if_low`]), and in the foreground when a write finds no room
+//! ([`State::ensure_space`]). A pass ends with a checkpoint
 //! (flushing the moved inodes and indirect blocks); the victims, now without live bytes,
 //! become clean once it is durable.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use cairn_vfs::{Errno, Result};
+
 use crate::cleaner::policy::{self, Policy, SegmentState, SegmentUsage, Thresholds, UsageTable};
-use crate::format::summary::{self, Summary};
+use crate::engine::{BS, RESERVE_SEGMENTS, State, corrupt, decode_xattrs, slot_of, slot_parent};
+use crate::format::BLOCK_SIZE;
+use crate::format::inode;
+use crate::format::summary::{self, Entry, Kind, Summary};
+use crate::format::tables;
 
 /// The engine's usage table as the policies read it.
 struct View<'a>(&'a State);
@@ -65,7 +75,7 @@ pub struct CleanerStats {
 }
 
 /// A live data block found in a victim.
-pub(super) struct Moved {
+pub(crate) struct Moved {
     ino: u64,
     lbn: u64,
     addr: u64,
@@ -76,7 +86,7 @@ pub(super) struct Moved {
 impl State {
     /// The partial segments of segment `seg`, as written (summary checksum, position and
     /// data checksum checked; the first that fails ends the segment).
-    pub(super) fn scan_segment(&mut self, seg: u32) -> Vec<(Summary, Vec<u8>)> {
+    pub(crate) fn scan_segment(&mut self, seg: u32) -> Vec<(Summary, Vec<u8>)> {
         let mut out = Vec::new();
         let mut off = 0u32;
         while off + 2 <= self.sb.segment_blocks {
@@ -126,7 +136,7 @@ impl State {
     /// [`State::scan_segment`]) and notes in `w` what the pass must write for them, without
     /// changing anything: data blocks to move (in the policy's order, later), and the
     /// indirect blocks, xattr blocks, inodes and inode map blocks to rewrite.
-    pub(super) fn collect_live(&mut self, scan: &[(Summary, Vec<u8>)], w: &mut Work) -> Result<()> {
+    pub(crate) fn collect_live(&mut self, scan: &[(Summary, Vec<u8>)], w: &mut Work) -> Result<()> {
         for (s, data) in scan {
             let base = self.sb.seg_start(s.seg) + s.off as u64 + 1;
             for (i, e) in s.entries.iter().enumerate() {
@@ -231,7 +241,7 @@ impl State {
     /// ending the segment early if the rest is still too small), pushes the table and
     /// writes the commit. Exact, not an estimate: with small segments the few blocks a
     /// formula would add to be safe are what decides whether a pass pays for itself.
-    pub(super) fn pass_log(&self, payload: u64) -> (u64, u64) {
+    pub(crate) fn pass_log(&self, payload: u64) -> (u64, u64) {
         let seg = self.sb.segment_blocks as u64;
         let max = summary::MAX_ENTRIES as u64;
         let nu = self.usage.block_addrs().len() as u64;
@@ -475,10 +485,10 @@ enum Gain {
 /// What one cleaning pass writes: the live data blocks it moves, and the blocks naming
 /// live data that it rewrites (by the checkpoint ending the pass).
 #[derive(Default)]
-pub(super) struct Work {
+pub(crate) struct Work {
     moved: Vec<Moved>,
     /// Indirect blocks `(ino, slot)`, with every slot above each.
-    pub(super) slots: BTreeSet<(u64, u64)>,
+    pub(crate) slots: BTreeSet<(u64, u64)>,
     xattrs: Vec<(u64, Xattrs)>,
     inodes: BTreeSet<u64>,
     /// Inode map blocks found live in the victims.
@@ -498,6 +508,73 @@ impl Work {
         while let Some(s) = slot {
             self.slots.insert((ino, s));
             slot = slot_parent(s);
+        }
+    }
+}
+
+/// When the cleaner runs: the start and stop thresholds (004 §3.4), and in the foreground
+/// when a write finds no room.
+impl State {
+    /// The cleaner's start and stop rule (004 §3.4): below `clean_start` clean segments,
+    /// clean until `clean_stop` are, at most `passes` passes (the lock is held during a
+    /// pass: the background syncer does a few per tick so operations get in between).
+    pub fn clean_if_low(&mut self, passes: u32) -> Result<()> {
+        if !self.thresholds.should_start(self.clean_segments()) {
+            return Ok(());
+        }
+        for _ in 0..passes {
+            if self.thresholds.satisfied(self.clean_segments())
+                || (self.clean_pass(self.policy, self.thresholds)? == 0
+                    && self.greedy_fallback(self.thresholds)? == 0)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A greedy pass after the mount's policy found nothing worth cleaning.
+    fn greedy_fallback(&mut self, th: Thresholds) -> Result<u32> {
+        if self.policy.selection == crate::cleaner::policy::Selection::Greedy {
+            return Ok(0);
+        }
+        self.cleaner.greedy_fallbacks += 1;
+        self.clean_pass(Policy::GREEDY, th)
+    }
+
+    /// Makes sure `bytes` more of file data fit; a checkpoint first (which frees segments
+    /// whose blocks all died), ENOSPC if they still do not.
+    pub fn ensure_space(&mut self, bytes: u64) -> Result<()> {
+        if self.space_left() >= bytes {
+            return Ok(());
+        }
+        self.checkpoint()?;
+        // Foreground cleaning: a write never fails while cleaning can still make room.
+        // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
+        // only caps the work one call may do near a full disk, where each last-resort pass
+        // gains a few blocks.
+        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS / 2;
+        for _ in 0..4 * self.sb.segments.max(32) {
+            if self.space_left() >= bytes {
+                return Ok(());
+            }
+            let want =
+                self.clean_segments().max(RESERVE_SEGMENTS) + bytes.div_ceil(per_seg) as u32 + 1;
+            let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
+            // The policy's choice may give nothing back (cost-benefit prefers old, nearly
+            // full segments); the least utilized segments are the next resort, and a pass
+            // that gains less than a segment the last.
+            if self.clean_pass(self.policy, th)? == 0
+                && self.greedy_fallback(th)? == 0
+                && self.clean_pass_any_gain(th)? == 0
+            {
+                break;
+            }
+        }
+        if self.space_left() >= bytes {
+            Ok(())
+        } else {
+            Err(Errno::ENOSPC.into())
         }
     }
 }
