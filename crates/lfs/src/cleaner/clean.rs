@@ -533,6 +533,26 @@ impl State {
         Ok(())
     }
 
+    /// Is the cleaner wanted: fewer than `clean_start` segments clean (004 §3.4)?
+    pub fn cleaning_wanted(&self) -> bool {
+        self.thresholds.should_start(self.clean_segments())
+    }
+
+    /// One pass of a cleaning run (started below `clean_start`, going on until
+    /// `clean_stop` segments are clean): whether the run goes on — a pass gave back
+    /// segments and the stop threshold is not reached. The background cleaner takes the
+    /// engine's lock for one step at a time (`Lfs::clean_in_background`).
+    pub fn clean_step(&mut self) -> Result<bool> {
+        if self.thresholds.satisfied(self.clean_segments()) {
+            return Ok(false);
+        }
+        let mut n = self.clean_pass(self.policy, self.thresholds)?;
+        if n == 0 {
+            n = self.greedy_fallback(self.thresholds)?;
+        }
+        Ok(n > 0 && !self.thresholds.satisfied(self.clean_segments()))
+    }
+
     /// A greedy pass after the mount's policy found nothing worth cleaning.
     fn greedy_fallback(&mut self, th: Thresholds) -> Result<u32> {
         if self.policy.selection == crate::cleaner::policy::Selection::Greedy {

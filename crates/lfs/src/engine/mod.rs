@@ -71,6 +71,9 @@ pub(crate) const BS: u64 = BLOCK_SIZE as u64;
 /// Clean segments kept back from file data: the checkpoint's table blocks and the log's
 /// next segment always find room.
 pub(crate) const RESERVE_SEGMENTS: u32 = 2;
+/// Passes the background cleaner runs per wake-up at most (it is woken again by the next
+/// call that finds too few clean segments, or at the syncer's next tick).
+const MAX_BACKGROUND_PASSES: u32 = 64;
 /// Blocks of the log between two blocks of a read that are read with them and dropped
 /// rather than ending the device read: the summary block between two partial segments,
 /// and after an fsync the indirect blocks and inode block written before it (four for a
@@ -1117,19 +1120,26 @@ impl State {
         self.usage.release_empty(self.log.seg, self.log.next_seg);
     }
 
-    /// Flushes or checkpoints when the buffers, the log or the clock say so.
-    pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<()> {
+    /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
+    /// whether the background cleaner is wanted (a mount with a syncer cleans there).
+    pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<bool> {
         if self.dirty.data_blocks() * BS >= o.dirty_limit {
             self.flush()?;
         }
         if self.cp.log_bytes() >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
-        // The cleaner also runs here, after the operation that took the clean segments
-        // below the threshold: the syncer's ticks alone let a burst of writes use up the
-        // clean segments, and once too few are left a pass has no room to move live data.
+        // The cleaner starts after the operation that took the clean segments below the
+        // threshold, not at the syncer's next tick: ticks alone let a burst of writes use
+        // up the clean segments, and once too few are left a pass has no room to move live
+        // data. With a syncer the call only wakes it (the pass runs there, and this call
+        // returns at once); without one (tests, crash recordings: a time-dependent thread
+        // would make runs differ) the call cleans itself.
+        if o.syncer && !o.read_only {
+            return Ok(self.cleaning_wanted());
+        }
         self.clean_if_low(16)?;
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -1166,10 +1176,8 @@ impl Lfs {
                         }
                     }
                     let Some(fs) = weak.upgrade() else { return };
+                    fs.clean_in_background();
                     let mut st = fs.st.lock();
-                    if let Err(e) = st.clean_if_low(2) {
-                        ::log::warn!("lfs cleaner: {e}");
-                    }
                     let r = if st.cp.age() >= fs.opts.checkpoint_interval
                         && (st.cp.log_bytes() > 0 || st.dirty.since().is_some())
                     {
@@ -1190,6 +1198,35 @@ impl Lfs {
             });
         if let Ok(h) = h {
             *self.syncer.lock() = Some(h);
+        }
+    }
+
+    /// The background cleaner's run (004 §3.4): once fewer than `clean_start` segments are
+    /// clean, passes until `clean_stop` are. The engine's lock is taken for one pass at a
+    /// time and handed to a waiting call between passes (`unlock_fair`). A pass still
+    /// holds the lock for its whole I/O — reading its victims, writing their live blocks
+    /// and its checkpoint — so a call that arrives during one waits for it (DESIGN.md,
+    /// "What is left"); a write that finds no room at all cleans in the foreground
+    /// (`ensure_space`) whatever this does.
+    fn clean_in_background(&self) {
+        if !self.st.lock().cleaning_wanted() {
+            return;
+        }
+        for _ in 0..MAX_BACKGROUND_PASSES {
+            if *self.stop.0.lock() {
+                return;
+            }
+            let mut st = self.st.lock();
+            let r = st.clean_step();
+            parking_lot::MutexGuard::unlock_fair(st);
+            match r {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    ::log::warn!("lfs cleaner: {e}");
+                    return;
+                }
+            }
         }
     }
 

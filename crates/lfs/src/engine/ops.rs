@@ -580,10 +580,18 @@ impl Lfs {
     fn run<T>(&self, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
         let mut st = self.st.lock();
         let r = f(&mut st);
-        if r.is_ok()
-            && let Err(e) = st.maybe_flush(&self.opts)
-        {
-            ::log::warn!("lfs flush: {e}");
+        let mut wake = false;
+        if r.is_ok() {
+            match st.maybe_flush(&self.opts) {
+                Ok(w) => wake = w,
+                Err(e) => ::log::warn!("lfs flush: {e}"),
+            }
+        }
+        drop(st);
+        if wake {
+            // The background cleaner (`Lfs::clean_in_background`), at once rather than at
+            // the syncer's next tick.
+            self.stop.1.notify_one();
         }
         r
     }
