@@ -202,15 +202,16 @@ fn main() {
         // Open loop: the call's time counts from when it was due, so a stall delays every
         // call due during it, as it would a server's clients (a closed loop counts one
         // slow call per stall however long it lasts).
-        let t = if a.rate > 0 {
-            let due = start + Duration::from_nanos(k * 1_000_000_000 / a.rate);
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
+        let t = match (k * 1_000_000_000).checked_div(a.rate) {
+            Some(ns) => {
+                let due = start + Duration::from_nanos(ns);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                due
             }
-            due
-        } else {
-            Instant::now()
+            None => Instant::now(),
         };
         let fh = fs.open(&ctx, ino, libc::O_WRONLY).expect("open");
         fs.write(ino, fh, 0, &buf).expect("overwrite");
