@@ -89,9 +89,46 @@ impl Gate {
     }
 }
 
+/// Why soft updates wrote and flushed (`cairn stats`: `flushes` by cause): the syncer's
+/// and memory pressure's rounds, or a write forced inside a call or by fsync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// A write-back round (syncer, memory pressure, the cap, sync(2), unmount).
+    Round,
+    /// rename: its new names forced before the old one may go (rule 3).
+    Rename,
+    /// rmdir: the directory's own removals forced before its name goes.
+    Rmdir,
+    /// A truncation of a file that stays: its inode forced first.
+    Truncate,
+    /// fsync(2).
+    Fsync,
+}
+
+impl Cause {
+    const ALL: [Cause; 5] = [
+        Cause::Round,
+        Cause::Rename,
+        Cause::Rmdir,
+        Cause::Truncate,
+        Cause::Fsync,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Cause::Round => "round",
+            Cause::Rename => "rename",
+            Cause::Rmdir => "rmdir",
+            Cause::Truncate => "truncate",
+            Cause::Fsync => "fsync",
+        }
+    }
+}
+
 /// Counters shown in `cairn stats`.
 #[derive(Default)]
 struct Counters {
+    /// Device flushes soft updates issued, by [`Cause`].
+    flushes: [AtomicU64; 5],
     rollbacks: AtomicU64,
     writes_rolled_back: AtomicU64,
     writes: AtomicU64,
@@ -225,11 +262,17 @@ impl Inner {
         }
     }
 
+    /// A device flush on behalf of `why`.
+    fn flush(&self, cache: &BufferCache, why: Cause) -> Result<()> {
+        self.counters.flushes[why as usize].fetch_add(1, Ordering::Relaxed);
+        cache.flush_device()?;
+        Ok(())
+    }
+
     /// Writes the dirty buffers `pick` selects, then flushes.
     fn pass(&self, cache: &BufferCache, pick: &dyn Fn(&Buf) -> bool) -> Result<()> {
         cache.write_back_filter(pick)?;
-        cache.flush_device()?;
-        Ok(())
+        self.flush(cache, Cause::Round)
     }
 
     /// One round of write-back in dependency order.
@@ -284,7 +327,7 @@ impl Inner {
 
     /// Makes inode `ino` reach disk with nothing rolled back: what its pending pointers
     /// wait for first, then the indirect blocks carrying them, then its own block.
-    fn flush_inode(&self, cache: &BufferCache, geo: &Geometry, ino: Ino) -> Result<()> {
+    fn flush_inode(&self, cache: &BufferCache, geo: &Geometry, ino: Ino, why: Cause) -> Result<()> {
         let (iblk, _) = geo.inode_location(ino);
         for _ in 0..8 {
             let (waits, holders) = {
@@ -306,9 +349,9 @@ impl Inner {
                 }
                 (waits, holders)
             };
-            self.write_blocks(cache, &waits)?;
-            self.write_blocks(cache, &holders)?;
-            self.write_blocks(cache, &[iblk])?;
+            self.write_blocks(cache, &waits, why)?;
+            self.write_blocks(cache, &holders, why)?;
+            self.write_blocks(cache, &[iblk], why)?;
             let d = self.deps.lock();
             let clean = !cache.lookup(iblk).is_some_and(|b| b.is_dirty());
             if clean && !d.inode_pending(ino) {
@@ -319,7 +362,7 @@ impl Inner {
     }
 
     /// Writes the dirty ones of `blks`, flushes, and sweeps.
-    fn write_blocks(&self, cache: &BufferCache, blks: &[Blk]) -> Result<()> {
+    fn write_blocks(&self, cache: &BufferCache, blks: &[Blk], why: Cause) -> Result<()> {
         let bufs: Vec<BufRef> = blks
             .iter()
             .filter_map(|b| cache.lookup(*b))
@@ -329,7 +372,7 @@ impl Inner {
             let refs: Vec<&BufRef> = bufs.iter().collect();
             cache.write_now(&refs)?;
         }
-        cache.flush_device()?;
+        self.flush(cache, why)?;
         self.sweep(&mut self.deps.lock());
         Ok(())
     }
@@ -374,13 +417,14 @@ impl Inner {
         cache: &BufferCache,
         geo: &Geometry,
         chain: &[(Ino, Blk, Vec<Ino>)],
+        why: Cause,
     ) -> Result<()> {
         for (dir, blk, inos) in chain {
             for i in inos {
-                self.flush_inode(cache, geo, *i)?;
+                self.flush_inode(cache, geo, *i, why)?;
             }
-            self.flush_inode(cache, geo, *dir)?;
-            self.write_blocks(cache, &[*blk])?;
+            self.flush_inode(cache, geo, *dir, why)?;
+            self.write_blocks(cache, &[*blk], why)?;
         }
         Ok(())
     }
@@ -592,8 +636,9 @@ impl SoftDep {
         let cache = tx.io.cache.clone();
         for t in targets {
             let chain = self.inner.entry_chain(t);
-            self.inner.flush_inode(&cache, &geo, t)?;
-            self.inner.flush_chain(&cache, &geo, &chain)?;
+            self.inner.flush_inode(&cache, &geo, t, Cause::Rename)?;
+            self.inner
+                .flush_chain(&cache, &geo, &chain, Cause::Rename)?;
         }
         let d = self.inner.deps.lock();
         if let Some(op) = d.op.as_ref() {
@@ -694,7 +739,7 @@ impl Strategy for SoftDep {
                 log::error!("soft updates: {left} dependencies left after a full drain");
             }
             cache.write_back_all()?;
-            cache.flush_device()?;
+            self.inner.flush(&cache, Cause::Round)?;
         }
         Ok(())
     }
@@ -1061,7 +1106,7 @@ impl Strategy for SoftDep {
             // entry reaches but still holding names is damage, not a leak.
             let blks = self.inner.deps.lock().removed_in.remove(&f.ino);
             if let Some(blks) = blks {
-                self.inner.write_blocks(&tx.io.cache, &blks)?;
+                self.inner.write_blocks(&tx.io.cache, &blks, Cause::Rmdir)?;
             }
         }
         let mut d = self.inner.deps.lock();
@@ -1136,7 +1181,8 @@ impl Strategy for SoftDep {
             // (FFS with soft updates truncates a file still in use synchronously as well).
             let (iblk, _) = geo.inode_location(f.ino);
             drop(d);
-            self.inner.write_blocks(&tx.io.cache, &[iblk])?;
+            self.inner
+                .write_blocks(&tx.io.cache, &[iblk], Cause::Truncate)?;
             d = self.inner.deps.lock();
         }
         if !later.is_empty() {
@@ -1190,9 +1236,9 @@ impl Strategy for SoftDep {
             // The names first, collected before anything is written (a record satisfied
             // by the writes below still leaves its block dirty).
             let chain = self.inner.entry_chain(f.ino);
-            self.inner.flush_inode(&cache, &geo, f.ino)?;
-            self.inner.flush_chain(&cache, &geo, &chain)?;
-            cache.flush_device()?;
+            self.inner.flush_inode(&cache, &geo, f.ino, Cause::Fsync)?;
+            self.inner.flush_chain(&cache, &geo, &chain, Cause::Fsync)?;
+            self.inner.flush(&cache, Cause::Fsync)?;
             Ok(())
         })();
         self.inner.gate.leave();
@@ -1240,6 +1286,13 @@ impl Strategy for SoftDep {
             "rollbacks": c.rollbacks.load(Ordering::Relaxed),
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
             "write_back_rounds": c.rounds.load(Ordering::Relaxed),
+            "flushes": Cause::ALL
+                .iter()
+                .map(|w| {
+                    let n = c.flushes[*w as usize].load(Ordering::Relaxed);
+                    (w.name().to_string(), serde_json::Value::from(n))
+                })
+                .collect::<serde_json::Map<_, _>>(),
         }))
     }
 }
