@@ -683,6 +683,21 @@ impl Deps {
         self.put_back.contains_key(&ino)
     }
 
+    /// The entry records among `ids` as conditions: each written (durably, not rolled back)
+    /// after now.
+    pub fn entry_conds(&self, ids: impl IntoIterator<Item = u64>) -> Vec<Cond> {
+        ids.into_iter()
+            .filter_map(|id| match self.recs.get(&id).map(|r| &r.what) {
+                Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
+                    blk: *blk,
+                    off: *off,
+                    seq: self.seq,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The pending entry records naming inode `ino`.
     pub fn entries_naming(&self, ino: Ino) -> Vec<u64> {
         ids_at(&self.naming, &ino)

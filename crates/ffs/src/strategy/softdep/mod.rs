@@ -630,17 +630,7 @@ impl SoftDep {
 
     /// The pending entries naming directory `dir`: one added to it waits for them.
     fn reachable_waits(&self, d: &Deps, dir: Ino) -> Vec<Cond> {
-        d.entries_naming(dir)
-            .into_iter()
-            .filter_map(|id| match d.recs.get(&id).map(|r| &r.what) {
-                Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
-                    blk: *blk,
-                    off: *off,
-                    seq: d.seq,
-                }),
-                _ => None,
-            })
-            .collect()
+        d.entry_conds(d.entries_naming(dir))
     }
 
     /// The type of inode `ino` as a directory entry records it, from its cached block.
@@ -715,17 +705,7 @@ impl SoftDep {
         let Some(op) = d.op.as_ref() else {
             return Vec::new();
         };
-        op.entries
-            .iter()
-            .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
-                Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
-                    blk: *blk,
-                    off: *off,
-                    seq: d.seq,
-                }),
-                _ => None,
-            })
-            .collect()
+        d.entry_conds(op.entries.iter().copied())
     }
 
     /// A directory renamed or moved (rename, or an exchange across parents) is on disk
@@ -1316,18 +1296,7 @@ impl Strategy for SoftDep {
             // when it has no other name left, or only names already on disk); entries (and a
             // `..`) waiting for it to reach the directory it names wait for this rename's
             // new names, or, when the directory's name is unlinked, no more.
-            let others: Vec<Cond> = d
-                .entries_naming(f.ino)
-                .into_iter()
-                .filter_map(|id| match d.recs.get(&id).map(|r| &r.what) {
-                    Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
-                        blk: *blk,
-                        off: *off,
-                        seq,
-                    }),
-                    _ => None,
-                })
-                .collect();
+            let others = d.entry_conds(d.entries_naming(f.ino));
             let at = |c: &Cond| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off);
             for w in d.waiting_on(blk) {
                 let extra: Vec<Cond> = match d.recs.get(&w).map(|r| &r.what) {

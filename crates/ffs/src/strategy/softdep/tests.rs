@@ -20,6 +20,13 @@ fn n(s: &str) -> &OsStr {
 }
 
 fn fresh_with(blocks: u64, opts: Vec<(String, Option<String>)>) -> (MemDevice, Arc<Ffs>) {
+    let dev = fresh_device(blocks);
+    let fs = mount(&dev, opts);
+    (dev, fs)
+}
+
+/// A new image of `blocks` 4 KiB blocks, groups of 2048.
+fn fresh_device(blocks: u64) -> MemDevice {
     let dev = MemDevice::new(4096, blocks);
     mkfs_device(
         &dev,
@@ -29,8 +36,7 @@ fn fresh_with(blocks: u64, opts: Vec<(String, Option<String>)>) -> (MemDevice, A
         },
     )
     .unwrap();
-    let fs = mount(&dev, opts);
-    (dev, fs)
+    dev
 }
 
 fn fresh(blocks: u64) -> (MemDevice, Arc<Ffs>) {
@@ -62,6 +68,24 @@ fn findings(dev: &MemDevice) -> Vec<String> {
     let img = MemDevice::from_bytes(4096, dev.to_bytes());
     let r = cairn_fsck::check(&img, cairn_fsck::CheckOptions::default()).unwrap();
     r.findings.iter().map(|f| format!("{f:?}")).collect()
+}
+
+/// Up to two kinds of dirty buffers written, each flushed, in a random order; the worklist
+/// run once in `worklist` calls on average.
+fn random_write_back(fs: &Ffs, rng: &mut rand::rngs::StdRng, worklist: u32) {
+    for _ in 0..rng.random_range(0..3) {
+        let k = [
+            kind::DATA,
+            kind::GROUP,
+            kind::INODE,
+            kind::DIRECTORY,
+            kind::INDIRECT,
+        ][rng.random_range(0..5)];
+        write_kind(fs, k);
+    }
+    if rng.random_range(0..worklist) == 0 {
+        fs.strategy.background(fs).unwrap();
+    }
 }
 
 /// Writes the dirty buffers of one kind and flushes (a write order no mode would choose).
@@ -241,19 +265,7 @@ fn any_write_order_leaves_a_consistent_image() {
                 _ => {}
             }
             // Some kinds written, in a random order, flushed: a crash may come now.
-            for _ in 0..rng.random_range(0..3) {
-                let k = [
-                    kind::DATA,
-                    kind::GROUP,
-                    kind::INODE,
-                    kind::DIRECTORY,
-                    kind::INDIRECT,
-                ][rng.random_range(0..5)];
-                write_kind(&fs, k);
-            }
-            if rng.random_range(0..8) == 0 {
-                fs.strategy.background(&*fs).unwrap();
-            }
+            random_write_back(&fs, &mut rng, 8);
             let bad = corruptions(&dev);
             assert!(bad.is_empty(), "seed {seed} step {step}: {bad:?}");
         }
@@ -918,15 +930,7 @@ fn softdep_without_removal_putback_loses_renamed_files() {
 /// One seeded run; the first violation found, if any.
 fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<String> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dev = MemDevice::new(4096, 8192);
-    mkfs_device(
-        &dev,
-        &MkfsOptions {
-            blocks_per_group: Some(2048),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let dev = fresh_device(8192);
     let fs = Ffs::mount_device_with_strategy(
         Arc::new(dev.with_block_size(4096)),
         &MountOptions {
@@ -1036,19 +1040,7 @@ fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<
             }
             _ => {}
         }
-        for _ in 0..rng.random_range(0..3) {
-            let k = [
-                kind::DATA,
-                kind::GROUP,
-                kind::INODE,
-                kind::DIRECTORY,
-                kind::INDIRECT,
-            ][rng.random_range(0..5)];
-            write_kind(&fs, k);
-        }
-        if rng.random_range(0..6) == 0 {
-            fs.strategy.background(&*fs).unwrap();
-        }
+        random_write_back(&fs, &mut rng, 6);
         let bad = corruptions(&dev);
         if !bad.is_empty() {
             return Some(format!("step {step}: {bad:?}"));
