@@ -32,8 +32,8 @@ use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::{
-    AllocDirect, AllocIndir, Apply, Blk, BlkMapDep, DirAdd, DirChange, DirRemove, Engine,
-    FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
+    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
     ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, dir, kind};
@@ -175,6 +175,9 @@ enum Broken {
     EntryRollback,
     /// A rename's old name is removed on disk before its new name is there (rule 3).
     RemovalPutBack,
+    /// As `RemovalPutBack`, for the old names of renamed files only (what a rename that
+    /// moves no directory used to force).
+    RenameUnforced,
 }
 
 /// The soft-updates strategy.
@@ -204,6 +207,16 @@ impl SoftDep {
     /// reachable from a mount.
     pub fn without_removal_putback(name: &'static str) -> SoftDep {
         SoftDep::build(name, DEFAULT_MAX_DEPS, Broken::RemovalPutBack)
+    }
+
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: the old
+    /// name of a file's rename is not put back at write time (rule 3 skipped for a rename
+    /// that moves no directory), so the new name and the old name's removal reach disk in
+    /// whatever order the write-back takes. A crash can leave the file in no directory,
+    /// which fsck calls a leak and the names-kept judge a lost name. Directory renames
+    /// (settled in the call) and rmdir keep their put-back. Never reachable from a mount.
+    pub fn without_rename_force(name: &'static str) -> SoftDep {
+        SoftDep::build(name, DEFAULT_MAX_DEPS, Broken::RenameUnforced)
     }
 
     fn build(name: &'static str, max_deps: usize, broken: Broken) -> SoftDep {
@@ -525,7 +538,11 @@ impl WriteHooks for Hooks {
         let mut rolled = if k == kind::DIRECTORY && i.broken == Broken::EntryRollback {
             rollback::Rolled::default()
         } else {
-            let put_back = i.broken != Broken::RemovalPutBack;
+            let put_back = match i.broken {
+                Broken::RemovalPutBack => rollback::PutBack::Nothing,
+                Broken::RenameUnforced => rollback::PutBack::Directories,
+                Broken::None | Broken::EntryRollback => rollback::PutBack::All,
+            };
             rollback::roll_back(&d, &geo, buf.blkno(), k, image, put_back)?
         };
         rolled.written.blk = buf.blkno();
@@ -667,6 +684,31 @@ impl SoftDep {
         }
         // The new block's contents (data arrives after this fact, in the same call).
         waits.push(Cond::Block(new_blk, d.seq));
+        let mut old_blk = old_blk;
+        if ptr == Some(InodePtr::Xattr) {
+            // FreeBSD's allocdirect_merge: the xattr pointer replaced again while its last
+            // replacement is not on disk. The block on disk is still the one before that
+            // replacement, so that is what the pointer rolls back to; the replaced record
+            // goes (its block is being freed by this call).
+            let pending = deps::ids_at(&d.alloc_by_ino, &ino).into_iter().find(|id| {
+                matches!(
+                    d.recs.get(id).map(|r| &r.what),
+                    Some(What::Alloc {
+                        at: PtrAt::Inode {
+                            ptr: InodePtr::Xattr,
+                            ..
+                        },
+                        applied: false,
+                        ..
+                    })
+                )
+            });
+            if let Some(id) = pending
+                && let Some(What::Alloc { old_blk: o, .. }) = d.remove(id).map(|r| r.what)
+            {
+                old_blk = o;
+            }
+        }
         let cut = rollback::cut_of(&geo, bk, ptr, lbn);
         d.insert(
             What::Alloc {
@@ -1376,6 +1418,49 @@ impl Strategy for SoftDep {
         Ok(())
     }
 
+    /// A mode changed with the access ACL: the mode waits for what the new xattr pointer
+    /// waits for (`What::Mode`).
+    fn setup_attr_change(&self, _tx: &mut Tx, f: &AttrChange) -> Result<()> {
+        let Some(am) = f.acl_mode else {
+            return Ok(());
+        };
+        let geo = self.geo()?;
+        let (iblk, _) = geo.inode_location(f.ino);
+        let mut d = self.inner.deps.lock();
+        let waits = deps::ids_at(&d.alloc_by_ino, &f.ino)
+            .into_iter()
+            .find_map(|id| match d.recs.get(&id) {
+                Some(r)
+                    if matches!(r.what, What::Alloc {
+                    at: PtrAt::Inode { ptr: InodePtr::Xattr, .. },
+                    new_blk,
+                    applied: false,
+                    ..
+                } if new_blk == am.xattr_blk) =>
+                {
+                    Some(r.waits.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        match d.modes.get(&f.ino).copied() {
+            Some(id) => d.rewait(id, waits),
+            None if waits.is_empty() => {}
+            None => {
+                d.insert(
+                    What::Mode {
+                        ino: f.ino,
+                        iblk,
+                        safe: am.old_mode,
+                    },
+                    waits,
+                );
+                self.made();
+            }
+        }
+        Ok(())
+    }
+
     fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()> {
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
@@ -1641,6 +1726,7 @@ pub const MODE: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::May,
         interrupted_rename: Allowed::May,

@@ -18,16 +18,38 @@ pub(crate) struct Rolled {
     pub count: u64,
 }
 
+/// Which removed entries `roll_back` puts back: all of them, unless a planted bug says
+/// otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PutBack {
+    All,
+    /// Planted bug: only names of directories (a file's rename no longer keeps rule 3).
+    Directories,
+    /// Planted bug: none.
+    Nothing,
+}
+
+impl PutBack {
+    fn keeps(self, dtype: u8) -> bool {
+        match self {
+            PutBack::All => true,
+            PutBack::Directories => dtype == libc::DT_DIR,
+            PutBack::Nothing => false,
+        }
+    }
+}
+
 /// Rolls back in `image` (block `blk`, buffer kind `k`) everything the records say is not
 /// yet safe. An error means the image could not be made safe: the write must not happen.
-/// `put_back: false` is a planted bug: removed entries that must stay are not put back.
+/// `put_back` other than `All` is a planted bug: removed entries that must stay are not put
+/// back.
 pub(crate) fn roll_back(
     d: &Deps,
     geo: &Geometry,
     blk: Blk,
     k: u8,
     image: &mut [u8],
-    put_back: bool,
+    put_back: PutBack,
 ) -> std::io::Result<Rolled> {
     let mut out = Rolled::default();
     out.written.blk = blk;
@@ -74,7 +96,7 @@ fn directory_block(
     ids: &[u64],
     image: &mut [u8],
     mut out: Rolled,
-    put_back: bool,
+    put_back: PutBack,
 ) -> std::io::Result<Rolled> {
     let mut removed: Vec<(u32, Ino, u8, &[u8])> = ids
         .iter()
@@ -86,7 +108,7 @@ fn directory_block(
                 dtype,
                 name,
                 ..
-            }) if *b == blk && put_back => Some((*off, *ino, *dtype, &name[..])),
+            }) if *b == blk && put_back.keeps(*dtype) => Some((*off, *ino, *dtype, &name[..])),
             _ => None,
         })
         .collect();
@@ -215,7 +237,7 @@ fn inode_block(
         let Some(r) = d.recs.get(id) else { continue };
         let ino = match &r.what {
             What::InoMap { ino, iblk } if *iblk == blk => *ino,
-            What::Size { ino, iblk, .. } if *iblk == blk => *ino,
+            What::Size { ino, iblk, .. } | What::Mode { ino, iblk, .. } if *iblk == blk => *ino,
             What::Alloc { ino, at, .. } => match at {
                 PtrAt::Inode { iblk, .. } | PtrAt::Indir { iblk, .. } if *iblk == blk => *ino,
                 _ => continue,
@@ -292,6 +314,10 @@ fn inode_block(
                     && di.size > *safe
                 {
                     di.size = *safe;
+                }
+                // The mode goes back with the xattr pointer (one `Mode` record per inode).
+                if let What::Mode { safe, .. } = w {
+                    di.mode = *safe;
                 }
             }
             if let Some(c) = cut
