@@ -50,7 +50,7 @@ mode, rep, s, e, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.
 fs = json.load(open(path))["fs"]
 calls = sum(v["calls"] for v in fs.get("ops", {}).values()) or fs.get("ops_total", 0)
 fl = fs["device"]["flushes"]
-cause = fs.get("strategy", {}).get("flushes")
+cause = (fs.get("strategy") or {}).get("flushes")
 print(json.dumps({"mode": mode, "rep": int(rep), "secs": e - s, "flushes": fl, "calls": calls,
                   "writes": fs["device"]["writes"], "by_cause": cause}))
 PY
