@@ -7,17 +7,27 @@ use std::ffi::OsStr;
 use std::sync::Arc;
 
 use cairn_blockdev::{BlockDevice, MemDevice};
-use cairn_bufcache::Buf;
 use cairn_vfs::{Ctx, FileSystem, RenameFlags, SetAttr};
 use rand::{Rng, SeedableRng};
 
 use crate::format::{DiskInode, INODE_SIZE, ROOT_INO, dir, kind};
 
+use crate::tests::{random_write_back, write_kind};
 use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
 
 fn n(s: &str) -> &OsStr {
     OsStr::new(s)
 }
+
+/// The buffer kinds a random write-back picks from.
+const KINDS: [u8; 6] = [
+    kind::DATA,
+    kind::GROUP,
+    kind::INODE,
+    kind::DIRECTORY,
+    kind::INDIRECT,
+    kind::XATTR,
+];
 
 fn fresh_with(blocks: u64, opts: Vec<(String, Option<String>)>) -> (MemDevice, Arc<Ffs>) {
     let dev = fresh_device(blocks);
@@ -68,34 +78,6 @@ fn findings(dev: &MemDevice) -> Vec<String> {
     let img = MemDevice::from_bytes(4096, dev.to_bytes());
     let r = cairn_fsck::check(&img, cairn_fsck::CheckOptions::default()).unwrap();
     r.findings.iter().map(|f| format!("{f:?}")).collect()
-}
-
-/// Up to two kinds of dirty buffers written, each flushed, in a random order; the worklist
-/// run once in `worklist` calls on average.
-fn random_write_back(fs: &Ffs, rng: &mut rand::rngs::StdRng, worklist: u32) {
-    for _ in 0..rng.random_range(0..3) {
-        let k = [
-            kind::DATA,
-            kind::GROUP,
-            kind::INODE,
-            kind::DIRECTORY,
-            kind::INDIRECT,
-            kind::XATTR,
-        ][rng.random_range(0..6)];
-        write_kind(fs, k);
-    }
-    if rng.random_range(0..worklist) == 0 {
-        fs.strategy.background(fs).unwrap();
-    }
-}
-
-/// Writes the dirty buffers of one kind and flushes (a write order no mode would choose).
-fn write_kind(fs: &Ffs, k: u8) {
-    fs.vol
-        .cache
-        .write_back_filter(&|b: &Buf| b.kind() == k)
-        .unwrap();
-    fs.vol.cache.flush_device().unwrap();
 }
 
 fn on_disk_inode(dev: &MemDevice, fs: &Ffs, ino: u64) -> DiskInode {
@@ -288,7 +270,7 @@ fn any_write_order_leaves_a_consistent_image() {
                 _ => {}
             }
             // Some kinds written, in a random order, flushed: a crash may come now.
-            random_write_back(&fs, &mut rng, 8);
+            random_write_back(&fs, &mut rng, &KINDS, 8);
             let bad = corruptions(&dev);
             assert!(bad.is_empty(), "seed {seed} step {step}: {bad:?}");
         }
@@ -1148,7 +1130,7 @@ fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<
             }
             _ => {}
         }
-        random_write_back(&fs, &mut rng, 6);
+        random_write_back(&fs, &mut rng, &KINDS, 6);
         let bad = corruptions(&dev);
         if !bad.is_empty() {
             return Some(format!("step {step}: {bad:?}"));
