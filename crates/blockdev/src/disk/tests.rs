@@ -280,6 +280,17 @@ fn the_trace_is_the_wrapped_devices() {
     assert_eq!(recs[0].0.block, 3);
     assert_eq!(recs[0].1.as_deref(), Some(&[9u8; 4096][..]));
     assert_eq!(mem.counters().snapshot().flushes, 1);
+    // `nohostflush`: the model's flush only; the wrapped device sees none.
+    let mem = Arc::new(MemDevice::new(4096, 10));
+    let opts = DiskOptions {
+        host_flush: false,
+        ..frozen(toy(), false)
+    };
+    let d = Disk::new(mem.clone(), opts).unwrap();
+    d.write_blocks(0, &[1; 4096]).unwrap();
+    d.flush().unwrap();
+    assert_eq!(mem.counters().snapshot().flushes, 0);
+    assert_eq!(d.disk_stats().unwrap().flushes, 1);
 }
 
 #[test]
@@ -309,8 +320,9 @@ fn options_parse_and_refuse_in_one_line() {
     assert_eq!(o.spec.name, "cheetah-10k");
     assert!(!o.write_cache && o.read_ahead);
     assert_eq!((o.queue, o.time), (Queue::Fifo, Time::Real));
-    let o = DiskOptions::parse("hdd-7200:wcache:sstf:virtual:noreadahead").unwrap();
-    assert!(o.write_cache && !o.read_ahead);
+    assert!(o.host_flush);
+    let o = DiskOptions::parse("hdd-7200:wcache:sstf:virtual:noreadahead:nohostflush").unwrap();
+    assert!(o.write_cache && !o.read_ahead && !o.host_flush);
     assert_eq!((o.queue, o.time), (Queue::Sstf, Time::Virtual));
     let e = DiskOptions::parse("floppy").unwrap_err();
     assert!(
