@@ -97,6 +97,15 @@ fn fmt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())
 }
 
+/// A ratio to three significant figures (0.0051, 0.018, 0.81, 1.11).
+fn fmt_ratio(v: f64) -> String {
+    match v.abs() {
+        a if a >= 0.1 || a == 0.0 => format!("{v:.2}"),
+        a if a >= 0.01 => format!("{v:.3}"),
+        _ => format!("{v:.4}"),
+    }
+}
+
 /// Whether the model's ratio is within [`TOLERANCE`] of the published one.
 fn verdict(paper: Option<f64>, model: Option<f64>) -> String {
     match (paper, model) {
@@ -135,8 +144,8 @@ fn table(s: &mut String, records: &[Record], model: &str, first: &str, lines: &[
             l.name,
             l.target,
             l.paper,
-            fmt(m, |v| format!("{v:.2}")),
-            fmt(d, |v| format!("{v:.2}")),
+            fmt(m, fmt_ratio),
+            fmt(d, fmt_ratio),
             verdict(l.paper_value, m),
             fmt(busy(records, l.workload, &on, &l.label), |v| format!(
                 "{:.0}%",
@@ -232,6 +241,23 @@ pub fn render(s: &mut String, meta: &Meta, records: &[Record]) {
         let _ = writeln!(s, "### 0-length create/delete (000 Table 4), ÷ FFS-async\n");
         let lines = system_lines(&published::TABLE4, "create-unlink", "create+unlink", true);
         table(s, records, model, "system", &lines);
+        // The table prints rates: beside the ratios, the model's own rates against them.
+        let rates: Vec<String> = published::TABLE4
+            .rows
+            .iter()
+            .filter_map(|(sys, v)| {
+                let t = on_disk(published::primary(sys)?, model);
+                let r = rate(records, "create-unlink", &t, "create+unlink")?;
+                Some(format!("{sys} {} ({})", crate::report::fmt_rate(r), v[0]))
+            })
+            .collect();
+        if !rates.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nFiles per second on the model (the paper's in parentheses): {}.",
+                rates.join(", ")
+            );
+        }
     }
     if ran(records, "postmark") {
         let _ = writeln!(s, "\n### PostMark (000 Table 7), ÷ FFS-async\n");
@@ -385,7 +411,7 @@ mod tests {
         render(&mut s, &meta, &records);
         // FFS ÷ FFS-async: paper 80.4 / 10782.8 = 0.0075; model 8/1000; device 2000/20000.
         let ffs = s.lines().find(|l| l.starts_with("| FFS |")).unwrap();
-        assert!(ffs.contains("| 0.0075 | 0.01 | 0.10 | yes |"), "{ffs}");
+        assert!(ffs.contains("| 0.0075 | 0.0080 | 0.10 | yes |"), "{ffs}");
         assert!(
             ffs.contains("| 90% | 2.00 | 0.50 | 7.00 | 4.00 | 4.00 |"),
             "{ffs}"
