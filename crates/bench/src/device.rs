@@ -424,6 +424,19 @@ mod tests {
             .find(|l| l.starts_with("| Soft-Updates |"))
             .unwrap();
         assert!(su.contains("| — | — |"), "{su}");
+        // Every table normalizes a target on the model to the baseline on the model.
+        let meta = Meta {
+            targets: ["cairn-sync:wren-iv", "cairn-sync"]
+                .map(String::from)
+                .to_vec(),
+            workloads: vec!["create-unlink".into()],
+            ..meta
+        };
+        let rows = crate::report::summarize(&meta, &records);
+        let vs = |t: &str| rows.iter().find(|r| r.target == t).unwrap().vs_baseline;
+        assert_eq!(vs("cairn-sync:wren-iv"), Some(8.0 / 1000.0));
+        assert_eq!(vs("cairn-sync"), Some(2000.0 / 20000.0));
+        assert_eq!(rows[0].disk_busy, Some(0.9));
         // No device, no section.
         let mut none = String::new();
         render(&mut none, &Meta::default(), &records);
