@@ -20,6 +20,7 @@
 //!   moment its address is handed out, and taken off its old segment the moment nothing
 //!   points to the old copy.
 
+mod acl;
 mod clean;
 mod ops;
 mod recover;

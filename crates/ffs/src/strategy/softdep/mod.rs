@@ -32,8 +32,8 @@ use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::{
-    AllocDirect, AllocIndir, Apply, Blk, BlkMapDep, DirAdd, DirChange, DirRemove, Engine,
-    FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
+    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
     ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, kind};
@@ -540,6 +540,31 @@ impl SoftDep {
         }
         // The new block's contents (data arrives after this fact, in the same call).
         waits.push(Cond::Block(new_blk, d.seq));
+        let mut old_blk = old_blk;
+        if ptr == Some(InodePtr::Xattr) {
+            // FreeBSD's allocdirect_merge: the xattr pointer replaced again while its last
+            // replacement is not on disk. The block on disk is still the one before that
+            // replacement, so that is what the pointer rolls back to; the replaced record
+            // goes (its block is being freed by this call).
+            let pending = deps::ids_at(&d.alloc_by_ino, &ino).into_iter().find(|id| {
+                matches!(
+                    d.recs.get(id).map(|r| &r.what),
+                    Some(What::Alloc {
+                        at: PtrAt::Inode {
+                            ptr: InodePtr::Xattr,
+                            ..
+                        },
+                        applied: false,
+                        ..
+                    })
+                )
+            });
+            if let Some(id) = pending
+                && let Some(What::Alloc { old_blk: o, .. }) = d.remove(id).map(|r| r.what)
+            {
+                old_blk = o;
+            }
+        }
         let cut = rollback::cut_of(&geo, bk, ptr, lbn);
         d.insert(
             What::Alloc {
@@ -1091,6 +1116,49 @@ impl Strategy for SoftDep {
                     op.raised.push(f.ino);
                 }
             });
+        }
+        Ok(())
+    }
+
+    /// A mode changed with the access ACL: the mode waits for what the new xattr pointer
+    /// waits for (`What::Mode`).
+    fn setup_attr_change(&self, _tx: &mut Tx, f: &AttrChange) -> Result<()> {
+        let Some(am) = f.acl_mode else {
+            return Ok(());
+        };
+        let geo = self.geo()?;
+        let (iblk, _) = geo.inode_location(f.ino);
+        let mut d = self.inner.deps.lock();
+        let waits = deps::ids_at(&d.alloc_by_ino, &f.ino)
+            .into_iter()
+            .find_map(|id| match d.recs.get(&id) {
+                Some(r)
+                    if matches!(r.what, What::Alloc {
+                    at: PtrAt::Inode { ptr: InodePtr::Xattr, .. },
+                    new_blk,
+                    applied: false,
+                    ..
+                } if new_blk == am.xattr_blk) =>
+                {
+                    Some(r.waits.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        match d.modes.get(&f.ino).copied() {
+            Some(id) => d.rewait(id, waits),
+            None if waits.is_empty() => {}
+            None => {
+                d.insert(
+                    What::Mode {
+                        ino: f.ino,
+                        iblk,
+                        safe: am.old_mode,
+                    },
+                    waits,
+                );
+                self.made();
+            }
         }
         Ok(())
     }
