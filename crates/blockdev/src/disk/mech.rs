@@ -481,13 +481,14 @@ impl Mechanism {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::disk::presets::{self, Zone};
 
     /// A disk small enough to compute by hand: 6,000 RPM (10 ms a revolution), 100 sectors
-    /// per track (0.1 ms each), 4 heads, 1,000 cylinders; no overheads, no buffer.
-    fn toy() -> DiskSpec {
+    /// per track (0.1 ms each), 4 heads, 1,000 cylinders; no overheads, no buffer (the
+    /// device's tests add a write cache).
+    pub(in crate::disk) fn toy() -> DiskSpec {
         DiskSpec {
             name: "toy",
             model: "toy",

@@ -2,36 +2,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::presets::Zone;
 use super::*;
 use crate::{MemDevice, TraceOp, VecTrace};
 
-/// 6,000 RPM (10 ms a revolution), 100 sectors per track, 4 heads, 1,000 cylinders, no
-/// overheads or buffer unless a test adds them: every service time computable by hand.
+/// The mechanism's hand-computable disk ([`mech::tests::toy`]) with a write cache of 1,000
+/// sectors, for the tests that turn it on.
 fn toy() -> DiskSpec {
     DiskSpec {
-        name: "toy",
-        model: "toy",
-        role: "tests",
-        rpm: 6000.0,
-        heads: 4,
-        zones: &[Zone {
-            cylinders: 1000,
-            sectors_per_track: 100,
-            track_skew: Some(10),
-            cylinder_skew: Some(20),
-        }],
-        track_to_track_ms: 1.0,
-        average_seek_ms: 5.0,
-        full_stroke_ms: 10.0,
-        head_switch_ms: 0.5,
-        write_settle_ms: 0.0,
-        read_overhead_ms: 0.0,
-        write_overhead_ms: 0.0,
-        bus_mb_s: 100.0,
-        read_ahead_sectors: 0,
         write_cache_sectors: 1000,
-        sources: &[],
+        ..mech::tests::toy()
     }
 }
 
