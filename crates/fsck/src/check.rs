@@ -18,7 +18,7 @@ use cairn_ffs::format::{
 use cairn_vfs::{acl, fileattr};
 
 use crate::disk::{Disk, locate};
-use crate::{CheckOptions, Class, Finding, FsckError, Pass, Progress, Report, Stats};
+use crate::{CheckOptions, Class, Finding, FsckError, Kind, Pass, Progress, Report, Stats};
 
 type Result<T> = std::result::Result<T, FsckError>;
 
@@ -184,10 +184,15 @@ impl Checker<'_> {
     /// Records a finding. `fixable` is whether this run's repair corrects it; it is only
     /// reported fixed when repairing.
     fn note(&mut self, class: Class, pass: Pass, fixable: bool, message: String) {
+        self.note_kind(class, pass, Kind::Other, fixable, message);
+    }
+    /// [`Checker::note`] of a finding a tool tells apart by its [`Kind`].
+    fn note_kind(&mut self, class: Class, pass: Pass, kind: Kind, fixable: bool, message: String) {
         let fixed = fixable && self.repair;
         self.findings.push(Finding {
             class,
             pass,
+            kind,
             message,
             fixed,
         });
@@ -1317,8 +1322,11 @@ impl Checker<'_> {
             };
             if dd.target != want {
                 if dd.target != 0 {
-                    self.corrupt(
+                    self.note_kind(
+                        Class::Corruption,
                         Pass::Connectivity,
+                        Kind::StaleDotDot,
+                        true,
                         format!(
                             "directory {d}: '..' names {} but its parent is {want}; fixed",
                             dd.target
@@ -1373,9 +1381,10 @@ impl Checker<'_> {
                     } else {
                         Class::Corruption
                     };
-                    self.note(
+                    self.note_kind(
                         class,
                         Pass::Connectivity,
+                        Kind::SecondDirectoryName,
                         true,
                         format!(
                             "directory {} has a second name in directory {}; removed",

@@ -442,6 +442,13 @@ fn dot_and_dotdot() {
     set_u32(img.block_mut(p), 16, ROOT_INO as u32);
     let fixed = case(&img, Class::Corruption, "'..' names 2 but its parent is");
     assert_eq!(fixed.lookup(n.b, b".."), Some(n.a));
+    // Typed: the crash harness tells a rename's footprint by its kind, not its words.
+    let (r, _) = run(&img.bytes, false);
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.kind == crate::Kind::StaleDotDot)
+    );
 }
 
 #[test]
@@ -518,6 +525,12 @@ fn second_name_for_directory() {
     img.add_entry(ROOT_INO, b"again", n.b);
     let fixed = case(&img, Class::Leak, "second name");
     assert_eq!(fixed.lookup(n.a, b"b"), Some(n.b));
+    let (r, _) = run(&img.bytes, false);
+    let kinds: Vec<crate::Kind> = r.findings.iter().map(|f| f.kind).collect();
+    assert!(
+        kinds.contains(&crate::Kind::SecondDirectoryName),
+        "{kinds:?}"
+    );
     assert!(fixed.lookup(ROOT_INO, b"again").is_none());
     // A name for the root directory is always damage.
     let mut img = Image::populated();

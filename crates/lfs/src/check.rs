@@ -301,7 +301,9 @@ pub fn repair_path(path: &std::path::Path) -> Result<RepairReport> {
 /// link and no name (unlinked while open when the system stopped) are freed; a checkpoint
 /// makes it durable. Anything else — an entry naming a free inode, a block owned twice, an
 /// inode that does not decode, an inode with links but no name (it would need lost+found)
-/// — is reported and left: the image is not changed beyond the roll-forward.
+/// — is reported and left: the image is not changed beyond the roll-forward. An image of
+/// an older format version (which mounts read-only only) is upgraded: rolled forward as
+/// its version checks its log, unmounted (a checkpoint), its superblock rewritten.
 pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
     let opts = MountOptions {
         syncer: false,
@@ -314,7 +316,8 @@ pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
         ..Default::default()
     };
     // The read-write mount rolls forward for good, freeing the inodes it found unlinked.
-    let fs = Lfs::mount_device(dev.clone(), &opts)?;
+    let fs = Lfs::mount_upgrading(dev.clone(), &opts)?;
+    let older = fs.st.lock().sb.version < crate::format::superblock::VERSION;
     let r = {
         let mut st = fs.st.lock();
         let a = audit(&mut st)?;
@@ -335,10 +338,14 @@ pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
         r?;
         out.wrote = true;
     }
-    if out.wrote {
+    let upgrade = older && out.refused.is_none();
+    if out.wrote || upgrade {
         fs.destroy()?;
     }
     drop(fs);
+    if upgrade {
+        out.wrote |= Lfs::upgrade_device(&dev)?;
+    }
     out.after = check_device(dev)?;
     Ok(out)
 }

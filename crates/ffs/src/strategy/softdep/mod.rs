@@ -22,7 +22,7 @@ mod rollback;
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
@@ -110,6 +110,12 @@ pub(crate) struct Inner {
     counters: Counters,
     /// Test-only planted bug: directory entries are never rolled back.
     skip_entry_rollback: bool,
+    /// Test-only planted bug: a rename that moves no directory does not write its new
+    /// entries before it returns.
+    skip_rename_force: bool,
+    /// The planted bug's note that the call in progress named a directory in an entry it
+    /// added or changed (set only when `skip_rename_force`).
+    op_names_dir: AtomicBool,
 }
 
 /// The soft-updates strategy.
@@ -123,17 +129,34 @@ struct Hooks(Arc<Inner>);
 
 impl SoftDep {
     pub fn new(max_deps: usize) -> SoftDep {
-        SoftDep::build("softdep", max_deps, false)
+        SoftDep::build("softdep", max_deps)
     }
 
     /// A broken soft updates, called `name`, for the crash harness's planted bugs: new
     /// directory entries are written before the inodes they name (the entry rollback in
     /// `before_write` is skipped). Never reachable from a mount.
     pub fn without_entry_rollback(name: &'static str) -> SoftDep {
-        SoftDep::build(name, DEFAULT_MAX_DEPS, true)
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_entry_rollback = true;
+        s
     }
 
-    fn build(name: &'static str, max_deps: usize, skip_entry_rollback: bool) -> SoftDep {
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: a rename
+    /// that moves no directory leaves its new entry to the write-back like any other (the
+    /// force at its end that keeps rule 3 is skipped), so the new name and the old name's
+    /// removal can reach disk in one write-back, in either order. Never reachable from a
+    /// mount.
+    pub fn without_rename_force(name: &'static str) -> SoftDep {
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_rename_force = true;
+        s
+    }
+
+    fn build(name: &'static str, max_deps: usize) -> SoftDep {
         SoftDep {
             name,
             inner: Arc::new(Inner {
@@ -143,7 +166,9 @@ impl SoftDep {
                 gate: Gate::new(),
                 max_deps: max_deps.max(64),
                 counters: Counters::default(),
-                skip_entry_rollback,
+                skip_entry_rollback: false,
+                skip_rename_force: false,
+                op_names_dir: AtomicBool::new(false),
             }),
         }
     }
@@ -782,7 +807,11 @@ impl Strategy for SoftDep {
             .op
             .as_ref()
             .is_some_and(|o| o.nesting == 0);
-        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) {
+        // The planted bug forgets the force for a rename that moves no directory (fsck
+        // would find a directory left in no directory; a file in none it calls a leak).
+        let planted_skip =
+            self.inner.skip_rename_force && !self.inner.op_names_dir.swap(false, Ordering::AcqRel);
+        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) && !planted_skip {
             // Rule 3: the new name (and a moved directory's new `..`) reach disk before
             // the old name's removal can: nothing writes during a call but the call itself.
             // On failure the engine takes the call back and ends it again, not ok.
@@ -949,6 +978,9 @@ impl Strategy for SoftDep {
     }
 
     fn setup_directory_add(&self, _tx: &mut Tx, f: &DirAdd) -> Result<()> {
+        if self.inner.skip_rename_force && f.dtype == libc::DT_DIR {
+            self.inner.op_names_dir.store(true, Ordering::Release);
+        }
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.ino);
@@ -988,6 +1020,9 @@ impl Strategy for SoftDep {
     }
 
     fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply> {
+        if self.inner.skip_rename_force && (f.dotdot || f.dtype == libc::DT_DIR) {
+            self.inner.op_names_dir.store(true, Ordering::Release);
+        }
         let geo = self.geo()?;
         let blk = f.buf.blkno();
         let off = f.offset;
@@ -1384,6 +1419,7 @@ pub const MODE: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::May,
         interrupted_rename: Allowed::May,
