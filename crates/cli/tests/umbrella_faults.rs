@@ -402,15 +402,17 @@ fn a_hung_branch_fails_its_calls_with_eio_under_or() {
     let r = Rig::new("or");
     let model = seed_union(&r);
     // A file of the network branch open before it hangs, its pages dropped from the
-    // kernel's cache (the read must reach the layer).
+    // kernel's caches of the union and of the branch's own mount (the read must reach
+    // the layer, and the layer's read the hung server: pages the branch's mount still
+    // held answered it without the server on a loaded machine).
     let mut open = fs::File::open(r.m("shared/s1")).unwrap();
-    nix::fcntl::posix_fadvise(
-        &open,
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    )
-    .unwrap();
+    let branch = fs::File::open(r.p(r.net_dir).join("shared/s1")).unwrap();
+    branch.sync_all().unwrap();
+    for f in [&open, &branch] {
+        nix::fcntl::posix_fadvise(f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+            .unwrap();
+    }
+    drop(branch);
     r.signal_server(Signal::SIGSTOP);
     let t = Instant::now();
     let mut buf = [0u8; 4];
