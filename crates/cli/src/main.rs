@@ -133,6 +133,13 @@ fn main() {
                     println!("{}\t{}", m.spec.name, m.spec.description);
                 }
             }
+            // The variants (a journal's log on a second device, ...) are no `-o mode=`
+            // values: listed for the tools that read `--json`, keyed `variant`.
+            if json {
+                for v in cairn_fstypes::variants() {
+                    println!("{}", v.to_json());
+                }
+            }
             Ok(0)
         }
         Cmd::Crash(a) => crash::run(a),
