@@ -126,6 +126,12 @@ pub fn all_types() -> &'static [&'static FsType] {
     types()
 }
 
+/// The FFS-style format: for the tools that drive its engine through its strategies (the
+/// crash harness records FFS modes, planted bugs among them, that way).
+pub fn ffs() -> &'static FsType {
+    &FFS
+}
+
 /// The format called `name`.
 pub fn by_name(name: &str) -> Option<&'static FsType> {
     all_types().iter().copied().find(|t| t.name == name)
@@ -535,7 +541,11 @@ fn replay_then_repair(path: &Path, mode: &str, opts: CheckOptions) -> Result<Rep
 }
 
 /// A check only: the replay in memory, over the image opened read-only.
-fn check_as_replayed(path: &Path, block_size: u32, opts: CheckOptions) -> Result<Report, FsckError> {
+fn check_as_replayed(
+    path: &Path,
+    block_size: u32,
+    opts: CheckOptions,
+) -> Result<Report, FsckError> {
     let lock = if opts.force {
         cairn_blockdev::Lock::None
     } else {
@@ -857,7 +867,9 @@ mod tests {
             );
         }
         for v in variants() {
-            let b = v.base().unwrap_or_else(|| panic!("variant {}: no mode {}", v.name, v.base));
+            let b = v
+                .base()
+                .unwrap_or_else(|| panic!("variant {}: no mode {}", v.name, v.base));
             assert!(mode(v.name).is_none(), "variant {} shadows a mode", v.name);
             let f = v.facts().unwrap();
             f.check(&b.spec.guarantees)

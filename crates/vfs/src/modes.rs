@@ -146,7 +146,8 @@ impl Facts {
         let logged = !matches!(f.log, LogPlacement::None);
         let rules: [(bool, &str); 8] = [
             (
-                (f.family == Family::Journal) == matches!(f.log, LogPlacement::Area | LogPlacement::Device),
+                (f.family == Family::Journal)
+                    == matches!(f.log, LogPlacement::Area | LogPlacement::Device),
                 "a journal, and only a journal, keeps a log beside the file system",
             ),
             (
@@ -247,7 +248,10 @@ mod tests {
             after_crash: AfterCrash::Fsck,
             ..g
         };
-        assert!(f.check(&scan).is_err(), "a replay that is not run after a crash");
+        assert!(
+            f.check(&scan).is_err(),
+            "a replay that is not run after a crash"
+        );
         let ffs = Facts {
             family: Family::Ffs,
             commit: Commit::Group,
