@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use crate::counters::{Counters, Source};
+use crate::registry::{Commit, Family, Listing};
 use crate::report::{self, Meta, Record};
 use crate::scratch::{self, ScratchDir};
 use crate::sys;
@@ -119,19 +120,23 @@ const LIGHT: &[&str] = &["create-unlink", "smallfile", "largefile"];
 fn in_default_set(workload: &str, kind: &Kind) -> bool {
     let group_create = workload == workload::groupcreate::NAME;
     if let Kind::Cairn {
-        mode,
         loopdev,
         transport,
         log_device,
+        facts,
+        ..
     } = kind
     {
-        if mode == "journal-group" {
+        let image_file = !loopdev && transport.is_none() && !log_device;
+        let journal = facts.is_some_and(|f| f.family == Family::Journal);
+        let commit = facts.map(|f| f.commit);
+        if commit == Some(Commit::Group) {
             // A journal variant made for one comparison (commit=group, which differs from
             // commit=sync only when calls run concurrently): that one only, on an image file.
-            return group_create && !loopdev && transport.is_none();
+            return group_create && image_file;
         }
         if group_create {
-            return mode == "journal" && !loopdev && transport.is_none() && !log_device;
+            return journal && commit == Some(Commit::Sync) && image_file;
         }
         if *log_device && matches!(workload, "postmark-large" | "recovery") {
             return false;
@@ -145,13 +150,16 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
         kind,
         Kind::Cairn { .. } | Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs
     );
+    // FFS with no ordering at all: the policy layer's PostMark compares its cost with the
+    // fastest cairn has.
+    let unordered = matches!(kind, Kind::Cairn { facts: Some(f), .. }
+        if f.family == Family::Ffs && f.commit == Commit::Async);
     match workload {
         w if LIGHT.contains(&w) => true,
         _ if loopdev => false,
         "postmark" => true,
         "postmark-umbrella" => {
-            matches!(kind, Kind::Cairn { mode, .. } if mode == "async")
-                || matches!(kind, Kind::Ext2 | Kind::Passthrough | Kind::Mergerfs)
+            unordered || matches!(kind, Kind::Ext2 | Kind::Passthrough | Kind::Mergerfs)
         }
         "micro" | "postmark-large" => ffs_like,
         "ssh" | "netnews" | "sdet" => ffs_like || matches!(kind, Kind::Fuse2fs),
@@ -163,19 +171,21 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
     }
 }
 
-/// What `--targets all` means for a cairn build with `modes`, in table order: every mode on
-/// an image file, the journal's named variants (log on a second image, group commit) where
-/// the build has their mode — no loop-device variants of them (the paper suite's time) —,
-/// every mode on a loop device, then the baselines.
-fn all_targets(modes: &[String]) -> Vec<String> {
-    let mut all: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+/// What `--targets all` means for a cairn build that lists `listing`, in table order: every
+/// mode on an image file, the variants with their log on a second image (where the build
+/// has their mode; not the group-commit one, which differs from its base only under the
+/// concurrency group-create gives it on an image file) — no loop-device variants of them
+/// (the paper suite's time) —, every mode on a loop device, then the baselines.
+fn all_targets(listing: &Listing) -> Vec<String> {
+    let modes = || listing.modes.iter().map(|m| m.name.as_str());
+    let mut all: Vec<String> = modes().map(|m| format!("cairn-{m}")).collect();
     all.extend(
-        target::JOURNAL_TARGETS
-            .iter()
-            .filter(|j| modes.iter().any(|m| m == j.mode))
-            .map(|j| j.name.to_string()),
+        listing
+            .log_device_variants()
+            .filter(|v| v.facts.commit != Commit::Group)
+            .map(|v| v.target.clone()),
     );
-    all.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
+    all.extend(modes().map(|m| format!("cairn-{m}@loop")));
     all.extend(target::BASELINES.iter().map(|s| s.to_string()));
     all
 }
@@ -367,35 +377,6 @@ fn find_cairn(explicit: Option<String>) -> String {
     })
 }
 
-/// The metadata-update modes the cairn build knows, from `cairn modes` (first word of each
-/// line); `sync` and `async` when the command is not there yet.
-fn cairn_modes(cairn: &str) -> Vec<String> {
-    let parsed = sys::run(Command::new(cairn).arg("modes"))
-        .ok()
-        .map(|out| parse_modes(&out))
-        .unwrap_or_default();
-    if parsed.is_empty() {
-        vec!["sync".into(), "async".into()]
-    } else {
-        parsed
-    }
-}
-
-fn parse_modes(out: &str) -> Vec<String> {
-    out.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|w| w.trim_end_matches(':'))
-        .filter(|w| {
-            !w.is_empty()
-                && !w.eq_ignore_ascii_case("mode")
-                && !w.eq_ignore_ascii_case("modes")
-                && w.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        })
-        .map(str::to_string)
-        .collect()
-}
-
 /// Why the cairn binary cannot make file systems here, if it cannot (asked once per run: a
 /// tiny mkfs answers for every cairn target).
 fn cairn_unusable(env: &Env) -> Option<String> {
@@ -565,12 +546,12 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
     };
     let params = a.sizes.params(a.suite);
 
-    let modes = cairn_modes(&env.cairn);
-    let all_targets = all_targets(&modes);
+    let listing = Listing::of(&env.cairn);
+    let all_targets = all_targets(&listing);
     let all = a.targets == "all";
     let targets: Vec<TargetSpec> = list(&a.targets, all_targets)
         .iter()
-        .map(|t| TargetSpec::parse(t))
+        .map(|t| TargetSpec::parse_with(t, &listing))
         .collect::<Result<_>>()?;
     enable_fuse_uring(&targets);
     let workloads: Vec<Workload> = list(&a.workloads, a.suite.workloads())
@@ -865,21 +846,9 @@ mod tests {
     }
 
     #[test]
-    fn modes_from_cairn_output() {
-        assert_eq!(
-            parse_modes("sync   classic FFS\nasync  delayed writes\n"),
-            ["sync", "async"]
-        );
-        assert_eq!(
-            parse_modes("MODE DESCRIPTION\nsync: x\nsoftdep: y\n"),
-            ["sync", "softdep"]
-        );
-        assert!(parse_modes("").is_empty());
-    }
-
-    #[test]
     fn default_sets_follow_the_papers_comparisons() {
-        let k = |n: &str| TargetSpec::parse(n).unwrap().kind;
+        let listing = crate::registry::sample();
+        let k = |n: &str| TargetSpec::parse_with(n, &listing).unwrap().kind;
         for w in LIGHT {
             assert!(in_default_set(w, &k("cairn-sync@loop")) && in_default_set(w, &k("mergerfs")));
         }
@@ -892,6 +861,7 @@ mod tests {
         );
         assert!(in_default_set("postmark-umbrella", &k("passthrough")));
         assert!(!in_default_set("postmark-umbrella", &k("cairn-sync")));
+        assert!(in_default_set("postmark-umbrella", &k("cairn-async")));
         assert!(in_default_set("ssh", &k("fuse2fs")) && !in_default_set("ssh", &k("passthrough")));
         assert!(
             !in_default_set("recovery", &k("ext4-sync")) && in_default_set("recovery", &k("ext2"))
@@ -934,6 +904,9 @@ mod tests {
         for w in ["create-unlink", "postmark", "micro"] {
             assert!(!in_default_set(w, &k("cairn-journal-group")), "{w}");
         }
+        for w in ["group-create", "create-unlink"] {
+            assert!(!in_default_set(w, &k("cairn-journal-2group")), "{w}");
+        }
         assert_eq!(Suite::Paper.reps("smallfile"), 3);
         assert_eq!(Suite::Paper.reps("group-create"), 3);
         assert_eq!(Suite::Paper.reps("micro"), 1);
@@ -966,7 +939,16 @@ mod tests {
 
     #[test]
     fn all_targets_has_the_journal_variants_where_the_build_has_the_journal() {
-        let modes = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sample = crate::registry::sample();
+        let modes = |m: &[&str]| Listing {
+            modes: sample
+                .modes
+                .iter()
+                .filter(|x| m.contains(&x.name.as_str()))
+                .cloned()
+                .collect(),
+            variants: sample.variants.clone(),
+        };
         let all = all_targets(&modes(&[
             "sync",
             "journal",
@@ -984,6 +966,7 @@ mod tests {
             assert!(all.iter().any(|x| x == t), "{t} in {all:?}");
         }
         assert!(!all.iter().any(|x| x.starts_with("cairn-journal-2sync@")));
+        assert!(!all.iter().any(|x| x == "cairn-journal-2group"));
         for t in &all {
             TargetSpec::parse(t).unwrap();
         }

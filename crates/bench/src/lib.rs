@@ -12,6 +12,7 @@ pub mod cli;
 pub mod counters;
 pub mod plot;
 pub mod published;
+pub mod registry;
 pub mod report;
 pub mod scratch;
 pub mod sys;

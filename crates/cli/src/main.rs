@@ -12,6 +12,7 @@ mod helper;
 mod inspect;
 mod lfs;
 mod mkfs;
+mod modes;
 mod mount;
 mod record;
 mod runtime;
@@ -126,19 +127,8 @@ fn main() {
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
         Cmd::Modes { json } => {
-            for m in cairn_fstypes::modes() {
-                if json {
-                    println!("{}", m.to_json());
-                } else {
-                    println!("{}\t{}", m.spec.name, m.spec.description);
-                }
-            }
-            // The variants (a journal's log on a second device, ...) are no `-o mode=`
-            // values: listed for the tools that read `--json`, keyed `variant`.
-            if json {
-                for v in cairn_fstypes::variants() {
-                    println!("{}", v.to_json());
-                }
+            for l in modes::lines(json) {
+                println!("{l}");
             }
             Ok(0)
         }
