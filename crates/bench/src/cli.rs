@@ -15,6 +15,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
+use cairn_vfs::parse_size;
+
 use crate::counters::{Counters, Source};
 use crate::registry::{Commit, Family, Listing};
 use crate::report::{self, Meta, Record};
@@ -329,20 +331,6 @@ fn parse_scale(s: &str) -> Result<f64, String> {
             "bad scale '{s}': a positive number, 1 = the papers' sizes"
         )),
     }
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, shift) = match s.as_bytes().last().map(|c| c.to_ascii_uppercase()) {
-        Some(b'K') => (&s[..s.len() - 1], 10),
-        Some(b'M') => (&s[..s.len() - 1], 20),
-        Some(b'G') => (&s[..s.len() - 1], 30),
-        Some(b'T') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{s}' too large"))
 }
 
 /// Runs one bench command and returns the process exit code (errors are printed).
