@@ -163,7 +163,7 @@ impl Facts {
                 "a log-structured mode's recovery is roll-forward, and only its",
             ),
             (
-                (f.recovery == Recovery::None) == !logged,
+                (f.recovery != Recovery::None) == logged,
                 "a mode with a log recovers from it; one without has no recovery of its own",
             ),
             (
