@@ -1,6 +1,7 @@
 //! What the cairn build says of its modes, read from `cairn modes --json`: the benchmark
-//! links none of cairn's crates, so this is its copy of the registry's vocabulary
-//! (`cairn_vfs::modes::Facts`) and its only source of mode facts. Nothing in the benchmark
+//! links none of cairn's file-system crates (it measures whichever build it is given), so
+//! it reads the registry's facts (the vocabulary of `cairn_vfs::modes`) from the command;
+//! this is its only source of mode facts. Nothing in the benchmark
 //! compares mode names: which targets exist, which workloads run on which, and how a target
 //! recovers after a crash are read off these facts.
 
@@ -8,65 +9,12 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::sys;
 
-/// The design a mode belongs to (`cairn_vfs::modes::Family`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    Ffs,
-    SoftUpdates,
-    Journal,
-    LogStructured,
-}
-
-/// When a call's metadata is durable (`cairn_vfs::modes::Commit`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Commit {
-    Sync,
-    Group,
-    Async,
-}
-
-/// What runs after a crash (`cairn_vfs::modes::Recovery`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Recovery {
-    None,
-    LogReplay,
-    RollForward,
-}
-
-/// Where a mode keeps its log (`cairn_vfs::modes::LogPlacement`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LogPlacement {
-    None,
-    Area,
-    Device,
-    Whole,
-}
-
-/// A mode's or variant's facts (`cairn_vfs::modes::Facts`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Facts {
-    pub family: Family,
-    pub commit: Commit,
-    pub recovery: Recovery,
-    pub log: LogPlacement,
-}
-
-/// What must happen after a crash (`cairn_vfs::modes::AfterCrash`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AfterCrash {
-    Fsck,
-    Mount,
-    Recover,
-}
+/// The registry's vocabulary, read back from the JSON the command prints.
+pub use cairn_vfs::modes::{AfterCrash, Commit, Facts, Family, LogPlacement, Recovery};
 
 /// One listed mode.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]

@@ -437,20 +437,7 @@ mod tests {
             next += 1;
             next
         };
-        let mut t = Tree::new(0b11);
-        t.add_dir(ROOT, OsStr::new("a"), 2, 0b01);
-        t.add_dir(2, OsStr::new("b"), 3, 0b11);
-        t.dirs
-            .get_mut(&3)
-            .unwrap()
-            .children
-            .insert("f".into(), Entry::File(1));
-        t.dirs
-            .get_mut(&ROOT)
-            .unwrap()
-            .children
-            .insert("g".into(), Entry::File(0));
-        t.mark_away(ROOT, OsStr::new("g"), 1);
+        let t = golden_tree();
         let names = vec!["fast".to_string(), "slow".to_string()];
         let enc = t.encode(&names);
         let d = Tree::decode(&enc, &names, &mut alloc).unwrap();

@@ -7,7 +7,7 @@
 //! benchmark reads [`AfterCrash`] to know how to recover a target after a crash. A new mode
 //! is one `ModeSpec` in its format crate and nothing else.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Whether an outcome of a crash may occur in a mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -23,7 +23,7 @@ pub enum Allowed {
 }
 
 /// What must happen after a crash before the file system is usable again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AfterCrash {
     /// A full check and repair (`cairn fsck -y`) before mounting: FFS sync and async.
@@ -74,7 +74,7 @@ pub struct ModeOption {
 }
 
 /// The design a mode belongs to (001 §2's classes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     /// FFS's own disciplines: ordered synchronous writes (sync) or none at all (async).
@@ -88,7 +88,7 @@ pub enum Family {
 }
 
 /// When a call's metadata is made durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Commit {
     /// Before the call returns, by its own writes or log force.
@@ -100,7 +100,7 @@ pub enum Commit {
 }
 
 /// What runs after a crash before the image is checked or used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Recovery {
     /// Nothing of the mode's own: the checker (fsck, or a background one) finds what is
@@ -115,7 +115,7 @@ pub enum Recovery {
 }
 
 /// Where a mode keeps its log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogPlacement {
     /// No log.
@@ -129,7 +129,7 @@ pub enum LogPlacement {
 }
 
 /// A mode's facts beside its promises: what the tools need to record, run and recover it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Facts {
     pub family: Family,
     pub commit: Commit,
