@@ -12,6 +12,7 @@ mod helper;
 mod inspect;
 mod lfs;
 mod mkfs;
+mod modes;
 mod mount;
 mod record;
 mod runtime;
@@ -126,12 +127,8 @@ fn main() {
         Cmd::Stats(a) => stats::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
         Cmd::Modes { json } => {
-            for m in cairn_fstypes::modes() {
-                if json {
-                    println!("{}", m.to_json());
-                } else {
-                    println!("{}\t{}", m.spec.name, m.spec.description);
-                }
+            for l in modes::lines(json) {
+                println!("{l}");
             }
             Ok(0)
         }

@@ -93,6 +93,8 @@ struct Listed {
     format: String,
     /// Every metadata call durable when it returns (`metadata_on_return`).
     durable: bool,
+    /// Its design (`facts.family`: `ffs`, `soft_updates`, `journal`, `log_structured`).
+    family: String,
 }
 
 /// What the binary lists, asked once per test process.
@@ -112,6 +114,10 @@ fn listed() -> &'static [Listed] {
                     mode: v["mode"].as_str()?.to_string(),
                     format: v["type"].as_str().unwrap_or("ffs").to_string(),
                     durable: v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true),
+                    family: v["facts"]["family"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                 })
             })
             .collect();
@@ -126,6 +132,23 @@ pub fn format_of(mode: &str) -> String {
         .iter()
         .find(|m| m.mode == mode)
         .map_or_else(|| "ffs".to_string(), |m| m.format.clone())
+}
+
+/// The listed modes of design `family` (`cairn modes --json`, `facts.family`: `ffs`,
+/// `soft_updates`, `journal`, `log_structured`), in listing order.
+pub fn modes_of_family(family: &str) -> Vec<String> {
+    listed()
+        .iter()
+        .filter(|m| m.family == family)
+        .map(|m| m.mode.clone())
+        .collect()
+}
+
+/// Whether mode `mode` is log-structured (`facts.family`), as the binary lists it.
+pub fn is_log_structured(mode: &str) -> bool {
+    listed()
+        .iter()
+        .any(|m| m.mode == mode && m.family == "log_structured")
 }
 
 /// The modes of [`modes`] that promise every metadata call durable when it returns (`cairn

@@ -1876,9 +1876,7 @@ fn fill_inodes(dir: &Path) -> (i32, usize) {
 /// deletes' own log writes, and per segment a metadata block and its summaries, stay out
 /// of the count until the cleaner runs: up to 1% of the disk.
 fn freed_slack(t: &Target, s0: &nix::sys::statvfs::Statvfs, blocks: u64) -> u64 {
-    let log_structured = t
-        .mode()
-        .is_some_and(|m| cairn_fstests::format_of(m) == "lfs");
+    let log_structured = t.mode().is_some_and(cairn_fstests::is_log_structured);
     if log_structured {
         blocks.max(s0.blocks() / 100)
     } else {

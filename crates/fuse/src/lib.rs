@@ -210,7 +210,7 @@ impl FuseOptions {
             "atime" | "relatime" | "strictatime" => self.noatime = false,
             "max_write" => {
                 let v = need(key, value)?;
-                let n = parse_bytes(v).ok_or_else(|| format!("bad max_write '{v}'"))?;
+                let n = cairn_vfs::parse_size(v).map_err(|e| format!("max_write: {e}"))?;
                 if !(4096..=(16 << 20)).contains(&n) {
                     return Err("max_write must be between 4K and 16M".into());
                 }
@@ -232,15 +232,6 @@ impl FuseOptions {
         }
         Ok(true)
     }
-}
-
-fn parse_bytes(s: &str) -> Option<u64> {
-    let (num, mult) = match s.as_bytes().last()?.to_ascii_uppercase() {
-        b'K' => (&s[..s.len() - 1], 1u64 << 10),
-        b'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 /// A mounted file system whose requests are not being served yet. Mounting and serving are

@@ -24,10 +24,12 @@ pub mod falloc;
 pub mod fileattr;
 pub mod modes;
 pub mod perm;
+pub mod size;
 
 pub use error::{Errno, FsError, Result};
 pub use perm::{Access, Ctx, Owner};
 pub use perm::{LINK_MAX, NAME_MAX};
+pub use size::parse_size;
 
 /// An inode number as the file system knows it. The FUSE adapter maps the kernel's root (1)
 /// to [`FileSystem::root_ino`].

@@ -53,7 +53,10 @@ use std::time::Duration;
 
 use cairn_blockdev::{BlockDevice, FileDevice};
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption};
+use cairn_vfs::modes::{
+    AfterCrash, Allowed, Commit as VfsCommit, Facts, Family, Guarantees, LogPlacement, ModeOption,
+    Recovery,
+};
 use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
 use cairn_wal::{GroupWait, Lsn, Options as WalOptions, Region, Wal, WalError};
 use parking_lot::{Mutex, RwLock};
@@ -132,6 +135,12 @@ pub(super) const MODE: ModeInfo = ModeInfo {
         after_crash: AfterCrash::Recover,
         basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync); ordered data: no pointer or size durable before its data, no freed block's logged image replayed over its next owner (revoke)",
     },
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Sync,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
+    },
     options: &[
         ModeOption {
             key: "log",
@@ -173,6 +182,12 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         interrupted_rename: Allowed::Never,
         after_crash: AfterCrash::Recover,
         basis: "001 §3.2: an asynchronous log gives integrity without durability; 001 §5.3: recovery replays complete operations; 001 §6: rename atomic",
+    },
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Async,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
     },
     options: &[
         ModeOption {
@@ -216,6 +231,12 @@ pub(super) const MODE_GROUP: ModeInfo = ModeInfo {
     name: "journal-group",
     description: "journal with commit=group: every call durable on return, concurrent calls share log flushes",
     guarantees: MODE.guarantees,
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Group,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
+    },
     options: &[
         ModeOption {
             key: "log",
