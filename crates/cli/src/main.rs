@@ -47,7 +47,8 @@ enum Cmd {
     Umount(umount::Args),
     /// Live counters of a mounted file system
     Stats(stats::Args),
-    /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
+    /// Install the mount.cairn, mount.fuse.cairn and umount.fuse.cairn helpers (for mount -t
+    /// cairn, mount -t fuse.cairn and fstab)
     InstallHelper(helper::InstallArgs),
     /// List the metadata-update modes this build can mount (one per line: name, description)
     Modes {
@@ -92,6 +93,9 @@ fn main() {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let translated = match invoked_as(argv.first()).as_deref() {
         Some(helper::MOUNT_HELPER) => Some((helper::MOUNT_HELPER, helper::mount_args(&argv))),
+        Some(helper::FUSE_MOUNT_HELPER) => {
+            Some((helper::FUSE_MOUNT_HELPER, helper::mount_args(&argv)))
+        }
         Some(helper::UMOUNT_HELPER) => Some((helper::UMOUNT_HELPER, helper::umount_args(&argv))),
         _ => None,
     };

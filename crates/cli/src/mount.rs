@@ -344,6 +344,11 @@ impl Job {
         signals.thread_block().context("blocking signals")?;
 
         let mut record = runtime::Record::claim(&self.mountpoint)?;
+        // After a plain `umount` of this image elsewhere, its daemon may still be writing
+        // back: wait for it rather than fail on the image lock.
+        if !self.memory {
+            runtime::wait_for_image(&self.image)?;
+        }
         // Bound before the mount appears, served once it is up (see `control::Listener`).
         let listener = control::Listener::bind(&record.paths.sock)
             .map_err(|e| warn!("no control socket: {e:#}"))
