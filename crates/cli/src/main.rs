@@ -16,6 +16,7 @@ mod mount;
 mod record;
 mod runtime;
 mod stats;
+mod sync;
 mod umbrella;
 mod umount;
 mod wal;
@@ -47,6 +48,8 @@ enum Cmd {
     Umount(umount::Args),
     /// Live counters of a mounted file system
     Stats(stats::Args),
+    /// Make a mounted file system durable (sync(2) and `sync -f` never reach a FUSE daemon)
+    Sync(sync::Args),
     /// Install the mount.cairn, mount.fuse.cairn and umount.fuse.cairn helpers (for mount -t
     /// cairn, mount -t fuse.cairn and fstab)
     InstallHelper(helper::InstallArgs),
@@ -128,6 +131,7 @@ fn main() {
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Umount(a) => umount::run(a),
         Cmd::Stats(a) => stats::run(a),
+        Cmd::Sync(a) => sync::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
         Cmd::Modes { json } => {
             for m in cairn_fstypes::modes() {

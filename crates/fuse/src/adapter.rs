@@ -683,9 +683,18 @@ impl Adapter {
         });
     }
 
+    /// fsync of a directory. Of the root it syncs the whole file system: sync(2) and
+    /// syncfs(2) never reach a FUSE daemon on a kernel that sends FUSE_SYNCFS only to
+    /// virtiofs, and `sync MNT` (coreutils fsyncs the files it is given) is the one way a
+    /// user has to ask the kernel for a durable file system (docs/DESIGN.md, "Which sync").
+    /// Durable is more than the directory's entries, never less.
     pub(crate) fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool, reply: impl EmptyReply) {
         self.serve(Op::Fsyncdir, || {
-            let r = self.fs.fsyncdir(self.ino_in(ino), fh, datasync);
+            let r = if ino == FUSE_ROOT {
+                self.fs.sync_all()
+            } else {
+                self.fs.fsyncdir(self.ino_in(ino), fh, datasync)
+            };
             self.reply_empty(Op::Fsyncdir, reply, r);
         });
     }
