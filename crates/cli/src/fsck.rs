@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<i32> {
     let repair = args.yes && !args.no;
     // An image just unmounted may still be held by its daemon's final flush.
     if !args.force
-        && let Err(e) = runtime::wait_for_image(&args.image)
+        && let Err(e) = runtime::wait_for_image(&args.image, repair)
     {
         eprintln!("cairn fsck: {e:#}");
         return Ok(8);
@@ -195,7 +195,7 @@ fn background(args: &Args) -> Result<i32> {
         Ok(8)
     };
     let sock = match runtime::canonical_mountpoint(&args.image) {
-        Ok(mp) => runtime::paths(&mp).sock,
+        Ok(mp) => runtime::socket_for(&mp),
         Err(e) => return fail(format!("{e:#}")),
     };
     if !sock.exists() {

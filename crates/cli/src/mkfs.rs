@@ -79,7 +79,7 @@ pub fn run(args: Args) -> Result<i32> {
         sparse: args.sparse,
     };
     // An image just unmounted may still be held by its daemon's final flush.
-    crate::runtime::wait_for_image(&args.image)?;
+    crate::runtime::wait_for_image(&args.image, true)?;
     if let Err(e) = (fs.mkfs)(&args.image, &opts) {
         eprintln!("cairn mkfs: {}: {e}", args.image.display());
         return Ok(1);

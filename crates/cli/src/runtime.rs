@@ -158,10 +158,14 @@ pub struct RecordInfo {
     pub pid: Option<u32>,
     pub image: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
+    /// The FUSE connection's device number (`0:45`, the mount table's third field): every
+    /// mount point the daemon serves — its own and bind mounts of it (a second `cairn mount`
+    /// of the same image) — shows it.
+    pub devno: Option<String>,
 }
 
 impl RecordInfo {
-    /// Parses the pid file's lines: pid, image, mount point.
+    /// Parses the pid file's lines: pid, image, mount point, device number.
     pub fn parse(text: &str) -> RecordInfo {
         let mut lines = text.lines();
         let pid = lines.next().and_then(|l| l.trim().parse().ok());
@@ -170,7 +174,21 @@ impl RecordInfo {
             pid,
             image: path(lines.next()),
             mountpoint: path(lines.next()),
+            devno: lines
+                .next()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
         }
+    }
+
+    /// Reads the record in `f`.
+    pub fn read(f: &mut File) -> RecordInfo {
+        use std::io::Seek;
+        let mut text = String::new();
+        let _ = f.rewind();
+        let _ = f.read_to_string(&mut text);
+        RecordInfo::parse(&text)
     }
 }
 
@@ -197,13 +215,60 @@ impl Holder {
         if exiting(pid) {
             return Holder::Exiting(pid);
         }
-        let mp = info.mountpoint.as_deref().unwrap_or(mountpoint);
-        if fuse_mounted(mp) {
+        let serving = match &info.devno {
+            Some(d) => !fuse_mounts_of(d).is_empty(),
+            None => fuse_mounted(info.mountpoint.as_deref().unwrap_or(mountpoint)),
+        };
+        if serving {
             Holder::Serving(pid)
         } else {
             Holder::Leaving(pid)
         }
     }
+}
+
+/// The FUSE mounts in this namespace: (device number, mount point, root within the file
+/// system), from /proc/self/mountinfo (a stat of a mount point would wait on its daemon).
+fn fuse_mount_table() -> Vec<(String, PathBuf, String)> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            if !right.starts_with("fuse") {
+                return None;
+            }
+            let f: Vec<&str> = left.split(' ').collect();
+            let mp = std::ffi::OsString::from_vec(unescape_mountinfo(f.get(4)?));
+            Some((
+                f.get(2)?.to_string(),
+                PathBuf::from(mp),
+                f.get(3)?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Where the FUSE connection `devno` is mounted (its root first).
+pub fn fuse_mounts_of(devno: &str) -> Vec<PathBuf> {
+    let mut v: Vec<(bool, PathBuf)> = fuse_mount_table()
+        .into_iter()
+        .filter(|(d, _, _)| d == devno)
+        .map(|(_, mp, root)| (root != "/", mp))
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, mp)| mp).collect()
+}
+
+/// The device number of the FUSE mount at `mountpoint`, if one is there (the top one).
+pub fn fuse_devno(mountpoint: &Path) -> Option<String> {
+    fuse_mount_table()
+        .into_iter()
+        .rev()
+        .find(|(_, mp, _)| mp == mountpoint)
+        .map(|(d, _, _)| d)
 }
 
 /// Whether a FUSE file system is mounted at `mountpoint` in this mount namespace (read from
@@ -323,7 +388,25 @@ impl Record {
                     let holder = Holder::of(&info, mountpoint);
                     let mp = mountpoint.display();
                     if let Holder::Serving(pid) = holder {
-                        bail!("{mp} is already served by a cairn daemon (pid {pid})");
+                        let here = info.devno.as_deref().is_none()
+                            || fuse_devno(mountpoint).is_some_and(|d| Some(d) == info.devno);
+                        if here {
+                            bail!("{mp} is already served by a cairn daemon (pid {pid})");
+                        }
+                        let elsewhere = info
+                            .devno
+                            .as_deref()
+                            .map(fuse_mounts_of)
+                            .unwrap_or_default();
+                        bail!(
+                            "the cairn daemon (pid {pid}) that was mounted on {mp} still serves \
+                             its file system at {}: unmount that first",
+                            elsewhere
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
                     }
                     if patience.wait(|| format!("the cairn daemon of {mp} ({holder:?})")) {
                         continue;
@@ -359,12 +442,14 @@ impl Record {
         }
     }
 
+    /// Records who serves the mount point, once mounted (see [`RecordInfo`]).
     pub fn write_info(&mut self, image: &Path, mountpoint: &Path) -> Result<()> {
         let text = format!(
-            "{}\n{}\n{}\n",
+            "{}\n{}\n{}\n{}\n",
             std::process::id(),
             image.display(),
-            mountpoint.display()
+            mountpoint.display(),
+            fuse_devno(mountpoint).unwrap_or_default()
         );
         self.lock.set_len(0)?;
         (&*self.lock).write_all(text.as_bytes())?;
@@ -413,31 +498,22 @@ pub fn prune_logs(dir: &Path, keep: usize) {
 /// would otherwise find the image locked by the daemon's final flush. A daemon still
 /// serving a mount of it is not waited for (the image lock then refuses, naming the
 /// mount); one that has not finished within [`LEAVING_WAIT`] is an error naming it.
-pub fn wait_for_image(image: &Path) -> Result<()> {
-    wait_for_image_in(&runtime_dir(), image, LEAVING_WAIT)
+///
+/// `exclusive`: the caller will want the image for writing; a reader only waits for a
+/// writer.
+pub fn wait_for_image(image: &Path, exclusive: bool) -> Result<()> {
+    wait_for_image_in(&runtime_dir(), image, exclusive, LEAVING_WAIT)
 }
 
-fn wait_for_image_in(dir: &Path, image: &Path, limit: Duration) -> Result<()> {
+fn wait_for_image_in(dir: &Path, image: &Path, exclusive: bool, limit: Duration) -> Result<()> {
     let Ok(want) = std::fs::metadata(image) else {
         return Ok(());
     };
     let same = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
     let mut patience = Patience::new(limit);
-    for path in entries.flatten().map(|e| e.path()) {
-        if path.extension().is_none_or(|x| x != "pid") {
-            continue;
-        }
-        let Ok(mut f) = File::open(&path) else {
-            continue;
-        };
-        let mut text = String::new();
-        let _ = f.read_to_string(&mut text);
-        let info = RecordInfo::parse(&text);
+    for (mut f, _, info) in records_in(dir) {
         let (Some(pid), Some(img), Some(mp)) = (info.pid, &info.image, &info.mountpoint) else {
             continue;
         };
@@ -479,19 +555,92 @@ fn wait_for_image_in(dir: &Path, image: &Path, limit: Duration) -> Result<()> {
             }
         }
     }
+    // A daemon removes its record as it leaves but holds the image until its last thread
+    // has exited; a check, or a mount still starting, holds it without a mount too. Wait
+    // for such a holder; one that serves a mount is left to the image lock's refusal.
+    if let Ok(f) = File::open(image) {
+        while let Some(h) = cairn_blockdev::lock::holder(&f) {
+            let conflicts = exclusive || h.writer;
+            if h.mountpoint.is_some() || h.pid == std::process::id() || !conflicts {
+                break;
+            }
+            if !patience.wait(|| h.describe()) {
+                bail!("{} is still held by {}", image.display(), h.describe());
+            }
+        }
+    }
     Ok(())
+}
+
+/// The record of the daemon serving `mountpoint`: the one named after it, or — for a
+/// second mount point of an image, a bind mount of the daemon's — the one whose FUSE
+/// connection is mounted there. Returns the open pid file and the record's paths.
+pub fn find_record(mountpoint: &Path) -> Option<(File, Paths)> {
+    let own = paths(mountpoint);
+    if let Ok(f) = File::open(&own.pid) {
+        return Some((f, own));
+    }
+    let devno = fuse_devno(mountpoint)?;
+    records_in(&runtime_dir())
+        .into_iter()
+        .find(|(_, _, info)| info.devno.as_deref() == Some(devno.as_str()))
+        .and_then(|(f, _, info)| Some((f, paths(info.mountpoint.as_deref()?))))
+}
+
+/// The control socket of the daemon serving `mountpoint` (see [`find_record`]).
+pub fn socket_for(mountpoint: &Path) -> PathBuf {
+    find_record(mountpoint).map_or_else(|| paths(mountpoint).sock, |(_, p)| p.sock)
+}
+
+/// Every record in `dir`: the open pid file, its path and what it says.
+fn records_in(dir: &Path) -> Vec<(File, PathBuf, RecordInfo)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pid"))
+        .filter_map(|p| {
+            let mut f = File::open(&p).ok()?;
+            let info = RecordInfo::read(&mut f);
+            Some((f, p, info))
+        })
+        .collect()
+}
+
+/// A live daemon serving `image` (a record naming the image whose connection is mounted).
+pub fn serving(image: &Path) -> Option<RecordInfo> {
+    let want = std::fs::metadata(image).ok()?;
+    records_in(&runtime_dir())
+        .into_iter()
+        .map(|(_, _, info)| info)
+        .find(|info| {
+            info.image.as_deref().is_some_and(|i| {
+                std::fs::metadata(i).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+            }) && info
+                .mountpoint
+                .as_deref()
+                .is_some_and(|mp| matches!(Holder::of(info, mp), Holder::Serving(_)))
+        })
 }
 
 /// Opens the pid file of the daemon serving `mountpoint`, if there is one.
 pub fn open_record(mountpoint: &Path) -> Option<File> {
-    File::open(paths(mountpoint).pid).ok()
+    find_record(mountpoint).map(|(f, _)| f)
 }
 
-/// Blocks until the daemon that owns this pid file has exited.
+/// Blocks until the daemon that owns this pid file has exited — unless it still serves its
+/// file system at another mount point (a second mount point of the image), which an
+/// unmount of one of them leaves alone.
 pub fn wait_for_exit(mut f: File) -> Result<()> {
-    let mut text = String::new();
-    let _ = f.read_to_string(&mut text);
-    let pid: Option<u32> = text.lines().next().and_then(|l| l.trim().parse().ok());
+    let info = RecordInfo::read(&mut f);
+    if let (Some(_), Some(mp)) = (&info.devno, &info.mountpoint)
+        && let Holder::Serving(_) = Holder::of(&info, mp)
+    {
+        return Ok(());
+    }
+    let pid = info.pid;
     loop {
         match Flock::lock(f.try_clone()?, FlockArg::LockShared) {
             Ok(_) => break,
@@ -644,23 +793,23 @@ mod tests {
         let run = dir.path().join("run");
         let mp = Path::new("/gone/mount");
         // Nobody: no wait.
-        wait_for_image_in(&run, &img, Duration::from_secs(5)).unwrap();
+        wait_for_image_in(&run, &img, true, Duration::from_secs(5)).unwrap();
         let mut r = Record::claim_in(&run, mp, LEAVING_WAIT).unwrap();
         r.write_info(&img, mp).unwrap();
         // Another image: no wait.
         let other = dir.path().join("other");
         std::fs::write(&other, b"y").unwrap();
         let t = Instant::now();
-        wait_for_image_in(&run, &other, Duration::from_secs(5)).unwrap();
+        wait_for_image_in(&run, &other, true, Duration::from_secs(5)).unwrap();
         assert!(t.elapsed() < Duration::from_secs(1));
         // Held by a daemon whose mount is gone: bounded, then named.
-        let e = wait_for_image_in(&run, &img, Duration::from_millis(100))
+        let e = wait_for_image_in(&run, &img, true, Duration::from_millis(100))
             .unwrap_err()
             .to_string();
         assert!(e.contains("/gone/mount") && e.contains("still held"), "{e}");
         // Released while waited for: returns.
         let (r2, i2) = (run.clone(), img.clone());
-        let w = std::thread::spawn(move || wait_for_image_in(&r2, &i2, LEAVING_WAIT));
+        let w = std::thread::spawn(move || wait_for_image_in(&r2, &i2, true, LEAVING_WAIT));
         std::thread::sleep(Duration::from_millis(50));
         assert!(!w.is_finished());
         drop(r);

@@ -32,7 +32,7 @@ pub fn run(args: Args) -> Result<i32> {
 
 fn sync_one(m: &std::path::Path) -> Result<()> {
     let mp = runtime::canonical_mountpoint(m)?;
-    let sock = runtime::paths(&mp).sock;
+    let sock = runtime::socket_for(&mp);
     if !sock.exists() {
         bail!(
             "no cairn daemon serves {} (no control socket {})",
