@@ -819,8 +819,8 @@ impl Ffs {
             // Preflight: a block whose data and indirect blocks cannot all be allocated is
             // not started (a short write, or ENOSPC for the first), so no half-built
             // pointer path is left behind. Only near a full file system is it worth a walk.
-            if st.alloc.free_blocks() < crate::bmap::MAX_MAP_BLOCKS
-                && st.alloc.free_blocks() < self.blocks_to_map(st, ino, lbn)?
+            if st.alloc.usable_blocks() < crate::bmap::MAX_MAP_BLOCKS
+                && st.alloc.usable_blocks() < self.blocks_to_map(st, ino, lbn)?
             {
                 if pos > offset {
                     break;
@@ -1224,6 +1224,56 @@ impl Ffs {
     }
 }
 
+impl Ffs {
+    /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
+    /// (`back`: true, which may use the write-back reserve).
+    fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
+        let _il = self.ilock(ino).write();
+        let map = |st: &mut State| -> Result<Option<WritePlan>> {
+            let flags = if fh != 0 {
+                self.handle(st, fh)?.1
+            } else {
+                libc::O_RDWR
+            };
+            if flags & libc::O_ACCMODE == libc::O_RDONLY {
+                return Err(Errno::EBADF.into());
+            }
+            let off = if flags & libc::O_APPEND != 0 {
+                self.iget(st, ino)?.d.size
+            } else {
+                offset
+            };
+            // A write-back may take the reserve held for it (`alloc`), for this call only.
+            st.alloc.dip_into_reserve = back;
+            let r = self.write_map(st, ino, off, data);
+            st.alloc.dip_into_reserve = false;
+            r
+        };
+        match self.strategy.io_model() {
+            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
+                let Some(plan) = map(st)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                self.write_finish(st, ino, &plan, data, failed, false)?
+            }),
+            IoModel::Concurrent => self.counted("write", || {
+                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
+                    return Ok(0);
+                };
+                let mut failed = self.write_streams(ino, &plan, data);
+                // The finishing call allocates nothing, so it never runs twice; should it,
+                // the stream's failure has been reported by the first run.
+                let r = self.locked_op(Some(OpKind::Write), |st| {
+                    self.write_finish(st, ino, &plan, data, failed.take(), true)
+                });
+                self.end_write(ino);
+                r?
+            }),
+        }
+    }
+}
+
 impl FileSystem for Ffs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
@@ -1243,7 +1293,8 @@ impl FileSystem for Ffs {
         Ok(StatFs {
             blocks: self.vol.geo.total_blocks - meta,
             bfree,
-            bavail: bfree,
+            // The write-back reserve is no room for new data (`alloc`).
+            bavail: bfree.saturating_sub(st.alloc.writeback_reserve()),
             files: self.vol.geo.total_inodes() - 2,
             ffree,
             bsize: self.vol.geo.block_size,
@@ -1548,45 +1599,24 @@ impl FileSystem for Ffs {
     /// stream's device writes go out with no engine lock held, and the second pass is
     /// another call: other files' calls never wait for this file's data to reach the device.
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        let _il = self.ilock(ino).write();
-        let map = |st: &mut State| -> Result<Option<WritePlan>> {
-            let flags = if fh != 0 {
-                self.handle(st, fh)?.1
-            } else {
-                libc::O_RDWR
-            };
-            if flags & libc::O_ACCMODE == libc::O_RDONLY {
-                return Err(Errno::EBADF.into());
-            }
-            let off = if flags & libc::O_APPEND != 0 {
-                self.iget(st, ino)?.d.size
-            } else {
-                offset
-            };
-            self.write_map(st, ino, off, data)
-        };
-        match self.strategy.io_model() {
-            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
-                let Some(plan) = map(st)? else {
-                    return Ok(0);
-                };
-                let failed = self.write_streams(ino, &plan, data);
-                self.write_finish(st, ino, &plan, data, failed, false)?
-            }),
-            IoModel::Concurrent => self.counted("write", || {
-                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
-                    return Ok(0);
-                };
-                let mut failed = self.write_streams(ino, &plan, data);
-                // The finishing call allocates nothing, so it never runs twice; should it,
-                // the stream's failure has been reported by the first run.
-                let r = self.locked_op(Some(OpKind::Write), |st| {
-                    self.write_finish(st, ino, &plan, data, failed.take(), true)
-                });
-                self.end_write(ino);
-                r?
-            }),
-        }
+        self.write_as(ino, fh, offset, data, false)
+    }
+
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, fh, offset, data, true)
+    }
+
+    fn set_writeback_reserve(&self, bytes: u64) {
+        // Data blocks, and the indirect blocks mapping them (one per block of pointers).
+        let bs = self.vol.geo.block_size as u64;
+        let data = bytes.div_ceil(bs);
+        let blocks = data + data.div_ceil(bs / 4) + crate::bmap::MAX_MAP_BLOCKS;
+        self.st.lock().alloc.set_writeback_reserve(blocks);
+    }
+
+    fn room_is_short(&self) -> bool {
+        let mut st = self.st.lock();
+        st.alloc.usable_blocks() < st.alloc.writeback_reserve()
     }
 
     /// Nothing to do at close(2): writes reach the buffer cache when write() is called (no

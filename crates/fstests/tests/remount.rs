@@ -12,57 +12,34 @@
 //! Needs root and /dev/fuse.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-use cairn_fstests::{cairn_bin, is_mountpoint, pattern, say};
+use cairn_fstests::{Workdir, cairn_bin, pattern, say};
 
 const FILES: usize = 6;
 const FILE_BYTES: usize = 16 << 20;
 
+/// A work directory with an image `img` (256 MiB) and mount points `mnt`, `mnt2`, `mnt3`.
 struct Bench {
-    dir: tempfile::TempDir,
+    w: Workdir,
+}
+
+impl std::ops::Deref for Bench {
+    type Target = Workdir;
+    fn deref(&self) -> &Workdir {
+        &self.w
+    }
 }
 
 impl Bench {
     fn new() -> Bench {
-        let dir = tempfile::tempdir().unwrap();
+        let w = Workdir::new();
         for m in ["mnt", "mnt2", "mnt3"] {
-            fs::create_dir(dir.path().join(m)).unwrap();
+            w.mkdir(m);
         }
-        let b = Bench { dir };
-        b.ok(&["mkfs", "img", "--size", "256M"]);
-        b
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn cairn(&self, args: &[&str]) -> Output {
-        Command::new(cairn_bin())
-            .args(args)
-            .env("CAIRN_RUNTIME_DIR", self.p("run"))
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> Output {
-        let o = self.cairn(args);
-        assert!(
-            o.status.success(),
-            "cairn {args:?} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        o
-    }
-
-    /// The pid of the daemon serving `mnt` (its record in the runtime directory).
-    fn daemon(&self, mnt: &str) -> u32 {
-        let o = self.ok(&["stats", "--json", mnt]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["daemon"]["pid"].as_u64().unwrap() as u32
+        w.ok(&["mkfs", "img", "--size", "256M"]);
+        Bench { w }
     }
 
     /// Writes the round's files through `mnt` (closed, so handed to the daemon) in 128 KiB
@@ -101,17 +78,6 @@ impl Bench {
              does not exercise the race (make its final flush longer)"
         );
         pid
-    }
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        for m in ["mnt", "mnt2"] {
-            let p = self.p(m);
-            if is_mountpoint(&p) {
-                let _ = self.cairn(&["umount", m]);
-            }
-        }
     }
 }
 
@@ -234,8 +200,8 @@ done
     let o = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .env("CAIRN", cairn_bin())
-        .env("CAIRN_RUNTIME_DIR", b.p("run"))
-        .current_dir(b.dir.path())
+        .env("CAIRN_RUNTIME_DIR", b.runtime())
+        .current_dir(b.p(""))
         .output()
         .unwrap();
     assert!(

@@ -15,105 +15,11 @@
 //! Needs root and /dev/fuse.
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use cairn_fstests::{cairn_bin, is_mountpoint, pattern, say};
+use cairn_fstests::{Listed, Workdir, mode_list, pattern, say};
 
 const FILES: usize = 100;
-
-/// One mode as `cairn modes --json` lists it.
-struct Mode {
-    name: String,
-    format: String,
-    after_crash: String,
-    /// Whether the mode takes `commit_interval` (a journal with a commit timer).
-    timer: bool,
-}
-
-fn modes() -> Vec<Mode> {
-    let out = Command::new(cairn_bin())
-        .args(["modes", "--json"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| Mode {
-            name: v["mode"].as_str().unwrap().to_string(),
-            format: v["type"].as_str().unwrap_or("ffs").to_string(),
-            after_crash: v["after_crash"].as_str().unwrap_or("mount").to_string(),
-            timer: v["options"]
-                .as_array()
-                .is_some_and(|o| o.iter().any(|o| o["key"] == "commit_interval")),
-        })
-        .collect()
-}
-
-struct Setup {
-    dir: tempfile::TempDir,
-    opts: String,
-}
-
-impl Setup {
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn cairn(&self, args: &[&str]) -> Output {
-        Command::new(cairn_bin())
-            .args(args)
-            .env("CAIRN_RUNTIME_DIR", self.p("run"))
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> Output {
-        let o = self.cairn(args);
-        assert!(
-            o.status.success(),
-            "cairn {args:?} failed: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        o
-    }
-
-    fn mount(&self) {
-        self.ok(&["mount", "-o", &self.opts, "img", "mnt"]);
-    }
-
-    fn daemon(&self) -> u32 {
-        let o = self.ok(&["stats", "--json", "mnt"]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["daemon"]["pid"].as_u64().unwrap() as u32
-    }
-
-    /// SIGKILL to the daemon, then the dead mount detached.
-    fn kill9(&self) {
-        let pid = self.daemon();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let t = std::time::Instant::now();
-        while cairn_bench::sys::pid_alive(pid) {
-            assert!(t.elapsed().as_secs() < 20, "the killed daemon did not go");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        nix::mount::umount2(&self.p("mnt"), nix::mount::MntFlags::MNT_DETACH).unwrap();
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        if is_mountpoint(&self.p("mnt")) {
-            let _ = self.cairn(&["umount", "mnt"]);
-        }
-    }
-}
 
 /// How the test asks for durability.
 #[derive(Clone, Copy, Debug)]
@@ -125,34 +31,31 @@ enum Ask {
     SyncMountpoint,
 }
 
-fn round(mode: &Mode, log_device: bool, ask: Ask) {
-    let mut s = Setup {
-        dir: tempfile::tempdir().unwrap(),
-        opts: String::new(),
-    };
-    fs::create_dir(s.p("mnt")).unwrap();
-    s.ok(&["mkfs", "img", "--size", "128M", "--format", &mode.format]);
+fn round(mode: &Listed, log_device: bool, ask: Ask) {
+    let w = Workdir::new();
+    w.mkdir("mnt");
+    w.ok(&["mkfs", "img", "--size", "128M", "--format", &mode.format]);
     // The periodic write-back out of reach, where the format has one to set.
-    let mut opts = format!("mode={}", mode.name);
-    if s.cairn(&["mount", "-o", &format!("{opts},syncer=300"), "img", "mnt"])
+    let mut opts = format!("mode={}", mode.mode);
+    if w.cairn(&["mount", "-o", &format!("{opts},syncer=300"), "img", "mnt"])
         .status
         .success()
     {
-        s.ok(&["umount", "mnt"]);
+        w.ok(&["umount", "mnt"]);
         opts.push_str(",syncer=300");
     }
-    if mode.timer {
+    let timer = mode.options.iter().any(|o| o == "commit_interval");
+    if timer {
         opts.push_str(",commit_interval=300");
     }
     if log_device {
-        s.ok(&["wal", "mkfs", "log", "--size", "16M"]);
-        opts.push_str(&format!(",log=dev:{}", s.p("log").display()));
+        w.ok(&["wal", "mkfs", "log", "--size", "16M"]);
+        opts.push_str(&format!(",log=dev:{}", w.p("log").display()));
     }
-    s.opts = opts;
-    s.mount();
+    w.ok(&["mount", "-o", &opts, "img", "mnt"]);
     for i in 0..FILES {
         fs::write(
-            s.p("mnt").join(format!("f{i}")),
+            w.p("mnt").join(format!("f{i}")),
             pattern(i as u64, 3000 + i),
         )
         .unwrap();
@@ -165,30 +68,30 @@ fn round(mode: &Mode, log_device: bool, ask: Ask) {
     let what = match ask {
         Ask::Nothing => "nothing",
         Ask::CairnSync => {
-            s.ok(&["sync", "mnt"]);
+            w.ok(&["sync", "mnt"]);
             "cairn sync"
         }
         Ask::SyncMountpoint => {
-            let o = Command::new("sync").arg(s.p("mnt")).output().unwrap();
+            let o = Command::new("sync").arg(w.p("mnt")).output().unwrap();
             assert!(o.status.success(), "{o:?}");
             "sync MNT"
         }
     };
-    s.kill9();
+    w.kill9("mnt");
     if mode.after_crash == "fsck" {
-        let o = s.cairn(&["fsck", "-y", "img"]);
+        let o = w.cairn(&["fsck", "-y", "img"]);
         assert!(
             matches!(o.status.code(), Some(0 | 1)),
             "{}: fsck -y after kill -9: {}{}",
-            mode.name,
+            mode.mode,
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    s.mount();
+    w.ok(&["mount", "-o", &opts, "img", "mnt"]);
     let mut missing = Vec::new();
     for i in 0..FILES {
-        match fs::read(s.p("mnt").join(format!("f{i}"))) {
+        match fs::read(w.p("mnt").join(format!("f{i}"))) {
             Ok(d) if d == pattern(i as u64, 3000 + i) => {}
             Ok(_) => missing.push(format!("f{i} (contents differ)")),
             Err(e) => missing.push(format!("f{i} ({e})")),
@@ -196,7 +99,7 @@ fn round(mode: &Mode, log_device: bool, ask: Ask) {
     }
     say!(
         "{}{}: {what}, kill -9, {}: {} of {FILES} files lost",
-        mode.name,
+        mode.mode,
         if log_device {
             " (log on its own device)"
         } else {
@@ -208,28 +111,32 @@ fn round(mode: &Mode, log_device: bool, ask: Ask) {
     assert!(
         missing.is_empty(),
         "{} after `{what}` and kill -9: {missing:?}",
-        mode.name
+        mode.mode
     );
-    s.ok(&["umount", "mnt"]);
+    w.ok(&["umount", "mnt"]);
 }
 
 #[test]
 fn cairn_sync_makes_every_mode_durable() {
-    for m in modes() {
+    for m in mode_list() {
         round(&m, false, Ask::CairnSync);
     }
 }
 
 #[test]
 fn sync_of_the_mount_point_makes_every_mode_durable() {
-    for m in modes() {
+    for m in mode_list() {
         round(&m, false, Ask::SyncMountpoint);
     }
 }
 
 #[test]
 fn journal_with_its_log_on_a_device_of_its_own() {
-    for m in modes().iter().filter(|m| m.timer) {
+    let timed = mode_list();
+    for m in timed
+        .iter()
+        .filter(|m| m.options.iter().any(|o| o == "commit_interval"))
+    {
         round(m, true, Ask::CairnSync);
         round(m, true, Ask::SyncMountpoint);
     }

@@ -225,6 +225,21 @@ impl Adapter {
         }
     }
 
+    /// The open flags for a regular file opened with `flags`. When the file system is
+    /// short of room (`FileSystem::room_is_short`), a handle that may write gets no page
+    /// cache (FOPEN_DIRECT_IO): its writes reach the file system, and fail there with
+    /// ENOSPC, at write(2); and the kernel refuses it a shared mapping (ENODEV at mmap)
+    /// rather than accept pages through it that the file system could not store
+    /// (docs/DESIGN.md, "A full disk").
+    fn file_fopen_flags(&self, flags: i32) -> FopenFlags {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY && self.fs.room_is_short() {
+            self.counts.direct_open();
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            self.fopen_flags()
+        }
+    }
+
     /// Counts one more open of a regular file and says whether the kernel should pass it
     /// through (see `opens`). `register` turns the file system's descriptor into a backing
     /// id; when it fails (no CAP_SYS_ADMIN, a backing file on a stacking file system) the
@@ -517,7 +532,7 @@ impl Adapter {
             let mut opens = self.opens.lock();
             let mode = self.open_mode(&mut opens, ino, fh, flags, |fd| reply.open_backing(fd));
             match mode {
-                Ok(OpenMode::Plain) => reply.opened(FileHandle(fh), self.fopen_flags()),
+                Ok(OpenMode::Plain) => reply.opened(FileHandle(fh), self.file_fopen_flags(flags)),
                 Ok(OpenMode::Passthrough(id)) => {
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
                 }
@@ -551,21 +566,44 @@ impl Adapter {
         });
     }
 
+    /// A WRITE. `cached`: the kernel's write-back of its page cache (FUSE_WRITE_CACHE),
+    /// i.e. pages a program was already told were written, which the file system may
+    /// store in the room it holds back for them; a failure of one is a loss the program
+    /// learns of only from msync, fsync or close, so it is logged, naming the file.
     pub(crate) fn write(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         data: &[u8],
+        cached: bool,
         reply: impl WriteReply,
     ) {
         self.serve(Op::Write, || {
-            match self.fs.write(self.ino_in(ino), fh, offset, data) {
+            let ino = self.ino_in(ino);
+            let r = if cached {
+                self.fs.write_back(ino, fh, offset, data)
+            } else {
+                self.fs.write(ino, fh, offset, data)
+            };
+            match r {
                 Ok(n) => {
                     self.counts.wrote_bytes(n as usize);
                     reply.written(n);
                 }
-                Err(e) => reply.error(self.err(Op::Write, e)),
+                Err(e) => {
+                    if cached {
+                        self.counts.write_back_lost();
+                        error!(
+                            "inode {ino}: the kernel's write-back of {} bytes at offset {offset} \
+                             failed ({e}); the data a program wrote through a shared mapping \
+                             is lost, and msync, fsync and close of the file report it \
+                             (find MOUNTPOINT -inum {ino} names it)",
+                            data.len()
+                        );
+                    }
+                    reply.error(self.err(Op::Write, e))
+                }
             }
         });
     }
@@ -795,9 +833,13 @@ impl Adapter {
                 Generation(a.generation),
             );
             match mode {
-                Ok(OpenMode::Plain) => {
-                    reply.created(&ttl, &attr, generation, FileHandle(fh), self.fopen_flags())
-                }
+                Ok(OpenMode::Plain) => reply.created(
+                    &ttl,
+                    &attr,
+                    generation,
+                    FileHandle(fh),
+                    self.file_fopen_flags(flags),
+                ),
                 Ok(OpenMode::Passthrough(id)) => reply.created_passthrough(
                     &ttl,
                     &attr,

@@ -340,6 +340,30 @@ pub trait FileSystem: Send + Sync {
         }
     }
 
+    /// A write of pages the kernel has already accepted: its write-back of a shared
+    /// mapping's dirty pages (FUSE_WRITE_CACHE). The program was told "written" long ago,
+    /// so this write may use the room held back for it ([`FileSystem::set_writeback_reserve`]);
+    /// if it still fails, the loss reaches the program through msync, fsync and close.
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write(ino, fh, offset, data)
+    }
+
+    /// How many bytes of dirty pages the kernel may hold for this mount at once (its dirty
+    /// limit, set by the FUSE adapter): the room every call but [`FileSystem::write_back`]
+    /// must leave free, so what the kernel already accepted can always be stored. A full
+    /// disk then fails the call that asked for room, with ENOSPC, instead of a write-back
+    /// nobody waits for (docs/DESIGN.md, "A full disk").
+    fn set_writeback_reserve(&self, bytes: u64) {
+        let _ = bytes;
+    }
+
+    /// Whether the room beyond the write-back reserve is below the reserve itself: then
+    /// the FUSE adapter opens files for writing without the kernel's page cache, so no new
+    /// shared mapping can accept pages the file system may not be able to store.
+    fn room_is_short(&self) -> bool {
+        false
+    }
+
     /// Writes everything dirty and makes it durable (sync(2), unmount).
     fn sync_all(&self) -> Result<()>;
 

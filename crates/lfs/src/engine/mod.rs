@@ -481,6 +481,11 @@ pub(crate) struct State {
     pub policy: Policy,
     pub thresholds: Thresholds,
     pub read_only: bool,
+    /// Bytes of room every call but a write-back of pages the kernel already accepted
+    /// must leave (`FileSystem::set_writeback_reserve`; docs/DESIGN.md, "A full disk").
+    pub writeback_reserve: u64,
+    /// Set for the length of such a write-back: it may take the reserve.
+    pub dip_into_reserve: bool,
     /// Inodes with no link that were open when the system stopped: the checkpoint's orphan
     /// list, then what roll-forward finds written with no link (or with links again); a
     /// read-write mount frees them once roll-forward is done.
@@ -1390,9 +1395,15 @@ impl State {
         self.clean_pass(Policy::GREEDY, th)
     }
 
-    /// Makes sure `bytes` more of file data fit; a checkpoint first (which frees segments
-    /// whose blocks all died), ENOSPC if they still do not.
+    /// Makes sure `bytes` more of file data fit — beyond the write-back reserve, unless
+    /// this is a write-back — a checkpoint first (which frees segments whose blocks all
+    /// died), ENOSPC if they still do not.
     pub fn ensure_space(&mut self, bytes: u64) -> Result<()> {
+        let bytes = if self.dip_into_reserve {
+            bytes
+        } else {
+            bytes.saturating_add(self.writeback_reserve)
+        };
         if self.space_left() >= bytes {
             return Ok(());
         }

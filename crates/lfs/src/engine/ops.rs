@@ -593,6 +593,27 @@ impl Lfs {
     }
 }
 
+impl Lfs {
+    /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
+    /// (`back`: true, which may use the write-back reserve).
+    fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
+        self.run_rw(|st| {
+            let flags = st.handles.get(&fh).map(|h| h.1).ok_or(Errno::EBADF)?;
+            let off = if flags & libc::O_APPEND != 0 {
+                st.inode(ino)?.size
+            } else {
+                offset
+            };
+            st.dip_into_reserve = back;
+            let r = st.do_write(ino, off, data);
+            st.dip_into_reserve = false;
+            let r = r?;
+            st.mark_dirty(ino);
+            Ok(r)
+        })
+    }
+}
+
 impl FileSystem for Lfs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
@@ -626,7 +647,8 @@ impl FileSystem for Lfs {
         Ok(StatFs {
             blocks: total,
             bfree,
-            bavail: bfree,
+            // The write-back reserve is no room for new data (`State::ensure_space`).
+            bavail: bfree.saturating_sub(st.writeback_reserve.div_ceil(BS)),
             files,
             ffree: files.saturating_sub(in_use),
             bsize: BLOCK_SIZE as u32,
@@ -937,17 +959,22 @@ impl FileSystem for Lfs {
     }
 
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        self.run_rw(|st| {
-            let flags = st.handles.get(&fh).map(|h| h.1).ok_or(Errno::EBADF)?;
-            let off = if flags & libc::O_APPEND != 0 {
-                st.inode(ino)?.size
-            } else {
-                offset
-            };
-            let r = st.do_write(ino, off, data)?;
-            st.mark_dirty(ino);
-            Ok(r)
-        })
+        self.write_as(ino, fh, offset, data, false)
+    }
+
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, fh, offset, data, true)
+    }
+
+    fn set_writeback_reserve(&self, bytes: u64) {
+        // Every block written costs room in the log (an overwrite too), plus its share of
+        // summaries and the inode's indirect blocks.
+        self.st.lock().writeback_reserve = bytes + bytes / 8 + 4 * BS;
+    }
+
+    fn room_is_short(&self) -> bool {
+        let st = self.st.lock();
+        st.space_left() < 2 * st.writeback_reserve
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {

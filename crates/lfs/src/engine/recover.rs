@@ -84,6 +84,8 @@ impl State {
                 .thresholds(sb_segments)
                 .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
             read_only,
+            writeback_reserve: 0,
+            dip_into_reserve: false,
             orphans: BTreeSet::new(),
             #[cfg(any(test, feature = "planted"))]
             planted: Planted::None,
