@@ -753,13 +753,12 @@ impl Ffs {
             }
             pos = chunk_end;
         }
-        // relatime: update atime only when it is older than mtime/ctime or a day old.
+        // The mount's atime option (relatime by default).
         let now = now_ns();
+        let policy = *self.atime.lock();
         let ic = self.iget(st, ino)?;
-        if ic.d.atime <= ic.d.mtime
-            || ic.d.atime <= ic.d.ctime
-            || now - ic.d.atime > 86_400_000_000_000
-        {
+        let (a, m, c) = (ic.d.atime as i128, ic.d.mtime as i128, ic.d.ctime as i128);
+        if policy.updates(a, m, c, now as i128) {
             ic.d.atime = now;
             self.store(st, ino)?;
         }
@@ -1612,6 +1611,10 @@ impl FileSystem for Ffs {
         let data = bytes.div_ceil(bs);
         let blocks = data + data.div_ceil(bs / 4) + crate::bmap::MAX_MAP_BLOCKS;
         self.st.lock().alloc.set_writeback_reserve(blocks);
+    }
+
+    fn set_atime(&self, policy: cairn_vfs::Atime) {
+        *self.atime.lock() = policy;
     }
 
     fn room_is_short(&self) -> bool {

@@ -103,9 +103,15 @@ pub struct Listed {
     pub options: Vec<String>,
 }
 
-/// Every mode the binary lists, with what `cairn modes --json` says of it.
+/// The modes of [`modes`] (`CAIRN_TEST_MODES`, or every mode the binary lists), with what
+/// `cairn modes --json` says of each.
 pub fn mode_list() -> Vec<Listed> {
-    listed().to_vec()
+    let wanted = modes();
+    listed()
+        .iter()
+        .filter(|m| wanted.contains(&m.mode))
+        .cloned()
+        .collect()
 }
 
 /// What the binary lists, asked once per test process.

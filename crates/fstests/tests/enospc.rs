@@ -23,20 +23,11 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use cairn_fstests::{Listed, Workdir, pattern, say};
+use cairn_fstests::{Listed, Workdir, mode_list, pattern, say};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const IMAGE: &str = "64M";
-
-/// The modes to run: every mode `cairn modes` lists, or those of `CAIRN_TEST_MODES`.
-fn mode_list() -> Vec<Listed> {
-    let wanted = cairn_fstests::modes();
-    cairn_fstests::mode_list()
-        .into_iter()
-        .filter(|m| wanted.contains(&m.mode))
-        .collect()
-}
 
 /// A fresh 64 MiB image in `mode`'s format, mounted at `mnt`.
 fn mounted(w: &Workdir, mode: &Listed) {

@@ -217,8 +217,10 @@ impl Adapter {
 
     fn fopen_flags(&self) -> FopenFlags {
         // Nothing but this mount changes the file system, so the page cache stays valid
-        // across opens as long as the kernel may cache attributes at all.
-        if self.policy.attr_ttl.is_zero() {
+        // across opens as long as the kernel may cache attributes at all. Under
+        // `strictatime` every open starts with an empty cache, so each reader's first read
+        // reaches the file system, which alone keeps atime (a FUSE inode is S_NOATIME).
+        if self.policy.attr_ttl.is_zero() || self.opts.atime == cairn_vfs::Atime::Strict {
             FopenFlags::empty()
         } else {
             FopenFlags::FOPEN_KEEP_CACHE

@@ -110,6 +110,8 @@ pub struct FuseOptions {
     pub dev: bool,
     pub exec: bool,
     pub noatime: bool,
+    /// When the file system updates access times (`relatime`, `strictatime`, `noatime`).
+    pub atime: cairn_vfs::Atime,
     /// Largest WRITE (and readahead) the kernel may send, in bytes.
     pub max_write: u32,
     /// Use the kernel's writeback cache when the file system's policy allows it.
@@ -140,6 +142,7 @@ impl Default for FuseOptions {
             dev: false,
             exec: true,
             noatime: false,
+            atime: cairn_vfs::Atime::Relative,
             max_write: 1 << 20,
             writeback_cache: true,
             readdirplus: ReaddirPlus::Auto,
@@ -206,8 +209,18 @@ impl FuseOptions {
             "nodev" => self.dev = false,
             "exec" => self.exec = true,
             "noexec" => self.exec = false,
-            "noatime" => self.noatime = true,
-            "atime" | "relatime" | "strictatime" => self.noatime = false,
+            "noatime" => {
+                self.noatime = true;
+                self.atime = cairn_vfs::Atime::Never;
+            }
+            "atime" | "relatime" => {
+                self.noatime = false;
+                self.atime = cairn_vfs::Atime::Relative;
+            }
+            "strictatime" => {
+                self.noatime = false;
+                self.atime = cairn_vfs::Atime::Strict;
+            }
             "max_write" => {
                 let v = need(key, value)?;
                 let n = parse_bytes(v).ok_or_else(|| format!("bad max_write '{v}'"))?;
@@ -330,6 +343,7 @@ impl Server {
         if !opts.read_only {
             limit_dirty(bdi.as_deref(), &*adapter.fs, &counts);
         }
+        adapter.fs.set_atime(opts.atime);
         Ok(Server {
             session,
             unmounter,

@@ -193,6 +193,34 @@ pub struct KernelCachePolicy {
     pub negative_ttl: std::time::Duration,
 }
 
+/// When a read updates a file's access time: the mount's `relatime` (the default),
+/// `strictatime` or `noatime`. The kernel leaves a FUSE file system's atime to it (its
+/// inodes are `S_NOATIME`), so the file system applies the mount's choice itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// Only when the access time is not later than the change or modification time, or is
+    /// a day old (Linux's relatime).
+    #[default]
+    Relative,
+    /// On every read.
+    Strict,
+    /// Never.
+    Never,
+}
+
+impl Atime {
+    /// Whether a read at `now` updates an access time of `atime` (nanoseconds since the
+    /// epoch, as `mtime` and `ctime`).
+    pub fn updates(self, atime: i128, mtime: i128, ctime: i128, now: i128) -> bool {
+        const DAY_NS: i128 = 86_400 * 1_000_000_000;
+        match self {
+            Atime::Never => false,
+            Atime::Strict => true,
+            Atime::Relative => atime <= mtime || atime <= ctime || now - atime > DAY_NS,
+        }
+    }
+}
+
 /// `fallocate` mode bits (`FALLOC_FL_*`).
 pub type FallocMode = i32;
 
@@ -362,6 +390,11 @@ pub trait FileSystem: Send + Sync {
     /// shared mapping can accept pages the file system may not be able to store.
     fn room_is_short(&self) -> bool {
         false
+    }
+
+    /// When reads update access times (the mount's atime option; set once, at mount).
+    fn set_atime(&self, policy: Atime) {
+        let _ = policy;
     }
 
     /// Writes everything dirty and makes it durable (sync(2), unmount).

@@ -1533,6 +1533,8 @@ pub(crate) fn decode_xattrs(b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
 pub struct Lfs {
     pub(crate) st: Mutex<State>,
     pub(crate) opts: MountOptions,
+    /// When reads update access times (`FileSystem::set_atime`).
+    pub(crate) atime: Mutex<cairn_vfs::Atime>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
     destroyed: AtomicBool,

@@ -954,8 +954,25 @@ impl FileSystem for Lfs {
                 b.drain(..from);
             }
             *buf = b;
+            // The mount's atime option (relatime by default); the inode goes out with the
+            // next flush, as any change.
+            let ns = |t: Time| t.sec as i128 * 1_000_000_000 + t.nsec as i128;
+            let t = now();
+            if !self.opts.read_only
+                && self
+                    .atime
+                    .lock()
+                    .updates(ns(n.atime), ns(n.mtime), ns(n.ctime), ns(t))
+            {
+                st.node(ino)?.inode.atime = t;
+                st.mark_dirty(ino);
+            }
             Ok(())
         })
+    }
+
+    fn set_atime(&self, policy: cairn_vfs::Atime) {
+        *self.atime.lock() = policy;
     }
 
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {

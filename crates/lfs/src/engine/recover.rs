@@ -345,6 +345,7 @@ impl Lfs {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             syncer: Mutex::new(None),
             destroyed: AtomicBool::new(false),
+            atime: Mutex::new(cairn_vfs::Atime::default()),
         });
         fs.start_syncer();
         Ok(fs)
