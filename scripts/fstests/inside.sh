@@ -86,6 +86,37 @@ export RESULT_BASE=$RESULTS/raw
 EOF
 cp "$work/local.config" "$RESULTS/local.config"
 
+# No test may hang the run: one still running after FSTESTS_TEST_TIMEOUT seconds is killed
+# (its processes, and the daemon of the scratch file system it was using, whose mount is
+# detached), recorded in timeouts.txt and reported as failed; `check` goes on.
+watchdog() {
+    local limit=${FSTESTS_TEST_TIMEOUT:-1800} t pid age d
+    while sleep 20; do
+        # Only this run's tests: other runs share the suite, not the mount namespace.
+        pid=$(pgrep --ns $$ --nslist mnt -f "^/bin/bash $src/tests/[a-z]+/[0-9]+\$" | head -1) || true
+        [ -n "$pid" ] || continue
+        age=$(ps -o etimes= -p "$pid" | tr -d ' ')
+        [ -n "$age" ] && [ "$age" -gt "$limit" ] || continue
+        t=$(ps -o args= -p "$pid" | sed "s|.*/tests/||")
+        echo "$t timed out after $age s" >>"$RESULTS/timeouts.txt"
+        kill_tree "$pid"
+        for d in "$work"/run/*scratch*.pid; do
+            [ -e "$d" ] && kill -9 "$(head -1 "$d")" 2>/dev/null
+        done
+        umount -l "$work/scratch" 2>/dev/null || true
+    done
+}
+kill_tree() {
+    local c
+    for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+    kill -9 "$1" 2>/dev/null || true
+}
+watchdog &
+watchdog_pid=$!
+
 cd "$src"
+rc=0
 HOST_OPTIONS=$work/local.config ./check -R xunit -E "$RESULTS/exclude.list" "$@" \
-    2>&1 | tee "$RESULTS/check.out"
+    2>&1 | tee "$RESULTS/check.out" || rc=$?
+kill "$watchdog_pid" 2>/dev/null || true
+exit "$rc"

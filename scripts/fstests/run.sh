@@ -41,8 +41,10 @@ MODE=${MODE:-softdep}
 GROUP=${GROUP:-quick}
 TESTS=${TESTS:-}
 CACHE=${FSTESTS_CACHE:-/var/cache/cairn-fstests}
-# Sizes of the two images (sparse; the scratch one is made smaller by the tests that need it).
-FSTESTS_DEV_SIZE=${FSTESTS_DEV_SIZE:-4G}
+# Sizes of the two images (sparse). The tests fill the scratch file system often (ENOSPC
+# tests, fallocate of all free space), so it is the smaller.
+FSTESTS_TEST_SIZE=${FSTESTS_TEST_SIZE:-4G}
+FSTESTS_SCRATCH_SIZE=${FSTESTS_SCRATCH_SIZE:-2G}
 
 say() { printf 'fstests: %s\n' "$*"; }
 die() { printf 'fstests: %s\n' "$*" >&2; exit 1; }
@@ -118,15 +120,15 @@ cleanup() {
 trap cleanup EXIT
 
 new_loop() {
-    local img=$1
+    local img=$1 size=$2
     rm -f "$img"
-    truncate -s "$FSTESTS_DEV_SIZE" "$img"
+    truncate -s "$size" "$img"
     losetup -f --show "$img"
 }
 if [ "$kind" != umbrella ]; then
-    test_dev=$(new_loop "$work/test.img"); loops+=("$test_dev")
-    scratch_dev=$(new_loop "$work/scratch.img"); loops+=("$scratch_dev")
-    say "TEST_DEV=$test_dev SCRATCH_DEV=$scratch_dev ($FSTESTS_DEV_SIZE each, sparse)"
+    test_dev=$(new_loop "$work/test.img" "$FSTESTS_TEST_SIZE"); loops+=("$test_dev")
+    scratch_dev=$(new_loop "$work/scratch.img" "$FSTESTS_SCRATCH_SIZE"); loops+=("$scratch_dev")
+    say "TEST_DEV=$test_dev ($FSTESTS_TEST_SIZE) SCRATCH_DEV=$scratch_dev ($FSTESTS_SCRATCH_SIZE), sparse"
 fi
 
 # --- the test list ------------------------------------------------------------------------
@@ -150,6 +152,7 @@ fi
 
 # --- 5. the run, in a private mount namespace ---------------------------------------------
 export MODE kind format mount_options CAIRN_BIN src work RESULTS test_dev scratch_dev here
+export FSTESTS_TEST_TIMEOUT=${FSTESTS_TEST_TIMEOUT:-1800}
 export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"
 t0=$SECONDS

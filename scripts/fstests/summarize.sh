@@ -49,6 +49,14 @@ if [ -s "$results/check.out" ]; then
     done < <(awk '$1 ~ /^[a-z0-9]+\/[0-9]+$/ { cur = $1 } /_check_.*filesystem.*inconsistent/ { print cur }' "$results/check.out" | sort -u)
 fi
 
+# Tests the harness killed for running too long (inside.sh's watchdog).
+if [ -s "$results/timeouts.txt" ]; then
+    while read -r t _ _ _ secs _; do
+        awk -F'\t' -v t="$t" -v s="$secs" 'BEGIN{OFS="\t"} $1 == t { $2 = "fail"; $3 = s; $4 = "timed out (killed after " s " s)" } { print }' \
+            "$tsv" >"$tsv.new" && mv "$tsv.new" "$tsv"
+    done <"$results/timeouts.txt"
+fi
+
 count() { awk -F'\t' -v s="$1" '$2 == s' "$tsv" | wc -l; }
 {
     echo "fstests on $mode: $(count pass) passed, $(count fail) failed, $(count notrun) not run, $(count excluded) excluded"
