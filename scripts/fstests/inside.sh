@@ -67,7 +67,7 @@ EOF
         ;;
     umbrella)
         # shellcheck source=scripts/fstests/umbrella.sh
-        . "$here/umbrella.sh"
+        . "$(dirname "${BASH_SOURCE[0]}")/umbrella.sh"
         umbrella_setup
         ;;
     ext4)

@@ -27,6 +27,10 @@
 # The loop devices are detached and every mount is undone on exit, however the run ends.
 set -euo pipefail
 
+# All of it in one function, which bash reads whole before running: editing this file
+# while a run of several hours goes on cannot change what that run does next.
+main() {
+
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/scripts/fstests
 
@@ -108,9 +112,11 @@ mkdir -p "$RESULTS"
 RESULTS=$(readlink -f "$RESULTS")
 work=$CACHE/work/$MODE.$$
 mkdir -p "$work/bin"
-# The run's own copy: a rebuild while the suite runs must not change the binary under it.
+# The run's own copies: a rebuild or an edit while the suite runs (hours) must not change
+# the binary or the scripts under it (bash reads a script as it goes).
 cp "$CAIRN_BIN" "$work/bin/cairn"
 CAIRN_BIN=$work/bin/cairn
+cp "$here"/inside.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
 loops=()
 cleanup() {
     local l
@@ -157,9 +163,12 @@ export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"
 t0=$SECONDS
 rc=0
-unshare --mount --propagation private bash "$here/inside.sh" "${selection[@]}" || rc=$?
+unshare --mount --propagation private bash "$work/bin/inside.sh" "${selection[@]}" || rc=$?
 say "check ran $((SECONDS - t0)) s (exit $rc)"
 
 # --- 6. summary ---------------------------------------------------------------------------
-bash "$here/summarize.sh" "$RESULTS" "$here/exclude" "$MODE"
+bash "$work/bin/summarize.sh" "$RESULTS" "$work/bin/exclude" "$MODE"
 exit 0
+}
+
+main "$@"
