@@ -1288,12 +1288,13 @@ impl FileSystem for Ffs {
         // An unlinked inode nobody has open is free space already; only the kernel's
         // lookup reference (dropped by a forget that may still be in flight) keeps it.
         let (ob, oi) = st.inodes.orphan_space();
-        let (bfree, ffree) = (st.alloc.free_blocks() + ob, st.alloc.free_inodes() + oi);
+        // The write-back reserve is no room for new data, root's included (`alloc`).
+        let bfree = (st.alloc.free_blocks() + ob).saturating_sub(st.alloc.writeback_reserve());
+        let ffree = st.alloc.free_inodes() + oi;
         Ok(StatFs {
             blocks: self.vol.geo.total_blocks - meta,
             bfree,
-            // The write-back reserve is no room for new data (`alloc`).
-            bavail: bfree.saturating_sub(st.alloc.writeback_reserve()),
+            bavail: bfree,
             files: self.vol.geo.total_inodes() - 2,
             ffree,
             bsize: self.vol.geo.block_size,

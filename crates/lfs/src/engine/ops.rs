@@ -637,7 +637,11 @@ impl FileSystem for Lfs {
         // collect are no room at all (with small segments nearly full, a fifth of the disk;
         // showing it made `df` report room while writes failed with ENOSPC).
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
-        let bfree = st.writable_blocks().min(total);
+        // The write-back reserve is no room for new data (`State::ensure_space`).
+        let bfree = st
+            .writable_blocks()
+            .min(total)
+            .saturating_sub(st.writeback_reserve.div_ceil(BS));
         let in_use = st.imap.iter().filter(|e| e.addr != 0).count() as u64
             + st.nodes
                 .keys()
@@ -647,8 +651,7 @@ impl FileSystem for Lfs {
         Ok(StatFs {
             blocks: total,
             bfree,
-            // The write-back reserve is no room for new data (`State::ensure_space`).
-            bavail: bfree.saturating_sub(st.writeback_reserve.div_ceil(BS)),
+            bavail: bfree,
             files,
             ffree: files.saturating_sub(in_use),
             bsize: BLOCK_SIZE as u32,
