@@ -1027,7 +1027,22 @@ impl FileSystem for Lfs {
             st.dir_checked(ctx, ino, Access::R)?;
             let fh = st.next_fh;
             st.next_fh += 1;
+            // An open directory outlives its removal (rmdir, or a rename over it), as an
+            // open file does: fstat of it still answers, with no link (fstests' generic/035).
+            st.node(ino)?.opens += 1;
             Ok(fh)
+        })
+    }
+
+    fn releasedir(&self, ino: Ino, _fh: Fh) -> Result<()> {
+        self.run(|st| {
+            if let Some(n) = st.nodes.get_mut(&ino) {
+                n.opens = n.opens.saturating_sub(1);
+            }
+            if self.opts.read_only {
+                return Ok(());
+            }
+            st.maybe_free(ino)
         })
     }
 
