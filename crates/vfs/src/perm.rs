@@ -114,8 +114,14 @@ impl Access {
     pub const X: Access = Access(1);
     pub const WX: Access = Access(3);
 
-    /// The access an open(2) with these flags needs.
+    /// The access an open(2) with these flags needs. The open execve(2) makes carries
+    /// `__FMODE_EXEC` (0x20, passed in FUSE's open flags): it needs execute permission,
+    /// not read — a program of mode 0111 runs (fstests' generic/126).
     pub fn for_open_flags(flags: i32) -> Access {
+        const FMODE_EXEC: i32 = 0x20;
+        if flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Access::X;
+        }
         let mut a = match flags & libc::O_ACCMODE {
             libc::O_RDONLY => Access::R.0,
             libc::O_WRONLY => Access::W.0,
@@ -319,6 +325,16 @@ pub fn xattr_access(ctx: &Ctx, cur: Owner, name: &[u8], write: bool) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exec_open_needs_execute_permission_not_read() {
+        assert_eq!(Access::for_open_flags(libc::O_RDONLY), Access::R);
+        assert_eq!(Access::for_open_flags(libc::O_RDONLY | 0x20), Access::X);
+        assert_eq!(
+            Access::for_open_flags(libc::O_RDWR | libc::O_TRUNC),
+            Access(6)
+        );
+    }
 
     #[test]
     fn names_and_dots() {
