@@ -43,6 +43,8 @@ Options (-o, comma-separated, repeatable):
   passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
                       umbrella layer does for files that cannot overflow; ffs never does)
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
+  remount             with ro/rw, (no)suid, (no)dev, (no)exec, noatime: change the flags of
+                      the mount in place (mount -o remount,ro MNT); other options are kept
   logfile=PATH        the daemon's log file (log=/ABSOLUTE/PATH still works, with a
                       warning: log= belongs to the metadata-update modes)
   record=PATH         record every block write (with contents), flush and operation to PATH
@@ -205,7 +207,65 @@ pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Resu
     Ok(plan)
 }
 
+/// `-o remount,...` (mount(8) passes it to the helper): the mount's flags change in place —
+/// read-only or read-write, nosuid, nodev, noexec, noatime — through mount(2) with
+/// MS_REMOUNT, which a FUSE superblock accepts (the kernel syncs it first); the daemon and
+/// its file system go on as they were. Every other option is ignored, as the kernel's FUSE
+/// ignores them on a remount.
+fn remount(args: &Args) -> Result<i32> {
+    use nix::mount::MsFlags;
+    let mp = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("bad mount point {}", args.mountpoint.display()))?;
+    // The flags the mount has now, changed by the options given (MS_REMOUNT sets them all;
+    // with no atime flag the kernel picks relatime, so strictatime must be carried over).
+    let now = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.get(4).is_some_and(|m| Path::new(m) == mp))
+        .and_then(|f| f.get(5).map(|o| o.to_string()))
+        .unwrap_or_default();
+    let mut flags = MsFlags::MS_REMOUNT;
+    for o in now
+        .split(',')
+        .chain(args.options.iter().flat_map(|s| s.split(',')))
+    {
+        let (on, f) = match o {
+            "ro" => (true, MsFlags::MS_RDONLY),
+            "nosuid" => (true, MsFlags::MS_NOSUID),
+            "nodev" => (true, MsFlags::MS_NODEV),
+            "noexec" => (true, MsFlags::MS_NOEXEC),
+            "noatime" => (true, MsFlags::MS_NOATIME),
+            "nodiratime" => (true, MsFlags::MS_NODIRATIME),
+            "strictatime" => (true, MsFlags::MS_STRICTATIME),
+            "atime" => (false, MsFlags::MS_NOATIME),
+            "diratime" => (false, MsFlags::MS_NODIRATIME),
+            "rw" => (false, MsFlags::MS_RDONLY),
+            "suid" => (false, MsFlags::MS_NOSUID),
+            "dev" => (false, MsFlags::MS_NODEV),
+            "exec" => (false, MsFlags::MS_NOEXEC),
+            _ => continue,
+        };
+        flags.set(f, on);
+    }
+    let none: Option<&str> = None;
+    nix::mount::mount(none, &mp, none, flags, none)
+        .with_context(|| format!("cannot remount {}", args.mountpoint.display()))?;
+    Ok(0)
+}
+
 pub fn run(args: Args) -> Result<i32> {
+    if args
+        .options
+        .iter()
+        .flat_map(|s| s.split(','))
+        .any(|o| o == "remount")
+    {
+        return remount(&args);
+    }
     // The format decides which options exist: find it first (the default one for the
     // in-memory test backend, which has no image).
     let fs = if args.memory {

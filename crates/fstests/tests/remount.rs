@@ -265,3 +265,34 @@ fn a_second_mount_point_is_served_by_the_same_daemon() {
         assert_eq!(o.status.code(), Some(0), "{o:?}");
     }
 }
+
+/// `mount -o remount,ro MNT` (fstests' generic/294): the mount turns read-only in place and
+/// back, keeping its other flags, with the same daemon.
+#[test]
+fn remount_changes_the_flags_in_place() {
+    let b = Bench::new();
+    b.ok(&["mount", "img", "mnt"]);
+    let pid = b.daemon("mnt");
+    fs::write(b.p("mnt/f"), b"1").unwrap();
+    b.ok(&["mount", "-o", "remount,ro", "img", "mnt"]);
+    let e = fs::write(b.p("mnt/g"), b"2").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let opts = |b: &Bench| {
+        let mp = b.p("mnt").canonicalize().unwrap();
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(4) == mp.to_str())
+            .unwrap()
+            .split(' ')
+            .nth(5)
+            .unwrap()
+            .to_string()
+    };
+    assert!(opts(&b).contains("nosuid"), "{}", opts(&b));
+    b.ok(&["mount", "-o", "remount,rw", "img", "mnt"]);
+    fs::write(b.p("mnt/g"), b"2").unwrap();
+    assert_eq!(b.daemon("mnt"), pid, "the same daemon serves on");
+    assert_eq!(fs::read(b.p("mnt/f")).unwrap(), b"1");
+    b.ok(&["umount", "mnt"]);
+}
