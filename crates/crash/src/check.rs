@@ -44,12 +44,52 @@ pub enum StateClass {
     Corrupt,
 }
 
+/// What a finding in a state is: it decides the state's class, and whether the mode's
+/// expectation allows it. Read from fsck's typed findings (`cairn_fsck::Class`,
+/// `cairn_fsck::Kind`), never from their text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// fsck: allocated but unreferenced, a link count too high, a summary off.
+    Leak,
+    /// fsck: a directory rename's footprint while a directory rename was in flight.
+    InterruptedRename,
+    /// fsck: any other inconsistency.
+    Corruption,
+    /// The read-only mount refused the state, or its walk failed.
+    Walk,
+    /// The state could not be checked: its recovery or fsck failed to run, or it panicked.
+    Unusable,
+}
+
+/// One finding in a state, with its line for reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub line: String,
+}
+
+impl Finding {
+    fn new(kind: FindingKind, line: impl Into<String>) -> Finding {
+        Finding {
+            kind,
+            line: line.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
 /// The result of checking one state.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StateOutcome {
     pub class: StateClass,
-    /// fsck's findings and the walk's errors, one line each.
-    pub findings: Vec<String>,
+    /// fsck's findings and the walk's errors.
+    pub findings: Vec<Finding>,
     /// Broken durability promises.
     pub violations: Vec<String>,
     /// Files holding data that is not theirs (a violation only where promised).
@@ -69,15 +109,33 @@ impl StateOutcome {
         };
         !class_ok || !self.violations.is_empty()
     }
-}
 
-/// The fsck messages of a directory rename caught between its steps (001 §6: without a
-/// log, "both old and new names persist"): a directory with a second name (fsck: leak, the
-/// name `..` agrees with is kept), or one whose `..` still names the old parent after the
-/// old name went (fsck: corruption, `..` is rewritten).
-fn is_rename_footprint(msg: &str) -> bool {
-    (msg.contains("'..' names") && msg.contains("but its parent is"))
-        || (msg.starts_with("directory ") && msg.contains("has a second name in directory"))
+    /// Why this outcome breaks `e`, one line each: the broken promises, then every finding
+    /// of a kind `e` forbids. Never empty for an unexpected outcome.
+    pub fn reasons(&self, e: &Expectation) -> Vec<String> {
+        let forbidden = |k: FindingKind| {
+            let a = match k {
+                FindingKind::Leak => e.leak,
+                FindingKind::InterruptedRename => e.interrupted_rename,
+                FindingKind::Corruption | FindingKind::Walk | FindingKind::Unusable => e.corrupt,
+            };
+            a == Allow::Forbidden
+        };
+        let mut out: Vec<String> = self.violations.clone();
+        out.extend(
+            self.findings
+                .iter()
+                .filter(|f| forbidden(f.kind))
+                .map(|f| f.line.clone()),
+        );
+        if out.is_empty() && self.unexpected(e) {
+            out.push(format!(
+                "a {:?} state, which mode {} forbids",
+                self.class, e.mode
+            ));
+        }
+        out
+    }
 }
 
 /// Everything needed to check the states of one recording.
@@ -124,7 +182,7 @@ impl Checker {
             }
         };
         for ev in &rec.events[..h.start] {
-            if let Event::Write { block, data } = ev {
+            if let Event::Write { block, data, .. } = ev {
                 data.copy_to(base.block_mut(*block));
             }
         }
@@ -186,7 +244,7 @@ impl Checker {
     fn apply_epoch(&self, base: &mut Arc<Base>, e: usize) {
         let b = make_mut_base(base);
         for &i in &self.epochs[e].settled {
-            if let Event::Write { block, data } = &self.rec.events[i] {
+            if let Event::Write { block, data, .. } = &self.rec.events[i] {
                 data.copy_to(b.block_mut(*block));
             }
         }
@@ -214,10 +272,9 @@ impl Checker {
         self.check_all(std::slice::from_ref(st), |_, o| out = Some(o.clone()));
         out.unwrap_or_else(|| StateOutcome {
             class: StateClass::Corrupt,
-            findings: vec![format!(
-                "state names epoch {} of {}",
-                st.epoch,
-                self.epochs.len()
+            findings: vec![Finding::new(
+                FindingKind::Unusable,
+                format!("state names epoch {} of {}", st.epoch, self.epochs.len()),
             )],
             violations: Vec::new(),
             stale: Vec::new(),
@@ -237,7 +294,7 @@ impl Checker {
                     ep.writes.len()
                 )));
             };
-            let Event::Write { block, data } = &self.rec.events[i] else {
+            let Event::Write { block, data, .. } = &self.rec.events[i] else {
                 continue;
             };
             let torn = st.torn.as_ref().filter(|t| t.write == k);
@@ -272,7 +329,10 @@ impl Checker {
                 .unwrap_or_else(|| "?".into());
             StateOutcome {
                 class: StateClass::Corrupt,
-                findings: vec![format!("PANIC while checking: {msg}")],
+                findings: vec![Finding::new(
+                    FindingKind::Unusable,
+                    format!("PANIC while checking: {msg}"),
+                )],
                 violations: Vec::new(),
                 stale: Vec::new(),
                 crash_point: cp,
@@ -295,7 +355,8 @@ impl Checker {
             Ok(d) => d,
             Err(e) => {
                 out.class = StateClass::Corrupt;
-                out.findings.push(e.to_string());
+                out.findings
+                    .push(Finding::new(FindingKind::Unusable, e.to_string()));
                 return out;
             }
         };
@@ -303,7 +364,10 @@ impl Checker {
             && let Err(e) = recover(dev.clone(), log.clone())
         {
             out.class = StateClass::Corrupt;
-            out.findings.push(format!("recovery failed: {e}"));
+            out.findings.push(Finding::new(
+                FindingKind::Unusable,
+                format!("recovery failed: {e}"),
+            ));
             return out;
         }
         let rename_in_flight = self.timeline.dir_rename_in_flight(cp);
@@ -316,17 +380,33 @@ impl Checker {
         match checked {
             Ok(rep) => {
                 for f in &rep.findings {
-                    match f.class {
-                        _ if rename_in_flight && is_rename_footprint(&f.message) => irename = true,
-                        Class::Leak => leak = true,
-                        Class::Corruption => corrupt = true,
-                    }
-                    out.findings.push(f.to_string());
+                    // A directory rename caught between its steps (001 §6: without a log,
+                    // "both old and new names persist"): a second name (fsck: leak, the
+                    // name `..` agrees with is kept) or a stale `..` (fsck: corruption),
+                    // a class of its own only while such a rename was in flight.
+                    let kind = match f.class {
+                        _ if rename_in_flight && f.kind.is_rename_footprint() => {
+                            irename = true;
+                            FindingKind::InterruptedRename
+                        }
+                        Class::Leak => {
+                            leak = true;
+                            FindingKind::Leak
+                        }
+                        Class::Corruption => {
+                            corrupt = true;
+                            FindingKind::Corruption
+                        }
+                    };
+                    out.findings.push(Finding::new(kind, f.to_string()));
                 }
             }
             Err(e) => {
                 corrupt = true;
-                out.findings.push(format!("fsck cannot check: {e}"));
+                out.findings.push(Finding::new(
+                    FindingKind::Unusable,
+                    format!("fsck cannot check: {e}"),
+                ));
             }
         }
         let obs = match mount_ro_dev(dev, &self.mount_mode, self.other, log) {
@@ -336,15 +416,21 @@ impl Checker {
                 o
             }
             Err(e) => {
-                out.findings.push(format!("WALK: mount refused: {e}"));
+                out.findings.push(Finding::new(
+                    FindingKind::Walk,
+                    format!("WALK: mount refused: {e}"),
+                ));
                 corrupt = true;
                 Observed::default()
             }
         };
         if !obs.errors.is_empty() {
             corrupt = true;
-            out.findings
-                .extend(obs.errors.iter().map(|e| format!("WALK: {e}")));
+            out.findings.extend(
+                obs.errors
+                    .iter()
+                    .map(|e| Finding::new(FindingKind::Walk, format!("WALK: {e}"))),
+            );
         }
         out.class = if corrupt {
             StateClass::Corrupt
@@ -392,7 +478,7 @@ impl Checker {
                     vec![Box::from(&self.start.block(blk)[off..off + INODE_SIZE])];
                 let mut tmp = vec![0u8; geo.bs()];
                 for ev in &self.rec.events[self.rec.header.start..o.begin] {
-                    if let Event::Write { block, data } = ev
+                    if let Event::Write { block, data, .. } = ev
                         && *block == blk
                     {
                         data.copy_to(&mut tmp);
@@ -564,4 +650,47 @@ fn make_mut_base(this: &mut Arc<Base>) -> &mut Base {
         *this = Arc::new(copy);
     }
     Arc::get_mut(this).expect("unique after copy")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(class: StateClass, findings: Vec<Finding>) -> StateOutcome {
+        StateOutcome {
+            class,
+            findings,
+            violations: Vec::new(),
+            stale: Vec::new(),
+            crash_point: 0,
+        }
+    }
+
+    /// A failing state says why in its first line: a leak in a mode that forbids leaks
+    /// (its reasons were empty when findings were filtered by their text).
+    #[test]
+    fn an_unexpected_state_always_has_a_reason() {
+        let lfs = crate::modes::expectation("lfs").unwrap();
+        let sync = crate::modes::expectation("sync").unwrap();
+        let leak = outcome(
+            StateClass::LeakOnly,
+            vec![Finding::new(
+                FindingKind::Leak,
+                "LEAK: inode 9: in no directory",
+            )],
+        );
+        assert!(leak.unexpected(&lfs) && !leak.unexpected(&sync));
+        assert_eq!(leak.reasons(&lfs), vec!["LEAK: inode 9: in no directory"]);
+        assert!(leak.reasons(&sync).is_empty());
+        // A rename's footprint counts against a mode that forbids interrupted renames only.
+        let irename = outcome(
+            StateClass::InterruptedRename,
+            vec![Finding::new(FindingKind::InterruptedRename, "second name")],
+        );
+        assert!(irename.unexpected(&lfs) && !irename.unexpected(&sync));
+        assert_eq!(irename.reasons(&lfs).len(), 1);
+        // Whatever the findings, an unexpected state names its class at least.
+        let bare = outcome(StateClass::Corrupt, Vec::new());
+        assert!(!bare.reasons(&sync).is_empty());
+    }
 }

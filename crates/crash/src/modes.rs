@@ -16,7 +16,7 @@ use cairn_ffs::strategy::journal::{Commit, Journal, LogSpec};
 use cairn_ffs::strategy::{self, Strategy};
 use serde::Serialize;
 
-use cairn_vfs::modes::{Allowed, ModeSpec};
+use cairn_vfs::modes::{AfterCrash, Allowed, ModeSpec};
 
 use crate::oracle::Promises;
 
@@ -57,6 +57,16 @@ fn recover_journal(
     dev: Arc<dyn BlockDevice>,
     log: Option<Arc<dyn BlockDevice>>,
 ) -> Result<(), String> {
+    recover_journal_as(dev, log, |_| {})
+}
+
+/// The journal's recovery by a journal `plant` has broken (a planted bug in the replay):
+/// the mount after the crash is that journal's.
+pub(crate) fn recover_journal_as(
+    dev: Arc<dyn BlockDevice>,
+    log: Option<Arc<dyn BlockDevice>>,
+    plant: impl FnOnce(&Journal),
+) -> Result<(), String> {
     let opts = cairn_ffs::MountOptions {
         mode: "journal".into(),
         cache_bytes: 16 << 20,
@@ -66,16 +76,14 @@ fn recover_journal(
         force: true,
         mode_options: Vec::new(),
     };
-    let fs = match log {
-        // The commit policy plays no part in recovery.
-        Some(log) => cairn_ffs::Ffs::mount_device_with_strategy(
-            dev,
-            &opts,
-            Box::new(journal_on(log, Commit::Sync)),
-        ),
-        None => cairn_ffs::Ffs::mount_device(dev, &opts),
-    }
-    .map_err(|e| e.to_string())?;
+    // The commit policy plays no part in recovery.
+    let journal = match log {
+        Some(log) => journal_on(log, Commit::Sync),
+        None => Journal::new(LogSpec::File, Commit::Sync),
+    };
+    plant(&journal);
+    let fs = cairn_ffs::Ffs::mount_device_with_strategy(dev, &opts, Box::new(journal))
+        .map_err(|e| e.to_string())?;
     fs.unmount().map_err(|e| e.to_string())
 }
 
@@ -164,16 +172,37 @@ pub fn strategy_with_log(
         .map(|p| p.strategy_on(fs, log))
 }
 
-/// The recovery of a mode that has one.
-fn recovery_for(mode: &str) -> Option<Recovery> {
-    matches!(mode, "journal" | "journal-async" | "journal-group")
+/// The recovery the harness runs before fsck, read off the mode's declaration: an FFS mode
+/// that recovers at mount (`AfterCrash::Recover`: the journal's log replay) is recovered by
+/// a read-write mount, because cairn's fsck reads the device as it is. Another format's
+/// check and read-only mount recover themselves (LFS rolls forward in memory).
+fn recovery_of(spec: &ModeSpec, fs: &cairn_fstypes::FsType) -> Option<Recovery> {
+    (spec.guarantees.after_crash == AfterCrash::Recover && fs.name == "ffs")
         .then_some(recover_journal as Recovery)
+}
+
+/// Whether a mode keeps a log whose place it takes as an option (`log=file|dev:PATH`): a
+/// recording of it needs an image with a log area, or a log device.
+fn has_log_option(spec: &ModeSpec) -> bool {
+    spec.options.iter().any(|o| o.key == "log")
 }
 
 /// Whether a recording of `mode` needs an image with a journal log area (`log=file`).
 pub fn needs_log_area(mode: &str) -> bool {
-    matches!(mode, "journal" | "journal-async" | "journal-group")
-        || (crate::planted::journal_by_name(mode).is_some() && !needs_log_device(mode))
+    if needs_log_device(mode) {
+        return false;
+    }
+    if let Some(p) = crate::planted::journal_by_name(mode) {
+        return needs_log_area(p.base);
+    }
+    spec_of(mode).is_some_and(|s| has_log_option(&s))
+}
+
+/// The declaration of a registered mode, or of an FFS mode built but not listed.
+fn spec_of(mode: &str) -> Option<ModeSpec> {
+    cairn_fstypes::mode(mode)
+        .map(|m| m.spec)
+        .or_else(|| cairn_ffs::strategy::candidate(mode).map(|m| m.spec()))
 }
 
 /// What a mode promises about the states a crash can leave.
@@ -208,7 +237,9 @@ impl Expectation {
     /// What the campaign holds a mode to: exactly the guarantees its format declares for it
     /// (`cairn_vfs::modes::Guarantees`, listed by `cairn_fstypes`). Durability violations
     /// are never allowed: the promises say which durability is checked.
-    pub fn declared(spec: &ModeSpec, recovery: Option<Recovery>) -> Expectation {
+    /// A format whose crash states are prefixes of the calls (`FsType::crash_prefix`) is
+    /// held to that too; the recovery is the one the declaration implies ([`recovery_of`]).
+    pub fn declared(spec: &ModeSpec, fs: &cairn_fstypes::FsType) -> Expectation {
         let g = &spec.guarantees;
         Expectation {
             mode: spec.name.to_string(),
@@ -216,13 +247,14 @@ impl Expectation {
                 metadata_on_return: g.metadata_on_return,
                 fsync_data_first: g.fsync_data_first,
                 no_stale_data: g.no_stale_data,
-                prefix: false,
+                names_kept: g.names_kept,
+                prefix: fs.crash_prefix,
             },
             corrupt: Allow::from_declared(g.corrupt),
             leak: Allow::from_declared(g.leak),
             interrupted_rename: Allow::from_declared(g.interrupted_rename),
             durability: Allow::Forbidden,
-            recovery,
+            recovery: recovery_of(spec, fs),
             basis: g.basis,
         }
     }
@@ -237,19 +269,14 @@ pub const LAZY_RETURN: &str = "lazy-return";
 /// for a name that is neither a registered mode nor a planted bug.
 pub fn expectation(mode: &str) -> Option<Expectation> {
     match cairn_fstypes::mode(mode) {
-        // A mode whose FFS recovery step (log replay) runs apart from the mount registers
-        // it in `recovery_for`; another format recovers in its own read-only mount and
-        // check. A format whose crash states are prefixes of the calls is held to that.
-        Some(m) => {
-            let mut e = Expectation::declared(&m.spec, recovery_for(mode));
-            e.promises.prefix = m.fs.crash_prefix;
-            Some(e)
-        }
+        Some(m) => Some(Expectation::declared(&m.spec, m.fs)),
         None => {
-            // FFS modes built and tested but not yet listed (journal, softdep) are checked
-            // by name.
+            // FFS modes built and tested but not yet listed are checked by name.
             if let Some(m) = cairn_ffs::strategy::candidate(mode) {
-                return Some(Expectation::declared(&m.spec(), recovery_for(mode)));
+                return Some(Expectation::declared(
+                    &m.spec(),
+                    cairn_fstypes::by_name("ffs")?,
+                ));
             }
             if let Some(p) = crate::planted::journal_by_name(mode) {
                 return p.expectation();

@@ -24,7 +24,7 @@
 //!   may show holds at that place: not another file's bytes, and not zeros where every such
 //!   version had data. Counted for every mode, a violation where promised.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -269,8 +269,12 @@ pub struct Promises {
     /// where data was written, never another file's bytes) once the fsync has written the
     /// inode.
     pub fsync_data_first: bool,
-    /// No file ever shows data it was not given (000 §5, Soft Updates).
+    /// No file ever shows data it was not given (000 §5, Soft Updates; the journal's
+    /// ordered data): a violation, not only a count.
     pub no_stale_data: bool,
+    /// An inode that had a durable name and was never unlinked since keeps a name (002 §3
+    /// rule 3; atomic rename in a log): see [`Timeline::kept_names`].
+    pub names_kept: bool,
     /// The whole namespace is the one some prefix of the calls left, no shorter than the
     /// calls returned before the last returned fsync, fsyncdir or sync (a log replayed up
     /// to its last committed flush, where an fsync commits everything: LFS, 004 §4.2).
@@ -337,6 +341,92 @@ pub struct Timeline {
     fsync_ends: HashMap<u64, Vec<usize>>,
     /// Event indices at which sync(2) or an unmount returned.
     sync_ends: Vec<usize>,
+    /// When each inode first had a durable name, by what makes a name durable (see
+    /// [`Durable`]).
+    durable: Durable,
+    /// Where each inode lost a name: the begin event of every returned unlink, rmdir or
+    /// rename over one of its names (its victim as the model named it then).
+    unlinks: HashMap<u64, Vec<usize>>,
+}
+
+/// The first moment (event index of a return; 0: the recording's start) each inode had a
+/// name that a crash after it must keep, under each way a name becomes durable.
+#[derive(Default)]
+struct Durable {
+    /// The start, a returned sync(2) or unmount (every name), or a returned fsync of the
+    /// file while every directory above one of its names was durable: every mode.
+    synced: HashMap<u64, usize>,
+    /// As `synced`, with every returned fsync counting as a sync(2): a log that commits
+    /// everything before an fsync (the prefix promise).
+    fsync_commits_all: HashMap<u64, usize>,
+    /// The return of the first call after which the inode had a name: metadata durable on
+    /// return.
+    named: HashMap<u64, usize>,
+}
+
+impl Durable {
+    fn mark(map: &mut HashMap<u64, usize>, m: &Model, at: usize) {
+        for n in m.paths.values() {
+            if let Some(i) = n.ino {
+                map.entry(i).or_insert(at);
+            }
+        }
+    }
+
+    /// `ino`'s names in `m` whose every directory above is in `map` (durable): the names
+    /// an fsync of it makes durable.
+    fn reachable(map: &HashMap<u64, usize>, m: &Model, ino: u64) -> bool {
+        m.paths.iter().any(|(p, n)| {
+            n.ino == Some(ino)
+                && p.match_indices('/').all(|(i, _)| {
+                    m.paths
+                        .get(&p[..i])
+                        .and_then(|d| d.ino)
+                        .is_some_and(|d| map.contains_key(&d))
+                })
+        })
+    }
+
+    /// When `ino` first had a durable name under `promises`.
+    fn since(&self, ino: u64, promises: Promises) -> Option<usize> {
+        let mut at = self.synced.get(&ino).copied();
+        let mut earlier = |m: &HashMap<u64, usize>| {
+            if let Some(&e) = m.get(&ino) {
+                at = Some(at.map_or(e, |a| a.min(e)));
+            }
+        };
+        if promises.prefix {
+            earlier(&self.fsync_commits_all);
+        }
+        if promises.metadata_on_return {
+            earlier(&self.named);
+        }
+        at
+    }
+
+    fn inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut all: Vec<u64> = self
+            .synced
+            .keys()
+            .chain(self.fsync_commits_all.keys())
+            .chain(self.named.keys())
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all.into_iter()
+    }
+}
+
+/// The inodes a call may take a name from: the victim of an unlink or rmdir, whatever a
+/// rename replaces (as `m` names them).
+fn victims(m: &Model, op: &Op) -> Vec<u64> {
+    let at = |p: &str| m.paths.get(p).and_then(|n| n.ino);
+    match op {
+        Op::Unlink { path } | Op::Rmdir { path } => at(path).into_iter().collect(),
+        Op::Rename { from, to } if from != to && !under(to, from) => at(to).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 const SNAP: usize = 32;
@@ -388,10 +478,43 @@ impl Timeline {
         let mut sync_ends = Vec::new();
         let mut snaps = vec![initial.clone()];
         let mut m = initial.clone();
+        let mut durable = Durable::default();
+        for map in [
+            &mut durable.synced,
+            &mut durable.fsync_commits_all,
+            &mut durable.named,
+        ] {
+            Durable::mark(map, &initial, 0);
+        }
+        let mut unlinks: HashMap<u64, Vec<usize>> = HashMap::new();
         for (n, &k) in ends.iter().enumerate() {
             let o = &ops[k];
+            let ok = o.result.as_ref().is_some_and(|r| r.ok());
+            if ok {
+                for v in victims(&m, &o.op) {
+                    unlinks.entry(v).or_default().push(o.begin);
+                }
+            }
             m.apply(&o.op, o.result.as_ref());
             let end = o.end.unwrap_or(0);
+            if ok {
+                Durable::mark(&mut durable.named, &m, end);
+                match &o.op {
+                    Op::SyncAll | Op::Unmount => {
+                        Durable::mark(&mut durable.synced, &m, end);
+                        Durable::mark(&mut durable.fsync_commits_all, &m, end);
+                    }
+                    Op::Fsync { ino } => {
+                        Durable::mark(&mut durable.fsync_commits_all, &m, end);
+                        if !durable.synced.contains_key(ino)
+                            && Durable::reachable(&durable.synced, &m, *ino)
+                        {
+                            durable.synced.insert(*ino, end);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             if o.result.as_ref().is_some_and(|r| r.ok()) {
                 let changed = match &o.op {
                     Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino),
@@ -431,6 +554,8 @@ impl Timeline {
             versions,
             fsync_ends,
             sync_ends,
+            durable,
+            unlinks,
         }
     }
 
@@ -548,8 +673,9 @@ impl Timeline {
     /// The prefix promise: the state must match the returned calls (with those in flight,
     /// as [`Timeline::candidates`]), or the first `k` returned calls for some `k` down to
     /// the calls returned before the last returned fsync, fsyncdir or sync. `n` is the
-    /// number of calls returned before `cp`. Models are made one at a time and the search
-    /// stops at the first that matches; only a state none explains pays for all of them.
+    /// number of calls returned before `cp`. The prefixes are tried in order from the durable
+    /// point, one model advanced a call at a time, and the search stops at the first that
+    /// matches; only a state none explains pays for all of them.
     fn prefix_state(&self, cp: usize, n: usize, obs: &Observed, v: &mut Verdict) {
         let mut cands = self.candidates(cp);
         if cands.iter().any(|c| c.model.unknown) {
@@ -557,7 +683,7 @@ impl Timeline {
         }
         if cands
             .iter()
-            .any(|c| self.differences(&c.model, obs, cp).is_empty())
+            .any(|c| Self::mismatches(&c.model, obs, 1) == 0)
         {
             return;
         }
@@ -571,11 +697,29 @@ impl Timeline {
                 ) && o.result.as_ref().is_some_and(|r| r.ok())
             })
             .map_or(0, |i| i + 1);
-        for k in (durable..n).rev() {
-            let model = self.after(k);
-            if model.unknown || self.differences(&model, obs, cp).is_empty() {
+        // One model walked forward from the durable point, a call at a time (a clone per
+        // prefix cost more than the rest of a state's check); the closest is kept for the
+        // report.
+        let mut m = self.after(durable);
+        let mut best: Option<(usize, usize, Model)> = None;
+        for k in durable..n {
+            if k > durable {
+                let o = &self.ops[self.ends[k - 1]];
+                m.apply(&o.op, o.result.as_ref());
+            }
+            if m.unknown {
                 return;
             }
+            let limit = best.as_ref().map_or(usize::MAX, |b| b.0);
+            let c = Self::mismatches(&m, obs, limit);
+            if c == 0 {
+                return;
+            }
+            if c < limit {
+                best = Some((c, k, m.clone()));
+            }
+        }
+        if let Some((_, k, model)) = best {
             cands.push(Candidate {
                 label: format!("the first {k} returned calls"),
                 model,
@@ -608,7 +752,10 @@ impl Timeline {
         } else if promises.prefix && !unknown {
             self.prefix_state(cp, n, obs, &mut v);
         }
-        self.fsynced(&returned, &flying, obs, &mut v);
+        if promises.names_kept && !unknown {
+            self.kept_names(cp, &returned, &flying, obs, promises, &mut v);
+        }
+        self.fsynced(&returned, &flying, obs, promises, &mut v);
         self.synced(cp, obs, &mut v);
         if !unknown {
             self.contents(cp, &flying, obs, promises, fsync_wrote, &mut v);
@@ -625,17 +772,19 @@ impl Timeline {
     /// absent" (explained by the rename not done) pass together, a state no correct rename
     /// leaves.
     fn whole_state(&self, cands: &[Candidate], obs: &Observed, cp: usize, v: &mut Verdict) {
-        let mut best: Option<(usize, Vec<String>)> = None;
+        let mut best: Option<(usize, usize)> = None;
         for (i, c) in cands.iter().enumerate() {
-            let diff = self.differences(&c.model, obs, cp);
-            if diff.is_empty() {
+            let limit = best.map_or(usize::MAX, |(_, b)| b);
+            let n = Self::mismatches(&c.model, obs, limit);
+            if n == 0 {
                 return;
             }
-            if best.as_ref().is_none_or(|(_, b)| diff.len() < b.len()) {
-                best = Some((i, diff));
+            if n < limit {
+                best = Some((i, n));
             }
         }
-        let Some((i, diff)) = best else { return };
+        let Some((i, _)) = best else { return };
+        let diff = self.differences(&cands[i].model, obs, cp);
         let note = if cands.len() > 1 {
             format!(" [closest explanation: {}]", cands[i].label)
         } else {
@@ -644,37 +793,83 @@ impl Timeline {
         for d in diff {
             v.violations.push(format!("{d}{note}"));
         }
-        // An inode every explanation names, under names a call in flight changes, that the
-        // state names nowhere: a returned call had made one of its names durable and the
-        // state lost them all. fsck calls the inode unreferenced (a leak, reconnected to
-        // lost+found); under durability on return it is a violation.
+    }
+
+    /// Names kept (002 §3 rule 3, promised by every mode but `async`): an inode that had
+    /// a durable name before `cp` and lost none since — no unlink, rmdir or rename over one
+    /// of its names returned or in flight — must have a name in the state, wherever: a
+    /// rename in flight may leave the old name, the new one or both, never neither. fsck
+    /// calls a nameless inode a leak (it reconnects it to lost+found), but a returned call
+    /// had made one of its names durable and nothing took it back.
+    fn kept_names(
+        &self,
+        cp: usize,
+        returned: &Model,
+        flying: &[&OpRec],
+        obs: &Observed,
+        promises: Promises,
+        v: &mut Verdict,
+    ) {
         let on_disk: HashSet<u64> = obs.paths.values().map(|o| o.ino).collect();
-        let names_of = |m: &Model, ino: u64| -> Vec<String> {
-            m.paths
+        // A call in flight may have taken a name (one that never returns is not in
+        // `unlinks`).
+        let busy: HashSet<u64> = flying
+            .iter()
+            .flat_map(|o| victims(returned, &o.op))
+            .collect();
+        for ino in self.durable.inodes() {
+            let Some(since) = self.durable.since(ino, promises) else {
+                continue;
+            };
+            if since >= cp || on_disk.contains(&ino) || busy.contains(&ino) {
+                continue;
+            }
+            let unlinked = self
+                .unlinks
+                .get(&ino)
+                .is_some_and(|b| b.iter().any(|&b| b > since && b < cp));
+            if unlinked {
+                continue;
+            }
+            let names: Vec<String> = returned
+                .paths
                 .iter()
                 .filter(|(_, n)| n.ino == Some(ino))
                 .map(|(p, _)| format!("'/{p}'"))
-                .collect()
-        };
-        let lost: BTreeSet<u64> = cands[0]
-            .model
-            .paths
-            .values()
-            .filter_map(|n| n.ino)
-            .filter(|i| !on_disk.contains(i))
-            .collect();
-        for ino in lost {
-            let per: Vec<Vec<String>> = cands.iter().map(|c| names_of(&c.model, ino)).collect();
-            if per.iter().all(|n| !n.is_empty()) && per.iter().any(|n| *n != per[0]) {
-                let mut all: Vec<String> = per.concat();
-                all.sort();
-                all.dedup();
-                v.violations.push(format!(
-                    "inode {ino} has no name on disk ({} in the explanations): a call in flight lost the name a returned call had made durable",
-                    all.join(", ")
-                ));
-            }
+                .collect();
+            let by = self
+                .ops
+                .iter()
+                .find(|o| o.end == Some(since))
+                .map_or("the start".to_string(), |o| {
+                    format!("{} #{}", o.op.kind(), o.id)
+                });
+            v.violations.push(format!(
+                "inode {ino} has no name on disk ({}): its name was durable after {by} and it was never unlinked, so one must survive (002 §3 rule 3)",
+                if names.is_empty() {
+                    "a call in flight moves it".to_string()
+                } else {
+                    format!("named {} by the returned calls", names.join(", "))
+                }
+            ));
         }
+    }
+
+    /// How many names of `obs` model `m` does not explain, counting up to `limit` (0:
+    /// `m` explains the state). [`Timeline::differences`] without the reports, for the
+    /// searches that try many models per state.
+    fn mismatches(m: &Model, obs: &Observed, limit: usize) -> usize {
+        let wrong = |p: &str| {
+            let (n, o) = (m.paths.get(p), obs.paths.get(p));
+            !node_matches(m, n, o) || size_mismatch(m, n, o).is_some()
+        };
+        let only_in_model = m.paths.keys().filter(|p| !obs.paths.contains_key(*p));
+        obs.paths
+            .keys()
+            .chain(only_in_model)
+            .filter(|p| wrong(p))
+            .take(limit)
+            .count()
     }
 
     /// How `obs` differs from model `m` (empty: `m` explains it).
@@ -686,17 +881,7 @@ impl Timeline {
         all.dedup();
         for p in all {
             let (n, o) = (m.paths.get(p), obs.paths.get(p));
-            let ok = match (n, o) {
-                (None, None) => true,
-                (Some(n), Some(o)) => {
-                    n.kind == o.kind
-                        && n.ino.is_none_or(|i| i == o.ino)
-                        && n.ino
-                            .and_then(|i| m.perms.get(&i))
-                            .is_none_or(|&perm| perm == o.perm)
-                }
-                _ => false,
-            };
+            let ok = node_matches(m, n, o);
             let by = || {
                 self.last_touching(p, cp).map_or(String::new(), |o| {
                     format!(" after {} #{} returned", o.op.kind(), o.id)
@@ -724,11 +909,8 @@ impl Timeline {
                 continue;
             }
             // A size set by a returned setattr (or create, fsync, sync) is durable.
-            if let (Some(n), Some(o)) = (n, o)
-                && n.kind == Kind::File
-                && let Some(f) = n.ino.and_then(|i| m.files.get(&i))
-                && !f.sizes.is_empty()
-                && !f.sizes.contains(&o.size)
+            if let Some(f) = size_mismatch(m, n, o)
+                && let Some(o) = o
             {
                 let by = self.last_sizing(o.ino, cp).map_or(String::new(), |r| {
                     format!(" after {} #{} returned", r.op.kind(), r.id)
@@ -748,14 +930,14 @@ impl Timeline {
     }
 
     fn last_touching(&self, p: &str, cp: usize) -> Option<&OpRec> {
+        let near = |t: &str| under(p, t) || under(t, p);
         self.ops
             .iter()
             .rev()
             .filter(|o| o.end.is_some_and(|e| e < cp))
-            .find(|o| {
-                touched_paths(&o.op)
-                    .iter()
-                    .any(|t| under(p, t) || under(t, p))
+            .find(|o| match &o.op {
+                Op::Rename { from, to } => near(from) || near(to),
+                op => named_path(op).is_some_and(near),
             })
     }
 
@@ -773,8 +955,18 @@ impl Timeline {
             })
     }
 
-    /// Every mode: fsynced files hold their fsynced contents.
-    fn fsynced(&self, returned: &Model, flying: &[&OpRec], obs: &Observed, v: &mut Verdict) {
+    /// Every mode: fsynced files hold their fsynced contents. A mode that keeps names
+    /// (`names_kept`) must show the file too; one that does not (`async`) may lose its name
+    /// to a later unordered write of its directory — the contents are held to the fsync
+    /// wherever the file is found.
+    fn fsynced(
+        &self,
+        returned: &Model,
+        flying: &[&OpRec],
+        obs: &Observed,
+        promises: Promises,
+        v: &mut Verdict,
+    ) {
         let busy: HashSet<u64> = flying.iter().filter_map(|o| op_ino(&o.op)).collect();
         let names_busy = flying.iter().any(|o| {
             matches!(
@@ -789,7 +981,7 @@ impl Timeline {
                 continue;
             }
             match by_ino.get(&ino) {
-                None if names_busy => {}
+                None if names_busy || !promises.names_kept => {}
                 None => v
                     .violations
                     .push(format!("fsynced file (inode {ino}) is not in the tree")),
@@ -1050,8 +1242,39 @@ pub fn foreign_piece(
     None
 }
 
-/// The names an operation may change (a directory's whole subtree is under its name).
-fn touched_paths(op: &Op) -> Vec<String> {
+/// Whether the name `o` the state shows (or its absence) is the one `n` the model has:
+/// kind, inode and permission bits.
+fn node_matches(m: &Model, n: Option<&crate::model::Node>, o: Option<&ObsNode>) -> bool {
+    match (n, o) {
+        (None, None) => true,
+        (Some(n), Some(o)) => {
+            n.kind == o.kind
+                && n.ino.is_none_or(|i| i == o.ino)
+                && n.ino
+                    .and_then(|i| m.perms.get(&i))
+                    .is_none_or(|&perm| perm == o.perm)
+        }
+        _ => false,
+    }
+}
+
+/// The file's model state when the size the state shows is not one the model allows (a
+/// size set by a returned setattr, create, fsync or sync is durable).
+fn size_mismatch<'m>(
+    m: &'m Model,
+    n: Option<&crate::model::Node>,
+    o: Option<&ObsNode>,
+) -> Option<&'m crate::model::FileState> {
+    let (n, o) = (n?, o?);
+    if n.kind != Kind::File {
+        return None;
+    }
+    let f = n.ino.and_then(|i| m.files.get(&i))?;
+    (!f.sizes.is_empty() && !f.sizes.contains(&o.size)).then_some(f)
+}
+
+/// The one name an operation other than rename changes.
+fn named_path(op: &Op) -> Option<&str> {
     match op {
         Op::Create { path }
         | Op::Mkdir { path }
@@ -1059,9 +1282,16 @@ fn touched_paths(op: &Op) -> Vec<String> {
         | Op::Symlink { path, .. }
         | Op::Link { path, .. }
         | Op::Unlink { path }
-        | Op::Rmdir { path } => vec![path.clone()],
+        | Op::Rmdir { path } => Some(path),
+        _ => None,
+    }
+}
+
+/// The names an operation may change (a directory's whole subtree is under its name).
+fn touched_paths(op: &Op) -> Vec<String> {
+    match op {
         Op::Rename { from, to } => vec![from.clone(), to.clone()],
-        _ => Vec::new(),
+        op => named_path(op).map(str::to_string).into_iter().collect(),
     }
 }
 
@@ -1149,12 +1379,14 @@ mod tests {
         metadata_on_return: true,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: true,
         prefix: false,
     };
     const ASYNC: Promises = Promises {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: false,
         prefix: false,
     };
 
@@ -1290,9 +1522,15 @@ mod tests {
         // Crash after the create returned (event 3 on), with an empty root.
         let empty = Observed::default();
         let v = t.judge(3, &empty, SYNC, &none());
-        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
         assert!(v.violations[0].contains("'/a'"), "{}", v.violations[0]);
         assert!(v.violations[0].contains("create #1"), "{}", v.violations[0]);
+        // The name was durable when the create returned: the inode must keep one.
+        assert!(
+            v.violations[1].contains("inode 7 has no name on disk"),
+            "{}",
+            v.violations[1]
+        );
         // The same state before the create returned is fine: it was in flight.
         assert!(t.judge(2, &empty, SYNC, &none()).violations.is_empty());
         // async promises no names.
@@ -1330,9 +1568,20 @@ mod tests {
         let mut moved = Observed::default();
         moved.paths.insert("elsewhere".into(), file(7, &data));
         assert!(t.judge(9, &moved, ASYNC, &none()).violations.is_empty());
-        assert_eq!(
-            t.judge(9, &Observed::default(), ASYNC, &none()).violations,
-            vec!["fsynced file (inode 7) is not in the tree".to_string()]
+        // A mode that keeps names must show it; async (no names kept) may lose its name.
+        let kept = Promises {
+            names_kept: true,
+            ..ASYNC
+        };
+        let v = t.judge(9, &Observed::default(), kept, &none()).violations;
+        assert!(
+            v.contains(&"fsynced file (inode 7) is not in the tree".to_string()),
+            "{v:?}"
+        );
+        assert!(
+            t.judge(9, &Observed::default(), ASYNC, &none())
+                .violations
+                .is_empty()
         );
     }
 
@@ -1364,10 +1613,8 @@ mod tests {
             4,
             &obs,
             Promises {
-                metadata_on_return: false,
-                fsync_data_first: true,
                 no_stale_data: true,
-                prefix: false,
+                ..ASYNC
             },
             &none(),
         );
@@ -1404,28 +1651,40 @@ mod tests {
         Timeline::new(&rec, Model::default())
     }
 
-    /// A state is one moment: a rename in flight may show the old name, the new one, or
-    /// both (rule 3 writes the new first), but never neither, though each missing name
-    /// alone is explained by some moment.
-    #[test]
-    fn a_rename_in_flight_is_judged_as_a_whole_state() {
-        let t = timeline_of(vec![
+    /// Directories p (10) and q (11) made, and p/f (12) created.
+    fn p_q_f() -> Vec<Event> {
+        vec![
             begin(1, Op::Mkdir { path: "p".into() }),
             end(1, Some(10)),
             begin(2, Op::Mkdir { path: "q".into() }),
             end(2, Some(11)),
             begin(3, Op::Create { path: "p/f".into() }),
             end(3, Some(12)),
-            begin(
-                4,
-                Op::Rename {
-                    from: "p/f".into(),
-                    to: "q/f".into(),
-                },
-            ),
-            Event::Flush,
-            end(4, None),
-        ]);
+        ]
+    }
+
+    /// A state is one moment: a rename in flight may show the old name, the new one, or
+    /// both (rule 3 writes the new first), but never neither, though each missing name
+    /// alone is explained by some moment.
+    #[test]
+    fn a_rename_in_flight_is_judged_as_a_whole_state() {
+        let t = timeline_of(
+            [
+                p_q_f(),
+                vec![
+                    begin(
+                        4,
+                        Op::Rename {
+                            from: "p/f".into(),
+                            to: "q/f".into(),
+                        },
+                    ),
+                    Event::Flush,
+                    end(4, None),
+                ],
+            ]
+            .concat(),
+        );
         let state = |names: &[&str]| {
             let mut o = Observed::default();
             o.paths.insert("p".into(), dir(10));
@@ -1571,5 +1830,103 @@ mod tests {
         assert!(t.judge(6, &with(b""), SYNC, &wrote).violations.is_empty());
         // A hole is zeros the file had.
         assert!(foreign_piece(&[0u8; 16], &[Arc::new(vec![0u8; 16])], 7, 1, true).is_none());
+    }
+
+    /// Names kept (002 §3 rule 3) in a mode without durability on return: a name made
+    /// durable by sync(2), or by an fsync while its directory was durable, survives a
+    /// rename in flight under the old name, the new one or both — never neither; a name
+    /// never made durable, or one an unlink took, may go; `async` promises nothing.
+    #[test]
+    fn a_durable_name_survives_every_crash_until_it_is_unlinked() {
+        let kept = Promises {
+            names_kept: true,
+            ..ASYNC
+        };
+        let t = timeline_of(
+            [
+                p_q_f(),
+                vec![
+                    begin(4, Op::SyncAll),
+                    Event::Flush,
+                    end(4, None),
+                    // g in a durable directory, fsynced: durable; h in a new directory: not.
+                    begin(5, Op::Mkdir { path: "n".into() }),
+                    end(5, Some(13)),
+                    begin(6, Op::Create { path: "p/g".into() }),
+                    end(6, Some(14)),
+                    begin(7, Op::Create { path: "n/h".into() }),
+                    end(7, Some(15)),
+                    begin(8, Op::Fsync { ino: 14 }),
+                    end(8, None),
+                    begin(9, Op::Fsync { ino: 15 }),
+                    end(9, None),
+                    begin(
+                        10,
+                        Op::Rename {
+                            from: "p/f".into(),
+                            to: "q/f".into(),
+                        },
+                    ),
+                    Event::Flush,
+                    end(10, None),
+                    begin(11, Op::Unlink { path: "p/g".into() }),
+                    Event::Flush,
+                    end(11, None),
+                ],
+            ]
+            .concat(),
+        );
+        let state = |cp: usize, names: &[(&str, u64)]| {
+            let mut o = Observed::default();
+            for &(n, ino) in names {
+                let node = if ino < 12 { dir(ino) } else { file(ino, b"") };
+                o.paths.insert(n.to_string(), node);
+            }
+            t.judge(cp, &o, kept, &none()).violations
+        };
+        let dirs = [("p", 10), ("q", 11)];
+        let with = |extra: &[(&'static str, u64)]| -> Vec<(&'static str, u64)> {
+            dirs.iter().chain(extra).copied().collect()
+        };
+        // The rename in flight (crash at its flush, event 20): f under either name or both.
+        let cp = 20;
+        for names in [
+            with(&[("p/f", 12), ("p/g", 14)]),
+            with(&[("q/f", 12), ("p/g", 14)]),
+            with(&[("p/f", 12), ("q/f", 12), ("p/g", 14)]),
+        ] {
+            assert!(state(cp, &names).is_empty(), "{names:?}");
+        }
+        let v = state(cp, &with(&[("p/g", 14)]));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("inode 12 has no name on disk") && v[0].contains("sync #4"),
+            "{}",
+            v[0]
+        );
+        // g's fsync made its name durable; h's did not (n was never made durable).
+        let v = state(cp, &with(&[("q/f", 12)]));
+        assert!(
+            v.len() == 1 && v[0].contains("inode 14") && v[0].contains("fsync #8"),
+            "{v:?}"
+        );
+        // Before the sync returned, nothing was durable.
+        assert!(state(8, &[]).is_empty());
+        // After g's unlink began (crash at its flush, event 23), g may be gone.
+        assert!(state(23, &with(&[("q/f", 12)])).is_empty());
+        // (h, fsynced, is held to its fsync by another check once nothing is in flight.)
+        let h = [("q/f", 12), ("n", 13), ("n/h", 15)];
+        assert!(
+            state(25, &with(&h)).is_empty(),
+            "{:?}",
+            state(25, &with(&h))
+        );
+        // async keeps no names (what the sync made durable it keeps, f aside: the rename
+        // in flight touches it).
+        let mut o = Observed::default();
+        o.paths.insert("p".into(), dir(10));
+        o.paths.insert("q".into(), dir(11));
+        assert!(t.judge(cp, &o, ASYNC, &none()).violations.is_empty());
+        assert_eq!(t.judge(cp, &o, kept, &none()).violations.len(), 2);
     }
 }

@@ -67,7 +67,10 @@ enum Fault {
     DataAllocsUnowed,
     DirentFirst,
     SoftdepEntryUnrolled,
+    SoftdepRenameUnforced,
     LfsCheckpointFirst,
+    LfsReleaseAtFlush,
+    LfsRollForwardUncommitted,
 }
 
 /// Every planted bug, in the order `cairn crash list` prints them.
@@ -156,6 +159,15 @@ pub const CATALOGUE: &[Planted] = &[
         fault: Fault::SoftdepEntryUnrolled,
     },
     Planted {
+        name: "softdep-rename-unforced",
+        base: "softdep",
+        breaks: "rule 3: a file rename's new name and the old name's removal reach disk in one write-back, in either order, so a crash can leave the file in no directory",
+        how: "the end_op of a rename that moves no directory between parents does not write the call's new entries (soft updates' force of rule 3 skipped): both directory blocks wait for the next write-back",
+        // A name made durable by an fsync (written by it), then moved across directories.
+        workload: "fsync-rename",
+        fault: Fault::SoftdepRenameUnforced,
+    },
+    Planted {
         name: "lfs-checkpoint-first",
         base: "lfs",
         breaks: "004 §4.1: a checkpoint region reaches disk before the segments it names",
@@ -164,6 +176,24 @@ pub const CATALOGUE: &[Planted] = &[
         // smallest.
         workload: "create",
         fault: Fault::LfsCheckpointFirst,
+    },
+    Planted {
+        name: "lfs-release-before-checkpoint",
+        base: "lfs",
+        breaks: "004 §3.3: a segment is reused before a durable checkpoint says it is empty, so the log overwrites blocks the last durable checkpoint still names",
+        how: "every flush releases the segments the in-memory usage table shows empty (release_empty_segments), instead of the checkpoint once its region is durable",
+        // Only a log that wraps round writes a released segment again.
+        workload: "log-wrap",
+        fault: Fault::LfsReleaseAtFlush,
+    },
+    Planted {
+        name: "lfs-rollforward-uncommitted",
+        base: "lfs-cleaning",
+        breaks: "004 §4.2: roll-forward applies the partial segments of a flush whose COMMIT never reached disk, so a crash inside a flush leaves half of it",
+        how: "roll-forward applies each partial segment as it reads it instead of holding a flush's partials until its COMMIT (the recovery runs that engine's read-write mount)",
+        // Flushes written as several partial segments, inode blocks before the last.
+        workload: "flush-split",
+        fault: Fault::LfsRollForwardUncommitted,
     },
 ];
 
@@ -176,12 +206,17 @@ impl Planted {
     /// The strategy with the bug in it, for a bug in an FFS mode (`None` for another
     /// format's: see [`Planted::mount`]).
     pub fn strategy(&self) -> Option<Box<dyn Strategy>> {
-        if self.fault == Fault::LfsCheckpointFirst {
+        if self.lfs_fault().is_some() {
             return None;
         }
         if self.fault == Fault::SoftdepEntryUnrolled {
             return Some(Box::new(
                 cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
+            ));
+        }
+        if self.fault == Fault::SoftdepRenameUnforced {
+            return Some(Box::new(
+                cairn_ffs::strategy::softdep::SoftDep::without_rename_force(self.name),
             ));
         }
         if self.base != "sync" {
@@ -203,49 +238,89 @@ impl Planted {
         }))
     }
 
-    /// It claims its base mode's guarantees: the campaign must show it does not deliver.
+    /// It claims its base mode's guarantees: the campaign must show it does not deliver. A
+    /// bug in a recovery brings its own: the crash states are recovered by it.
     pub fn expectation(&self) -> Option<Expectation> {
         let mut e = crate::modes::expectation(self.base)?;
         e.mode = self.name.to_string();
+        if self.fault == Fault::LfsRollForwardUncommitted {
+            e.recovery = Some(recover_lfs_uncommitted);
+        }
         Some(e)
     }
 
-    /// A read-write mount of `dev` with the bug in it, for a bug in a format other than FFS
-    /// (planted in the format's engine behind its `planted` feature); `None` for an FFS
-    /// bug, which is a strategy.
-    pub fn mount(
-        &self,
-        dev: Arc<dyn cairn_blockdev::BlockDevice>,
-    ) -> Option<FsResult<Arc<dyn cairn_vfs::FileSystem>>> {
+    /// The bug planted in the LFS engine, for a bug of that format.
+    fn lfs_fault(&self) -> Option<cairn_lfs::Planted> {
         match self.fault {
-            Fault::LfsCheckpointFirst => {
-                let o = cairn_lfs::MountOptions {
-                    syncer: false,
-                    ..Default::default()
-                };
-                Some(
-                    cairn_lfs::Lfs::mount_device_planted(
-                        dev,
-                        &o,
-                        cairn_lfs::Planted::CheckpointFirst,
-                    )
-                    .map(|fs| fs as Arc<dyn cairn_vfs::FileSystem>),
-                )
-            }
+            Fault::LfsCheckpointFirst => Some(cairn_lfs::Planted::CheckpointFirst),
+            Fault::LfsReleaseAtFlush => Some(cairn_lfs::Planted::ReleaseAtFlush),
+            Fault::LfsRollForwardUncommitted => Some(cairn_lfs::Planted::RollForwardUncommitted),
             _ => None,
         }
     }
+
+    /// A read-write mount of `dev` with the bug in it and the mount options `opts` (its
+    /// base's, a variant's among them), for a bug in a format other than FFS (planted in
+    /// the format's engine behind its `planted` feature); `None` for an FFS bug, which is
+    /// a strategy.
+    pub fn mount(
+        &self,
+        dev: Arc<dyn cairn_blockdev::BlockDevice>,
+        opts: &[crate::modes::MountOption],
+    ) -> Option<FsResult<Arc<dyn cairn_vfs::FileSystem>>> {
+        let planted = self.lfs_fault()?;
+        let mut o = cairn_lfs::MountOptions {
+            syncer: false,
+            ..Default::default()
+        };
+        for (k, v) in opts {
+            if let Err(e) = o.set(k, v.as_deref()) {
+                return Some(Err(cairn_vfs::FsError::Refused(
+                    cairn_vfs::Errno::EINVAL,
+                    e,
+                )));
+            }
+        }
+        Some(
+            cairn_lfs::Lfs::mount_device_planted(dev, &o, planted)
+                .map(|fs| fs as Arc<dyn cairn_vfs::FileSystem>),
+        )
+    }
+}
+
+/// The recovery of `lfs-rollforward-uncommitted`: the next mount after the crash is the
+/// broken engine's (a read-write mount rolls forward — applying partial segments without
+/// their COMMIT — and checkpoints what it applied), then the state is checked as usual.
+fn recover_lfs_uncommitted(
+    dev: Arc<dyn cairn_blockdev::BlockDevice>,
+    _log: Option<Arc<dyn cairn_blockdev::BlockDevice>>,
+) -> Result<(), String> {
+    let o = cairn_lfs::MountOptions {
+        syncer: false,
+        ..Default::default()
+    };
+    let fs =
+        cairn_lfs::Lfs::mount_device_planted(dev, &o, cairn_lfs::Planted::RollForwardUncommitted)
+            .map_err(|e| e.to_string())?;
+    cairn_vfs::FileSystem::destroy(fs.as_ref()).map_err(|e| e.to_string())
 }
 
 /// States per planted bug in CI's campaign and by default for `cairn crash run --planted`.
 pub const CAMPAIGN_STATES: usize = 1200;
 
-/// The campaign that must catch `p`: its mode over the scripted workloads, with a fixed
-/// seed, so CI and `cairn crash run --planted` check the same states.
+/// The campaign that must catch `p`: its mode over the scripted workloads — or over its own
+/// workload alone when that is one written for its design (`workload::designed`) — with a
+/// fixed seed, so CI and `cairn crash run --planted` check the same states.
 pub fn campaign(p: &Planted, states: Option<usize>) -> CampaignOptions {
+    let mut workloads = workload::scripted_set();
+    if !workloads.iter().any(|w| w.name == p.workload) {
+        // A workload written for one design's class of state (`workload::designed`): the
+        // whole budget goes to it, so every epoch gets its cuts between device writes.
+        workloads = workload::by_name(p.workload).into_iter().collect();
+    }
     CampaignOptions {
         modes: vec![p.name.to_string()],
-        workloads: workload::scripted_set(),
+        workloads,
         states: states.unwrap_or(CAMPAIGN_STATES),
         seed: 1,
         ..Default::default()
@@ -534,11 +609,13 @@ mod tests {
                 ),
             }
             assert_eq!(p.expectation().unwrap().mode, p.name);
+            // Its workload is in its campaign.
             assert!(
-                workload::scripted_set()
+                campaign(p, None)
+                    .workloads
                     .iter()
                     .any(|w| w.name == p.workload),
-                "{}: workload {} is not scripted",
+                "{}: workload {} is not in its campaign",
                 p.name,
                 p.workload
             );
@@ -590,6 +667,9 @@ enum JournalFault {
     /// The real journal with its log on a device whose flush goes to the file system's
     /// device instead ([`FlushElsewhere`]).
     ForceFlushesHome,
+    /// The real journal, recovered by one whose replay ignores REVOKE records
+    /// (`Journal::plant_ignore_revoke`).
+    IgnoreRevoke,
 }
 
 /// The journal's planted bugs: write-ahead broken in each journal mode (`commit=sync` and
@@ -611,6 +691,15 @@ pub const JOURNAL_CATALOGUE: &[PlantedJournal] = &[
         how: "as journal-write-before-log, with commit=async",
         workload: "create",
         fault: JournalFault::WriteBeforeLog,
+    },
+    PlantedJournal {
+        name: "journal-replay-ignores-revoke",
+        base: "journal",
+        breaks: "recovery puts a freed block's logged image back over the data its next owner wrote there: a returned, fsynced write replaced by metadata",
+        how: "the replay applies every logged update, those of blocks a later REVOKE record freed too (the writing journal is the real one; the mount after the crash runs the broken replay)",
+        // A logged indirect block freed and reused as fsynced data before a checkpoint.
+        workload: "reuse-logged",
+        fault: JournalFault::IgnoreRevoke,
     },
     PlantedJournal {
         name: "journal-async-reuse-before-log",
@@ -698,16 +787,29 @@ impl PlantedJournal {
                 inner.plant_no_group_force();
                 Box::new(inner.named(self.name))
             }
-            JournalFault::ForceFlushesHome => Box::new(inner.named(self.name)),
+            JournalFault::ForceFlushesHome | JournalFault::IgnoreRevoke => {
+                Box::new(inner.named(self.name))
+            }
         }
     }
 
-    /// It claims the journal's guarantees.
+    /// It claims the journal's guarantees; a bug in the replay brings its recovery.
     pub fn expectation(&self) -> Option<Expectation> {
         let mut e = crate::modes::expectation(self.base)?;
         e.mode = self.name.to_string();
+        if self.fault == JournalFault::IgnoreRevoke {
+            e.recovery = Some(recover_ignoring_revokes);
+        }
         Some(e)
     }
+}
+
+/// The recovery of `journal-replay-ignores-revoke`: the journal's, replaying revoked updates.
+fn recover_ignoring_revokes(
+    dev: Arc<dyn cairn_blockdev::BlockDevice>,
+    log: Option<Arc<dyn cairn_blockdev::BlockDevice>>,
+) -> Result<(), String> {
+    crate::modes::recover_journal_as(dev, log, |j| j.plant_ignore_revoke())
 }
 
 /// journal-2sync-force-flushes-home: a log device whose flush goes to the file system's

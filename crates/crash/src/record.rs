@@ -210,8 +210,15 @@ impl OpResult {
 /// One recorded event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// One block reached the device's (volatile) cache.
-    Write { block: u64, data: BlockData },
+    /// One block reached the device's (volatile) cache. `cont`: it is not the first block
+    /// of the device write it belongs to (a multi-block write is split into one event per
+    /// block; `crate::states` cuts crash states at the boundaries of device writes too —
+    /// an LFS partial segment is one device write).
+    Write {
+        block: u64,
+        data: BlockData,
+        cont: bool,
+    },
     /// A durability barrier of the (first) device returned: its writes before it are
     /// durable. It says nothing about a second device's writes.
     Flush,
@@ -265,6 +272,10 @@ pub const FORMAT: u32 = 1;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Header {
@@ -424,6 +435,7 @@ impl TraceSink for Recorder {
                     self.push(Event::Write {
                         block: ev.block + i as u64,
                         data: BlockData::from_slice(chunk),
+                        cont: i > 0,
                     });
                 }
             }
@@ -435,11 +447,14 @@ impl TraceSink for Recorder {
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Line {
-    /// A block write; `d` is absent for a block of zeros.
+    /// A block write; `d` is absent for a block of zeros; `c` is true for a block after
+    /// the first of a multi-block device write (absent: the write's first block).
     W {
         b: u64,
         #[serde(default, skip_serializing_if = "Option::is_none", with = "b64opt")]
         d: Option<Arc<[u8]>>,
+        #[serde(default, skip_serializing_if = "is_false")]
+        c: bool,
     },
     F,
     /// A flush of the second device.
@@ -458,12 +473,13 @@ enum Line {
 impl From<&Event> for Line {
     fn from(ev: &Event) -> Line {
         match ev {
-            Event::Write { block, data } => Line::W {
+            Event::Write { block, data, cont } => Line::W {
                 b: *block,
                 d: match data {
                     BlockData::Zero => None,
                     BlockData::Bytes(b) => Some(b.clone()),
                 },
+                c: *cont,
             },
             Event::Flush => Line::F,
             Event::LogFlush => Line::Lf,
@@ -551,7 +567,7 @@ pub fn load(path: &Path) -> Result<Recording, Error> {
             }
         };
         events.push(match parsed {
-            Line::W { b, d } => {
+            Line::W { b, d, c } => {
                 if b >= header.total_blocks() {
                     return Err(Error::Format(format!(
                         "{}:{n}: block {b} beyond the device ({} blocks)",
@@ -572,6 +588,7 @@ pub fn load(path: &Path) -> Result<Recording, Error> {
                             )));
                         }
                     },
+                    cont: c,
                 }
             }
             Line::F => Event::Flush,
@@ -748,13 +765,15 @@ mod tests {
             evs[1],
             Event::Write {
                 block: 3,
-                data: BlockData::Zero
+                data: BlockData::Zero,
+                cont: false,
             }
         );
         match &evs[2] {
             Event::Write {
                 block: 4,
                 data: BlockData::Bytes(b),
+                cont: true,
             } => assert_eq!(b[600 - 512], 9),
             e => panic!("{e:?}"),
         }
@@ -785,6 +804,7 @@ mod tests {
                 Event::Write {
                     block: 1,
                     data: BlockData::Bytes(blk.into()),
+                    cont: false,
                 },
                 Event::Begin {
                     id: 1,
@@ -797,6 +817,7 @@ mod tests {
                 Event::Write {
                     block: 2,
                     data: BlockData::Zero,
+                    cont: true,
                 },
                 Event::Flush,
                 Event::End {

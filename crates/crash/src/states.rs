@@ -48,6 +48,11 @@ pub struct Epoch {
     /// The writes that flush makes durable (its device's part of `writes`): every later
     /// epoch's image has them.
     pub settled: Vec<usize>,
+    /// Indices into `writes` where a device write begins after the first (a multi-block
+    /// write is one device write split into block events: an LFS partial segment, a
+    /// journal's log append): the crash states that keep exactly the device writes before
+    /// one of these come first.
+    pub boundaries: Vec<u32>,
 }
 
 /// Splits the events from `rec.header.start` on into epochs. There is always at least one
@@ -67,21 +72,40 @@ pub fn epochs(rec: &Recording) -> Vec<Epoch> {
             Event::LogFlush => 1,
             _ => continue,
         };
+        let writes = window(&pending);
         out.push(Epoch {
             start,
-            writes: window(&pending),
+            boundaries: boundaries(rec, &writes),
+            writes,
             flush: Some(i),
             settled: std::mem::take(&mut pending[dev]),
         });
         start = i + 1;
     }
+    let writes = window(&pending);
     out.push(Epoch {
         start,
-        writes: window(&pending),
+        boundaries: boundaries(rec, &writes),
+        writes,
         flush: None,
         settled: Vec::new(),
     });
     out
+}
+
+/// The positions in `writes` (event indices), after the first, where a device write begins
+/// next to a multi-block one (it is one, or one ends just before it). Boundaries between
+/// single-block writes are the "first k" edge cases already.
+fn boundaries(rec: &Recording, writes: &[usize]) -> Vec<u32> {
+    let cont = |k: usize| {
+        writes
+            .get(k)
+            .is_some_and(|&i| matches!(rec.events[i], Event::Write { cont: true, .. }))
+    };
+    (1..writes.len())
+        .filter(|&k| !cont(k) && (cont(k - 1) || cont(k + 1)))
+        .map(|k| k as u32)
+        .collect()
 }
 
 /// Both devices' pending writes, in issue order.
@@ -297,10 +321,17 @@ fn epoch_states(
             plain.push(kept);
         }
     };
-    // Edge cases first, interleaved so a small budget still gets some of each kind: a
+    // The in-order crash at each boundary between device writes first: every device write
+    // before it whole, nothing after — where a log written in several pieces (an LFS flush
+    // in several partial segments, only the last flagged COMMIT) is cut between them.
+    // Without them a large epoch's budget rarely lands on one.
+    push(Vec::new(), &mut plain);
+    for &k in &ep.boundaries {
+        push((0..k).collect(), &mut plain);
+    }
+    // Edge cases next, interleaved so a small budget still gets some of each kind: a
     // write alone or a write missing is where a misordered step shows (an entry without
     // its inode, a bitmap without the cleared pointer), whatever its place in the epoch.
-    push(Vec::new(), &mut plain);
     for k in 0..n {
         push((0..k).collect(), &mut plain); // only the first k
         push((0..n).filter(|&i| i != k).collect(), &mut plain); // write k missing
@@ -408,6 +439,7 @@ mod tests {
         Event::Write {
             block: b,
             data: BlockData::Zero,
+            cont: false,
         }
     }
 
@@ -503,6 +535,43 @@ mod tests {
             },
         );
         assert_eq!(st, again);
+    }
+
+    /// A large epoch made of device writes of several blocks (an LFS flush in partial
+    /// segments): the in-order crash at every boundary between them is among its states,
+    /// however small its budget, before the other edge cases.
+    #[test]
+    fn every_boundary_between_multi_block_writes_is_a_crash_state() {
+        // Four device writes of 10 blocks, then single blocks.
+        let mut ev = Vec::new();
+        for part in 0..4u64 {
+            for b in 0..10 {
+                ev.push(Event::Write {
+                    block: 100 + part * 10 + b,
+                    data: BlockData::Zero,
+                    cont: b > 0,
+                });
+            }
+        }
+        ev.extend((0..5).map(w));
+        ev.push(Event::Flush);
+        let e = epochs(&rec(ev, 0));
+        assert_eq!(e[0].boundaries, vec![10, 20, 30, 40]);
+        let st = generate(
+            &e,
+            &GenOptions {
+                states: 8,
+                torn: false,
+                ..Default::default()
+            },
+        );
+        let kept: HashSet<Vec<u32>> = st.iter().map(|s| s.kept.clone()).collect();
+        for k in [10, 20, 30, 40] {
+            assert!(kept.contains(&(0..k).collect::<Vec<u32>>()), "cut at {k}");
+        }
+        // Single-block writes are no boundaries of their own.
+        let e = epochs(&rec(vec![w(1), w(2), w(3), Event::Flush], 0));
+        assert!(e[0].boundaries.is_empty());
     }
 
     #[test]

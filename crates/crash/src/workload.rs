@@ -71,6 +71,10 @@ pub struct Workload {
     pub body: Body,
     /// When the emulated kernel drops its references to inodes.
     pub forget: Forget,
+    /// The size of the image it runs on, when not the campaign's ([`ImageSpec::bytes`]): a
+    /// small image makes a log-structured format's log wrap round and write segments the
+    /// cleaner freed.
+    pub image_bytes: Option<u64>,
 }
 
 /// When the driver, standing in for the kernel, sends FUSE's forget for the lookups it
@@ -371,6 +375,11 @@ impl Driver {
 
 /// Runs `w` in `mode` and returns its recording (see the module documentation).
 pub fn record(w: &Workload, mode: &str, spec: &ImageSpec) -> Result<Recording, Error> {
+    let sized = ImageSpec {
+        bytes: w.image_bytes.unwrap_or(spec.bytes),
+        ..spec.clone()
+    };
+    let spec = &sized;
     let bs = spec.block_size;
     let blocks = spec.bytes / bs as u64;
     let dev = Arc::new(MemDevice::new(bs, blocks));
@@ -522,7 +531,9 @@ fn mount_format(dev: &Arc<MemDevice>, mode: &str) -> MountResult {
         )
     };
     let fs_type = crate::modes::format_of(mode).ok_or_else(unknown)?;
-    let variant = crate::modes::variant(mode);
+    let planted = crate::planted::by_name(mode);
+    // A planted bug claiming a variant's guarantees is recorded as that variant is.
+    let variant = crate::modes::variant(mode).or_else(|| crate::modes::variant(planted?.base));
     let dev = dev.clone() as Arc<dyn BlockDevice>;
     let args = variant.map_or_else(
         || cairn_fstypes::MkfsArgs {
@@ -532,12 +543,15 @@ fn mount_format(dev: &Arc<MemDevice>, mode: &str) -> MountResult {
         |v| (v.mkfs)(),
     );
     (fs_type.device.mkfs)(dev.clone(), &args).map_err(|e| ("mkfs", e))?;
-    if let Some(p) = crate::planted::by_name(mode) {
-        return p.mount(dev).ok_or_else(unknown)?.map_err(|e| ("mount", e));
-    }
     let mut opts = vec![("mode".to_string(), Some(crate::modes::mount_mode(mode)))];
     if let Some(v) = variant {
         opts.extend((v.options)(dev.as_ref()));
+    }
+    if let Some(p) = planted {
+        return p
+            .mount(dev, &opts)
+            .ok_or_else(unknown)?
+            .map_err(|e| ("mount", e));
     }
     (fs_type.device.mount)(
         dev,
@@ -555,8 +569,14 @@ fn scripted(name: &str, setup: Script, run: Script) -> Workload {
         name: name.into(),
         body: Body::Scripted { setup, run },
         forget: Forget::EachCall,
+        image_bytes: None,
     }
 }
+
+/// The image of `log-wrap` and `flush-split`: 6 MiB, so the log of a log-structured
+/// format wraps round within a few MiB of writes (`lfs`: 11 segments of 512 KiB;
+/// `lfs-cleaning`: 90 of 64 KiB).
+pub const SMALL_IMAGE: u64 = 6 << 20;
 
 fn nothing(_: &mut Driver) -> Result<(), FsError> {
     Ok(())
@@ -570,6 +590,7 @@ pub fn all() -> Vec<Workload> {
             name: format!("random-{seed}"),
             body: Body::Random { seed, ops: 60 },
             forget: Forget::Seeded(seed),
+            image_bytes: None,
         });
     }
     // Not in the scripted set (whose FFS write order is golden): a file unlinked while a
@@ -588,26 +609,150 @@ pub fn all() -> Vec<Workload> {
             d.create("big")?;
             d.write("big", 0, 80 << 10)
         },
-        |d| {
-            d.truncate("big", 0)?;
-            d.create("small")?;
-            d.write("small", 0, 4096)?;
-            d.create("other")?;
-            d.write("other", 0, 80 << 10)?;
-            d.fsync("other")
-        },
+        reuse_freed,
     ));
     v.push(Workload {
         name: "untar".into(),
         body: Body::Untar { seed: 7 },
         forget: Forget::EachCall,
+        image_bytes: None,
     });
     v.push(Workload {
         name: "build".into(),
         body: Body::Build { seed: 7 },
         forget: Forget::EachCall,
+        image_bytes: None,
     });
+    v.extend(designed());
     v
+}
+
+/// Workloads written to reach what each design can get wrong (outside the scripted set,
+/// whose FFS write order is golden; each planted bug of its class names its own):
+/// - `log-wrap`: a log-structured log that wraps round and writes segments the cleaner
+///   (or a checkpoint) freed, on a small image: a segment released before the checkpoint
+///   that empties it is durable can be overwritten while the last durable checkpoint
+///   still needs it;
+/// - `flush-split`: flushes of many inodes, each written as several partial segments
+///   (the log crosses segment ends), so a partial without its flush's COMMIT carries
+///   inode blocks: roll-forward must apply whole flushes;
+/// - `reuse-logged`: a journal's logged block (an indirect block, written in the run so
+///   its image is in the log since the last checkpoint) freed, and reused as the data of
+///   a file that is then fsynced: replay must skip the freed block's logged image (its
+///   revoke), or it lands over that data;
+/// - `fsync-rename`: a file fsynced (its name durable), then renamed across directories
+///   (soft updates' rule 3: the new name on disk before the old one's removal).
+pub fn designed() -> Vec<Workload> {
+    vec![
+        Workload {
+            image_bytes: Some(SMALL_IMAGE),
+            ..scripted(
+                "log-wrap",
+                |d| {
+                    d.mkdir("a")?;
+                    d.mkdir("b")?;
+                    for f in ["a/0", "a/1", "b/2", "b/3"] {
+                        d.create(f)?;
+                        d.write(f, 0, 128 << 10)?;
+                    }
+                    Ok(())
+                },
+                log_wrap,
+            )
+        },
+        Workload {
+            image_bytes: Some(SMALL_IMAGE),
+            ..scripted("flush-split", |d| d.mkdir("d"), flush_split)
+        },
+        scripted("reuse-logged", nothing, |d| {
+            d.create("big")?;
+            d.write("big", 0, 80 << 10)?;
+            reuse_freed(d)
+        }),
+        scripted(
+            "fsync-rename",
+            |d| {
+                d.mkdir("p")?;
+                d.mkdir("q")?;
+                d.create("q/old")
+            },
+            |d| {
+                d.create("p/f")?;
+                d.write("p/f", 0, 8192)?;
+                d.fsync("p/f")?;
+                d.rename("p/f", "q/f")?;
+                d.create("q/g")?;
+                d.rename("q/old", "p/old")
+            },
+        ),
+    ]
+}
+
+/// `big` (past its direct blocks) truncated to nothing, then a one-block file that shifts
+/// the next file's data by one block over the freed ones, so that file's data, fsynced,
+/// falls on `big`'s old indirect block (`reuse-indirect`, `reuse-logged`).
+fn reuse_freed(d: &mut Driver) -> Result<(), FsError> {
+    d.truncate("big", 0)?;
+    d.create("small")?;
+    d.write("small", 0, 4096)?;
+    d.create("other")?;
+    d.write("other", 0, 80 << 10)?;
+    d.fsync("other")
+}
+
+/// `log-wrap`: about 9 MiB of overwrites in 64 KiB writes (one file fsynced in every
+/// round), with a file created, renamed and removed in each round, on [`SMALL_IMAGE`].
+fn log_wrap(d: &mut Driver) -> Result<(), FsError> {
+    let files = ["a/0", "a/1", "b/2", "b/3"];
+    for round in 0..36usize {
+        for (i, f) in files.iter().enumerate() {
+            let off = (((round + i) % 2) as u64) << 16;
+            d.write(f, off, 64 << 10)?;
+        }
+        d.fsync(files[round % files.len()])?;
+        let tmp = format!("a/t{round}");
+        d.create(&tmp)?;
+        d.write(&tmp, 0, 4096)?;
+        d.rename(&tmp, &format!("b/t{round}"))?;
+        if round >= 2 {
+            d.unlink(&format!("b/t{}", round - 2))?;
+        }
+    }
+    Ok(())
+}
+
+/// `flush-split`: rounds of creates, chmods and removals of many files in one directory, each round
+/// ended by an fsync (one flush: the operation log, the directory's blocks, tens of inodes
+/// in several inode blocks), so the log crosses segment ends inside flushes at many
+/// places; the file counts vary so the cuts fall in different parts of a flush.
+fn flush_split(d: &mut Driver) -> Result<(), FsError> {
+    let mut names: Vec<String> = Vec::new();
+    let mut made = 0;
+    for round in 0..24u32 {
+        for _ in 0..(12 + 7 * round % 23) {
+            let f = format!("d/f{made}");
+            made += 1;
+            d.create(&f)?;
+            names.push(f);
+        }
+        for f in names.iter().skip(round as usize % 2).step_by(2) {
+            d.chmod(f, 0o600 | (round % 8) << 3)?;
+        }
+        let last = names[names.len() - 1].clone();
+        d.write(&last, 0, 4096 * (1 + round as usize % 4))?;
+        d.fsync(&last)?;
+        if round % 4 == 3 {
+            let k = names.len() - 2;
+            let to = format!("d/r{round}");
+            d.rename(&names[k], &to)?;
+            names[k] = to;
+        }
+        // At most about 200 files: the image has room for some 380 inodes.
+        while names.len() > 180 {
+            d.unlink(&names.remove(0))?;
+        }
+    }
+    Ok(())
 }
 
 /// Finds workloads by name; `random-S` accepts any seed S and `random-S:N` sets the number
@@ -623,6 +768,7 @@ pub fn by_name(name: &str) -> Option<Workload> {
                 ops: n.parse().ok()?,
             },
             forget: Forget::Seeded(seed),
+            image_bytes: None,
         });
     }
     all().into_iter().find(|w| w.name == name)

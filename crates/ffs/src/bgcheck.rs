@@ -797,6 +797,7 @@ impl Ffs {
                         ino,
                         inode_buf: &b,
                         extra: None,
+                        acl_mode: None,
                     };
                     self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
                 })?;

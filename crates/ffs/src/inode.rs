@@ -12,7 +12,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use cairn_bufcache::BufRef;
+use cairn_vfs::acl::Acl;
 use cairn_vfs::{Attr, Errno, FileKind, Result};
 
 use crate::corrupt_err;
@@ -43,6 +46,11 @@ pub(crate) struct InCore {
     pub writing: u32,
     /// The undo scope that last saved this inode (see `undo`).
     pub undo_scope: u64,
+    /// The access ACL, decoded from the extended-attribute block on the first permission
+    /// check that needs it (`None`: not read yet; `Some(None)`: the inode has none). Every
+    /// change of the block drops it (`Ffs::write_xattrs`), and an undo puts back the
+    /// in-core inode whole, so it always says what the block says.
+    pub acl: Option<Option<Arc<Acl>>>,
 }
 
 impl InCore {
@@ -54,6 +62,7 @@ impl InCore {
             nopen: 0,
             writing: 0,
             undo_scope: 0,
+            acl: None,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod bgcheck;
 pub mod format;
 pub mod strategy;
 
+mod acl;
 mod alloc;
 mod bmap;
 mod directory;

@@ -11,7 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use cairn_blockdev::CounterSnapshot;
 use cairn_bufcache::BufRef;
-use cairn_vfs::perm::{self, LINK_MAX};
+use cairn_vfs::falloc::Falloc;
+use cairn_vfs::perm::{self, LINK_MAX, XattrOp};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
@@ -20,8 +21,8 @@ use cairn_vfs::{
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
-    AllocDirect, Apply, AttrChange, BlockKind, FreeBlocks, FsyncReq, InoMapDep, InodePtr, IoModel,
-    LinkChange, LinkWhy, OpKind, SyncWhy,
+    AclMode, AllocDirect, Apply, AttrChange, BlockKind, FreeBlocks, FsyncReq, InoMapDep, InodePtr,
+    IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
 };
 use crate::{Ffs, State, corrupt_err};
 
@@ -66,13 +67,25 @@ enum Target {
     Direct,
 }
 
-/// The mode and ids of an inode, as the permission rules see them.
-fn owner(d: &DiskInode) -> Owner {
+/// The mode, ids and flags of an inode, as the permission rules see them.
+pub(crate) fn owner(d: &DiskInode) -> Owner {
     Owner {
         mode: d.mode,
         uid: d.uid,
         gid: d.gid,
+        flags: d.flags,
     }
+}
+
+/// How a change of an inode's extended attributes reaches disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum XattrWrite {
+    /// The block is rewritten in place: nothing else of the inode depends on it.
+    InPlace,
+    /// The access ACL changes with the mode: the attributes go to a new block, which the
+    /// inode switches to in the same encoding as its mode (`old_mode`: the mode before), so
+    /// the two reach disk together in every mode (see `acl`).
+    WithMode { old_mode: u32 },
 }
 
 fn dtype_of(mode: u32) -> u8 {
@@ -186,21 +199,30 @@ impl Ffs {
         Ok(d)
     }
 
-    /// Search permission on a directory and that it is still linked.
+    /// Search permission on a directory (its ACL included).
     fn dir_for_lookup(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
-        let d = self.dir_inode(st, ino)?;
-        ctx.check(d.mode, d.uid, d.gid, Access::X)?;
-        Ok(d)
+        self.dir_inode(st, ino)?;
+        self.may(st, ctx, ino, Access::X)
     }
 
-    /// Write+search permission on a directory that still exists (not removed).
-    fn dir_for_change(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
-        let d = self.dir_inode(st, ino)?;
+    /// A directory that still exists (not removed), searchable by the caller: where an
+    /// entry will be removed (the write permission is `may_delete`'s).
+    fn dir_for_remove(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
+        self.dir_inode(st, ino)?;
         if self.iget(st, ino)?.effnlink == 0 {
             return Err(Errno::ENOENT.into());
         }
-        ctx.check(d.mode, d.uid, d.gid, Access::WX)?;
-        Ok(d)
+        self.may(st, ctx, ino, Access::X)
+    }
+
+    /// Write+search permission on a directory that still exists (not removed): where an
+    /// entry will be added (an immutable directory refuses with EPERM).
+    fn dir_for_change(&self, st: &mut State, ctx: &Ctx, ino: u64) -> Result<DiskInode> {
+        self.dir_inode(st, ino)?;
+        if self.iget(st, ino)?.effnlink == 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        self.may(st, ctx, ino, Access::WX)
     }
 
     fn touch_dir(&self, st: &mut State, dino: u64) -> Result<BufRef> {
@@ -259,7 +281,9 @@ impl Ffs {
         Ok(())
     }
 
-    /// Creates an inode of any type named `name` in `parent`. Returns its number.
+    /// Creates an inode of any type named `name` in `parent`: `mode` is its type and the
+    /// permission bits asked for, before the umask (which applies unless the directory has
+    /// a default ACL to inherit: `Ffs::inherit`). Returns its number.
     #[allow(clippy::too_many_arguments)]
     fn make_node(
         &self,
@@ -268,6 +292,7 @@ impl Ffs {
         parent: u64,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
         link_target: Option<&[u8]>,
     ) -> Result<u64> {
@@ -280,11 +305,15 @@ impl Ffs {
         if is_dir && self.iget(st, parent)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
+        let (mode, inherited) = self.inherit(st, parent, mode, umask)?;
         let (mode, gid) = perm::new_inode_owner(ctx, owner(&pd), mode);
-        // Preflight: the inode, the first block of a directory or slow symlink, and what
-        // the name needs if the parent must grow, or ENOSPC before anything changes.
+        // Preflight: the inode, the first block of a directory or slow symlink, an xattr
+        // block for inherited ACLs, and what the name needs if the parent must grow, or
+        // ENOSPC before anything changes.
         let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
-        let blocks = u64::from(is_dir || slow_link) + self.dir_add_blocks(st, parent, name)?;
+        let blocks = u64::from(is_dir || slow_link)
+            + u64::from(!inherited.is_empty())
+            + self.dir_add_blocks(st, parent, name)?;
         st.alloc.reserve(1, blocks)?;
         let (ino, old_generation, cg) = st.alloc.alloc_inode(&self.vol, parent, is_dir)?;
         let f = InoMapDep {
@@ -340,6 +369,11 @@ impl Ffs {
         }
         // The inode's first encoding (rule 1: on disk before any entry names it).
         self.store(st, ino)?;
+        if !inherited.is_empty() {
+            // Its inherited ACLs, still before the name: nothing names the inode until its
+            // encoding with the xattr block's pointer is on disk.
+            self.write_xattrs(st, ino, &inherited, XattrWrite::InPlace)?;
+        }
         // Now the name. (If anything fails from here on, the operation's undo scope takes
         // back the inode, its block and the parent's link count.)
         self.touch_dir(st, parent)?;
@@ -424,7 +458,7 @@ impl Ffs {
         fh
     }
 
-    fn read_xattrs(&self, d: &DiskInode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub(crate) fn read_xattrs(&self, d: &DiskInode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if d.xattr == 0 {
             return Ok(Vec::new());
         }
@@ -433,30 +467,43 @@ impl Ffs {
         Ok(v)
     }
 
-    fn write_xattrs(&self, st: &mut State, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+    /// Writes inode `ino`'s extended attributes (all of them, `attrs`), with its change time,
+    /// as one change of the call in progress; `how` says whether the block is rewritten in
+    /// place or replaced together with the mode the in-core inode already carries.
+    pub(crate) fn write_xattrs(
+        &self,
+        st: &mut State,
+        ino: u64,
+        attrs: &[(Vec<u8>, Vec<u8>)],
+        how: XattrWrite,
+    ) -> Result<()> {
         let old = self.iget(st, ino)?.d.xattr;
+        // The in-core ACL is read again from what this writes.
+        self.iget(st, ino)?.acl = None;
+        let acl_mode = |blk: u64| match how {
+            XattrWrite::InPlace => None,
+            XattrWrite::WithMode { old_mode } => Some(AclMode {
+                old_mode,
+                xattr_blk: blk,
+            }),
+        };
         if attrs.is_empty() {
+            let ic = self.iget(st, ino)?;
+            ic.d.ctime = now_ns();
             if old != 0 {
-                let ic = self.iget(st, ino)?;
+                // The pointer goes in the same encoding as the mode: one step.
                 ic.d.xattr = 0;
                 ic.d.blocks -= 1;
                 let ib = self.store(st, ino)?;
-                let f = FreeBlocks {
-                    ino,
-                    inode_buf: &ib,
-                    from_lbn: 0,
-                    freed: &[old],
-                    holders: &[],
-                    whole_file: false,
-                };
-                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
+                return self.free_xattr_block(st, ino, &ib, old);
             }
-            return Ok(());
+            return self.store_attrs(st, ino, None, None).map(drop);
         }
         if xattr::encoded_size(attrs) > self.vol.geo.bs() {
             return Err(Errno::ENOSPC.into());
         }
-        let b = if old == 0 {
+        let replace = old != 0 && how != XattrWrite::InPlace;
+        let b = if old == 0 || replace {
             // A new block: its bit, then its contents, then the pointer to it (rule 1).
             st.alloc.reserve(0, 1)?;
             let blk = self.alloc_block_for(st, 0, ino)?;
@@ -465,15 +512,17 @@ impl Ffs {
             self.vol.cache.mark_dirty(&b);
             let ic = self.iget(st, ino)?;
             ic.d.xattr = blk;
-            ic.d.blocks += 1;
+            if old == 0 {
+                ic.d.blocks += 1;
+            }
             let f = AllocDirect {
                 ino,
                 ptr: InodePtr::Xattr,
                 lbn: 0,
                 new_blk: blk,
-                old_blk: 0,
+                old_blk: old,
                 new_size: self.vol.geo.block_size,
-                old_size: 0,
+                old_size: if old == 0 { 0 } else { self.vol.geo.block_size },
                 kind: BlockKind::Xattr,
                 new_buf: Some(&b),
             };
@@ -486,13 +535,25 @@ impl Ffs {
             b
         };
         self.iget(st, ino)?.d.ctime = now_ns();
-        let ib = self.store(st, ino)?;
-        let f = AttrChange {
+        let ib = self.store_attrs(st, ino, Some(&b), acl_mode(b.blkno()))?;
+        if replace {
+            self.free_xattr_block(st, ino, &ib, old)?;
+        }
+        Ok(())
+    }
+
+    /// Inode `ino`, encoded in `ib`, no longer points to xattr block `old`: freed once no
+    /// pointer to it can be on disk (rule 2).
+    fn free_xattr_block(&self, st: &mut State, ino: u64, ib: &BufRef, old: u64) -> Result<()> {
+        let f = FreeBlocks {
             ino,
-            inode_buf: &ib,
-            extra: Some(&b),
+            inode_buf: ib,
+            from_lbn: 0,
+            freed: &[old],
+            holders: &[],
+            whole_file: false,
         };
-        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))
     }
 
     /// Is `anc` an ancestor of (or equal to) directory `dino`? Walks `..` up to the root.
@@ -525,18 +586,23 @@ impl Ffs {
         if perm::is_dot(name) || perm::is_dot(nname) {
             return Err(Errno::EINVAL.into());
         }
-        let pd = self.dir_for_change(st, ctx, parent)?;
-        let npd = self.dir_for_change(st, ctx, np)?;
+        // vfs_rename's checks: the source may be removed from its directory; the target,
+        // if any, from its own, else a name may be added there.
+        self.dir_for_remove(st, ctx, parent)?;
+        self.dir_for_remove(st, ctx, np)?;
         let src = self.dir_lookup(st, parent, name)?.ok_or(Errno::ENOENT)?;
         let sd = self.iget(st, src.ino)?.d.clone();
-        perm::sticky_ok(ctx, owner(&pd), owner(&sd))?;
+        self.may_delete(st, ctx, parent, &sd)?;
         let dst = self.dir_lookup(st, np, nname)?;
         let dd = match dst {
             Some(s) => Some(self.iget(st, s.ino)?.d.clone()),
             None => None,
         };
-        if let (Some(_), Some(dd)) = (dst, &dd) {
-            perm::sticky_ok(ctx, owner(&npd), owner(dd))?;
+        match &dd {
+            Some(dd) => self.may_delete(st, ctx, np, dd)?,
+            None => {
+                self.may(st, ctx, np, Access::WX)?;
+            }
         }
         if flags.exchange {
             let (Some(dst), Some(dd)) = (dst, dd) else {
@@ -559,7 +625,7 @@ impl Ffs {
             }
             if np != parent {
                 // Moving a directory rewrites its "..": needs write access to it.
-                ctx.check(sd.mode, sd.uid, sd.gid, Access::W)?;
+                self.may(st, ctx, src.ino, Access::W)?;
             }
         }
         if let (Some(dslot), Some(dd)) = (dst, &dd) {
@@ -659,9 +725,9 @@ impl Ffs {
             {
                 return Err(Errno::EINVAL.into());
             }
-            for d in [sd, dd] {
+            for (ino, d) in [(src.ino, sd), (dst.ino, dd)] {
                 if d.is_dir() {
-                    ctx.check(d.mode, d.uid, d.gid, Access::W)?;
+                    self.may(st, ctx, ino, Access::W)?;
                 }
             }
         }
@@ -758,7 +824,7 @@ impl Ffs {
         let policy = *self.atime.lock();
         let ic = self.iget(st, ino)?;
         let (a, m, c) = (ic.d.atime as i128, ic.d.mtime as i128, ic.d.ctime as i128);
-        if policy.updates(a, m, c, now as i128) {
+        if policy.updates(a, m, c, now as i128) && ic.d.flags & cairn_vfs::fileattr::NOATIME == 0 {
             ic.d.atime = now;
             self.store(st, ino)?;
         }
@@ -1067,6 +1133,7 @@ impl Ffs {
     fn do_setattr(&self, st: &mut State, ctx: &Ctx, ino: u64, set: SetAttr) -> Result<Attr> {
         let d = self.iget(st, ino)?.d.clone();
         let cur = owner(&d);
+        let acl = self.access_acl(st, ino)?;
         let mut n = d.clone();
         let now = now_ns();
         if let Some(mode) = set.mode {
@@ -1086,12 +1153,24 @@ impl Ffs {
         }
         for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
             let Some(t) = t else { continue };
-            perm::may_set_time(ctx, cur, &t)?;
+            perm::may_set_time(ctx, cur, acl.as_deref(), &t)?;
             let v = match t {
                 SetTime::Now => now,
                 SetTime::At(t) => time_to_ns(t),
             };
             if field == 0 { n.atime = v } else { n.mtime = v }
+        }
+        if set.size.is_some() {
+            if d.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            if !d.is_reg() {
+                return Err(Errno::EINVAL.into());
+            }
+            perm::may_truncate(ctx, cur, acl.as_deref(), set.fh.is_some())?;
+            if !ctx.is_root() {
+                n.mode = perm::kill_privileges(n.mode);
+            }
         }
         if let Some(c) = set.ctime {
             n.ctime = time_to_ns(c);
@@ -1108,31 +1187,24 @@ impl Ffs {
             ic.d.ctime = n.ctime;
         }
         if let Some(size) = set.size {
-            if d.is_dir() {
-                return Err(Errno::EISDIR.into());
-            }
-            if !d.is_reg() {
-                return Err(Errno::EINVAL.into());
-            }
-            if set.fh.is_none() {
-                ctx.check(d.mode, d.uid, d.gid, Access::W)?;
-            }
             self.set_size(st, ino, size)?;
             let ic = self.iget(st, ino)?;
             if set.mtime.is_none() {
                 ic.d.mtime = now;
             }
         }
-        let b = self.store(st, ino)?;
-        let f = AttrChange {
-            ino,
-            inode_buf: &b,
-            extra: None,
-        };
-        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        // A new mode rewrites the access ACL, if there is one, in the same inode encoding.
+        if n.mode & 0o777 != d.mode & 0o777 && self.chmod_acl(st, ino, d.mode)? {
+            return self.attr(st, ino);
+        }
+        self.store_attrs(st, ino, None, None)?;
         self.attr(st, ino)
     }
 
+    /// fallocate(2): `cairn_vfs::falloc`'s rules, then the operation, all inside the call's
+    /// undo scope (an allocation that fails halfway takes everything back). Data changes
+    /// go through the cache like a write's, pointer changes are declared like a write's
+    /// allocations and a truncation's frees, so each mode orders them as it orders those.
     fn do_fallocate(
         &self,
         st: &mut State,
@@ -1141,85 +1213,186 @@ impl Ffs {
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
+        let op = Falloc::decode(mode)?;
         let d = self.iget(st, ino)?.d.clone();
-        if !d.is_reg() {
-            return Err(if d.is_dir() {
-                Errno::EISDIR
-            } else {
-                Errno(libc::ENODEV)
-            }
-            .into());
-        }
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-        if length == 0 {
-            return Err(Errno::EINVAL.into());
-        }
-        if end > self.max_file_size {
-            return Err(Errno::EFBIG.into());
-        }
         let bs = self.vol.geo.block_size as u64;
-        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => {
+        op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
+        let end = offset + length;
+        let grow = |st: &mut State, keep_size: bool| -> Result<()> {
+            if !keep_size && end > d.size {
+                self.zero_tail(st, ino, d.size)?;
+                self.iget(st, ino)?.d.size = end;
+            }
+            Ok(())
+        };
+        let mut data_changed = true;
+        match op {
+            Falloc::Allocate { keep_size } => {
                 for lbn in offset / bs..end.div_ceil(bs) {
-                    let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
-                    if fresh {
-                        let b = self.bnew(p, kind::DATA);
-                        self.vol.cache.mark_dirty(&b);
-                    }
+                    self.alloc_zeroed(st, ino, lbn)?;
                 }
-                if !keep && end > d.size {
-                    self.zero_tail(st, ino, d.size)?;
-                    self.iget(st, ino)?.d.size = end;
-                }
+                grow(st, keep_size)?;
+                data_changed = false;
             }
-            libc::FALLOC_FL_PUNCH_HOLE if keep => {
-                let end = end.min(d.size);
-                let mut pos = offset;
-                let mut freed = Vec::new();
-                let mut changed: Vec<BufRef> = Vec::new();
-                while pos < end {
-                    let lbn = pos / bs;
-                    let in_blk = pos % bs;
-                    let n = (bs - in_blk).min(end - pos);
-                    if n == bs {
-                        if let Some((old, holder)) = self.bunmap(st, ino, lbn)? {
-                            freed.push(old);
-                            if let Some(h) = holder
-                                && !changed.iter().any(|b| b.blkno() == h.blkno())
-                            {
-                                changed.push(h);
-                            }
-                        }
-                    } else {
-                        let p = self.bmap(st, ino, lbn)?;
-                        if p != 0 {
-                            let b = self.bread(p, kind::DATA)?;
-                            b.write_range(in_blk as usize, n as usize).fill(0);
-                            self.vol.cache.mark_dirty(&b);
-                        }
-                    }
-                    pos += n;
+            Falloc::PunchHole => self.punch_range(st, ino, offset, end.min(d.size))?,
+            Falloc::ZeroRange { keep_size } => {
+                // Every block the range touches is allocated (as by mode 0), and the range's
+                // bytes in it zeroed.
+                for lbn in offset / bs..end.div_ceil(bs) {
+                    let Some(p) = self.alloc_zeroed(st, ino, lbn)? else {
+                        continue;
+                    };
+                    let lo = offset.max(lbn * bs) - lbn * bs;
+                    let hi = end.min((lbn + 1) * bs) - lbn * bs;
+                    let b = self.bread(p, kind::DATA)?;
+                    b.write_range(lo as usize, (hi - lo) as usize).fill(0);
+                    self.vol.cache.mark_dirty(&b);
                 }
-                self.iget(st, ino)?.d.blocks -= freed.len() as u64;
-                let ib = self.store(st, ino)?;
-                let f = FreeBlocks {
-                    ino,
-                    inode_buf: &ib,
-                    from_lbn: offset / bs,
-                    freed: &freed,
-                    holders: &changed,
-                    whole_file: false,
-                };
-                self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))?;
+                grow(st, keep_size)?;
             }
-            _ => return Err(Errno::EOPNOTSUPP.into()),
+            Falloc::CollapseRange => self.collapse_range(st, ino, offset / bs, length / bs)?,
+            Falloc::InsertRange => self.insert_range(st, ino, offset / bs, length / bs)?,
         }
         let now = now_ns();
         let ic = self.iget(st, ino)?;
         ic.d.ctime = now;
+        if data_changed {
+            ic.d.mtime = now;
+        }
+        // Like a write's inode update: delayed in every mode (sync orders the allocations
+        // and frees above, not the size and times).
         self.store(st, ino)?;
         Ok(())
+    }
+
+    /// Maps logical block `lbn` of `ino`, a new block zeroed: the block if it was mapped
+    /// already (its bytes as they were), `None` if it is new.
+    fn alloc_zeroed(&self, st: &mut State, ino: u64, lbn: u64) -> Result<Option<u64>> {
+        let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
+        if !fresh {
+            return Ok(Some(p));
+        }
+        let b = self.bnew(p, kind::DATA);
+        self.vol.cache.mark_dirty(&b);
+        Ok(None)
+    }
+
+    /// Stores inode `ino` and declares its attributes changed (`extra`: the xattr block it
+    /// rewrote; `acl_mode`: its mode changed with its access ACL); returns the inode block.
+    pub(crate) fn store_attrs(
+        &self,
+        st: &mut State,
+        ino: u64,
+        extra: Option<&BufRef>,
+        acl_mode: Option<AclMode>,
+    ) -> Result<BufRef> {
+        let b = self.store(st, ino)?;
+        let f = AttrChange {
+            ino,
+            inode_buf: &b,
+            extra,
+            acl_mode,
+        };
+        self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+        Ok(b)
+    }
+
+    /// Bytes `from..to` of `ino` read as zeros: whole blocks are unmapped and freed (one
+    /// `FreeBlocks`), partial ones zeroed in place.
+    fn punch_range(&self, st: &mut State, ino: u64, from: u64, to: u64) -> Result<()> {
+        let bs = self.vol.geo.block_size as u64;
+        let mut pos = from;
+        let mut freed = Vec::new();
+        let mut changed: Vec<BufRef> = Vec::new();
+        while pos < to {
+            let lbn = pos / bs;
+            let in_blk = pos % bs;
+            let n = (bs - in_blk).min(to - pos);
+            if n == bs {
+                if let Some((old, holder)) = self.bunmap(st, ino, lbn)? {
+                    freed.push(old);
+                    if let Some(h) = holder
+                        && !changed.iter().any(|b| b.blkno() == h.blkno())
+                    {
+                        changed.push(h);
+                    }
+                }
+            } else {
+                let p = self.bmap(st, ino, lbn)?;
+                if p != 0 {
+                    let b = self.bread(p, kind::DATA)?;
+                    b.write_range(in_blk as usize, n as usize).fill(0);
+                    self.vol.cache.mark_dirty(&b);
+                }
+            }
+            pos += n;
+        }
+        if freed.is_empty() && changed.is_empty() {
+            return Ok(());
+        }
+        self.iget(st, ino)?.d.blocks -= freed.len() as u64;
+        let ib = self.store(st, ino)?;
+        let f = FreeBlocks {
+            ino,
+            inode_buf: &ib,
+            from_lbn: from / bs,
+            freed: &freed,
+            holders: &changed,
+            whole_file: false,
+        };
+        self.fact(st, |s, tx| s.setup_freeblocks(tx, &f))
+    }
+
+    /// Logical block `from`'s contents copied into logical block `to` of `ino` (a hole
+    /// copies as a hole: `to` is freed), through the cache with before-images, like a
+    /// write of the whole block.
+    fn copy_block(&self, st: &mut State, ino: u64, from: u64, to: u64) -> Result<()> {
+        let bs = self.vol.geo.block_size as u64;
+        let src = self.bmap(st, ino, from)?;
+        if src == 0 {
+            return self.punch_range(st, ino, to * bs, (to + 1) * bs);
+        }
+        let bytes = self.bread(src, kind::DATA)?.read().clone();
+        let (dst, fresh, _) = self.bmap_alloc(st, ino, to, BlockKind::Data, None)?;
+        let b = if fresh {
+            self.bnew(dst, kind::DATA)
+        } else {
+            self.bread(dst, kind::DATA)?
+        };
+        b.write_range(0, bytes.len()).copy_from_slice(&bytes);
+        self.vol.cache.mark_dirty(&b);
+        Ok(())
+    }
+
+    /// COLLAPSE_RANGE of `n` blocks at block `at`: every block after the range moves down
+    /// by `n` (copied block by block, lowest first), then the file is cut `n` blocks
+    /// shorter. The copies are writes and the cut a truncation, declared as such: a crash
+    /// midway leaves a consistent file system whose file is partly shifted, as a crash
+    /// during a rewrite of the file's tail would (only a failure is all-or-nothing, by the
+    /// call's undo scope).
+    fn collapse_range(&self, st: &mut State, ino: u64, at: u64, n: u64) -> Result<()> {
+        let bs = self.vol.geo.block_size as u64;
+        let size = self.iget(st, ino)?.d.size;
+        let last = size.div_ceil(bs);
+        for t in at..last - n {
+            self.copy_block(st, ino, t + n, t)?;
+        }
+        self.set_size(st, ino, size - n * bs)
+    }
+
+    /// INSERT_RANGE of `n` blocks at block `at`: every block from `at` on moves up by `n`
+    /// (copied block by block, highest first, so no source is overwritten before it is
+    /// read), the range becomes a hole and the file `n` blocks longer. Crash behaviour as
+    /// for [`Ffs::collapse_range`].
+    fn insert_range(&self, st: &mut State, ino: u64, at: u64, n: u64) -> Result<()> {
+        let bs = self.vol.geo.block_size as u64;
+        let size = self.iget(st, ino)?.d.size;
+        let last = size.div_ceil(bs);
+        self.iget(st, ino)?.d.size = size + n * bs;
+        for t in (at..last).rev() {
+            self.copy_block(st, ino, t, t + n)?;
+        }
+        self.punch_range(st, ino, at * bs, (at + n) * bs)
     }
 }
 
@@ -1237,7 +1410,15 @@ impl Ffs {
             if flags & libc::O_ACCMODE == libc::O_RDONLY {
                 return Err(Errno::EBADF.into());
             }
-            let off = if flags & libc::O_APPEND != 0 {
+            // A file made immutable since it was opened takes no more writes.
+            crate::acl::may_change_data(&self.iget(st, ino)?.d, true)?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && !data.is_empty() {
+                // Written by someone without CAP_FSETID: setuid (and setgid with
+                // group-execute) go (FUSE_HANDLE_KILLPRIV).
+                let ic = self.iget(st, ino)?;
+                ic.d.mode = perm::kill_privileges(ic.d.mode);
+            }
+            let off = if perm::appends(flags) {
                 self.iget(st, ino)?.d.size
             } else {
                 offset
@@ -1276,6 +1457,14 @@ impl Ffs {
 impl FileSystem for Ffs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
+    }
+
+    fn posix_acls(&self) -> bool {
+        true
+    }
+
+    fn kills_privileges(&self) -> bool {
+        true
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
@@ -1392,21 +1581,21 @@ impl FileSystem for Ffs {
                 }
                 _ => {}
             }
-            let m = kind.mode_bits() | (mode & 0o7777 & !umask);
+            let m = kind.mode_bits() | (mode & 0o7777);
             let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
                 rdev
             } else {
                 0
             };
-            let ino = self.make_node(st, ctx, parent, name, m, rdev, None)?;
+            let ino = self.make_node(st, ctx, parent, name, m, umask, rdev, None)?;
             self.entry_attr(st, ino)
         })
     }
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
         self.op("mkdir", Some(OpKind::Mkdir), |st| {
-            let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
-            let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
+            let m = libc::S_IFDIR | (mode & 0o7777);
+            let ino = self.make_node(st, ctx, parent, name, m, umask, 0, None)?;
             self.entry_attr(st, ino)
         })
     }
@@ -1414,16 +1603,16 @@ impl FileSystem for Ffs {
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         self.op("unlink", Some(OpKind::Unlink), |st| {
             let n = perm::check_name(name)?;
-            let pd = self.dir_for_change(st, ctx, parent)?;
+            self.dir_for_remove(st, ctx, parent)?;
             if perm::is_dot(n) {
                 return Err(Errno::EISDIR.into());
             }
             let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
             let td = self.iget(st, slot.ino)?.d.clone();
+            self.may_delete(st, ctx, parent, &td)?;
             if td.is_dir() {
                 return Err(Errno::EISDIR.into());
             }
-            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
             self.touch_dir(st, parent)?;
             let (_, apply) = self.dir_remove(st, parent, n, false)?;
             self.iget(st, slot.ino)?.d.ctime = now_ns();
@@ -1441,13 +1630,13 @@ impl FileSystem for Ffs {
             if n == b".." {
                 return Err(Errno::ENOTEMPTY.into());
             }
-            let pd = self.dir_for_change(st, ctx, parent)?;
+            self.dir_for_remove(st, ctx, parent)?;
             let slot = self.dir_lookup(st, parent, n)?.ok_or(Errno::ENOENT)?;
             let td = self.iget(st, slot.ino)?.d.clone();
+            self.may_delete(st, ctx, parent, &td)?;
             if !td.is_dir() {
                 return Err(Errno::ENOTDIR.into());
             }
-            perm::sticky_ok(ctx, owner(&pd), owner(&td))?;
             if !self.dir_index(st, slot.ino)?.is_empty() {
                 return Err(Errno::ENOTEMPTY.into());
             }
@@ -1477,6 +1666,7 @@ impl FileSystem for Ffs {
                 parent,
                 name,
                 libc::S_IFLNK | 0o777,
+                0,
                 0,
                 Some(target),
             )?;
@@ -1508,10 +1698,13 @@ impl FileSystem for Ffs {
         self.op("link", Some(OpKind::Link), |st| {
             let n = perm::check_name(nname)?;
             let d = self.iget(st, ino)?.d.clone();
+            // may_linkat (protected hard links), then vfs_link's rules.
+            let acl = self.access_acl(st, ino)?;
+            perm::may_link(ctx, owner(&d), acl.as_deref())?;
+            self.dir_for_change(st, ctx, np)?;
             if d.is_dir() {
                 return Err(Errno::EPERM.into());
             }
-            self.dir_for_change(st, ctx, np)?;
             if perm::is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
@@ -1544,22 +1737,20 @@ impl FileSystem for Ffs {
             if self.read_only && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EROFS.into());
             }
-            ctx.check(d.mode, d.uid, d.gid, Access::for_open_flags(flags))?;
+            let acl = self.access_acl(st, ino)?;
+            perm::may_open(ctx, owner(&d), acl.as_deref(), flags)?;
             if truncating && d.is_reg() && d.size > 0 {
                 self.set_size(st, ino, 0)?;
                 let now = now_ns();
                 let ic = self.iget(st, ino)?;
                 ic.d.mtime = now;
                 ic.d.ctime = now;
-                let b = self.store(st, ino)?;
-                let f = AttrChange {
-                    ino,
-                    inode_buf: &b,
-                    extra: None,
-                };
-                self.fact(st, |s, tx| s.setup_attr_change(tx, &f))?;
+                if !ctx.is_root() {
+                    ic.d.mode = perm::kill_privileges(ic.d.mode);
+                }
+                self.store_attrs(st, ino, None, None)?;
             }
-            Ok(self.new_handle(st, ino, flags))
+            Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags)))
         })
     }
 
@@ -1573,10 +1764,10 @@ impl FileSystem for Ffs {
         flags: i32,
     ) -> Result<(Attr, Fh)> {
         self.op("create", Some(OpKind::Create), |st| {
-            let m = libc::S_IFREG | (mode & 0o7777 & !umask);
-            let ino = self.make_node(st, ctx, parent, name, m, 0, None)?;
+            let m = libc::S_IFREG | (mode & 0o7777);
+            let ino = self.make_node(st, ctx, parent, name, m, umask, 0, None)?;
             let attr = self.entry_attr(st, ino)?;
-            let fh = self.new_handle(st, ino, flags);
+            let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags));
             Ok((attr, fh))
         })
     }
@@ -1683,8 +1874,8 @@ impl FileSystem for Ffs {
 
     fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
         self.op("opendir", None, |st| {
-            let d = self.dir_inode(st, ino)?;
-            ctx.check(d.mode, d.uid, d.gid, Access::R)?;
+            self.dir_inode(st, ino)?;
+            self.may(st, ctx, ino, Access::R)?;
             Ok(self.new_handle(st, ino, libc::O_RDONLY))
         })
     }
@@ -1756,9 +1947,13 @@ impl FileSystem for Ffs {
         self.op("setxattr", Some(OpKind::SetXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            perm::xattr_access(ctx, owner(&d), n, true)?;
+            let acl = self.access_acl(st, ino)?;
+            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Set)?;
             if value.len() > XATTR_SIZE_MAX {
                 return Err(Errno::E2BIG.into());
+            }
+            if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
+                return self.set_acl(st, ctx, ino, kind, Some(value));
             }
             let mut attrs = self.read_xattrs(&d)?;
             let pos = attrs.iter().position(|(k, _)| k.as_slice() == n);
@@ -1771,7 +1966,7 @@ impl FileSystem for Ffs {
                 Some(i) => attrs[i].1 = value.to_vec(),
                 None => attrs.push((n.to_vec(), value.to_vec())),
             }
-            self.write_xattrs(st, ino, &attrs)
+            self.write_xattrs(st, ino, &attrs, XattrWrite::InPlace)
         })
     }
 
@@ -1779,7 +1974,8 @@ impl FileSystem for Ffs {
         self.op("getxattr", None, |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            perm::xattr_access(ctx, owner(&d), n, false)?;
+            let acl = self.access_acl(st, ino)?;
+            perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Get)?;
             let attrs = self.read_xattrs(&d)?;
             attrs
                 .into_iter()
@@ -1808,24 +2004,39 @@ impl FileSystem for Ffs {
         self.op("removexattr", Some(OpKind::RemoveXattr), |st| {
             let n = name.as_bytes();
             let d = self.iget(st, ino)?.d.clone();
-            perm::xattr_access(ctx, owner(&d), n, true)?;
+            let acl = self.access_acl(st, ino)?;
+            if !perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Remove)? {
+                return Ok(());
+            }
+            if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
+                return self.set_acl(st, ctx, ino, kind, None);
+            }
             let mut attrs = self.read_xattrs(&d)?;
             let before = attrs.len();
             attrs.retain(|(k, _)| k.as_slice() != n);
             if attrs.len() == before {
                 return Err(Errno::ENODATA.into());
             }
-            self.write_xattrs(st, ino, &attrs)
+            self.write_xattrs(st, ino, &attrs, XattrWrite::InPlace)
         })
     }
 
     fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
         self.op("access", None, |st| {
-            let d = self.iget(st, ino)?.d.clone();
             if mask.0 & Access::W.0 != 0 && self.read_only {
                 return Err(Errno::EROFS.into());
             }
-            ctx.check(d.mode, d.uid, d.gid, mask)
+            self.may(st, ctx, ino, mask).map(|_| ())
+        })
+    }
+
+    fn get_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<u32> {
+        self.op("getflags", None, |st| Ok(self.iget(st, ino)?.d.flags))
+    }
+
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<()> {
+        self.op("setflags", Some(OpKind::Setattr), |st| {
+            self.set_inode_flags(st, ctx, ino, flags)
         })
     }
 

@@ -662,12 +662,12 @@ fn streaming_writes_mix_with_cached_blocks() {
     }
 }
 
-/// A non-owner who may write a setuid/setgid file clears the bits the way Linux's FUSE
-/// client asks (SETATTR of the old mode minus S_ISUID, minus S_ISGID when group-execute is
-/// set; with the new size for a truncate), and nothing else: no other bit, no bit set, not
-/// without write permission.
+/// Someone without CAP_FSETID who writes or truncates a setuid/setgid file clears the bits
+/// itself (FUSE_HANDLE_KILLPRIV: the kernel sends no mode change for it): setuid always,
+/// setgid with group-execute; root's writes keep them; and a chmod from anyone but the owner
+/// is EPERM, even one that only clears the bits.
 #[test]
-fn non_owner_writer_may_only_clear_setuid_and_setgid() {
+fn writes_by_others_kill_setuid_and_setgid_and_only_the_owner_chmods() {
     let (_dev, fs) = fresh(2048, "sync");
     let root = Ctx::root();
     let other = Ctx::user(2000, 2000);
@@ -675,69 +675,53 @@ fn non_owner_writer_may_only_clear_setuid_and_setgid() {
         let f = fs
             .mknod(&root, 2, n(name), libc::S_IFREG | 0o644, 0, 0)
             .unwrap();
-        fs.setattr(
-            &root,
-            f.ino,
-            SetAttr {
-                uid: Some(1000),
-                gid: Some(1000),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        fs.setattr(
-            &root,
-            f.ino,
-            SetAttr {
-                mode: Some(mode),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let ids = SetAttr {
+            uid: Some(1000),
+            gid: Some(1000),
+            ..Default::default()
+        };
+        fs.setattr(&root, f.ino, ids).unwrap();
+        fs.setattr(&root, f.ino, mode_to(mode)).unwrap();
         f.ino
     };
-    let mode = |set: u32| SetAttr {
-        mode: Some(set),
+    let perm = |ino| fs.getattr(ino).unwrap().perm as u32;
+    let write_as = |c: &Ctx, ino| {
+        let fh = fs.open(c, ino, libc::O_WRONLY).unwrap();
+        fs.write(ino, fh, 0, b"by someone").unwrap();
+        fs.release(ino, fh).unwrap();
+    };
+    let a = mk("a", 0o6777);
+    write_as(&other, a);
+    assert_eq!(perm(a), 0o0777, "setuid, and setgid with group-execute, go");
+    let c = mk("c", 0o6666);
+    write_as(&other, c);
+    assert_eq!(perm(c), 0o2666, "setgid without group-execute stays");
+    let r = mk("r", 0o6777);
+    write_as(&root, r);
+    assert_eq!(perm(r), 0o6777, "root keeps them");
+    let b = mk("b", 0o4666);
+    let trunc = SetAttr {
+        size: Some(0),
         ..Default::default()
     };
-    let perm = |ino| fs.getattr(ino).unwrap().perm as u32;
-
-    // What the kernel sends for a write: setuid off, setgid off (group-execute is set).
-    let a = mk("a", 0o6777);
-    fs.write(a, 0, 0, b"by another user").unwrap();
-    fs.setattr(&other, a, mode(0o0777)).unwrap();
-    assert_eq!(perm(a), 0o0777);
-    // For a truncate: the mode and the size in one request.
-    let b = mk("b", 0o4666);
-    fs.setattr(
-        &other,
-        b,
-        SetAttr {
-            mode: Some(0o0666),
-            size: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert_eq!(perm(b), 0o0666);
-    // setgid without group-execute: the kernel asks only for setuid; setgid stays.
-    let c = mk("c", 0o6666);
-    fs.setattr(&other, c, mode(0o2666)).unwrap();
-    assert_eq!(perm(c), 0o2666);
-
-    // Anything else from a non-owner is still refused.
+    fs.setattr(&other, b, trunc).unwrap();
+    assert_eq!(perm(b), 0o0666, "a truncation by someone else");
     let d = mk("d", 0o6777);
-    for bad in [0o6775, 0o6577, 0o7777, 0o0775, 0o6777] {
+    for chmod in [0o0777, 0o6775, 0o2777, 0o7777] {
         assert_eq!(
-            errno(fs.setattr(&other, d, mode(bad))),
+            errno(fs.setattr(&other, d, mode_to(chmod))),
             Errno::EPERM,
-            "{bad:o}"
+            "{chmod:o}"
         );
     }
-    let e = mk("e", 0o6755); // not writable by others
-    assert_eq!(errno(fs.setattr(&other, e, mode(0o0755))), Errno::EPERM);
     assert_eq!(perm(d), 0o6777);
-    assert_eq!(perm(e), 0o6755);
+}
+
+fn mode_to(mode: u32) -> SetAttr {
+    SetAttr {
+        mode: Some(mode),
+        ..Default::default()
+    }
 }
 
 /// A mode shaped like soft updates, without its I/O ordering: every removal's on-disk

@@ -460,6 +460,128 @@ fn sync_rollback_crash_states_are_leaks_only() {
     assert!(cases > 50);
 }
 
+/// An access ACL naming user 1000 rwx, the owning group r--, other ---, with `mask`.
+fn named_acl(mask: u16) -> Vec<u8> {
+    cairn_vfs::acl::example_named(1000, mask)
+}
+
+/// Every crash state of a `sync` call that changes an access ACL and the mode with it —
+/// set on a file without attributes and on one with others, replaced, rewritten by chmod,
+/// removed as equivalent, inherited at create — keeps the two in agreement (fsck holds a
+/// mode to its access ACL): the inode write that switches to the new xattr block carries
+/// the new mode (docs/DESIGN.md, "POSIX ACLs").
+#[test]
+fn sync_acl_changes_keep_mode_and_acl_together_in_every_crash_state() {
+    use cairn_vfs::{Ctx, SetAttr};
+    let c = Ctx::root();
+    let mem = mkfs(1024, 1024);
+    let fs = mount(&mem, "sync");
+    let (plain, fh) = fs
+        .create(&c, 2, n("plain"), 0o640, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(plain.ino, fh).unwrap();
+    let (other, fh) = fs
+        .create(&c, 2, n("other"), 0o640, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(other.ino, fh).unwrap();
+    fs.setxattr(&c, other.ino, n("user.note"), b"kept", 0)
+        .unwrap();
+    let d = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap().ino;
+    fs.setxattr(&c, d, n("system.posix_acl_default"), &named_acl(7), 0)
+        .unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let base = mem.to_bytes();
+    type Call = Box<dyn Fn(&cairn_ffs::Ffs, u64, u64)>;
+    let calls: Vec<(&str, Call)> = vec![
+        (
+            "set on a file without attributes",
+            Box::new(|fs, p, _| {
+                fs.setxattr(
+                    &Ctx::root(),
+                    p,
+                    n("system.posix_acl_access"),
+                    &named_acl(6),
+                    0,
+                )
+                .unwrap()
+            }),
+        ),
+        (
+            "set beside another attribute",
+            Box::new(|fs, _, o| {
+                fs.setxattr(
+                    &Ctx::root(),
+                    o,
+                    n("system.posix_acl_access"),
+                    &named_acl(7),
+                    0,
+                )
+                .unwrap()
+            }),
+        ),
+        (
+            "set, then chmod",
+            Box::new(|fs, p, _| {
+                let c = Ctx::root();
+                fs.setxattr(&c, p, n("system.posix_acl_access"), &named_acl(6), 0)
+                    .unwrap();
+                let s = SetAttr {
+                    mode: Some(0o604),
+                    ..Default::default()
+                };
+                fs.setattr(&c, p, s).unwrap();
+            }),
+        ),
+        (
+            "set, then an equivalent one",
+            Box::new(|fs, _, o| {
+                let c = Ctx::root();
+                fs.setxattr(&c, o, n("system.posix_acl_access"), &named_acl(6), 0)
+                    .unwrap();
+                let mut three = 2u32.to_le_bytes().to_vec();
+                for (t, p) in [(1u16, 7u16), (4, 5), (0x20, 1)] {
+                    three.extend_from_slice(&t.to_le_bytes());
+                    three.extend_from_slice(&p.to_le_bytes());
+                    three.extend_from_slice(&u32::MAX.to_le_bytes());
+                }
+                fs.setxattr(&c, o, n("system.posix_acl_access"), &three, 0)
+                    .unwrap();
+            }),
+        ),
+        (
+            "create under a default ACL",
+            Box::new(|fs, _, _| {
+                let c = Ctx::root();
+                let d = fs.lookup(&c, 2, n("d")).unwrap().ino;
+                let (f, fh) = fs
+                    .create(&c, d, n("child"), 0o666, 0o022, libc::O_RDWR)
+                    .unwrap();
+                fs.release(f.ino, fh).unwrap();
+            }),
+        ),
+    ];
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut states = 0;
+    for (what, call) in &calls {
+        let img = MemDevice::from_bytes(BS as u32, base.clone());
+        let (fault, fs) = mount_faulty(&img, "sync", 64 << 20);
+        let trace = Arc::new(VecTrace::with_data());
+        let start = img.to_bytes();
+        fault.set_trace(Some(trace.clone()));
+        call(&fs, plain.ino, other.ino);
+        fs.unmount().unwrap();
+        drop(fs);
+        fault.set_trace(None);
+        states += check_crash_states(&start, &trace, &mut rng, &|| what.to_string());
+        assert!(fsck(&img).is_empty(), "{what}: {}", fsck(&img));
+    }
+    println!(
+        "{} calls, {states} crash states, mode and ACL always together",
+        calls.len()
+    );
+}
+
 /// Builds the crash states of a recording made from `start` and fscks each; returns how
 /// many were checked.
 fn check_crash_states(

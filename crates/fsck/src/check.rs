@@ -15,9 +15,10 @@ use cairn_ffs::format::{
     DIR_CHUNK, DiskInode, Geometry, INODE_SIZE, LOST_FOUND_INO, NDIRECT, ROOT_INO, Superblock,
     bitmap, dir, xattr,
 };
+use cairn_vfs::{acl, fileattr};
 
 use crate::disk::{Disk, locate};
-use crate::{CheckOptions, Class, Finding, FsckError, Pass, Progress, Report, Stats};
+use crate::{CheckOptions, Class, Finding, FsckError, Kind, Pass, Progress, Report, Stats};
 
 type Result<T> = std::result::Result<T, FsckError>;
 
@@ -183,10 +184,15 @@ impl Checker<'_> {
     /// Records a finding. `fixable` is whether this run's repair corrects it; it is only
     /// reported fixed when repairing.
     fn note(&mut self, class: Class, pass: Pass, fixable: bool, message: String) {
+        self.note_kind(class, pass, Kind::Other, fixable, message);
+    }
+    /// [`Checker::note`] of a finding a tool tells apart by its [`Kind`].
+    fn note_kind(&mut self, class: Class, pass: Pass, kind: Kind, fixable: bool, message: String) {
         let fixed = fixable && self.repair;
         self.findings.push(Finding {
             class,
             pass,
+            kind,
             message,
             fixed,
         });
@@ -241,6 +247,36 @@ impl Checker<'_> {
             .read(blk * self.bs as u64 + off as u64, &mut raw)?;
         Ok(raw)
     }
+    /// The POSIX ACLs among inode `ino`'s extended attributes (`cairn_vfs::acl::audit`):
+    /// a value that is no valid ACL, a default ACL on a non-directory or any ACL on a
+    /// symlink is dropped (the block rewritten without it), a mode that disagrees with its
+    /// access ACL set from it. Returns whether `d` changed.
+    fn acls(
+        &mut self,
+        ino: u64,
+        d: &mut DiskInode,
+        mut attrs: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<bool> {
+        let a = acl::audit(d.mode, |k| {
+            attrs
+                .iter()
+                .find(|(n, _)| n.as_slice() == k.xattr())
+                .map(|(_, v)| v.as_slice())
+        });
+        for p in &a.problems {
+            self.corrupt(Pass::Inodes, format!("inode {ino}: {p}"));
+        }
+        if !a.drop.is_empty() {
+            attrs.retain(|(n, _)| !a.drop.iter().any(|k| k.xattr() == n.as_slice()));
+            let mut b = vec![0u8; self.bs];
+            xattr::encode(&attrs, &mut b);
+            self.write_block(d.xattr, &b)?;
+        }
+        let changed = a.mode != d.mode;
+        d.mode = a.mode;
+        Ok(changed)
+    }
+
     fn put_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
         if self.repair {
             let mut raw = [0u8; INODE_SIZE];
@@ -557,7 +593,10 @@ impl Checker<'_> {
                 Ok(()) => {
                     let b = self.read_block(d.xattr)?;
                     match xattr::decode(&b) {
-                        Ok(_) => true,
+                        Ok(attrs) => {
+                            changed |= self.acls(ino, &mut d, attrs)?;
+                            true
+                        }
                         Err(e) => {
                             self.used.set(d.xattr, false);
                             self.corrupt(Pass::Inodes, format!("inode {ino}: {}; dropped", e.0));
@@ -572,6 +611,15 @@ impl Checker<'_> {
                 d.xattr = 0;
                 changed = true;
             }
+        }
+        let unknown = d.flags & !fileattr::SUPPORTED;
+        if unknown != 0 {
+            self.corrupt(
+                Pass::Inodes,
+                format!("inode {ino}: unknown inode flags {unknown:#x}; cleared"),
+            );
+            d.flags &= fileattr::SUPPORTED;
+            changed = true;
         }
         if kind == K_REG && d.size > self.g.max_file_size() {
             let new = walk.last.map_or(0, |l| (l + 1) * self.bs as u64);
@@ -1274,8 +1322,11 @@ impl Checker<'_> {
             };
             if dd.target != want {
                 if dd.target != 0 {
-                    self.corrupt(
+                    self.note_kind(
+                        Class::Corruption,
                         Pass::Connectivity,
+                        Kind::StaleDotDot,
+                        true,
                         format!(
                             "directory {d}: '..' names {} but its parent is {want}; fixed",
                             dd.target
@@ -1330,9 +1381,10 @@ impl Checker<'_> {
                     } else {
                         Class::Corruption
                     };
-                    self.note(
+                    self.note_kind(
                         class,
                         Pass::Connectivity,
+                        Kind::SecondDirectoryName,
                         true,
                         format!(
                             "directory {} has a second name in directory {}; removed",

@@ -83,6 +83,37 @@ pub fn xattr_block(data: &[u8]) {
     }
 }
 
+/// POSIX ACL decoding (`cairn_vfs::acl`): no panic; a value that decodes re-encodes to its
+/// canonical form, which decodes to the same ACL; the rules (mode, chmod, inheritance, the
+/// permission check, fsck's audit) run on it without panicking, and their results are ACLs
+/// that still decode.
+pub fn posix_acl(data: &[u8]) {
+    use cairn_vfs::acl::{Acl, audit};
+    use cairn_vfs::{Access, Ctx};
+    let _ = audit(libc::S_IFREG | 0o640, |_| Some(data));
+    let Ok(Some(a)) = Acl::decode(data) else {
+        return;
+    };
+    let enc = a.encode();
+    assert_eq!(Acl::decode(&enc).expect("re-decode"), Some(a.clone()));
+    let (mode, _) = a.equiv_mode(libc::S_IFREG | 0o7777);
+    assert_eq!(mode & 0o7000, 0o7000, "only permission bits change");
+    let mut b = a.clone();
+    b.chmod(0o751);
+    assert!(Acl::decode(&b.encode()).expect("after chmod").is_some());
+    let mut m = libc::S_IFDIR | 0o777;
+    let mut c = a.clone();
+    c.create_masq(&mut m);
+    assert!(
+        Acl::decode(&c.encode())
+            .expect("after inheritance")
+            .is_some()
+    );
+    let mut who = Ctx::user(1000, 100);
+    who.groups = Some(vec![1, 2, 3]);
+    let _ = a.permission(&who, 0, 100, Access::R | Access::W);
+}
+
 fn base() -> &'static Image {
     static BASE: OnceLock<Image> = OnceLock::new();
     BASE.get_or_init(Image::populated)
@@ -218,6 +249,21 @@ mod tests {
         let small = img.lookup(a, b"small").unwrap();
         let x = img.inode(small).xattr;
         mutate(&mut rng, &img.block(x)[..256], 3000, xattr_block);
+    }
+
+    #[test]
+    fn posix_acl_fuzz() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed("posix_acl"));
+        let valid = cairn_vfs::acl::encode_raw(&[
+            (1, 6, u32::MAX),
+            (2, 7, 1000),
+            (4, 4, u32::MAX),
+            (8, 5, 50),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ]);
+        assert!(cairn_vfs::acl::Acl::decode(&valid).unwrap().is_some());
+        mutate(&mut rng, &valid, 5000, posix_acl);
     }
 
     #[test]

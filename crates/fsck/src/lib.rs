@@ -75,11 +75,36 @@ impl Pass {
     }
 }
 
+/// What a finding is, where a tool must tell it apart from others of its class (never by
+/// its message): the footprints of a directory rename caught between its steps, which the
+/// crash harness classes apart (001 §6: without a log, "both old and new names persist").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Kind {
+    /// A directory named in two directories (fsck keeps the name its `..` agrees with): a
+    /// rename caught after its new name and before the old one's removal.
+    SecondDirectoryName,
+    /// A directory whose `..` names another directory than the one naming it: a rename
+    /// caught before `..` was rewritten.
+    StaleDotDot,
+    /// Anything else.
+    Other,
+}
+
+impl Kind {
+    /// Whether a directory rename caught between its steps leaves this.
+    pub fn is_rename_footprint(self) -> bool {
+        matches!(self, Kind::SecondDirectoryName | Kind::StaleDotDot)
+    }
+}
+
 /// One inconsistency, as one line.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
     pub class: Class,
     pub pass: Pass,
+    pub kind: Kind,
     pub message: String,
     /// True when repair corrected it on the device.
     pub fixed: bool,

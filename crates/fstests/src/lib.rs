@@ -358,6 +358,8 @@ enum Kind {
         mode: String,
         /// The FUSE transport (`-o transport=`), one of [`transports`].
         transport: String,
+        /// More `-o` options of this target (before `CAIRN_MOUNT_OPTS`).
+        options: String,
         image: PathBuf,
         mounted: bool,
     },
@@ -433,6 +435,17 @@ impl Target {
 
     /// A fresh cairn image of `size` mounted in `mode` over `transport` (`dev`, `uring`).
     pub fn cairn_via(mode: &str, transport: &str, size: &str, mkfs_args: &[&str]) -> Target {
+        Self::cairn_with(mode, transport, size, mkfs_args, "")
+    }
+
+    /// [`Target::cairn_via`] with more mount options (`-o`, comma-separated).
+    pub fn cairn_with(
+        mode: &str,
+        transport: &str,
+        size: &str,
+        mkfs_args: &[&str],
+        options: &str,
+    ) -> Target {
         if mode == UMBRELLA {
             return Self::umbrella_via(transport, size);
         }
@@ -461,6 +474,7 @@ impl Target {
                 bin,
                 mode: mode.to_string(),
                 transport: transport.to_string(),
+                options: options.to_string(),
                 image,
                 mounted: false,
             },
@@ -562,6 +576,7 @@ impl Target {
             bin,
             mode,
             transport,
+            options,
             image,
             mounted,
         } = &mut self.kind
@@ -571,6 +586,10 @@ impl Target {
             }
             // CAIRN_MOUNT_OPTS comes last, so it can override the transport too.
             let mut extra = format!("transport={transport}");
+            if !options.is_empty() {
+                extra.push(',');
+                extra.push_str(options);
+            }
             let more = std::env::var("CAIRN_MOUNT_OPTS").unwrap_or_default();
             if !more.is_empty() {
                 extra.push(',');
@@ -875,6 +894,7 @@ impl Target {
                 bin,
                 mode: UMBRELLA.to_string(),
                 transport: transport.to_string(),
+                options: String::new(),
                 image: config,
                 mounted: false,
             },

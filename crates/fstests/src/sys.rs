@@ -164,3 +164,33 @@ pub fn getdents64(fd: BorrowedFd<'_>, bufsize: usize) -> io::Result<Vec<Dirent>>
     }
     Ok(out)
 }
+
+/// `FS_IOC_GETFLAGS` (lsattr's ioctl) on an open file or directory: its inode flags.
+pub fn get_flags(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: the kernel writes one int through the pointer, which points at a live local.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_GETFLAGS, &mut flags) };
+    check(r as isize).map(|_| flags as u32)
+}
+
+/// `FS_IOC_SETFLAGS` (chattr's ioctl) on an open file or directory.
+pub fn set_flags(fd: BorrowedFd<'_>, flags: u32) -> io::Result<()> {
+    const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+    let v = flags as libc::c_int;
+    // SAFETY: the kernel reads one int through the pointer, which points at a live local.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_SETFLAGS, &v) };
+    check(r as isize).map(drop)
+}
+
+/// The binary form of a POSIX ACL (`system.posix_acl_*`) from (tag, perm, id) triples:
+/// tags 1 user::, 2 user:id, 4 group::, 8 group:id, 0x10 mask, 0x20 other.
+pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut b = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        b.extend_from_slice(&tag.to_le_bytes());
+        b.extend_from_slice(&perm.to_le_bytes());
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    b
+}

@@ -459,6 +459,7 @@ const LFS_MODES: [ModeSpec; 1] = [ModeSpec {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: true,
+        names_kept: true,
         corrupt: cairn_vfs::modes::Allowed::Never,
         leak: cairn_vfs::modes::Allowed::Never,
         interrupted_rename: cairn_vfs::modes::Allowed::Never,
@@ -593,6 +594,7 @@ fn lfs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
         rep.findings.push(cairn_fsck::Finding {
             class: cairn_fsck::Class::Corruption,
             pass: cairn_fsck::Pass::Inodes,
+            kind: cairn_fsck::Kind::Other,
             message: format!("not repaired: {why}"),
             fixed: false,
         });
@@ -614,7 +616,7 @@ fn lfs_error(e: FsError) -> FsckError {
 
 /// The engine's check in fsck's report.
 fn lfs_report(r: Result<cairn_lfs::check::CheckReport, FsError>) -> Result<Report, FsckError> {
-    use cairn_fsck::{Class, Finding, Pass, Stats};
+    use cairn_fsck::{Class, Finding, Kind, Pass, Stats};
     let r = r.map_err(lfs_error)?;
     Ok(Report {
         findings: r
@@ -627,6 +629,7 @@ fn lfs_report(r: Result<cairn_lfs::check::CheckReport, FsError>) -> Result<Repor
                     Class::Corruption
                 },
                 pass: Pass::Inodes,
+                kind: Kind::Other,
                 message: f.message.clone(),
                 fixed: false,
             })

@@ -22,6 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use cairn_vfs::fileattr;
 use cairn_vfs::{
     Access, Attr, Ctx, FileKind, FileSystem, FsError, Ino, KernelCachePolicy, RenameFlags, SetAttr,
 };
@@ -33,7 +34,7 @@ use crate::FuseOptions;
 use crate::counters::{Op, RequestCounts};
 use crate::reply::{
     AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
-    LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
 };
 
 /// The kernel's fixed root inode number.
@@ -92,7 +93,15 @@ impl Adapter {
         destroyed: DestroyResult,
     ) -> Adapter {
         let root = fs.root_ino();
-        let policy = fs.cache_policy();
+        let mut policy = fs.cache_policy();
+        if !opts.default_permissions {
+            // Without default_permissions the kernel asks nobody whether the caller may
+            // search a directory when it walks a path through entries it has cached: every
+            // permission check must reach the file system, so no entry (and no negative
+            // entry) is cached and each component of a path is looked up by its caller.
+            policy.entry_ttl = Duration::ZERO;
+            policy.negative_ttl = Duration::ZERO;
+        }
         Adapter {
             fs,
             root,
@@ -209,10 +218,20 @@ impl Adapter {
     /// when the caller may read (see `open`).
     fn fs_open_flags(&self, flags: i32) -> i32 {
         if self.writeback() {
-            flags & !libc::O_APPEND
+            // O_APPEND stays for the file system to check (append-only files) but no longer
+            // moves writes (`perm::O_OFFSETS_FROM_CALLER`).
+            flags | cairn_vfs::perm::O_OFFSETS_FROM_CALLER
         } else {
             flags
         }
+    }
+
+    /// Whether INIT asks the kernel to check POSIX ACLs (FUSE_POSIX_ACL): when the file
+    /// system keeps them and the kernel checks permissions at all. The kernel turns
+    /// `default_permissions` on with it, so without `default_permissions` it is not asked
+    /// for: ACLs then pass through to the file system, which checks them itself.
+    pub(crate) fn posix_acl(&self) -> bool {
+        self.opts.default_permissions && self.fs.posix_acls()
     }
 
     fn fopen_flags(&self) -> FopenFlags {
@@ -859,6 +878,61 @@ impl Adapter {
         });
     }
 
+    /// FUSE_IOCTL. The kernel sends the file-attribute ioctls of chattr and lsattr here
+    /// (`fs/fuse/ioctl.c`, `fuse_fileattr_get`/`_set`, on a file it opened read-only for
+    /// the purpose) after its own checks; the file system checks again (a caller without
+    /// the kernel, or one the kernel let through: the owner rule and CAP_LINUX_IMMUTABLE are
+    /// the VFS's, but the kernel knows nothing of a FUSE inode's flags). Every other ioctl
+    /// is ENOTTY, the answer to the client's isatty probe.
+    pub(crate) fn ioctl(
+        &self,
+        c: &Ctx,
+        ino: u64,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: impl IoctlReply,
+    ) {
+        self.serve(Op::Ioctl, || {
+            let ino = self.ino_in(ino);
+            let r = match FileAttrIoctl::of(cmd) {
+                None => Err(FsError::Errno(cairn_vfs::Errno(libc::ENOTTY))),
+                Some(FileAttrIoctl::GetFlags) => self.fs.get_flags(c, ino).map(|f| {
+                    let mut out = f.to_le_bytes().to_vec();
+                    out.truncate(out_size as usize);
+                    out
+                }),
+                Some(FileAttrIoctl::SetFlags) => match in_data.get(..4) {
+                    Some(b) => {
+                        let f = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        self.fs.set_flags(c, ino, f).map(|()| Vec::new())
+                    }
+                    None => Err(FsError::Errno(cairn_vfs::Errno::EINVAL)),
+                },
+                Some(FileAttrIoctl::FsGetXattr) => self.fs.get_flags(c, ino).map(|f| {
+                    let mut out = vec![0u8; FSXATTR_LEN];
+                    out[..4].copy_from_slice(&fileattr::to_xflags(f).to_le_bytes());
+                    out.truncate(out_size as usize);
+                    out
+                }),
+                Some(FileAttrIoctl::FsSetXattr) => match in_data.get(..FSXATTR_LEN) {
+                    // Extent size, project id and CoW extent size hints are not kept.
+                    Some(b) if b[4..20].iter().any(|&x| x != 0) => {
+                        Err(FsError::Errno(cairn_vfs::Errno::EOPNOTSUPP))
+                    }
+                    Some(b) => fileattr::from_xflags(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .and_then(|f| self.fs.set_flags(c, ino, f))
+                        .map(|()| Vec::new()),
+                    None => Err(FsError::Errno(cairn_vfs::Errno::EINVAL)),
+                },
+            };
+            match r {
+                Ok(data) => reply.ioctl(0, &data),
+                Err(e) => reply.error(self.err(Op::Ioctl, e)),
+            }
+        });
+    }
+
     /// Requests the adapter answers without the file system: `op` with `errno`. Locks
     /// (no FUSE_POSIX_LOCKS at init, so the kernel handles them locally), bmap, poll and
     /// copy_file_range (ENOSYS makes the kernel fall back to read+write and stop asking)
@@ -906,6 +980,36 @@ impl Adapter {
                 Err(e) => reply.error(self.err(Op::Lseek, e)),
             }
         });
+    }
+}
+
+/// `struct fsxattr`: xflags, extent size, extents, project id, CoW extent size, 8 spare.
+const FSXATTR_LEN: usize = 28;
+
+/// The file-attribute ioctls, known by type and number whatever the size their command
+/// encodes (FS_IOC_GETFLAGS is `_IOR('f', 1, long)`, but the kernel's fileattr path moves
+/// an int, and 32-bit callers use FS_IOC32_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileAttrIoctl {
+    GetFlags,
+    SetFlags,
+    FsGetXattr,
+    FsSetXattr,
+}
+
+impl FileAttrIoctl {
+    fn of(cmd: u32) -> Option<FileAttrIoctl> {
+        // _IOC: direction in bits 30-31, size in 16-29, type in 8-15, number in 0-7.
+        let (dir, ty, nr) = (cmd >> 30, (cmd >> 8) & 0xff, cmd & 0xff);
+        const READ: u32 = 2;
+        const WRITE: u32 = 1;
+        Some(match (dir, ty as u8, nr) {
+            (READ, b'f', 1) => FileAttrIoctl::GetFlags,
+            (WRITE, b'f', 2) => FileAttrIoctl::SetFlags,
+            (READ, b'X', 31) => FileAttrIoctl::FsGetXattr,
+            (WRITE, b'X', 32) => FileAttrIoctl::FsSetXattr,
+            _ => return None,
+        })
     }
 }
 

@@ -91,11 +91,22 @@ impl DevFs {
 impl fuser::Filesystem for DevFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let a = &self.a;
+        // The file system applies the umask itself (FUSE_DONT_MASK): it must not where a
+        // default ACL is inherited (`posix_acl_create`).
         let mut want = InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_DONT_MASK;
+        if a.posix_acl() {
+            want |= InitFlags::FUSE_POSIX_ACL;
+        }
+        if a.fs.kills_privileges() {
+            // The file system clears setuid/setgid on a write or truncation by someone
+            // without CAP_FSETID; the kernel sends no mode change as the writer for it.
+            want |= InitFlags::FUSE_HANDLE_KILLPRIV;
+        }
         if a.opts.atomic_o_trunc {
             want |= InitFlags::FUSE_ATOMIC_O_TRUNC;
         }
@@ -504,16 +515,17 @@ impl fuser::Filesystem for DevFs {
 
     fn ioctl(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.a().unsupported(Op::Ioctl, Errno::ENOTTY, reply)
+        self.a()
+            .ioctl(&ctx(req), ino.0, cmd, in_data, out_size, reply)
     }
 
     fn fallocate(

@@ -717,7 +717,7 @@ impl FileSystem for MemFs {
         if h.ino != ino || h.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return err(Errno::EBADF);
         }
-        let append = h.flags & libc::O_APPEND != 0;
+        let append = cairn_vfs::perm::appends(h.flags);
         let n = g.node_mut(ino)?;
         let Data::File(d) = &mut n.data else {
             return err(Errno::EINVAL);

@@ -50,6 +50,11 @@ pub(crate) trait DataReply: Reply {
     fn data(self, data: &[u8]);
 }
 
+/// An ioctl's answer: its result and the data copied back to the caller.
+pub(crate) trait IoctlReply: Reply {
+    fn ioctl(self, result: i32, data: &[u8]);
+}
+
 pub(crate) trait WriteReply: Reply {
     fn written(self, size: u32);
 }
@@ -269,6 +274,12 @@ impl XattrReply for fuser::ReplyXattr {
     }
     fn data(self, data: &[u8]) {
         fuser::ReplyXattr::data(self, data)
+    }
+}
+
+impl IoctlReply for fuser::ReplyIoctl {
+    fn ioctl(self, result: i32, data: &[u8]) {
+        fuser::ReplyIoctl::ioctl(self, result, data)
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cairn_blockdev::BlockDevice;
 use cairn_vfs::{FileSystem, Result};
 
-use crate::engine::{Lfs, MountOptions, ROOT_INO, owned_blocks};
+use crate::engine::{Lfs, MountOptions, ROOT_INO, decode_xattrs, owned_blocks};
 use crate::format::BLOCK_SIZE;
 
 /// One finding.
@@ -165,6 +165,24 @@ fn audit(st: &mut crate::engine::State) -> Result<Audit> {
             }
             Err(err) => bad(false, format!("inode {ino}: block map: {err}")),
         }
+        let unknown = inode.flags & !cairn_vfs::fileattr::SUPPORTED;
+        if unknown != 0 {
+            bad(
+                false,
+                format!("inode {ino}: unknown inode flags {unknown:#x}"),
+            );
+        }
+        if inode.xattr != 0 {
+            match st.read_block(inode.xattr).and_then(|b| decode_xattrs(&b)) {
+                Ok(x) => {
+                    let a = cairn_vfs::acl::audit(inode.mode, |k| x.get(k.xattr()).map(|v| &v[..]));
+                    for p in a.problems {
+                        bad(false, format!("inode {ino}: {p}"));
+                    }
+                }
+                Err(err) => bad(false, format!("inode {ino}: extended attributes: {err}")),
+            }
+        }
     }
     for (s, &want) in live.iter().enumerate() {
         let have = st.usage[s].live_bytes as u64;
@@ -283,7 +301,9 @@ pub fn repair_path(path: &std::path::Path) -> Result<RepairReport> {
 /// link and no name (unlinked while open when the system stopped) are freed; a checkpoint
 /// makes it durable. Anything else — an entry naming a free inode, a block owned twice, an
 /// inode that does not decode, an inode with links but no name (it would need lost+found)
-/// — is reported and left: the image is not changed beyond the roll-forward.
+/// — is reported and left: the image is not changed beyond the roll-forward. An image of
+/// an older format version (which mounts read-only only) is upgraded: rolled forward as
+/// its version checks its log, unmounted (a checkpoint), its superblock rewritten.
 pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
     let opts = MountOptions {
         syncer: false,
@@ -296,7 +316,8 @@ pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
         ..Default::default()
     };
     // The read-write mount rolls forward for good, freeing the inodes it found unlinked.
-    let fs = Lfs::mount_device(dev.clone(), &opts)?;
+    let fs = Lfs::mount_upgrading(dev.clone(), &opts)?;
+    let older = fs.st.lock().sb.version < crate::format::superblock::VERSION;
     let r = {
         let mut st = fs.st.lock();
         let a = audit(&mut st)?;
@@ -317,10 +338,14 @@ pub fn repair_device(dev: Arc<dyn BlockDevice>) -> Result<RepairReport> {
         r?;
         out.wrote = true;
     }
-    if out.wrote {
+    let upgrade = older && out.refused.is_none();
+    if out.wrote || upgrade {
         fs.destroy()?;
     }
     drop(fs);
+    if upgrade {
+        out.wrote |= Lfs::upgrade_device(&dev)?;
+    }
     out.after = check_device(dev)?;
     Ok(out)
 }
@@ -395,6 +420,51 @@ mod tests {
             .unwrap();
         fs.write(a.ino, fh, 0, &[1u8; 20_000]).unwrap();
         a
+    }
+
+    /// An ACL the engine would never store (planted under it), and flags nobody sets, are
+    /// findings; a well-formed ACL whose mode agrees is not.
+    #[test]
+    fn malformed_acls_and_unknown_flags_are_findings() {
+        let dev = image();
+        let fs = mount(&dev);
+        let c = Ctx::root();
+        let good = file(&fs, "good");
+        let a =
+            cairn_vfs::acl::encode_raw(&[(1, 6, u32::MAX), (4, 4, u32::MAX), (0x20, 4, u32::MAX)]);
+        fs.setxattr(&c, good, OsStr::new("system.posix_acl_default"), &a, 0)
+            .unwrap_err();
+        let bad = file(&fs, "bad");
+        let flagged = file(&fs, "flagged");
+        {
+            let mut st = fs.st.lock();
+            let n = st.node(bad).unwrap();
+            n.xattrs
+                .get_or_insert_default()
+                .insert(b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 9]);
+            n.xattr_dirty = true;
+            st.mark_dirty(bad);
+            st.node(flagged).unwrap().inode.flags = 0x4000_0000;
+            st.mark_dirty(flagged);
+        }
+        fs.destroy().unwrap();
+        drop(fs);
+        let r = check(&dev);
+        let msgs: Vec<&str> = r.findings.iter().map(|f| f.message.as_str()).collect();
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains(&format!("inode {bad}")) && m.contains("posix_acl_access")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains(&format!("inode {flagged}")) && m.contains("flags")),
+            "{msgs:?}"
+        );
+        assert!(
+            !msgs.iter().any(|m| m.contains(&format!("inode {good}"))),
+            "{msgs:?}"
+        );
     }
 
     /// A file unlinked while open, its unlink flushed, then a crash: the check finds an

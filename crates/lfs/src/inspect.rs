@@ -81,7 +81,8 @@ fn read_sb(dev: &Arc<dyn BlockDevice>) -> Result<Superblock, InspectError> {
 
 fn show_sb(sb: &Superblock) -> String {
     format!(
-        "superblock (block 0)\n  label            '{}'\n  blocks           {} of {BLOCK_SIZE} bytes\n  segments         {} of {} blocks ({} KiB), from block {}\n  checkpoint       2 regions of {} block(s), at blocks {} and {}\n  inodes           at most {} (inode map: {} block(s))\n  usage table      {} block(s)\n  created          {} ns\n",
+        "superblock (block 0)\n  format version   {}\n  label            '{}'\n  blocks           {} of {BLOCK_SIZE} bytes\n  segments         {} of {} blocks ({} KiB), from block {}\n  checkpoint       2 regions of {} block(s), at blocks {} and {}\n  inodes           at most {} (inode map: {} block(s))\n  usage table      {} block(s)\n  created          {} ns\n",
+        sb.version,
         sb.label,
         sb.total_blocks,
         sb.segments,
@@ -225,11 +226,12 @@ fn show_segment(
         }
         let _ = writeln!(
             out,
-            "  partial at block {off}: serial {}, {} block(s) {:?}{}{}, next segment {}",
+            "  partial at block {off}: serial {}, {} block(s) {:?}{}{}{}, next segment {}",
             s.serial,
             s.entries.len(),
             kinds,
             if s.commit() { ", COMMIT" } else { "" },
+            if s.hashed() { "" } else { ", version-1 CRC" },
             if s.skip_rest() { ", rest skipped" } else { "" },
             s.next_seg
         );

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::BufferCache;
 
+use crate::format::BLOCK_SIZE;
 use crate::format::summary::{self, Entry, FLAG_COMMIT, FLAG_SKIP_REST, MAX_ENTRIES, Summary};
 use crate::format::superblock::Superblock;
-use crate::format::{BLOCK_SIZE, crc};
 
 /// Where the segments come from.
 pub trait Segments {
@@ -165,9 +165,10 @@ impl LogWriter {
         for (i, (_, d)) in self.pending.iter().enumerate() {
             buf[(i + 1) * BLOCK_SIZE..(i + 2) * BLOCK_SIZE].copy_from_slice(d);
         }
-        let s = Summary {
+        let mut s = Summary {
             serial: self.serial,
-            data_crc: crc(&buf[BLOCK_SIZE..]),
+            data_crc: 0,
+            data_hash: 0,
             next_seg: self.next_seg,
             flags,
             time_ns: now_ns(),
@@ -175,6 +176,7 @@ impl LogWriter {
             off: self.off,
             entries: self.pending.iter().map(|(e, _)| *e).collect(),
         };
+        s.seal(&buf[BLOCK_SIZE..]);
         buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
         let at = sb.seg_start(self.seg) + self.off as u64;
         if let Some(c) = &self.cache {
@@ -211,6 +213,9 @@ pub fn now_ns() -> u64 {
 
 /// Reads and validates the partial segment at `seg:off` expecting `serial`: its summary
 /// and its blocks, or `None` where the log ends (no summary, a stale one, a torn write).
+/// In a version 2 image only a summary whose blocks are checked by the hash counts (the
+/// CRC of version 1 passes a stale inode block: `summary`); a version 1 image, read-only,
+/// is read with the check each summary names.
 pub fn read_partial(
     sb: &Superblock,
     dev: &Arc<dyn BlockDevice>,
@@ -225,14 +230,11 @@ pub fn read_partial(
     dev.read_blocks(sb.seg_start(seg) + off as u64, &mut b)
         .ok()?;
     let s = summary::Summary::decode(&b, sb.segment_blocks, sb.segments).ok()?;
-    if s.serial != serial || s.seg != seg || s.off != off {
+    if s.serial != serial || s.seg != seg || s.off != off || (sb.version >= 2 && !s.hashed()) {
         return None;
     }
     let mut data = vec![0u8; s.entries.len() * BLOCK_SIZE];
     dev.read_blocks(sb.seg_start(seg) + off as u64 + 1, &mut data)
         .ok()?;
-    if crc(&data) != s.data_crc {
-        return None;
-    }
-    Some((s, data))
+    s.holds(&data).then_some((s, data))
 }

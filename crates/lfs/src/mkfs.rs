@@ -84,6 +84,7 @@ pub fn geometry(blocks: u64, opts: &MkfsOptions) -> Result<Superblock> {
         ));
     }
     let sb = Superblock {
+        version: superblock::VERSION,
         total_blocks: blocks,
         segment_blocks: seg_blocks,
         segments,

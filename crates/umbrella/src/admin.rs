@@ -1,6 +1,7 @@
 //! The control commands of a mount: status, where, reload, enforce, branch add/remove/list.
 //! Answers are JSON documents (the cli's control socket carries them).
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -16,6 +17,7 @@ use crate::fs::{Inner, config_path};
 use crate::ns::{Entry, ROOT};
 use crate::rules::{BranchView, Facts, RuleRef};
 use crate::sys;
+use cairn_vfs::Ino;
 
 fn error(msg: impl Into<String>) -> Value {
     json!({ "error": msg.into() })
@@ -78,8 +80,18 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The branches as `status` shows them: state with why and since when, the deadline and
+/// whether calls are isolated, errors by kind. From memory only (the health checker's last
+/// readings): a status request never waits on a branch.
 fn branches(i: &Inner) -> Vec<Value> {
-    let files = i.ns.read().files();
+    let (files, away) = {
+        let ns = i.ns.read();
+        let mut away: HashMap<usize, u64> = HashMap::new();
+        for w in ns.away.values() {
+            *away.entry(*w).or_insert(0) += 1;
+        }
+        (ns.files(), away)
+    };
     let index = i.policy().index_branch;
     i.branches
         .read()
@@ -88,15 +100,38 @@ fn branches(i: &Inner) -> Vec<Value> {
             let (free, total) = if b.state() == State::Removed {
                 (0, 0)
             } else {
-                b.space().unwrap_or((0, 0))
+                b.space_cached().unwrap_or((0, 0))
             };
+            let h = b.health();
+            let since = h
+                .since
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let for_s = h.since.elapsed().map_or(0.0, |d| d.as_secs_f64());
+            let (stuck, workers) = b.exec.stuck();
+            let e = &b.errors;
             json!({
                 "name": b.name,
                 "path": b.path.read().display().to_string(),
                 "state": b.state().name(),
+                "reason": h.reason,
+                "since": since,
+                "for_seconds": for_s,
+                "isolated": b.exec.isolated(),
+                "timeout_ms": b.exec.timeout().as_millis() as u64,
+                "workers": workers,
+                "stuck_workers": stuck,
+                "errors": {
+                    "timeouts": e.timeouts.load(Ordering::Relaxed),
+                    "unavailable": e.unavailable.load(Ordering::Relaxed),
+                    "enotconn": e.enotconn.load(Ordering::Relaxed),
+                    "estale": e.estale.load(Ordering::Relaxed),
+                    "eio": e.eio.load(Ordering::Relaxed),
+                },
                 "free_bytes": free,
                 "total_bytes": total,
                 "files": files.iter().filter(|(_, _, fb)| *fb == b.id).count(),
+                "waiting_to_return": away.get(&b.id).copied().unwrap_or(0),
                 "index": b.id == index,
             })
         })
@@ -119,7 +154,13 @@ pub fn status(i: &Inner) -> Value {
         })
         .collect();
     let c = &i.counters;
-    let all = i.branches.read().clone();
+    let up: Vec<Arc<Branch>> = i
+        .branches
+        .read()
+        .iter()
+        .filter(|b| b.active())
+        .cloned()
+        .collect();
     json!({
         "errors": p.errors.name(),
         "config": config_path(i).map(|p| p.display().to_string()),
@@ -131,20 +172,22 @@ pub fn status(i: &Inner) -> Value {
             "failed": c.migrations_failed.load(Ordering::Relaxed),
             "abandoned": c.migrations_abandoned.load(Ordering::Relaxed),
             "unfinished": c.unfinished.load(Ordering::Relaxed),
-            "records": crate::recover::records_present(&all),
+            "records": crate::recover::records_present(&up),
             "bytes": c.migrated_bytes.load(Ordering::Relaxed),
             "overflows": c.overflows.load(Ordering::Relaxed),
             "recovered_at_mount": c.recovered.load(Ordering::Relaxed),
             "kept_at_mount": c.kept.load(Ordering::Relaxed),
         },
-        "kept": crate::recover::kept_dirs(&all),
+        "kept": crate::recover::kept_dirs(&up),
         "conflicts": c.conflicts.load(Ordering::Relaxed),
+        "conflict_names": i.conflict_list.lock().clone(),
         "enforce": i.enforce.lock().as_ref().map(|j| j.to_json()),
     })
 }
 
 fn where_is(i: &Inner, path: &[u8]) -> Value {
     let ns = i.ns.read();
+    let mut stat_of: Option<(Ino, std::ffi::OsString, usize)> = None;
     let mut dir = ROOT;
     let parts: Vec<&[u8]> = path
         .split(|&c| c == b'/')
@@ -168,14 +211,29 @@ fn where_is(i: &Inner, path: &[u8]) -> Value {
                 });
             }
             Some(Entry::File(b)) if k + 1 == parts.len() => {
-                let b = *b;
+                stat_of = Some((dir, name.to_os_string(), *b));
+                break;
+            }
+            _ => {
+                return error(format!(
+                    "{}: no such file in the union",
+                    String::from_utf8_lossy(path)
+                ));
+            }
+        }
+    }
+    drop(ns);
+    if let Some((dir, name, b)) = stat_of {
+        let name = name.as_os_str();
+        {
+            {
                 let bname = i.branch(b).map(|x| x.name.clone()).unwrap_or_default();
-                let (_, st) = match i.stat_entry(&ns, dir, name, b) {
+                let (_, st) = match i.stat_entry(dir, name, b) {
                     Ok(x) => x,
                     Err(e) => return error(format!("{}: {e}", String::from_utf8_lossy(path))),
                 };
                 let a = sys::attr_from(&st, 0);
-                let up = ns.union_path(dir, name);
+                let up = i.ns.read().union_path(dir, name);
                 let f = Facts::of(&up, &a, b);
                 let d = i.decide(&f, false);
                 let target = i.target_for(&d, Some(b), a.size);
@@ -195,12 +253,6 @@ fn where_is(i: &Inner, path: &[u8]) -> Value {
                     "misplaced": target.is_some(),
                     "would_move_to": target.and_then(|t| i.branch(t).ok().map(|b| b.name.clone())),
                 });
-            }
-            _ => {
-                return error(format!(
-                    "{}: no such file in the union",
-                    String::from_utf8_lossy(path)
-                ));
             }
         }
     }
@@ -244,6 +296,20 @@ fn reload(i: &Arc<Inner>, path: Option<PathBuf>) -> Value {
                 }
                 Err(e) => return error(format!("reload refused, old rules kept: {e}")),
             },
+        }
+    }
+    // Deadlines and isolation per branch, as the file now says.
+    for bc in &cfg.branches {
+        let t = crate::branch::Tuning {
+            timeout: bc.timeout,
+            isolate: bc.isolate,
+        };
+        i.tuning.lock().insert(bc.name.clone(), t);
+        if let Some(b) = i.branches.read().iter().find(|b| b.name == bc.name) {
+            b.exec.set_timeout(bc.timeout);
+            if let Some(on) = bc.isolate {
+                b.exec.set_isolated(on);
+            }
         }
     }
     let rules = cfg.rules.remap(&|b| map[b]);
@@ -298,16 +364,25 @@ fn add_branch(i: &Arc<Inner>, name: &str, path: &Path) -> Result<usize, String> 
                 return Err("at most 64 branches".into());
             }
             let id = bs.len();
-            let b = Arc::new(Branch::open(id, name, canon).map_err(|e| e.to_string())?);
+            let tune = i.tuning.lock().get(name).copied().unwrap_or_default();
+            let b = Arc::new(
+                Branch::open(id, name, canon, tune, i.epoch.clone()).map_err(|e| e.to_string())?,
+            );
             b.set_state(State::Removed);
             bs.push(b.clone());
             b
         }
     };
     // Scan before the branch becomes visible; names it shares with the union keep the
-    // union's copy (the scan counts them as conflicts).
-    let mut ns = i.ns.write();
-    i.scan_branch(&mut ns, &br);
+    // union's copy (the scan counts them as conflicts). The scan's host calls run with no
+    // lock held, into a tree of its own, merged afterwards.
+    let mut scanned = crate::ns::Tree::new(0);
+    i.scan_branch(&mut scanned, &br);
+    {
+        let _shape = i.shape.write();
+        let mut ns = i.ns.write();
+        i.merge_scanned(&mut ns, scanned, &br);
+    }
     br.forget_dirs();
     br.set_state(State::Active);
     i.epoch.fetch_add(1, Ordering::Relaxed);
@@ -352,7 +427,8 @@ fn branch_remove(i: &Arc<Inner>, name: &str) -> Value {
     i.quiesce();
     b.set_state(State::Removed);
     i.epoch.fetch_add(1, Ordering::Relaxed);
-    let _ = sys::syncfs(b.root().as_fd());
+    let root = b.root();
+    let _ = b.run(move || sys::syncfs(root.as_fd()));
     let p = i.policy();
     let inactive: Vec<String> = p
         .rules

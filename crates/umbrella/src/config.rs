@@ -8,10 +8,14 @@
 //! min_free = "1%"          # a branch with less free space than this counts as full
 //! enforce_interval = "6h"  # run the policy enforcer periodically (optional)
 //! enforce_rate = "100M"    # enforcer throttle, bytes per second (optional)
+//! branch_timeout = "3s"    # the deadline of every host call on a branch (default 3s)
 //!
 //! [[branch]]
 //! name = "fs1"
 //! path = "fs1"             # relative paths are relative to this file's directory
+//! timeout = "10s"          # this branch's own deadline (optional)
+//! isolate = true           # host calls on workers with the deadline (default: network and
+//!                          # FUSE file systems yes, local ones no; see `exec`)
 //!
 //! [[rule]]                 # a metadata rule: all conditions must hold
 //! access = "read-only"
@@ -60,6 +64,12 @@ pub struct BranchConf {
     pub name: String,
     /// Canonical absolute path.
     pub path: PathBuf,
+    /// The deadline of each host call on this branch (`timeout`, else `branch_timeout`).
+    pub timeout: Duration,
+    /// `isolate = true|false`: run host calls on the branch's workers with the deadline, or
+    /// inline. None: decided by the host file system's type (network and FUSE file systems
+    /// are isolated, local ones inline; see `exec`).
+    pub isolate: Option<bool>,
 }
 
 /// A validated configuration. Branch ids in `rules` index `branches`.
@@ -108,6 +118,7 @@ struct RawGlobal {
     min_free: Option<Spanned<String>>,
     enforce_interval: Option<Spanned<String>>,
     enforce_rate: Option<Spanned<String>>,
+    branch_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +126,8 @@ struct RawGlobal {
 struct RawBranch {
     name: Spanned<String>,
     path: Spanned<String>,
+    timeout: Option<Spanned<String>>,
+    isolate: Option<bool>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -217,9 +230,13 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (f.is_finite() && f >= 0.0).then_some((f * mult as f64) as u64)
 }
 
-/// Parses "30s", "5m", "12h", "30d", "2w" (a bare number is seconds).
+/// Parses "500ms", "30s", "5m", "12h", "30d", "2w" (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
+    if let Some(ms) = s.strip_suffix("ms") {
+        let n: f64 = ms.trim().parse().ok()?;
+        return (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n / 1000.0));
+    }
     let (num, unit) = match s.chars().last()? {
         c if c.is_ascii_alphabetic() => (&s[..s.len() - 1], c),
         _ => (s, 's'),
@@ -327,6 +344,24 @@ impl Config {
         if raw.branch.is_empty() {
             return Err(cx.err(0..0, "no [[branch]] defined"));
         }
+        let timeout_of = |s: &Spanned<String>, what: &str| -> Result<Duration, ConfigError> {
+            parse_duration(s.get_ref())
+                .filter(|d| *d >= Duration::from_millis(10) && *d <= Duration::from_secs(3600))
+                .ok_or_else(|| {
+                    cx.err(
+                        s.span(),
+                        format!("bad {what} '{}' (10ms to 1h, like \"3s\")", s.get_ref()),
+                    )
+                })
+        };
+        let branch_timeout = match raw
+            .umbrella
+            .as_ref()
+            .and_then(|g| g.get_ref().branch_timeout.as_ref())
+        {
+            None => crate::exec::DEFAULT_TIMEOUT,
+            Some(s) => timeout_of(s, "branch_timeout")?,
+        };
         let mut branches: Vec<BranchConf> = Vec::new();
         for b in &raw.branch {
             let name = b.get_ref().name.get_ref();
@@ -368,9 +403,15 @@ impl Config {
                     ),
                 ));
             }
+            let timeout = match &b.get_ref().timeout {
+                None => branch_timeout,
+                Some(t) => timeout_of(t, "timeout")?,
+            };
             branches.push(BranchConf {
                 name: name.clone(),
                 path: canon,
+                timeout,
+                isolate: b.get_ref().isolate,
             });
         }
         let find = |s: &Spanned<String>| -> Result<BranchId, ConfigError> {
@@ -780,6 +821,50 @@ mod tests {
                 bytes: 64 << 20,
                 margin: 8 << 20
             }]
+        );
+    }
+
+    #[test]
+    fn the_shipped_disconnected_example_parses() {
+        let text = include_str!("../../../examples/umbrella-disconnected.toml");
+        let d = dirs(&["local", "cluster/home"]);
+        let text = text.replace(
+            "/mnt/cluster/home",
+            &d.path().join("cluster/home").display().to_string(),
+        );
+        let c = parse(&d, &text).unwrap();
+        assert_eq!(c.errors, ErrorMode::And);
+        assert_eq!(c.branches[0].timeout, Duration::from_secs(3));
+        assert_eq!(c.branches[1].timeout, Duration::from_secs(5));
+        assert_eq!(c.branches[1].isolate, Some(true));
+        assert_eq!(c.branches[0].isolate, None);
+        assert_eq!(c.rules.rules.len(), 2);
+    }
+
+    #[test]
+    fn deadlines_parse_and_bad_ones_name_the_line() {
+        let d = dirs(&["a"]);
+        let c = parse(
+            &d,
+            "[umbrella]\nbranch_timeout = \"750ms\"\n[[branch]]\nname = \"a\"\npath = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.branches[0].timeout, Duration::from_millis(750));
+        let e = err_of(
+            &d,
+            "[umbrella]\nbranch_timeout = \"0s\"\n[[branch]]\nname = \"a\"\npath = \"a\"\n",
+        );
+        assert!(
+            e.starts_with("test.toml:2:") && e.contains("branch_timeout"),
+            "{e}"
+        );
+        let e = err_of(
+            &d,
+            "[[branch]]\nname = \"a\"\npath = \"a\"\ntimeout = \"soon\"\n",
+        );
+        assert!(
+            e.starts_with("test.toml:4:") && e.contains("timeout"),
+            "{e}"
         );
     }
 

@@ -85,12 +85,9 @@ impl Inner {
             if job.cancelled.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire) {
                 break;
             }
-            let ino = {
-                let ns = self.ns.read();
-                match self.stat_entry(&ns, dir, &name, b) {
-                    Ok((_, st)) => Some(self.node_for_enforce(dir, &name, b, &st)),
-                    Err(_) => None,
-                }
+            let ino = match self.stat_entry(dir, &name, b) {
+                Ok((_, st)) => Some(self.node_for_enforce(dir, &name, b, &st)),
+                Err(_) => None,
             };
             if let Some(ino) = ino {
                 match self.check_and_move(ino) {

@@ -1,6 +1,13 @@
 //! The unified namespace: [`Umbrella`] implements [`cairn_vfs::FileSystem`] over the
 //! branches.
 //!
+//! **No lock of the index or the node table is held across a host call.** A branch can stop
+//! answering (a network file system whose server hung): its calls then take up to the
+//! branch's deadline (`exec`), and whatever waits for a lock held across one waits as long.
+//! So the index (`ns`) and the node table (`nodes`) are memory only, held for a few
+//! comparisons; what keeps a namespace change and its host calls together is a lock of the
+//! *directories* it changes, which only other changes of those directories wait for.
+//!
 //! Locking, outermost first (every path takes them in this order, so none deadlocks):
 //! 1. a file's `mig` mutex: held by a migration for its whole length, and briefly by open,
 //!    unlink and setattr, so a file is never opened, unlinked or changed while it is being
@@ -8,13 +15,21 @@
 //! 2. a handle's descriptor lock, *write* side: held by the migration of an open file
 //!    (overflow) from before it takes the source's identity to the end, so no write lands
 //!    on the source after the copy;
-//! 3. `ns` (the location index): read for lookups and attribute reads, write for every
-//!    namespace change and for a migration's commit; host calls that change names run
-//!    under the write lock, so the index and the branches change together;
-//! 4. `nodes` (file nodes and the inode map): short critical sections only;
-//! 5. a handle's descriptor lock, *read* side, for I/O. Under `ns` it is only tried
-//!    (`try_read`), unless the file's `mig` is held: a migration holding the write side
-//!    waits for `ns`, so blocking on it there would deadlock.
+//! 3. `shape`: shared by every operation that resolves host paths of union directories,
+//!    exclusive for the ones that change such paths (a directory rename, a branch rescan
+//!    merging into the index). Held across host calls: a directory rename on a branch that
+//!    hangs holds the namespace for one deadline, after which the branch is stalled and
+//!    answers at once;
+//! 4. directory locks (`lock_dirs`, striped by inode number, always taken together in
+//!    stripe order): a namespace change of a directory's entries (create, mkdir, link,
+//!    unlink, rmdir, rename, a migration's commit) holds its parents' locks from its checks
+//!    to its index update, across its host calls, so no other change of those directories
+//!    runs in between — as the kernel's directory lock does for one mount;
+//! 5. `ns` (the location index): memory only;
+//! 6. `nodes` (file nodes and the inode map): memory only;
+//! 7. a handle's descriptor lock, *read* side, for I/O (held across the call, with its
+//!    deadline). It is only tried (`try_read`) by attribute reads that run while a
+//!    migration may hold the write side.
 //!
 //! Inode numbers: the root is 1, directories get a number when they enter the index, files
 //! one per host object `(st_dev, st_ino)`, kept for the life of the mount (a migration
@@ -36,7 +51,7 @@ use cairn_vfs::{
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::branch::{Branch, DirFd, META, State};
+use crate::branch::{Branch, DirFd, META, State, Tuning};
 use crate::config::{Config, ErrorMode};
 use crate::ns::{Dir, Entry, ROOT, Tree};
 use crate::rules::{Amount, BranchId, BranchView, Decision, Facts, RuleRef, RuleSet};
@@ -70,7 +85,36 @@ pub(crate) struct Nodes {
 pub(crate) struct Handle {
     pub ino: Ino,
     pub flags: i32,
-    pub fd: RwLock<OwnedFd>,
+    pub fd: RwLock<HostFd>,
+}
+
+/// An open host file and the branch it is on (a migration of an open file swaps both).
+pub(crate) struct HostFd {
+    pub fd: Arc<OwnedFd>,
+    pub branch: Arc<Branch>,
+}
+
+impl Handle {
+    /// Runs `f` on the handle's host file with its branch's deadline, holding the read side
+    /// of the descriptor lock (a migration of the file waits until the call is over).
+    pub fn io<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&OwnedFd) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        let g = self.fd.read();
+        let fd = g.fd.clone();
+        g.branch.run(move || f(&fd))
+    }
+
+    /// [`Handle::io`] when no migration holds the write side now; None otherwise.
+    pub fn try_io<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&OwnedFd) -> io::Result<T> + Send + 'static,
+    ) -> Option<io::Result<T>> {
+        let g = self.fd.try_read()?;
+        let fd = g.fd.clone();
+        Some(g.branch.run(move || f(&fd)))
+    }
 }
 
 struct Listing {
@@ -114,6 +158,10 @@ pub(crate) struct Counters {
 
 pub(crate) struct Inner {
     pub branches: RwLock<Vec<Arc<Branch>>>,
+    /// See the module comment (lock 3).
+    pub shape: RwLock<()>,
+    /// See the module comment (lock 4): stripes, by directory inode number.
+    dirlocks: Vec<Mutex<()>>,
     pub policy: RwLock<Arc<Policy>>,
     pub hits: Mutex<HashMap<RuleRef, u64>>,
     pub ns: RwLock<Tree>,
@@ -133,9 +181,19 @@ pub(crate) struct Inner {
     /// mtime reported for directories: the kernel keeps directory listings cached until a
     /// directory's mtime changes, and a branch change alters listings without touching any
     /// host directory. Zero (exact times) on a mount whose branches never changed.
-    pub epoch: AtomicU64,
+    pub epoch: Arc<AtomicU64>,
     pub failpoints: crate::failpoint::Failpoints,
+    /// Per-branch tuning from the configuration, by branch name (reload changes it).
+    pub tuning: Mutex<HashMap<String, Tuning>>,
+    /// Names kept twice by a returning branch's resync (`disconnected`), for `status`.
+    pub conflict_list: Mutex<Vec<String>>,
 }
+
+/// How long a directory's attributes wait for further copies once one has answered.
+const ATTR_GRACE: Duration = Duration::from_millis(250);
+
+/// Directory lock stripes: enough that unrelated directories rarely share one.
+const DIR_STRIPES: usize = 64;
 
 /// The policy layer as a file system.
 pub struct Umbrella {
@@ -175,10 +233,25 @@ impl Umbrella {
         }
         // Modes and owners are set explicitly on every object we create.
         sys::umask(0);
+        let epoch = Arc::new(AtomicU64::new(0));
         let mut branches = Vec::new();
+        let mut tuning = HashMap::new();
         for (i, b) in cfg.branches.iter().enumerate() {
-            let br = Branch::open(i, &b.name, b.path.clone())
+            let t = Tuning {
+                timeout: b.timeout,
+                isolate: b.isolate,
+            };
+            tuning.insert(b.name.clone(), t);
+            let br = Branch::open(i, &b.name, b.path.clone(), t, epoch.clone())
                 .map_err(|e| format!("branch '{}' ({}): {e}", b.name, b.path.display()))?;
+            if !br.active() {
+                warn!(
+                    "branch '{}' ({}): {}; mounting without it",
+                    b.name,
+                    b.path.display(),
+                    br.health().reason
+                );
+            }
             branches.push(Arc::new(br));
         }
         let policy = Policy {
@@ -191,6 +264,8 @@ impl Umbrella {
         };
         let inner = Arc::new(Inner {
             branches: RwLock::new(branches),
+            shape: RwLock::new(()),
+            dirlocks: (0..DIR_STRIPES).map(|_| Mutex::new(())).collect(),
             policy: RwLock::new(Arc::new(policy)),
             hits: Mutex::new(HashMap::new()),
             ns: RwLock::new(Tree::new(0)),
@@ -208,8 +283,10 @@ impl Umbrella {
             stopping: AtomicBool::new(false),
             config_path: Mutex::new(Some(cfg.source.clone())),
             enforce: Mutex::new(None),
-            epoch: AtomicU64::new(0),
+            epoch,
             failpoints: Default::default(),
+            tuning: Mutex::new(tuning),
+            conflict_list: Mutex::new(Vec::new()),
         });
         // Any record means the saved index may not describe the branches any more.
         let recovered = inner.recover_moves();
@@ -352,12 +429,13 @@ impl Inner {
     }
 
     /// Can this branch serve a file of a name in the union now? Files on removed branches
-    /// are hidden; on failed branches they are hidden under `and` and give EIO under `or`.
+    /// are hidden; on stalled or failed branches they are hidden under `and` and give EIO
+    /// under `or`.
     fn file_visible(&self, b: BranchId) -> Result<bool> {
         let st = self.branches.read().get(b).map(|x| x.state());
         match st {
             Some(State::Active) => Ok(true),
-            Some(State::Failed) if self.policy().errors == ErrorMode::Or => Err(err(libc::EIO)),
+            Some(s) if s.down() && self.policy().errors == ErrorMode::Or => Err(err(libc::EIO)),
             _ => Ok(false),
         }
     }
@@ -384,26 +462,62 @@ impl Inner {
             .collect()
     }
 
-    /// Under `or`, a failed branch holding a copy of this directory fails merged operations.
+    /// Under `or`, a stalled or failed branch holding a copy of this directory fails merged
+    /// operations.
     pub(crate) fn merged_check(&self, d: &Dir) -> Result<()> {
         if self.policy().errors == ErrorMode::And {
             return Ok(());
         }
-        let failed = self
+        let down = self
             .branches
             .read()
             .iter()
-            .any(|b| d.mask & (1u64 << b.id) != 0 && b.state() == State::Failed);
-        if failed { Err(err(libc::EIO)) } else { Ok(()) }
+            .any(|b| d.mask & (1u64 << b.id) != 0 && b.state().down());
+        if down { Err(err(libc::EIO)) } else { Ok(()) }
     }
 
-    pub fn dir_attr(&self, ns: &Tree, ino: Ino) -> Result<Attr> {
-        let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
-        let rel = ns.rel(ino);
+    /// Takes the directory locks of `inos` (module comment, lock 4), in stripe order.
+    pub(crate) fn lock_dirs(&self, inos: &[Ino]) -> Vec<parking_lot::MutexGuard<'_, ()>> {
+        let mut k: Vec<usize> = inos.iter().map(|i| *i as usize % DIR_STRIPES).collect();
+        k.sort_unstable();
+        k.dedup();
+        k.into_iter().map(|k| self.dirlocks[k].lock()).collect()
+    }
+
+    /// A directory's attributes: mode and owner from the first copy, times the newest of
+    /// all copies. The copies are stat'ed on every branch at once, each call with its
+    /// branch's deadline, and no lock is held meanwhile: a copy on a branch that does not
+    /// answer in time is left out (and the branch stalled).
+    pub fn dir_attr(&self, ino: Ino) -> Result<Attr> {
+        let (rel, branches, nsubdirs) = {
+            let ns = self.ns.read();
+            let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
+            (ns.rel(ino), self.dir_branches(d), d.nsubdirs)
+        };
+        let started: Vec<_> = branches
+            .iter()
+            .map(|b| {
+                let (bb, rel) = (b.clone(), rel.clone());
+                b.start(move || bb.dir_here(&rel).and_then(|fd| sys::fstat(fd.as_fd())))
+            })
+            .collect();
         let mut last = err(libc::ENOENT);
         let mut found: Option<Attr> = None;
-        for b in self.dir_branches(d) {
-            match b.dir(&rel).and_then(|fd| sys::fstat(fd.as_fd())) {
+        for (b, p) in branches.iter().zip(started) {
+            // Once a copy has answered, another one only adds its times: a copy on a branch
+            // slower than [`ATTR_GRACE`] is left out rather than waited for (the kernel asks
+            // for the root's attributes on every path walk once they expire).
+            let r = match (&found, p) {
+                (Some(_), crate::exec::Pending::Queued(slot, deadline)) => {
+                    let soon = std::time::Instant::now() + ATTR_GRACE;
+                    match crate::exec::Pending::Queued(slot, deadline.min(soon)).wait() {
+                        Ok(r) => r,
+                        Err(_) => continue,
+                    }
+                }
+                (_, p) => b.finish(p),
+            };
+            match r {
                 Ok(st) => {
                     let a = sys::attr_from(&st, ino);
                     match &mut found {
@@ -422,8 +536,13 @@ impl Inner {
             }
         }
         if let Some(mut a) = found {
-            a.nlink = 2 + d.nsubdirs;
+            a.nlink = 2 + nsubdirs;
             a.mtime += Duration::from_nanos(self.epoch.load(Ordering::Relaxed));
+            let perm = (a.perm, a.uid, a.gid);
+            let mut ns = self.ns.write();
+            if let Some(d) = ns.dirs.get_mut(&ino) {
+                d.perm = Some(perm);
+            }
             return Ok(a);
         }
         if ino == ROOT {
@@ -451,18 +570,28 @@ impl Inner {
         Err(last)
     }
 
-    /// Host stat of a file entry, and the parent descriptor on its branch.
-    pub fn stat_entry(
-        &self,
-        ns: &Tree,
-        dir: Ino,
-        name: &OsStr,
-        b: BranchId,
-    ) -> Result<(DirFd, sys::Stat)> {
+    /// Host stat of `name` in the directory `rel` on branch `b`, and the directory's
+    /// descriptor there. The caller holds no index lock.
+    pub fn stat_in(&self, b: BranchId, rel: &[u8], name: &OsStr) -> Result<(DirFd, sys::Stat)> {
         let br = self.branch(b)?;
-        let pfd = br.dir(&ns.rel(dir)).map_err(ioerr)?;
-        let st = sys::fstatat(pfd.as_fd(), name).map_err(ioerr)?;
-        Ok((pfd, st))
+        let (bb, rel, n) = (br.clone(), rel.to_vec(), name.to_os_string());
+        br.run(move || {
+            let pfd = bb.dir_here(&rel)?;
+            let st = sys::fstatat(pfd.as_fd(), &n)?;
+            Ok((pfd, st))
+        })
+        .map_err(ioerr)
+    }
+
+    /// [`Inner::stat_in`] for a file entry of the index (`dir` resolved to its path first).
+    pub fn stat_entry(&self, dir: Ino, name: &OsStr, b: BranchId) -> Result<(DirFd, sys::Stat)> {
+        let rel = self.ns.read().rel(dir);
+        self.stat_in(b, &rel, name)
+    }
+
+    /// The relative path of a directory of the index.
+    pub fn rel(&self, dir: Ino) -> Vec<u8> {
+        self.ns.read().rel(dir)
     }
 
     /// Our inode number for a host object, allocating one the first time it is seen.
@@ -505,22 +634,55 @@ impl Inner {
         ino
     }
 
-    fn lookup_in(&self, ns: &Tree, parent: Ino, name: &OsStr, count: bool) -> Result<Attr> {
-        if name.len() > 255 {
-            return Err(err(libc::ENAMETOOLONG));
-        }
+    /// The visible entry `name` of directory `parent` and the directory's path, read
+    /// under a short index lock.
+    pub(crate) fn entry_of(&self, parent: Ino, name: &OsStr) -> Result<(Option<Entry>, Vec<u8>)> {
+        let ns = self.ns.read();
         let d = ns
             .dirs
             .get(&parent)
             .ok_or_else(|| self.not_dir_or_stale(parent))?;
         if parent == ROOT && name == META {
-            return Err(err(libc::ENOENT));
+            return Ok((None, Vec::new()));
         }
-        match self.visible_entry(d, name)? {
+        Ok((self.visible_entry(d, name)?, ns.rel(parent)))
+    }
+
+    /// Host stat of a file entry, following it when a migration moved it meanwhile (the
+    /// index says the new branch once the copy is in place, before the source name goes).
+    fn stat_file_entry(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mut b: BranchId,
+        mut rel: Vec<u8>,
+    ) -> Result<(BranchId, DirFd, sys::Stat)> {
+        for _ in 0..3 {
+            match self.stat_in(b, &rel, name) {
+                Ok((fd, st)) => return Ok((b, fd, st)),
+                Err(e) if e.errno().0 == libc::ENOENT => match self.entry_of(parent, name)? {
+                    (Some(Entry::File(c)), r) if c != b || r != rel => {
+                        b = c;
+                        rel = r;
+                    }
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+        Err(err(libc::ENOENT))
+    }
+
+    fn lookup_in(&self, parent: Ino, name: &OsStr, count: bool) -> Result<Attr> {
+        if name.len() > 255 {
+            return Err(err(libc::ENAMETOOLONG));
+        }
+        let (e, rel) = self.entry_of(parent, name)?;
+        match e {
             None => Err(err(libc::ENOENT)),
-            Some(Entry::Dir(i)) => self.dir_attr(ns, i),
+            Some(Entry::Dir(i)) => self.dir_attr(i),
             Some(Entry::File(b)) => {
-                let (_, st) = self.stat_entry(ns, parent, name, b)?;
+                let (b, _, st) = self.stat_file_entry(parent, name, b, rel)?;
                 let ino = self.node_seen(parent, name, b, &st, u64::from(count));
                 Ok(sys::attr_from(&st, ino))
             }
@@ -535,7 +697,7 @@ impl Inner {
         }
     }
 
-    /// A file node's branch and one current name, under the caller's `ns` lock.
+    /// A file node's branch and one current name.
     pub(crate) fn file_loc(&self, ino: Ino) -> Result<(BranchId, Option<(Ino, OsString)>)> {
         let nodes = self.nodes.lock();
         let n = nodes.files.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
@@ -552,21 +714,21 @@ impl Inner {
             .find_map(Weak::upgrade)
     }
 
-    /// The attributes of a file node, under the caller's `ns` lock.
-    pub fn file_attr(&self, ns: &Tree, ino: Ino) -> Result<Attr> {
+    /// The attributes of a file node.
+    pub fn file_attr(&self, ino: Ino) -> Result<Attr> {
         // An open file is stat'ed through its descriptor: no path to resolve. Only tried:
-        // an overflowing migration holds it while it waits for `ns` (lock order, above);
-        // the path still names the source until that migration commits.
+        // an overflowing migration may hold it; the path still names the source until that
+        // migration commits.
         if let Some(h) = self.any_handle(ino)
-            && let Some(fd) = h.fd.try_read()
-            && let Ok(st) = sys::fstat(fd.as_fd())
+            && let Some(Ok(st)) = h.try_io(|fd| sys::fstat(fd.as_fd()))
         {
             return Ok(sys::attr_from(&st, ino));
         }
         let (b, name) = self.file_loc(ino)?;
         if let Some((dir, name)) = name {
-            match self.stat_entry(ns, dir, &name, b) {
-                Ok((_, st)) => return Ok(sys::attr_from(&st, ino)),
+            let rel = self.rel(dir);
+            match self.stat_file_entry(dir, &name, b, rel) {
+                Ok((_, _, st)) => return Ok(sys::attr_from(&st, ino)),
                 Err(e) if self.any_handle(ino).is_none() => return Err(e),
                 Err(_) => {}
             }
@@ -574,16 +736,19 @@ impl Inner {
         // Unlinked but open: the descriptor still reaches it. (A migration never holds it:
         // one needs a name to move the file, and one that lost its name rolls back.)
         let h = self.any_handle(ino).ok_or_else(|| err(libc::ENOENT))?;
-        let fd = h.fd.try_read().ok_or_else(|| err(libc::EAGAIN))?;
-        let st = sys::fstat(fd.as_fd()).map_err(ioerr)?;
+        let st = h
+            .try_io(|fd| sys::fstat(fd.as_fd()))
+            .ok_or_else(|| err(libc::EAGAIN))?
+            .map_err(ioerr)?;
         Ok(sys::attr_from(&st, ino))
     }
 
-    fn attr_of(&self, ns: &Tree, ino: Ino) -> Result<Attr> {
-        if ns.dirs.contains_key(&ino) {
-            self.dir_attr(ns, ino)
+    fn attr_of(&self, ino: Ino) -> Result<Attr> {
+        let is_dir = self.ns.read().dirs.contains_key(&ino);
+        if is_dir {
+            self.dir_attr(ino)
         } else {
-            self.file_attr(ns, ino)
+            self.file_attr(ino)
         }
     }
 
@@ -636,69 +801,107 @@ impl Inner {
     /// Makes sure directory `dir` exists on branch `b`, creating it (and its missing
     /// ancestors) with the mode, owner and times of an existing copy: the lazy directory
     /// creation of issue 3 item 1. Returns an O_PATH descriptor of it.
-    pub fn ensure_dir(&self, ns: &mut Tree, dir: Ino, b: BranchId) -> Result<DirFd> {
+    ///
+    /// The caller holds `shape` shared (no directory is renamed meanwhile) and no index
+    /// lock: the host calls run first, then the copies made are added to the index. Two
+    /// callers making the same copy both succeed (EEXIST is success).
+    pub fn ensure_dir(&self, dir: Ino, b: BranchId) -> Result<DirFd> {
         let br = self.branch(b)?;
-        let has = ns.dirs.get(&dir).ok_or_else(|| err(libc::ENOENT))?.mask & (1u64 << b) != 0;
-        let rel = ns.rel(dir);
+        // The chain of ancestors without a copy on `b`, nearest the root first, with the
+        // mode, owner and times each copy should get.
+        let mut missing: Vec<(Ino, Vec<u8>, OsString)> = Vec::new();
+        let (rel, has) = {
+            let ns = self.ns.read();
+            let has = ns.dirs.get(&dir).ok_or_else(|| err(libc::ENOENT))?.mask & (1u64 << b) != 0;
+            let mut cur = dir;
+            if !has {
+                while cur != ROOT {
+                    let d = ns.dirs.get(&cur).ok_or_else(|| err(libc::ENOENT))?;
+                    if d.mask & (1u64 << b) != 0 {
+                        break;
+                    }
+                    missing.push((cur, ns.rel(d.parent), d.name.clone()));
+                    cur = d.parent;
+                }
+            }
+            (ns.rel(dir), has)
+        };
         if has {
             match br.dir(&rel) {
                 Ok(fd) => return Ok(fd),
                 // The index thought it was there (someone removed it behind our back):
                 // recreate it below.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && dir != ROOT => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && dir != ROOT => {
+                    let ns = self.ns.read();
+                    let d = &ns.dirs[&dir];
+                    missing.push((dir, ns.rel(d.parent), d.name.clone()));
+                }
                 Err(e) => return Err(ioerr(e)),
             }
         }
         if dir == ROOT {
             return br.dir(b"").map_err(ioerr);
         }
-        let (parent, name) = {
-            let d = &ns.dirs[&dir];
-            (d.parent, d.name.clone())
-        };
-        let model = self.dir_attr(ns, dir).ok();
-        let pfd = self.ensure_dir(ns, parent, b)?;
-        let mode = model.map_or(0o755, |a| a.perm as u32);
-        // A lazily made copy is not a change of the union parent: keep its times.
-        let ptimes = sys::fstat(pfd.as_fd()).ok();
-        match sys::mkdirat(pfd.as_fd(), &name, mode) {
-            Ok(()) => {
-                if let Some(pt) = ptimes {
-                    let a = sys::attr_from(&pt, 0);
-                    let _ = sys::utimensat(
-                        pfd.as_fd(),
-                        OsStr::new("."),
-                        TimeSet::At(a.atime),
-                        TimeSet::At(a.mtime),
-                    );
+        missing.reverse();
+        for (d, prel, name) in &missing {
+            let model = self.dir_attr(*d).ok();
+            let mode = model.map_or(0o755, |a| a.perm as u32);
+            let (bb, prel2, name2) = (br.clone(), prel.clone(), name.clone());
+            br.run(move || {
+                let pfd = bb.dir_here(&prel2)?;
+                // A lazily made copy is not a change of the union parent: keep its times.
+                let ptimes = sys::fstat(pfd.as_fd()).ok();
+                match sys::mkdirat(pfd.as_fd(), &name2, mode) {
+                    Ok(()) => {
+                        if let Some(pt) = ptimes {
+                            let a = sys::attr_from(&pt, 0);
+                            let _ = sys::utimensat(
+                                pfd.as_fd(),
+                                OsStr::new("."),
+                                TimeSet::At(a.atime),
+                                TimeSet::At(a.mtime),
+                            );
+                        }
+                        if let Some(a) = model {
+                            let _ = sys::fchownat(pfd.as_fd(), &name2, Some(a.uid), Some(a.gid));
+                            // chown clears setgid on some file systems; put the mode back.
+                            let _ = sys::fchmodat(pfd.as_fd(), &name2, mode);
+                            let _ = sys::utimensat(
+                                pfd.as_fd(),
+                                &name2,
+                                TimeSet::At(a.atime),
+                                TimeSet::At(a.mtime),
+                            );
+                        }
+                        Ok(())
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+                    Err(e) => Err(e),
                 }
-                if let Some(a) = model {
-                    let _ = sys::fchownat(pfd.as_fd(), &name, Some(a.uid), Some(a.gid));
-                    // chown clears setgid on some file systems; put the mode back.
-                    let _ = sys::fchmodat(pfd.as_fd(), &name, mode);
-                    let _ = sys::utimensat(
-                        pfd.as_fd(),
-                        &name,
-                        TimeSet::At(a.atime),
-                        TimeSet::At(a.mtime),
-                    );
-                }
+            })
+            .map_err(ioerr)?;
+            let mut ns = self.ns.write();
+            if let Some(x) = ns.dirs.get_mut(d) {
+                x.mask |= 1u64 << b;
             }
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(ioerr(e)),
         }
-        if let Some(d) = ns.dirs.get_mut(&dir) {
-            d.mask |= 1u64 << b;
-        }
-        let mut child = rel.clone();
-        if child.is_empty() {
-            child = b".".to_vec();
-        }
-        br.dir(&child).map_err(ioerr)
+        br.dir(&rel).map_err(ioerr)
     }
 
-    pub(crate) fn check_parent_write(&self, ctx: &Ctx, ns: &Tree, parent: Ino) -> Result<Attr> {
-        let pa = self.dir_attr(ns, parent)?;
+    /// The parent's mode and owner for a permission check: from the index when a getattr
+    /// already read them (no host call), otherwise from the copies.
+    pub(crate) fn check_parent_write(&self, ctx: &Ctx, parent: Ino) -> Result<Attr> {
+        let cached = self.ns.read().dirs.get(&parent).and_then(|d| d.perm);
+        let pa = match cached {
+            Some((perm, uid, gid)) => Attr {
+                perm,
+                uid,
+                gid,
+                kind: FileKind::Directory,
+                ..sys::attr_from(&sys::zero_stat(), parent)
+            },
+            None => self.dir_attr(parent)?,
+        };
         ctx.check(pa.perm as u32 | libc::S_IFDIR, pa.uid, pa.gid, Access::WX)?;
         Ok(pa)
     }
@@ -723,19 +926,45 @@ impl Inner {
         }
     }
 
-    /// Picks the branch for a new object and creates it there with `make`, trying the
-    /// rule's later branches when a branch is full (overflow).
-    fn place<T>(
+    /// Would the rules place this file on a branch that is down now (stalled or failed)?
+    /// That branch, if so: the file is placed elsewhere meanwhile and marked to go back
+    /// when it returns (003 §6, disconnected operation).
+    pub(crate) fn wanted_down(&self, f: &Facts<'_>) -> Option<BranchId> {
+        let down: u64 = self
+            .branches
+            .read()
+            .iter()
+            .filter(|b| b.state().down())
+            .map(|b| 1u64 << b.id)
+            .sum();
+        if down == 0 {
+            return None;
+        }
+        let p = self.policy();
+        let all_up = AllUp { i: self, down };
+        let d = p.rules.evaluate(f, &all_up, now());
+        d.candidates()
+            .first()
+            .copied()
+            .filter(|&b| down & (1u64 << b) != 0)
+    }
+
+    /// Picks the branch for a new object and creates it there, trying the rule's later
+    /// branches when a branch is full (overflow). The caller holds `shape` shared and the
+    /// parent's directory lock, no index lock. A creation whose answer comes after the
+    /// deadline is undone by the worker (the request was answered EIO meanwhile).
+    fn place(
         &self,
-        ns: &mut Tree,
         parent: Ino,
         name: &OsStr,
         facts: &Facts<'_>,
-        mut make: impl FnMut(&DirFd) -> io::Result<T>,
-    ) -> Result<(BranchId, T)> {
+        what: &Make,
+        owner: (u32, u32),
+    ) -> Result<(BranchId, Option<OwnedFd>, sys::Stat)> {
         let d = self.decide(facts, true);
         let mut last = err(libc::ENOSPC);
         let cands = d.candidates().to_vec();
+        let perm = facts.perm;
         for (i, &b) in cands.iter().enumerate() {
             if !self.active(b) {
                 continue;
@@ -745,7 +974,7 @@ impl Inner {
             if i + 1 < cands.len() && !self.has_room(b, facts.size) {
                 continue;
             }
-            let pfd = match self.ensure_dir(ns, parent, b) {
+            let pfd = match self.ensure_dir(parent, b) {
                 Ok(fd) => fd,
                 Err(e) if e.errno().0 == libc::ENOSPC => {
                     last = e;
@@ -753,15 +982,26 @@ impl Inner {
                 }
                 Err(e) => return Err(e),
             };
-            match make(&pfd) {
-                Ok(t) => {
+            let br = self.branch(b)?;
+            let (pfd2, n, w) = (pfd.clone(), name.to_os_string(), what.clone());
+            let (pfd3, n3, is_dir) = (pfd, name.to_os_string(), *what == Make::Dir);
+            let made = br.run_or_undo(
+                move || host_make(&pfd2, &n, &w, perm, owner),
+                move |(_, st): (Option<OwnedFd>, sys::Stat)| {
+                    if sys::fstatat(pfd3.as_fd(), &n3)
+                        .is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino))
+                    {
+                        let _ = sys::unlinkat(pfd3.as_fd(), &n3, is_dir);
+                    }
+                },
+            );
+            match made {
+                Ok((fd, st)) => {
                     if i > 0 {
                         self.counters.overflows.fetch_add(1, Ordering::Relaxed);
                     }
-                    if let Ok(br) = self.branch(b) {
-                        br.space_changed();
-                    }
-                    return Ok((b, t));
+                    br.space_changed();
+                    return Ok((b, fd, st));
                 }
                 Err(e) if matches!(sys::errno(&e), libc::ENOSPC | libc::EDQUOT) => {
                     debug!(
@@ -805,66 +1045,71 @@ impl Inner {
         Ok(())
     }
 
-    /// Creates a non-directory object by `make` (in the chosen branch's parent directory)
-    /// and records it.
+    /// Creates an object (`what`) named `name` in `parent` and records it. Holds `shape`
+    /// shared and the parent's directory lock across the host calls, the index lock only to
+    /// check and to record.
     fn make_node(
         &self,
         ctx: &Ctx,
         parent: Ino,
         name: &OsStr,
         kind: FileKind,
-        perm: u32,
-        make: &mut dyn FnMut(&DirFd, u32) -> io::Result<Option<OwnedFd>>,
+        mut perm: u32,
+        what: Make,
     ) -> Result<(Attr, Option<OwnedFd>)> {
         self.check_new_name(parent, name)?;
-        let mut ns = self.ns.write();
-        let d = ns
-            .dirs
-            .get(&parent)
-            .ok_or_else(|| self.not_dir_or_stale(parent))?;
-        if self.visible_entry(d, name)?.is_some() {
-            return Err(err(libc::EEXIST));
-        }
-        let pa = self.check_parent_write(ctx, &ns, parent)?;
+        let _shape = self.shape.read_recursive();
+        let _dl = self.lock_dirs(&[parent]);
+        let path = {
+            let ns = self.ns.read();
+            let d = ns
+                .dirs
+                .get(&parent)
+                .ok_or_else(|| self.not_dir_or_stale(parent))?;
+            if self.visible_entry(d, name)?.is_some() {
+                return Err(err(libc::EEXIST));
+            }
+            ns.union_path(parent, name)
+        };
+        let pa = self.check_parent_write(ctx, parent)?;
         let gid = Self::new_gid(ctx, &pa);
-        let path = ns.union_path(parent, name);
+        if kind == FileKind::Directory && pa.perm as u32 & libc::S_ISGID != 0 {
+            perm |= libc::S_ISGID;
+        }
         let facts = Self::facts_new(&path, kind, perm, ctx.uid, gid);
-        let (b, fd) = self.place(&mut ns, parent, name, &facts, |pfd| {
-            let fd = make(pfd, perm)?;
-            let owner = if kind == FileKind::Directory {
-                None
-            } else {
-                Some(())
-            };
-            let _ = owner;
-            if let Err(e) = sys::fchownat(pfd.as_fd(), name, Some(ctx.uid), Some(gid))
-                && nix::unistd::geteuid().is_root()
-            {
-                let _ = sys::unlinkat(pfd.as_fd(), name, false);
-                return Err(e);
+        let (b, fd, st) = self.place(parent, name, &facts, &what, (ctx.uid, gid))?;
+        let away = self.wanted_down(&facts);
+        let mut ns = self.ns.write();
+        if kind == FileKind::Directory {
+            let ino = self.alloc_ino();
+            ns.add_dir(parent, name, ino, 1u64 << b);
+            if let Some(d) = ns.dirs.get_mut(&ino) {
+                d.perm = Some(((st.st_mode & 0o7777) as u16, st.st_uid, st.st_gid));
             }
-            // chown may have dropped setuid/setgid bits; restore the requested mode.
-            if kind != FileKind::Symlink && perm & 0o6000 != 0 {
-                let _ = sys::fchmodat(pfd.as_fd(), name, perm);
-            }
-            let st = sys::fstatat(pfd.as_fd(), name)?;
-            Ok((fd, st))
-        })?;
-        let (fd, st) = fd;
-        ns.dirs
-            .get_mut(&parent)
-            .expect("parent")
-            .children
-            .insert(name.to_os_string(), Entry::File(b));
+            drop(ns);
+            let mut a = sys::attr_from(&st, ino);
+            a.nlink = 2;
+            return Ok((a, None));
+        }
+        let pd = ns.dirs.get_mut(&parent).ok_or_else(|| err(libc::ENOENT))?;
+        pd.children.insert(name.to_os_string(), Entry::File(b));
+        if let Some(w) = away {
+            ns.mark_away(parent, name, w);
+        }
+        drop(ns);
         let ino = self.node_seen(parent, name, b, &st, 1);
         Ok((sys::attr_from(&st, ino), fd))
     }
 
-    fn new_handle(&self, ino: Ino, flags: i32, fd: OwnedFd) -> Fh {
+    fn new_handle(&self, ino: Ino, flags: i32, fd: OwnedFd, b: BranchId) -> Result<Fh> {
+        let branch = self.branch(b)?;
         let h = Arc::new(Handle {
             ino,
             flags,
-            fd: RwLock::new(fd),
+            fd: RwLock::new(HostFd {
+                fd: Arc::new(fd),
+                branch,
+            }),
         });
         {
             let mut nodes = self.nodes.lock();
@@ -876,7 +1121,7 @@ impl Inner {
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open.lock().insert(fh, Open::File(h));
-        fh
+        Ok(fh)
     }
 
     fn handle(&self, fh: Fh) -> Result<Arc<Handle>> {
@@ -897,15 +1142,13 @@ impl Inner {
     /// the common close (nothing to move) costs no path resolution and no hand-off to the
     /// migration worker.
     fn misplaced_via(&self, ino: Ino, h: &Handle) -> bool {
-        let Ok(st) = sys::fstat(h.fd.read().as_fd()) else {
+        let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd())) else {
             return true;
         };
-        let ns = self.ns.read();
         let Ok((b, Some((d, n)))) = self.file_loc(ino) else {
             return false;
         };
-        let path = ns.union_path(d, &n);
-        drop(ns);
+        let path = self.ns.read().union_path(d, &n);
         let a = sys::attr_from(&st, ino);
         let f = Facts::of(&path, &a, b);
         let d = self.decide(&f, false);
@@ -913,16 +1156,24 @@ impl Inner {
     }
 
     /// The branch file of an open handle, for the kernel to read and write directly (FUSE
-    /// passthrough), or None when the writes must come through here. Passed-through writes
+    /// passthrough), or None when the requests must come through here. Passed-through writes
     /// never reach `write_overflowing`, so a branch filling up would give the application
     /// ENOSPC instead of a move to the next branch: only a file that could not overflow
     /// anyway qualifies (its rule allows one branch, overflow is forbidden, or it already
-    /// sits on the rule's last branch). Migration on last close is unaffected: release
-    /// still comes here and reads the size from the branch file.
+    /// sits on the rule's last branch). And only on a branch whose calls run inline: the
+    /// kernel's own calls on an isolated branch's file would have no deadline. Migration on
+    /// last close is unaffected: release still comes here and reads the size from the
+    /// branch file.
     pub(crate) fn backing_fd(&self, ino: Ino, fh: Fh) -> Option<OwnedFd> {
         let h = self.handle(fh).ok()?;
         // A copy, so no handle lock is held while the namespace and nodes are consulted.
-        let fd = h.fd.read().try_clone().ok()?;
+        let (fd, isolated) = {
+            let g = h.fd.read();
+            (g.fd.try_clone().ok()?, g.branch.exec.isolated())
+        };
+        if isolated {
+            return None;
+        }
         let st = sys::fstat(fd.as_fd()).ok()?;
         if sys::kind_of(st.st_mode) != FileKind::RegularFile {
             return None;
@@ -998,18 +1249,39 @@ impl Inner {
         };
         // Waits for a migration of this file to finish.
         let _g = mig.lock();
-        let ns = self.ns.read();
+        let _shape = self.shape.read_recursive();
         let (b, name) = self.file_loc(ino)?;
         let (dir, name) = name.ok_or_else(|| err(libc::ENOENT))?;
-        let (pfd, st) = self.stat_entry(&ns, dir, &name, b)?;
+        // A file on a branch that is down: EIO under `or`; under `and` it is hidden, and
+        // ESTALE makes the kernel look the name up again (it may hold the entry from
+        // before), so an O_CREAT open makes a new file instead of failing.
+        if !self.file_visible(b)? {
+            return Err(err(libc::ESTALE));
+        }
+        let rel = self.rel(dir);
+        let (b, pfd, st) = self.stat_file_entry(dir, &name, b, rel)?;
         let want = Access::for_open_flags(flags);
         ctx.check(st.st_mode, st.st_uid, st.st_gid, want)?;
         if sys::kind_of(st.st_mode) == FileKind::Directory {
             return Err(err(libc::EISDIR));
         }
-        let fd = sys::openat(pfd.as_fd(), &name, flags & KEEP_FLAGS, 0).map_err(ioerr)?;
-        drop(ns);
-        Ok(self.new_handle(ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd))
+        let br = self.branch(b)?;
+        let f = flags & KEEP_FLAGS;
+        let fd = br
+            .run(move || sys::openat(pfd.as_fd(), &name, f, 0))
+            .map_err(ioerr)?;
+        self.new_handle(ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd, b)
+    }
+
+    /// One write through a handle: inline on the caller's buffer, or a copy of it on the
+    /// branch's worker with its deadline.
+    fn write_once(h: &Handle, off: u64, data: &[u8]) -> io::Result<usize> {
+        let g = h.fd.read();
+        if !g.branch.exec.isolated() {
+            return sys::pwrite(g.fd.as_fd(), data, off);
+        }
+        let (fd, v) = (g.fd.clone(), data.to_vec());
+        g.branch.run(move || sys::pwrite(fd.as_fd(), &v, off))
     }
 
     /// Writes through a handle, moving the file to the rule's next branch when its branch
@@ -1017,20 +1289,14 @@ impl Inner {
     fn write_overflowing(&self, h: &Arc<Handle>, off: u64, data: &[u8]) -> Result<u32> {
         let mut moved = false;
         loop {
-            let r = {
-                let fd = h.fd.read();
-                sys::pwrite(fd.as_fd(), data, off)
-            };
-            match r {
+            match Self::write_once(h, off, data) {
                 Ok(n) => return Ok(n as u32),
                 Err(e) if !moved && matches!(sys::errno(&e), libc::ENOSPC | libc::EDQUOT) => {
                     moved = true;
-                    let size = {
-                        let fd = h.fd.read();
-                        sys::fstat(fd.as_fd())
-                            .map(|s| s.st_size as u64)
-                            .unwrap_or(0)
-                    };
+                    let size = h
+                        .io(|fd| sys::fstat(fd.as_fd()))
+                        .map(|s| s.st_size as u64)
+                        .unwrap_or(0);
                     let need = size.max(off + data.len() as u64);
                     self.overflow(h.ino, need).map_err(|_| err(libc::ENOSPC))?;
                 }
@@ -1039,28 +1305,54 @@ impl Inner {
         }
     }
 
-    fn check_health(&self) {
+    /// One round of health probes, one per branch, in parallel: a branch that does not
+    /// answer holds up only its own probe (each waits at most its deadline). A probe that
+    /// misses the deadline stalls the branch; one that fails (the directory is gone or
+    /// replaced, ENOTCONN…) fails it. A stalled or failed branch whose probe answers —
+    /// after re-opening its directory by path, for a server that was restarted — is active
+    /// again, and its rules with it; what changed while it was away is then re-read
+    /// (`resync`) and files waiting for it go back (`disconnected`).
+    pub(crate) fn check_health(self: &Arc<Self>) {
         let branches = self.branches.read().clone();
-        for b in branches {
-            match b.state() {
-                State::Removed => {}
-                State::Active => {
-                    if !b.healthy() {
-                        warn!(
-                            "branch '{}' ({}) stopped answering: marked failed",
-                            b.name,
-                            b.path.read().display()
-                        );
-                        b.set_state(State::Failed);
-                        self.epoch.fetch_add(1, Ordering::Relaxed);
-                    }
+        std::thread::scope(|sc| {
+            for b in &branches {
+                if b.state() == State::Removed {
+                    continue;
                 }
-                State::Failed => {
-                    if b.healthy() || (b.reopen(None).is_ok() && b.healthy()) {
-                        info!("branch '{}' is back", b.name);
-                        b.set_state(State::Active);
-                        self.epoch.fetch_add(1, Ordering::Relaxed);
-                    }
+                sc.spawn(move || self.probe_branch(b));
+            }
+        });
+    }
+
+    fn probe_branch(self: &Arc<Self>, b: &Arc<Branch>) {
+        match b.state() {
+            State::Removed => {}
+            State::Active => {
+                if let Err((st, why)) = b.probe()
+                    && b.set_state_why(st, why.clone())
+                {
+                    warn!(
+                        "branch '{}' ({}): {why}: marked {}",
+                        b.name,
+                        b.path.read().display(),
+                        st.name()
+                    );
+                    b.needs_resync.store(true, Ordering::Release);
+                    self.epoch.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            State::Stalled | State::Failed => {
+                let back = match b.probe() {
+                    Ok(()) => true,
+                    // A stuck probe is not repeated; anything else may be a server that
+                    // was restarted under the same path: open it again.
+                    Err((State::Stalled, _)) => false,
+                    Err(_) => b.reopen(None).is_ok() && b.probe().is_ok(),
+                };
+                if back && b.set_state_why(State::Active, "answering again") {
+                    info!("branch '{}' is back", b.name);
+                    self.epoch.fetch_add(1, Ordering::Relaxed);
+                    self.branch_returned(b);
                 }
             }
         }
@@ -1076,8 +1368,8 @@ impl Inner {
                 .ok_or_else(|| err(libc::ENOENT))?
         };
         let _g = mig.lock();
-        let ns = self.ns.read();
-        let cur = self.file_attr(&ns, ino)?;
+        let _shape = self.shape.read_recursive();
+        let cur = self.file_attr(ino)?;
         let via = set.fh.and_then(|f| self.handle(f).ok());
         let via_writable = via
             .as_ref()
@@ -1085,36 +1377,44 @@ impl Inner {
         check_setattr(ctx, &cur, set, via_writable)?;
         let (b, name) = self.file_loc(ino)?;
         let handle = via.or_else(|| self.any_handle(ino));
+        let br = self.branch(b)?;
         let loc = match &name {
-            Some((dir, n)) => {
-                let br = self.branch(b)?;
-                Some((br.dir(&ns.rel(*dir)).map_err(ioerr)?, n.clone()))
-            }
+            Some((dir, n)) => Some((br.dir(&self.rel(*dir)).map_err(ioerr)?, n.clone())),
             None => None,
+        };
+        // Every change is one host call on the file's branch, with its deadline: by name
+        // when the file has one, through a handle otherwise.
+        let by = |f: SetBy| match &loc {
+            Some((pfd, n)) => {
+                let (pfd, n) = (pfd.clone(), n.clone());
+                br.run(move || f(&pfd, Some(&n))).map_err(ioerr)
+            }
+            None => {
+                let h = handle.as_ref().ok_or_else(|| err(libc::ENOENT))?;
+                h.io(move |fd| f(fd, None)).map_err(ioerr)
+            }
         };
         if let Some(size) = set.size {
             if cur.kind != FileKind::RegularFile {
                 return Err(err(libc::EINVAL));
             }
-            match (&handle, &loc) {
-                (Some(h), _) if h.flags & libc::O_ACCMODE != libc::O_RDONLY => {
-                    sys::ftruncate(h.fd.read().as_fd(), size).map_err(ioerr)?
-                }
-                (_, Some((pfd, n))) => {
-                    let fd = sys::openat(pfd.as_fd(), n, libc::O_WRONLY, 0).map_err(ioerr)?;
-                    sys::ftruncate(fd.as_fd(), size).map_err(ioerr)?;
-                }
+            match &handle {
+                Some(h) if h.flags & libc::O_ACCMODE != libc::O_RDONLY => h
+                    .io(move |fd| sys::ftruncate(fd.as_fd(), size))
+                    .map_err(ioerr)?,
+                _ if loc.is_some() => by(Box::new(move |pfd, n| {
+                    let fd = sys::openat(pfd.as_fd(), n.unwrap_or_default(), libc::O_WRONLY, 0)?;
+                    sys::ftruncate(fd.as_fd(), size)
+                }))?,
                 _ => return Err(err(libc::ENOENT)),
             }
         }
         if set.uid.is_some() || set.gid.is_some() {
-            match &loc {
-                Some((pfd, n)) => sys::fchownat(pfd.as_fd(), n, set.uid, set.gid).map_err(ioerr)?,
-                None => {
-                    let h = handle.as_ref().ok_or_else(|| err(libc::ENOENT))?;
-                    sys::fchown(h.fd.read().as_fd(), set.uid, set.gid).map_err(ioerr)?
-                }
-            }
+            let (u, g) = (set.uid, set.gid);
+            by(Box::new(move |fd, n| match n {
+                Some(n) => sys::fchownat(fd.as_fd(), n, u, g),
+                None => sys::fchown(fd.as_fd(), u, g),
+            }))?;
         }
         let mut mode = set.mode.map(|m| m & 0o7777);
         // A non-root owner changing the group of a file loses setgid, like the kernel does;
@@ -1144,33 +1444,20 @@ impl Inner {
                 m &= !libc::S_ISGID;
             }
             if cur.kind != FileKind::Symlink {
-                match &loc {
-                    Some((pfd, n)) => sys::fchmodat(pfd.as_fd(), n, m).map_err(ioerr)?,
-                    None => {
-                        let h = handle.as_ref().ok_or_else(|| err(libc::ENOENT))?;
-                        sys::fchmod(h.fd.read().as_fd(), m).map_err(ioerr)?
-                    }
-                }
+                by(Box::new(move |fd, n| match n {
+                    Some(n) => sys::fchmodat(fd.as_fd(), n, m),
+                    None => sys::fchmod(fd.as_fd(), m),
+                }))?;
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            let t = |x: Option<SetTime>| match x {
-                None => TimeSet::Omit,
-                Some(SetTime::Now) => TimeSet::Now,
-                Some(SetTime::At(t)) => TimeSet::At(t),
-            };
-            match &loc {
-                Some((pfd, n)) => {
-                    sys::utimensat(pfd.as_fd(), n, t(set.atime), t(set.mtime)).map_err(ioerr)?
-                }
-                None => {
-                    let h = handle.as_ref().ok_or_else(|| err(libc::ENOENT))?;
-                    sys::futimens(h.fd.read().as_fd(), t(set.atime), t(set.mtime)).map_err(ioerr)?
-                }
-            }
+            let (at, mt) = (time_set(set.atime), time_set(set.mtime));
+            by(Box::new(move |fd, n| match n {
+                Some(n) => sys::utimensat(fd.as_fd(), n, at, mt),
+                None => sys::futimens(fd.as_fd(), at, mt),
+            }))?;
         }
-        let a = self.file_attr(&ns, ino)?;
-        drop(ns);
+        let a = self.file_attr(ino)?;
         let open = self.nodes.lock().files.get(&ino).map_or(0, |n| n.open);
         if open == 0
             && (set.size.is_some() || set.mode.is_some() || set.uid.is_some() || set.gid.is_some())
@@ -1181,21 +1468,23 @@ impl Inner {
     }
 
     fn setattr_dir(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        let ns = self.ns.read();
-        let cur = self.dir_attr(&ns, ino)?;
+        let _shape = self.shape.read_recursive();
+        let cur = self.dir_attr(ino)?;
         check_setattr(ctx, &cur, set, false)?;
         if set.size.is_some() {
             return Err(err(libc::EISDIR));
         }
-        let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
-        self.merged_check(d)?;
-        let rel = ns.rel(ino);
-        let (prel, name) = if ino == ROOT {
-            (Vec::new(), OsString::from("."))
-        } else {
-            (ns.rel(d.parent), d.name.clone())
+        let (prel, name, branches) = {
+            let ns = self.ns.read();
+            let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
+            self.merged_check(d)?;
+            let (prel, name) = if ino == ROOT {
+                (Vec::new(), OsString::from("."))
+            } else {
+                (ns.rel(d.parent), d.name.clone())
+            };
+            (prel, name, self.dir_branches(d))
         };
-        let _ = rel;
         let mut mode = set.mode.map(|m| m & 0o7777);
         if let Some(m) = mode.as_mut()
             && !ctx.is_root()
@@ -1204,70 +1493,97 @@ impl Inner {
         {
             *m &= !libc::S_ISGID;
         }
-        // Every copy gets the change, so whichever copy answers getattr later agrees.
-        for b in self.dir_branches(d) {
-            let r = (|| -> io::Result<()> {
-                let pfd = b.dir(&prel)?;
-                if set.uid.is_some() || set.gid.is_some() {
-                    sys::fchownat(pfd.as_fd(), &name, set.uid, set.gid)?;
-                }
-                if let Some(m) = mode {
-                    sys::fchmodat(pfd.as_fd(), &name, m)?;
-                }
-                if set.atime.is_some() || set.mtime.is_some() {
-                    let t = |x: Option<SetTime>| match x {
-                        None => TimeSet::Omit,
-                        Some(SetTime::Now) => TimeSet::Now,
-                        Some(SetTime::At(t)) => TimeSet::At(t),
-                    };
-                    sys::utimensat(pfd.as_fd(), &name, t(set.atime), t(set.mtime))?;
-                }
-                Ok(())
-            })();
-            if let Err(e) = r {
+        let (uid, gid) = (set.uid, set.gid);
+        let times = (set.atime.is_some() || set.mtime.is_some())
+            .then(|| (time_set(set.atime), time_set(set.mtime)));
+        // Every copy gets the change, so whichever copy answers getattr later agrees; the
+        // copies are changed on all branches at once.
+        let started: Vec<_> = branches
+            .iter()
+            .map(|b| {
+                let (bb, prel, name) = (b.clone(), prel.clone(), name.clone());
+                b.start(move || {
+                    let pfd = bb.dir_here(&prel)?;
+                    if uid.is_some() || gid.is_some() {
+                        sys::fchownat(pfd.as_fd(), &name, uid, gid)?;
+                    }
+                    if let Some(m) = mode {
+                        sys::fchmodat(pfd.as_fd(), &name, m)?;
+                    }
+                    if let Some((at, mt)) = times {
+                        sys::utimensat(pfd.as_fd(), &name, at, mt)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for (b, p) in branches.iter().zip(started) {
+            if let Err(e) = b.finish(p) {
                 if self.policy().errors == ErrorMode::Or {
                     return Err(ioerr(e));
                 }
                 warn!("setattr of a directory copy on '{}': {e}", b.name);
             }
         }
-        self.dir_attr(&ns, ino)
+        self.dir_attr(ino)
     }
 
     /// The merged listing of a directory: every visible name once, directories from any
-    /// branch, files only from the branch the index says holds them.
+    /// branch, files only from the branch the index says holds them. The branches are
+    /// listed at once, each with its deadline, and no lock is held meanwhile: a branch that
+    /// does not answer in time is left out (`and`) or fails the listing (`or`).
     fn list_dir(&self, ino: Ino) -> Result<Listing> {
-        let ns = self.ns.read();
-        let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
-        self.merged_check(d)?;
-        let rel = ns.rel(ino);
-        let parent = d.parent;
+        let _shape = self.shape.read_recursive();
+        let (rel, parent, branches) = {
+            let ns = self.ns.read();
+            let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
+            self.merged_check(d)?;
+            (ns.rel(ino), d.parent, self.dir_branches(d))
+        };
+        let errors = self.policy().errors;
+        let started: Vec<_> = branches
+            .iter()
+            .map(|b| {
+                let (bb, rel) = (b.clone(), rel.clone());
+                b.start(move || {
+                    let p = bb.dir_here(&rel)?;
+                    let fd = sys::openat(
+                        p.as_fd(),
+                        OsStr::new("."),
+                        libc::O_RDONLY | libc::O_DIRECTORY,
+                        0,
+                    )?;
+                    let mut v = sys::read_dir(fd)?;
+                    // Kinds the file system did not give, while we are on the branch.
+                    for he in v.iter_mut().filter(|h| h.dtype == libc::DT_UNKNOWN) {
+                        if let Ok(st) = sys::fstatat(p.as_fd(), OsStr::from_bytes(&he.name)) {
+                            he.dtype = FileKind::from_mode(st.st_mode)
+                                .map_or(libc::DT_UNKNOWN, |k| k.dtype());
+                        }
+                    }
+                    Ok(v)
+                })
+            })
+            .collect();
+        let mut hosts = Vec::new();
+        for (b, p) in branches.iter().zip(started) {
+            match b.finish(p) {
+                Ok(h) => hosts.push((b.clone(), h)),
+                Err(e) if errors == ErrorMode::Or => return Err(ioerr(e)),
+                Err(e) => warn!("listing a directory on '{}': {e}", b.name),
+            }
+        }
         let mut entries = vec![
             (OsString::from("."), ino, FileKind::Directory),
             (OsString::from(".."), parent, FileKind::Directory),
         ];
         let mut seen: HashSet<OsString> = HashSet::new();
-        let errors = self.policy().errors;
-        for b in self.dir_branches(d) {
-            let listed = b
-                .dir(&rel)
-                .and_then(|p| {
-                    sys::openat(
-                        p.as_fd(),
-                        OsStr::new("."),
-                        libc::O_RDONLY | libc::O_DIRECTORY,
-                        0,
-                    )
-                })
-                .and_then(sys::read_dir);
-            let host = match listed {
-                Ok(h) => h,
-                Err(e) if errors == ErrorMode::Or => return Err(ioerr(e)),
-                Err(e) => {
-                    warn!("listing a directory on '{}': {e}", b.name);
-                    continue;
-                }
-            };
+        let ns = self.ns.read();
+        let Some(d) = ns.dirs.get(&ino) else {
+            return Err(err(libc::ENOENT));
+        };
+        let mut nodes = self.nodes.lock();
+        for (b, host) in hosts {
             for he in host {
                 let name = OsString::from(OsStr::from_bytes(&he.name));
                 if ino == ROOT && name == META {
@@ -1278,18 +1594,8 @@ impl Inner {
                         entries.push((name, *i, FileKind::Directory));
                     }
                     Some(Entry::File(fb)) if *fb == b.id && seen.insert(name.clone()) => {
-                        let kind = match FileKind::from_dtype(he.dtype) {
-                            Some(k) => k,
-                            None => b
-                                .dir(&rel)
-                                .and_then(|p| sys::fstatat(p.as_fd(), &name))
-                                .map(|s| sys::kind_of(s.st_mode))
-                                .unwrap_or(FileKind::RegularFile),
-                        };
-                        let fino = {
-                            let mut nodes = self.nodes.lock();
-                            self.ino_for(&mut nodes, (b.dev(), he.ino))
-                        };
+                        let kind = FileKind::from_dtype(he.dtype).unwrap_or(FileKind::RegularFile);
+                        let fino = self.ino_for(&mut nodes, (b.dev(), he.ino));
                         entries.push((name, fino, kind));
                     }
                     // Not in the index (written behind our back, or a losing duplicate).
@@ -1298,6 +1604,88 @@ impl Inner {
             }
         }
         Ok(Listing { entries })
+    }
+}
+
+/// One attribute change of `setattr_file`: by name (directory, Some(name)) or through a
+/// handle's descriptor (None).
+type SetBy = Box<dyn FnOnce(&OwnedFd, Option<&OsStr>) -> io::Result<()> + Send>;
+
+/// What `make_node` creates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Make {
+    /// A regular file, opened with these flags (O_CREAT | O_EXCL added).
+    File(i32),
+    /// A device, fifo or socket: `S_IFMT` bits and the device number.
+    Node(u32, u64),
+    Symlink(Vec<u8>),
+    Dir,
+}
+
+/// The host calls of a creation, on the branch (a worker of an isolated branch): the
+/// object, its owner (removed again if root cannot give it its owner), the mode bits chown
+/// may have cleared, and its stat.
+fn host_make(
+    pfd: &DirFd,
+    name: &OsStr,
+    what: &Make,
+    perm: u32,
+    (uid, gid): (u32, u32),
+) -> io::Result<(Option<OwnedFd>, sys::Stat)> {
+    let fd = match what {
+        Make::File(flags) => {
+            let f = (flags & KEEP_FLAGS & !libc::O_TRUNC) | libc::O_CREAT | libc::O_EXCL;
+            Some(sys::openat(pfd.as_fd(), name, f, perm)?)
+        }
+        Make::Node(fmt, rdev) => {
+            sys::mknodat(pfd.as_fd(), name, fmt | perm, *rdev)?;
+            None
+        }
+        Make::Symlink(t) => {
+            sys::symlinkat(t, pfd.as_fd(), name)?;
+            None
+        }
+        Make::Dir => {
+            sys::mkdirat(pfd.as_fd(), name, perm)?;
+            None
+        }
+    };
+    let is_dir = *what == Make::Dir;
+    if let Err(e) = sys::fchownat(pfd.as_fd(), name, Some(uid), Some(gid))
+        && nix::unistd::geteuid().is_root()
+    {
+        let _ = sys::unlinkat(pfd.as_fd(), name, is_dir);
+        return Err(e);
+    }
+    // chown may have dropped setuid/setgid bits; restore the requested mode.
+    if !matches!(what, Make::Symlink(_)) && perm & 0o7000 != 0 {
+        let _ = sys::fchmodat(pfd.as_fd(), name, perm);
+    }
+    let st = sys::fstatat(pfd.as_fd(), name)?;
+    Ok((fd, st))
+}
+
+fn time_set(x: Option<SetTime>) -> TimeSet {
+    match x {
+        None => TimeSet::Omit,
+        Some(SetTime::Now) => TimeSet::Now,
+        Some(SetTime::At(t)) => TimeSet::At(t),
+    }
+}
+
+/// The rules' view of the branches with the down ones counted as active: where a file
+/// would go if every branch answered (`Inner::wanted_down`).
+struct AllUp<'a> {
+    i: &'a Inner,
+    down: u64,
+}
+
+impl BranchView for AllUp<'_> {
+    fn active(&self, b: BranchId) -> bool {
+        self.down & (1u64 << b) != 0 || self.i.active(b)
+    }
+    fn space(&self, b: BranchId) -> Option<(u64, u64)> {
+        BranchView::space(self.i, b)
     }
 }
 
@@ -1399,14 +1787,20 @@ impl FileSystem for Umbrella {
         let errors = i.policy().errors;
         let (mut bytes, mut free, mut avail, mut files, mut ffree, mut namelen) =
             (0u128, 0u128, 0u128, 0u64, 0u64, 255u32);
-        for b in i.branches.read().iter() {
+        let branches = i.branches.read().clone();
+        let mut started = Vec::new();
+        for b in &branches {
             match b.state() {
                 State::Removed => continue,
-                State::Failed if errors == ErrorMode::Or => return Err(err(libc::EIO)),
-                State::Failed => continue,
-                State::Active => {}
+                s if s.down() && errors == ErrorMode::Or => return Err(err(libc::EIO)),
+                s if s.down() => continue,
+                _ => {}
             }
-            let s = match sys::fstatvfs(b.root().as_fd()) {
+            let root = b.root();
+            started.push((b.clone(), b.start(move || sys::fstatvfs(root.as_fd()))));
+        }
+        for (b, p) in started {
+            let s = match b.finish(p) {
                 Ok(s) => s,
                 Err(e) if errors == ErrorMode::Or => return Err(ioerr(e)),
                 Err(_) => continue,
@@ -1431,10 +1825,8 @@ impl FileSystem for Umbrella {
         })
     }
 
-    fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
-        let _ = ctx;
-        let ns = self.inner.ns.read();
-        self.inner.lookup_in(&ns, parent, name, true)
+    fn lookup(&self, _ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.inner.lookup_in(parent, name, true)
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
@@ -1446,15 +1838,14 @@ impl FileSystem for Umbrella {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        // An open file answers from its descriptor, before `ns` (lock order: this may wait
-        // for a migration of the file, which needs `ns` to finish).
+        // An open file answers from its descriptor (lock order: this may wait for a
+        // migration of the file, which holds the write side).
         if let Some(h) = self.inner.any_handle(ino)
-            && let Ok(st) = sys::fstat(h.fd.read().as_fd())
+            && let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd()))
         {
             return Ok(sys::attr_from(&st, ino));
         }
-        let ns = self.inner.ns.read();
-        self.inner.attr_of(&ns, ino)
+        self.inner.attr_of(ino)
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
@@ -1467,12 +1858,14 @@ impl FileSystem for Umbrella {
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        let ns = self.inner.ns.read();
-        let (b, name) = self.inner.file_loc(ino)?;
+        let i = &self.inner;
+        let _shape = i.shape.read_recursive();
+        let (b, name) = i.file_loc(ino)?;
         let (dir, name) = name.ok_or_else(|| err(libc::ENOENT))?;
-        let br = self.inner.branch(b)?;
-        let pfd = br.dir(&ns.rel(dir)).map_err(ioerr)?;
-        sys::readlinkat(pfd.as_fd(), &name).map_err(ioerr)
+        let br = i.branch(b)?;
+        let pfd = br.dir(&i.rel(dir)).map_err(ioerr)?;
+        br.run(move || sys::readlinkat(pfd.as_fd(), &name))
+            .map_err(ioerr)
     }
 
     fn mknod(
@@ -1491,91 +1884,50 @@ impl FileSystem for Umbrella {
         let perm = mode & 0o7777 & !umask;
         let fmt = mode & libc::S_IFMT;
         self.inner
-            .make_node(ctx, parent, name, kind, perm, &mut |pfd, perm| {
-                sys::mknodat(pfd.as_fd(), name, fmt | perm, rdev as u64).map(|()| None)
-            })
+            .make_node(ctx, parent, name, kind, perm, Make::Node(fmt, rdev as u64))
             .map(|(a, _)| a)
     }
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
-        let i = &self.inner;
-        i.check_new_name(parent, name)?;
-        let mut ns = i.ns.write();
-        let d = ns
-            .dirs
-            .get(&parent)
-            .ok_or_else(|| i.not_dir_or_stale(parent))?;
-        if i.visible_entry(d, name)?.is_some() {
-            return Err(err(libc::EEXIST));
-        }
-        let pa = i.check_parent_write(ctx, &ns, parent)?;
-        let gid = Inner::new_gid(ctx, &pa);
-        let mut perm = mode & 0o7777 & !umask;
-        if pa.perm as u32 & libc::S_ISGID != 0 {
-            perm |= libc::S_ISGID;
-        }
-        let path = ns.union_path(parent, name);
-        let facts = Inner::facts_new(&path, FileKind::Directory, perm, ctx.uid, gid);
-        let (b, ()) = i.place(&mut ns, parent, name, &facts, |pfd| {
-            sys::mkdirat(pfd.as_fd(), name, perm)?;
-            if let Err(e) = sys::fchownat(pfd.as_fd(), name, Some(ctx.uid), Some(gid))
-                && nix::unistd::geteuid().is_root()
-            {
-                let _ = sys::unlinkat(pfd.as_fd(), name, true);
-                return Err(e);
-            }
-            if perm & 0o7000 != 0 {
-                let _ = sys::fchmodat(pfd.as_fd(), name, perm);
-            }
-            Ok(())
-        })?;
-        let ino = i.alloc_ino();
-        ns.add_dir(parent, name, ino, 1u64 << b);
-        i.dir_attr(&ns, ino)
+        let perm = mode & 0o7777 & !umask;
+        self.inner
+            .make_node(ctx, parent, name, FileKind::Directory, perm, Make::Dir)
+            .map(|(a, _)| a)
     }
 
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         let i = &self.inner;
-        // Wait for a migration of this file in progress: it then sees the name gone and
-        // removes its copy before unlink returns, so the space is back when the caller
-        // looks (lock order: the file's mig lock before the namespace lock).
-        let mig = {
-            let ns = i.ns.read();
-            match ns.dirs.get(&parent).and_then(|d| d.children.get(name)) {
-                Some(Entry::File(b)) => {
-                    i.stat_entry(&ns, parent, name, *b)
-                        .ok()
-                        .and_then(|(_, st)| {
-                            let nodes = i.nodes.lock();
-                            let ino = nodes.keymap.get(&(st.st_dev, st.st_ino))?;
-                            nodes.files.get(ino).map(|n| n.mig.clone())
-                        })
-                }
-                _ => None,
-            }
-        };
-        let _moving = mig.as_ref().map(|m| m.lock());
-        let mut ns = i.ns.write();
-        let d = ns
-            .dirs
-            .get(&parent)
-            .ok_or_else(|| i.not_dir_or_stale(parent))?;
         if parent == ROOT && name == META {
             return Err(err(libc::ENOENT));
         }
-        let b = match i.visible_entry(d, name)? {
-            None => return Err(err(libc::ENOENT)),
-            Some(Entry::Dir(_)) => return Err(err(libc::EISDIR)),
-            Some(Entry::File(b)) => b,
+        // Wait for a migration of this file in progress: it then sees the name gone and
+        // removes its copy before unlink returns, so the space is back when the caller
+        // looks (lock order: the file's mig lock first).
+        let mig = match i.entry_of(parent, name)? {
+            (Some(Entry::File(b)), rel) => i.stat_in(b, &rel, name).ok().and_then(|(_, st)| {
+                let nodes = i.nodes.lock();
+                let ino = nodes.keymap.get(&(st.st_dev, st.st_ino))?;
+                nodes.files.get(ino).map(|n| n.mig.clone())
+            }),
+            _ => None,
         };
-        let pa = i.check_parent_write(ctx, &ns, parent)?;
-        let (pfd, st) = i.stat_entry(&ns, parent, name, b)?;
+        let _moving = mig.as_ref().map(|m| m.lock());
+        let _shape = i.shape.read_recursive();
+        let _dl = i.lock_dirs(&[parent]);
+        let (b, rel) = match i.entry_of(parent, name)? {
+            (None, _) => return Err(err(libc::ENOENT)),
+            (Some(Entry::Dir(_)), _) => return Err(err(libc::EISDIR)),
+            (Some(Entry::File(b)), rel) => (b, rel),
+        };
+        let pa = i.check_parent_write(ctx, parent)?;
+        let (pfd, st) = i.stat_in(b, &rel, name)?;
         i.check_sticky(ctx, &pa, &sys::attr_from(&st, 0))?;
-        sys::unlinkat(pfd.as_fd(), name, false).map_err(ioerr)?;
-        ns.remove(parent, name);
-        if let Ok(br) = i.branch(b) {
-            br.space_changed();
-        }
+        let br = i.branch(b)?;
+        let n = name.to_os_string();
+        br.run(move || sys::unlinkat(pfd.as_fd(), &n, false))
+            .map_err(ioerr)?;
+        i.ns.write().remove(parent, name);
+        br.space_changed();
         let mut nodes = i.nodes.lock();
         let key = (st.st_dev, st.st_ino);
         if let Some(&ino) = nodes.keymap.get(&key) {
@@ -1600,53 +1952,56 @@ impl FileSystem for Umbrella {
         if name == ".." {
             return Err(err(libc::ENOTEMPTY));
         }
-        let mut ns = i.ns.write();
-        let d = ns
-            .dirs
-            .get(&parent)
-            .ok_or_else(|| i.not_dir_or_stale(parent))?;
-        let ino = match i.visible_entry(d, name)? {
+        let _shape = i.shape.read_recursive();
+        let ino = match i.entry_of(parent, name)?.0 {
             None => return Err(err(libc::ENOENT)),
             Some(Entry::File(_)) => return Err(err(libc::ENOTDIR)),
             Some(Entry::Dir(ino)) => ino,
         };
-        let pa = i.check_parent_write(ctx, &ns, parent)?;
-        let victim = i.dir_attr(&ns, ino)?;
-        i.check_sticky(ctx, &pa, &victim)?;
-        let dd = &ns.dirs[&ino];
-        i.merged_check(dd)?;
-        if !dd.children.is_empty() {
-            return Err(err(libc::ENOTEMPTY));
+        // The parent's entries and the victim's (nothing is created in it meanwhile).
+        let _dl = i.lock_dirs(&[parent, ino]);
+        if i.entry_of(parent, name)?.0 != Some(Entry::Dir(ino)) {
+            return Err(err(libc::ENOENT));
         }
-        let prel = ns.rel(parent);
+        let pa = i.check_parent_write(ctx, parent)?;
+        let victim = i.dir_attr(ino)?;
+        i.check_sticky(ctx, &pa, &victim)?;
+        let (prel, branches) = {
+            let ns = i.ns.read();
+            let dd = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
+            i.merged_check(dd)?;
+            if !dd.children.is_empty() {
+                return Err(err(libc::ENOTEMPTY));
+            }
+            (ns.rel(parent), i.dir_branches(dd))
+        };
         let mut failed = None;
-        for b in i.dir_branches(dd) {
-            let r = b
-                .dir(&prel)
-                .and_then(|p| sys::unlinkat(p.as_fd(), name, true));
+        for b in branches {
+            let (bb, prel, n) = (b.clone(), prel.clone(), name.to_os_string());
+            let r = b.run(move || {
+                bb.dir_here(&prel)
+                    .and_then(|p| sys::unlinkat(p.as_fd(), &n, true))
+            });
             match r {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => {
                     warn!("rmdir of a copy on '{}': {e}", b.name);
+                    let stop = sys::errno(&e) == libc::ENOTEMPTY;
                     failed = Some(e);
-                    if sys::errno(failed.as_ref().expect("set")) == libc::ENOTEMPTY {
+                    if stop {
                         break;
                     }
                 }
             }
         }
         if let Some(e) = failed {
-            i.forget_dirs();
             // Copies already removed are re-created lazily when needed; the index keeps the
             // directory so nothing under it is lost.
-            if let Some(dd) = ns.dirs.get_mut(&ino) {
-                let live: u64 = i.dir_branches(dd).iter().map(|b| 1u64 << b.id).sum();
-                let _ = live;
-            }
+            i.forget_dirs();
             return Err(ioerr(e));
         }
-        ns.remove(parent, name);
+        i.ns.write().remove(parent, name);
         i.forget_dirs();
         Ok(())
     }
@@ -1659,7 +2014,7 @@ impl FileSystem for Umbrella {
                 name,
                 FileKind::Symlink,
                 0o777,
-                &mut |pfd, _| sys::symlinkat(target, pfd.as_fd(), name).map(|()| None),
+                Make::Symlink(target.to_vec()),
             )
             .map(|(a, _)| a)
     }
@@ -1679,32 +2034,48 @@ impl FileSystem for Umbrella {
     fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
         let i = &self.inner;
         i.check_new_name(new_parent, new_name)?;
-        let mut ns = i.ns.write();
-        if ns.dirs.contains_key(&ino) {
-            return Err(err(libc::EPERM));
+        // The file's mig lock: a migration of it gathered its names before this one exists
+        // and holds only the locks of *those* names' directories, so without it the link
+        // could land on the source between the migration's check and its unlinks, leaving
+        // two objects where there was one.
+        let mig = i.nodes.lock().files.get(&ino).map(|n| n.mig.clone());
+        let _moving = mig.as_ref().map(|m| m.lock());
+        let _shape = i.shape.read_recursive();
+        let _dl = i.lock_dirs(&[new_parent]);
+        {
+            let ns = i.ns.read();
+            if ns.dirs.contains_key(&ino) {
+                return Err(err(libc::EPERM));
+            }
+            let d = ns
+                .dirs
+                .get(&new_parent)
+                .ok_or_else(|| i.not_dir_or_stale(new_parent))?;
+            if i.visible_entry(d, new_name)?.is_some() {
+                return Err(err(libc::EEXIST));
+            }
         }
-        let d = ns
-            .dirs
-            .get(&new_parent)
-            .ok_or_else(|| i.not_dir_or_stale(new_parent))?;
-        if i.visible_entry(d, new_name)?.is_some() {
-            return Err(err(libc::EEXIST));
-        }
-        i.check_parent_write(ctx, &ns, new_parent)?;
+        i.check_parent_write(ctx, new_parent)?;
         let (b, name) = i.file_loc(ino)?;
         let (odir, oname) = name.ok_or_else(|| err(libc::ENOENT))?;
         let br = i.branch(b)?;
-        let ofd = br.dir(&ns.rel(odir)).map_err(ioerr)?;
+        let ofd = br.dir(&i.rel(odir)).map_err(ioerr)?;
         // The new name goes on the file's branch, creating the directory there if needed:
         // a link never fails with EXDEV (issue 3 item 3).
-        let nfd = i.ensure_dir(&mut ns, new_parent, b)?;
-        sys::linkat(ofd.as_fd(), &oname, nfd.as_fd(), new_name).map_err(ioerr)?;
-        ns.dirs
+        let nfd = i.ensure_dir(new_parent, b)?;
+        let nn = new_name.to_os_string();
+        let st = br
+            .run(move || {
+                sys::linkat(ofd.as_fd(), &oname, nfd.as_fd(), &nn)?;
+                sys::fstatat(nfd.as_fd(), &nn)
+            })
+            .map_err(ioerr)?;
+        i.ns.write()
+            .dirs
             .get_mut(&new_parent)
-            .expect("parent")
+            .ok_or_else(|| err(libc::ENOENT))?
             .children
             .insert(new_name.to_os_string(), Entry::File(b));
-        let st = sys::fstatat(nfd.as_fd(), new_name).map_err(ioerr)?;
         let ino2 = i.node_seen(new_parent, new_name, b, &st, 1);
         Ok(sys::attr_from(&st, ino2))
     }
@@ -1730,15 +2101,13 @@ impl FileSystem for Umbrella {
             name,
             FileKind::RegularFile,
             perm,
-            &mut |pfd, perm| {
-                let f = (flags & KEEP_FLAGS & !libc::O_TRUNC) | libc::O_CREAT | libc::O_EXCL;
-                sys::openat(pfd.as_fd(), name, f, perm).map(Some)
-            },
+            Make::File(flags),
         );
         match r {
             Ok((a, fd)) => {
                 let fd = fd.ok_or_else(|| err(libc::EIO))?;
-                let fh = i.new_handle(a.ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd);
+                let (b, _) = i.file_loc(a.ino)?;
+                let fh = i.new_handle(a.ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd, b)?;
                 Ok((a, fh))
             }
             Err(e) if e.errno().0 == libc::EEXIST && flags & libc::O_EXCL == 0 => {
@@ -1752,18 +2121,19 @@ impl FileSystem for Umbrella {
 
     fn read(&self, _ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         let h = self.inner.handle(fh)?;
+        let g = h.fd.read();
+        if g.branch.exec.isolated() {
+            let fd = g.fd.clone();
+            let v = g
+                .branch
+                .run(move || read_full(&fd, offset, size as usize))
+                .map_err(ioerr)?;
+            *buf = v;
+            return Ok(());
+        }
         buf.clear();
         buf.resize(size as usize, 0);
-        let fd = h.fd.read();
-        let mut done = 0usize;
-        while done < buf.len() {
-            match sys::pread(fd.as_fd(), &mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(ioerr(e)),
-            }
-        }
+        let done = read_into(&g.fd, offset, buf).map_err(ioerr)?;
         buf.truncate(done);
         Ok(())
     }
@@ -1811,20 +2181,17 @@ impl FileSystem for Umbrella {
 
     fn fsync(&self, _ino: Ino, fh: Fh, datasync: bool) -> Result<()> {
         let h = self.inner.handle(fh)?;
-        let fd = h.fd.read();
-        sys::fsync(fd.as_fd(), datasync).map_err(ioerr)
+        h.io(move |fd| sys::fsync(fd.as_fd(), datasync))
+            .map_err(ioerr)
     }
 
     fn opendir(&self, ctx: &Ctx, ino: Ino) -> Result<Fh> {
         let i = &self.inner;
-        {
-            let ns = i.ns.read();
-            if !ns.dirs.contains_key(&ino) {
-                return Err(i.not_dir_or_stale(ino));
-            }
-            let a = i.dir_attr(&ns, ino)?;
-            ctx.check(libc::S_IFDIR | a.perm as u32, a.uid, a.gid, Access::R)?;
+        if !i.ns.read().dirs.contains_key(&ino) {
+            return Err(i.not_dir_or_stale(ino));
         }
+        let a = i.dir_attr(ino)?;
+        ctx.check(libc::S_IFDIR | a.perm as u32, a.uid, a.gid, Access::R)?;
         let fh = i.next_fh.fetch_add(1, Ordering::Relaxed);
         i.open
             .lock()
@@ -1852,10 +2219,10 @@ impl FileSystem for Umbrella {
         let listing = slot.as_ref().expect("listing");
         for (idx, (name, eino, kind)) in listing.entries.iter().enumerate().skip(offset as usize) {
             let attr = if plus && name != "." && name != ".." {
-                let ns = i.ns.read();
-                match i.lookup_in(&ns, ino, name, false) {
+                match i.lookup_in(ino, name, false) {
                     Ok(a) => Some(a),
-                    // Gone since the listing was taken.
+                    // Gone since the listing was taken, or on a branch that stopped
+                    // answering since.
                     Err(_) => continue,
                 }
             } else {
@@ -1891,22 +2258,25 @@ impl FileSystem for Umbrella {
 
     fn fsyncdir(&self, ino: Ino, _fh: Fh, _datasync: bool) -> Result<()> {
         let i = &self.inner;
-        let ns = i.ns.read();
-        let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
-        let rel = ns.rel(ino);
-        for b in i.dir_branches(d) {
-            let fd = b
-                .dir(&rel)
-                .and_then(|p| {
-                    sys::openat(
-                        p.as_fd(),
-                        OsStr::new("."),
-                        libc::O_RDONLY | libc::O_DIRECTORY,
-                        0,
-                    )
-                })
-                .map_err(ioerr)?;
-            sys::fsync(fd.as_fd(), false).map_err(ioerr)?;
+        let _shape = i.shape.read_recursive();
+        let (rel, branches) = {
+            let ns = i.ns.read();
+            let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
+            (ns.rel(ino), i.dir_branches(d))
+        };
+        for b in branches {
+            let (bb, rel) = (b.clone(), rel.clone());
+            b.run(move || {
+                let p = bb.dir_here(&rel)?;
+                let fd = sys::openat(
+                    p.as_fd(),
+                    OsStr::new("."),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                    0,
+                )?;
+                sys::fsync(fd.as_fd(), false)
+            })
+            .map_err(ioerr)?;
         }
         Ok(())
     }
@@ -1941,10 +2311,7 @@ impl FileSystem for Umbrella {
         mode: FallocMode,
     ) -> Result<()> {
         let h = self.inner.handle(fh)?;
-        let r = {
-            let fd = h.fd.read();
-            sys::fallocate(fd.as_fd(), mode, offset, length)
-        };
+        let r = h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
         match r {
             Ok(()) => Ok(()),
             Err(e) if sys::errno(&e) == libc::ENOSPC && mode & libc::FALLOC_FL_KEEP_SIZE == 0 => {
@@ -1952,8 +2319,8 @@ impl FileSystem for Umbrella {
                 self.inner
                     .overflow(h.ino, need)
                     .map_err(|_| err(libc::ENOSPC))?;
-                let fd = h.fd.read();
-                sys::fallocate(fd.as_fd(), mode, offset, length).map_err(ioerr)
+                h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length))
+                    .map_err(ioerr)
             }
             Err(e) => Err(ioerr(e)),
         }
@@ -1961,14 +2328,16 @@ impl FileSystem for Umbrella {
 
     fn lseek(&self, _ino: Ino, fh: Fh, offset: u64, whence: i32) -> Result<u64> {
         let h = self.inner.handle(fh)?;
-        let fd = h.fd.read();
-        sys::lseek(fd.as_fd(), offset, whence).map_err(ioerr)
+        h.io(move |fd| sys::lseek(fd.as_fd(), offset, whence))
+            .map_err(ioerr)
     }
 
     fn sync_all(&self) -> Result<()> {
-        for b in self.inner.branches.read().iter() {
+        let branches = self.inner.branches.read().clone();
+        for b in branches {
             if b.active() {
-                sys::syncfs(b.root().as_fd()).map_err(ioerr)?;
+                let root = b.root();
+                b.run(move || sys::syncfs(root.as_fd())).map_err(ioerr)?;
             }
         }
         Ok(())
@@ -1991,6 +2360,27 @@ impl FileSystem for Umbrella {
     fn stats_json(&self) -> String {
         crate::admin::status(&self.inner).to_string()
     }
+}
+
+/// Reads up to `buf.len()` bytes at `offset`; the count read (short at end of file).
+fn read_into(fd: &OwnedFd, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        match sys::pread(fd.as_fd(), &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+fn read_full(fd: &OwnedFd, offset: u64, size: usize) -> io::Result<Vec<u8>> {
+    let mut v = vec![0u8; size];
+    let n = read_into(fd, offset, &mut v)?;
+    v.truncate(n);
+    Ok(v)
 }
 
 /// Returns the config file the mount was started with.

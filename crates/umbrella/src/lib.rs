@@ -12,12 +12,16 @@
 //! - `fs`: the [`cairn_vfs::FileSystem`] implementation;
 //! - `migrate`: moving files between branches; `record` and `recover`: the move record
 //!   and the recovery of interrupted moves at mount;
+//! - `exec`: host calls with deadlines (per-branch workers); `branch`: branch health;
+//! - `disconnected`: a branch that comes back (re-reading it, sending files back);
 //! - `enforce`, `admin`: the enforcer and the control commands.
 
 mod admin;
 mod branch;
 pub mod config;
+mod disconnected;
 mod enforce;
+mod exec;
 mod failpoint;
 mod fs;
 mod migrate;

@@ -2,7 +2,7 @@
 //!
 //! The protocol, for a file with names P1..Pn on branch S moving to branch D, one function
 //! per step (the failpoint reached after each is in quotes, see `failpoint`):
-//! 1. [`Inner::gather`], under the namespace read lock: the names, their paths, the
+//! 1. [`Inner::gather`]: the names, their paths (from the index), the
 //!    source's stat (its *identity*: device, inode, size, mtime) and an open descriptor
 //!    of it, so a later rename of its directory cannot make the copy read something else
 //!    ("gathered");
@@ -11,19 +11,23 @@
 //! 3. [`Staged::write_record`]: the move record (`record`: both branches, the temporary,
 //!    every name, the source's and the copy's identities) is written and fsynced on D
 //!    ("recorded"); from here on a crash is resolved by recovery (`recover`);
-//! 4. [`Inner::commit`], under the namespace write lock: [`Inner::still_same`] checks that
-//!    nothing changed since step 1 (the names, their paths, the object under each, its
-//!    size and mtime, both branches active) — otherwise the move is rolled back and the
-//!    caller may try again; [`Inner::place_names`] renames the temporary to P1 on D
-//!    (`RENAME_NOREPLACE`; "renamed"), links P2..Pn, fsyncs D's directories ("linked");
-//!    open handles are re-opened on the copy; [`Inner::remove_source_names`] removes
-//!    P1..Pn from S ("unlinked-one" after the first) and fsyncs S's directories; the
-//!    index and the file node now say D ("unlinked"), and the record is removed.
+//! 4. [`Inner::commit`], under the directory locks of every name's directory (the index
+//!    lock only to check and to update): [`Inner::still_same`] checks that nothing changed
+//!    since step 1 (the names, their paths, the object under each, its size and mtime,
+//!    both branches active) — otherwise the move is rolled back and the caller may try
+//!    again; [`Inner::place_names`] renames the temporary to P1 on D (no-replace;
+//!    "renamed"), links P2..Pn, fsyncs D's directories ("linked"); open handles are
+//!    re-opened on the copy; the index and the file node now say D; then
+//!    [`Inner::remove_source_names`] removes P1..Pn from S ("unlinked-one" after the
+//!    first) and fsyncs S's directories ("unlinked"), and the record is removed.
+//!
+//! Every host call has its branch's deadline (`exec`): reads on the source's branch,
+//! writes on the target's.
 //!
 //! **No exit leaves a record behind.** Steps 2–4 work on a [`Staged`] move: dropping it
 //! before the commit completes (an error, an early return, a panic) removes the names it
-//! made on D, the temporary and the record, under the namespace lock when the commit holds
-//! it. The one exit that keeps its record is a commit that put the copy in place but could
+//! made on D, the temporary and the record, under the directory locks when the commit
+//! holds them. The one exit that keeps its record is a commit that put the copy in place but could
 //! not remove a source name (the source branch refused): the record is rewritten in its
 //! *committed* phase, `status` counts it under `unfinished`, and the next mount's recovery
 //! removes the stale source names after verifying them.
@@ -45,7 +49,7 @@ use log::{info, warn};
 use parking_lot::RwLockWriteGuard;
 
 use crate::branch::{Branch, DirFd};
-use crate::fs::{Handle, Inner, err, ioerr, now};
+use crate::fs::{Handle, HostFd, Inner, err, ioerr, now};
 use crate::ns::{Entry, Tree};
 use crate::record::{Ident, MoveRecord, Phase};
 use crate::rules::{BranchId, Facts};
@@ -119,19 +123,77 @@ fn copy_data(from: &OwnedFd, to: &OwnedFd) -> std::io::Result<u64> {
     }
 }
 
-fn copy_xattrs(sdir: &OwnedFd, sname: &OsStr, ddir: &OwnedFd, dname: &OsStr) {
-    let Ok(list) = sys::listxattr(sdir.as_fd(), Some(sname)) else {
-        return;
-    };
-    for a in list.split(|&c| c == 0).filter(|a| !a.is_empty()) {
-        let a = OsStr::from_bytes(a);
-        if let Ok(v) = sys::getxattr(sdir.as_fd(), Some(sname), a)
-            && let Err(e) = sys::setxattr(ddir.as_fd(), Some(dname), a, &v, 0)
-        {
-            warn!("migration: xattr {a:?} not copied: {e}");
+/// Copies the source's extended attributes to the temporary: read on the source's
+/// branch, written on the target's, each call with its deadline.
+fn copy_xattrs(src: &Source, dst: &Branch, ddir: &Arc<OwnedFd>, dname: &OsStr) {
+    let (sdir, sname) = (src.dir.clone(), src.name.clone());
+    let got = src.branch.run(move || {
+        let list = sys::listxattr(sdir.as_fd(), Some(&sname))?;
+        let mut out = Vec::new();
+        for a in list.split(|&c| c == 0).filter(|a| !a.is_empty()) {
+            let a = OsStr::from_bytes(a).to_os_string();
+            if let Ok(v) = sys::getxattr(sdir.as_fd(), Some(&sname), &a) {
+                out.push((a, v));
+            }
         }
+        Ok(out)
+    });
+    let Ok(attrs) = got else { return };
+    if attrs.is_empty() {
+        return;
+    }
+    let (ddir, dname) = (ddir.clone(), dname.to_os_string());
+    let _ = dst.run(move || {
+        for (a, v) in &attrs {
+            if let Err(e) = sys::setxattr(ddir.as_fd(), Some(&dname), a, v, 0) {
+                warn!("migration: xattr {a:?} not copied: {e}");
+            }
+        }
+        Ok(())
+    });
+}
+
+/// The data copy when a branch is isolated: pieces read on the source's branch and
+/// written on the target's, each call with its own deadline.
+fn copy_pieces(
+    sb: &Branch,
+    from: &Arc<OwnedFd>,
+    db: &Branch,
+    to: &Arc<OwnedFd>,
+) -> std::io::Result<u64> {
+    let mut off = 0u64;
+    loop {
+        let f = from.clone();
+        let buf = sb.run(move || {
+            let mut v = vec![0u8; PIECE];
+            let mut n = 0;
+            while n < v.len() {
+                match sys::pread(f.as_fd(), &mut v[n..], off + n as u64)? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+            v.truncate(n);
+            Ok(v)
+        })?;
+        if buf.is_empty() {
+            return Ok(off);
+        }
+        let len = buf.len() as u64;
+        let t = to.clone();
+        db.run(move || {
+            let mut w = 0;
+            while w < buf.len() {
+                w += sys::pwrite(t.as_fd(), &buf[w..], off + w as u64)?;
+            }
+            Ok(())
+        })?;
+        off += len;
     }
 }
+
+/// The piece of file data one host call of a migration moves.
+const PIECE: usize = 4 << 20;
 
 /// How a placement check ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +209,7 @@ pub(crate) enum Outcome {
     Failed,
 }
 
-/// What a move copies, taken under the namespace read lock (step 1).
+/// What a move copies (step 1).
 struct Source {
     branch: Arc<Branch>,
     names: Vec<(Ino, OsString)>,
@@ -163,7 +225,7 @@ struct Source {
 
 enum Body {
     /// A regular file, opened when its identity was taken.
-    Data(OwnedFd),
+    Data(Arc<OwnedFd>),
     /// A symlink's target.
     Link(Vec<u8>),
     /// A device, fifo or socket (mode and rdev are in the stat).
@@ -190,8 +252,8 @@ impl Source {
 struct Staged<'a> {
     inner: &'a Inner,
     dst: Arc<Branch>,
-    tmpdir: OwnedFd,
-    moves: OwnedFd,
+    tmpdir: Arc<OwnedFd>,
+    moves: Arc<OwnedFd>,
     seq: String,
     /// The temporary's identity once it is complete.
     copy: Option<Ident>,
@@ -204,8 +266,8 @@ struct Staged<'a> {
 
 impl<'a> Staged<'a> {
     fn new(inner: &'a Inner, dst: Arc<Branch>) -> Result<Staged<'a>> {
-        let tmpdir = dst.meta_dir(Some("tmp")).map_err(ioerr)?;
-        let moves = dst.meta_dir(Some("moves")).map_err(ioerr)?;
+        let tmpdir = Arc::new(dst.meta_dir(Some("tmp")).map_err(ioerr)?);
+        let moves = Arc::new(dst.meta_dir(Some("moves")).map_err(ioerr)?);
         Ok(Staged {
             inner,
             dst,
@@ -223,40 +285,60 @@ impl<'a> Staged<'a> {
         OsStr::new(&self.seq)
     }
 
-    /// Step 2: the complete, fsynced copy in `tmp/SEQ`. Returns the bytes copied.
+    /// Step 2: the complete, fsynced copy in `tmp/SEQ`. Returns the bytes copied. Every
+    /// host call has its branch's deadline: reads on the source's, writes on the target's
+    /// (data in pieces of [`PIECE`] bytes, so a large file is not one call).
     fn copy_from(&mut self, src: &Source) -> std::io::Result<u64> {
-        let (tmpdir, tmp) = (&self.tmpdir, OsStr::new(&self.seq));
-        let st = &src.st;
+        let (dst, sb) = (self.dst.clone(), src.branch.clone());
+        let (tmpdir, tmp) = (self.tmpdir.clone(), OsString::from(&self.seq));
+        let st = src.st;
         let mut bytes = 0;
         match &src.body {
             Body::Data(from) => {
-                let to = sys::openat(
-                    tmpdir.as_fd(),
-                    tmp,
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                    0o600,
-                )?;
-                bytes = copy_data(from, &to)?;
-                sys::fsync(to.as_fd(), false)?;
+                let (td, tn) = (tmpdir.clone(), tmp.clone());
+                let to = Arc::new(dst.run(move || {
+                    sys::openat(
+                        td.as_fd(),
+                        &tn,
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                        0o600,
+                    )
+                })?);
+                bytes = if !dst.exec.isolated() && !sb.exec.isolated() {
+                    copy_data(from, &to)?
+                } else {
+                    copy_pieces(&sb, from, &dst, &to)?
+                };
+                let to2 = to.clone();
+                dst.run(move || sys::fsync(to2.as_fd(), false))?;
             }
-            Body::Link(t) => sys::symlinkat(t, tmpdir.as_fd(), tmp)?,
-            Body::Node => sys::mknodat(tmpdir.as_fd(), tmp, st.st_mode, st.st_rdev)?,
+            Body::Link(t) => {
+                let (td, tn, t) = (tmpdir.clone(), tmp.clone(), t.clone());
+                dst.run(move || sys::symlinkat(&t, td.as_fd(), &tn))?
+            }
+            Body::Node => {
+                let (td, tn) = (tmpdir.clone(), tmp.clone());
+                dst.run(move || sys::mknodat(td.as_fd(), &tn, st.st_mode, st.st_rdev))?
+            }
         }
-        copy_xattrs(&src.dir, &src.name, tmpdir, tmp);
-        sys::fchownat(tmpdir.as_fd(), tmp, Some(st.st_uid), Some(st.st_gid))?;
-        if sys::kind_of(st.st_mode) != FileKind::Symlink {
-            // After chown, which may clear setuid/setgid.
-            sys::fchmodat(tmpdir.as_fd(), tmp, st.st_mode & 0o7777)?;
-        }
-        let at = sys::attr_from(st, 0);
-        sys::utimensat(
-            tmpdir.as_fd(),
-            tmp,
-            TimeSet::At(at.atime),
-            TimeSet::At(at.mtime),
-        )?;
-        fsync_dir(tmpdir)?;
-        self.copy = Some(Ident::of(&sys::fstatat(tmpdir.as_fd(), tmp)?));
+        copy_xattrs(src, &dst, &tmpdir, &tmp);
+        let copy = dst.run(move || {
+            sys::fchownat(tmpdir.as_fd(), &tmp, Some(st.st_uid), Some(st.st_gid))?;
+            if sys::kind_of(st.st_mode) != FileKind::Symlink {
+                // After chown, which may clear setuid/setgid.
+                sys::fchmodat(tmpdir.as_fd(), &tmp, st.st_mode & 0o7777)?;
+            }
+            let at = sys::attr_from(&st, 0);
+            sys::utimensat(
+                tmpdir.as_fd(),
+                &tmp,
+                TimeSet::At(at.atime),
+                TimeSet::At(at.mtime),
+            )?;
+            fsync_dir(&tmpdir)?;
+            sys::fstatat(tmpdir.as_fd(), &tmp)
+        })?;
+        self.copy = Some(Ident::of(&copy));
         Ok(bytes)
     }
 
@@ -279,22 +361,40 @@ impl<'a> Staged<'a> {
     }
 
     fn write_record_file(&self, rec: &MoveRecord) -> std::io::Result<()> {
-        let fd = sys::openat(
-            self.moves.as_fd(),
-            self.tmpname(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            0o600,
-        )?;
-        let mut f = std::fs::File::from(fd);
-        f.write_all(&rec.encode())?;
-        f.sync_all()?;
-        fsync_dir(&self.moves)
+        let (moves, name, data) = (
+            self.moves.clone(),
+            self.tmpname().to_os_string(),
+            rec.encode(),
+        );
+        self.dst.run(move || {
+            let fd = sys::openat(
+                moves.as_fd(),
+                &name,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                0o600,
+            )?;
+            let mut f = std::fs::File::from(fd);
+            f.write_all(&data)?;
+            f.sync_all()?;
+            fsync_dir(&moves)
+        })
     }
 
     /// Is this (directory, name) on the target our copy?
     fn holds_copy(&self, dir: &DirFd, name: &OsStr) -> bool {
-        self.copy
-            .is_some_and(|c| sys::fstatat(dir.as_fd(), name).is_ok_and(|st| c.is_object(&st)))
+        let Some(c) = self.copy else { return false };
+        let (dir, name) = (dir.clone(), name.to_os_string());
+        self.dst
+            .run(move || sys::fstatat(dir.as_fd(), &name))
+            .is_ok_and(|st| c.is_object(&st))
+    }
+
+    /// A host call on the target with its deadline, for the roll-back and the commit.
+    fn on_dst<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        self.dst.run(f)
     }
 
     /// Undoes the move: the names made on the target (only where they still are the copy),
@@ -307,17 +407,24 @@ impl<'a> Staged<'a> {
         self.open = false;
         for (dir, name) in self.placed.iter().rev() {
             if self.holds_copy(dir, name) {
-                let _ = sys::unlinkat(dir.as_fd(), name, false);
+                let (d, n) = (dir.clone(), name.clone());
+                let _ = self.on_dst(move || sys::unlinkat(d.as_fd(), &n, false));
             }
         }
         for (dir, _) in &self.placed {
-            let _ = fsync_dir(dir);
+            let d = dir.clone();
+            let _ = self.on_dst(move || fsync_dir(&d));
         }
-        let _ = sys::unlinkat(self.tmpdir.as_fd(), self.tmpname(), false);
+        let (t, n) = (self.tmpdir.clone(), self.tmpname().to_os_string());
+        let _ = self.on_dst(move || sys::unlinkat(t.as_fd(), &n, false));
         if self.record.is_some() {
-            let gone = sys::unlinkat(self.moves.as_fd(), self.tmpname(), false);
-            let synced = fsync_dir(&self.moves);
-            if let Err(e) = gone.and(synced) {
+            let (m, n) = (self.moves.clone(), self.tmpname().to_os_string());
+            let r = self.on_dst(move || {
+                let gone = sys::unlinkat(m.as_fd(), &n, false);
+                let synced = fsync_dir(&m);
+                gone.and(synced)
+            });
+            if let Err(e) = r {
                 // Recovery verifies identities, so a record left here is harmless, but it is
                 // counted: a record must never outlive its move unnoticed.
                 self.inner
@@ -333,12 +440,13 @@ impl<'a> Staged<'a> {
     }
 
     /// The commit ended. `complete`: every source name is gone, so the record goes (its
-    /// directory is fsynced by [`Staged::sync`], outside the namespace lock). Otherwise the
+    /// directory is fsynced by [`Staged::sync`], outside the directory locks). Otherwise the
     /// record is rewritten in its committed phase for recovery to finish the removals.
     fn close(&mut self, complete: bool) {
         self.open = false;
         if complete {
-            let _ = sys::unlinkat(self.moves.as_fd(), self.tmpname(), false);
+            let (m, n) = (self.moves.clone(), self.tmpname().to_os_string());
+            let _ = self.on_dst(move || sys::unlinkat(m.as_fd(), &n, false));
             return;
         }
         self.inner
@@ -357,7 +465,8 @@ impl<'a> Staged<'a> {
     }
 
     fn sync(&self) {
-        let _ = fsync_dir(&self.moves);
+        let m = self.moves.clone();
+        let _ = self.on_dst(move || fsync_dir(&m));
     }
 }
 
@@ -369,31 +478,39 @@ impl Drop for Staged<'_> {
 
 /// Times of directory copies touched by a move, put back after it: a migration is not a
 /// change of the union directory, so its mtime (the newest copy's) must not move.
-struct DirTimes(Vec<(DirFd, sys::Stat)>);
+struct DirTimes(Vec<(BranchId, DirFd, sys::Stat)>);
 
 impl DirTimes {
-    fn restore(&self) {
-        for (fd, st) in &self.0 {
-            let a = sys::attr_from(st, 0);
-            let _ = sys::utimensat(
-                fd.as_fd(),
-                OsStr::new("."),
-                TimeSet::At(a.atime),
-                TimeSet::At(a.mtime),
-            );
+    fn restore(&self, a: &Branch, b: &Branch) {
+        for (id, fd, st) in &self.0 {
+            let br = if *id == a.id { a } else { b };
+            let (fd, at) = (fd.clone(), sys::attr_from(st, 0));
+            let _ = br.run(move || {
+                sys::utimensat(
+                    fd.as_fd(),
+                    OsStr::new("."),
+                    TimeSet::At(at.atime),
+                    TimeSet::At(at.mtime),
+                )
+            });
         }
     }
 }
 
 impl Inner {
     /// Every (dir, name) of the index naming host object `key` on branch `b`.
-    fn all_names(&self, ns: &Tree, b: BranchId, key: (u64, u64)) -> Vec<(Ino, OsString)> {
+    fn all_names(&self, b: BranchId, key: (u64, u64)) -> Vec<(Ino, OsString)> {
+        let files: Vec<(Ino, OsString, Vec<u8>)> = {
+            let ns = self.ns.read();
+            ns.files()
+                .into_iter()
+                .filter(|(_, _, fb)| *fb == b)
+                .map(|(d, n, _)| (d, n, ns.rel(d)))
+                .collect()
+        };
         let mut out = Vec::new();
-        for (d, n, fb) in ns.files() {
-            if fb != b {
-                continue;
-            }
-            if let Ok((_, st)) = self.stat_entry(ns, d, &n, b)
+        for (d, n, rel) in files {
+            if let Ok((_, st)) = self.stat_in(b, &rel, &n)
                 && (st.st_dev, st.st_ino) == key
             {
                 out.push((d, n));
@@ -404,10 +521,9 @@ impl Inner {
 
     /// Step 1 (see the module comment). EBUSY: the file has links outside the union.
     fn gather(&self, ino: Ino) -> Result<Source> {
-        let ns = self.ns.read();
         let (src, first) = self.file_loc(ino)?;
         let (d0, n0) = first.ok_or_else(|| err(libc::ENOENT))?;
-        let (dir, st) = self.stat_entry(&ns, d0, &n0, src)?;
+        let (dir, st) = self.stat_entry(d0, &n0, src)?;
         let key = (st.st_dev, st.st_ino);
         let mut names: Vec<(Ino, OsString)> = self
             .nodes
@@ -417,7 +533,7 @@ impl Inner {
             .map(|n| n.names.clone())
             .unwrap_or_default();
         if (names.len() as u64) < st.st_nlink {
-            names = self.all_names(&ns, src, key);
+            names = self.all_names(src, key);
         }
         if (names.len() as u64) != st.st_nlink || names.is_empty() {
             // A link the union cannot see (outside it): moving would break it.
@@ -432,23 +548,33 @@ impl Inner {
         if let Some(k) = names.iter().position(|(d, n)| *d == d0 && *n == n0) {
             names.swap(0, k);
         }
-        let rels = names.iter().map(|(d, n)| rel_path(&ns, *d, n)).collect();
-        let body = match sys::kind_of(st.st_mode) {
-            FileKind::RegularFile => {
-                let fd = sys::openat(dir.as_fd(), &n0, libc::O_RDONLY | libc::O_NOATIME, 0)
-                    .or_else(|_| sys::openat(dir.as_fd(), &n0, libc::O_RDONLY, 0))
-                    .map_err(ioerr)?;
-                let now = sys::fstat(fd.as_fd()).map_err(ioerr)?;
-                if (now.st_dev, now.st_ino) != key {
-                    return Err(err(libc::EAGAIN));
-                }
-                Body::Data(fd)
-            }
-            FileKind::Symlink => Body::Link(sys::readlinkat(dir.as_fd(), &n0).map_err(ioerr)?),
-            _ => Body::Node,
+        let rels = {
+            let ns = self.ns.read();
+            names.iter().map(|(d, n)| rel_path(&ns, *d, n)).collect()
         };
+        let branch = self.branch(src)?;
+        let (dir2, name2, kind) = (dir.clone(), n0.clone(), sys::kind_of(st.st_mode));
+        let body = branch
+            .run(move || -> std::io::Result<Option<Body>> {
+                let (dir, n0) = (dir2, name2);
+                Ok(Some(match kind {
+                    FileKind::RegularFile => {
+                        let fd = sys::openat(dir.as_fd(), &n0, libc::O_RDONLY | libc::O_NOATIME, 0)
+                            .or_else(|_| sys::openat(dir.as_fd(), &n0, libc::O_RDONLY, 0))?;
+                        let now = sys::fstat(fd.as_fd())?;
+                        if (now.st_dev, now.st_ino) != key {
+                            return Ok(None);
+                        }
+                        Body::Data(Arc::new(fd))
+                    }
+                    FileKind::Symlink => Body::Link(sys::readlinkat(dir.as_fd(), &n0)?),
+                    _ => Body::Node,
+                }))
+            })
+            .map_err(ioerr)?
+            .ok_or_else(|| err(libc::EAGAIN))?;
         Ok(Source {
-            branch: self.branch(src)?,
+            branch,
             names,
             rels,
             st,
@@ -489,7 +615,7 @@ impl Inner {
     fn try_move(&self, ino: Ino, dst: BranchId, handles: &[Arc<Handle>]) -> Result<Option<u64>> {
         // Writers through any open handle wait until the move is over; taken before the
         // source's identity so that it cannot change under the copy.
-        let mut guards: Vec<RwLockWriteGuard<'_, OwnedFd>> =
+        let mut guards: Vec<RwLockWriteGuard<'_, HostFd>> =
             handles.iter().map(|h| h.fd.write()).collect();
         let src = self.gather(ino)?;
         if src.id() == dst {
@@ -508,23 +634,28 @@ impl Inner {
         Ok(Some(bytes))
     }
 
-    /// Step 4, under the namespace write lock. Any error before the first source name is
-    /// removed rolls the move back, still under the lock (so no operation sees a name of
-    /// the copy on the target that the index does not know).
+    /// Step 4, under `shape` (shared) and the directory locks of every name's directory,
+    /// so no change of those names runs in between; the index lock is taken only to check
+    /// and to point the names at the copy. Any error before the index says the target
+    /// rolls the move back, still under the directory locks (so no operation sees a name
+    /// of the copy on the target that the index does not know). The index points at the
+    /// copy before the source names go: a lookup in between finds the copy.
     fn commit(
         &self,
         ino: Ino,
         src: &Source,
         staged: &mut Staged<'_>,
         handles: &[Arc<Handle>],
-        guards: &mut [RwLockWriteGuard<'_, OwnedFd>],
+        guards: &mut [RwLockWriteGuard<'_, HostFd>],
     ) -> Result<()> {
-        let mut ns = self.ns.write();
+        let _shape = self.shape.read_recursive();
+        let dirs: Vec<Ino> = src.names.iter().map(|(d, _)| *d).collect();
+        let _dl = self.lock_dirs(&dirs);
         let dst = staged.dst.id;
-        let placed = self.still_same(&ns, ino, src, dst).and_then(|()| {
-            let times = self.dir_times(&mut ns, src, dst);
-            let dfds = self.place_names(&mut ns, src, staged)?;
-            let fds = reopen_handles(&dfds[0], &src.names[0].1, handles)?;
+        let placed = self.still_same(ino, src, dst).and_then(|()| {
+            let times = self.dir_times(src, dst);
+            let dfds = self.place_names(src, staged)?;
+            let fds = reopen_handles(&staged.dst, &dfds[0], &src.names[0].1, handles)?;
             Ok((times, dfds, fds))
         });
         let (times, dfds, fds) = match placed {
@@ -535,16 +666,19 @@ impl Inner {
             }
         };
         self.failpoints.hit("linked");
-        let complete = self.remove_source_names(&ns, src);
-        times.restore();
-        let nst = sys::fstatat(dfds[0].as_fd(), &src.names[0].1).map_err(ioerr);
-        self.point_index_at(&mut ns, ino, src, dst, nst.as_ref().ok());
+        let (d0, n0) = (dfds[0].clone(), src.names[0].1.clone());
+        let nst = staged.on_dst(move || sys::fstatat(d0.as_fd(), &n0)).ok();
+        self.point_index_at(ino, src, dst, nst.as_ref());
         for (g, fd) in guards.iter_mut().zip(fds) {
-            **g = fd;
+            **g = HostFd {
+                fd: Arc::new(fd),
+                branch: staged.dst.clone(),
+            };
         }
+        let complete = self.remove_source_names(src);
+        times.restore(&src.branch, &staged.dst);
         self.failpoints.hit("unlinked");
         staged.close(complete);
-        drop(ns);
         if !complete {
             warn!(
                 "moving {} to '{}': a source name on '{}' could not be removed; the record \
@@ -561,7 +695,7 @@ impl Inner {
     /// at the same paths (a renamed directory changes them), the same object under every
     /// name with the same size and mtime and no other link, and both branches are active.
     /// EAGAIN otherwise.
-    fn still_same(&self, ns: &Tree, ino: Ino, src: &Source, dst: BranchId) -> Result<()> {
+    fn still_same(&self, ino: Ino, src: &Source, dst: BranchId) -> Result<()> {
         let on_src = self
             .nodes
             .lock()
@@ -569,15 +703,20 @@ impl Inner {
             .get(&ino)
             .is_some_and(|n| n.branch == src.id());
         let active = src.branch.active() && self.branch(dst).is_ok_and(|b| b.active());
+        let in_index = {
+            let ns = self.ns.read();
+            src.names.iter().zip(&src.rels).all(|((d, n), rel)| {
+                ns.dirs.get(d).and_then(|dd| dd.children.get(n)) == Some(&Entry::File(src.id()))
+                    && rel_path(&ns, *d, n) == *rel
+            })
+        };
         let id = src.ident();
         let nlink = src.names.len() as u64;
-        let same = src.names.iter().zip(&src.rels).all(|((d, n), rel)| {
-            ns.dirs.get(d).and_then(|dd| dd.children.get(n)) == Some(&Entry::File(src.id()))
-                && rel_path(ns, *d, n) == *rel
-                && self
-                    .stat_entry(ns, *d, n, src.id())
+        let same = in_index
+            && src.names.iter().all(|(d, n)| {
+                self.stat_entry(*d, n, src.id())
                     .is_ok_and(|(_, s)| id.is_unchanged(&s) && s.st_nlink == nlink)
-        });
+            });
         if on_src && active && same {
             Ok(())
         } else {
@@ -586,16 +725,20 @@ impl Inner {
     }
 
     /// The times of every directory copy the move touches (creating the target's copies).
-    fn dir_times(&self, ns: &mut Tree, src: &Source, dst: BranchId) -> DirTimes {
+    fn dir_times(&self, src: &Source, dst: BranchId) -> DirTimes {
         let mut saved = Vec::new();
         for (d, _) in &src.names {
             let copies = [
-                self.ensure_dir(ns, *d, dst).ok(),
-                src.branch.dir(&ns.rel(*d)).ok(),
+                (dst, self.ensure_dir(*d, dst).ok()),
+                (src.id(), src.branch.dir(&self.rel(*d)).ok()),
             ];
-            for fd in copies.into_iter().flatten() {
-                if let Ok(st) = sys::fstat(fd.as_fd()) {
-                    saved.push((fd, st));
+            for (b, fd) in copies {
+                let (Some(fd), Ok(br)) = (fd, self.branch(b)) else {
+                    continue;
+                };
+                let f = fd.clone();
+                if let Ok(st) = br.run(move || sys::fstat(f.as_fd())) {
+                    saved.push((b, fd, st));
                 }
             }
         }
@@ -604,27 +747,22 @@ impl Inner {
 
     /// Renames the temporary to the first name on the target, links the others, fsyncs the
     /// target's directories. Returns the target directories, in name order.
-    fn place_names(
-        &self,
-        ns: &mut Tree,
-        src: &Source,
-        staged: &mut Staged<'_>,
-    ) -> Result<Vec<DirFd>> {
+    fn place_names(&self, src: &Source, staged: &mut Staged<'_>) -> Result<Vec<DirFd>> {
         let dst = staged.dst.id;
         let mut dfds: Vec<DirFd> = Vec::new();
         for (k, (d, n)) in src.names.iter().enumerate() {
-            let nfd = self.ensure_dir(ns, *d, dst)?;
+            let nfd = self.ensure_dir(*d, dst)?;
+            let (nf, nn) = (nfd.clone(), n.clone());
             if k == 0 {
-                sys::renameat2(
-                    staged.tmpdir.as_fd(),
-                    staged.tmpname(),
-                    nfd.as_fd(),
-                    n,
-                    libc::RENAME_NOREPLACE,
-                )
-                .map_err(ioerr)?;
+                let (t, tn) = (staged.tmpdir.clone(), staged.tmpname().to_os_string());
+                staged
+                    .on_dst(move || sys::rename_noreplace(t.as_fd(), &tn, nf.as_fd(), &nn))
+                    .map_err(ioerr)?;
             } else {
-                sys::linkat(dfds[0].as_fd(), &src.names[0].1, nfd.as_fd(), n).map_err(ioerr)?;
+                let (f0, n0) = (dfds[0].clone(), src.names[0].1.clone());
+                staged
+                    .on_dst(move || sys::linkat(f0.as_fd(), &n0, nf.as_fd(), &nn))
+                    .map_err(ioerr)?;
             }
             staged.placed.push((nfd.clone(), n.clone()));
             dfds.push(nfd);
@@ -633,23 +771,26 @@ impl Inner {
             }
         }
         for fd in &dfds {
-            fsync_dir(fd).map_err(ioerr)?;
+            let f = fd.clone();
+            staged.on_dst(move || fsync_dir(&f)).map_err(ioerr)?;
         }
         Ok(dfds)
     }
 
     /// Removes the names from the source (each only if it still is the source object) and
     /// fsyncs its directories. False if any name stays.
-    fn remove_source_names(&self, ns: &Tree, src: &Source) -> bool {
+    fn remove_source_names(&self, src: &Source) -> bool {
         let mut complete = true;
         let mut sfds = Vec::new();
         for (k, (d, n)) in src.names.iter().enumerate() {
-            let r = src.branch.dir(&ns.rel(*d)).and_then(|fd| {
-                let st = sys::fstatat(fd.as_fd(), n)?;
-                if (st.st_dev, st.st_ino) != src.key() {
+            let (bb, rel, nn, key) = (src.branch.clone(), self.rel(*d), n.clone(), src.key());
+            let r = src.branch.run(move || {
+                let fd = bb.dir_here(&rel)?;
+                let st = sys::fstatat(fd.as_fd(), &nn)?;
+                if (st.st_dev, st.st_ino) != key {
                     return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
                 }
-                sys::unlinkat(fd.as_fd(), n, false).map(|()| fd)
+                sys::unlinkat(fd.as_fd(), &nn, false).map(|()| fd)
             });
             match r {
                 Ok(fd) => sfds.push(fd),
@@ -665,8 +806,8 @@ impl Inner {
                 self.failpoints.hit("unlinked-one");
             }
         }
-        for fd in &sfds {
-            if let Err(e) = fsync_dir(fd) {
+        for fd in sfds {
+            if let Err(e) = src.branch.run(move || fsync_dir(&fd)) {
                 complete = false;
                 warn!("migration: fsync of a source directory: {e}");
             }
@@ -674,18 +815,19 @@ impl Inner {
         complete
     }
 
-    /// The index and the file node now say `dst` (same inode number of ours).
-    fn point_index_at(
-        &self,
-        ns: &mut Tree,
-        ino: Ino,
-        src: &Source,
-        dst: BranchId,
-        new: Option<&sys::Stat>,
-    ) {
-        for (d, n) in &src.names {
-            if let Some(dd) = ns.dirs.get_mut(d) {
-                dd.children.insert(n.clone(), Entry::File(dst));
+    /// The index and the file node now say `dst` (same inode number of ours); a mark
+    /// "placed away from `dst`" is done with.
+    fn point_index_at(&self, ino: Ino, src: &Source, dst: BranchId, new: Option<&sys::Stat>) {
+        {
+            let mut ns = self.ns.write();
+            for (d, n) in &src.names {
+                if let Some(dd) = ns.dirs.get_mut(d) {
+                    dd.children.insert(n.clone(), Entry::File(dst));
+                }
+                let k = (*d, n.clone());
+                if ns.away.get(&k) == Some(&dst) {
+                    ns.away.remove(&k);
+                }
             }
         }
         let mut nodes = self.nodes.lock();
@@ -704,11 +846,11 @@ impl Inner {
 
     /// Facts for the rules about a file as it is now.
     fn facts_now(&self, ino: Ino) -> Result<(BranchId, Vec<u8>, sys::Stat)> {
-        let ns = self.ns.read();
         let (b, first) = self.file_loc(ino)?;
         let (d, n) = first.ok_or_else(|| err(libc::ENOENT))?;
-        let (_, st) = self.stat_entry(&ns, d, &n, b)?;
-        Ok((b, ns.union_path(d, &n), st))
+        let (_, st) = self.stat_entry(d, &n, b)?;
+        let path = self.ns.read().union_path(d, &n);
+        Ok((b, path, st))
     }
 
     /// Re-evaluates the rules for a closed file and moves it if they now choose another
@@ -735,8 +877,25 @@ impl Inner {
             return Outcome::Stayed;
         };
         let a = sys::attr_from(&st, ino);
-        let d = self.decide(&Facts::of(&path, &a, b), false);
-        let Some(t) = self.target_for(&d, Some(b), a.size) else {
+        let facts = Facts::of(&path, &a, b);
+        let d = self.decide(&facts, false);
+        // A file whose rules want a branch that is down now stays, marked to go back when
+        // it returns (`disconnected`); one whose wanted branch is here needs no mark.
+        // A mark is dropped only when the rules want nothing done (a successful move to the
+        // wanted branch drops it too).
+        let away = self.wanted_down(&facts).filter(|&w| w != b);
+        let target = self.target_for(&d, Some(b), a.size);
+        if let Ok((_, Some((dir, name)))) = self.file_loc(ino) {
+            let mut ns = self.ns.write();
+            match away {
+                Some(w) => ns.mark_away(dir, &name, w),
+                None if target.is_none() => {
+                    ns.away.remove(&(dir, name));
+                }
+                None => {}
+            }
+        }
+        let Some(t) = target else {
             return Outcome::Stayed;
         };
         let shown = String::from_utf8_lossy(&path);
@@ -827,12 +986,19 @@ impl Inner {
 
 /// Descriptors on the copy for every open handle, opened before any source name is removed
 /// so a failure still rolls back with the source whole.
-fn reopen_handles(dir: &DirFd, name: &OsStr, handles: &[Arc<Handle>]) -> Result<Vec<OwnedFd>> {
+fn reopen_handles(
+    dst: &Branch,
+    dir: &DirFd,
+    name: &OsStr,
+    handles: &[Arc<Handle>],
+) -> Result<Vec<OwnedFd>> {
     handles
         .iter()
         .map(|h| {
             let flags = h.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL);
-            sys::openat(dir.as_fd(), name, flags, 0).map_err(ioerr)
+            let (d, n) = (dir.clone(), name.to_os_string());
+            dst.run(move || sys::openat(d.as_fd(), &n, flags, 0))
+                .map_err(ioerr)
         })
         .collect()
 }

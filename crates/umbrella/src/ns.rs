@@ -10,11 +10,11 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `CAIRNUMB` |
-//! | 8 | 4 | version (1) |
+//! | 8 | 4 | version (2; version 1 files, without kind 3, are read too) |
 //! | 12 | 4 | branch count B |
 //! | 16 | … | B × (u16 name length, name bytes) |
 //! | … | 8 | entry count N |
-//! | … | … | N × (u8 kind: 1 dir, 2 file; u64 value: dir = branch mask, file = branch index; u32 path length; path bytes, relative, `/`-separated) |
+//! | … | … | N × (u8 kind: 1 dir, 2 file, 3 file marked to go back; u64 value: dir = branch mask, file = branch index, marked file = branch index + 2^32 × the branch it waits for; u32 path length; path bytes, relative, `/`-separated) |
 //! | end-4 | 4 | crc32c of everything before |
 //!
 //! Entries are written parents first. The file is trusted only when the `clean` marker
@@ -45,11 +45,19 @@ pub struct Dir {
     pub mask: u64,
     pub children: HashMap<OsString, Entry>,
     pub nsubdirs: u32,
+    /// Mode bits, owner and group of the first copy, as the last getattr read them: the
+    /// permission checks of namespace changes use them instead of a host call per copy.
+    pub perm: Option<(u16, u32, u32)>,
 }
 
 #[derive(Debug, Default)]
 pub struct Tree {
     pub dirs: HashMap<Ino, Dir>,
+    /// Files placed away from the branch their rules want because that branch was down
+    /// (stalled or failed) — 003 §6, disconnected operation: (directory, name) → the
+    /// wanted branch. They move there when it is back. A mark goes with its name (rename)
+    /// and goes away with it (unlink, a move to the wanted branch).
+    pub away: HashMap<(Ino, OsString), BranchId>,
 }
 
 impl Tree {
@@ -63,9 +71,13 @@ impl Tree {
                 mask: root_mask,
                 children: HashMap::new(),
                 nsubdirs: 0,
+                perm: None,
             },
         );
-        Tree { dirs }
+        Tree {
+            dirs,
+            away: HashMap::new(),
+        }
     }
 
     /// The relative path of a directory ("" for the root).
@@ -131,13 +143,28 @@ impl Tree {
                 mask,
                 children: HashMap::new(),
                 nsubdirs: 0,
+                perm: None,
             },
         );
+    }
+
+    /// Marks a file as placed away from the branch its rules want (see `away`).
+    pub fn mark_away(&mut self, dir: Ino, name: &OsStr, wanted: BranchId) {
+        self.away.insert((dir, name.to_os_string()), wanted);
+    }
+
+    /// Moves a name's mark with a rename.
+    pub fn move_mark(&mut self, from: (Ino, &OsStr), to: (Ino, &OsStr)) {
+        self.away.remove(&(to.0, to.1.to_os_string()));
+        if let Some(w) = self.away.remove(&(from.0, from.1.to_os_string())) {
+            self.away.insert((to.0, to.1.to_os_string()), w);
+        }
     }
 
     /// Removes a child entry (and, for a directory, its whole subtree).
     pub fn remove(&mut self, parent: Ino, name: &OsStr) -> Option<Entry> {
         let e = self.dirs.get_mut(&parent)?.children.remove(name)?;
+        self.away.remove(&(parent, name.to_os_string()));
         if let Entry::Dir(ino) = e {
             if let Some(p) = self.dirs.get_mut(&parent) {
                 p.nsubdirs = p.nsubdirs.saturating_sub(1);
@@ -145,6 +172,9 @@ impl Tree {
             let mut stack = vec![ino];
             while let Some(d) = stack.pop() {
                 if let Some(dir) = self.dirs.remove(&d) {
+                    for n in dir.children.keys() {
+                        self.away.remove(&(d, n.clone()));
+                    }
                     stack.extend(dir.children.values().filter_map(|e| match e {
                         Entry::Dir(i) => Some(*i),
                         Entry::File(_) => None,
@@ -177,7 +207,7 @@ impl Tree {
     pub fn encode(&self, branch_names: &[String]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(b"CAIRNUMB");
-        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&2u32.to_le_bytes());
         out.extend_from_slice(&(branch_names.len() as u32).to_le_bytes());
         for n in branch_names {
             out.extend_from_slice(&(n.len() as u16).to_le_bytes());
@@ -213,7 +243,10 @@ impl Tree {
                         push(&mut out, 1, mask, &p);
                         stack.push((*i, p));
                     }
-                    Entry::File(b) => push(&mut out, 2, *b as u64, &p),
+                    Entry::File(b) => match self.away.get(&(d, n.clone())) {
+                        Some(w) => push(&mut out, 3, *b as u64 | (*w as u64) << 32, &p),
+                        None => push(&mut out, 2, *b as u64, &p),
+                    },
                 }
                 count += 1;
             }
@@ -239,7 +272,7 @@ impl Tree {
             return None;
         }
         let mut r = Reader { b: body, at: 0 };
-        if r.take(8)? != b"CAIRNUMB" || r.u32()? != 1 {
+        if r.take(8)? != b"CAIRNUMB" || !matches!(r.u32()?, 1 | 2) {
             return None;
         }
         let nb = r.u32()? as usize;
@@ -280,14 +313,18 @@ impl Tree {
                     tree.add_dir(parent, &name, ino, value);
                     by_path.insert(path, ino);
                 }
-                2 => {
-                    if value as usize >= branch_names.len() {
+                2 | 3 => {
+                    let (b, w) = ((value & 0xffff_ffff) as usize, (value >> 32) as usize);
+                    if b >= branch_names.len() || (kind == 3 && w >= branch_names.len()) {
                         return None;
+                    }
+                    if kind == 3 {
+                        tree.away.insert((parent, name.clone()), w);
                     }
                     tree.dirs
                         .get_mut(&parent)?
                         .children
-                        .insert(name, Entry::File(value as usize));
+                        .insert(name, Entry::File(b));
                 }
                 _ => return None,
             }
@@ -345,9 +382,13 @@ mod tests {
             .unwrap()
             .children
             .insert("g".into(), Entry::File(0));
+        t.mark_away(ROOT, OsStr::new("g"), 1);
         let names = vec!["fast".to_string(), "slow".to_string()];
         let enc = t.encode(&names);
         let d = Tree::decode(&enc, &names, &mut alloc).unwrap();
+        // The mark "waits for slow" survives.
+        assert_eq!(d.away.get(&(ROOT, "g".into())), Some(&1));
+        assert_eq!(d.away.len(), 1);
         let mut files = d.files();
         files.sort();
         assert_eq!(files.len(), 2);

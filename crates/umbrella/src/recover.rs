@@ -501,18 +501,24 @@ impl Inner {
     }
 }
 
-/// Host paths of what recovery kept, on every branch (for `status`).
+/// How long `status` waits for one branch's count of records or kept copies.
+const STATUS_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Host paths of what recovery kept, on every branch (for `status`). One host call per
+/// branch, with at most [`STATUS_LIMIT`].
 pub fn kept_dirs(branches: &[Arc<Branch>]) -> Vec<String> {
     let mut v = Vec::new();
     for b in branches {
-        let Ok(meta) = sys::open_dir_beneath(b.root().as_fd(), crate::branch::META.as_bytes())
-        else {
-            continue;
-        };
-        let Ok(kept) = sys::open_dir_beneath(meta.as_fd(), KEPT.as_bytes()) else {
-            continue;
-        };
-        for n in list(&kept) {
+        let root = b.root();
+        let names = b.run_quick(
+            move || {
+                let meta = sys::open_dir_beneath(root.as_fd(), crate::branch::META.as_bytes())?;
+                let kept = sys::open_dir_beneath(meta.as_fd(), KEPT.as_bytes())?;
+                Ok(list(&kept))
+            },
+            STATUS_LIMIT,
+        );
+        for n in names.unwrap_or_default() {
             let mut rel = format!("{}/{KEPT}/", crate::branch::META).into_bytes();
             rel.extend_from_slice(n.as_bytes());
             v.push(show(b, &rel));
@@ -521,15 +527,22 @@ pub fn kept_dirs(branches: &[Arc<Branch>]) -> Vec<String> {
     v
 }
 
-/// Move records present on the branches now (a live move, or one left for recovery).
+/// Move records present on the branches now (a live move, or one left for recovery). One
+/// host call per branch, with at most [`STATUS_LIMIT`].
 pub fn records_present(branches: &[Arc<Branch>]) -> usize {
     branches
         .iter()
         .filter_map(|b| {
-            let meta =
-                sys::open_dir_beneath(b.root().as_fd(), crate::branch::META.as_bytes()).ok()?;
-            let moves = sys::open_dir_beneath(meta.as_fd(), b"moves").ok()?;
-            Some(list(&moves).len())
+            let root = b.root();
+            b.run_quick(
+                move || {
+                    let meta = sys::open_dir_beneath(root.as_fd(), crate::branch::META.as_bytes())?;
+                    let moves = sys::open_dir_beneath(meta.as_fd(), b"moves")?;
+                    Ok(list(&moves).len())
+                },
+                STATUS_LIMIT,
+            )
+            .ok()
         })
         .sum()
 }

@@ -41,6 +41,7 @@ fn move_entry(ns: &mut Tree, p: Ino, n: &OsStr, np: Ino, nn: &OsStr) {
     let Some(e) = ns.dirs.get_mut(&p).and_then(|d| d.children.remove(n)) else {
         return;
     };
+    ns.move_mark((p, n), (np, nn));
     if let Entry::Dir(d) = e {
         if let Some(pd) = ns.dirs.get_mut(&p) {
             pd.nsubdirs = pd.nsubdirs.saturating_sub(1);
@@ -99,20 +100,64 @@ pub fn rename(
             return Err(err(libc::EPERM));
         }
     }
-    let mut ns = i.ns.write();
-    let sd = ns.dirs.get(&parent).ok_or_else(|| err(libc::ENOENT))?;
-    let se = i_visible(i, sd, name)?.ok_or_else(|| err(libc::ENOENT))?;
-    let dd = ns.dirs.get(&np).ok_or_else(|| err(libc::ENOENT))?;
-    let de = i_visible(i, dd, nn)?;
-    let pa = i.check_parent_write(ctx, &ns, parent)?;
-    let npa = i.check_parent_write(ctx, &ns, np)?;
-    let s_attr = attr_entry(i, &ns, parent, name, se)?;
+    // A rename that moves a directory changes the host paths of everything below it:
+    // it holds `shape` exclusively, so no path resolved before it is used after it. Any
+    // other rename holds it shared and the two parents' directory locks.
+    for _ in 0..3 {
+        let involves_dir = [(parent, name), (np, nn)]
+            .iter()
+            .any(|(p, n)| matches!(i.entry_of(*p, n).map(|e| e.0), Ok(Some(Entry::Dir(_)))));
+        let r = if involves_dir {
+            let _w = i.shape.write();
+            rename_locked(i, ctx, parent, name, np, nn, flags, true)
+        } else {
+            let _r = i.shape.read_recursive();
+            let _dl = i.lock_dirs(&[parent, np]);
+            rename_locked(i, ctx, parent, name, np, nn, flags, false)
+        };
+        match r {
+            // A directory appeared under one of the names since the first look.
+            Err(e) if e.errno().0 == libc::EAGAIN => continue,
+            r => return r,
+        }
+    }
+    Err(err(libc::EBUSY))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rename_locked(
+    i: &Inner,
+    ctx: &Ctx,
+    parent: Ino,
+    name: &OsStr,
+    np: Ino,
+    nn: &OsStr,
+    flags: RenameFlags,
+    exclusive: bool,
+) -> Result<()> {
+    let (se, de, prel, nrel) = {
+        let ns = i.ns.read();
+        let sd = ns.dirs.get(&parent).ok_or_else(|| err(libc::ENOENT))?;
+        let se = i
+            .visible_entry(sd, name)?
+            .ok_or_else(|| err(libc::ENOENT))?;
+        let dd = ns.dirs.get(&np).ok_or_else(|| err(libc::ENOENT))?;
+        let de = i.visible_entry(dd, nn)?;
+        (se, de, ns.rel(parent), ns.rel(np))
+    };
+    let dir_involved = matches!(se, Entry::Dir(_)) || matches!(de, Some(Entry::Dir(_)));
+    if dir_involved && !exclusive {
+        return Err(err(libc::EAGAIN));
+    }
+    let pa = i.check_parent_write(ctx, parent)?;
+    let npa = i.check_parent_write(ctx, np)?;
+    let s_attr = attr_entry(i, &prel, name, se)?;
     i.check_sticky(ctx, &pa, &s_attr)?;
     if let Some(de) = de {
-        let d_attr = attr_entry(i, &ns, np, nn, de)?;
+        let d_attr = attr_entry(i, &nrel, nn, de)?;
         i.check_sticky(ctx, &npa, &d_attr)?;
     }
-    if let Entry::Dir(s) = se
+    if let Entry::Dir(_) = se
         && parent != np
         && !ctx.is_root()
     {
@@ -123,7 +168,6 @@ pub fn rename(
             s_attr.gid,
             Access::W,
         )?;
-        let _ = s;
     }
     if parent == np && name == nn {
         return Ok(());
@@ -134,147 +178,197 @@ pub fn rename(
     if flags.exchange && de.is_none() {
         return Err(err(libc::ENOENT));
     }
-    // A directory cannot move below itself, and nothing can replace an ancestor of the
-    // source.
-    if let Entry::Dir(s) = se
-        && ns.is_ancestor(s, np)
     {
-        return Err(err(libc::EINVAL));
-    }
-    if let Some(Entry::Dir(t)) = de
-        && ns.is_ancestor(t, parent)
-    {
-        return Err(err(if flags.exchange {
-            libc::EINVAL
-        } else {
-            libc::ENOTEMPTY
-        }));
+        let ns = i.ns.read();
+        // A directory cannot move below itself, and nothing can replace an ancestor of the
+        // source.
+        if let Entry::Dir(s) = se
+            && ns.is_ancestor(s, np)
+        {
+            return Err(err(libc::EINVAL));
+        }
+        if let Some(Entry::Dir(t)) = de
+            && ns.is_ancestor(t, parent)
+        {
+            return Err(err(if flags.exchange {
+                libc::EINVAL
+            } else {
+                libc::ENOTEMPTY
+            }));
+        }
+        if !flags.exchange {
+            match (se, de) {
+                (Entry::Dir(_), Some(Entry::File(_))) => return Err(err(libc::ENOTDIR)),
+                (Entry::File(_), Some(Entry::Dir(_))) => return Err(err(libc::EISDIR)),
+                (Entry::Dir(_), Some(Entry::Dir(t)))
+                    if !ns.dirs.get(&t).is_some_and(|d| d.children.is_empty()) =>
+                {
+                    return Err(err(libc::ENOTEMPTY));
+                }
+                _ => {}
+            }
+        }
     }
     if flags.exchange {
-        return exchange(i, &mut ns, parent, name, se, np, nn, de.expect("checked"));
+        return exchange(i, parent, name, se, np, nn, de.expect("checked"));
     }
-    match (se, de) {
-        (Entry::Dir(_), Some(Entry::File(_))) => return Err(err(libc::ENOTDIR)),
-        (Entry::File(_), Some(Entry::Dir(_))) => return Err(err(libc::EISDIR)),
-        (Entry::Dir(_), Some(Entry::Dir(t)))
-            if !ns.dirs.get(&t).is_some_and(|d| d.children.is_empty()) =>
-        {
-            return Err(err(libc::ENOTEMPTY));
-        }
-        _ => {}
-    }
-    let prel = ns.rel(parent);
     match se {
-        Entry::File(b) => {
-            let br = i.branch(b)?;
-            let ofd = br.dir(&prel).map_err(ioerr)?;
-            let sst = sys::fstatat(ofd.as_fd(), name).map_err(ioerr)?;
-            let mut victim = None;
-            if let Some(Entry::File(c)) = de {
-                let (_, tst) = i.stat_entry(&ns, np, nn, c)?;
-                if c == b && (tst.st_dev, tst.st_ino) == (sst.st_dev, sst.st_ino) {
-                    // Two names of one file: rename(2) does nothing.
-                    return Ok(());
-                }
-                victim = Some((c, tst));
-            }
-            let nfd = i.ensure_dir(&mut ns, np, b)?;
-            sys::renameat2(ofd.as_fd(), name, nfd.as_fd(), nn, 0).map_err(ioerr)?;
-            if let Some((c, tst)) = victim {
-                if c != b {
-                    let cb = i.branch(c)?;
-                    let r = cb
-                        .dir(&ns.rel(np))
-                        .and_then(|fd| sys::unlinkat(fd.as_fd(), nn, false));
-                    if let Err(e) = r {
-                        log::warn!("rename: removing the replaced file on '{}': {e}", cb.name);
-                    }
-                }
-                forget_name(i, (tst.st_dev, tst.st_ino), tst.st_nlink, np, nn);
-            }
-            ns.dirs.get_mut(&np).expect("dir").children.remove(nn);
-            move_entry(&mut ns, parent, name, np, nn);
-            if let Some(ino) =
-                rename_node_name(i, (sst.st_dev, sst.st_ino), (parent, name), (np, nn))
-            {
-                let open = i.nodes.lock().files.get(&ino).map_or(0, |n| n.open);
-                drop(ns);
-                if open == 0 {
-                    // A rename into a path with another rule migrates the file (issue 3 item 3).
-                    i.queue_check(ino);
-                }
-            }
-            Ok(())
+        Entry::File(b) => rename_file(i, parent, name, b, np, nn, de, &prel, &nrel),
+        Entry::Dir(s) => rename_dir(i, parent, name, s, np, nn, de, &prel),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rename_file(
+    i: &Inner,
+    parent: Ino,
+    name: &OsStr,
+    b: usize,
+    np: Ino,
+    nn: &OsStr,
+    de: Option<Entry>,
+    prel: &[u8],
+    nrel: &[u8],
+) -> Result<()> {
+    let br = i.branch(b)?;
+    let (ofd, sst) = i.stat_in(b, prel, name)?;
+    let mut victim = None;
+    if let Some(Entry::File(c)) = de {
+        let (_, tst) = i.stat_in(c, nrel, nn)?;
+        if c == b && (tst.st_dev, tst.st_ino) == (sst.st_dev, sst.st_ino) {
+            // Two names of one file: rename(2) does nothing.
+            return Ok(());
         }
-        Entry::Dir(s) => {
-            let smask = branches_of(i, &ns, se);
-            let tmask = de.map_or(0, |e| branches_of(i, &ns, e));
-            let mut done: Vec<usize> = Vec::new();
-            let branches = i.branches.read().clone();
-            for b in branches.iter().filter(|b| smask & (1u64 << b.id) != 0) {
-                let r = (|| -> Result<()> {
-                    let ofd = b.dir(&prel).map_err(ioerr)?;
-                    let nfd = i.ensure_dir(&mut ns, np, b.id)?;
-                    sys::renameat2(ofd.as_fd(), name, nfd.as_fd(), nn, 0).map_err(ioerr)
-                })();
-                if let Err(e) = r {
-                    // Put back the copies already moved, so the directory stays whole.
-                    let nrel = ns.rel(np);
-                    for id in done {
-                        let b = &branches[id];
-                        if let (Ok(o), Ok(n)) = (b.dir(&prel), b.dir(&nrel)) {
-                            let _ = sys::renameat2(n.as_fd(), nn, o.as_fd(), name, 0);
-                        }
-                    }
-                    i.forget_dirs();
-                    return Err(e);
-                }
-                done.push(b.id);
-            }
-            // Copies of the replaced (empty) directory on branches the source is not on.
-            let nrel = ns.rel(np);
-            for b in branches
-                .iter()
-                .filter(|b| tmask & !smask & (1u64 << b.id) != 0)
-            {
-                if let Err(e) = b
-                    .dir(&nrel)
-                    .and_then(|fd| sys::unlinkat(fd.as_fd(), nn, true))
-                {
-                    log::warn!(
-                        "rename: removing a replaced directory copy on '{}': {e}",
-                        b.name
-                    );
-                }
-            }
-            if let Some(Entry::Dir(_)) = de {
-                ns.remove(np, nn);
-            }
-            move_entry(&mut ns, parent, name, np, nn);
-            i.forget_dirs();
-            let path_rules = i.policy().rules.rules.iter().any(|r| match &r.body {
-                RuleBody::Namespace(_) => true,
-                RuleBody::Meta { conds, .. } => conds
-                    .iter()
-                    .any(|c| matches!(c, crate::rules::Cond::Path(_))),
+        victim = Some((c, tst));
+    }
+    let nfd = i.ensure_dir(np, b)?;
+    let (n1, n2) = (name.to_os_string(), nn.to_os_string());
+    br.run(move || sys::renameat2(ofd.as_fd(), &n1, nfd.as_fd(), &n2, 0))
+        .map_err(ioerr)?;
+    if let Some((c, tst)) = victim {
+        if c != b {
+            let cb = i.branch(c)?;
+            let (cbb, nrel, n2) = (cb.clone(), nrel.to_vec(), nn.to_os_string());
+            let r = cb.run(move || {
+                cbb.dir_here(&nrel)
+                    .and_then(|fd| sys::unlinkat(fd.as_fd(), &n2, false))
             });
-            if path_rules {
-                let files = subtree_files(&ns, s);
-                let inos = files
-                    .into_iter()
-                    .filter_map(|(d, n, b)| {
-                        let (_, st) = i.stat_entry(&ns, d, &n, b).ok()?;
-                        Some(i.node_for_enforce(d, &n, b, &st))
-                    })
-                    .collect::<Vec<_>>();
-                drop(ns);
-                for ino in inos {
-                    i.queue_check(ino);
-                }
+            if let Err(e) = r {
+                log::warn!("rename: removing the replaced file on '{}': {e}", cb.name);
             }
-            Ok(())
+        }
+        forget_name(i, (tst.st_dev, tst.st_ino), tst.st_nlink, np, nn);
+    }
+    {
+        let mut ns = i.ns.write();
+        ns.remove(np, nn);
+        move_entry(&mut ns, parent, name, np, nn);
+    }
+    if let Some(ino) = rename_node_name(i, (sst.st_dev, sst.st_ino), (parent, name), (np, nn)) {
+        let open = i.nodes.lock().files.get(&ino).map_or(0, |n| n.open);
+        if open == 0 {
+            // A rename into a path with another rule migrates the file (issue 3 item 3).
+            i.queue_check(ino);
         }
     }
+    Ok(())
+}
+
+/// Renames every copy of a directory (under `shape` held exclusively).
+#[allow(clippy::too_many_arguments)]
+fn rename_dir(
+    i: &Inner,
+    parent: Ino,
+    name: &OsStr,
+    s: Ino,
+    np: Ino,
+    nn: &OsStr,
+    de: Option<Entry>,
+    prel: &[u8],
+) -> Result<()> {
+    let (smask, tmask) = {
+        let ns = i.ns.read();
+        (
+            branches_of(i, &ns, Entry::Dir(s)),
+            de.map_or(0, |e| branches_of(i, &ns, e)),
+        )
+    };
+    let mut done: Vec<usize> = Vec::new();
+    let branches = i.branches.read().clone();
+    for b in branches.iter().filter(|b| smask & (1u64 << b.id) != 0) {
+        let r = (|| -> Result<()> {
+            let ofd = b.dir(prel).map_err(ioerr)?;
+            let nfd = i.ensure_dir(np, b.id)?;
+            let (n1, n2) = (name.to_os_string(), nn.to_os_string());
+            b.run(move || sys::renameat2(ofd.as_fd(), &n1, nfd.as_fd(), &n2, 0))
+                .map_err(ioerr)
+        })();
+        if let Err(e) = r {
+            // Put back the copies already moved, so the directory stays whole.
+            let nrel = i.rel(np);
+            for id in done {
+                let b = &branches[id];
+                let (bb, prel, nrel) = (b.clone(), prel.to_vec(), nrel.clone());
+                let (n1, n2) = (name.to_os_string(), nn.to_os_string());
+                let _ = b.run(move || {
+                    let o = bb.dir_here(&prel)?;
+                    let n = bb.dir_here(&nrel)?;
+                    sys::renameat2(n.as_fd(), &n2, o.as_fd(), &n1, 0)
+                });
+            }
+            i.forget_dirs();
+            return Err(e);
+        }
+        done.push(b.id);
+    }
+    // Copies of the replaced (empty) directory on branches the source is not on.
+    let nrel = i.rel(np);
+    for b in branches
+        .iter()
+        .filter(|b| tmask & !smask & (1u64 << b.id) != 0)
+    {
+        let (bb, nrel, n2) = (b.clone(), nrel.clone(), nn.to_os_string());
+        if let Err(e) = b.run(move || {
+            bb.dir_here(&nrel)
+                .and_then(|fd| sys::unlinkat(fd.as_fd(), &n2, true))
+        }) {
+            log::warn!(
+                "rename: removing a replaced directory copy on '{}': {e}",
+                b.name
+            );
+        }
+    }
+    let files = {
+        let mut ns = i.ns.write();
+        if let Some(Entry::Dir(_)) = de {
+            ns.remove(np, nn);
+        }
+        move_entry(&mut ns, parent, name, np, nn);
+        subtree_files(&ns, s)
+            .into_iter()
+            .map(|(d, n, b)| (ns.rel(d), d, n, b))
+            .collect::<Vec<_>>()
+    };
+    i.forget_dirs();
+    let path_rules = i.policy().rules.rules.iter().any(|r| match &r.body {
+        RuleBody::Namespace(_) => true,
+        RuleBody::Meta { conds, .. } => conds
+            .iter()
+            .any(|c| matches!(c, crate::rules::Cond::Path(_))),
+    });
+    if path_rules {
+        let inos = files
+            .into_iter()
+            .filter_map(|(rel, d, n, b)| {
+                let (_, st) = i.stat_in(b, &rel, &n).ok()?;
+                Some(i.node_for_enforce(d, &n, b, &st))
+            })
+            .collect::<Vec<_>>();
+        for ino in inos {
+            i.queue_check(ino);
+        }
+    }
+    Ok(())
 }
 
 fn subtree_files(ns: &Tree, root: Ino) -> Vec<(Ino, OsString, usize)> {
@@ -305,44 +399,39 @@ fn forget_name(i: &Inner, key: (u64, u64), nlink: u64, dir: Ino, name: &OsStr) {
     }
 }
 
-fn i_visible(i: &Inner, d: &crate::ns::Dir, name: &OsStr) -> Result<Option<Entry>> {
-    i.visible_entry(d, name)
-}
-
-fn attr_entry(i: &Inner, ns: &Tree, dir: Ino, name: &OsStr, e: Entry) -> Result<cairn_vfs::Attr> {
+fn attr_entry(i: &Inner, rel: &[u8], name: &OsStr, e: Entry) -> Result<cairn_vfs::Attr> {
     match e {
-        Entry::Dir(d) => i.dir_attr(ns, d),
+        Entry::Dir(d) => i.dir_attr(d),
         Entry::File(b) => {
-            let (_, st) = i.stat_entry(ns, dir, name, b)?;
+            let (_, st) = i.stat_in(b, rel, name)?;
             Ok(sys::attr_from(&st, 0))
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn exchange(
-    i: &Inner,
-    ns: &mut Tree,
-    p: Ino,
-    n: &OsStr,
-    se: Entry,
-    np: Ino,
-    nn: &OsStr,
-    de: Entry,
-) -> Result<()> {
-    let smask = branches_of(i, ns, se);
-    let dmask = branches_of(i, ns, de);
-    let keys = |ns: &Tree, dir: Ino, name: &OsStr, e: Entry| -> Option<(u64, u64)> {
+/// RENAME_EXCHANGE: each branch swaps what it holds under the two names. The caller holds
+/// `shape` exclusively when a directory is involved, the parents' locks otherwise.
+fn exchange(i: &Inner, p: Ino, n: &OsStr, se: Entry, np: Ino, nn: &OsStr, de: Entry) -> Result<()> {
+    let (smask, dmask, prel, nrel) = {
+        let ns = i.ns.read();
+        (
+            branches_of(i, &ns, se),
+            branches_of(i, &ns, de),
+            ns.rel(p),
+            ns.rel(np),
+        )
+    };
+    let key = |rel: &[u8], name: &OsStr, e: Entry| -> Option<(u64, u64)> {
         match e {
             Entry::File(b) => i
-                .stat_entry(ns, dir, name, b)
+                .stat_in(b, rel, name)
                 .ok()
                 .map(|(_, st)| (st.st_dev, st.st_ino)),
             Entry::Dir(_) => None,
         }
     };
-    let skey = keys(ns, p, n, se);
-    let dkey = keys(ns, np, nn, de);
+    let skey = key(&prel, n, se);
+    let dkey = key(&nrel, nn, de);
     let branches = i.branches.read().clone();
     for b in branches
         .iter()
@@ -350,45 +439,60 @@ fn exchange(
     {
         let here_s = smask & (1u64 << b.id) != 0;
         let here_d = dmask & (1u64 << b.id) != 0;
-        let pfd = i.ensure_dir(ns, p, b.id)?;
-        let nfd = i.ensure_dir(ns, np, b.id)?;
-        let r = match (here_s, here_d) {
-            (true, true) => sys::renameat2(pfd.as_fd(), n, nfd.as_fd(), nn, libc::RENAME_EXCHANGE),
+        let pfd = i.ensure_dir(p, b.id)?;
+        let nfd = i.ensure_dir(np, b.id)?;
+        let (n1, n2) = (n.to_os_string(), nn.to_os_string());
+        b.run(move || match (here_s, here_d) {
+            (true, true) => {
+                sys::renameat2(pfd.as_fd(), &n1, nfd.as_fd(), &n2, libc::RENAME_EXCHANGE)
+            }
             (true, false) => {
-                sys::renameat2(pfd.as_fd(), n, nfd.as_fd(), nn, libc::RENAME_NOREPLACE)
+                sys::renameat2(pfd.as_fd(), &n1, nfd.as_fd(), &n2, libc::RENAME_NOREPLACE)
             }
             (false, true) => {
-                sys::renameat2(nfd.as_fd(), nn, pfd.as_fd(), n, libc::RENAME_NOREPLACE)
+                sys::renameat2(nfd.as_fd(), &n2, pfd.as_fd(), &n1, libc::RENAME_NOREPLACE)
             }
             (false, false) => Ok(()),
-        };
-        r.map_err(ioerr)?;
+        })
+        .map_err(ioerr)?;
     }
-    // Swap the index entries.
-    let a = ns.dirs.get_mut(&p).and_then(|d| d.children.remove(n));
-    let bb = ns.dirs.get_mut(&np).and_then(|d| d.children.remove(nn));
-    let fix = |ns: &mut Tree, e: Option<Entry>, dir: Ino, name: &OsStr, from: Ino| {
-        let Some(e) = e else { return };
-        if let Entry::Dir(d) = e {
-            if let Some(x) = ns.dirs.get_mut(&d) {
-                x.parent = dir;
-                x.name = name.to_os_string();
-            }
-            if from != dir {
-                if let Some(x) = ns.dirs.get_mut(&from) {
-                    x.nsubdirs = x.nsubdirs.saturating_sub(1);
-                }
-                if let Some(x) = ns.dirs.get_mut(&dir) {
-                    x.nsubdirs += 1;
-                }
-            }
+    {
+        let mut ns = i.ns.write();
+        let ns = &mut *ns;
+        // Swap the index entries (and their marks).
+        let a = ns.dirs.get_mut(&p).and_then(|d| d.children.remove(n));
+        let bb = ns.dirs.get_mut(&np).and_then(|d| d.children.remove(nn));
+        let ma = ns.away.remove(&(p, n.to_os_string()));
+        let mb = ns.away.remove(&(np, nn.to_os_string()));
+        if let Some(w) = ma {
+            ns.away.insert((np, nn.to_os_string()), w);
         }
-        if let Some(x) = ns.dirs.get_mut(&dir) {
-            x.children.insert(name.to_os_string(), e);
+        if let Some(w) = mb {
+            ns.away.insert((p, n.to_os_string()), w);
         }
-    };
-    fix(ns, a, np, nn, p);
-    fix(ns, bb, p, n, np);
+        let fix = |ns: &mut Tree, e: Option<Entry>, dir: Ino, name: &OsStr, from: Ino| {
+            let Some(e) = e else { return };
+            if let Entry::Dir(d) = e {
+                if let Some(x) = ns.dirs.get_mut(&d) {
+                    x.parent = dir;
+                    x.name = name.to_os_string();
+                }
+                if from != dir {
+                    if let Some(x) = ns.dirs.get_mut(&from) {
+                        x.nsubdirs = x.nsubdirs.saturating_sub(1);
+                    }
+                    if let Some(x) = ns.dirs.get_mut(&dir) {
+                        x.nsubdirs += 1;
+                    }
+                }
+            }
+            if let Some(x) = ns.dirs.get_mut(&dir) {
+                x.children.insert(name.to_os_string(), e);
+            }
+        };
+        fix(ns, a, np, nn, p);
+        fix(ns, bb, p, n, np);
+    }
     i.forget_dirs();
     // File nodes: names swap too. Do the second through a placeholder so the two updates do
     // not undo each other.

@@ -83,10 +83,22 @@ impl Inner {
         if let Some(r) = tree.dirs.get_mut(&ROOT) {
             r.mask |= bit;
         }
-        let root = b.root();
         let mut stack: Vec<(u64, Vec<u8>)> = vec![(ROOT, Vec::new())];
         while let Some((dir, rel)) = stack.pop() {
-            let listed = sys::open_dir_read(root.as_fd(), &rel).and_then(sys::read_dir);
+            // One host call per directory, with the branch's deadline: the listing and the
+            // kinds the file system did not give.
+            let (root, r) = (b.root(), rel.clone());
+            let listed = b.run(move || {
+                let mut v = sys::open_dir_read(root.as_fd(), &r).and_then(sys::read_dir)?;
+                let pfd = sys::open_dir_beneath(root.as_fd(), &r)?;
+                for he in v.iter_mut().filter(|h| h.dtype == libc::DT_UNKNOWN) {
+                    if let Ok(st) = sys::fstatat(pfd.as_fd(), OsStr::from_bytes(&he.name)) {
+                        he.dtype =
+                            FileKind::from_mode(st.st_mode).map_or(libc::DT_UNKNOWN, |k| k.dtype());
+                    }
+                }
+                Ok(v)
+            });
             let entries = match listed {
                 Ok(e) => e,
                 Err(e) => {
@@ -98,21 +110,13 @@ impl Inner {
                     continue;
                 }
             };
-            let pfd = match b.dir(&rel) {
-                Ok(fd) => fd,
-                Err(_) => continue,
-            };
             for he in entries {
                 let name = OsString::from(OsStr::from_bytes(&he.name));
                 if rel.is_empty() && name == META {
                     continue;
                 }
-                let kind = match FileKind::from_dtype(he.dtype) {
-                    Some(k) => k,
-                    None => match sys::fstatat(pfd.as_fd(), &name) {
-                        Ok(st) => sys::kind_of(st.st_mode),
-                        Err(_) => continue,
-                    },
+                let Some(kind) = FileKind::from_dtype(he.dtype) else {
+                    continue;
                 };
                 let mut crel = rel.clone();
                 if !crel.is_empty() {
@@ -156,12 +160,8 @@ impl Inner {
                         }
                         Some(Entry::File(c)) if c != b.id => {
                             self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                            let mine = sys::fstatat(pfd.as_fd(), &name).ok();
-                            let theirs = self
-                                .branch(c)
-                                .ok()
-                                .and_then(|cb| cb.dir(&rel).ok())
-                                .and_then(|fd| sys::fstatat(fd.as_fd(), &name).ok());
+                            let mine = self.stat_in(b.id, &rel, &name).ok().map(|x| x.1);
+                            let theirs = self.stat_in(c, &rel, &name).ok().map(|x| x.1);
                             let newer = match (mine, theirs) {
                                 (Some(m), Some(t)) => {
                                     (m.st_mtime, m.st_mtime_nsec) > (t.st_mtime, t.st_mtime_nsec)
@@ -190,6 +190,52 @@ impl Inner {
         }
     }
 
+    /// Merges `scanned` (one branch's tree, from [`Inner::scan_branch`] into an empty
+    /// tree) into the index: its directories join (mask), its files are added where the
+    /// union has no such name; a name the union already has keeps the union's copy and is
+    /// counted as a conflict.
+    pub(crate) fn merge_scanned(&self, ns: &mut Tree, scanned: Tree, b: &Branch) {
+        let bit = 1u64 << b.id;
+        if let Some(r) = ns.dirs.get_mut(&ROOT) {
+            r.mask |= bit;
+        }
+        let mut stack = vec![(ROOT, ROOT)];
+        while let Some((sd, nd)) = stack.pop() {
+            let Some(sdir) = scanned.dirs.get(&sd) else {
+                continue;
+            };
+            for (name, e) in &sdir.children {
+                let existing = ns.dirs.get(&nd).and_then(|d| d.children.get(name)).copied();
+                match (e, existing) {
+                    (Entry::Dir(si), Some(Entry::Dir(ni))) => {
+                        if let Some(d) = ns.dirs.get_mut(&ni) {
+                            d.mask |= bit;
+                        }
+                        stack.push((*si, ni));
+                    }
+                    (Entry::Dir(si), None) => {
+                        let ni = self.alloc_ino();
+                        ns.add_dir(nd, name, ni, bit);
+                        stack.push((*si, ni));
+                    }
+                    (Entry::File(_), None) => {
+                        if let Some(d) = ns.dirs.get_mut(&nd) {
+                            d.children.insert(name.clone(), Entry::File(b.id));
+                        }
+                    }
+                    (Entry::File(_), Some(Entry::File(c))) if c == b.id => {}
+                    _ => {
+                        self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                        warn!(
+                            "branch '{}': {:?} is already in the union: the union's copy stays",
+                            b.name, name
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Writes the index and the clean marker (at a clean unmount).
     pub(crate) fn save_index(&self) -> Result<(), String> {
         let names = self.branch_names();
@@ -200,7 +246,7 @@ impl Inner {
         let meta = ib
             .meta_dir(None)
             .map_err(|e| format!("index branch '{}': {e}", ib.name))?;
-        let write = || -> std::io::Result<()> {
+        let write = move || -> std::io::Result<()> {
             let tmp = OsStr::new("index.tmp");
             let fd = sys::openat(
                 meta.as_fd(),
@@ -227,6 +273,7 @@ impl Inner {
             )?;
             sys::fsync(real.as_fd(), false)
         };
-        write().map_err(|e| format!("saving the index on '{}': {e}", ib.name))
+        ib.run(write)
+            .map_err(|e| format!("saving the index on '{}': {e}", ib.name))
     }
 }

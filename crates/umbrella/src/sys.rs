@@ -184,6 +184,26 @@ pub fn renameat2(
     .map(drop)
 }
 
+/// rename that never replaces: `RENAME_NOREPLACE`, or — where the file system does not
+/// take the flag (EINVAL: GlusterFS's and other FUSE clients, NFS before 4.1) — a hard link
+/// to the new name (which fails with EEXIST if it exists: the same promise) and the removal
+/// of the old one. Between the two both names exist; a crash there leaves the object under
+/// both, which the move protocol's recovery resolves by identity (`recover`).
+pub fn rename_noreplace(
+    d1: BorrowedFd<'_>,
+    n1: &OsStr,
+    d2: BorrowedFd<'_>,
+    n2: &OsStr,
+) -> io::Result<()> {
+    match renameat2(d1, n1, d2, n2, libc::RENAME_NOREPLACE) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            linkat(d1, n1, d2, n2)?;
+            unlinkat(d1, n1, false)
+        }
+        r => r,
+    }
+}
+
 pub fn linkat(d1: BorrowedFd<'_>, n1: &OsStr, d2: BorrowedFd<'_>, n2: &OsStr) -> io::Result<()> {
     let a = cstr(n1.as_bytes())?;
     let b = cstr(n2.as_bytes())?;
@@ -448,6 +468,14 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<StatVfs> {
     })
 }
 
+/// The host file system's type (`f_type` of fstatfs: EXT4_SUPER_MAGIC, FUSE_SUPER_MAGIC…).
+pub fn fstatfs_type(fd: BorrowedFd<'_>) -> io::Result<i64> {
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and buffer.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) })?;
+    Ok(s.f_type as i64)
+}
+
 /// The `/proc/self/fd/N/name` path through which the path-only xattr calls reach `name`
 /// in the directory `dir` without resolving anything but that one component.
 fn proc_path(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<CString> {
@@ -680,6 +708,12 @@ pub fn attr_from(st: &Stat, ino: u64) -> Attr {
         blksize: st.st_blksize as u32,
         flags: 0,
     }
+}
+
+/// An all-zero stat (attributes to fill in by hand).
+pub fn zero_stat() -> Stat {
+    // SAFETY: stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 pub fn errno(e: &io::Error) -> i32 {

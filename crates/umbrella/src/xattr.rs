@@ -1,5 +1,6 @@
 //! Extended attributes: a file's live on its branch; a directory's are kept on every copy
-//! (set and removed on all, read from the first).
+//! (set and removed on all, read from the first). Every host call has its branch's
+//! deadline; no index lock is held across one.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -11,36 +12,44 @@ use crate::fs::{Inner, err, ioerr};
 use crate::sys;
 
 pub fn get(i: &Inner, _ctx: &Ctx, ino: Ino, name: Option<&OsStr>) -> Result<Vec<u8>> {
+    let attr = name.map(OsStr::to_os_string);
     // The kernel asks for security.capability before every write(2) (file_remove_privs);
     // the file is open then, and its descriptor answers without resolving a path. Asked
-    // before `ns` is taken: an overflowing migration of the file holds the descriptor and
-    // waits for `ns` (the lock order in `fs`).
-    if let (Some(n), Some(h)) = (name, i.any_handle(ino)) {
-        return sys::fgetxattr(h.fd.read().as_fd(), n).map_err(ioerr);
+    // first: an overflowing migration of the file holds the descriptor (the lock order in
+    // `fs`).
+    if let (Some(n), Some(h)) = (attr.clone(), i.any_handle(ino)) {
+        return h
+            .io(move |fd| sys::fgetxattr(fd.as_fd(), &n))
+            .map_err(ioerr);
     }
-    let ns = i.ns.read();
-    if let Some(d) = ns.dirs.get(&ino) {
-        let rel = ns.rel(ino);
-        let b = i
-            .dir_branches(d)
-            .into_iter()
-            .next()
-            .ok_or_else(|| err(libc::EIO))?;
-        let fd = b.dir(&rel).map_err(ioerr)?;
-        return match name {
-            Some(n) => sys::getxattr(fd.as_fd(), None, n),
-            None => sys::listxattr(fd.as_fd(), None),
-        }
-        .map_err(ioerr);
+    let _shape = i.shape.read_recursive();
+    let dir = {
+        let ns = i.ns.read();
+        ns.dirs
+            .get(&ino)
+            .map(|d| (ns.rel(ino), i.dir_branches(d).into_iter().next()))
+    };
+    if let Some((rel, b)) = dir {
+        let b = b.ok_or_else(|| err(libc::EIO))?;
+        let bb = b.clone();
+        return b
+            .run(move || {
+                let fd = bb.dir_here(&rel)?;
+                match &attr {
+                    Some(n) => sys::getxattr(fd.as_fd(), None, n),
+                    None => sys::listxattr(fd.as_fd(), None),
+                }
+            })
+            .map_err(ioerr);
     }
     let (b, loc) = i.file_loc(ino)?;
     let (dir, fname) = loc.ok_or_else(|| err(libc::ENOENT))?;
     let br = i.branch(b)?;
-    let pfd = br.dir(&ns.rel(dir)).map_err(ioerr)?;
-    match name {
+    let pfd = br.dir(&i.rel(dir)).map_err(ioerr)?;
+    br.run(move || match &attr {
         Some(n) => sys::getxattr(pfd.as_fd(), Some(&fname), n),
         None => sys::listxattr(pfd.as_fd(), Some(&fname)),
-    }
+    })
     .map_err(ioerr)
 }
 
@@ -53,16 +62,29 @@ pub fn set(
     value: Option<&[u8]>,
     flags: i32,
 ) -> Result<()> {
-    let ns = i.ns.read();
-    if let Some(d) = ns.dirs.get(&ino) {
-        i.merged_check(d)?;
-        let rel = ns.rel(ino);
-        for (k, b) in i.dir_branches(d).into_iter().enumerate() {
+    let _shape = i.shape.read_recursive();
+    let (attr, value) = (name.to_os_string(), value.map(<[u8]>::to_vec));
+    let dir = {
+        let ns = i.ns.read();
+        match ns.dirs.get(&ino) {
+            Some(d) => {
+                i.merged_check(d)?;
+                Some((ns.rel(ino), i.dir_branches(d)))
+            }
+            None => None,
+        }
+    };
+    if let Some((rel, branches)) = dir {
+        for (k, b) in branches.into_iter().enumerate() {
             // CREATE/REPLACE are decided by the first copy; the others follow it.
             let f = if k == 0 { flags } else { 0 };
-            let r = b.dir(&rel).and_then(|fd| match value {
-                Some(v) => sys::setxattr(fd.as_fd(), None, name, v, f),
-                None => sys::removexattr(fd.as_fd(), None, name),
+            let (bb, rel, attr, val) = (b.clone(), rel.clone(), attr.clone(), value.clone());
+            let r = b.run(move || {
+                let fd = bb.dir_here(&rel)?;
+                match &val {
+                    Some(v) => sys::setxattr(fd.as_fd(), None, &attr, v, f),
+                    None => sys::removexattr(fd.as_fd(), None, &attr),
+                }
             });
             match r {
                 Ok(()) => {}
@@ -77,10 +99,10 @@ pub fn set(
     let (b, loc) = i.file_loc(ino)?;
     let (dir, fname) = loc.ok_or_else(|| err(libc::ENOENT))?;
     let br = i.branch(b)?;
-    let pfd = br.dir(&ns.rel(dir)).map_err(ioerr)?;
-    match value {
-        Some(v) => sys::setxattr(pfd.as_fd(), Some(&fname), name, v, flags),
-        None => sys::removexattr(pfd.as_fd(), Some(&fname), name),
-    }
+    let pfd = br.dir(&i.rel(dir)).map_err(ioerr)?;
+    br.run(move || match &value {
+        Some(v) => sys::setxattr(pfd.as_fd(), Some(&fname), &attr, v, flags),
+        None => sys::removexattr(pfd.as_fd(), Some(&fname), &attr),
+    })
     .map_err(ioerr)
 }

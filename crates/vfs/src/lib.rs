@@ -10,14 +10,18 @@
 //! kernel hands us and what lets a file system avoid path resolution on every call. Every
 //! error carries its errno (see [`FsError::errno`]).
 //!
-//! Permission checks are the file system's job (owner/group/other, sticky directories,
-//! root's bypass): the FUSE adapter may additionally let the kernel check with
+//! Permission checks are the file system's job (owner/group/other, POSIX ACLs, sticky
+//! directories, immutable and append-only inodes, root's bypass: [`perm`], [`acl`],
+//! [`fileattr`]): the FUSE adapter may additionally let the kernel check with
 //! `default_permissions`, but a file system driven directly must still be safe.
 
 use std::ffi::OsStr;
 use std::time::SystemTime;
 
+pub mod acl;
 mod error;
+pub mod falloc;
+pub mod fileattr;
 pub mod modes;
 pub mod perm;
 
@@ -233,6 +237,20 @@ pub trait FileSystem: Send + Sync {
     /// What the kernel may cache.
     fn cache_policy(&self) -> KernelCachePolicy;
 
+    /// Whether this file system keeps and enforces POSIX ACLs (the `system.posix_acl_*`
+    /// attributes, [`acl`]): then the kernel may check them too (FUSE_POSIX_ACL), so its
+    /// getxattr of them must answer ENODATA, never EOPNOTSUPP, for an inode without one.
+    fn posix_acls(&self) -> bool {
+        false
+    }
+
+    /// Whether this file system clears setuid and setgid itself when someone without
+    /// CAP_FSETID writes or truncates a file (FUSE_HANDLE_KILLPRIV: [`perm::kill_privileges`]),
+    /// so the kernel need not send a mode change as the writer for it.
+    fn kills_privileges(&self) -> bool {
+        false
+    }
+
     fn statfs(&self) -> Result<StatFs>;
 
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<Attr>;
@@ -351,6 +369,18 @@ pub trait FileSystem: Send + Sync {
     fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &OsStr) -> Result<()>;
 
     fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()>;
+
+    /// The inode's flags (`FS_IOC_GETFLAGS`, lsattr: [`fileattr`]). The default, for a
+    /// file system that keeps none, is ENOTTY, as the kernel answers for one.
+    fn get_flags(&self, _ctx: &Ctx, _ino: Ino) -> Result<u32> {
+        Err(FsError::Errno(Errno(libc::ENOTTY)))
+    }
+
+    /// Sets the inode's flags (`FS_IOC_SETFLAGS`, chattr) under [`fileattr::set_flags`]'s
+    /// rules.
+    fn set_flags(&self, _ctx: &Ctx, _ino: Ino, _flags: u32) -> Result<()> {
+        Err(FsError::Errno(Errno(libc::ENOTTY)))
+    }
 
     fn fallocate(&self, ino: Ino, fh: Fh, offset: u64, length: u64, mode: FallocMode)
     -> Result<()>;

@@ -42,8 +42,17 @@ pub struct Guarantees {
     pub metadata_on_return: bool,
     /// fsync writes a file's data before the pointers to it.
     pub fsync_data_first: bool,
-    /// No file ever shows data it was not given (soft updates: 000 §5).
+    /// No file ever shows data it was not given (soft updates: 000 §5): no piece of a
+    /// file is another file's bytes, bytes never written as its data (a metadata image a
+    /// recovery put back over it), or zeros where it was written.
     pub no_stale_data: bool,
+    /// An inode that had a durable name and is never unlinked keeps a name: no crash, and
+    /// no rename in flight, leaves it in no directory (002 §3 rule 3: never reset the old
+    /// pointer to a resource before the new one is set; a log makes the rename atomic).
+    /// A name is durable once a sync(2) returned after it was made, an fsync of the
+    /// file returned while every directory above it was durable, or — where metadata is
+    /// durable on return — the call that made it returned.
+    pub names_kept: bool,
     /// Inconsistencies fsck must repair (dangling entries, doubly used blocks, ...).
     pub corrupt: Allowed,
     /// Blocks or inodes marked in use that nothing references.

@@ -7,6 +7,8 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
+use crate::acl::{self, Acl};
+use crate::fileattr;
 use crate::{Errno, FsError, Result, SetTime};
 
 /// Longest file name (bytes).
@@ -60,28 +62,64 @@ impl Ctx {
         }
     }
 
+    /// The caller's supplementary groups (looked up once per call of this; empty when
+    /// they cannot be known).
+    pub fn groups(&self) -> Vec<u32> {
+        match &self.groups {
+            Some(g) => g.clone(),
+            None => proc_groups(self.pid).unwrap_or_default(),
+        }
+    }
+
     /// Checks `want` (a mask of [`Access`] bits) against an inode's mode and owner, with
     /// root's bypass: root may read and write anything, and execute anything that has at
-    /// least one execute bit (or is a directory).
+    /// least one execute bit (or is a directory). No ACL and no inode flags: see
+    /// [`Ctx::permission`].
     pub fn check(&self, mode: u32, uid: u32, gid: u32, want: Access) -> Result<()> {
+        let o = Owner {
+            mode,
+            uid,
+            gid,
+            flags: 0,
+        };
+        self.permission(o, None, want)
+    }
+
+    /// Linux's `inode_permission` for an inode of a file system that stores ACLs: writing
+    /// an immutable inode is EPERM for everyone; then `generic_permission` — the owner is
+    /// judged by the mode's owner bits; anyone else by the access ACL `acl` when there is
+    /// one and its mask (the mode's group bits) grants anything, otherwise by the group or
+    /// other bits; root may read and write anything and execute anything with an execute
+    /// bit, or search any directory.
+    pub fn permission(&self, o: Owner, acl: Option<&Acl>, want: Access) -> Result<()> {
         if want.0 == 0 {
             return Ok(());
         }
-        if self.is_root() {
-            let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
-            if want.0 & Access::X.0 != 0 && !is_dir && mode & 0o111 == 0 {
-                return Err(FsError::Errno(Errno::EACCES));
-            }
-            return Ok(());
+        if want.0 & Access::W.0 != 0 && o.flags & fileattr::IMMUTABLE != 0 {
+            return Err(Errno::EPERM.into());
         }
-        let bits = if self.uid == uid {
-            (mode >> 6) & 7
-        } else if self.in_group(gid) {
-            (mode >> 3) & 7
+        let r = self.dac(o, acl, want);
+        if r.is_ok() || !self.is_root() {
+            return r;
+        }
+        if want.0 & Access::X.0 != 0 && !o.is_dir() && o.mode & 0o111 == 0 {
+            return Err(FsError::Errno(Errno::EACCES));
+        }
+        Ok(())
+    }
+
+    /// `acl_permission_check`: the discretionary rules without root's bypass.
+    fn dac(&self, o: Owner, acl: Option<&Acl>, want: Access) -> Result<()> {
+        let bits = if self.uid == o.uid {
+            (o.mode >> 6) & 7
+        } else if let Some(acl) = acl.filter(|_| o.mode & 0o070 != 0) {
+            return acl.permission(self, o.uid, o.gid, want);
+        } else if self.in_group(o.gid) {
+            (o.mode >> 3) & 7
         } else {
-            mode & 7
+            o.mode & 7
         };
-        if want.0 & !bits == 0 {
+        if want.0 & !bits & 7 == 0 {
             Ok(())
         } else {
             Err(FsError::Errno(Errno::EACCES))
@@ -103,6 +141,9 @@ fn proc_groups(pid: u32) -> Option<Vec<u32>> {
     )
 }
 
+/// The kernel's `__FMODE_EXEC` open flag: the file is opened to be executed.
+pub const FMODE_EXEC: i32 = 0x20;
+
 /// An access(2) mask: R=4, W=2, X=1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access(pub u32);
@@ -114,11 +155,12 @@ impl Access {
     pub const X: Access = Access(1);
     pub const WX: Access = Access(3);
 
-    /// The access an open(2) with these flags needs. The open execve(2) makes carries
-    /// `__FMODE_EXEC` (0x20, passed in FUSE's open flags): it needs execute permission,
-    /// not read — a program of mode 0111 runs (fstests' generic/126).
+    /// The access an open(2) with these flags needs. An open for execve (the kernel's
+    /// `__FMODE_EXEC`, which FUSE passes on in OPEN's flags) needs execute permission, and
+    /// not read — a program of mode 0111 runs (`do_open_execat` asks for MAY_EXEC alone;
+    /// fstests' generic/126): without `default_permissions` the kernel itself only asks
+    /// that some execute bit be set.
     pub fn for_open_flags(flags: i32) -> Access {
-        const FMODE_EXEC: i32 = 0x20;
         if flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Access::X;
         }
@@ -141,13 +183,16 @@ impl std::ops::BitOr for Access {
     }
 }
 
-/// The mode and ids of an inode: what the permission rules look at.
+/// The mode, ids and inode flags of an inode: what the permission rules look at (with its
+/// access ACL, which is passed beside it where a rule needs it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
     /// File type and permission bits (`st_mode`).
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Inode flags ([`fileattr`]): immutable and append-only restrict what may change.
+    pub flags: u32,
 }
 
 impl Owner {
@@ -157,9 +202,9 @@ impl Owner {
 }
 
 impl Ctx {
-    /// [`Ctx::check`] against `o`.
+    /// [`Ctx::permission`] against `o` without an ACL.
     pub fn check_owner(&self, o: Owner, want: Access) -> Result<()> {
-        self.check(o.mode, o.uid, o.gid, want)
+        self.permission(o, None, want)
     }
 
     /// The caller owns `o`, or is root.
@@ -220,38 +265,46 @@ pub fn new_inode_owner(ctx: &Ctx, parent: Owner, mode: u32) -> (u32, u32) {
     (mode, gid)
 }
 
-/// Whether changing permission bits `old` to `new` only clears S_ISUID and/or S_ISGID.
-///
-/// A non-owner may make exactly this change to a file it may write: it is how Linux's FUSE
-/// client (without `handle_killpriv`) kills privileges when someone who is not the owner
-/// writes or truncates a setuid/setgid file — it sends SETATTR with the old mode minus
-/// S_ISUID (and minus S_ISGID when group-execute is set), as the writing user, for a
-/// truncate in the same request as the new size. Refusing it would make the write fail with
-/// EPERM and keep the bits, where ext4 lets the write succeed and clears them.
-///
-/// Why it is safe: under `default_permissions` (cairn's default) the kernel refuses an
-/// explicit chmod(2) by a non-owner itself (`setattr_prepare`: only the owner or
-/// CAP_FOWNER may change the mode), so such a request reaching us is the kernel's own
-/// privilege kill. Without `default_permissions`, a user who may write the file could also
-/// clear the bits with chmod(2) — which only ever removes privilege, and the same user could
-/// clear them anyway by writing to the file.
-pub fn only_kills_privileges(old: u32, new: u32) -> bool {
-    let (old, new) = (old & 0o7777, new & 0o7777);
-    let cleared = old & !new;
-    new & !old == 0 && cleared != 0 && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+/// An open flag outside open(2)'s own (bit 29) a file system sets on a handle opened by a
+/// caller without CAP_FSETID (not root): a write through it kills the file's privileges
+/// ([`kill_privileges`]).
+pub const O_KILL_PRIVILEGES: i32 = 1 << 29;
+
+/// The flags a file system keeps for a handle `ctx` opens with `flags` (see
+/// [`O_KILL_PRIVILEGES`]).
+pub fn handle_flags(ctx: &Ctx, flags: i32) -> i32 {
+    if ctx.is_root() {
+        flags
+    } else {
+        flags | O_KILL_PRIVILEGES
+    }
 }
 
-/// chmod: the new `st_mode` of `cur` asked to take permission bits `mode`. The owner (or
-/// root) may set any bits, but a non-root owner outside the file's group loses S_ISGID on a
-/// non-directory; anyone else only the privilege kill of [`only_kills_privileges`], and only
-/// with write permission (EPERM otherwise).
+/// The mode of a regular file after someone without CAP_FSETID wrote or truncated it:
+/// S_ISUID goes, and S_ISGID when group-execute is set (Linux's `should_remove_suid`; a
+/// setgid bit without group-execute is a mandatory-locking mark, kept). The file systems
+/// do this themselves — FUSE_HANDLE_KILLPRIV: the kernel then sends no mode change of its
+/// own, and a chmod from someone other than the owner is always a real one (EPERM).
+pub fn kill_privileges(mode: u32) -> u32 {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return mode;
+    }
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
+/// chmod: the new `st_mode` of `cur` asked to take permission bits `mode`. Only the owner
+/// (or root) may (EPERM), and not on an immutable or append-only inode (EPERM); a non-root
+/// owner outside the group loses S_ISGID, on a directory too (`setattr_prepare`).
 pub fn chmod(ctx: &Ctx, cur: Owner, mode: u32) -> Result<u32> {
     let mut m = mode & 0o7777;
-    if !ctx.owns(cur) {
-        if !only_kills_privileges(cur.mode, m) || ctx.check_owner(cur, Access::W).is_err() {
-            return Err(Errno::EPERM.into());
-        }
-    } else if !ctx.is_root() && !cur.is_dir() && !ctx.in_group(cur.gid) {
+    if cur.flags & fileattr::RESTRICTING != 0 || !ctx.owns(cur) {
+        return Err(Errno::EPERM.into());
+    }
+    if !ctx.is_root() && !ctx.in_group(cur.gid) {
         m &= !libc::S_ISGID;
     }
     Ok((cur.mode & libc::S_IFMT) | m)
@@ -260,8 +313,11 @@ pub fn chmod(ctx: &Ctx, cur: Owner, mode: u32) -> Result<u32> {
 /// chown: `cur` (whose mode may already carry a chmod of the same request) with new ids.
 /// Only root may change the owner; the owner may change the group to one it is in. A
 /// change of either id clears S_ISUID on a non-directory, and S_ISGID when group-execute is
-/// set.
+/// set. An immutable or append-only inode keeps its ids (EPERM).
 pub fn chown(ctx: &Ctx, cur: Owner, uid: Option<u32>, gid: Option<u32>) -> Result<Owner> {
+    if cur.flags & fileattr::RESTRICTING != 0 {
+        return Err(Errno::EPERM.into());
+    }
     let uid = uid.unwrap_or(cur.uid);
     let gid = gid.unwrap_or(cur.gid);
     if !ctx.is_root()
@@ -276,50 +332,179 @@ pub fn chown(ctx: &Ctx, cur: Owner, uid: Option<u32>, gid: Option<u32>) -> Resul
             mode &= !libc::S_ISGID;
         }
     }
-    Ok(Owner { mode, uid, gid })
+    Ok(Owner {
+        mode,
+        uid,
+        gid,
+        flags: cur.flags,
+    })
 }
 
-/// utimens: setting a time to now needs ownership or write permission (EACCES); to a given
-/// time, ownership (EPERM).
-pub fn may_set_time(ctx: &Ctx, cur: Owner, t: &SetTime) -> Result<()> {
+/// utimens: setting a time to now needs ownership or write permission (EACCES; `acl`: the
+/// access ACL), and is EPERM on an immutable inode; to a given time, ownership (EPERM), and
+/// neither immutable nor append-only.
+pub fn may_set_time(ctx: &Ctx, cur: Owner, acl: Option<&Acl>, t: &SetTime) -> Result<()> {
     match t {
-        SetTime::Now if !ctx.owns(cur) && ctx.check_owner(cur, Access::W).is_err() => {
+        SetTime::Now if cur.flags & fileattr::IMMUTABLE != 0 => Err(Errno::EPERM.into()),
+        SetTime::Now if !ctx.owns(cur) && ctx.permission(cur, acl, Access::W).is_err() => {
             Err(Errno::EACCES.into())
         }
-        SetTime::At(_) if !ctx.owns(cur) => Err(Errno::EPERM.into()),
+        SetTime::At(_) if cur.flags & fileattr::RESTRICTING != 0 || !ctx.owns(cur) => {
+            Err(Errno::EPERM.into())
+        }
         _ => Ok(()),
     }
 }
 
-/// Access to extended attribute `name` of `cur` (`write`: set or remove). `user.` follows
-/// the file's permissions and exists only on regular files and directories; `trusted.` is
-/// root's; `security.` may be read by anyone and written by the owner or root; `system.`
-/// (POSIX ACLs) and other namespaces are not supported.
-pub fn xattr_access(ctx: &Ctx, cur: Owner, name: &[u8], write: bool) -> Result<()> {
+/// A change of the size (truncate, ftruncate, open with O_TRUNC): EPERM on an append-only
+/// or immutable inode; without a handle opened for writing (`by_handle`), write permission
+/// (`acl`: the access ACL).
+pub fn may_truncate(ctx: &Ctx, cur: Owner, acl: Option<&Acl>, by_handle: bool) -> Result<()> {
+    if cur.flags & fileattr::RESTRICTING != 0 {
+        return Err(Errno::EPERM.into());
+    }
+    if by_handle {
+        return Ok(());
+    }
+    ctx.permission(cur, acl, Access::W)
+}
+
+/// What a caller does with an extended attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrOp {
+    Get,
+    Set,
+    Remove,
+}
+
+/// Access to extended attribute `name` of `cur` (`acl`: the access ACL). Nothing may be
+/// set or removed on an immutable or append-only inode (EPERM). `user.` follows the file's
+/// permissions and exists only on regular files and directories; `trusted.` is root's;
+/// `security.` may be read by anyone and written by the owner or root; the POSIX ACLs
+/// (`system.posix_acl_access` and `_default`) may be read by anyone and set by the owner or
+/// root, not on a symlink (EOPNOTSUPP), a default ACL only on a directory (EACCES; removing
+/// one from anything else is a no-op, `Ok(false)`); other namespaces are not supported.
+/// `Ok(true)`: go ahead.
+pub fn xattr_access(
+    ctx: &Ctx,
+    cur: Owner,
+    acl: Option<&Acl>,
+    name: &[u8],
+    op: XattrOp,
+) -> Result<bool> {
     if name.len() > NAME_MAX || name.is_empty() {
         return Err(Errno::ERANGE.into());
+    }
+    let write = op != XattrOp::Get;
+    if write && cur.flags & fileattr::RESTRICTING != 0 {
+        return Err(Errno::EPERM.into());
     }
     if name.starts_with(b"user.") {
         let t = cur.mode & libc::S_IFMT;
         if t != libc::S_IFREG && t != libc::S_IFDIR {
             return Err(if write { Errno::EPERM } else { Errno::ENODATA }.into());
         }
-        ctx.check_owner(cur, if write { Access::W } else { Access::R })
+        ctx.permission(cur, acl, if write { Access::W } else { Access::R })?;
     } else if name.starts_with(b"trusted.") {
-        if ctx.is_root() {
-            Ok(())
-        } else {
-            Err(Errno::EPERM.into())
+        if !ctx.is_root() {
+            return Err(Errno::EPERM.into());
         }
     } else if name.starts_with(b"security.") {
-        if write && !ctx.is_root() && ctx.uid != cur.uid {
-            Err(Errno::EPERM.into())
-        } else {
-            Ok(())
+        if write && !ctx.owns(cur) {
+            return Err(Errno::EPERM.into());
+        }
+    } else if let Some(kind) = acl::Kind::of_xattr(name) {
+        if cur.mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::EOPNOTSUPP.into());
+        }
+        if !write {
+            return Ok(true);
+        }
+        if kind == acl::Kind::Default && !cur.is_dir() {
+            return match op {
+                XattrOp::Remove => Ok(false),
+                _ => Err(Errno::EACCES.into()),
+            };
+        }
+        if !ctx.owns(cur) {
+            return Err(Errno::EPERM.into());
         }
     } else {
-        Err(Errno::EOPNOTSUPP.into())
+        return Err(Errno::EOPNOTSUPP.into());
     }
+    Ok(true)
+}
+
+/// `may_delete`: whether `ctx` may remove the entry naming `victim` from directory `dir`
+/// (unlink, rmdir, a rename's source or the entry it replaces): write and search permission
+/// on the directory (`dir_acl`: its access ACL); no removal from an append-only directory,
+/// none of an append-only or immutable inode, and the sticky rule (EPERM).
+pub fn may_delete(ctx: &Ctx, dir: Owner, dir_acl: Option<&Acl>, victim: Owner) -> Result<()> {
+    ctx.permission(dir, dir_acl, Access::WX)?;
+    if dir.flags & fileattr::APPEND != 0 || victim.flags & fileattr::RESTRICTING != 0 {
+        return Err(Errno::EPERM.into());
+    }
+    sticky_ok(ctx, dir, victim)
+}
+
+/// Whether hard links are protected (`fs.protected_hardlinks`, on unless the sysctl says
+/// 0): read once per process, so the rule the kernel applies with `default_permissions` is
+/// the one cairn applies without it.
+pub fn protected_hardlinks() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .map(|s| s.trim() != "0")
+            .unwrap_or(true)
+    })
+}
+
+/// Whether `ctx` may make a new name for inode `o` (`acl`: its access ACL), the directory
+/// aside: never for an append-only or immutable inode (EPERM); and with protected hard links
+/// (`may_linkat`), someone who does not own it only for a regular file without setuid (or
+/// setgid with group-execute) that they may read and write (EPERM otherwise).
+pub fn may_link(ctx: &Ctx, o: Owner, acl: Option<&Acl>) -> Result<()> {
+    if protected_hardlinks() && !ctx.owns(o) {
+        let safe = o.mode & libc::S_IFMT == libc::S_IFREG
+            && o.mode & libc::S_ISUID == 0
+            && o.mode & (libc::S_ISGID | libc::S_IXGRP) != (libc::S_ISGID | libc::S_IXGRP)
+            && ctx.permission(o, acl, Access::R | Access::W).is_ok();
+        if !safe {
+            return Err(Errno::EPERM.into());
+        }
+    }
+    if o.flags & fileattr::RESTRICTING != 0 {
+        return Err(Errno::EPERM.into());
+    }
+    Ok(())
+}
+
+/// `may_open`: the access open(2) flags ask for (`acl`: the access ACL); an append-only
+/// inode opens for writing only with O_APPEND and never with O_TRUNC, and O_NOATIME is for
+/// its owner (EPERM).
+pub fn may_open(ctx: &Ctx, o: Owner, acl: Option<&Acl>, flags: i32) -> Result<()> {
+    ctx.permission(o, acl, Access::for_open_flags(flags))?;
+    if o.flags & fileattr::APPEND != 0
+        && ((flags & libc::O_ACCMODE != libc::O_RDONLY && flags & libc::O_APPEND == 0)
+            || flags & libc::O_TRUNC != 0)
+    {
+        return Err(Errno::EPERM.into());
+    }
+    if flags & libc::O_NOATIME != 0 && !ctx.owns(o) {
+        return Err(Errno::EPERM.into());
+    }
+    Ok(())
+}
+
+/// An open flag outside open(2)'s own (bit 30): the caller computes every write's offset
+/// itself — the kernel's writeback cache owns the file size and places O_APPEND writes — so
+/// the handle's O_APPEND is still checked ([`may_open`]: append-only files) but never moves
+/// a write to the end of the file.
+pub const O_OFFSETS_FROM_CALLER: i32 = 1 << 30;
+
+/// Whether a write through a handle opened with `flags` goes to the end of the file.
+pub fn appends(flags: i32) -> bool {
+    flags & libc::O_APPEND != 0 && flags & O_OFFSETS_FROM_CALLER == 0
 }
 
 #[cfg(test)]
@@ -329,7 +514,10 @@ mod tests {
     #[test]
     fn an_exec_open_needs_execute_permission_not_read() {
         assert_eq!(Access::for_open_flags(libc::O_RDONLY), Access::R);
-        assert_eq!(Access::for_open_flags(libc::O_RDONLY | 0x20), Access::X);
+        assert_eq!(
+            Access::for_open_flags(libc::O_RDONLY | FMODE_EXEC),
+            Access::X
+        );
         assert_eq!(
             Access::for_open_flags(libc::O_RDWR | libc::O_TRUNC),
             Access(6)
@@ -357,11 +545,13 @@ mod tests {
             mode: libc::S_IFDIR | 0o1777,
             uid: 0,
             gid: 0,
+            flags: 0,
         };
         let theirs = Owner {
             mode: libc::S_IFREG | 0o644,
             uid: 2000,
             gid: 0,
+            flags: 0,
         };
         assert!(sticky_ok(&u, sticky, theirs).is_err());
         assert!(
@@ -379,6 +569,7 @@ mod tests {
             mode: libc::S_IFDIR | 0o2775,
             uid: 0,
             gid: 44,
+            flags: 0,
         };
         let (m, g) = new_inode_owner(&u, sgid, libc::S_IFDIR | 0o755);
         assert_eq!((m & libc::S_ISGID != 0, g), (true, 44));
@@ -394,32 +585,75 @@ mod tests {
             mode: libc::S_IFREG | 0o6777,
             uid: 1000,
             gid: 1000,
+            flags: 0,
         };
         assert_eq!(chmod(&owner, f, 0o644).unwrap(), libc::S_IFREG | 0o644);
-        assert_eq!(chmod(&other, f, 0o0777).unwrap(), libc::S_IFREG | 0o0777);
+        assert!(
+            chmod(&other, f, 0o0777).is_err(),
+            "a chmod that only clears setuid is still the owner's"
+        );
         assert!(chmod(&other, f, 0o7777).is_err());
+        assert_eq!(
+            kill_privileges(libc::S_IFREG | 0o6777),
+            libc::S_IFREG | 0o777
+        );
+        assert_eq!(
+            kill_privileges(libc::S_IFREG | 0o6767),
+            libc::S_IFREG | 0o2767
+        );
+        assert_eq!(
+            kill_privileges(libc::S_IFDIR | 0o2777),
+            libc::S_IFDIR | 0o2777
+        );
+        assert_eq!(handle_flags(&other, 0), O_KILL_PRIVILEGES);
+        assert_eq!(handle_flags(&Ctx::root(), 0), 0);
         assert!(chown(&other, f, None, Some(2000)).is_err());
         let g = chown(&Ctx::root(), f, Some(5), None).unwrap();
         assert_eq!((g.uid, g.mode & 0o7000), (5, 0));
-        assert!(may_set_time(&other, f, &SetTime::Now).is_ok(), "writable");
+        assert!(
+            may_set_time(&other, f, None, &SetTime::Now).is_ok(),
+            "writable"
+        );
         let ro = Owner {
             mode: libc::S_IFREG | 0o644,
             ..f
         };
         assert_eq!(
-            may_set_time(&other, ro, &SetTime::Now).unwrap_err().errno(),
+            may_set_time(&other, ro, None, &SetTime::Now)
+                .unwrap_err()
+                .errno(),
             Errno::EACCES
         );
         assert_eq!(
-            may_set_time(&other, f, &SetTime::At(std::time::UNIX_EPOCH))
+            may_set_time(&other, f, None, &SetTime::At(std::time::UNIX_EPOCH))
                 .unwrap_err()
                 .errno(),
             Errno::EPERM
         );
-        assert!(xattr_access(&other, ro, b"user.x", true).is_err());
-        assert!(xattr_access(&other, ro, b"user.x", false).is_ok());
-        assert!(xattr_access(&other, ro, b"trusted.x", false).is_err());
-        assert!(xattr_access(&other, ro, b"system.posix_acl_access", false).is_err());
+        let x = |c: &Ctx, o: Owner, n: &[u8], op| {
+            xattr_access(c, o, None, n, op).map_err(|e| e.errno())
+        };
+        assert!(x(&other, ro, b"user.x", XattrOp::Set).is_err());
+        assert!(x(&other, ro, b"user.x", XattrOp::Get).is_ok());
+        assert!(x(&other, ro, b"trusted.x", XattrOp::Get).is_err());
+        assert_eq!(x(&other, ro, acl::ACCESS_XATTR, XattrOp::Get), Ok(true));
+        let e = |c: &Ctx, o: Owner, n: &[u8]| x(c, o, n, XattrOp::Set);
+        assert_eq!(
+            e(&other, ro, acl::ACCESS_XATTR),
+            Err(Errno::EPERM),
+            "not the owner"
+        );
+        assert_eq!(e(&owner, ro, acl::ACCESS_XATTR), Ok(true));
+        assert_eq!(
+            e(&owner, ro, acl::DEFAULT_XATTR),
+            Err(Errno::EACCES),
+            "not a directory"
+        );
+        assert_eq!(
+            x(&owner, ro, acl::DEFAULT_XATTR, XattrOp::Remove),
+            Ok(false)
+        );
+        assert_eq!(e(&owner, ro, b"system.other"), Err(Errno::EOPNOTSUPP));
     }
 
     #[test]
@@ -441,6 +675,148 @@ mod tests {
         assert!(r.check(0o100000, 5, 5, Access::X).is_err());
         assert!(r.check(0o100001, 5, 5, Access::X).is_ok());
         assert!(r.check(0o040000, 5, 5, Access::X).is_ok());
+    }
+
+    fn own(mode: u32, uid: u32, gid: u32, flags: u32) -> Owner {
+        Owner {
+            mode,
+            uid,
+            gid,
+            flags,
+        }
+    }
+
+    fn errno(r: Result<()>) -> Option<i32> {
+        r.err().map(|e| e.errno().0)
+    }
+
+    #[test]
+    fn acl_decides_for_everyone_but_the_owner() {
+        // u::rw-, u:1000:rwx, g::r--, m::rw-, o::---
+        let mut b = acl::VERSION.to_le_bytes().to_vec();
+        for (t, p, id) in [
+            (1u16, 6u16, u32::MAX),
+            (2, 7, 1000),
+            (4, 4, u32::MAX),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&p.to_le_bytes());
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        let a = Acl::decode(&b).unwrap().unwrap();
+        let f = own(libc::S_IFREG | 0o660, 5, 5, 0);
+        let bob = Ctx::user(1000, 1000);
+        assert_eq!(
+            errno(bob.permission(f, Some(&a), Access::W)),
+            None,
+            "named user"
+        );
+        assert_eq!(
+            errno(bob.permission(f, None, Access::W)),
+            Some(libc::EACCES)
+        );
+        assert_eq!(
+            errno(bob.permission(f, Some(&a), Access::X)),
+            Some(libc::EACCES),
+            "masked"
+        );
+        // The owner goes by the mode whatever the ACL says.
+        let owner = Ctx::user(5, 5);
+        assert_eq!(errno(owner.permission(f, Some(&a), Access::W)), None);
+        // With the group bits (the mask) empty, the ACL is skipped, as Linux does: a named
+        // user then gets the other bits.
+        let masked = own(libc::S_IFREG | 0o604, 5, 5, 0);
+        assert_eq!(errno(bob.permission(masked, Some(&a), Access::R)), None);
+        // Root: read and write anyway, execute only with an x bit.
+        let r = Ctx::root();
+        assert_eq!(errno(r.permission(f, Some(&a), Access::W)), None);
+        assert_eq!(
+            errno(r.permission(f, Some(&a), Access::X)),
+            Some(libc::EACCES)
+        );
+    }
+
+    #[test]
+    fn immutable_and_append_only() {
+        let owner = Ctx::user(1000, 1000);
+        let r = Ctx::root();
+        let i = own(libc::S_IFREG | 0o666, 1000, 1000, fileattr::IMMUTABLE);
+        let a = own(libc::S_IFREG | 0o666, 1000, 1000, fileattr::APPEND);
+        // Writing an immutable inode is EPERM even for root; reading is not affected.
+        assert_eq!(errno(r.permission(i, None, Access::W)), Some(libc::EPERM));
+        assert_eq!(errno(owner.permission(i, None, Access::R)), None);
+        assert_eq!(
+            errno(may_open(&owner, a, None, libc::O_WRONLY)),
+            Some(libc::EPERM)
+        );
+        assert_eq!(
+            errno(may_open(&owner, a, None, libc::O_WRONLY | libc::O_APPEND)),
+            None
+        );
+        let t = libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC;
+        assert_eq!(errno(may_open(&r, a, None, t)), Some(libc::EPERM));
+        assert_eq!(errno(may_truncate(&r, a, None, true)), Some(libc::EPERM));
+        assert_eq!(
+            errno(may_truncate(
+                &owner,
+                own(libc::S_IFREG | 0o644, 1000, 1000, 0),
+                None,
+                false
+            )),
+            None
+        );
+        for o in [i, a] {
+            assert!(chmod(&r, o, 0o600).is_err());
+            assert!(chown(&r, o, Some(5), None).is_err());
+            assert!(may_set_time(&r, o, None, &SetTime::At(std::time::UNIX_EPOCH)).is_err());
+            let w = xattr_access(&r, o, None, b"user.x", XattrOp::Set).map(|_| ());
+            assert_eq!(errno(w), Some(libc::EPERM));
+            assert_eq!(errno(may_link(&r, o, None)), Some(libc::EPERM));
+        }
+        assert_eq!(
+            errno(may_set_time(&owner, a, None, &SetTime::Now)),
+            None,
+            "touch"
+        );
+        assert_eq!(
+            errno(may_set_time(&owner, i, None, &SetTime::Now)),
+            Some(libc::EPERM)
+        );
+        // Removal: from an append-only directory, or of a restricted inode.
+        let d = own(libc::S_IFDIR | 0o777, 0, 0, 0);
+        let ad = own(libc::S_IFDIR | 0o777, 0, 0, fileattr::APPEND);
+        let plain = own(libc::S_IFREG | 0o644, 1000, 1000, 0);
+        assert_eq!(errno(may_delete(&owner, d, None, plain)), None);
+        assert_eq!(
+            errno(may_delete(&owner, ad, None, plain)),
+            Some(libc::EPERM)
+        );
+        assert_eq!(errno(may_delete(&owner, d, None, i)), Some(libc::EPERM));
+        let id = own(libc::S_IFDIR | 0o777, 0, 0, fileattr::IMMUTABLE);
+        assert_eq!(errno(may_delete(&r, id, None, plain)), Some(libc::EPERM));
+    }
+
+    #[test]
+    fn protected_hard_links() {
+        if !protected_hardlinks() {
+            return;
+        }
+        let other = Ctx::user(2000, 2000);
+        let rw = own(libc::S_IFREG | 0o666, 1000, 1000, 0);
+        let ro = own(libc::S_IFREG | 0o644, 1000, 1000, 0);
+        let su = own(libc::S_IFREG | 0o4666, 1000, 1000, 0);
+        let fifo = own(libc::S_IFIFO | 0o666, 1000, 1000, 0);
+        assert_eq!(errno(may_link(&other, rw, None)), None);
+        for o in [ro, su, fifo] {
+            assert_eq!(errno(may_link(&other, o, None)), Some(libc::EPERM), "{o:?}");
+        }
+        assert_eq!(
+            errno(may_link(&Ctx::user(1000, 1000), ro, None)),
+            None,
+            "the owner"
+        );
     }
 
     #[test]

@@ -248,12 +248,27 @@ pub struct FreeFile {
     pub is_dir: bool,
 }
 
-/// Attributes of `ino` changed (chmod, chown, times, size), encoded in `inode_buf`;
-/// `extra` is the xattr block when it was rewritten.
+/// Attributes of `ino` changed (chmod, chown, times, size, flags), encoded in
+/// `inode_buf`; `extra` is the xattr block when it was rewritten.
 pub struct AttrChange<'a> {
     pub ino: Ino,
     pub inode_buf: &'a BufRef,
     pub extra: Option<&'a BufRef>,
+    /// The mode changed with the access ACL (set, or rewritten by chmod): see [`AclMode`].
+    pub acl_mode: Option<AclMode>,
+}
+
+/// The mode of an inode changed together with its access ACL, which is now in the new
+/// block `xattr_blk` (its `AllocDirect` of the xattr pointer was declared in the same call,
+/// the old block's `FreeBlocks` follows). The mode and the pointer are in one inode
+/// encoding; a mode that writes the inode block whole keeps them together for free, but
+/// one that rolls the pointer back while the new block is not on disk (soft updates) must
+/// roll the mode back to `old_mode` with it: a new mode without its ACL may grant the
+/// owning group what only named users were given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AclMode {
+    pub old_mode: u32,
+    pub xattr_blk: Blk,
 }
 
 /// What a strategy releases to the allocator: bits of blocks or of an inode, cleared once

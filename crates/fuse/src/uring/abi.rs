@@ -320,6 +320,28 @@ pub(crate) struct FallocateIn {
     pub padding: u32,
 }
 
+/// `struct fuse_ioctl_in` (IOCTL); the input data (`in_size` bytes) follows in the payload.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, KnownLayout, Immutable)]
+pub(crate) struct IoctlIn {
+    pub fh: u64,
+    pub flags: u32,
+    pub cmd: u32,
+    pub arg: u64,
+    pub in_size: u32,
+    pub out_size: u32,
+}
+
+/// `struct fuse_ioctl_out`; the output data follows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
+pub(crate) struct IoctlOut {
+    pub result: i32,
+    pub flags: u32,
+    pub in_iovs: u32,
+    pub out_iovs: u32,
+}
+
 /// `struct fuse_lseek_in`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, KnownLayout, Immutable)]

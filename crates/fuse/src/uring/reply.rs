@@ -18,11 +18,12 @@ use zerocopy::IntoBytes;
 
 use super::RingBacking;
 use super::abi::{
-    AttrOut, DirentHead, EntryOut, FuseAttr, GetxattrOut, LseekOut, OpenOut, StatfsOut, WriteOut,
+    AttrOut, DirentHead, EntryOut, FuseAttr, GetxattrOut, IoctlOut, LseekOut, OpenOut, StatfsOut,
+    WriteOut,
 };
 use crate::reply::{
     AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
-    LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
 };
 
 /// Where a reply body goes.
@@ -450,6 +451,17 @@ impl XattrReply for RingReply<'_, '_> {
     }
     fn data(self, data: &[u8]) {
         self.body(data)
+    }
+}
+
+impl IoctlReply for RingReply<'_, '_> {
+    fn ioctl(self, result: i32, data: &[u8]) {
+        let out = IoctlOut {
+            result,
+            ..Default::default()
+        };
+        let fitted = self.ans.put(out.as_bytes()) && self.ans.put(data);
+        self.ans.finish(fitted);
     }
 }
 

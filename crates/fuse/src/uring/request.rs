@@ -39,6 +39,7 @@ fn input_in_payload(opcode: u32) -> bool {
             | GETXATTR
             | REMOVEXATTR
             | CREATE
+            | IOCTL
     )
 }
 
@@ -301,7 +302,13 @@ fn handle(a: &Adapter, h: &InHeader, arg0: &[u8], input: &[u8], ans: &mut Answer
         GETLK => a.unsupported(Op::Getlk, Errno::ENOSYS, r),
         SETLK | SETLKW => a.unsupported(Op::Setlk, Errno::ENOSYS, r),
         BMAP => a.unsupported(Op::Bmap, Errno::ENOSYS, r),
-        IOCTL => a.unsupported(Op::Ioctl, Errno::ENOTTY, r),
+        IOCTL => {
+            let x = arg!(IoctlIn, Op::Ioctl);
+            match input.get(..x.in_size as usize) {
+                Some(data) => a.ioctl(&c, ino, x.cmd, data, x.out_size, r),
+                None => malformed(a, Op::Ioctl, r),
+            }
+        }
         POLL => a.unsupported(Op::Poll, Errno::ENOSYS, r),
         COPY_FILE_RANGE => a.unsupported(Op::CopyFileRange, Errno::ENOSYS, r),
         FALLOCATE => {

@@ -99,7 +99,7 @@ impl State {
                 .dev
                 .read_blocks(self.sb.seg_start(seg) + off as u64 + 1, &mut data)
                 .is_err()
-                || crate::format::crc(&data) != s.data_crc
+                || !s.holds(&data)
             {
                 break;
             }

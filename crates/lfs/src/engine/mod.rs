@@ -20,6 +20,7 @@
 //!   moment its address is handed out, and taken off its old segment the moment nothing
 //!   points to the old copy.
 
+mod acl;
 mod clean;
 mod ops;
 mod recover;
@@ -506,6 +507,17 @@ pub enum Planted {
     /// The checkpoint region is written before the segments it names (and with no flush
     /// between them): a crash between the two leaves a region naming blocks never written.
     CheckpointFirst,
+    /// Segments the usage table shows empty are released at every flush, not once a
+    /// checkpoint saying so is durable (004 §3.3: a segment is clean when a durable
+    /// checkpoint says it holds nothing live). The log may then write over blocks the last
+    /// durable checkpoint still names — an old inode-map block, or the inodes a crash would
+    /// roll forward from — once it wraps round to such a segment.
+    ReleaseAtFlush,
+    /// Roll-forward applies each partial segment as it reads it, not a whole flush once
+    /// its COMMIT is read (004 §4.2): a crash between the partial segments of one flush
+    /// leaves half of it applied — inodes without the directory blocks or inodes written
+    /// with them.
+    RollForwardUncommitted,
 }
 
 /// The segment usage table in memory (004 §3.6), with the number of clean segments kept as
@@ -1011,6 +1023,12 @@ impl State {
             .map_err(io)?;
         self.stats.flushes += 1;
         self.dirty_since = None;
+        #[cfg(any(test, feature = "planted"))]
+        if self.planted == Planted::ReleaseAtFlush {
+            // The deliberately broken rule the crash test must catch: no durable
+            // checkpoint says these segments are empty yet.
+            self.release_empty_segments();
+        }
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use cairn_dir::block;
-use cairn_vfs::perm::{self, LINK_MAX};
+use cairn_vfs::perm::{self, LINK_MAX, XattrOp};
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, Ino,
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
@@ -17,12 +17,16 @@ use super::*;
 use crate::format::dirlog::Op;
 
 const CHUNKS: usize = BLOCK_SIZE / block::DIR_CHUNK;
+/// The largest extended-attribute value (XATTR_SIZE_MAX).
+const XATTR_SIZE_MAX: usize = 65_536;
 
-fn owner(n: &Inode) -> Owner {
+/// The mode, ids and flags of an inode, as the permission rules see them.
+pub(crate) fn owner(n: &Inode) -> Owner {
     Owner {
         mode: n.mode,
         uid: n.uid,
         gid: n.gid,
+        flags: n.flags,
     }
 }
 
@@ -78,14 +82,14 @@ impl State {
         Ok(&mut self.node(ino)?.inode)
     }
 
-    /// The directory `ino`, with the caller allowed `want` on it.
+    /// The directory `ino`, with the caller allowed `want` on it (its ACL and flags
+    /// included).
     fn dir_checked(&mut self, ctx: &Ctx, ino: u64, want: Access) -> Result<Inode> {
         let n = self.inode(ino)?.clone();
         if !is_dir(&n) {
             return Err(Errno::ENOTDIR.into());
         }
-        ctx.check_owner(owner(&n), want)?;
-        Ok(n)
+        self.may(ctx, ino, want)
     }
 
     /// The name index of directory `ino`, built from its blocks on first use.
@@ -233,16 +237,20 @@ impl State {
         Err(Errno::ENOSPC.into())
     }
 
-    /// A new inode in directory `parent`, named `name` (checked by the caller).
+    /// A new inode in directory `parent`, named `name` (checked by the caller): `mode` is
+    /// its type and the permission bits asked for, before the umask (which applies unless
+    /// the directory has a default ACL to inherit).
     fn new_node(
         &mut self,
         ctx: &Ctx,
         parent: u64,
         name: &[u8],
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Result<u64> {
         let p = self.inode(parent)?.clone();
+        let (mode, inherited) = self.inherit(parent, mode, umask)?;
         let (mode, gid) = perm::new_inode_owner(ctx, owner(&p), mode);
         let (ino, version) = self.alloc_ino()?;
         let t = now();
@@ -261,7 +269,12 @@ impl State {
             rdev,
             ..Default::default()
         };
-        self.nodes.insert(ino, Node::fresh(inode));
+        let mut node = Node::fresh(inode);
+        if !inherited.is_empty() {
+            node.xattrs = Some(inherited);
+            node.xattr_dirty = true;
+        }
+        self.nodes.insert(ino, node);
         self.mark_dirty(ino);
         if dir {
             let mut b = vec![0u8; BLOCK_SIZE];
@@ -337,7 +350,7 @@ impl State {
         Ok(())
     }
 
-    fn truncate(&mut self, ino: u64, size: u64) -> Result<()> {
+    pub(crate) fn truncate(&mut self, ino: u64, size: u64) -> Result<()> {
         let old = self.inode(ino)?.size;
         if size > inode::MAX_BLOCKS * BS {
             return Err(Errno::EFBIG.into());
@@ -444,15 +457,22 @@ impl State {
         if perm::is_dot(n) || perm::is_dot(nn) {
             return Err(Errno::EINVAL.into());
         }
-        let pd = self.dir_checked(ctx, parent, Access::WX)?;
-        let npd = self.dir_checked(ctx, np, Access::WX)?;
+        // vfs_rename's checks: the source may be removed from its directory; the target,
+        // if any, from its own, else a name may be added there.
+        self.dir_checked(ctx, parent, Access::X)?;
+        self.dir_checked(ctx, np, Access::X)?;
         let src = self.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
         let dst = self.dir_get(np, nn)?;
         let s = self.inode(src.ino)?.clone();
-        perm::sticky_ok(ctx, owner(&pd), owner(&s))?;
-        if let Some(d) = dst {
-            let di = self.inode(d.ino)?.clone();
-            perm::sticky_ok(ctx, owner(&npd), owner(&di))?;
+        self.may_delete(ctx, parent, &s)?;
+        match dst {
+            Some(d) => {
+                let di = self.inode(d.ino)?.clone();
+                self.may_delete(ctx, np, &di)?;
+            }
+            None => {
+                self.may(ctx, np, Access::WX)?;
+            }
         }
         if flags.exchange {
             let d = dst.ok_or(Errno::ENOENT)?;
@@ -466,7 +486,7 @@ impl State {
                         if self.is_ancestor(x.ino, to)? {
                             return Err(Errno::EINVAL.into());
                         }
-                        ctx.check_owner(owner(x), Access::W)?;
+                        self.may(ctx, x.ino, Access::W)?;
                     }
                 }
             }
@@ -516,7 +536,7 @@ impl State {
             if self.is_ancestor(src.ino, np)? {
                 return Err(Errno::EINVAL.into());
             }
-            ctx.check_owner(owner(&s), Access::W)?;
+            self.may(ctx, src.ino, Access::W)?;
             if dst.is_none() && self.inode(np)?.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
@@ -558,7 +578,7 @@ impl State {
         Ok(())
     }
 
-    fn load_xattrs(&mut self, ino: u64) -> Result<&mut BTreeMap<Vec<u8>, Vec<u8>>> {
+    pub(crate) fn load_xattrs(&mut self, ino: u64) -> Result<&mut BTreeMap<Vec<u8>, Vec<u8>>> {
         if self.node(ino)?.xattrs.is_none() {
             let a = self.node(ino)?.inode.xattr;
             let x = if a == 0 {
@@ -599,15 +619,25 @@ impl Lfs {
     fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
         self.run_rw(|st| {
             let flags = st.handles.get(&fh).map(|h| h.1).ok_or(Errno::EBADF)?;
-            let off = if flags & libc::O_APPEND != 0 {
+            // A file made immutable since it was opened takes no more writes.
+            if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
+                return Err(Errno::EPERM.into());
+            }
+            let off = if perm::appends(flags) {
                 st.inode(ino)?.size
             } else {
                 offset
             };
+            // A write-back may take the reserve held for it, for this call only.
             st.dip_into_reserve = back;
             let r = st.do_write(ino, off, data);
             st.dip_into_reserve = false;
             let r = r?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
+                // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
+                let node = st.inode(ino)?;
+                node.mode = perm::kill_privileges(node.mode);
+            }
             st.mark_dirty(ino);
             Ok(r)
         })
@@ -617,6 +647,14 @@ impl Lfs {
 impl FileSystem for Lfs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
+    }
+
+    fn posix_acls(&self) -> bool {
+        true
+    }
+
+    fn kills_privileges(&self) -> bool {
+        true
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
@@ -679,6 +717,8 @@ impl FileSystem for Lfs {
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
         self.run_rw(|st| {
             let cur = st.inode(ino)?.clone();
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            let acl = acl.as_ref();
             let mut o = owner(&cur);
             if let Some(m) = set.mode {
                 o.mode = perm::chmod(ctx, o, m)?;
@@ -687,10 +727,10 @@ impl FileSystem for Lfs {
                 o = perm::chown(ctx, o, set.uid, set.gid)?;
             }
             if let Some(t) = &set.atime {
-                perm::may_set_time(ctx, owner(&cur), t)?;
+                perm::may_set_time(ctx, owner(&cur), acl, t)?;
             }
             if let Some(t) = &set.mtime {
-                perm::may_set_time(ctx, owner(&cur), t)?;
+                perm::may_set_time(ctx, owner(&cur), acl, t)?;
             }
             if let Some(size) = set.size {
                 if is_dir(&cur) {
@@ -699,8 +739,9 @@ impl FileSystem for Lfs {
                 if cur.mode & libc::S_IFMT != libc::S_IFREG {
                     return Err(Errno::EINVAL.into());
                 }
-                if set.fh.is_none() {
-                    ctx.check_owner(owner(&cur), Access::W)?;
+                perm::may_truncate(ctx, owner(&cur), acl, set.fh.is_some())?;
+                if !ctx.is_root() {
+                    o.mode = perm::kill_privileges(o.mode);
                 }
                 if size > inode::MAX_BLOCKS * BS {
                     return Err(Errno::EFBIG.into());
@@ -730,6 +771,10 @@ impl FileSystem for Lfs {
             }
             n.ctime = set.ctime.map(to_time).unwrap_or(t);
             st.mark_dirty(ino);
+            if o.mode & 0o777 != cur.mode & 0o777 {
+                // The access ACL, if any, takes the new permission bits.
+                st.chmod_acl(ino)?;
+            }
             st.attr(ino)
         })
     }
@@ -762,8 +807,15 @@ impl FileSystem for Lfs {
                 }
                 _ => {}
             }
+            if matches!(
+                FileKind::from_mode(mode),
+                Some(FileKind::CharDevice | FileKind::BlockDevice)
+            ) && !ctx.is_root()
+            {
+                return Err(Errno::EPERM.into());
+            }
             let n = st.check_new(ctx, parent, name)?;
-            let ino = st.new_node(ctx, parent, &n, mode & !(umask & 0o777), rdev)?;
+            let ino = st.new_node(ctx, parent, &n, mode, umask, rdev)?;
             st.attr(ino)
         })
     }
@@ -774,8 +826,8 @@ impl FileSystem for Lfs {
             if st.inode(parent)?.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
-            let m = libc::S_IFDIR | (mode & 0o7777 & !umask);
-            let ino = st.new_node(ctx, parent, &n, m, 0)?;
+            let m = libc::S_IFDIR | (mode & 0o7777);
+            let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
             st.attr(ino)
         })
     }
@@ -783,13 +835,13 @@ impl FileSystem for Lfs {
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr) -> Result<()> {
         self.run_rw(|st| {
             let n = perm::check_name(name)?;
-            let pd = st.dir_checked(ctx, parent, Access::WX)?;
+            st.dir_checked(ctx, parent, Access::X)?;
             let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
             let v = st.inode(slot.ino)?.clone();
+            st.may_delete(ctx, parent, &v)?;
             if is_dir(&v) {
                 return Err(Errno::EISDIR.into());
             }
-            perm::sticky_ok(ctx, owner(&pd), owner(&v))?;
             let t = now();
             let vn = st.inode(slot.ino)?;
             vn.nlink -= 1;
@@ -811,13 +863,13 @@ impl FileSystem for Lfs {
             if n == b".." {
                 return Err(Errno::ENOTEMPTY.into());
             }
-            let pd = st.dir_checked(ctx, parent, Access::WX)?;
+            st.dir_checked(ctx, parent, Access::X)?;
             let slot = st.dir_get(parent, n)?.ok_or(Errno::ENOENT)?;
             let v = st.inode(slot.ino)?.clone();
+            st.may_delete(ctx, parent, &v)?;
             if !is_dir(&v) {
                 return Err(Errno::ENOTDIR.into());
             }
-            perm::sticky_ok(ctx, owner(&pd), owner(&v))?;
             if !st.dir_index(slot.ino)?.is_empty() {
                 return Err(Errno::ENOTEMPTY.into());
             }
@@ -844,7 +896,7 @@ impl FileSystem for Lfs {
                 .into());
             }
             let n = st.check_new(ctx, parent, name)?;
-            let ino = st.new_node(ctx, parent, &n, libc::S_IFLNK | 0o777, 0)?;
+            let ino = st.new_node(ctx, parent, &n, libc::S_IFLNK | 0o777, 0, 0)?;
             let mut b = vec![0u8; BLOCK_SIZE];
             b[..target.len()].copy_from_slice(target);
             st.write_file_block(ino, 0, b);
@@ -868,10 +920,13 @@ impl FileSystem for Lfs {
     fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
         self.run_rw(|st| {
             let v = st.inode(ino)?.clone();
+            // may_linkat (protected hard links), then vfs_link's rules.
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            perm::may_link(ctx, owner(&v), acl.as_ref())?;
+            let n = st.check_new(ctx, new_parent, new_name)?;
             if is_dir(&v) {
                 return Err(Errno::EPERM.into());
             }
-            let n = st.check_new(ctx, new_parent, new_name)?;
             if v.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
@@ -899,14 +954,19 @@ impl FileSystem for Lfs {
             if self.opts.read_only && want.0 & Access::W.0 != 0 {
                 return Err(Errno::EROFS.into());
             }
-            ctx.check_owner(owner(&n), want)?;
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            perm::may_open(ctx, owner(&n), acl.as_ref(), flags)?;
             if flags & libc::O_TRUNC != 0 && n.mode & libc::S_IFMT == libc::S_IFREG && n.size > 0 {
                 st.truncate(ino, 0)?;
+                if !ctx.is_root() {
+                    let node = st.inode(ino)?;
+                    node.mode = perm::kill_privileges(node.mode);
+                }
             }
             st.node(ino)?.opens += 1;
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.handles.insert(fh, (ino, flags));
+            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
             Ok(fh)
         })
     }
@@ -922,12 +982,12 @@ impl FileSystem for Lfs {
     ) -> Result<(Attr, Fh)> {
         self.run_rw(|st| {
             let n = st.check_new(ctx, parent, name)?;
-            let m = libc::S_IFREG | (mode & 0o7777 & !umask);
-            let ino = st.new_node(ctx, parent, &n, m, 0)?;
+            let m = libc::S_IFREG | (mode & 0o7777);
+            let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
             st.node(ino)?.opens += 1;
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.handles.insert(fh, (ino, flags));
+            st.handles.insert(fh, (ino, perm::handle_flags(ctx, flags)));
             Ok((st.attr(ino)?, fh))
         })
     }
@@ -1114,7 +1174,14 @@ impl FileSystem for Lfs {
         self.run_rw(|st| {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
-            perm::xattr_access(ctx, owner(&cur), n, true)?;
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Set)?;
+            if value.len() > XATTR_SIZE_MAX {
+                return Err(Errno::E2BIG.into());
+            }
+            if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
+                return st.set_acl(ctx, ino, kind, Some(value));
+            }
             let x = st.load_xattrs(ino)?;
             let exists = x.contains_key(n);
             if flags & libc::XATTR_CREATE != 0 && exists {
@@ -1125,15 +1192,7 @@ impl FileSystem for Lfs {
             }
             let mut next = x.clone();
             next.insert(n.to_vec(), value.to_vec());
-            if xattrs_size(&next) > BLOCK_SIZE {
-                return Err(Errno::ENOSPC.into());
-            }
-            *x = next;
-            let node = st.node(ino)?;
-            node.xattr_dirty = true;
-            node.inode.ctime = now();
-            st.mark_dirty(ino);
-            Ok(())
+            st.replace_xattrs(ino, next, None, true)
         })
     }
 
@@ -1141,7 +1200,8 @@ impl FileSystem for Lfs {
         self.run(|st| {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
-            perm::xattr_access(ctx, owner(&cur), n, false)?;
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Get)?;
             st.load_xattrs(ino)?
                 .get(n)
                 .cloned()
@@ -1164,23 +1224,31 @@ impl FileSystem for Lfs {
         self.run_rw(|st| {
             let cur = st.inode(ino)?.clone();
             let n = name.as_bytes();
-            perm::xattr_access(ctx, owner(&cur), n, true)?;
-            if st.load_xattrs(ino)?.remove(n).is_none() {
+            let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
+            if !perm::xattr_access(ctx, owner(&cur), acl.as_ref(), n, XattrOp::Remove)? {
+                return Ok(());
+            }
+            if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
+                return st.set_acl(ctx, ino, kind, None);
+            }
+            let mut next = st.load_xattrs(ino)?.clone();
+            if next.remove(n).is_none() {
                 return Err(Errno::ENODATA.into());
             }
-            let node = st.node(ino)?;
-            node.xattr_dirty = true;
-            node.inode.ctime = now();
-            st.mark_dirty(ino);
-            Ok(())
+            st.replace_xattrs(ino, next, None, true)
         })
     }
 
     fn access(&self, ctx: &Ctx, ino: Ino, mask: Access) -> Result<()> {
-        self.run(|st| {
-            let n = st.inode(ino)?.clone();
-            ctx.check_owner(owner(&n), mask)
-        })
+        self.run(|st| st.may(ctx, ino, mask).map(|_| ()))
+    }
+
+    fn get_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<u32> {
+        self.run(|st| Ok(st.inode(ino)?.flags))
+    }
+
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<()> {
+        self.run_rw(|st| st.set_flags(ctx, ino, flags))
     }
 
     fn fallocate(
@@ -1191,32 +1259,7 @@ impl FileSystem for Lfs {
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
-        self.run_rw(|st| {
-            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-                return Err(Errno::EOPNOTSUPP.into());
-            }
-            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-            if end > inode::MAX_BLOCKS * BS {
-                return Err(Errno::EFBIG.into());
-            }
-            // A log cannot reserve places ahead of time: the range's holes are filled with
-            // zero blocks (written at the next flush), so the space is taken now.
-            st.ensure_space(length.saturating_add(BS))?;
-            st.map(ino)?;
-            let (first, last) = (offset / BS, end.div_ceil(BS));
-            for lbn in first..last {
-                if !st.dirty_data.contains_key(&(ino, lbn)) && !st.map(ino)?.contains_key(&lbn) {
-                    st.write_file_block(ino, lbn, vec![0u8; BLOCK_SIZE]);
-                }
-            }
-            if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > st.inode(ino)?.size {
-                let n = st.inode(ino)?;
-                n.size = end;
-                n.ctime = now();
-                st.mark_dirty(ino);
-            }
-            Ok(())
-        })
+        self.run_rw(|st| st.fallocate(ino, offset, length, mode))
     }
 
     fn sync_all(&self) -> Result<()> {

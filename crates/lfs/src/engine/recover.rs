@@ -15,6 +15,7 @@
 use super::*;
 use crate::format::checkpoint::{self, Checkpoint};
 use crate::format::summary::Summary;
+use crate::format::superblock;
 use crate::log::read_partial;
 use cairn_bufcache::{CacheConfig, NoHooks};
 
@@ -122,6 +123,8 @@ impl State {
                 off = 0;
             }
             let commit = s.commit();
+            #[cfg(any(test, feature = "planted"))]
+            let commit = commit || self.planted == Planted::RollForwardUncommitted;
             unit.push((s, data));
             if commit {
                 for (s, data) in std::mem::take(&mut unit) {
@@ -206,6 +209,14 @@ impl State {
     }
 }
 
+/// What a mount does with an image of an older format version read-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Older {
+    Refuse,
+    /// `cairn fsck -y`'s mount, before [`Lfs::upgrade_device`].
+    Upgrade,
+}
+
 fn refused(msg: String) -> FsError {
     FsError::Refused(Errno::EINVAL, msg)
 }
@@ -277,9 +288,49 @@ impl Lfs {
     }
 
     /// Mounts a file system on `dev`: checkpoint, tables, roll-forward, and (read-write) a
-    /// checkpoint of what roll-forward found, so a second crash starts from it.
+    /// checkpoint of what roll-forward found, so a second crash starts from it. An image of
+    /// an older format version mounts read-only only (see [`Lfs::upgrade_device`]).
     pub fn mount_device(dev: Arc<dyn BlockDevice>, opts: &MountOptions) -> Result<Arc<Lfs>> {
-        Self::mount_inner(dev, opts, |_| {})
+        Self::mount_inner(dev, opts, Older::Refuse, |_| {})
+    }
+
+    /// A read-write mount of `dev` whatever its format version, for `cairn fsck -y`
+    /// ([`crate::check::repair_device`]): an older image's log is rolled forward as that
+    /// version checks it, and what the mount writes is the current version's. The caller
+    /// finishes with [`Lfs::upgrade_device`] once the mount has been unmounted.
+    pub(crate) fn mount_upgrading(
+        dev: Arc<dyn BlockDevice>,
+        opts: &MountOptions,
+    ) -> Result<Arc<Lfs>> {
+        Self::mount_inner(dev, opts, Older::Upgrade, |_| {})
+    }
+
+    /// Rewrites the superblock of an older format version as the current one, after a
+    /// read-write mount ([`Lfs::mount_upgrading`]) rolled its log forward and its unmount
+    /// checkpointed: nothing of the log the older version checks remains to roll forward.
+    /// The version and the checksum lie in the block's first 512-byte sector, which the
+    /// device lands whole (DESIGN.md, "Assumptions about the device"): a crash leaves the
+    /// old superblock or the new one. Returns whether it upgraded.
+    pub(crate) fn upgrade_device(dev: &Arc<dyn BlockDevice>) -> Result<bool> {
+        let mut b = vec![0u8; BLOCK_SIZE];
+        dev.read_blocks(0, &mut b)?;
+        let sb = Superblock::decode(&b, dev.num_blocks()).map_err(|e| refused(e.0))?;
+        if sb.version >= superblock::VERSION {
+            return Ok(false);
+        }
+        dev.flush()?;
+        let new = Superblock {
+            version: superblock::VERSION,
+            ..sb
+        };
+        dev.write_blocks(0, &new.encode())?;
+        dev.flush()?;
+        log::warn!(
+            "upgraded the LFS image from format version {} to {}",
+            sb.version,
+            superblock::VERSION
+        );
+        Ok(true)
     }
 
     /// [`Lfs::mount_device`] with a planted ordering bug (the crash harness's catalogue).
@@ -289,15 +340,23 @@ impl Lfs {
         opts: &MountOptions,
         planted: Planted,
     ) -> Result<Arc<Lfs>> {
-        Self::mount_inner(dev, opts, |st| st.planted = planted)
+        Self::mount_inner(dev, opts, Older::Refuse, |st| st.planted = planted)
     }
 
     fn mount_inner(
         dev: Arc<dyn BlockDevice>,
         opts: &MountOptions,
+        older: Older,
         plant: impl FnOnce(&mut State),
     ) -> Result<Arc<Lfs>> {
         let (sb, slot, cp) = open_image(&dev)?;
+        if sb.version < superblock::VERSION && !opts.read_only && older == Older::Refuse {
+            return Err(refused(format!(
+                "LFS format version {}: its log's checksums can pass a stale block after a crash, so this cairn mounts it read-only only; `cairn fsck -y IMAGE` upgrades it to version {} (older cairn builds then refuse it)",
+                sb.version,
+                superblock::VERSION
+            )));
+        }
         opts.thresholds(sb.segments)
             .map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
         let (imap, usage) = load_tables(&dev, &sb, &cp)?;

@@ -191,6 +191,7 @@ mod tests {
         let usage_blocks = tables::usage_blocks_for(10);
         let cp_blocks = region_blocks(imap_blocks, usage_blocks);
         Superblock {
+            version: superblock::VERSION,
             total_blocks: 1 + 2 * cp_blocks as u64 + 10 * 128,
             segment_blocks: 128,
             segments: 10,

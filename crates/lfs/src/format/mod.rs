@@ -1,4 +1,4 @@
-//! The on-disk format of cairn's log-structured file system, version 1 (docs/FORMAT.md, "The
+//! The on-disk format of cairn's log-structured file system, version 2 (docs/FORMAT.md, "The
 //! cairn LFS on-disk format"). Codecs only, no I/O: every `decode` checks bounds, magic and
 //! checksum and returns [`FormatError`] (one line) on hostile bytes; nothing here panics.
 //!
@@ -24,7 +24,7 @@ pub mod tables;
 
 pub use cairn_dir::{FResult, FormatError};
 
-/// The only block size of version 1.
+/// The only block size.
 pub const BLOCK_SIZE: usize = 4096;
 /// Block addresses are absolute block numbers on the device; 0 (the superblock) never
 /// names a block of the log, so 0 means "none".
@@ -86,6 +86,7 @@ mod fuzz {
         let usage_blocks = tables::usage_blocks_for(10);
         let cp_blocks = checkpoint::region_blocks(imap_blocks, usage_blocks);
         let sb = superblock::Superblock {
+            version: superblock::VERSION,
             total_blocks: 1 + 2 * cp_blocks as u64 + 1280,
             segment_blocks: 128,
             segments: 10,
@@ -105,6 +106,7 @@ mod fuzz {
         let s = summary::Summary {
             serial: 1,
             data_crc: 0,
+            data_hash: 0,
             next_seg: 1,
             flags: 0,
             time_ns: 0,

@@ -8,16 +8,21 @@
 //!   4  crc        u32  CRC32C of this block with this field zero
 //!   8  serial     u64  log serial: +1 per partial segment (a stale summary left in a
 //!                      reused segment carries an older serial and ends roll-forward)
-//!  16  data_crc   u32  CRC32C of the `count` blocks that follow (a torn write fails it)
+//!  16  data_crc   u32  version 1 only: CRC32C of the `count` blocks that follow; 0 in a
+//!                      summary flagged HASH (see below: it can pass a stale block)
 //!  20  count      u32  blocks after the summary (at most 168)
 //!  24  next_seg   u32  the segment the log goes to once this one is full (threaded log)
 //!  28  flags      u32  bit 0 COMMIT: last partial of a flush; roll-forward applies
 //!                      partial segments only up to a COMMIT (see DESIGN.md);
-//!                      bit 1 SKIP_REST: the log goes on at the start of next_seg
+//!                      bit 1 SKIP_REST: the log goes on at the start of next_seg;
+//!                      bit 2 HASH: the blocks are checked by data_hash, not data_crc
+//!                      (every summary of a version 2 image has it)
 //!  32  time_ns    u64  write time
 //!  40  seg        u32  this partial's segment (a copy at a wrong place is refused)
 //!  44  off        u32  this partial's first block (the summary) in the segment
-//!  48  reserved   [u8; 16]
+//!  48  data_hash  u64  HASH: XXH3-64 of serial, seg, off (little-endian u64, u32, u32)
+//!                      and then the `count` blocks; version 1: reserved, 0
+//!  56  reserved   [u8; 8]
 //!  64  entries    24 bytes each, one per block, in log order:
 //!        0 kind     u8   1 data, 2 indirect, 3 inode block, 4 inode map, 5 usage table,
 //!                        6 directory operation log, 7 xattr
@@ -26,6 +31,19 @@
 //!        8 ino      u64  inode number (0 for table and log blocks)
 //!       16 lbn      u64  logical block (data), indirect slot, or table block index
 //! ```
+//!
+//! **Why a hash and not a CRC over the blocks** (docs/FORMAT.md, "Partial segment"). CRC32C
+//! is linear, and each 256-byte inode record ends with the CRC32C of its first 252 bytes:
+//! a CRC register run over such a record ends in a state that does not depend on the
+//! record's contents. Version 1's `data_crc` over the blocks concatenated therefore took the
+//! same value for every inode block whose 16 slots are valid records, whatever the records
+//! held — after a torn write into a reused segment, the stale inode block of the segment's
+//! previous life passed the check and roll-forward applied stale inodes. Seeding the CRC
+//! with the serial and address moves the register but not that cancellation; a CRC32C per
+//! block in the summary has it too. XXH3 is not linear, so no structure inside a block can
+//! cancel out, and hashing the serial and place first binds the blocks to this partial:
+//! a block of any other partial — this segment's previous life, or an earlier partial of
+//! the same flush — fails it unless the 64-bit hashes collide.
 
 use super::*;
 
@@ -33,6 +51,8 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"LFSS");
 pub const FLAG_COMMIT: u32 = 1;
 /// The log continues at the start of `next_seg`: the rest of this segment is unused.
 pub const FLAG_SKIP_REST: u32 = 2;
+/// The blocks are checked by `data_hash` (written by every summary since format version 2).
+pub const FLAG_HASH: u32 = 4;
 const HDR: usize = 64;
 const ENTRY: usize = 24;
 /// Most blocks one summary names.
@@ -77,7 +97,10 @@ pub struct Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
     pub serial: u64,
+    /// Version 1's check of the blocks (a summary without [`FLAG_HASH`]).
     pub data_crc: u32,
+    /// The check of the blocks of a summary flagged [`FLAG_HASH`] ([`data_hash`]).
+    pub data_hash: u64,
     pub next_seg: u32,
     pub flags: u32,
     pub time_ns: u64,
@@ -95,6 +118,30 @@ impl Summary {
         self.flags & FLAG_SKIP_REST != 0
     }
 
+    /// Whether the blocks are checked by [`Summary::data_hash`] (format version 2).
+    pub fn hashed(&self) -> bool {
+        self.flags & FLAG_HASH != 0
+    }
+
+    /// Sets the check of `data`, the blocks that follow the summary, in the current form:
+    /// [`FLAG_HASH`] and the hash bound to this summary's serial and place (after `serial`,
+    /// `seg` and `off` are set).
+    pub fn seal(&mut self, data: &[u8]) {
+        self.flags |= FLAG_HASH;
+        self.data_crc = 0;
+        self.data_hash = data_hash(self.serial, self.seg, self.off, data);
+    }
+
+    /// Whether `data` is exactly the blocks this summary was written with: by the hash
+    /// when the summary is flagged HASH, by version 1's CRC otherwise.
+    pub fn holds(&self, data: &[u8]) -> bool {
+        if self.hashed() {
+            data_hash(self.serial, self.seg, self.off, data) == self.data_hash
+        } else {
+            crc(data) == self.data_crc
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];
         put_u32(&mut b, 0, MAGIC);
@@ -106,6 +153,7 @@ impl Summary {
         put_u64(&mut b, 32, self.time_ns);
         put_u32(&mut b, 40, self.seg);
         put_u32(&mut b, 44, self.off);
+        put_u64(&mut b, 48, self.data_hash);
         for (i, e) in self.entries.iter().take(MAX_ENTRIES).enumerate() {
             let o = HDR + i * ENTRY;
             b[o] = e.kind as u8;
@@ -159,6 +207,7 @@ impl Summary {
         Ok(Summary {
             serial: get_u64(b, 8),
             data_crc: get_u32(b, 16),
+            data_hash: get_u64(b, 48),
             next_seg,
             flags: get_u32(b, 28),
             time_ns: get_u64(b, 32),
@@ -167,6 +216,17 @@ impl Summary {
             entries,
         })
     }
+}
+
+/// The check of a partial segment's blocks (format version 2): XXH3-64 over the summary's
+/// serial, segment and offset, then the blocks.
+pub fn data_hash(serial: u64, seg: u32, off: u32, data: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&serial.to_le_bytes());
+    h.update(&seg.to_le_bytes());
+    h.update(&off.to_le_bytes());
+    h.update(data);
+    h.digest()
 }
 
 #[cfg(test)]
@@ -178,6 +238,7 @@ mod tests {
         let s = Summary {
             serial: 9,
             data_crc: 0xdead,
+            data_hash: 0xfeed_beef_0bad_cafe,
             next_seg: 3,
             flags: FLAG_COMMIT,
             time_ns: 1,
@@ -202,5 +263,67 @@ mod tests {
         assert!(Summary::decode(&c, 128, 4).is_err());
         assert!(Summary::decode(&b[..10], 128, 4).is_err());
         assert_eq!(MAX_ENTRIES, 168);
+    }
+
+    /// The version-1 bug: a stale inode block passes a CRC32C over the blocks, because each
+    /// inode record ends in its own CRC32C. Two inode blocks with different records give
+    /// the same CRC after the same first block; the hash tells them apart, and binds the
+    /// blocks to the summary's serial and place.
+    #[test]
+    fn a_stale_inode_block_passes_the_crc_and_fails_the_hash() {
+        use crate::format::inode::{self, Inode};
+        let block = |seed: u64| {
+            let recs: Vec<Inode> = (0..inode::PER_BLOCK as u64)
+                .map(|i| Inode {
+                    ino: 3 + i,
+                    version: seed as u32,
+                    mode: 0o100644,
+                    nlink: 1,
+                    size: seed * 1000 + i,
+                    ..Default::default()
+                })
+                .collect();
+            inode::encode_block(&recs.iter().collect::<Vec<_>>())
+        };
+        let (new, stale) = (block(7), block(1));
+        assert_ne!(new, stale);
+        let first = vec![0x5au8; BLOCK_SIZE];
+        let written = [first.clone(), new].concat();
+        let torn = [first, stale].concat();
+        // Version 1: the torn partial passes.
+        let v1 = Summary {
+            serial: 40,
+            data_crc: crc(&written),
+            data_hash: 0,
+            next_seg: 2,
+            flags: FLAG_COMMIT,
+            time_ns: 0,
+            seg: 1,
+            off: 9,
+            entries: Vec::new(),
+        };
+        assert!(v1.holds(&written));
+        assert!(
+            v1.holds(&torn),
+            "CRC32C no longer cancels self-checked records?"
+        );
+        // Version 2: it fails, and the same blocks fail under another serial or place.
+        let mut v2 = v1.clone();
+        v2.seal(&written);
+        assert!(v2.hashed() && v2.commit());
+        assert!(v2.holds(&written) && !v2.holds(&torn));
+        for (serial, seg, off) in [(41, 1, 9), (40, 2, 9), (40, 1, 10)] {
+            let other = Summary {
+                serial,
+                seg,
+                off,
+                ..v2.clone()
+            };
+            assert!(!other.holds(&written), "{serial} {seg}:{off}");
+        }
+        // The flag and the hash survive encoding.
+        let back = Summary::decode(&v2.encode(), 128, 4).unwrap();
+        assert_eq!(back, v2);
+        assert!(back.holds(&written) && !back.holds(&torn));
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   0  magic           [u8; 8]  "CAIRNLFS"
-//!   8  version         u32      1
+//!   8  version         u32      2 (1: summaries checked by a CRC, read-only; see below)
 //!  12  block_size      u32      4096
 //!  16  total_blocks    u64      blocks of the device used by the file system
 //!  24  segment_blocks  u32      blocks per segment (128 = 512 KiB)
@@ -22,16 +22,28 @@
 //! 128..4096                     zero
 //! ```
 //! Checkpoint region 0 starts at block 1, region 1 at block `1 + cp_blocks`.
+//!
+//! **Versions.** 2: every segment summary the file system writes carries the hash of its
+//! blocks (`summary::FLAG_HASH`), and roll-forward accepts no other. 1 (images made before
+//! 2026-11-27): summaries checked by a CRC32C that a stale inode block passes, so such an
+//! image is mounted read-only only; `cairn fsck -y` upgrades it (a read-write mount that
+//! rolls forward and checkpoints, then this block rewritten with version 2: the version and
+//! the checksum are in its first sector, which lands whole).
 
 use super::*;
 
 pub const MAGIC: &[u8; 8] = b"CAIRNLFS";
-pub const VERSION: u32 = 1;
+/// The version mkfs writes.
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads (read-only: see the module documentation).
+pub const OLDEST_VERSION: u32 = 1;
 /// Bytes `probe` needs.
 pub const SB_BYTES: usize = 128;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// [`VERSION`], or an older one this build reads ([`OLDEST_VERSION`]..).
+    pub version: u32,
     pub total_blocks: u64,
     pub segment_blocks: u32,
     pub segments: u32,
@@ -77,7 +89,7 @@ impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];
         b[0..8].copy_from_slice(MAGIC);
-        put_u32(&mut b, 8, VERSION);
+        put_u32(&mut b, 8, self.version);
         put_u32(&mut b, 12, BLOCK_SIZE as u32);
         put_u64(&mut b, 16, self.total_blocks);
         put_u32(&mut b, 24, self.segment_blocks);
@@ -104,9 +116,9 @@ impl Superblock {
         }
         need(b, SB_BYTES, "LFS superblock")?;
         let version = get_u32(b, 8);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return corrupt(format!(
-                "LFS format version {version} (this cairn reads version {VERSION})"
+                "LFS format version {version} (this cairn reads versions {OLDEST_VERSION} to {VERSION}: a newer cairn made it)"
             ));
         }
         if get_u32(b, 124) != crc(&b[..124]) {
@@ -114,11 +126,14 @@ impl Superblock {
         }
         let bs = get_u32(b, 12);
         if bs as usize != BLOCK_SIZE {
-            return corrupt(format!("LFS block size {bs} (version 1 uses {BLOCK_SIZE})"));
+            return corrupt(format!(
+                "LFS block size {bs} (the format uses {BLOCK_SIZE})"
+            ));
         }
         let label_raw = &b[64..112];
         let end = label_raw.iter().position(|&c| c == 0).unwrap_or(48);
         let sb = Superblock {
+            version,
             total_blocks: get_u64(b, 16),
             segment_blocks: get_u32(b, 24),
             segments: get_u32(b, 28),
@@ -188,6 +203,7 @@ mod tests {
         let usage_blocks = tables::usage_blocks_for(10);
         let cp_blocks = checkpoint::region_blocks(imap_blocks, usage_blocks);
         Superblock {
+            version: VERSION,
             total_blocks: 1 + 2 * cp_blocks as u64 + 10 * 128,
             segment_blocks: 128,
             segments: 10,
@@ -218,6 +234,21 @@ mod tests {
             assert!(Superblock::decode(&c, 1 << 30).is_err(), "byte {i}");
         }
         assert!(Superblock::decode(&b[..20], 1 << 30).is_err());
+        // Version 1 is read; a version from a newer build is refused, naming it.
+        let v1 = Superblock {
+            version: 1,
+            ..sb.clone()
+        };
+        assert_eq!(
+            Superblock::decode(&v1.encode(), sb.total_blocks).unwrap(),
+            v1
+        );
+        let v3 = Superblock {
+            version: 3,
+            ..sb.clone()
+        };
+        let e = Superblock::decode(&v3.encode(), sb.total_blocks).unwrap_err();
+        assert!(e.0.contains("version 3") && e.0.contains("newer"), "{e}");
         assert_eq!(sb.seg_of(sb.first_segment + 128), Some(1));
         assert_eq!(sb.seg_of(1), None);
         assert_eq!(sb.seg_of(sb.first_segment + 10 * 128), None);

@@ -121,12 +121,18 @@ pub(super) const MODE: ModeInfo = ModeInfo {
     guarantees: Guarantees {
         metadata_on_return: true,
         fsync_data_first: true,
-        no_stale_data: false,
+        // Ordered data (DESIGN.md): a call's data is written and flushed before the records
+        // that make its pointers or size durable, and a freed block is revoked in the log
+        // and held from the allocator until its free is durable, so no recovery puts a
+        // logged image over data a returned call wrote. commit=async's timer leaves a gap
+        // (DESIGN.md): journal-async does not promise it.
+        no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::Never,
         interrupted_rename: Allowed::Never,
         after_crash: AfterCrash::Recover,
-        basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync)",
+        basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync); ordered data: no pointer or size durable before its data, no freed block's logged image replayed over its next owner (revoke)",
     },
     options: &[
         ModeOption {
@@ -159,6 +165,7 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: false,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::Never,
         interrupted_rename: Allowed::Never,
@@ -303,6 +310,9 @@ struct Inner {
     /// call's END record, so a call returns before it is durable.
     #[cfg(any(test, feature = "planted"))]
     plant_no_group_force: AtomicBool,
+    /// A planted bug for the tests: recovery replays updates a later REVOKE record freed.
+    #[cfg(any(test, feature = "planted"))]
+    plant_ignore_revoke: AtomicBool,
 }
 
 /// Block-number keyed maps, hashed with FxHash (a multiplication per key): the shadow map
@@ -461,6 +471,8 @@ impl Journal {
                 plant_reuse: AtomicBool::new(false),
                 #[cfg(any(test, feature = "planted"))]
                 plant_no_group_force: AtomicBool::new(false),
+                #[cfg(any(test, feature = "planted"))]
+                plant_ignore_revoke: AtomicBool::new(false),
             }),
             #[cfg(test)]
             plant_home_first: false,
@@ -549,6 +561,16 @@ impl Journal {
             .store(true, AtomicOrdering::Release);
     }
 
+    /// Plants a bug (the crash harness's `journal-replay-ignores-revoke`): recovery
+    /// replays every logged update, those of blocks a later record revoked too, so a freed
+    /// block's last logged image lands over whatever its next owner wrote there.
+    #[cfg(any(test, feature = "planted"))]
+    pub fn plant_ignore_revoke(&self) {
+        self.inner
+            .plant_ignore_revoke
+            .store(true, AtomicOrdering::Release);
+    }
+
     /// The open log (after `recover`).
     pub fn wal(&self) -> Option<Arc<Wal>> {
         self.inner.wal()
@@ -616,8 +638,12 @@ impl Journal {
         claim: bool,
     ) -> Result<()> {
         let records = self.log_records(wal, sb, name, claim)?;
-        let Replayed { stats: st, orphans } =
-            replay(dev, records).map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
+        #[cfg(any(test, feature = "planted"))]
+        let revokes = !self.inner.plant_ignore_revoke.load(AtomicOrdering::Acquire);
+        #[cfg(not(any(test, feature = "planted")))]
+        let revokes = true;
+        let Replayed { stats: st, orphans } = replay::replay_with(dev, records, revokes)
+            .map_err(|e| FsError::Corrupt(format!("{name}: {e}")))?;
         *self.inner.recovered_orphans.lock() = orphans;
         if st.records > 0 {
             log::info!(

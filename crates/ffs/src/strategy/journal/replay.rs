@@ -89,6 +89,16 @@ pub fn replay(
     dev: &dyn BlockDevice,
     records: impl IntoIterator<Item = (u64, Vec<u8>)>,
 ) -> Result<Replayed, String> {
+    replay_with(dev, records, true)
+}
+
+/// [`replay`], skipping revoked updates only when `revokes` (false: the crash harness's
+/// planted bug, `Journal::plant_ignore_revoke`).
+pub(crate) fn replay_with(
+    dev: &dyn BlockDevice,
+    records: impl IntoIterator<Item = (u64, Vec<u8>)>,
+    revokes: bool,
+) -> Result<Replayed, String> {
     let mut st = ReplayStats::default();
     let entries = complete_entries(records, &mut st)?;
     let bs = dev.block_size() as usize;
@@ -103,9 +113,10 @@ pub fn replay(
             Entry::OrphanGone { ino } => {
                 orphans.remove(ino);
             }
-            Entry::Revoke { block } => {
+            Entry::Revoke { block } if revokes => {
                 last_revoke.insert(*block, i);
             }
+            Entry::Revoke { .. } => {}
             Entry::Update {
                 block,
                 offset,

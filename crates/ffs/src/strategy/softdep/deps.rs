@@ -118,6 +118,13 @@ pub(crate) enum What {
     /// (FreeBSD keeps the old size in the inode until the data is written, the same
     /// guarantee: no byte within the size on disk that the file never had).
     Size { ino: Ino, iblk: Blk, safe: u64 },
+    /// The mode changed with the access ACL (`AclMode`): while the xattr pointer's new
+    /// block is not on disk (this record waits for what that pointer's `Alloc` waits for),
+    /// the inode's mode is written as `safe`, the mode on disk before — so the inode on disk
+    /// has either the old ACL and the old mode or the new ones, never a mode without the
+    /// ACL it was computed from. One per inode: a later change while one is pending keeps
+    /// its `safe` and takes the new pointer's conditions.
+    Mode { ino: Ino, iblk: Blk, safe: u32 },
     /// A worklist item: `dirrem`, `freeblks`, `freefile`.
     Work(Action),
 }
@@ -141,7 +148,7 @@ impl Rec {
                 PtrAt::Indir { holder, iblk, .. } => (Some(holder), Some(iblk)),
             },
             What::Entry { blk, .. } => (Some(*blk), None),
-            What::Size { iblk, .. } => (Some(*iblk), None),
+            What::Size { iblk, .. } | What::Mode { iblk, .. } => (Some(*iblk), None),
             What::Work(_) => (None, None),
         };
         a.into_iter().chain(b)
@@ -287,6 +294,8 @@ pub(crate) struct Deps {
     pub enc_size: FxHashMap<Ino, u64>,
     /// Size holds by inode.
     pub sizes: FxHashMap<Ino, Ids>,
+    /// The pending `Mode` record of each inode.
+    pub modes: FxHashMap<Ino, u64>,
     /// Pending entries by the inode they name.
     naming: FxHashMap<Ino, Ids>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
@@ -351,6 +360,9 @@ impl Deps {
             What::Size { ino, .. } => {
                 self.sizes.add(*ino, rec.id);
             }
+            What::Mode { ino, .. } => {
+                self.modes.insert(*ino, rec.id);
+            }
             What::Entry {
                 blk, off, target, ..
             } => {
@@ -384,6 +396,11 @@ impl Deps {
                 }
             }
             What::Size { ino, .. } => self.sizes.drop_id(*ino, rec.id),
+            What::Mode { ino, .. } => {
+                if self.modes.get(ino) == Some(&rec.id) {
+                    self.modes.remove(ino);
+                }
+            }
             What::Entry {
                 blk, off, target, ..
             } => {
@@ -521,6 +538,7 @@ impl Deps {
         self.inomap.contains_key(&ino)
             || self.alloc_by_ino.contains_key(&ino)
             || self.sizes.contains_key(&ino)
+            || self.modes.contains_key(&ino)
     }
 
     /// The pending entry records naming inode `ino`.
@@ -534,12 +552,24 @@ impl Deps {
     }
 
     /// The records that roll back something of inode `ino` in its own block: its
-    /// allocation (`InoMap`), its pointers (`Alloc`) and raised sizes (`Size`).
+    /// allocation (`InoMap`), its pointers (`Alloc`), raised sizes (`Size`) and its mode
+    /// (`Mode`).
     pub fn inode_records(&self, ino: Ino) -> Vec<u64> {
         let mut ids = ids_at(&self.alloc_by_ino, &ino);
         ids.extend(self.inomap.get(&ino));
         ids.extend(ids_at(&self.sizes, &ino));
+        ids.extend(self.modes.get(&ino));
         ids
+    }
+
+    /// Replaces record `id`'s conditions (a `Mode` record taking a newer pointer's).
+    pub fn rewait(&mut self, id: u64, waits: Vec<Cond>) {
+        if waits.is_empty() {
+            self.save(id);
+            self.complete(id);
+        } else {
+            self.set_waits(id, waits);
+        }
     }
 
     /// Every block some record waits on, ascending.

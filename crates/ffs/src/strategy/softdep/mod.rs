@@ -22,7 +22,7 @@ mod rollback;
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
@@ -32,8 +32,8 @@ use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::{
-    AllocDirect, AllocIndir, Apply, Blk, BlkMapDep, DirAdd, DirChange, DirRemove, Engine,
-    FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
+    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
+    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
     ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, kind};
@@ -110,6 +110,12 @@ pub(crate) struct Inner {
     counters: Counters,
     /// Test-only planted bug: directory entries are never rolled back.
     skip_entry_rollback: bool,
+    /// Test-only planted bug: a rename that moves no directory does not write its new
+    /// entries before it returns.
+    skip_rename_force: bool,
+    /// The planted bug's note that the call in progress named a directory in an entry it
+    /// added or changed (set only when `skip_rename_force`).
+    op_names_dir: AtomicBool,
 }
 
 /// The soft-updates strategy.
@@ -123,17 +129,34 @@ struct Hooks(Arc<Inner>);
 
 impl SoftDep {
     pub fn new(max_deps: usize) -> SoftDep {
-        SoftDep::build("softdep", max_deps, false)
+        SoftDep::build("softdep", max_deps)
     }
 
     /// A broken soft updates, called `name`, for the crash harness's planted bugs: new
     /// directory entries are written before the inodes they name (the entry rollback in
     /// `before_write` is skipped). Never reachable from a mount.
     pub fn without_entry_rollback(name: &'static str) -> SoftDep {
-        SoftDep::build(name, DEFAULT_MAX_DEPS, true)
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_entry_rollback = true;
+        s
     }
 
-    fn build(name: &'static str, max_deps: usize, skip_entry_rollback: bool) -> SoftDep {
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: a rename
+    /// that moves no directory leaves its new entry to the write-back like any other (the
+    /// force at its end that keeps rule 3 is skipped), so the new name and the old name's
+    /// removal can reach disk in one write-back, in either order. Never reachable from a
+    /// mount.
+    pub fn without_rename_force(name: &'static str) -> SoftDep {
+        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
+        Arc::get_mut(&mut s.inner)
+            .expect("just built")
+            .skip_rename_force = true;
+        s
+    }
+
+    fn build(name: &'static str, max_deps: usize) -> SoftDep {
         SoftDep {
             name,
             inner: Arc::new(Inner {
@@ -143,7 +166,9 @@ impl SoftDep {
                 gate: Gate::new(),
                 max_deps: max_deps.max(64),
                 counters: Counters::default(),
-                skip_entry_rollback,
+                skip_entry_rollback: false,
+                skip_rename_force: false,
+                op_names_dir: AtomicBool::new(false),
             }),
         }
     }
@@ -540,6 +565,31 @@ impl SoftDep {
         }
         // The new block's contents (data arrives after this fact, in the same call).
         waits.push(Cond::Block(new_blk, d.seq));
+        let mut old_blk = old_blk;
+        if ptr == Some(InodePtr::Xattr) {
+            // FreeBSD's allocdirect_merge: the xattr pointer replaced again while its last
+            // replacement is not on disk. The block on disk is still the one before that
+            // replacement, so that is what the pointer rolls back to; the replaced record
+            // goes (its block is being freed by this call).
+            let pending = deps::ids_at(&d.alloc_by_ino, &ino).into_iter().find(|id| {
+                matches!(
+                    d.recs.get(id).map(|r| &r.what),
+                    Some(What::Alloc {
+                        at: PtrAt::Inode {
+                            ptr: InodePtr::Xattr,
+                            ..
+                        },
+                        applied: false,
+                        ..
+                    })
+                )
+            });
+            if let Some(id) = pending
+                && let Some(What::Alloc { old_blk: o, .. }) = d.remove(id).map(|r| r.what)
+            {
+                old_blk = o;
+            }
+        }
         let cut = rollback::cut_of(&geo, bk, ptr, lbn);
         d.insert(
             What::Alloc {
@@ -757,7 +807,11 @@ impl Strategy for SoftDep {
             .op
             .as_ref()
             .is_some_and(|o| o.nesting == 0);
-        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) {
+        // The planted bug forgets the force for a rename that moves no directory (fsck
+        // would find a directory left in no directory; a file in none it calls a leak).
+        let planted_skip =
+            self.inner.skip_rename_force && !self.inner.op_names_dir.swap(false, Ordering::AcqRel);
+        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) && !planted_skip {
             // Rule 3: the new name (and a moved directory's new `..`) reach disk before
             // the old name's removal can: nothing writes during a call but the call itself.
             // On failure the engine takes the call back and ends it again, not ok.
@@ -924,6 +978,9 @@ impl Strategy for SoftDep {
     }
 
     fn setup_directory_add(&self, _tx: &mut Tx, f: &DirAdd) -> Result<()> {
+        if self.inner.skip_rename_force && f.dtype == libc::DT_DIR {
+            self.inner.op_names_dir.store(true, Ordering::Release);
+        }
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.ino);
@@ -963,6 +1020,9 @@ impl Strategy for SoftDep {
     }
 
     fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply> {
+        if self.inner.skip_rename_force && (f.dotdot || f.dtype == libc::DT_DIR) {
+            self.inner.op_names_dir.store(true, Ordering::Release);
+        }
         let geo = self.geo()?;
         let blk = f.buf.blkno();
         let off = f.offset;
@@ -1091,6 +1151,49 @@ impl Strategy for SoftDep {
                     op.raised.push(f.ino);
                 }
             });
+        }
+        Ok(())
+    }
+
+    /// A mode changed with the access ACL: the mode waits for what the new xattr pointer
+    /// waits for (`What::Mode`).
+    fn setup_attr_change(&self, _tx: &mut Tx, f: &AttrChange) -> Result<()> {
+        let Some(am) = f.acl_mode else {
+            return Ok(());
+        };
+        let geo = self.geo()?;
+        let (iblk, _) = geo.inode_location(f.ino);
+        let mut d = self.inner.deps.lock();
+        let waits = deps::ids_at(&d.alloc_by_ino, &f.ino)
+            .into_iter()
+            .find_map(|id| match d.recs.get(&id) {
+                Some(r)
+                    if matches!(r.what, What::Alloc {
+                    at: PtrAt::Inode { ptr: InodePtr::Xattr, .. },
+                    new_blk,
+                    applied: false,
+                    ..
+                } if new_blk == am.xattr_blk) =>
+                {
+                    Some(r.waits.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        match d.modes.get(&f.ino).copied() {
+            Some(id) => d.rewait(id, waits),
+            None if waits.is_empty() => {}
+            None => {
+                d.insert(
+                    What::Mode {
+                        ino: f.ino,
+                        iblk,
+                        safe: am.old_mode,
+                    },
+                    waits,
+                );
+                self.made();
+            }
         }
         Ok(())
     }
@@ -1316,6 +1419,7 @@ pub const MODE: ModeInfo = ModeInfo {
         metadata_on_return: false,
         fsync_data_first: true,
         no_stale_data: true,
+        names_kept: true,
         corrupt: Allowed::Never,
         leak: Allowed::May,
         interrupted_rename: Allowed::May,

@@ -129,7 +129,7 @@ fn inode_block(
         let Some(r) = d.recs.get(id) else { continue };
         let ino = match &r.what {
             What::InoMap { ino, iblk } if *iblk == blk => *ino,
-            What::Size { ino, iblk, .. } if *iblk == blk => *ino,
+            What::Size { ino, iblk, .. } | What::Mode { ino, iblk, .. } if *iblk == blk => *ino,
             What::Alloc { ino, at, .. } => match at {
                 PtrAt::Inode { iblk, .. } | PtrAt::Indir { iblk, .. } if *iblk == blk => *ino,
                 _ => continue,
@@ -206,6 +206,10 @@ fn inode_block(
                     && di.size > *safe
                 {
                     di.size = *safe;
+                }
+                // The mode goes back with the xattr pointer (one `Mode` record per inode).
+                if let What::Mode { safe, .. } = w {
+                    di.mode = *safe;
                 }
             }
             if let Some(c) = cut
