@@ -13,7 +13,13 @@ mkdir "$work/ov/up" "$work/ov/work"
 mount -t overlay overlay -o "lowerdir=$sbin,upperdir=$work/ov/up,workdir=$work/ov/work" "$sbin"
 export CAIRN_RUNTIME_DIR=$work/run
 
+check_pid=
+watchdog_pid=
 finish() {
+    trap - EXIT INT TERM HUP
+    # The suite first, if it is still running (we were signalled): no test may mount again.
+    [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
+    [ -n "$check_pid" ] && kill_tree "$check_pid"
     # Unmount what the suite left mounted, waiting for each daemon's final flush, then
     # anything a daemon still serves (a test may have lazily detached a busy mount).
     local m pid
@@ -34,6 +40,9 @@ finish() {
     umount -l "$sbin" 2>/dev/null || true
 }
 trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 # The helpers mount(8) runs for `-t fuse.cairn` and umount(8) for a fuse.cairn mount
 # (`cairn install-helper --link` points them at the binary under test).
@@ -118,7 +127,10 @@ watchdog_pid=$!
 
 cd "$src"
 rc=0
+# In the background and waited for, so a signal runs the trap at once.
 HOST_OPTIONS=$work/local.config ./check -R xunit -E "$RESULTS/exclude.list" "$@" \
-    2>&1 | tee "$RESULTS/check.out" || rc=$?
-kill "$watchdog_pid" 2>/dev/null || true
+    > >(tee "$RESULTS/check.out") 2>&1 &
+check_pid=$!
+wait "$check_pid" || rc=$?
+check_pid=
 exit "$rc"

@@ -24,7 +24,9 @@
 #     local.config, then the suite's `check` with the exclusions of scripts/fstests/exclude;
 #  6. a summary: FSTESTS_RESULTS/summary.tsv (test, status, seconds, reason) and
 #     summary.txt; the raw results beside them.
-# The loop devices are detached and every mount is undone on exit, however the run ends.
+# However the run ends (an error, Ctrl-C, kill, a hung-up terminal), every mount is undone,
+# the daemons it started are stopped and the loop devices it made are detached; what a run
+# killed with SIGKILL left is removed by the next run.
 set -euo pipefail
 
 # All of it in one function, which bash reads whole before running: editing this file
@@ -83,7 +85,8 @@ case $MODE in
 esac
 
 # --- 1. packages, 2. the suite ------------------------------------------------------------
-bash "$root/scripts/install-deps.sh"
+# (SKIP_DEPS=1: the caller installed them, as scripts/fstests/smoke.sh does once for its runs.)
+[ -n "${SKIP_DEPS:-}" ] || bash "$root/scripts/install-deps.sh"
 # shellcheck source=scripts/fstests/suite.sh
 . "$here/suite.sh"
 src=$(build_suite "$CACHE")
@@ -110,6 +113,27 @@ stamp=$(date +%Y%m%d-%H%M%S)
 RESULTS=${FSTESTS_RESULTS:-$root/results/fstests/$stamp-$MODE}
 mkdir -p "$RESULTS"
 RESULTS=$(readlink -f "$RESULTS")
+# Work directories of earlier runs that could not clean up (killed with SIGKILL, a lost
+# machine): named MODE.PID, stale once that pid is no run.sh. Their loop devices are
+# detached and their daemons stopped as this run's would be.
+for w in "$CACHE"/work/*.*; do
+    [ -d "$w" ] || continue
+    p=${w##*.}
+    if [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' <"/proc/$p/cmdline" | grep -q 'fstests/run.sh'; then
+        continue
+    fi
+    say "removing the work directory of an earlier run that did not finish: $w"
+    for e in /proc/[0-9]*/exe; do
+        [ "$(readlink "$e" 2>/dev/null)" = "$w/bin/cairn" ] && { e=${e#/proc/}; kill -KILL "${e%/exe}" 2>/dev/null || true; }
+    done
+    for m in $(awk -v w="$w/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo); do
+        umount -l "$m" 2>/dev/null || true
+    done
+    for l in $(losetup -l -n -O NAME,BACK-FILE | awk -v w="$w/" 'index($2, w) == 1 { print $1 }'); do
+        losetup -d "$l" 2>/dev/null || true
+    done
+    rm -rf --one-file-system "$w"
+done
 work=$CACHE/work/$MODE.$$
 mkdir -p "$work/bin"
 # The run's own copies: a rebuild or an edit while the suite runs (hours) must not change
@@ -118,12 +142,61 @@ cp "$CAIRN_BIN" "$work/bin/cairn"
 CAIRN_BIN=$work/bin/cairn
 cp "$here"/inside.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
 loops=()
+inside_pid=
+# However the run ends (done, an error, Ctrl-C, kill, a closed terminal): the namespace's
+# own exit trap unmounts and stops its daemons; then whatever of this run is still alive —
+# a daemon runs the run's own copy of the binary, so /proc/PID/exe names it exactly — is
+# stopped, the loop devices whose images live under the run's directory (ours and any a
+# test made) are detached, and the directory goes.
 cleanup() {
+    trap - EXIT INT TERM HUP
+    if [ -n "$inside_pid" ] && kill -0 "$inside_pid" 2>/dev/null; then
+        kill -TERM "$inside_pid" 2>/dev/null || true
+        wait_gone 60 "$inside_pid"
+    fi
+    stop_run_daemons
     local l
-    for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+    for l in "${loops[@]}" $(losetup -l -n -O NAME,BACK-FILE | awk -v w="$work/" 'index($2, w) == 1 { print $1 }'); do
+        losetup -d "$l" 2>/dev/null || true
+    done
     rm -rf --one-file-system "$work"
 }
+# wait_gone SECONDS PID...: polls until none of the processes is alive, at most SECONDS.
+wait_gone() {
+    local deadline=$((SECONDS + $1)) p alive
+    shift
+    while [ $SECONDS -lt $deadline ]; do
+        alive=
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# The pids of the processes running this run's binary (its daemons).
+run_daemons() {
+    local e
+    for e in /proc/[0-9]*/exe; do
+        [ "$(readlink "$e" 2>/dev/null)" = "$CAIRN_BIN" ] && { e=${e#/proc/}; echo "${e%/exe}"; }
+    done
+    return 0
+}
+stop_run_daemons() {
+    local pids
+    pids=$(run_daemons)
+    [ -n "$pids" ] || return 0
+    say "stopping daemons this run left: $(echo $pids)"
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    # shellcheck disable=SC2086
+    wait_gone 30 $pids && return 0
+    # shellcheck disable=SC2086
+    kill -KILL $(run_daemons) 2>/dev/null || true
+}
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 new_loop() {
     local img=$1 size=$2
@@ -163,7 +236,12 @@ export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"
 t0=$SECONDS
 rc=0
-unshare --mount --propagation private bash "$work/bin/inside.sh" "${selection[@]}" || rc=$?
+# In the background and waited for, so a signal to this script runs its trap at once
+# (bash runs a trap only after a foreground child ends).
+unshare --mount --propagation private bash "$work/bin/inside.sh" "${selection[@]}" &
+inside_pid=$!
+wait "$inside_pid" || rc=$?
+inside_pid=
 say "check ran $((SECONDS - t0)) s (exit $rc)"
 
 # --- 6. summary ---------------------------------------------------------------------------
