@@ -68,10 +68,10 @@ export TEST_DEV=$test_dev
 export TEST_DIR=$work/test
 export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=$work/scratch
-# dev,suid: a FUSE mount defaults to nodev,nosuid; the suite expects a disk file system's
-# defaults (generic/184 writes to a device node it made).
-export MOUNT_OPTIONS="-o $mount_options,dev,suid"
-export TEST_FS_MOUNT_OPTS="-o $mount_options,dev,suid"
+# No dev,suid here: mount(8) drops them (its defaults) before it runs the helper, which
+# then mounts dev,suid as a disk file system is (generic/184 writes to a device node).
+export MOUNT_OPTIONS="-o $mount_options"
+export TEST_FS_MOUNT_OPTS="-o $mount_options"
 export FUSE_MKFS_PROG=$work/bin/mkfs.cairn
 export FUSE_FSCK_PROG=$work/bin/fsck.cairn
 EOF

@@ -88,7 +88,18 @@ pub fn mount_args(argv: &[OsString]) -> Result<Helper, String> {
     if sloppy {
         out.push("--sloppy".into());
     }
-    let opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
+    let mut opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
+    // mount(8) passes a helper `nodev` and `nosuid` when they are asked for, and drops
+    // `dev` and `suid`, its defaults: so, as libfuse's mount.fuse does, their absence means
+    // dev and suid (a `user` fstab entry gets nodev,nosuid from mount(8) itself). `cairn
+    // mount` run directly keeps FUSE's nodev,nosuid default.
+    let given = |o: &str| opts.iter().flat_map(|s| s.split(',')).any(|x| x == o);
+    let defaults: Vec<&str> = [("dev", "nodev"), ("suid", "nosuid")]
+        .into_iter()
+        .filter(|(on, off)| !given(on) && !given(off))
+        .map(|(on, _)| on)
+        .collect();
+    opts.extend(defaults.into_iter().map(String::from));
     if !opts.is_empty() {
         out.push("-o".into());
         out.push(opts.join(",").into());
@@ -216,7 +227,7 @@ mod tests {
                 "cairn",
                 "mount",
                 "-o",
-                "rw,mode=async",
+                "rw,mode=async,dev,suid",
                 "/img",
                 "/mnt"
             ])))
@@ -232,7 +243,25 @@ mod tests {
                 "cairn"
             ])),
             Ok(Helper::Run(v(&[
-                "cairn", "mount", "--sloppy", "-o", "ro", "/img", "/mnt"
+                "cairn",
+                "mount",
+                "--sloppy",
+                "-o",
+                "ro,dev,suid",
+                "/img",
+                "/mnt"
+            ])))
+        );
+        // mount(8) passes nodev and nosuid when asked for (and drops dev and suid).
+        assert_eq!(
+            mount_args(&v(&["mount.cairn", "/img", "/mnt", "-o", "rw,nodev,nosuid"])),
+            Ok(Helper::Run(v(&[
+                "cairn",
+                "mount",
+                "-o",
+                "rw,nodev,nosuid",
+                "/img",
+                "/mnt"
             ])))
         );
         assert_eq!(
