@@ -254,7 +254,13 @@ mod tests {
         );
         // mount(8) passes nodev and nosuid when asked for (and drops dev and suid).
         assert_eq!(
-            mount_args(&v(&["mount.cairn", "/img", "/mnt", "-o", "rw,nodev,nosuid"])),
+            mount_args(&v(&[
+                "mount.cairn",
+                "/img",
+                "/mnt",
+                "-o",
+                "rw,nodev,nosuid"
+            ])),
             Ok(Helper::Run(v(&[
                 "cairn",
                 "mount",

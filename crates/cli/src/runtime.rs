@@ -641,12 +641,28 @@ pub fn wait_for_exit(mut f: File) -> Result<()> {
         return Ok(());
     }
     let pid = info.pid;
+    // The daemon holds the pid file's lock until its final flush is done. The flush of a
+    // large cache to a slow device may take long, so there is no deadline here, but a
+    // wait that goes on says what it waits for, where to look and how to leave it.
+    let started = std::time::Instant::now();
+    let mut told = false;
+    let mut pause = std::time::Duration::from_millis(1);
     loop {
-        match Flock::lock(f.try_clone()?, FlockArg::LockShared) {
+        match Flock::lock(f.try_clone()?, FlockArg::LockSharedNonblock) {
             Ok(_) => break,
-            Err((_, nix::errno::Errno::EINTR)) => continue,
+            Err((_, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR)) => {}
             Err((_, e)) => bail!("waiting for the daemon: {e}"),
         }
+        if !told && started.elapsed() >= std::time::Duration::from_secs(10) {
+            told = true;
+            eprintln!(
+                "cairn: waiting for the daemon{} to finish its final flush (its log tells \
+                 how far it is; interrupting this wait leaves the daemon running)",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
     // The lock is released when the exiting daemon's main thread closes the pid file; its
     // other threads (and the image lock held by the file table they share) may still be

@@ -160,8 +160,9 @@ fn client(sub: Sub) -> Result<i32> {
                 name,
                 path,
             } => {
-                let abs = path
-                    .canonicalize()
+                // Resolved by the daemon, with the branch's deadline: a path on a hung
+                // mount must not hang this command either.
+                let abs = std::path::absolute(&path)
                     .with_context(|| format!("branch {}", path.display()))?;
                 let v = ask(
                     &mountpoint,

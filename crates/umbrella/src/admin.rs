@@ -329,12 +329,25 @@ fn reload(i: &Arc<Inner>, path: Option<PathBuf>) -> Value {
 }
 
 fn add_branch(i: &Arc<Inner>, name: &str, path: &Path) -> Result<usize, String> {
-    let canon = path
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !canon.is_dir() {
-        return Err(format!("{} is not a directory", canon.display()));
-    }
+    let tune = i.tuning.lock().get(name).copied().unwrap_or_default();
+    // With the branch's deadline: a control request never waits on a hung path.
+    let resolved = crate::config::resolve_dirs(&[path.to_path_buf()], &[tune.timeout]);
+    let canon = match resolved.into_iter().next() {
+        Some(crate::config::Resolved::Dir(c)) => c,
+        Some(crate::config::Resolved::NotDir(c)) => {
+            return Err(format!("{} is not a directory", c.display()));
+        }
+        Some(crate::config::Resolved::Failed(e)) => {
+            return Err(format!("{}: {e}", path.display()));
+        }
+        _ => {
+            return Err(format!(
+                "{}: no answer within {:?} (branch_timeout)",
+                path.display(),
+                tune.timeout
+            ));
+        }
+    };
     for b in i.branches.read().iter() {
         let p = b.path.read().clone();
         if b.name != name
@@ -364,15 +377,23 @@ fn add_branch(i: &Arc<Inner>, name: &str, path: &Path) -> Result<usize, String> 
                 return Err("at most 64 branches".into());
             }
             let id = bs.len();
-            let tune = i.tuning.lock().get(name).copied().unwrap_or_default();
             let b = Arc::new(
-                Branch::open(id, name, canon, tune, i.epoch.clone()).map_err(|e| e.to_string())?,
+                Branch::open(id, name, canon, tune, i.epoch.clone(), true)
+                    .map_err(|e| e.to_string())?,
             );
             b.set_state(State::Removed);
             bs.push(b.clone());
             b
         }
     };
+    if i.acls && br.acl_support() == Some(false) {
+        return Err(format!(
+            "{}: its file system does not keep POSIX ACLs, which this mount enforces \
+             (every branch of it keeps them); use a directory on one that does (ext4, xfs, \
+             btrfs, tmpfs, NFSv4 with ACLs…)",
+            br.path.read().display()
+        ));
+    }
     // Scan before the branch becomes visible; names it shares with the union keep the
     // union's copy (the scan counts them as conflicts). The scan's host calls run with no
     // lock held, into a tree of its own, merged afterwards.

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -114,7 +115,37 @@ pub struct Branch {
     epoch: Arc<AtomicU64>,
     /// (when, free bytes, total bytes): statvfs is a syscall per placement otherwise.
     space: Mutex<Option<(Instant, u64, u64)>>,
+    /// Whether the host file system keeps POSIX ACLs ([`ACLS_UNKNOWN`], `_YES`, `_NO`): asked
+    /// at open and by every probe.
+    acls: Arc<AtomicU8>,
     dirs: Mutex<HashMap<Vec<u8>, DirFd>>,
+}
+
+const ACLS_UNKNOWN: u8 = 0;
+const ACLS_YES: u8 = 1;
+const ACLS_NO: u8 = 2;
+
+/// Does the file system of `root` keep POSIX ACLs? Reading the access ACL of the root
+/// answers ENODATA (or the ACL) where it does and EOPNOTSUPP where it does not; None:
+/// it did not say.
+fn acl_support(root: &OwnedFd) -> Option<bool> {
+    let name = OsStr::from_bytes(cairn_vfs::acl::ACCESS_XATTR);
+    match sys::getxattr(root.as_fd(), None, name) {
+        Ok(_) => Some(true),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ENODATA) => Some(true),
+            Some(libc::EOPNOTSUPP) => Some(false),
+            _ => None,
+        },
+    }
+}
+
+fn acls_code(a: Option<bool>) -> u8 {
+    match a {
+        None => ACLS_UNKNOWN,
+        Some(true) => ACLS_YES,
+        Some(false) => ACLS_NO,
+    }
 }
 
 /// A shared directory descriptor.
@@ -144,32 +175,40 @@ impl Default for Tuning {
 impl Branch {
     /// Opens the branch's root. The open itself runs on a worker with the deadline: a
     /// branch whose server does not answer at mount starts `stalled` instead of hanging
-    /// the mount.
+    /// the mount. `answered`: the path answered when the configuration was loaded; when it
+    /// did not, the branch starts stalled without another wait.
     pub fn open(
         id: BranchId,
         name: &str,
         path: PathBuf,
         tune: Tuning,
         epoch: Arc<AtomicU64>,
+        answered: bool,
     ) -> io::Result<Branch> {
         let exec = Exec::new(name, true, tune.timeout);
         let p = path.clone();
-        let opened = exec.probe(
-            move || -> io::Result<(OwnedFd, sys::Stat, i64)> {
-                let root = sys::open_root(&p)?;
-                let st = sys::fstat(root.as_fd())?;
-                let ft = sys::fstatfs_type(root.as_fd())?;
-                Ok((root, st, ft))
-            },
-            tune.timeout,
-        );
-        let (root, dev, isolated, state, reason) = match opened {
-            Ok(Ok((root, st, ft))) => (
+        let opened = if answered {
+            exec.probe(
+                move || -> io::Result<(OwnedFd, sys::Stat, i64, Option<bool>)> {
+                    let root = sys::open_root(&p)?;
+                    let st = sys::fstat(root.as_fd())?;
+                    let ft = sys::fstatfs_type(root.as_fd())?;
+                    let acls = acl_support(&root);
+                    Ok((root, st, ft, acls))
+                },
+                tune.timeout,
+            )
+        } else {
+            Err(CallError::Timeout)
+        };
+        let (root, dev, isolated, state, reason, acls) = match opened {
+            Ok(Ok((root, st, ft, acls))) => (
                 root,
                 st.st_dev,
                 tune.isolate.unwrap_or(!crate::exec::is_local_fs(ft)),
                 State::Active,
                 "mounted".to_string(),
+                acls,
             ),
             Ok(Err(e)) => return Err(e),
             Err(_) => {
@@ -180,7 +219,15 @@ impl Branch {
                     0,
                     tune.isolate.unwrap_or(true),
                     State::Stalled,
-                    format!("no answer within {:?} at mount", tune.timeout),
+                    if answered {
+                        format!("no answer within {:?} at mount", tune.timeout)
+                    } else {
+                        format!(
+                            "its path did not answer within {:?} when the configuration was loaded",
+                            tune.timeout
+                        )
+                    },
+                    None,
                 )
             }
         };
@@ -202,6 +249,7 @@ impl Branch {
             probing: Arc::new(AtomicBool::new(false)),
             epoch,
             space: Mutex::new(None),
+            acls: Arc::new(AtomicU8::new(acls_code(acls))),
             dirs: Mutex::new(HashMap::new()),
         };
         Ok(b)
@@ -242,6 +290,15 @@ impl Branch {
 
     pub fn active(&self) -> bool {
         self.state() == State::Active
+    }
+
+    /// Whether the branch's file system keeps POSIX ACLs; None until it has answered.
+    pub fn acl_support(&self) -> Option<bool> {
+        match self.acls.load(Ordering::Relaxed) {
+            ACLS_YES => Some(true),
+            ACLS_NO => Some(false),
+            _ => None,
+        }
     }
 
     pub fn dev(&self) -> u64 {
@@ -414,6 +471,7 @@ impl Branch {
         let root = self.root();
         let path = self.path.read().clone();
         let probing = self.probing.clone();
+        let acls = self.acls.clone();
         let timeout = self.exec.timeout();
         let r = self.exec.probe(
             move || -> Result<(u64, u64), String> {
@@ -430,6 +488,9 @@ impl Branch {
                         return Err(format!("{} is another directory now", path.display()));
                     }
                     let v = sys::fstatvfs(root.as_fd()).map_err(|e| format!("statvfs: {e}"))?;
+                    if let Some(a) = acl_support(&root) {
+                        acls.store(acls_code(Some(a)), Ordering::Relaxed);
+                    }
                     Ok((
                         v.bavail.saturating_mul(v.frsize),
                         v.blocks.saturating_mul(v.frsize),

@@ -62,8 +62,13 @@ impl ErrorMode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BranchConf {
     pub name: String,
-    /// Canonical absolute path.
+    /// Canonical absolute path; when the path did not answer in time at load
+    /// (`answered` false), the absolute path as written.
     pub path: PathBuf,
+    /// The path was resolved within the branch's deadline. A branch whose path hangs
+    /// (a network file system whose server stopped) is mounted `stalled` instead of
+    /// hanging `cairn umbrella` itself; its first probe that answers resolves it.
+    pub answered: bool,
     /// The deadline of each host call on this branch (`timeout`, else `branch_timeout`).
     pub timeout: Duration,
     /// `isolate = true|false`: run host calls on the branch's workers with the deadline, or
@@ -305,6 +310,42 @@ fn overlapping(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
+/// What resolving a branch path found.
+#[derive(Debug)]
+pub enum Resolved {
+    /// The canonical path of a directory.
+    Dir(PathBuf),
+    /// The path (as given) of something else.
+    NotDir(PathBuf),
+    Failed(std::io::Error),
+    /// No answer within the deadline: the path is on a file system that stopped answering
+    /// (its walk stays blocked in a process of its own until the host answers).
+    NoAnswer,
+}
+
+/// Resolves `paths` (canonical path, is it a directory) all at once, each within its
+/// `timeouts` entry counted from now. A path on a hung mount is answered
+/// [`Resolved::NoAnswer`] at its deadline; the walk stays in a process of its own
+/// (`sys::resolve_paths`), so nothing of this process waits for it.
+pub fn resolve_dirs(paths: &[PathBuf], timeouts: &[Duration]) -> Vec<Resolved> {
+    use std::os::unix::ffi::OsStrExt;
+    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    crate::sys::resolve_paths(&refs, timeouts)
+        .into_iter()
+        .zip(paths)
+        .map(|(a, p)| match a {
+            crate::sys::PathAnswer::Dir(c) => {
+                Resolved::Dir(PathBuf::from(std::ffi::OsStr::from_bytes(&c)))
+            }
+            crate::sys::PathAnswer::NotDir => Resolved::NotDir(p.clone()),
+            crate::sys::PathAnswer::Failed(e) => {
+                Resolved::Failed(std::io::Error::from_raw_os_error(e))
+            }
+            crate::sys::PathAnswer::NoAnswer => Resolved::NoAnswer,
+        })
+        .collect()
+}
+
 impl Config {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -362,8 +403,32 @@ impl Config {
             None => crate::exec::DEFAULT_TIMEOUT,
             Some(s) => timeout_of(s, "branch_timeout")?,
         };
+        // Every branch path is resolved at once, each with its branch's deadline: a path
+        // on a file system that stopped answering must not hang the loader (and with it
+        // `cairn umbrella`, `reload` and `branch add`).
+        let timeouts: Vec<Duration> = raw
+            .branch
+            .iter()
+            .map(|b| match &b.get_ref().timeout {
+                None => Ok(branch_timeout),
+                Some(t) => timeout_of(t, "timeout"),
+            })
+            .collect::<Result<_, _>>()?;
+        let fulls: Vec<PathBuf> = raw
+            .branch
+            .iter()
+            .map(|b| {
+                let p = b.get_ref().path.get_ref();
+                if Path::new(p).is_absolute() {
+                    PathBuf::from(p)
+                } else {
+                    base.join(p)
+                }
+            })
+            .collect();
+        let resolved = resolve_dirs(&fulls, &timeouts);
         let mut branches: Vec<BranchConf> = Vec::new();
-        for b in &raw.branch {
+        for (k, b) in raw.branch.iter().enumerate() {
             let name = b.get_ref().name.get_ref();
             if name.is_empty() || name.contains(char::is_whitespace) {
                 return Err(cx.err(b.get_ref().name.span(), format!("bad branch name '{name}'")));
@@ -374,27 +439,28 @@ impl Config {
                     format!("branch '{name}' defined twice"),
                 ));
             }
-            let p = b.get_ref().path.get_ref();
-            let full = if Path::new(p).is_absolute() {
-                PathBuf::from(p)
-            } else {
-                base.join(p)
+            let span = b.get_ref().path.span();
+            let full = &fulls[k];
+            let (canon, answered) = match &resolved[k] {
+                Resolved::Dir(c) => (c.clone(), true),
+                Resolved::NotDir(c) => {
+                    return Err(cx.err(
+                        span,
+                        format!("branch '{name}': {} is not a directory", c.display()),
+                    ));
+                }
+                Resolved::Failed(e) => {
+                    return Err(cx.err(span, format!("branch '{name}': {}: {e}", full.display())));
+                }
+                // The kernel resolves it when the branch is opened by path later.
+                Resolved::NoAnswer => (
+                    std::path::absolute(full).unwrap_or_else(|_| full.clone()),
+                    false,
+                ),
             };
-            let canon = full.canonicalize().map_err(|e| {
-                cx.err(
-                    b.get_ref().path.span(),
-                    format!("branch '{name}': {}: {e}", full.display()),
-                )
-            })?;
-            if !canon.is_dir() {
-                return Err(cx.err(
-                    b.get_ref().path.span(),
-                    format!("branch '{name}': {} is not a directory", canon.display()),
-                ));
-            }
             if let Some(o) = branches.iter().find(|x| overlapping(&x.path, &canon)) {
                 return Err(cx.err(
-                    b.get_ref().path.span(),
+                    span,
                     format!(
                         "branch '{name}' ({}) overlaps branch '{}' ({}): one is inside the other",
                         canon.display(),
@@ -403,14 +469,11 @@ impl Config {
                     ),
                 ));
             }
-            let timeout = match &b.get_ref().timeout {
-                None => branch_timeout,
-                Some(t) => timeout_of(t, "timeout")?,
-            };
             branches.push(BranchConf {
                 name: name.clone(),
                 path: canon,
-                timeout,
+                answered,
+                timeout: timeouts[k],
                 isolate: b.get_ref().isolate,
             });
         }

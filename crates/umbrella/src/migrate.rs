@@ -44,7 +44,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cairn_vfs::{FileKind, Ino, Result};
+use cairn_vfs::{FileKind, Ino, Result, fileattr};
 use log::{info, warn};
 use parking_lot::RwLockWriteGuard;
 
@@ -121,36 +121,6 @@ fn copy_data(from: &OwnedFd, to: &OwnedFd) -> std::io::Result<u64> {
         }
         off += n as u64;
     }
-}
-
-/// Copies the source's extended attributes to the temporary: read on the source's
-/// branch, written on the target's, each call with its deadline.
-fn copy_xattrs(src: &Source, dst: &Branch, ddir: &Arc<OwnedFd>, dname: &OsStr) {
-    let (sdir, sname) = (src.dir.clone(), src.name.clone());
-    let got = src.branch.run(move || {
-        let list = sys::listxattr(sdir.as_fd(), Some(&sname))?;
-        let mut out = Vec::new();
-        for a in list.split(|&c| c == 0).filter(|a| !a.is_empty()) {
-            let a = OsStr::from_bytes(a).to_os_string();
-            if let Ok(v) = sys::getxattr(sdir.as_fd(), Some(&sname), &a) {
-                out.push((a, v));
-            }
-        }
-        Ok(out)
-    });
-    let Ok(attrs) = got else { return };
-    if attrs.is_empty() {
-        return;
-    }
-    let (ddir, dname) = (ddir.clone(), dname.to_os_string());
-    let _ = dst.run(move || {
-        for (a, v) in &attrs {
-            if let Err(e) = sys::setxattr(ddir.as_fd(), Some(&dname), a, v, 0) {
-                warn!("migration: xattr {a:?} not copied: {e}");
-            }
-        }
-        Ok(())
-    });
 }
 
 /// The data copy when a branch is isolated: pieces read on the source's branch and
@@ -261,6 +231,8 @@ struct Staged<'a> {
     record: Option<MoveRecord>,
     /// Names made on the target from the copy (directory, name), in order.
     placed: Vec<(DirFd, OsString)>,
+    /// The source's extended attributes and inode flags, once copied.
+    meta: crate::xattr::Meta,
     open: bool,
 }
 
@@ -277,6 +249,7 @@ impl<'a> Staged<'a> {
             copy: None,
             record: None,
             placed: Vec::new(),
+            meta: Default::default(),
             open: true,
         })
     }
@@ -321,13 +294,21 @@ impl<'a> Staged<'a> {
                 dst.run(move || sys::mknodat(td.as_fd(), &tn, st.st_mode, st.st_rdev))?
             }
         }
-        copy_xattrs(src, &dst, &tmpdir, &tmp);
+        // Owner, mode, extended attributes (ACLs among them), times and inode flags: a
+        // copy that cannot take one fails the move (it would grant what the source does
+        // not, or stop inheriting), which then leaves the file where it is.
+        let (sdir, sname) = (src.dir.clone(), src.name.clone());
+        let meta = sb.run(move || crate::xattr::Meta::read(&sdir, Some(&sname)))?;
+        self.meta = meta.clone();
         let copy = dst.run(move || {
             sys::fchownat(tmpdir.as_fd(), &tmp, Some(st.st_uid), Some(st.st_gid))?;
             if sys::kind_of(st.st_mode) != FileKind::Symlink {
                 // After chown, which may clear setuid/setgid.
                 sys::fchmodat(tmpdir.as_fd(), &tmp, st.st_mode & 0o7777)?;
             }
+            // After chown, which drops security.capability; an access ACL sets the mode's
+            // group bits to its mask, which chmod above already gave them.
+            meta.apply(&tmpdir, &tmp)?;
             let at = sys::attr_from(&st, 0);
             sys::utimensat(
                 tmpdir.as_fd(),
@@ -335,6 +316,9 @@ impl<'a> Staged<'a> {
                 TimeSet::At(at.atime),
                 TimeSet::At(at.mtime),
             )?;
+            // The flags that forbid a rename or a link wait until the copy's names are in
+            // place (`Inner::commit`).
+            crate::xattr::set_flags_at(&tmpdir, Some(&tmp), meta.flags & !fileattr::RESTRICTING)?;
             fsync_dir(&tmpdir)?;
             sys::fstatat(tmpdir.as_fd(), &tmp)
         })?;
@@ -656,6 +640,14 @@ impl Inner {
             let times = self.dir_times(src, dst);
             let dfds = self.place_names(src, staged)?;
             let fds = reopen_handles(&staged.dst, &dfds[0], &src.names[0].1, handles)?;
+            // Last, so that a roll-back still finds a copy it can unlink: immutable and
+            // append-only, which forbid the rename and the links above.
+            if staged.meta.restricting() != 0 {
+                let (d, n, m) = (dfds[0].clone(), src.names[0].1.clone(), staged.meta.clone());
+                staged
+                    .on_dst(move || m.apply_flags(&d, &n))
+                    .map_err(ioerr)?;
+            }
             Ok((times, dfds, fds))
         });
         let (times, dfds, fds) = match placed {
@@ -674,6 +666,19 @@ impl Inner {
                 fd: Arc::new(fd),
                 branch: staged.dst.clone(),
             };
+        }
+        // The source keeps its flags until now; without its restricting ones it can be
+        // unlinked (a failure leaves the names, and the record, for recovery, which hands
+        // the flags over the same way).
+        let restricting = staged.meta.restricting();
+        if restricting != 0 {
+            let (d, n, f) = (src.dir.clone(), src.name.clone(), staged.meta.flags);
+            if let Err(e) = src
+                .branch
+                .run(move || crate::xattr::set_flags_at(&d, Some(&n), f & !fileattr::RESTRICTING))
+            {
+                warn!("migration: clearing the source's inode flags: {e}");
+            }
         }
         let complete = self.remove_source_names(src);
         times.restore(&src.branch, &staged.dst);

@@ -39,6 +39,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use cairn_vfs::fileattr;
 use log::{info, warn};
 
 use crate::branch::Branch;
@@ -277,6 +278,17 @@ impl Case<'_> {
             || stat_at(self.dst, p).is_some_and(|st| self.copy.is_object(&st));
         if !(ok_src && ok_dst) {
             return Ok(false);
+        }
+        // An immutable or append-only source cannot be unlinked: its flags go to the copy
+        // first (the move stopped before it handed them over), then off the source.
+        let flags = crate::xattr::flags_at(&fd, Some(n)).unwrap_or(0);
+        if flags & fileattr::RESTRICTING != 0 {
+            if let Some(cp) = self.copy_name() {
+                let (cd, cn) = split(cp);
+                let cfd = self.dst.dir(cd)?;
+                crate::xattr::set_flags_at(&cfd, Some(cn), flags)?;
+            }
+            crate::xattr::set_flags_at(&fd, Some(n), flags & !fileattr::RESTRICTING)?;
         }
         sys::unlinkat(fd.as_fd(), n, false)?;
         fsync_dir(&fd);

@@ -157,17 +157,12 @@ fn rename_locked(
         let d_attr = attr_entry(i, &nrel, nn, de)?;
         i.check_sticky(ctx, &npa, &d_attr)?;
     }
-    if let Entry::Dir(_) = se
+    if let Entry::Dir(s) = se
         && parent != np
         && !ctx.is_root()
     {
         // Moving a directory rewrites its "..": needs write permission on it.
-        ctx.check(
-            libc::S_IFDIR | s_attr.perm as u32,
-            s_attr.uid,
-            s_attr.gid,
-            Access::W,
-        )?;
+        i.permit(ctx, s, &s_attr, Access::W)?;
     }
     if parent == np && name == nn {
         return Ok(());

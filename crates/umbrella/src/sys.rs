@@ -618,6 +618,248 @@ pub fn removexattr(dir: BorrowedFd<'_>, name: Option<&OsStr>, attr: &OsStr) -> i
     .map(drop)
 }
 
+/// What resolving one path found ([`resolve_paths`]).
+#[derive(Debug)]
+pub enum PathAnswer {
+    /// A directory, and its canonical path.
+    Dir(Vec<u8>),
+    /// Something other than a directory.
+    NotDir,
+    /// The errno of the failure.
+    Failed(i32),
+    /// No answer by the deadline.
+    NoAnswer,
+}
+
+/// Resolves every path of `paths` — is it a directory, and its canonical path — each
+/// within its `timeouts` entry counted from now, all at once.
+///
+/// A path on a file system whose server stopped answering blocks whoever walks it, in the
+/// kernel, until the server answers — and a FUSE request already handed to its server
+/// (FUSE over io_uring hands them at once) waits uninterruptibly, so even the process's
+/// exit waits for it. The walk therefore runs in a process of its own (a grandchild,
+/// reparented to init at once, so nobody has to reap it), which reports up a pipe; this
+/// process only waits on the pipe, with the deadline, and no thread of it is ever stuck.
+/// The walker uses system calls only (it may be forked from a multithreaded daemon) and
+/// closes every descriptor but its pipe first (it must not keep a FUSE device alive).
+pub fn resolve_paths(paths: &[&std::path::Path], timeouts: &[Duration]) -> Vec<PathAnswer> {
+    let start = std::time::Instant::now();
+    let mut pending: Vec<Option<(OwnedFd, Vec<u8>)>> = Vec::new();
+    let mut out: Vec<Option<PathAnswer>> = Vec::new();
+    for p in paths {
+        match spawn_walker(p) {
+            Ok(fd) => {
+                pending.push(Some((fd, Vec::new())));
+                out.push(None);
+            }
+            Err(e) => {
+                pending.push(None);
+                out.push(Some(PathAnswer::Failed(errno(&e))));
+            }
+        }
+    }
+    loop {
+        let now = std::time::Instant::now();
+        let mut polls: Vec<libc::pollfd> = Vec::new();
+        let mut which: Vec<usize> = Vec::new();
+        let mut next: Option<Duration> = None;
+        for (k, slot) in pending.iter_mut().enumerate() {
+            let Some((fd, _)) = slot else { continue };
+            let deadline = start + timeouts.get(k).copied().unwrap_or(Duration::ZERO);
+            if deadline <= now {
+                *slot = None;
+                out[k] = Some(PathAnswer::NoAnswer);
+                continue;
+            }
+            let left = deadline - now;
+            next = Some(next.map_or(left, |n: Duration| n.min(left)));
+            polls.push(libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            which.push(k);
+        }
+        let Some(next) = next else { break };
+        let ms = next.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // SAFETY: `polls` is a valid array of its length.
+        let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+        for (pfd, &k) in polls.iter().zip(&which) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            let Some((fd, buf)) = pending[k].as_mut() else {
+                continue;
+            };
+            let mut chunk = [0u8; 4096];
+            // SAFETY: valid descriptor and buffer.
+            let r = unsafe { libc::read(fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) };
+            if r > 0 {
+                buf.extend_from_slice(&chunk[..r as usize]);
+                continue;
+            }
+            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // End of file: the walker said all it had to say.
+            let answer = match buf.split_first() {
+                Some((b'D', path)) => PathAnswer::Dir(path.to_vec()),
+                Some((b'N', _)) => PathAnswer::NotDir,
+                Some((b'E', e)) if e.len() >= 4 => {
+                    PathAnswer::Failed(i32::from_le_bytes([e[0], e[1], e[2], e[3]]))
+                }
+                _ => PathAnswer::Failed(libc::EIO),
+            };
+            out[k] = Some(answer);
+            pending[k] = None;
+        }
+    }
+    out.into_iter()
+        .map(|a| a.unwrap_or(PathAnswer::NoAnswer))
+        .collect()
+}
+
+/// Forks the walker of `path` (see [`resolve_paths`]); the read end of its pipe.
+fn spawn_walker(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let c = cstr(path.as_os_str().as_bytes())?;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: a two-int array for pipe2.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: fresh descriptors from pipe2.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the child only calls fork and _exit, and the grandchild only system calls
+    // on memory prepared before the fork (async-signal-safe), so forking a multithreaded
+    // process is sound.
+    let pid = cvt(unsafe { libc::fork() })?;
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            if libc::fork() == 0 {
+                walker(&c, wr.as_raw_fd());
+            }
+            libc::_exit(0);
+        }
+    }
+    drop(wr);
+    let mut status = 0;
+    // SAFETY: reaps the child, which exits at once (the grandchild goes to init).
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    Ok(rd)
+}
+
+/// The walker: stat, then the canonical path by chdir and getcwd, reported up `w`. System
+/// calls only; never returns.
+///
+/// # Safety
+/// Runs in a freshly forked process.
+unsafe fn walker(path: &CStr, w: RawFd) -> ! {
+    // SAFETY (whole body): system calls on valid buffers in a process of our own.
+    unsafe {
+        // Nothing of the parent stays open here but the pipe.
+        if w > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, (w - 1) as u32, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, (w + 1) as u32, u32::MAX, 0u32);
+        let put = |msg: &[u8]| {
+            let mut off = 0;
+            while off < msg.len() {
+                let n = libc::write(w, msg[off..].as_ptr().cast(), msg.len() - off);
+                if n <= 0 {
+                    break;
+                }
+                off += n as usize;
+            }
+        };
+        let fail = || {
+            let e = *libc::__errno_location();
+            let b = e.to_le_bytes();
+            put(&[b'E', b[0], b[1], b[2], b[3]]);
+            libc::_exit(0)
+        };
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::stat(path.as_ptr(), &mut st) != 0 {
+            fail();
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            put(b"N");
+            libc::_exit(0);
+        }
+        if libc::chdir(path.as_ptr()) != 0 {
+            fail();
+        }
+        let mut buf = [0u8; 4097];
+        buf[0] = b'D';
+        let n = libc::syscall(libc::SYS_getcwd, buf[1..].as_mut_ptr(), buf.len() - 1);
+        if n <= 0 {
+            fail();
+        }
+        // The length counts the terminating NUL.
+        put(&buf[..n as usize]);
+        libc::_exit(0)
+    }
+}
+
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (`_IOR('f', 1, long)`, `_IOW('f', 2, long)`; the
+/// kernel moves an `int`, as chattr passes it).
+const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+
+/// A readable descriptor of `name` in `dir` (of `dir` itself when None) for the inode-flag
+/// ioctls, or None when it is neither a regular file nor a directory (an ioctl on a device
+/// would reach the device, not the file system; symlinks have no flags). Opened by O_PATH
+/// first and reopened through /proc after its type is checked: nothing but that inode is
+/// ever opened for real.
+pub fn open_for_flags(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> io::Result<Option<OwnedFd>> {
+    let path = match name {
+        Some(n) => openat(dir, n, libc::O_PATH, 0)?,
+        None => openat(dir, OsStr::new("."), libc::O_PATH | libc::O_DIRECTORY, 0)?,
+    };
+    let st = fstat(path.as_fd_b())?;
+    let t = st.st_mode & libc::S_IFMT;
+    if t != libc::S_IFREG && t != libc::S_IFDIR {
+        return Ok(None);
+    }
+    let p = proc_path(path.as_fd_b(), None)?;
+    // SAFETY: NUL-terminated path; the new descriptor is owned below. O_NONBLOCK: never
+    // wait on a lease or a mandatory lock for an attribute call.
+    let fd = cvt(unsafe {
+        libc::open(
+            p.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOATIME,
+        )
+    })
+    .or_else(|_| {
+        // O_NOATIME is the owner's (or root's); fall back without it.
+        // SAFETY: as above.
+        cvt(unsafe {
+            libc::open(
+                p.as_ptr(),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+            )
+        })
+    })?;
+    // SAFETY: fresh descriptor.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The inode flags of an open file (`FS_IOC_GETFLAGS`).
+pub fn get_flags(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut f: libc::c_int = 0;
+    // SAFETY: valid descriptor; the kernel writes one int to the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_GETFLAGS, &mut f as *mut libc::c_int) })?;
+    Ok(f as u32)
+}
+
+/// Sets the inode flags of an open file (`FS_IOC_SETFLAGS`).
+pub fn set_flags(fd: BorrowedFd<'_>, flags: u32) -> io::Result<()> {
+    let f = flags as libc::c_int;
+    // SAFETY: valid descriptor; the kernel reads one int from the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_SETFLAGS, &f as *const libc::c_int) }).map(drop)
+}
+
 /// One host directory entry.
 pub struct HostEntry {
     pub name: Vec<u8>,

@@ -620,7 +620,11 @@ mod tests {
             ..f
         };
         let g = chown(&Ctx::root(), s, Some(s.uid), None).unwrap();
-        assert_eq!(g.mode & 0o7777, 0o2744, "setgid without group-execute stays");
+        assert_eq!(
+            g.mode & 0o7777,
+            0o2744,
+            "setgid without group-execute stays"
+        );
         assert_eq!(chown(&Ctx::root(), s, None, None).unwrap(), s);
         assert!(
             may_set_time(&other, f, None, &SetTime::Now).is_ok(),

@@ -291,7 +291,36 @@ impl Pool {
         }
         self.join();
     }
+
+    /// Waits for the queue threads to leave on their own once the connection has ended,
+    /// and stops those still waiting after `grace`. A thread leaves when the kernel has
+    /// given back every command of its ring; should the kernel keep one (an abort racing a
+    /// commit), the thread would wait in `io_uring_enter` for ever, and with it the final
+    /// flush, the daemon's exit and the `cairn umount` waiting for that exit. The
+    /// connection is gone, so no request can reach a stopped thread: stopping loses
+    /// nothing but the buffers the kernel kept.
+    pub(crate) fn join_within(self, grace: Duration) {
+        let deadline = std::time::Instant::now() + grace;
+        let mut pause = Duration::from_millis(1);
+        while !self.threads.iter().all(|t| t.is_finished()) {
+            if std::time::Instant::now() >= deadline {
+                let left = self.threads.iter().filter(|t| !t.is_finished()).count();
+                warn!(
+                    "{left} io_uring queue thread(s) still waiting for the kernel {grace:?} \
+                     after the connection ended; stopping them"
+                );
+                return self.stop();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        self.join();
+    }
 }
+
+/// How long the final flush waits for the queue threads to leave on their own after the
+/// connection ended (`Pool::join_within`); they normally leave within milliseconds.
+const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// How a mount's transport was settled, handed from the binding's INIT callback (inside
 /// `Session::from_fd`) to [`crate::Server::mount`], and the running pool on to the
@@ -351,7 +380,7 @@ impl Handoff {
             );
             pool.stop();
         } else {
-            pool.join();
+            pool.join_within(TEARDOWN_GRACE);
         }
     }
 }
@@ -647,5 +676,36 @@ mod tests {
         assert_eq!(parse_cpu_list(""), None);
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    /// A queue thread the kernel never lets go (it waits until its stop is signalled) is
+    /// stopped after the grace, so the final flush and the daemon's exit go on; one that
+    /// leaves by itself is simply joined. With `join` in place of `join_within` the first
+    /// half waits for ever.
+    #[test]
+    fn a_queue_thread_the_kernel_keeps_is_stopped_after_the_grace() {
+        let pool = |leaves_alone: bool| {
+            let stop = Arc::new(EventFd::new().unwrap());
+            let s = stop.clone();
+            let t = std::thread::spawn(move || {
+                if !leaves_alone {
+                    let _ = s.read();
+                }
+            });
+            Pool {
+                threads: vec![t],
+                stops: vec![stop],
+            }
+        };
+        let t = std::time::Instant::now();
+        pool(false).join_within(Duration::from_millis(100));
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(100) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        let t = std::time::Instant::now();
+        pool(true).join_within(Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 }

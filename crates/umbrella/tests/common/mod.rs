@@ -36,6 +36,21 @@ impl Rig {
         r
     }
 
+    /// Over branch directories the caller prepared in `dir`; `mounts` (file systems it
+    /// mounted there) are unmounted with the rig.
+    pub fn at(dir: tempfile::TempDir, mounts: Vec<PathBuf>, config: &str) -> Rig {
+        fs::create_dir(dir.path().join("mnt")).unwrap();
+        let mut r = Rig {
+            dir,
+            fs: None,
+            mount: None,
+            tmpfs: mounts,
+        };
+        r.write_config(config);
+        r.mount();
+        r
+    }
+
     pub fn with_tmpfs(names: &[(&str, Option<&str>)], config: &str) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let mut tmpfs = Vec::new();
