@@ -17,6 +17,7 @@ check_pid=
 watchdog_pid=
 finish() {
     trap - EXIT INT TERM HUP
+    set +e  # every step runs, whatever the one before it did
     # The suite first, if it is still running (we were signalled): no test may mount again.
     [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
     [ -n "$check_pid" ] && kill_tree "$check_pid"
@@ -26,7 +27,9 @@ finish() {
     for m in "$work/scratch" "$work/test"; do
         while mountpoint -q "$m" 2>/dev/null; do
             if [ "$kind" = ext4 ]; then umount "$m" || umount -l "$m"
-            else "$CAIRN_BIN" umount "$m" || umount -l "$m"; fi
+            # Bounded: a daemon still busy with a killed test's call must not hold the
+            # run (run.sh stops the daemons after that).
+            else timeout 60 "$CAIRN_BIN" umount "$m" || umount -l "$m"; fi
         done
     done
     for m in "$work"/umbrella/*/fast "$work"/umbrella/*/slow; do
