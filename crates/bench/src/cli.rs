@@ -81,8 +81,13 @@ pub struct SizeArgs {
 
 impl SizeArgs {
     fn params(&self, suite: Suite) -> Params {
+        self.params_at(self.scale.unwrap_or(suite.scale()))
+    }
+
+    /// The sizes at `scale` unless `--scale` says otherwise.
+    fn params_at(&self, scale: f64) -> Params {
         let mut p = Params::scaled(
-            self.scale.unwrap_or(suite.scale()),
+            self.scale.unwrap_or(scale),
             if self.netnews_full { 1.0 } else { 0.1 },
         );
         p.small_size = self.small_size;
@@ -178,6 +183,48 @@ fn all_targets(modes: &[String]) -> Vec<String> {
     all.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
     all.extend(target::BASELINES.iter().map(|s| s.to_string()));
     all
+}
+
+/// The workloads a `--device` run takes by default: the tables whose headline ratios are
+/// about the papers' disks (000 Table 4 and 7, 004 Figs. 8 and 9, group commit).
+const DEVICE_WORKLOADS: &[&str] = &[
+    "create-unlink",
+    "smallfile",
+    "largefile",
+    "postmark",
+    workload::groupcreate::NAME,
+];
+
+/// The scale of a `--device` run without `--scale`: service times of milliseconds per
+/// request make the papers' counts hours long; at 1/20 a table takes minutes.
+const DEVICE_SCALE: f64 = 0.05;
+
+/// A `--device` run's targets: each cairn target `T` as `T:MODEL` and `T` (the model
+/// first, so a pair runs back to back), others as they are; `all` means cairn's modes and
+/// the journal's variants on image files (the kernel's file systems cannot sit on the
+/// model).
+fn with_device(targets: Vec<String>, all: bool, modes: &[String], model: &str) -> Vec<String> {
+    let targets = if all {
+        let mut t: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+        t.extend(
+            target::JOURNAL_TARGETS
+                .iter()
+                .filter(|j| modes.iter().any(|m| m == j.mode))
+                .map(|j| j.name.to_string()),
+        );
+        t
+    } else {
+        targets
+    };
+    let mut out = Vec::new();
+    for t in targets {
+        let cairn = t.starts_with("cairn-") && target::split_disk(&t).1.is_none();
+        if cairn {
+            out.push(target::on_disk(&t, model));
+        }
+        out.push(t);
+    }
+    out
 }
 
 /// A named set of workloads, sizes and repetitions.
@@ -276,6 +323,14 @@ pub struct RunArgs {
     /// Skip the raw flush-rate measurement.
     #[arg(long)]
     no_flush_rate: bool,
+    /// Also run every cairn target on a model of a mechanical disk (`cheetah-10k`,
+    /// `viking`, `wren-iv`, `hdd-7200`, options after `:` as `-o disk=`; docs/DISKS.md),
+    /// beside the same target on this machine's device: each cairn target T runs as
+    /// `T:MODEL` and `T`. Without --targets: cairn's modes and the journal's variants; without
+    /// --workloads: the tables the papers measured on their disks (DEVICE_WORKLOADS);
+    /// without --scale: 1/20 of the papers' counts; images no larger than the disk.
+    #[arg(long)]
+    device: Option<String>,
     /// No progress bar (one line per result instead).
     #[arg(long)]
     no_progress: bool,
@@ -557,23 +612,45 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
             parent.display()
         );
     }
+    // On a disk model every image fits the disk, the ones on this device too: a pair
+    // compares the same file system.
+    let disk = a
+        .device
+        .as_deref()
+        .map(|m| cairn_blockdev::disk::DiskOptions::parse(m).map_err(|e| anyhow::anyhow!(e)))
+        .transpose()?;
+    let image_size = match &disk {
+        Some(d) => image_size.min(d.spec.capacity() / (1 << 20) * (1 << 20)),
+        None => image_size,
+    };
     let env = Env {
         scratch: scratch.path().to_path_buf(),
         image_size,
         cairn: find_cairn(a.cairn),
         fuse_concurrency: None,
     };
-    let params = a.sizes.params(a.suite);
+    let params = match disk {
+        Some(_) => a.sizes.params_at(DEVICE_SCALE),
+        None => a.sizes.params(a.suite),
+    };
 
     let modes = cairn_modes(&env.cairn);
     let all_targets = all_targets(&modes);
     let all = a.targets == "all";
-    let targets: Vec<TargetSpec> = list(&a.targets, all_targets)
+    let mut names = list(&a.targets, all_targets);
+    if let Some(model) = &a.device {
+        names = with_device(names, all, &modes, model);
+    }
+    let targets: Vec<TargetSpec> = names
         .iter()
         .map(|t| TargetSpec::parse(t))
         .collect::<Result<_>>()?;
     enable_fuse_uring(&targets);
-    let workloads: Vec<Workload> = list(&a.workloads, a.suite.workloads())
+    let default_workloads = match disk {
+        Some(_) => DEVICE_WORKLOADS.iter().map(|w| w.to_string()).collect(),
+        None => a.suite.workloads(),
+    };
+    let workloads: Vec<Workload> = list(&a.workloads, default_workloads)
         .iter()
         .map(|w| Workload::named(w, &params))
         .collect::<Result<_>>()?;
@@ -645,6 +722,7 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         flush_rate: None,
         tool_versions,
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        device: a.device.clone(),
     };
     if !a.no_flush_rate {
         let mut fr = workload::flush_rate(scratch.path(), 20_000, 3.0)?;
@@ -994,6 +1072,53 @@ mod tests {
         let no_async = all_targets(&modes(&["journal"]));
         assert!(no_async.iter().any(|x| x == "cairn-journal-2sync"));
         assert!(!no_async.iter().any(|x| x == "cairn-journal-2async"));
+    }
+
+    #[test]
+    fn a_device_run_pairs_every_cairn_target_with_its_model_twin() {
+        let modes: Vec<String> = ["sync", "journal", "lfs"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let all = with_device(vec!["ignored".into()], true, &modes, "wren-iv");
+        assert_eq!(
+            all,
+            [
+                "cairn-sync:wren-iv",
+                "cairn-sync",
+                "cairn-journal:wren-iv",
+                "cairn-journal",
+                "cairn-lfs:wren-iv",
+                "cairn-lfs",
+                "cairn-journal-2sync:wren-iv",
+                "cairn-journal-2sync",
+            ]
+        );
+        let named = with_device(
+            vec![
+                "cairn-async".into(),
+                "ext4".into(),
+                "cairn-sync:viking".into(),
+            ],
+            false,
+            &modes,
+            "wren-iv:sstf",
+        );
+        assert_eq!(
+            named,
+            [
+                "cairn-async:wren-iv:sstf",
+                "cairn-async",
+                "ext4",
+                "cairn-sync:viking"
+            ]
+        );
+        for t in all.iter().chain(&named) {
+            TargetSpec::parse(t).unwrap();
+        }
+        for w in DEVICE_WORKLOADS {
+            Workload::named(w, &Params::scaled(DEVICE_SCALE, 0.1)).unwrap();
+        }
     }
 
     #[test]

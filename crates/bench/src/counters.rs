@@ -186,6 +186,35 @@ impl Counters {
         self.first(&["fs.device.bytes_read", "device.read_bytes"])
     }
 
+    /// Nanoseconds the file system's modeled disk was busy (`cairn stats`' `fs.disk`; a
+    /// journal's own log disk is `fs.strategy.log_disk`: see [`Counters::disk_busy_ns_max`]).
+    pub fn disk_busy_ns(&self) -> Option<f64> {
+        self.0.get("fs.disk.busy_ns").copied()
+    }
+
+    /// The busy time of whichever modeled disk was busier: the file system's or the
+    /// journal's own log disk (a two-disk system is as busy as its busier disk).
+    pub fn disk_busy_ns_max(&self) -> Option<f64> {
+        let fs = self.disk_busy_ns()?;
+        Some(fs.max(self.log_disk("busy_ns").unwrap_or(0.0)))
+    }
+
+    /// Requests that moved the arm, on every modeled disk (the file system's and a journal's
+    /// own log disk).
+    pub fn disk_seeks(&self) -> Option<f64> {
+        Some(self.0.get("fs.disk.seeks").copied()? + self.log_disk("seeks").unwrap_or(0.0))
+    }
+
+    /// Revolutions waited for sectors to come round, on every modeled disk.
+    pub fn disk_rotations(&self) -> Option<f64> {
+        Some(self.0.get("fs.disk.rotations").copied()? + self.log_disk("rotations").unwrap_or(0.0))
+    }
+
+    /// A counter of a journal's own log disk.
+    fn log_disk(&self, key: &str) -> Option<f64> {
+        self.0.get(&format!("fs.strategy.log_disk.{key}")).copied()
+    }
+
     /// Milliseconds the block device was busy (requests in flight), when it is one.
     pub fn busy_ms(&self) -> Option<f64> {
         self.first(&["device.busy_ms", "block.device.busy_ms"])
@@ -359,6 +388,22 @@ mod tests {
             Counters::from_json(&serde_json::json!({"log_device": {"writes": 3, "flushes": 2}}));
         assert_eq!(only_log.device_writes(), None);
         assert_eq!(only_log.device_flushes(), None);
+    }
+
+    /// A disk model's counters: the file system's disk, a journal's own log disk added to
+    /// seeks and rotations, busy time the busier of the two.
+    #[test]
+    fn disk_model_counters() {
+        let c = Counters::from_cairn_stats(&serde_json::json!({
+            "fs": {"disk": {"busy_ns": 7, "seeks": 3, "rotations": 1.5},
+                   "strategy": {"log": "dev:/l", "log_disk": {"busy_ns": 9, "seeks": 1, "rotations": 0.5}}},
+        }));
+        assert_eq!(c.disk_busy_ns(), Some(7.0));
+        assert_eq!(c.disk_busy_ns_max(), Some(9.0));
+        assert_eq!(c.disk_seeks(), Some(4.0));
+        assert_eq!(c.disk_rotations(), Some(2.0));
+        let none = Counters::from_json(&serde_json::json!({"fs": {"disk": null}}));
+        assert_eq!((none.disk_busy_ns(), none.disk_seeks()), (None, None));
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! Layers inside the crate, bottom up: `sys` (processes, mounts, CPU placement) and `counters`
 //! (device and FUSE counts) → `scratch` (a locked directory of its own per run) → `target` (a
 //! fresh file system per target, workload and repetition) → `workload` (what runs in
-//! it) → `report`/`published`/`plot` (what the numbers mean) → `cli`.
+//! it) → `report`/`published`/`plot` (what the numbers mean; `device`: the papers' tables
+//! on a disk model beside this machine's device) → `cli`.
 
 pub mod cli;
 pub mod counters;
+pub mod device;
 pub mod plot;
 pub mod published;
 pub mod report;

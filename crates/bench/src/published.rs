@@ -97,6 +97,23 @@ pub fn analogue(system: &str) -> &'static str {
     }
 }
 
+/// The one target here whose numbers stand for a published system in a table of paper /
+/// model / this device (`device`): the closest analogue of [`analogue`]'s list. LFFS-file
+/// and LFFS-wafs-1async both log asynchronously to their own disk: cairn-journal-async.
+pub fn primary(system: &str) -> Option<&'static str> {
+    Some(match system {
+        "FFS" | "Conventional" | "SunOS" => "cairn-sync",
+        "FFS-async" | "No Order" => "cairn-async",
+        "Soft-Updates" => "cairn-softdep",
+        "LFFS-file" | "LFFS-wafs-1async" => "cairn-journal-async",
+        "LFFS-wafs-1sync" => "cairn-journal",
+        "LFFS-wafs-2sync" => "cairn-journal-2sync",
+        "LFFS-wafs-2async" => "cairn-journal-2async",
+        "Sprite LFS" => "cairn-lfs",
+        _ => return None,
+    })
+}
+
 pub static TABLE4: Published = Published {
     source: "000 Table 4",
     title: "0-length file create/delete",
@@ -211,6 +228,21 @@ mod tests {
         assert!(analogue("LFFS-wafs-1async").starts_with("cairn-journal-async"));
         assert!(for_workload("ssh")[0].source.contains("Table 5"));
         assert!(for_workload("seq").is_empty());
+    }
+
+    #[test]
+    fn every_system_of_the_ratio_tables_has_a_primary_target() {
+        for t in [&TABLE4, &TABLE7] {
+            for (sys, _) in t.rows {
+                let p = primary(sys).unwrap_or_else(|| panic!("{sys}"));
+                assert!(
+                    analogue(sys).contains(p) || sys.starts_with("LFFS"),
+                    "{sys}: {p}"
+                );
+            }
+        }
+        assert_eq!(primary("Sprite LFS"), Some("cairn-lfs"));
+        assert_eq!(primary("SunOS"), Some("cairn-sync"));
     }
 
     /// Every system row names one of 000 Table 2's systems, which `analogue` knows; a table of

@@ -87,6 +87,18 @@ pub struct Meta {
     /// Whether tracked files had uncommitted changes when the benchmark was built.
     #[serde(default)]
     pub dirty: Option<bool>,
+    /// `--device MODEL`: cairn's targets ran on this disk model too (`TARGET:MODEL`).
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+/// The target `target`'s rates are normalized to: the run's baseline on the same device (a
+/// target on a disk model to the baseline on that model).
+pub fn baseline_for(meta: &Meta, target: &str) -> String {
+    match crate::target::split_disk(target).1 {
+        Some(model) => crate::target::on_disk(&meta.baseline, model),
+        None => meta.baseline.clone(),
+    }
 }
 
 pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
@@ -167,6 +179,14 @@ pub struct Row {
     pub log_device_writes_per_op: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_device_flushes_per_op: Option<f64>,
+    /// On a disk model: the share of the phase the model's mechanism was busy (004 §5.1),
+    /// and its seeks and rotations waited per operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_busy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_seeks_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_rotations_per_op: Option<f64>,
     pub failed_reps: usize,
     /// Why there is no number, when there is none.
     pub missing: Option<String>,
@@ -208,14 +228,17 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
                 let err = recs.iter().find_map(|r| r.error.clone());
                 (ok, failed, err)
             };
-            let base = Stat::of(
-                &per_target(&meta.baseline)
-                    .0
-                    .iter()
-                    .map(|p| p.rate)
-                    .collect::<Vec<_>>(),
-            );
+            let base_of = |t: &str| {
+                Stat::of(
+                    &per_target(&baseline_for(meta, t))
+                        .0
+                        .iter()
+                        .map(|p| p.rate)
+                        .collect::<Vec<_>>(),
+                )
+            };
             for t in &meta.targets {
+                let base = base_of(t);
                 let (ok, failed_reps, err) = per_target(t);
                 let rate = Stat::of(&ok.iter().map(|p| p.rate).collect::<Vec<_>>());
                 let missing = if rate.is_some() {
@@ -246,6 +269,12 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
                     fuse_requests_per_op: median_of(&ok, Counters::fuse_requests),
                     log_device_writes_per_op: median_of(&ok, Counters::log_device_writes),
                     log_device_flushes_per_op: median_of(&ok, Counters::log_device_flushes),
+                    disk_busy: Stat::of(
+                        &ok.iter().filter_map(|p| p.disk_busy()).collect::<Vec<_>>(),
+                    )
+                    .map(|s| s.median),
+                    disk_seeks_per_op: median_of(&ok, Counters::disk_seeks),
+                    disk_rotations_per_op: median_of(&ok, Counters::disk_rotations),
                     failed_reps,
                     missing,
                 });
@@ -516,6 +545,12 @@ fn header(meta: &Meta) -> String {
             fmt_commit(meta.commit.as_deref(), meta.dirty)
         );
     }
+    if let Some(d) = &meta.device {
+        let _ = writeln!(
+            s,
+            "- disk model: every cairn target `T` ran as `T:{d}` on the model (docs/DISKS.md) and as `T` on this machine's device; each is normalized to the baseline on its own device"
+        );
+    }
     let _ = writeln!(s, "- command: `{}`", meta.command);
     if let Some(fr) = &meta.flush_rate {
         let _ = writeln!(
@@ -546,6 +581,9 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
         let log_dev = rows
             .iter()
             .any(|r| &r.workload == w && r.log_device_flushes_per_op.is_some());
+        let disk = rows
+            .iter()
+            .any(|r| &r.workload == w && r.disk_busy.is_some());
         let _ = writeln!(
             s,
             "| target | phase | median | min | max | × {} | dev reads/op | dev writes/op | dev KiB written/op | dev flushes/op | FUSE req/op |{}",
@@ -555,11 +593,18 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
             } else {
                 ""
             }
+            .to_string()
+                + if disk {
+                    " disk busy | disk seeks/op | disk rotations/op |"
+                } else {
+                    ""
+                }
         );
         let _ = writeln!(
             s,
-            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|{}",
-            if log_dev { "--:|--:|" } else { "" }
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|{}{}",
+            if log_dev { "--:|--:|" } else { "" },
+            if disk { "--:|--:|--:|" } else { "" }
         );
         for r in rows.iter().filter(|r| &r.workload == w) {
             let log_cells = if log_dev {
@@ -567,6 +612,15 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
                     " {} | {} |",
                     fmt_opt(r.log_device_writes_per_op, fmt_per_op),
                     fmt_opt(r.log_device_flushes_per_op, fmt_per_op)
+                )
+            } else {
+                String::new()
+            } + &if disk {
+                format!(
+                    " {} | {} | {} |",
+                    fmt_opt(r.disk_busy, |v| format!("{:.0}%", v * 100.0)),
+                    fmt_opt(r.disk_seeks_per_op, fmt_per_op),
+                    fmt_opt(r.disk_rotations_per_op, fmt_per_op)
                 )
             } else {
                 String::new()
@@ -605,11 +659,12 @@ fn phase_tables(meta: &Meta, records: &[Record], rows: &[Row]) -> String {
                     let why: String = why.chars().take(160).collect();
                     let _ = writeln!(
                         s,
-                        "| {} | {} | *{}* | | | | | | | | |{}",
+                        "| {} | {} | *{}* | | | | | | | | |{}{}",
                         r.target,
                         phase,
                         why,
-                        if log_dev { " | |" } else { "" }
+                        if log_dev { " | |" } else { "" },
+                        if disk { " | | |" } else { "" }
                     );
                 }
             }

@@ -105,14 +105,17 @@ pub struct Normalized {
 }
 
 pub fn normalize(meta: &Meta, records: &[Record], workload: &str, cols: &[Column]) -> Normalized {
-    let base: Vec<Option<Stat>> = cols
-        .iter()
-        .map(|c| per_rep(records, workload, &meta.baseline, &*c.value))
-        .collect();
     let rows = meta
         .targets
         .iter()
         .map(|t| {
+            // Each target against the baseline on its own device (a disk model's or this
+            // machine's).
+            let baseline = crate::report::baseline_for(meta, t);
+            let base: Vec<Option<Stat>> = cols
+                .iter()
+                .map(|c| per_rep(records, workload, &baseline, &*c.value))
+                .collect();
             let vals = cols
                 .iter()
                 .zip(&base)
@@ -366,7 +369,7 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             .map(|c| c.strip_prefix("scripts ").unwrap_or(c).to_string())
             .collect();
         for (t, cells) in n.rows {
-            if ratios && t == meta.baseline {
+            if ratios && t == crate::report::baseline_for(meta, &t) {
                 h.baseline_measured = cells.iter().any(Option::is_some);
                 continue;
             }
@@ -492,7 +495,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         evidence_table(&mut s, meta, records, "smallfile", &ls);
         let _ = writeln!(
             s,
-            "\nDevice busy fraction (block-layer busy time ÷ elapsed; loop-device targets only):\n"
+            "\nDevice busy fraction (busy time ÷ elapsed: the disk model's on `T:MODEL` targets, the block layer's on loop-device targets):\n"
         );
         let busy: Vec<Column> = ls
             .iter()
@@ -500,7 +503,9 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
                 name: l.clone(),
                 value: Box::new(move |r: &Record| {
                     let p = phase(r, l)?;
-                    Some(p.counters.as_ref()?.busy_ms()? / 1000.0 / p.secs.max(1e-9))
+                    p.disk_busy().or_else(|| {
+                        Some(p.counters.as_ref()?.busy_ms()? / 1000.0 / p.secs.max(1e-9))
+                    })
                 }),
             })
             .collect();
@@ -561,6 +566,9 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
     if has(meta, records, recovery_sweep::NAME) {
         recovery_sweep::render(&mut s, dir, meta, records)?;
+    }
+    if meta.device.is_some() {
+        crate::device::render(&mut s, meta, records);
     }
     Ok(s)
 }

@@ -67,6 +67,24 @@ pub struct TargetSpec {
     pub name: String,
     #[serde(flatten)]
     pub kind: Kind,
+    /// A cairn target on a model of a mechanical disk (`TARGET:MODEL`, docs/DISKS.md):
+    /// mounted with `-o disk=MODEL` (and `log_disk=MODEL` for a log on its own device: a
+    /// second disk of the same model, as the papers' -2 systems had).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
+}
+
+/// The name of `target` on the disk model `model` (`cairn-sync:cheetah-10k`).
+pub fn on_disk(target: &str, model: &str) -> String {
+    format!("{target}:{model}")
+}
+
+/// The disk model a target name puts its target on, if any, and the target without it.
+pub fn split_disk(name: &str) -> (&str, Option<&str>) {
+    match name.split_once(':') {
+        Some((t, m)) => (t, Some(m)),
+        None => (name, None),
+    }
 }
 
 impl fmt::Display for TargetSpec {
@@ -113,6 +131,20 @@ pub const BASELINES: &[&str] = &[
 
 impl TargetSpec {
     pub fn parse(name: &str) -> Result<TargetSpec> {
+        if let (base, Some(model)) = split_disk(name) {
+            cairn_blockdev::disk::DiskOptions::parse(model).map_err(|e| anyhow::anyhow!(e))?;
+            let spec = TargetSpec::parse(base)?;
+            if !matches!(spec.kind, Kind::Cairn { .. }) {
+                bail!(
+                    "{name}: only cairn targets run on a disk model (the kernel's file systems need a block device)"
+                );
+            }
+            return Ok(TargetSpec {
+                name: name.to_string(),
+                disk: Some(model.to_string()),
+                ..spec
+            });
+        }
         if let Some(j) = JOURNAL_TARGETS.iter().find(|j| j.name == name) {
             return Ok(TargetSpec {
                 name: name.to_string(),
@@ -122,6 +154,7 @@ impl TargetSpec {
                     transport: None,
                     log_device: true,
                 },
+                disk: None,
             });
         }
         let kind = match name {
@@ -169,6 +202,7 @@ impl TargetSpec {
         Ok(TargetSpec {
             name: name.to_string(),
             kind,
+            disk: None,
         })
     }
 
@@ -615,7 +649,9 @@ impl Mounted {
                 log_device,
             } => format!(
                 "cairn mount -o mode={mode}{}{} ({})",
-                transport_option(transport) + &concurrency_options(self.fuse_concurrency),
+                transport_option(transport)
+                    + &concurrency_options(self.fuse_concurrency)
+                    + &disk_options(self.spec.disk.as_deref(), *log_device),
                 if *log_device {
                     format!(
                         ",log=dev:LOG (a second image file, cairn wal mkfs --size {}M)",
@@ -681,7 +717,7 @@ impl Mounted {
                     format!(",log=dev:{}", self.log_image().display())
                 } else {
                     String::new()
-                };
+                } + &disk_options(self.spec.disk.as_deref(), *log_device);
                 sys::run(
                     Command::new(&self.cairn)
                         .arg("mount")
@@ -977,6 +1013,22 @@ fn concurrency_options(n: Option<usize>) -> String {
     .unwrap_or_default()
 }
 
+/// The mount options of a target on a disk model: `,disk=MODEL`, and `,log_disk=MODEL` for
+/// a journal with its log on a device of its own (a second disk of the same model). Flushes
+/// stay the model's (`nohostflush`): the host's fdatasync of the scratch image takes real
+/// time the modeled disk would not (docs/DISKS.md), and the image is deleted after the run.
+fn disk_options(disk: Option<&str>, log_device: bool) -> String {
+    let Some(m) = disk else {
+        return String::new();
+    };
+    let m = format!("{m}:nohostflush");
+    if log_device {
+        format!(",disk={m},log_disk={m}")
+    } else {
+        format!(",disk={m}")
+    }
+}
+
 /// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
 fn transport_option(transport: &Option<String>) -> String {
     transport
@@ -1118,6 +1170,33 @@ mod tests {
         assert!(TargetSpec::parse("cairn-").is_err());
         assert_eq!(TargetSpec::parse("btrfs").unwrap().kind, Kind::Btrfs);
         assert!(TargetSpec::parse("zfs").is_err());
+        // On a disk model: cairn targets only, known models only.
+        let t = TargetSpec::parse("cairn-journal-2sync:cheetah-10k").unwrap();
+        assert_eq!(t.disk.as_deref(), Some("cheetah-10k"));
+        assert!(matches!(
+            t.kind,
+            Kind::Cairn {
+                log_device: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            split_disk(&t.name),
+            ("cairn-journal-2sync", Some("cheetah-10k"))
+        );
+        assert_eq!(on_disk("cairn-sync", "wren-iv"), "cairn-sync:wren-iv");
+        assert!(TargetSpec::parse("cairn-sync:wren-iv:sstf").is_ok());
+        assert!(TargetSpec::parse("ext4:cheetah-10k").is_err());
+        assert!(TargetSpec::parse("cairn-sync:floppy").is_err());
+        assert_eq!(
+            disk_options(Some("wren-iv"), false),
+            ",disk=wren-iv:nohostflush"
+        );
+        assert_eq!(
+            disk_options(Some("wren-iv:sstf"), true),
+            ",disk=wren-iv:sstf:nohostflush,log_disk=wren-iv:sstf:nohostflush"
+        );
+        assert_eq!(disk_options(None, true), "");
     }
 
     #[test]

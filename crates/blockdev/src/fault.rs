@@ -194,6 +194,10 @@ impl BlockDevice for FaultDevice {
     fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>) {
         self.inner.set_trace(sink);
     }
+
+    fn disk_stats(&self) -> Option<crate::disk::DiskStats> {
+        self.inner.disk_stats()
+    }
 }
 
 #[cfg(test)]

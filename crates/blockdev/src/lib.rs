@@ -12,6 +12,9 @@
 //! - [`FaultDevice`]: wraps another device and fails reads, writes or flushes with `EIO` on
 //!   demand (after a budget, or the n-th of a class, once or from then on), for error-path
 //!   tests.
+//! - [`disk::Disk`]: wraps another device in a model of a mechanical disk (the papers'
+//!   hardware: seeks, rotation, zones, read-ahead, an optional write cache, a queue), which
+//!   decides when each request completes and leaves the data path as it is.
 //!
 //! Every device counts its I/O ([`DeviceCounters`], relaxed atomics, always on: benchmarks
 //! report I/O counts rather than seconds) and can hand every operation to a [`TraceSink`].
@@ -29,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod contents;
+pub mod disk;
 mod fault;
 mod file;
 pub mod lock;
@@ -66,6 +70,11 @@ pub trait BlockDevice: Send + Sync {
     fn counters(&self) -> &DeviceCounters;
     /// Installs (`Some`) or removes (`None`) a trace sink. Cheap when none is installed.
     fn set_trace(&self, sink: Option<Arc<dyn TraceSink>>);
+    /// What the mechanical-disk model under this device did ([`disk::Disk`]), if there is
+    /// one: busy time, seeks, rotations, per operation. Wrappers pass it through.
+    fn disk_stats(&self) -> Option<disk::DiskStats> {
+        None
+    }
 }
 
 /// Cumulative I/O counters of a device.

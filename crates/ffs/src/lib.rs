@@ -274,6 +274,16 @@ impl Ffs {
     /// Opens and mounts the file system on `path`. A bad image gives an error whose message
     /// is one line naming the problem.
     pub fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<Ffs>, FsError> {
+        Self::mount_on(path, opts, None)
+    }
+
+    /// [`Ffs::mount`] with the image's device under a model of a mechanical disk (`-o
+    /// disk=`, docs/DISKS.md), when `disk` names one.
+    pub fn mount_on(
+        path: &Path,
+        opts: &MountOptions,
+        disk: Option<&cairn_blockdev::disk::DiskOptions>,
+    ) -> Result<Arc<Ffs>, FsError> {
         let head = cairn_blockdev::read_bytes_at(path, 0, superblock::SB_BYTES).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 FsError::Refused(
@@ -301,6 +311,8 @@ impl Ffs {
                 FsError::Io(e)
             }
         })?;
+        let dev = cairn_blockdev::disk::wrap(dev, disk)
+            .map_err(|e| FsError::Refused(cairn_vfs::Errno::EINVAL, e.to_string()))?;
         Self::mount_device(dev, opts)
     }
 

@@ -2071,6 +2071,7 @@ impl FileSystem for Ffs {
         let v = serde_json::json!({
             "mode": self.strategy.name(),
             "device": dev,
+            "disk": self.dev.disk_stats(),
             "cache": self.vol.cache.stats(),
             "ops": *self.stats.lock(),
             "ops_total": self.ops_total.load(std::sync::atomic::Ordering::Relaxed),

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn_blockdev::BlockDevice;
+use cairn_blockdev::disk::DiskOptions;
 
 use cairn_fsck::{CheckOptions, FsckError, Report};
 use cairn_vfs::modes::{AfterCrash, ModeSpec};
@@ -231,6 +232,49 @@ pub fn mode(name: &str) -> Option<Mode> {
     modes().into_iter().find(|m| m.spec.name == name)
 }
 
+// ---- a mechanical disk under any format (`-o disk=`) ----------------------------------
+
+/// The mount option every format takes: the image's device under a model of a mechanical
+/// disk (`disk=NAME[:opt...]`, docs/DISKS.md). The registry takes it out of the options and
+/// wraps the device it opens, so no format has to know the option; a journal's own log
+/// device has the journal's `log_disk=`.
+const DISK_OPTION: &str = "disk";
+
+/// Mount options as the formats take them, owned.
+type OwnedOptions = Vec<(String, Option<String>)>;
+
+/// `disk=`, parsed, and the options without it.
+fn split_disk(opts: &Options) -> Result<(Option<DiskOptions>, OwnedOptions), String> {
+    let mut disk = None;
+    let mut rest = Vec::with_capacity(opts.len());
+    for (k, v) in opts {
+        if k == DISK_OPTION {
+            disk = Some(check_disk(v.as_deref())?);
+        } else {
+            rest.push((k.clone(), v.clone()));
+        }
+    }
+    Ok((disk, rest))
+}
+
+fn check_disk(value: Option<&str>) -> Result<DiskOptions, String> {
+    DiskOptions::parse(value.ok_or("option 'disk' needs a disk model (e.g. disk=cheetah-10k)")?)
+}
+
+/// `dev` under the disk `disk=` asks for, if any (a device mount: the crash harness's,
+/// `cairn mount -o record=`).
+fn on_disk(
+    dev: Arc<dyn BlockDevice>,
+    disk: Option<&DiskOptions>,
+) -> Result<Arc<dyn BlockDevice>, FsError> {
+    cairn_blockdev::disk::wrap(dev, disk)
+        .map_err(|e| FsError::Refused(Errno::EINVAL, e.to_string()))
+}
+
+fn refused(e: String) -> FsError {
+    FsError::Refused(Errno::EINVAL, e)
+}
+
 // ---- the FFS-style format -------------------------------------------------------------
 
 static FFS: FsType = FsType {
@@ -267,11 +311,14 @@ fn ffs_options(opts: &Options, read_only: bool) -> Result<cairn_ffs::MountOption
 }
 
 fn ffs_check_option(key: &str, value: Option<&str>) -> Result<(), String> {
+    if key == DISK_OPTION {
+        return check_disk(value).map(|_| ());
+    }
     cairn_ffs::MountOptions::default().set(key, value)
 }
 
 fn ffs_check_options(opts: &Options, read_only: bool) -> Result<(), String> {
-    ffs_options(opts, read_only)?.check()
+    ffs_options(&split_disk(opts)?.1, read_only)?.check()
 }
 
 fn ffs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
@@ -428,7 +475,9 @@ fn ffs_mount_device(
     opts: &Options,
     how: DeviceMount,
 ) -> Result<Arc<dyn FileSystem>, FsError> {
-    let mut o = ffs_options(opts, how.read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
+    let (disk, opts) = split_disk(opts).map_err(refused)?;
+    let dev = on_disk(dev, disk.as_ref())?;
+    let mut o = ffs_options(&opts, how.read_only).map_err(refused)?;
     if !how.background {
         // A day: never within a recording.
         o.syncer_interval = Some(std::time::Duration::from_secs(24 * 3600));
@@ -437,8 +486,9 @@ fn ffs_mount_device(
 }
 
 fn ffs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
-    let o = ffs_options(opts, read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
-    Ok(cairn_ffs::Ffs::mount(path, &o)?)
+    let (disk, opts) = split_disk(opts).map_err(refused)?;
+    let o = ffs_options(&opts, read_only).map_err(refused)?;
+    Ok(cairn_ffs::Ffs::mount_on(path, &o, disk.as_ref())?)
 }
 
 // ---- the log-structured format (004, Sprite LFS) ---------------------------------------
@@ -511,11 +561,14 @@ fn lfs_options(opts: &Options, read_only: bool) -> Result<cairn_lfs::MountOption
 }
 
 fn lfs_check_option(key: &str, value: Option<&str>) -> Result<(), String> {
+    if key == DISK_OPTION {
+        return check_disk(value).map(|_| ());
+    }
     cairn_lfs::MountOptions::default().set(key, value)
 }
 
 fn lfs_check_options(opts: &Options, read_only: bool) -> Result<(), String> {
-    lfs_options(opts, read_only).map(|_| ())
+    lfs_options(&split_disk(opts)?.1, read_only).map(|_| ())
 }
 
 fn lfs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
@@ -555,7 +608,9 @@ fn lfs_mount_device(
     opts: &Options,
     how: DeviceMount,
 ) -> Result<Arc<dyn FileSystem>, FsError> {
-    let mut o = lfs_options(opts, how.read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
+    let (disk, opts) = split_disk(opts).map_err(refused)?;
+    let dev = on_disk(dev, disk.as_ref())?;
+    let mut o = lfs_options(&opts, how.read_only).map_err(refused)?;
     o.syncer = how.background;
     Ok(cairn_lfs::Lfs::mount_device(dev, &o)?)
 }
@@ -565,8 +620,9 @@ fn lfs_check_device(dev: Arc<dyn BlockDevice>) -> Result<Report, FsckError> {
 }
 
 fn lfs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
-    let o = lfs_options(opts, read_only).map_err(|e| FsError::Refused(Errno::EINVAL, e))?;
-    Ok(cairn_lfs::Lfs::mount(path, &o)?)
+    let (disk, opts) = split_disk(opts).map_err(refused)?;
+    let o = lfs_options(&opts, read_only).map_err(refused)?;
+    Ok(cairn_lfs::Lfs::mount_on(path, &o, disk.as_ref())?)
 }
 
 /// `cairn fsck` on an LFS image: the engine's check, in fsck's report. With `-y`, the LFS
@@ -764,6 +820,117 @@ mod tests {
         let sb =
             cairn_ffs::format::Superblock::decode(&read_head(&crashed, 4096).unwrap()).unwrap();
         assert_eq!(sb.state, cairn_ffs::format::superblock::STATE_CLEAN);
+    }
+
+    /// `-o disk=` under every format, by path and by device: the mount's device is the
+    /// model's (its stats in `fs.disk`, its time counted), the data path unchanged; a bad
+    /// model, an image larger than the disk and `log_disk=` without a log device are
+    /// refused in one line.
+    #[test]
+    fn every_format_mounts_on_a_modeled_disk() {
+        use cairn_vfs::Ctx;
+        let dir = tempfile::tempdir().unwrap();
+        let opt = |v: &[(&str, &str)]| -> Vec<(String, Option<String>)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+                .collect()
+        };
+        for fs_type in types() {
+            let img = dir.path().join(fs_type.name);
+            (fs_type.mkfs)(
+                &img,
+                &MkfsArgs {
+                    size: Some(64 << 20),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let o = opt(&[("disk", "wren-iv:virtual")]);
+            (fs_type.check_options)(&o, false).unwrap();
+            (fs_type.check_option)("disk", Some("wren-iv")).unwrap();
+            assert!((fs_type.check_option)("disk", Some("floppy")).is_err());
+            let fs = (fs_type.mount)(&img, &o, false).unwrap();
+            let c = Ctx::root();
+            for i in 0..10 {
+                fs.mkdir(&c, 2, std::ffi::OsStr::new(&format!("d{i}")), 0o755, 0)
+                    .unwrap();
+            }
+            fs.sync_all().unwrap();
+            let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).unwrap();
+            let disk = &stats["disk"];
+            assert_eq!(disk["model"], "wren-iv", "{}: {stats}", fs_type.name);
+            assert!(disk["write"]["requests"].as_u64().unwrap() > 0);
+            assert!(disk["busy_ns"].as_u64().unwrap() > 0);
+            fs.destroy().unwrap();
+            drop(fs);
+            // Without the option: no model.
+            let fs = (fs_type.mount)(&img, &[], true).unwrap();
+            let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).unwrap();
+            assert!(stats["disk"].is_null());
+            fs.lookup(&c, 2, std::ffi::OsStr::new("d9")).unwrap();
+            fs.destroy().unwrap();
+            drop(fs);
+            // Refusals.
+            let e = (fs_type.mount)(&img, &opt(&[("disk", "floppy")]), false)
+                .err()
+                .unwrap();
+            assert!(e.to_string().contains("unknown disk model"), "{e}");
+        }
+        let big = dir.path().join("big");
+        (FFS.mkfs)(
+            &big,
+            &MkfsArgs {
+                size: Some(400 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let e = (FFS.mount)(&big, &opt(&[("disk", "wren-iv")]), false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("larger than the modeled disk wren-iv"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+        // A journal with its log on a device of its own, each on a disk of its own (the -2
+        // systems of 000/001): the log's model in `strategy.log_disk`.
+        let log = dir.path().join("log");
+        {
+            let dev = cairn_blockdev::FileDevice::create(&log, 4096, 4 << 20).unwrap();
+            let region = cairn_wal::Region {
+                first_block: 0,
+                blocks: dev.num_blocks(),
+            };
+            cairn_wal::Wal::format(&dev, region, &Default::default()).unwrap();
+        }
+        let logdev = format!("dev:{}", log.display());
+        let o = opt(&[
+            ("mode", "journal"),
+            ("log", logdev.as_str()),
+            ("disk", "cheetah-10k:virtual"),
+            ("log_disk", "cheetah-10k:virtual"),
+        ]);
+        (FFS.check_options)(&o, false).unwrap();
+        let img = dir.path().join("ffs");
+        let fs = (FFS.mount)(&img, &o, false).unwrap();
+        fs.mkdir(&Ctx::root(), 2, std::ffi::OsStr::new("j"), 0o755, 0)
+            .unwrap();
+        let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).unwrap();
+        let log_disk = &stats["strategy"]["log_disk"];
+        assert_eq!(log_disk["model"], "cheetah-10k", "{stats}");
+        assert!(log_disk["flushes"].as_u64().unwrap() > 0, "{stats}");
+        assert_eq!(stats["disk"]["model"], "cheetah-10k");
+        fs.destroy().unwrap();
+        drop(fs);
+        let e = (FFS.check_options)(
+            &opt(&[("mode", "journal"), ("log_disk", "cheetah-10k")]),
+            false,
+        )
+        .unwrap_err();
+        assert!(e.contains("log=dev:PATH"), "{e}");
+        assert!(
+            (FFS.check_options)(&opt(&[("mode", "async"), ("log_disk", "wren-iv")]), false)
+                .is_err()
+        );
     }
 
     #[test]

@@ -194,6 +194,13 @@ impl PhaseResult {
         }
     }
 
+    /// The share of the phase a modeled disk was busy (the busier one, when a journal's log
+    /// has a disk of its own): 004 §5.1's "disk busy". None off the model.
+    pub fn disk_busy(&self) -> Option<f64> {
+        let ns = self.counters.as_ref()?.disk_busy_ns_max()?;
+        (self.secs > 0.0).then(|| ns / 1e9 / self.secs)
+    }
+
     /// Counter per operation, e.g. device flushes per create+unlink pair.
     pub fn per_op(&self, f: impl Fn(&Counters) -> Option<f64>) -> Option<f64> {
         let c = self.counters.as_ref()?;

@@ -1286,6 +1286,7 @@ impl FileSystem for Lfs {
         serde_json::json!({
             "format": "lfs",
             "device": st.dev.counters().snapshot(),
+            "disk": st.dev.disk_stats(),
             "lfs": s,
             "cleaner": st.cleaner,
             "cleaner_policy": st.policy.name(),

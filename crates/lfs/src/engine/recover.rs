@@ -276,6 +276,16 @@ pub(crate) fn load_tables(
 impl Lfs {
     /// Mounts the image at `path` (locked: exclusively, or shared when read-only).
     pub fn mount(path: &std::path::Path, opts: &MountOptions) -> Result<Arc<Lfs>> {
+        Self::mount_on(path, opts, None)
+    }
+
+    /// [`Lfs::mount`] with the image's device under a model of a mechanical disk (`-o
+    /// disk=`, docs/DISKS.md), when `disk` names one.
+    pub fn mount_on(
+        path: &std::path::Path,
+        opts: &MountOptions,
+        disk: Option<&cairn_blockdev::disk::DiskOptions>,
+    ) -> Result<Arc<Lfs>> {
         let dev = cairn_blockdev::FileDevice::open(path, BLOCK_SIZE as u32, opts.read_only)
             .map_err(|e| {
                 if e.kind() == std::io::ErrorKind::ResourceBusy {
@@ -284,7 +294,9 @@ impl Lfs {
                     FsError::Io(e)
                 }
             })?;
-        Self::mount_device(Arc::new(dev), opts)
+        let dev = cairn_blockdev::disk::wrap(Arc::new(dev), disk)
+            .map_err(|e| FsError::Refused(Errno::EINVAL, e.to_string()))?;
+        Self::mount_device(dev, opts)
     }
 
     /// Mounts a file system on `dev`: checkpoint, tables, roll-forward, and (read-write) a

@@ -634,6 +634,11 @@ impl Wal {
         }
     }
 
+    /// The device the log is on.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
     pub fn stats(&self) -> WalStats {
         let st = self.st.lock();
         let sp = self.space_of(&st);

@@ -141,6 +141,11 @@ pub(super) const MODE: ModeInfo = ModeInfo {
             help: "where the log lives: the log area `cairn mkfs --journal-size` made (file, the default), or a log made by `cairn wal mkfs PATH`",
         },
         ModeOption {
+            key: "log_disk",
+            values: "MODEL[:opt...]",
+            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
+        },
+        ModeOption {
             key: "commit",
             values: "sync|group|async",
             help: "when calls are durable: on return (sync, group: shared flushes) or on fsync and every commit_interval (async)",
@@ -179,13 +184,21 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
             help: "where the log lives (as mode journal)",
         },
         ModeOption {
+            key: "log_disk",
+            values: "MODEL[:opt...]",
+            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
+        },
+        ModeOption {
             key: "commit_interval",
             values: "SECS",
             help: "seconds between commits, what a crash may take back at most (default 5, as ext4; 1 to 300)",
         },
     ],
     make: |o| {
-        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log" && k != "commit_interval") {
+        if let Some((k, _)) = o
+            .iter()
+            .find(|(k, _)| !["log", "log_disk", "commit_interval"].contains(&k.as_str()))
+        {
             return Err(format!(
                 "mount option '{k}' is not an option of mode journal-async"
             ));
@@ -206,13 +219,20 @@ pub(super) const MODE_GROUP: ModeInfo = ModeInfo {
     name: "journal-group",
     description: "journal with commit=group: every call durable on return, concurrent calls share log flushes",
     guarantees: MODE.guarantees,
-    options: &[ModeOption {
-        key: "log",
-        values: "file|dev:PATH",
-        help: "where the log lives (as mode journal)",
-    }],
+    options: &[
+        ModeOption {
+            key: "log",
+            values: "file|dev:PATH",
+            help: "where the log lives (as mode journal)",
+        },
+        ModeOption {
+            key: "log_disk",
+            values: "MODEL[:opt...]",
+            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
+        },
+    ],
     make: |o| {
-        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log") {
+        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log" && k != "log_disk") {
             return Err(format!(
                 "mount option '{k}' is not an option of mode journal-group"
             ));
@@ -268,6 +288,8 @@ pub struct Journal {
     /// When the timer last committed.
     last_commit: Mutex<std::time::Instant>,
     log: LogSpec,
+    /// `log_disk=`: the log's own device under a model of a mechanical disk.
+    log_disk: Option<cairn_blockdev::disk::DiskOptions>,
     inner: Arc<Inner>,
     /// A planted bug for the tests: blocks are written home without forcing the log first
     /// (neither by `sync` nor by `before_write`).
@@ -453,6 +475,7 @@ impl Journal {
             commit_every: DEFAULT_COMMIT_INTERVAL,
             last_commit: Mutex::new(std::time::Instant::now()),
             log,
+            log_disk: None,
             inner: Arc::new(Inner {
                 wal: RwLock::new(None),
                 geo: RwLock::new(None),
@@ -484,9 +507,11 @@ impl Journal {
         let mut log = LogSpec::File;
         let mut commit = Commit::Sync;
         let mut every = DEFAULT_COMMIT_INTERVAL;
+        let mut log_disk = None;
         for (k, v) in opts {
             let v = v.as_deref().unwrap_or("");
             match k.as_str() {
+                "log_disk" => log_disk = Some(cairn_blockdev::disk::DiskOptions::parse(v)?),
                 "log" => {
                     log = match v.strip_prefix("dev:") {
                         Some(p) if !p.is_empty() => LogSpec::Dev(PathBuf::from(p)),
@@ -527,8 +552,15 @@ impl Journal {
                 }
             }
         }
+        if log_disk.is_some() && !matches!(log, LogSpec::Dev(_)) {
+            return Err(
+                "log_disk= models the log's own device: give it one with log=dev:PATH (a log in the image is on the image's disk= already)"
+                    .into(),
+            );
+        }
         let mut j = Journal::new(log, commit);
         j.commit_every = every;
+        j.log_disk = log_disk;
         Ok(j)
     }
 
@@ -602,7 +634,9 @@ impl Journal {
                         "{name}: too small to hold a write-ahead log"
                     )));
                 }
-                Ok((Arc::new(dev), name))
+                let dev = cairn_blockdev::disk::wrap(Arc::new(dev), self.log_disk.as_ref())
+                    .map_err(|e| refused(format!("{name}: {e}")))?;
+                Ok((dev, name))
             }
         }
     }
@@ -1601,6 +1635,7 @@ impl Strategy for Journal {
             "shadow_images": shadows,
             "held_frees": self.inner.holds.lock().len(),
             "wal": self.inner.wal().map(|w| w.stats()),
+            "log_disk": self.inner.wal().and_then(|w| w.device().disk_stats()),
         }))
     }
 
