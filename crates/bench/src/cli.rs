@@ -289,9 +289,9 @@ pub struct RunArgs {
     /// ext4-sync, ext2, btrfs, xfs-logdev, fuse2fs, passthrough, mergerfs.
     #[arg(long, default_value = "all")]
     targets: String,
-    /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, largefile,
-    /// micro, postmark, postmark-umbrella, postmark-large, ssh, netnews, sdet, recovery,
-    /// group-create, seq.
+    /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, rename,
+    /// largefile, micro, postmark, postmark-umbrella, postmark-large, ssh, netnews, sdet,
+    /// recovery, group-create, seq.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// Repetitions of every workload (default: the suite's — paper: 3 for the workloads that

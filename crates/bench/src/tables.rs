@@ -298,6 +298,7 @@ pub fn title(w: &str) -> &'static str {
         crate::workload::groupcreate::NAME => {
             "Group commit: concurrent creates (001 §3.2, issue 12)"
         }
+        crate::workload::rename::NAME => "Renames across directories (002 §2 rule 3, issue 23)",
         _ => "",
     }
 }
@@ -332,6 +333,9 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             "netnews" => (owned(NETNEWS_PHASES), true, true),
             "smallfile" => (owned(SMALLFILE_PHASES), false, true),
             "create-unlink" => (owned(&["create+unlink"]), false, true),
+            crate::workload::rename::NAME => {
+                (owned(&[crate::workload::rename::PHASE]), false, true)
+            }
             "postmark" | "postmark-umbrella" | "postmark-large" => (owned(&["run"]), false, true),
             "sdet" | "largefile" => (labels(records, w), false, true),
             "recovery" => (labels(records, w), false, false),
@@ -410,6 +414,18 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         for p in published::for_workload("create-unlink") {
             published_block(&mut s, p);
         }
+    }
+
+    if has(meta, records, crate::workload::rename::NAME) {
+        let w = crate::workload::rename::NAME;
+        let _ = writeln!(s, "\n### {}\n", title(w));
+        evidence_table(
+            &mut s,
+            meta,
+            records,
+            w,
+            &[crate::workload::rename::PHASE.to_string()],
+        );
     }
 
     if has(meta, records, "micro") {

@@ -162,7 +162,7 @@ pub const CATALOGUE: &[Planted] = &[
         name: "softdep-rename-unforced",
         base: "softdep",
         breaks: "rule 3: a file rename's new name and the old name's removal reach disk in one write-back, in either order, so a crash can leave the file in no directory",
-        how: "the end_op of a rename that moves no directory between parents does not write the call's new entries (soft updates' force of rule 3 skipped): both directory blocks wait for the next write-back",
+        how: "the old name of a file's rename is not put back at write time (SoftDep::without_rename_force: rule 3's rollback skipped for names of non-directories), so its removal and the new name reach disk in whatever order the write-back takes",
         // A name made durable by an fsync (written by it), then moved across directories.
         workload: "fsync-rename",
         fault: Fault::SoftdepRenameUnforced,

@@ -9,6 +9,27 @@ use cairn_vfs::{Ctx, Errno, FileSystem, RenameFlags, SetAttr};
 
 use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
 
+/// Up to two kinds of dirty buffers, picked from `kinds`, written and each flushed, in a
+/// random order (a write order no mode would choose); the worklist run once in `worklist`
+/// calls on average. A crash may come after any of them.
+pub(crate) fn random_write_back(fs: &Ffs, rng: &mut impl rand::Rng, kinds: &[u8], worklist: u32) {
+    for _ in 0..rng.random_range(0..3) {
+        write_kind(fs, kinds[rng.random_range(0..kinds.len())]);
+    }
+    if rng.random_range(0..worklist) == 0 {
+        fs.strategy.background(fs).unwrap();
+    }
+}
+
+/// Writes the dirty buffers of kind `k` and flushes.
+pub(crate) fn write_kind(fs: &Ffs, k: u8) {
+    fs.vol
+        .cache
+        .write_back_filter(&|b: &cairn_bufcache::Buf| b.kind() == k)
+        .unwrap();
+    fs.vol.cache.flush_device().unwrap();
+}
+
 fn fresh(blocks: u64, mode: &str) -> (MemDevice, Arc<Ffs>) {
     let dev = MemDevice::new(4096, blocks);
     mkfs_device(

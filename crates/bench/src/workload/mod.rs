@@ -21,6 +21,7 @@ pub mod micro;
 pub mod netnews;
 pub mod recovery;
 pub mod recovery_sweep;
+pub mod rename;
 mod rng;
 pub mod sdet;
 pub mod ssh;
@@ -368,6 +369,8 @@ pub enum Workload {
     GroupCreate(groupcreate::Config),
     /// Recovery time against the log since the checkpoint (001 §5.3, 004 Table III).
     RecoverySweep(recovery_sweep::Config),
+    /// Issue 23: small files created and renamed across directories.
+    Rename(rename::Config),
 }
 
 /// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
@@ -375,6 +378,7 @@ pub enum Workload {
 pub const NAMES: &[&str] = &[
     "create-unlink",
     "smallfile",
+    rename::NAME,
     "largefile",
     "micro",
     "postmark",
@@ -445,6 +449,7 @@ impl Workload {
             "recovery" => Workload::Recovery(recovery::Config::scaled(p.scale)),
             groupcreate::NAME => Workload::GroupCreate(groupcreate::Config::scaled(p.scale)),
             "recovery-sweep" => Workload::RecoverySweep(recovery_sweep::Config::scaled(p.scale)),
+            rename::NAME => Workload::Rename(rename::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
@@ -463,6 +468,7 @@ impl Workload {
             Workload::Recovery(_) => "recovery",
             Workload::GroupCreate(_) => groupcreate::NAME,
             Workload::RecoverySweep(_) => "recovery-sweep",
+            Workload::Rename(_) => rename::NAME,
         }
     }
 
@@ -532,6 +538,7 @@ impl Workload {
             Workload::Recovery(c) => c.describe(),
             Workload::GroupCreate(c) => c.describe(),
             Workload::RecoverySweep(c) => c.describe(),
+            Workload::Rename(c) => c.describe(),
         }
     }
 
@@ -586,6 +593,7 @@ impl Workload {
             Workload::Recovery(c) => recovery::run(stage, c),
             Workload::GroupCreate(c) => groupcreate::run(stage, c),
             Workload::RecoverySweep(c) => recovery_sweep::run(stage, c),
+            Workload::Rename(c) => rename::run(stage, c),
         }
     }
 }

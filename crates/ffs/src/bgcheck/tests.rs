@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_blockdev::{BlockDevice, MemDevice};
-use cairn_bufcache::Buf;
 use cairn_vfs::{Ctx, Errno, FileSystem, RenameFlags, SetAttr};
 use rand::{Rng, SeedableRng};
 
@@ -136,23 +135,18 @@ fn crashed_image(seed: u64) -> MemDevice {
             }
             _ => {}
         }
-        for _ in 0..rng.random_range(0..3) {
-            let k = [
+        crate::tests::random_write_back(
+            &fs,
+            &mut rng,
+            &[
                 kind::DATA,
                 kind::GROUP,
                 kind::INODE,
                 kind::DIRECTORY,
                 kind::INDIRECT,
-            ][rng.random_range(0..5)];
-            fs.vol
-                .cache
-                .write_back_filter(&|b: &Buf| b.kind() == k)
-                .unwrap();
-            fs.vol.cache.flush_device().unwrap();
-        }
-        if rng.random_range(0..6) == 0 {
-            fs.strategy.background(&*fs).unwrap();
-        }
+            ],
+            6,
+        );
     }
     let crash = MemDevice::from_bytes(4096, dev.to_bytes());
     // The daemon "dies": what it does next never reaches the crashed image.

@@ -18,20 +18,22 @@ use super::{Blk, Ino};
 
 /// What a record waits for: a block written after `seq` (any write of it: bitmaps, group
 /// descriptors, a new block's contents, a directory block carrying a removal), one inode
-/// written after `seq` with nothing of it rolled back, or one directory entry written after
-/// `seq` without being rolled back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// written after `seq` with nothing of it rolled back, one directory entry written after
+/// `seq` without being rolled back, or one removal written after `seq` without the removed
+/// entry being put back ([`What::Removed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Cond {
     Block(Blk, u64),
     Inode { ino: Ino, blk: Blk, seq: u64 },
     Entry { blk: Blk, off: u32, seq: u64 },
+    Removed { blk: Blk, off: u32, seq: u64 },
 }
 
 impl Cond {
     pub fn blk(&self) -> Blk {
         match *self {
             Cond::Block(b, _) => b,
-            Cond::Inode { blk, .. } | Cond::Entry { blk, .. } => blk,
+            Cond::Inode { blk, .. } | Cond::Entry { blk, .. } | Cond::Removed { blk, .. } => blk,
         }
     }
 
@@ -44,6 +46,9 @@ impl Cond {
             }
             Cond::Entry { blk, off, seq } => {
                 blk == w.blk && w.seq > seq && !w.rolled_offs.contains(&off)
+            }
+            Cond::Removed { blk, off, seq } => {
+                blk == w.blk && w.seq > seq && !w.restored_offs.contains(&off)
             }
         }
     }
@@ -58,6 +63,8 @@ pub(crate) struct Written {
     pub rolled_inodes: Vec<Ino>,
     /// Entries of a directory block written rolled back.
     pub rolled_offs: Vec<u32>,
+    /// Removed entries of a directory block written back as they were ([`What::Removed`]).
+    pub restored_offs: Vec<u32>,
 }
 
 /// Where an allocation's pointer lives.
@@ -108,9 +115,26 @@ pub(crate) enum What {
         target: Ino,
         old: Option<(u32, u8)>,
         /// The entry may go to disk as it is (what it waited for is on disk), and no
-        /// longer rolls back; kept until its block is written, so entries added to the
+        /// longer rolls back — unless it lies over a removed entry still put back
+        /// ([`What::Removed`]); kept until a write carries it, so entries added to the
         /// directory it names still wait for it.
         applied: bool,
+    },
+    /// A removed entry that must stay on disk a while (FreeBSD's dirrem never rolls back;
+    /// this one does, so a rename costs no write in the call): the old name of a rename
+    /// until its new names are on disk (rule 3: the new name before the old one goes), or
+    /// the name of a directory removed by rmdir until the directory's own removals are (a
+    /// directory no name reaches must not still hold names). While it waits, every write
+    /// of its block puts the entry back as it was, into the bytes it was merged into: no
+    /// entry is added over them, nor under its name in its directory, until its removal is
+    /// on disk (such an entry waits for that, and the removal is made durable at once).
+    Removed {
+        dir: Ino,
+        blk: Blk,
+        off: u32,
+        ino: Ino,
+        dtype: u8,
+        name: Box<[u8]>,
     },
     /// A size raised over blocks the file already had (a write past the end into its
     /// last block, or one that fills earlier holes' neighbours): until the data written
@@ -127,6 +151,9 @@ pub(crate) enum What {
     Mode { ino: Ino, iblk: Blk, safe: u32 },
     /// A worklist item: `dirrem`, `freeblks`, `freefile`.
     Work(Action),
+    /// Rolls nothing back: what a caller that needs conditions to hold (fsync, a directory
+    /// rename) waits for, while it writes what they wait for ([`super::Inner::settle`]).
+    Probe,
 }
 
 #[derive(Clone, Debug)]
@@ -147,9 +174,9 @@ impl Rec {
                 PtrAt::Inode { iblk, .. } => (Some(iblk), None),
                 PtrAt::Indir { holder, iblk, .. } => (Some(holder), Some(iblk)),
             },
-            What::Entry { blk, .. } => (Some(*blk), None),
+            What::Entry { blk, .. } | What::Removed { blk, .. } => (Some(*blk), None),
             What::Size { iblk, .. } | What::Mode { iblk, .. } => (Some(*iblk), None),
-            What::Work(_) => (None, None),
+            What::Work(_) | What::Probe => (None, None),
         };
         a.into_iter().chain(b)
     }
@@ -227,6 +254,14 @@ impl Ids {
     }
 }
 
+/// A name's index key (a fixed hash: the walk order never depends on it).
+fn name_key(name: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    name.hash(&mut h);
+    h.finish()
+}
+
 /// The ids under key `k` of `m`, ascending.
 pub(crate) fn ids_at<K: std::hash::Hash + Eq>(m: &FxHashMap<K, Ids>, k: &K) -> Vec<u64> {
     m.get(k).map(Ids::to_vec).unwrap_or_default()
@@ -259,12 +294,19 @@ pub(crate) struct OpLog {
     pub saved: Vec<Rec>,
     /// Ids of records the call made.
     pub made: Vec<u64>,
+    /// `saved` and `made` as sets (a call that writes — fsync's waves, a directory rename
+    /// — may complete thousands of records, each asking).
+    touched: FxHashSet<u64>,
     /// Work queued as ready by the call.
     pub ready_len: usize,
     /// Inodes whose link count the call raised: an entry the call adds waits for them.
     pub raised: Vec<Ino>,
-    /// Entries the call added or changed (rename forces them before the old name goes).
+    /// Entries the call added or changed (a rename's old name waits for them).
     pub entries: Vec<u64>,
+    /// The `..` the call changed (a directory moved to another parent).
+    pub dotdot: Option<u64>,
+    /// A directory's name the call removed (renamed): where it was.
+    pub dir_names_gone: Vec<(Blk, u32)>,
     pub nesting: u32,
 }
 
@@ -298,12 +340,18 @@ pub(crate) struct Deps {
     pub modes: FxHashMap<Ino, u64>,
     /// Pending entries by the inode they name.
     naming: FxHashMap<Ino, Ids>,
+    /// Removed entries put back, by the inode they name.
+    put_back: FxHashMap<Ino, Ids>,
+    /// Removed entries put back, by (directory, hash of the name).
+    put_back_names: FxHashMap<(Ino, u64), Ids>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
     pub blkmap: FxHashMap<Blk, [Blk; 2]>,
     /// Writes between `before_write` and `after_write`.
     pub inflight: FxHashMap<Blk, Written>,
     /// Writes completed and not yet flushed.
     pub unflushed: Vec<Written>,
+    /// The blocks of `unflushed`.
+    pub unflushed_blks: FxHashSet<Blk>,
     pub ready: VecDeque<Action>,
     /// Worklist items taken off `ready` and being applied through the engine (a background
     /// check must see them held until the engine has them: `background_check_holds`).
@@ -311,6 +359,8 @@ pub(crate) struct Deps {
     pub op: Option<OpLog>,
     /// Highest number of records at once (for `stats`).
     pub peak: usize,
+    /// Records completed so far (a write-back round's measure of progress).
+    pub completed: u64,
 }
 
 impl Deps {
@@ -325,6 +375,7 @@ impl Deps {
         let rec = Rec { id, what, waits };
         if let Some(op) = self.op.as_mut() {
             op.made.push(id);
+            op.touched.insert(id);
             if matches!(rec.what, What::Entry { .. }) {
                 op.entries.push(id);
             }
@@ -369,7 +420,11 @@ impl Deps {
                 self.entries.insert((*blk, *off), rec.id);
                 self.naming.add(*target, rec.id);
             }
-            What::Work(_) => {}
+            What::Removed { ino, dir, name, .. } => {
+                self.put_back.add(*ino, rec.id);
+                self.put_back_names.add((*dir, name_key(name)), rec.id);
+            }
+            What::Work(_) | What::Probe => {}
         }
     }
 
@@ -409,14 +464,18 @@ impl Deps {
                 }
                 self.naming.drop_id(*target, rec.id);
             }
-            What::Work(_) => {}
+            What::Removed { ino, dir, name, .. } => {
+                self.put_back.drop_id(*ino, rec.id);
+                self.put_back_names.drop_id((*dir, name_key(name)), rec.id);
+            }
+            What::Work(_) | What::Probe => {}
         }
     }
 
     /// Saves record `id` as it is before the call in progress changes or removes it.
     fn save(&mut self, id: u64) {
         let Some(op) = self.op.as_mut() else { return };
-        if op.made.contains(&id) || op.saved.iter().any(|r| r.id == id) {
+        if !op.touched.insert(id) {
             return;
         }
         if let Some(r) = self.recs.get(&id) {
@@ -456,26 +515,35 @@ impl Deps {
 
     /// Record `id`'s conditions all hold.
     fn complete(&mut self, id: u64) {
+        self.completed += 1;
         enum Next {
             Ready,
-            Apply(Blk),
+            Apply(Cond),
             Done,
         }
+        let seq = self.seq;
         let next = match self.recs.get(&id).map(|r| &r.what) {
             None => return,
             Some(What::Work(_)) => Next::Ready,
+            // The entry may now be written; it is kept until a write carries it (not rolled
+            // back: it may still be, over a removed entry put back).
             Some(What::Entry {
                 blk,
+                off,
                 applied: false,
                 ..
-            }) => Next::Apply(*blk),
+            }) => Next::Apply(Cond::Entry {
+                blk: *blk,
+                off: *off,
+                seq,
+            }),
             // The pointer may now be written; the inode's size may cover it only once the
             // indirect block carrying it is on disk.
             Some(What::Alloc {
                 at: PtrAt::Indir { holder, .. },
                 applied: false,
                 ..
-            }) => Next::Apply(*holder),
+            }) => Next::Apply(Cond::Block(*holder, seq)),
             Some(_) => Next::Done,
         };
         match next {
@@ -491,7 +559,7 @@ impl Deps {
                     }
                 }
             }
-            Next::Apply(blk) => {
+            Next::Apply(cond) => {
                 // `applied` is in no index key: flipped in place, after the record is
                 // saved for the call's undo.
                 self.save(id);
@@ -500,8 +568,7 @@ impl Deps {
                 {
                     *applied = true;
                 }
-                let seq = self.seq;
-                self.set_waits(id, vec![Cond::Block(blk, seq)]);
+                self.set_waits(id, vec![cond]);
             }
             Next::Done => {
                 self.remove(id);
@@ -533,12 +600,120 @@ impl Deps {
         }
     }
 
+    /// Replaces the conditions of record `id` that `met` selects by `extra`; completes the
+    /// record if none is left.
+    pub fn replace_conds(&mut self, id: u64, met: impl Fn(&Cond) -> bool, extra: &[Cond]) {
+        let Some(rec) = self.recs.get(&id) else {
+            return;
+        };
+        if !rec.waits.iter().any(&met) {
+            return;
+        }
+        let mut left: Vec<Cond> = rec.waits.iter().copied().filter(|c| !met(c)).collect();
+        for c in extra {
+            if !left.contains(c) {
+                left.push(*c);
+            }
+        }
+        let done = left.is_empty();
+        self.set_waits(id, left);
+        if done {
+            self.complete(id);
+        }
+    }
+
+    /// Record `id` (an entry) waits for `c` too: an entry already allowed on disk is not
+    /// any more (it rolls back again until `c` holds).
+    pub fn wait_also(&mut self, id: u64, c: Cond) {
+        let Some(rec) = self.recs.get(&id) else {
+            return;
+        };
+        let waits = match rec.what {
+            What::Entry { applied: true, .. } => {
+                self.save(id);
+                if let Some(r) = self.recs.get_mut(&id)
+                    && let What::Entry { applied, .. } = &mut r.what
+                {
+                    *applied = false;
+                }
+                vec![c]
+            }
+            _ => {
+                let mut w = rec.waits.clone();
+                if !w.contains(&c) {
+                    w.push(c);
+                }
+                w
+            }
+        };
+        self.set_waits(id, waits);
+    }
+
     /// Whether inode `ino` has records that roll it back (its writes are not whole yet).
     pub fn inode_pending(&self, ino: Ino) -> bool {
         self.inomap.contains_key(&ino)
             || self.alloc_by_ino.contains_key(&ino)
             || self.sizes.contains_key(&ino)
             || self.modes.contains_key(&ino)
+    }
+
+    /// The pending removals of block `blk` ([`What::Removed`]), ascending by id.
+    pub fn removed_in_block(&self, blk: Blk) -> Vec<u64> {
+        ids_at(&self.by_block, &blk)
+            .into_iter()
+            .filter(|id| matches!(self.recs.get(id).map(|r| &r.what), Some(What::Removed { blk: b, .. }) if *b == blk))
+            .collect()
+    }
+
+    /// The removals still put back that an entry of `name` at `off..off + len` of block
+    /// `blk` in directory `dir` conflicts with: one whose bytes it lies over, or one of the
+    /// same name in the same directory (two entries of one name: fsck removes one).
+    pub fn put_backs_in_the_way(
+        &self,
+        dir: Ino,
+        blk: Blk,
+        off: u32,
+        len: usize,
+        name: &[u8],
+    ) -> Vec<u64> {
+        let (a, b) = (off as usize, off as usize + len);
+        let mut ids: Vec<u64> = self
+            .removed_in_block(blk)
+            .into_iter()
+            .filter(|id| {
+                matches!(self.recs.get(id).map(|r| &r.what), Some(What::Removed { off: o, name, .. })
+                    if (*o as usize) < b && a < *o as usize + crate::format::dir::rec_size(name.len()))
+            })
+            .collect();
+        for id in ids_at(&self.put_back_names, &(dir, name_key(name))) {
+            if matches!(self.recs.get(&id).map(|r| &r.what), Some(What::Removed { name: n, .. }) if &n[..] == name)
+                && !ids.contains(&id)
+            {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+
+    /// Whether a removed entry naming `ino` is still put back at write time: the inode has
+    /// that name on disk.
+    pub fn named_by_put_back(&self, ino: Ino) -> bool {
+        self.put_back.contains_key(&ino)
+    }
+
+    /// The entry records among `ids` as conditions: each written (durably, not rolled back)
+    /// after now.
+    pub fn entry_conds(&self, ids: impl IntoIterator<Item = u64>) -> Vec<Cond> {
+        ids.into_iter()
+            .filter_map(|id| match self.recs.get(&id).map(|r| &r.what) {
+                Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
+                    blk: *blk,
+                    off: *off,
+                    seq: self.seq,
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The pending entry records naming inode `ino`.
@@ -581,7 +756,7 @@ impl Deps {
 
     /// Whether a write of `blk` is under way or not yet flushed.
     pub fn pending_write(&self, blk: Blk) -> bool {
-        self.inflight.contains_key(&blk) || self.unflushed.iter().any(|w| w.blk == blk)
+        self.inflight.contains_key(&blk) || self.unflushed_blks.contains(&blk)
     }
 
     /// The call in progress failed and the engine took its buffer changes back: so are its

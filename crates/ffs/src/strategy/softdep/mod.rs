@@ -22,7 +22,7 @@ mod rollback;
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
@@ -36,18 +36,29 @@ use super::{
     Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
     ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
-use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, kind};
+use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, dir, kind};
 use deps::{Action, Cond, Deps, OpLog, PtrAt, What};
 
 /// Default cap on dependency records (FreeBSD's `max_softdeps`, scaled to a user-space
 /// cache): at the cap, a new call first writes back so existing records complete.
 pub const DEFAULT_MAX_DEPS: usize = 200_000;
 
-/// Write-back rounds a periodic or pressure pass makes (sync(2) and unmount go on until
-/// nothing is left).
+/// Write-back rounds the syncer makes (memory pressure makes one batch; sync(2) and unmount
+/// go on until nothing is left).
 const PERIODIC_ROUNDS: usize = 2;
 /// A drain that has not finished after this many rounds is stuck: reported, not looped.
 const MAX_ROUNDS: usize = 200;
+/// Write waves one `settle` makes at most (a chain of pending names up a deep tree).
+const MAX_WAVES: usize = 32;
+/// The buffer kinds of each write-back batch of a round, in its order.
+const PASSES: [&[u8]; 4] = [
+    &[kind::DATA, kind::GROUP, kind::XATTR],
+    &[kind::INDIRECT],
+    &[kind::INODE],
+    &[kind::DIRECTORY],
+];
+/// Directory batches a round makes at most.
+const DIRECTORY_PASSES: usize = 3;
 
 /// Calls and soft-updates write passes exclude each other; one thread may nest.
 struct Gate {
@@ -89,9 +100,51 @@ impl Gate {
     }
 }
 
+/// Why soft updates wrote and flushed (`cairn stats`: `flushes` by cause): the syncer's
+/// and memory pressure's rounds, or a write forced inside a call or by fsync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// A write-back round (syncer, memory pressure, the cap, sync(2), unmount).
+    Round,
+    /// rename: its new names forced before the old one may go (rule 3).
+    Rename,
+    /// rmdir: the directory's own removals forced before its name goes.
+    Rmdir,
+    /// A truncation of a file that stays: its inode forced first.
+    Truncate,
+    /// fsync(2).
+    Fsync,
+    /// A name, or the bytes of one, reused while its removal is still put back: the
+    /// removal made durable first.
+    Reuse,
+}
+
+impl Cause {
+    const ALL: [Cause; 6] = [
+        Cause::Round,
+        Cause::Rename,
+        Cause::Rmdir,
+        Cause::Truncate,
+        Cause::Fsync,
+        Cause::Reuse,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Cause::Round => "round",
+            Cause::Rename => "rename",
+            Cause::Rmdir => "rmdir",
+            Cause::Truncate => "truncate",
+            Cause::Fsync => "fsync",
+            Cause::Reuse => "reuse",
+        }
+    }
+}
+
 /// Counters shown in `cairn stats`.
 #[derive(Default)]
 struct Counters {
+    /// Device flushes soft updates issued, by [`Cause`].
+    flushes: [AtomicU64; 6],
     rollbacks: AtomicU64,
     writes_rolled_back: AtomicU64,
     writes: AtomicU64,
@@ -108,14 +161,23 @@ pub(crate) struct Inner {
     gate: Gate,
     max_deps: usize,
     counters: Counters,
-    /// Test-only planted bug: directory entries are never rolled back.
-    skip_entry_rollback: bool,
-    /// Test-only planted bug: a rename that moves no directory does not write its new
-    /// entries before it returns.
-    skip_rename_force: bool,
-    /// The planted bug's note that the call in progress named a directory in an entry it
-    /// added or changed (set only when `skip_rename_force`).
-    op_names_dir: AtomicBool,
+    /// A planted bug (the crash harness's, and tests'), or none.
+    broken: Broken,
+    /// The batch of a round memory pressure writes next.
+    next_pass: std::sync::atomic::AtomicUsize,
+}
+
+/// Deliberately broken soft updates, to prove that the checkers catch what they must.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Broken {
+    None,
+    /// New directory entries are written before the inodes they name (rule 1).
+    EntryRollback,
+    /// A rename's old name is removed on disk before its new name is there (rule 3).
+    RemovalPutBack,
+    /// As `RemovalPutBack`, for the old names of renamed files only (what a rename that
+    /// moves no directory used to force).
+    RenameUnforced,
 }
 
 /// The soft-updates strategy.
@@ -129,34 +191,35 @@ struct Hooks(Arc<Inner>);
 
 impl SoftDep {
     pub fn new(max_deps: usize) -> SoftDep {
-        SoftDep::build("softdep", max_deps)
+        SoftDep::build("softdep", max_deps, Broken::None)
     }
 
     /// A broken soft updates, called `name`, for the crash harness's planted bugs: new
     /// directory entries are written before the inodes they name (the entry rollback in
     /// `before_write` is skipped). Never reachable from a mount.
     pub fn without_entry_rollback(name: &'static str) -> SoftDep {
-        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
-        Arc::get_mut(&mut s.inner)
-            .expect("just built")
-            .skip_entry_rollback = true;
-        s
+        SoftDep::build(name, DEFAULT_MAX_DEPS, Broken::EntryRollback)
     }
 
-    /// A broken soft updates, called `name`, for the crash harness's planted bugs: a rename
-    /// that moves no directory leaves its new entry to the write-back like any other (the
-    /// force at its end that keeps rule 3 is skipped), so the new name and the old name's
-    /// removal can reach disk in one write-back, in either order. Never reachable from a
-    /// mount.
+    /// A broken soft updates, called `name`, for planted bugs: a rename's old name is never
+    /// put back at write time, so its removal may reach disk before the new name (rule 3) —
+    /// a crash then leaves a renamed file with no name, which fsck calls a leak. Never
+    /// reachable from a mount.
+    pub fn without_removal_putback(name: &'static str) -> SoftDep {
+        SoftDep::build(name, DEFAULT_MAX_DEPS, Broken::RemovalPutBack)
+    }
+
+    /// A broken soft updates, called `name`, for the crash harness's planted bugs: the old
+    /// name of a file's rename is not put back at write time (rule 3 skipped for a rename
+    /// that moves no directory), so the new name and the old name's removal reach disk in
+    /// whatever order the write-back takes. A crash can leave the file in no directory,
+    /// which fsck calls a leak and the names-kept judge a lost name. Directory renames
+    /// (settled in the call) and rmdir keep their put-back. Never reachable from a mount.
     pub fn without_rename_force(name: &'static str) -> SoftDep {
-        let mut s = SoftDep::build(name, DEFAULT_MAX_DEPS);
-        Arc::get_mut(&mut s.inner)
-            .expect("just built")
-            .skip_rename_force = true;
-        s
+        SoftDep::build(name, DEFAULT_MAX_DEPS, Broken::RenameUnforced)
     }
 
-    fn build(name: &'static str, max_deps: usize) -> SoftDep {
+    fn build(name: &'static str, max_deps: usize, broken: Broken) -> SoftDep {
         SoftDep {
             name,
             inner: Arc::new(Inner {
@@ -166,9 +229,8 @@ impl SoftDep {
                 gate: Gate::new(),
                 max_deps: max_deps.max(64),
                 counters: Counters::default(),
-                skip_entry_rollback: false,
-                skip_rename_force: false,
-                op_names_dir: AtomicBool::new(false),
+                broken,
+                next_pass: Default::default(),
             }),
         }
     }
@@ -214,12 +276,22 @@ impl Inner {
 
     /// Drops every condition that holds because its block is clean and not awaiting a
     /// flush (a dirty buffer becomes clean only by a write that carried every change made
-    /// to it, unrolled: a write that rolled something back keeps it dirty).
+    /// to it, unrolled: a write that rolled something back keeps it dirty). A condition is
+    /// only made on a block that is dirty or being written, so the blocks a flush made
+    /// durable are where this can change: `after_flush` sweeps those, and this whole sweep
+    /// runs once a write-back round (scanning every waited block on every flush was 56% of
+    /// the daemon's time in fsstress).
     fn sweep(&self, d: &mut Deps) {
+        let blks = d.waited_blocks();
+        self.sweep_blocks(d, &blks);
+    }
+
+    /// [`Inner::sweep`] of the conditions on `blks` only.
+    fn sweep_blocks(&self, d: &mut Deps, blks: &[Blk]) {
         let Some(cache) = self.cache.lock().clone() else {
             return;
         };
-        for blk in d.waited_blocks() {
+        for &blk in blks {
             let clean = !cache.lookup(blk).is_some_and(|b| b.is_dirty()) && !d.pending_write(blk);
             if !clean {
                 continue;
@@ -250,29 +322,59 @@ impl Inner {
         }
     }
 
-    /// Writes the dirty buffers `pick` selects, then flushes.
-    fn pass(&self, cache: &BufferCache, pick: &dyn Fn(&Buf) -> bool) -> Result<()> {
-        cache.write_back_filter(pick)?;
+    /// A device flush on behalf of `why`.
+    fn flush(&self, cache: &BufferCache, why: Cause) -> Result<()> {
+        self.counters.flushes[why as usize].fetch_add(1, Ordering::Relaxed);
         cache.flush_device()?;
         Ok(())
     }
 
-    /// One round of write-back in dependency order.
-    fn round(&self, cache: &BufferCache) -> Result<()> {
+    /// One batch of write-back: the dirty buffers of `kinds`, then a flush — none if
+    /// nothing was dirty. The gate is held only while the writes are issued (no call's
+    /// changes may be split by them), not across the flush. Whether anything was written.
+    fn pass(&self, cache: &BufferCache, kinds: &[u8]) -> Result<bool> {
+        let picked = std::sync::atomic::AtomicUsize::new(0);
         self.gate.enter();
-        let r = (|| {
-            self.sweep(&mut self.deps.lock());
-            self.pass(cache, &|b| {
-                matches!(b.kind(), kind::DATA | kind::GROUP | kind::XATTR)
-            })?;
-            self.pass(cache, &|b| b.kind() == kind::INDIRECT)?;
-            self.pass(cache, &|b| b.kind() == kind::INODE)?;
-            self.pass(cache, &|b| b.kind() == kind::DIRECTORY)?;
-            self.sweep(&mut self.deps.lock());
-            Ok(())
-        })();
+        let r = cache.write_back_filter(&|b| {
+            let yes = kinds.contains(&b.kind());
+            if yes {
+                picked.fetch_add(1, Ordering::Relaxed);
+            }
+            yes
+        });
         self.gate.leave();
-        r
+        r?;
+        if picked.load(Ordering::Relaxed) == 0 {
+            return Ok(false);
+        }
+        self.flush(cache, Cause::Round)?;
+        Ok(true)
+    }
+
+    /// One round of write-back in dependency order (002 §3.2: "write order chosen to avoid
+    /// rollbacks"): data, group and xattr blocks; indirect blocks; inode blocks; directory
+    /// blocks — each a batch of its own, so each makes the next one's rollbacks needless.
+    /// Directories get a few batches while each lets more go: a rename's new name, then a
+    /// moved directory's `..`, then the old name's removal each wait for the one before.
+    fn round(&self, cache: &BufferCache) -> Result<()> {
+        self.sweep(&mut self.deps.lock());
+        for kinds in &PASSES[..PASSES.len() - 1] {
+            self.pass(cache, kinds)?;
+        }
+        for _ in 0..DIRECTORY_PASSES {
+            let (done0, rolled0) = (
+                self.deps.lock().completed,
+                self.counters.writes_rolled_back.load(Ordering::Relaxed),
+            );
+            if !self.pass(cache, PASSES[PASSES.len() - 1])? {
+                break;
+            }
+            let rolled = self.counters.writes_rolled_back.load(Ordering::Relaxed) > rolled0;
+            if !rolled || self.deps.lock().completed == done0 {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Applies ready worklist items through the engine (never with the gate held: the
@@ -307,44 +409,8 @@ impl Inner {
         Ok(n)
     }
 
-    /// Makes inode `ino` reach disk with nothing rolled back: what its pending pointers
-    /// wait for first, then the indirect blocks carrying them, then its own block.
-    fn flush_inode(&self, cache: &BufferCache, geo: &Geometry, ino: Ino) -> Result<()> {
-        let (iblk, _) = geo.inode_location(ino);
-        for _ in 0..8 {
-            let (waits, holders) = {
-                let d = self.deps.lock();
-                let ids = d.inode_records(ino);
-                let mut waits = Vec::new();
-                let mut holders = Vec::new();
-                for id in ids {
-                    if let Some(r) = d.recs.get(&id) {
-                        waits.extend(r.waits.iter().map(|c| c.blk()));
-                        if let What::Alloc {
-                            at: PtrAt::Indir { holder, .. },
-                            ..
-                        } = r.what
-                        {
-                            holders.push(holder);
-                        }
-                    }
-                }
-                (waits, holders)
-            };
-            self.write_blocks(cache, &waits)?;
-            self.write_blocks(cache, &holders)?;
-            self.write_blocks(cache, &[iblk])?;
-            let d = self.deps.lock();
-            let clean = !cache.lookup(iblk).is_some_and(|b| b.is_dirty());
-            if clean && !d.inode_pending(ino) {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the dirty ones of `blks`, flushes, and sweeps.
-    fn write_blocks(&self, cache: &BufferCache, blks: &[Blk]) -> Result<()> {
+    /// Writes the dirty ones of `blks`, then flushes.
+    fn write_blocks(&self, cache: &BufferCache, blks: &[Blk], why: Cause) -> Result<()> {
         let bufs: Vec<BufRef> = blks
             .iter()
             .filter_map(|b| cache.lookup(*b))
@@ -352,62 +418,111 @@ impl Inner {
             .collect();
         if !bufs.is_empty() {
             let refs: Vec<&BufRef> = bufs.iter().collect();
-            cache.write_now(&refs)?;
+            self.gate.enter();
+            let r = cache.write_now(&refs);
+            self.gate.leave();
+            r?;
         }
-        cache.flush_device()?;
-        self.sweep(&mut self.deps.lock());
+        self.flush(cache, why)?;
         Ok(())
     }
 
-    /// The pending entries naming `ino`, and those naming the directories holding them,
-    /// up the tree: (directory, block, inodes the entry waits for), the topmost first.
-    fn entry_chain(&self, ino: Ino) -> Vec<(Ino, Blk, Vec<Ino>)> {
-        let d = self.deps.lock();
-        let mut out: Vec<(Ino, Blk, Vec<Ino>)> = Vec::new();
-        let mut todo = vec![(ino, 0u32)];
-        while let Some((t, depth)) = todo.pop() {
-            for id in d.entries_naming(t) {
-                let Some(r) = d.recs.get(&id) else { continue };
-                let What::Entry { dir, blk, .. } = r.what else {
-                    continue;
+    /// Makes every condition of `goal` hold, in as few flushes as the dependencies allow
+    /// (002 §3.3, fsync: "the soft updates code ... pushes to disk ... and waits for the
+    /// writes to complete" — in dependency order, each level a batch): each wave writes,
+    /// at once, every block some unmet condition waits for *and* that can be written
+    /// usefully now (what its rollbacks wait for holds), then flushes. A new file's fsync
+    /// takes three waves (its data and bitmaps; its inode; its name), an append two, an
+    /// overwrite one. Returns the waves made.
+    fn settle(&self, cache: &BufferCache, goal: Vec<Cond>, why: Cause) -> Result<usize> {
+        if goal.is_empty() {
+            return Ok(0);
+        }
+        let probe = self.deps.lock().insert(What::Probe, goal);
+        let mut waves = 0;
+        let r = (|| {
+            while waves < MAX_WAVES {
+                let blks = {
+                    let mut d = self.deps.lock();
+                    if waves > 0 && waves % 8 == 0 {
+                        // Slow progress: a condition only a whole sweep sees may hold.
+                        self.sweep(&mut d);
+                    }
+                    let Some(r) = d.recs.get(&probe) else {
+                        break;
+                    };
+                    let mut out = std::collections::BTreeSet::new();
+                    let mut seen = std::collections::HashSet::new();
+                    for c in r.waits.clone() {
+                        frontier(&d, c, 0, &mut seen, &mut out);
+                    }
+                    out.into_iter().collect::<Vec<Blk>>()
                 };
-                let inos = r
-                    .waits
-                    .iter()
-                    .filter_map(|c| match c {
-                        Cond::Inode { ino, .. } => Some(*ino),
-                        _ => None,
-                    })
-                    .collect();
-                if out.iter().any(|(d2, b2, _)| *d2 == dir && *b2 == blk) {
-                    continue;
+                if blks.is_empty() {
+                    break;
                 }
-                out.push((dir, blk, inos));
-                if depth < 16 {
-                    todo.push((dir, depth + 1));
-                }
+                waves += 1;
+                self.write_blocks(cache, &blks, why)?;
             }
+            Ok(())
+        })();
+        let mut d = self.deps.lock();
+        if let Some(left) = d.remove(probe) {
+            log::warn!(
+                "soft updates: {waves} write waves left {:?} unmet",
+                left.waits
+            );
         }
-        out.reverse();
-        out
+        r.map(|()| waves)
     }
+}
 
-    /// Makes the entries of `chain` durable, topmost first: the inodes each waits for, its
-    /// directory's inode, then its block.
-    fn flush_chain(
-        &self,
-        cache: &BufferCache,
-        geo: &Geometry,
-        chain: &[(Ino, Blk, Vec<Ino>)],
-    ) -> Result<()> {
-        for (dir, blk, inos) in chain {
-            for i in inos {
-                self.flush_inode(cache, geo, *i)?;
+/// The blocks to write now towards condition `c`: its block if what rolls it back there
+/// already holds, else (recursively) what that waits for. `seen` keeps a condition from
+/// being walked twice; the depth bounds a chain (a directory tree's pending names).
+fn frontier(
+    d: &Deps,
+    c: Cond,
+    depth: u32,
+    seen: &mut std::collections::HashSet<Cond>,
+    out: &mut std::collections::BTreeSet<Blk>,
+) {
+    if depth > 64 || !seen.insert(c) {
+        return;
+    }
+    let mut before: Vec<Cond> = Vec::new();
+    match c {
+        Cond::Block(..) => {}
+        Cond::Inode { ino, .. } => {
+            for id in d.inode_records(ino) {
+                if let Some(r) = d.recs.get(&id) {
+                    before.extend(r.waits.iter().copied());
+                }
             }
-            self.flush_inode(cache, geo, *dir)?;
-            self.write_blocks(cache, &[*blk])?;
         }
-        Ok(())
+        Cond::Entry { blk, off, .. } => {
+            if let Some(r) = d.entries.get(&(blk, off)).and_then(|id| d.recs.get(id))
+                && let What::Entry { applied: false, .. } = r.what
+            {
+                before.extend(r.waits.iter().copied());
+            }
+        }
+        Cond::Removed { blk, off, .. } => {
+            for id in d.removed_in_block(blk) {
+                if let Some(r) = d.recs.get(&id)
+                    && matches!(r.what, What::Removed { off: o, .. } if o == off)
+                {
+                    before.extend(r.waits.iter().copied());
+                }
+            }
+        }
+    }
+    if before.is_empty() {
+        out.insert(c.blk());
+    } else {
+        for b in before {
+            frontier(d, b, depth + 1, seen, out);
+        }
     }
 }
 
@@ -420,10 +535,15 @@ impl WriteHooks for Hooks {
         let mut d = i.deps.lock();
         let seq = d.next_seq();
         let k = buf.kind();
-        let mut rolled = if k == kind::DIRECTORY && i.skip_entry_rollback {
+        let mut rolled = if k == kind::DIRECTORY && i.broken == Broken::EntryRollback {
             rollback::Rolled::default()
         } else {
-            rollback::roll_back(&d, &geo, buf.blkno(), k, image)?
+            let put_back = match i.broken {
+                Broken::RemovalPutBack => rollback::PutBack::Nothing,
+                Broken::RenameUnforced => rollback::PutBack::Directories,
+                Broken::None | Broken::EntryRollback => rollback::PutBack::All,
+            };
+            rollback::roll_back(&d, &geo, buf.blkno(), k, image, put_back)?
         };
         rolled.written.blk = buf.blkno();
         rolled.written.seq = seq;
@@ -444,6 +564,7 @@ impl WriteHooks for Hooks {
     fn after_write(&self, buf: &Buf) {
         let mut d = self.0.deps.lock();
         if let Some(w) = d.inflight.remove(&buf.blkno()) {
+            d.unflushed_blks.insert(w.blk);
             d.unflushed.push(w);
         }
     }
@@ -454,9 +575,15 @@ impl WriteHooks for Hooks {
 
     fn after_flush(&self) {
         let mut d = self.0.deps.lock();
-        for w in std::mem::take(&mut d.unflushed) {
-            d.on_durable(&w);
+        let written = std::mem::take(&mut d.unflushed);
+        d.unflushed_blks.clear();
+        for w in &written {
+            d.on_durable(w);
         }
+        let mut blks: Vec<Blk> = written.iter().map(|w| w.blk).collect();
+        blks.sort_unstable();
+        blks.dedup();
+        self.0.sweep_blocks(&mut d, &blks);
     }
 
     fn invalidated(&self, buf: &Buf) {
@@ -466,7 +593,7 @@ impl WriteHooks for Hooks {
         let ids = deps::ids_at(&d.by_block, &blk);
         for id in ids {
             let keyed_here = match d.recs.get(&id).map(|r| &r.what) {
-                Some(What::Entry { blk: b, .. }) => *b == blk,
+                Some(What::Entry { blk: b, .. } | What::Removed { blk: b, .. }) => *b == blk,
                 Some(What::Alloc {
                     at: PtrAt::Indir { holder, .. },
                     ..
@@ -477,8 +604,10 @@ impl WriteHooks for Hooks {
                 d.remove(id);
             }
         }
+        // Nothing is written there any more: no condition on the block can be met, and
+        // none needs to be (the entries of a freed directory block are no names).
         for id in d.waiting_on(blk) {
-            d.drop_conds(id, |c| matches!(c, Cond::Block(b, _) if *b == blk));
+            d.drop_conds(id, |c| c.blk() == blk);
         }
     }
 
@@ -518,17 +647,7 @@ impl SoftDep {
 
     /// The pending entries naming directory `dir`: one added to it waits for them.
     fn reachable_waits(&self, d: &Deps, dir: Ino) -> Vec<Cond> {
-        d.entries_naming(dir)
-            .into_iter()
-            .filter_map(|id| match d.recs.get(&id).map(|r| &r.what) {
-                Some(What::Entry { blk, off, .. }) => Some(Cond::Entry {
-                    blk: *blk,
-                    off: *off,
-                    seq: d.seq,
-                }),
-                _ => None,
-            })
-            .collect()
+        d.entry_conds(d.entries_naming(dir))
     }
 
     /// The type of inode `ino` as a directory entry records it, from its cached block.
@@ -622,38 +741,102 @@ impl SoftDep {
         }
     }
 
-    /// rename: the entries this call made reach disk before the old name's removal can
-    /// (rule 3), by writing them now.
-    fn force_op_entries(&self, tx: &mut Tx) -> Result<()> {
-        let geo = self.geo()?;
-        let targets: Vec<Ino> = {
+    /// The entries the call in progress added or changed, as conditions: written (durably,
+    /// not rolled back) after now. A rename's old name waits for them (rule 3).
+    fn op_entry_conds(&self, d: &Deps) -> Vec<Cond> {
+        let Some(op) = d.op.as_ref() else {
+            return Vec::new();
+        };
+        d.entry_conds(op.entries.iter().copied())
+    }
+
+    /// A directory renamed or moved (rename, or an exchange across parents) is on disk
+    /// when the call returns: its new name, its new `..`, then its old name's removal, each
+    /// a wave of its own. Without a log a directory rename is not atomic (001 §6): while
+    /// those writes are under way the directory has two names, or a `..` its new name does
+    /// not agree with — states fsck repairs, allowed only while the call is in flight
+    /// (docs/CRASH.md, "Interrupted rename"). A file's rename is not held to it: two names
+    /// of a file with a raised link count are a consistent hard link, so its old name's
+    /// removal simply waits (`What::Removed`) and the call writes nothing.
+    fn settle_directory_move(&self, tx: &mut Tx) -> Result<()> {
+        let goal = {
             let d = self.inner.deps.lock();
-            let Some(op) = d.op.as_ref() else {
+            let Some(op) = d.op.as_ref().filter(|o| o.nesting == 0) else {
                 return Ok(());
             };
-            op.entries
-                .iter()
-                .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
-                    Some(What::Entry { target, .. }) => Some(*target),
-                    _ => None,
-                })
-                .collect()
+            if op.dir_names_gone.is_empty() && op.dotdot.is_none() {
+                return Ok(());
+            }
+            let seq = d.seq;
+            let mut goal = self.op_entry_conds(&d);
+            goal.extend(op.dir_names_gone.iter().map(|&(blk, off)| Cond::Removed {
+                blk,
+                off,
+                seq,
+            }));
+            goal
         };
-        let cache = tx.io.cache.clone();
-        for t in targets {
-            let chain = self.inner.entry_chain(t);
-            self.inner.flush_inode(&cache, &geo, t)?;
-            self.inner.flush_chain(&cache, &geo, &chain)?;
+        self.inner.settle(&tx.io.cache, goal, Cause::Rename)?;
+        Ok(())
+    }
+
+    /// A directory moved by the call in progress that has no name on disk (its old name
+    /// never reached it, and no earlier name is put back): its new `..` goes before its new
+    /// name, so that the name never reaches disk beside a `..` naming another parent (fsck:
+    /// damage). With a name on disk the order is the other way round — new name, then `..`,
+    /// then the old name's removal — so every state keeps a name its `..` agrees with.
+    fn dotdot_first(&self, d: &mut Deps, moved: Ino) {
+        let Some(op) = d.op.as_ref() else { return };
+        let Some(dd) = op.dotdot else { return };
+        let names: Vec<u64> = op
+            .entries
+            .iter()
+            .copied()
+            .filter(|id| {
+                *id != dd
+                    && matches!(d.recs.get(id).map(|r| &r.what), Some(What::Entry { target, .. }) if *target == moved)
+            })
+            .collect();
+        let Some(What::Entry { blk, off, .. }) = d.recs.get(&dd).map(|r| r.what.clone()) else {
+            return;
+        };
+        let seq = d.seq;
+        let dd_cond = Cond::Entry { blk, off, seq };
+        for n in names {
+            let Some(What::Entry {
+                blk: nb, off: no, ..
+            }) = d.recs.get(&n).map(|r| r.what.clone())
+            else {
+                continue;
+            };
+            d.drop_conds(
+                dd,
+                |c| matches!(c, Cond::Entry { blk, off, .. } if *blk == nb && *off == no),
+            );
+            d.wait_also(n, dd_cond);
         }
-        let d = self.inner.deps.lock();
-        if let Some(op) = d.op.as_ref() {
-            for id in &op.entries {
-                if let Some(r) = d.recs.get(id) {
-                    log::warn!("softdep: forced entry still pending: {r:?}");
+    }
+
+    /// What the name of directory `ino`, emptied and about to go (rmdir, or a rename over
+    /// it), waits for: the directory's own removals on disk — its blocks that had entries
+    /// removed written after now, and no removed entry of them still put back. A directory
+    /// no name reaches must not still hold names on disk (fsck: damage, not a leak).
+    fn emptied_waits(&self, d: &mut Deps, ino: Ino) -> Vec<Cond> {
+        let blks = d.removed_in.remove(&ino).unwrap_or_default();
+        let mut waits = Vec::new();
+        for b in blks {
+            waits.extend(self.inner.cond_block(d, b));
+            for id in d.removed_in_block(b) {
+                if let Some(What::Removed { off, .. }) = d.recs.get(&id).map(|r| &r.what) {
+                    waits.push(Cond::Removed {
+                        blk: b,
+                        off: *off,
+                        seq: d.seq,
+                    });
                 }
             }
         }
-        Ok(())
+        waits
     }
 }
 
@@ -715,6 +898,20 @@ impl Strategy for SoftDep {
 
     fn sync(&self, e: &dyn Engine, why: SyncWhy) -> Result<()> {
         let cache = e.io().cache.clone();
+        if why == SyncWhy::Pressure {
+            // A call that left the cache over its dirty mark pays one batch — the next one
+            // of the round, in turn — not a round: no call waits on more than one write-back
+            // batch, and successive calls make the round between them (each batch still
+            // goes in dependency order after the one before it).
+            self.inner.counters.rounds.fetch_add(1, Ordering::Relaxed);
+            for _ in 0..PASSES.len() {
+                let i = self.inner.next_pass.fetch_add(1, Ordering::Relaxed) % PASSES.len();
+                if self.inner.pass(&cache, PASSES[i])? {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         let rounds = if why.durable() {
             MAX_ROUNDS
         } else {
@@ -723,13 +920,7 @@ impl Strategy for SoftDep {
         for _ in 0..rounds {
             self.inner.counters.rounds.fetch_add(1, Ordering::Relaxed);
             self.inner.round(&cache)?;
-            // Memory pressure is relieved from inside a call, with the engine's lock held:
-            // the worklist (which takes that lock) waits for the worker then.
-            let ran = if why == SyncWhy::Pressure {
-                0
-            } else {
-                self.inner.run_ready(e, usize::MAX)?
-            };
+            let ran = self.inner.run_ready(e, usize::MAX)?;
             let done = {
                 let d = self.inner.deps.lock();
                 d.recs.is_empty() && d.ready.is_empty()
@@ -744,7 +935,7 @@ impl Strategy for SoftDep {
                 log::error!("soft updates: {left} dependencies left after a full drain");
             }
             cache.write_back_all()?;
-            cache.flush_device()?;
+            self.inner.flush(&cache, Cause::Round)?;
         }
         Ok(())
     }
@@ -800,22 +991,8 @@ impl Strategy for SoftDep {
     }
 
     fn end_op(&self, tx: &mut Tx, ok: bool) -> Result<()> {
-        let outer = self
-            .inner
-            .deps
-            .lock()
-            .op
-            .as_ref()
-            .is_some_and(|o| o.nesting == 0);
-        // The planted bug forgets the force for a rename that moves no directory (fsck
-        // would find a directory left in no directory; a file in none it calls a leak).
-        let planted_skip =
-            self.inner.skip_rename_force && !self.inner.op_names_dir.swap(false, Ordering::AcqRel);
-        if ok && outer && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) && !planted_skip {
-            // Rule 3: the new name (and a moved directory's new `..`) reach disk before
-            // the old name's removal can: nothing writes during a call but the call itself.
-            // On failure the engine takes the call back and ends it again, not ok.
-            self.force_op_entries(tx)?;
+        if ok && matches!(tx.kind, OpKind::Rename | OpKind::Exchange) {
+            self.settle_directory_move(tx)?;
         }
         {
             let mut d = self.inner.deps.lock();
@@ -977,10 +1154,7 @@ impl Strategy for SoftDep {
         )
     }
 
-    fn setup_directory_add(&self, _tx: &mut Tx, f: &DirAdd) -> Result<()> {
-        if self.inner.skip_rename_force && f.dtype == libc::DT_DIR {
-            self.inner.op_names_dir.store(true, Ordering::Release);
-        }
+    fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.ino);
@@ -1004,7 +1178,8 @@ impl Strategy for SoftDep {
         if let Some(old) = d.entries.get(&(blk, off)).copied() {
             d.remove(old);
         }
-        d.insert(
+        let len = dir::rec_size(f.name.len());
+        let id = d.insert(
             What::Entry {
                 dir: f.dir,
                 blk,
@@ -1016,13 +1191,35 @@ impl Strategy for SoftDep {
             waits,
         );
         self.made();
+        // Over the bytes of a removed entry still put back, or under its name in this
+        // directory: the entry waits for that removal to be on disk (the two cannot be
+        // there together), and the removal is made durable now — rare (a name reused, or
+        // its bytes, before the syncer wrote its removal), and it keeps a later rename
+        // from making the removal wait for this very entry.
+        let in_way = d.put_backs_in_the_way(f.dir, blk, off, len, f.name);
+        if !in_way.is_empty() {
+            let seq = d.seq;
+            let goal: Vec<Cond> = in_way
+                .iter()
+                .filter_map(|r| match d.recs.get(r).map(|x| &x.what) {
+                    Some(What::Removed { blk, off, .. }) => Some(Cond::Removed {
+                        blk: *blk,
+                        off: *off,
+                        seq,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            for c in &goal {
+                d.wait_also(id, *c);
+            }
+            drop(d);
+            self.inner.settle(&tx.io.cache, goal, Cause::Reuse)?;
+        }
         Ok(())
     }
 
     fn setup_directory_change(&self, tx: &mut Tx, f: &DirChange) -> Result<Apply> {
-        if self.inner.skip_rename_force && (f.dotdot || f.dtype == libc::DT_DIR) {
-            self.inner.op_names_dir.store(true, Ordering::Release);
-        }
         let geo = self.geo()?;
         let blk = f.buf.blkno();
         let off = f.offset;
@@ -1035,6 +1232,11 @@ impl Strategy for SoftDep {
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.new_ino);
         waits.extend(self.reachable_waits(&d, f.dir));
+        if f.old_is_dir && !f.dotdot {
+            // A rename over an empty directory: its name goes as rmdir's would.
+            let emptied = self.emptied_waits(&mut d, f.old_ino);
+            waits.extend(emptied);
+        }
         // What the disk holds at this entry: an earlier pending record's view wins.
         let old = match d.entries.get(&(blk, off)).copied() {
             Some(id) => {
@@ -1055,7 +1257,7 @@ impl Strategy for SoftDep {
             None => Some((f.old_ino as u32, old_dtype)),
         };
         let on_disk = old.is_some();
-        d.insert(
+        let id = d.insert(
             What::Entry {
                 dir: f.dir,
                 blk,
@@ -1067,6 +1269,11 @@ impl Strategy for SoftDep {
             waits,
         );
         self.made();
+        if f.dotdot
+            && let Some(op) = d.op.as_mut()
+        {
+            op.dotdot = Some(id);
+        }
         if drops.is_empty() {
             return Ok(Apply::Now);
         }
@@ -1088,53 +1295,109 @@ impl Strategy for SoftDep {
 
     fn setup_directory_remove(&self, tx: &mut Tx, f: &DirRemove) -> Result<Apply> {
         let blk = f.buf.blkno();
-        {
-            // The entry is gone from the buffer: a pending record of it goes first, before
-            // anything below writes the block.
-            let mut d = self.inner.deps.lock();
-            if let Some(id) = d.entries.get(&(blk, f.offset)).copied() {
-                let never = matches!(
-                    d.recs.get(&id).map(|r| &r.what),
-                    Some(What::Entry {
-                        old: None,
-                        applied: false,
-                        ..
-                    })
-                );
-                d.remove(id);
-                // What waited for this name to be on disk (to reach its directory) waits
-                // no more: the name is gone, and any other name has a record of its own.
-                let off = f.offset;
-                for w in d.waiting_on(blk) {
-                    d.drop_conds(w, |c| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off));
-                }
-                if never {
-                    // 002 Fig. 1: the name never reached disk, so its removal need not
-                    // either before the count drops (FreeBSD cancels the diradd against
-                    // the dirrem).
-                    return Ok(Apply::Now);
-                }
-            }
-        }
-        if f.rmdir {
-            // The directory's own removals reach disk before its name goes: a directory no
-            // entry reaches but still holding names is damage, not a leak.
-            let blks = self.inner.deps.lock().removed_in.remove(&f.ino);
-            if let Some(blks) = blks {
-                self.inner.write_blocks(&tx.io.cache, &blks)?;
-            }
-        }
+        let off = f.offset;
+        let rename = tx.kind == OpKind::Rename;
         let mut d = self.inner.deps.lock();
+        // What a write of this block would show at the entry if the removal were undone:
+        // the buffer's entry, or what a pending record of it still writes instead.
+        let dtype = f.buf.read().get(off as usize + 6).copied().unwrap_or(0);
+        let mut disk = Some((f.ino, dtype));
+        let mut pending = None;
+        if let Some(id) = d.entries.get(&(blk, off)).copied()
+            && let Some(What::Entry { old, applied, .. }) = d.recs.get(&id).map(|r| &r.what)
+        {
+            if !applied {
+                disk = old.map(|(i, t)| (i as Ino, t));
+            }
+            pending = Some(id);
+        }
+        // 002 Fig. 1: a name that never reached disk need not be removed there before the
+        // count drops (FreeBSD cancels the diradd against the dirrem).
+        let never = disk.is_none();
+        // The old name of a rename, and the name of a removed directory, stay on disk until
+        // what they wait for is (rule 3; an emptied directory's removals): their removal is
+        // put back at write time until then. Other removals go with their block's next write.
+        let restorable = !never && (rename || f.rmdir);
+        let seq = d.seq;
+        let removal = if restorable {
+            Some(Cond::Removed { blk, off, seq })
+        } else {
+            self.inner.cond_block(&d, blk)
+        };
+        let new_names = if rename {
+            self.op_entry_conds(&d)
+        } else {
+            Vec::new()
+        };
+        if let Some(id) = pending {
+            d.remove(id);
+            // What waited for the entry to be on disk: a drop of the inode it replaced now
+            // waits for this removal; an earlier rename's old name, put back until this
+            // name was there, waits for the inode's other names still on their way (this
+            // rename's new ones among them: the file keeps a name on disk throughout; none
+            // when it has no other name left, or only names already on disk); entries (and a
+            // `..`) waiting for it to reach the directory it names wait for this rename's
+            // new names, or, when the directory's name is unlinked, no more.
+            let others = d.entry_conds(d.entries_naming(f.ino));
+            let at = |c: &Cond| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off);
+            for w in d.waiting_on(blk) {
+                let extra: Vec<Cond> = match d.recs.get(&w).map(|r| &r.what) {
+                    Some(What::Work(Action::Drop(..))) => removal.into_iter().collect(),
+                    Some(What::Removed { .. }) => others.clone(),
+                    Some(What::Entry { blk: b, off: o, .. }) => {
+                        let me = Cond::Entry {
+                            blk: *b,
+                            off: *o,
+                            seq,
+                        };
+                        new_names.iter().copied().filter(|c| *c != me).collect()
+                    }
+                    _ => new_names.clone(),
+                };
+                d.replace_conds(w, at, &extra);
+            }
+        }
+        if rename && disk.is_none() && !d.named_by_put_back(f.ino) {
+            self.dotdot_first(&mut d, f.ino);
+        }
+        let emptied = if f.rmdir {
+            self.emptied_waits(&mut d, f.ino)
+        } else {
+            Vec::new()
+        };
+        if never {
+            return Ok(Apply::Now);
+        }
         let v = d.removed_in.entry(f.dir).or_default();
         if !v.contains(&blk) {
             v.push(blk);
+        }
+        if rename
+            && dtype == libc::DT_DIR
+            && let Some(op) = d.op.as_mut()
+        {
+            op.dir_names_gone.push((blk, off));
+        }
+        if restorable && let Some((ino, dtype)) = disk {
+            let waits = if rename { new_names } else { emptied };
+            d.insert(
+                What::Removed {
+                    dir: f.dir,
+                    blk,
+                    off,
+                    ino,
+                    dtype,
+                    name: f.name.into(),
+                },
+                waits,
+            );
+            self.made();
         }
         let mut drops = vec![(f.ino, if f.rmdir { 2 } else { 1 })];
         if f.rmdir {
             drops.push((f.dir, 1));
         }
-        let w = self.inner.cond_block(&d, blk);
-        let waits: Vec<Cond> = w.into_iter().collect();
+        let waits: Vec<Cond> = removal.into_iter().collect();
         for (ino, n) in drops {
             d.insert(What::Work(Action::Drop(ino, n)), waits.clone());
             self.made();
@@ -1239,7 +1502,8 @@ impl Strategy for SoftDep {
             // (FFS with soft updates truncates a file still in use synchronously as well).
             let (iblk, _) = geo.inode_location(f.ino);
             drop(d);
-            self.inner.write_blocks(&tx.io.cache, &[iblk])?;
+            self.inner
+                .write_blocks(&tx.io.cache, &[iblk], Cause::Truncate)?;
             d = self.inner.deps.lock();
         }
         if !later.is_empty() {
@@ -1280,26 +1544,62 @@ impl Strategy for SoftDep {
     fn fsync(&self, e: &dyn Engine, f: &FsyncReq) -> Result<()> {
         let geo = self.geo()?;
         let cache = e.io().cache.clone();
-        self.inner.gate.enter();
-        let r = (|| {
-            let data: Vec<&BufRef> = f
+        let goal = {
+            let d = self.inner.deps.lock();
+            let seq = d.seq;
+            // The file's dirty data and indirect blocks.
+            let mut goal: Vec<Cond> = f
                 .blocks
                 .iter()
-                .filter(|b| b.kind() != kind::INDIRECT)
+                .filter(|b| b.is_dirty())
+                .map(|b| Cond::Block(b.blkno(), seq))
                 .collect();
-            if !data.is_empty() {
-                cache.write_now(&data)?;
+            // Its inode, whole; then the names reaching it, up the tree, and the inodes of
+            // the directories holding them where those still roll something back (a
+            // directory's new block is no place for a name until the pointer to it is).
+            let (iblk, _) = geo.inode_location(f.ino);
+            if d.inode_pending(f.ino) || self.inner.cond_block(&d, iblk).is_some() {
+                goal.push(Cond::Inode {
+                    ino: f.ino,
+                    blk: iblk,
+                    seq,
+                });
             }
-            // The names first, collected before anything is written (a record satisfied
-            // by the writes below still leaves its block dirty).
-            let chain = self.inner.entry_chain(f.ino);
-            self.inner.flush_inode(&cache, &geo, f.ino)?;
-            self.inner.flush_chain(&cache, &geo, &chain)?;
-            cache.flush_device()?;
-            Ok(())
-        })();
-        self.inner.gate.leave();
-        r
+            let mut todo = vec![f.ino];
+            let mut seen = vec![f.ino];
+            while let Some(t) = todo.pop() {
+                for id in d.entries_naming(t) {
+                    let Some(What::Entry { dir, blk, off, .. }) = d.recs.get(&id).map(|r| &r.what)
+                    else {
+                        continue;
+                    };
+                    goal.push(Cond::Entry {
+                        blk: *blk,
+                        off: *off,
+                        seq,
+                    });
+                    if d.inode_pending(*dir) {
+                        let (b, _) = geo.inode_location(*dir);
+                        goal.push(Cond::Inode {
+                            ino: *dir,
+                            blk: b,
+                            seq,
+                        });
+                    }
+                    if seen.len() < 64 && !seen.contains(dir) {
+                        seen.push(*dir);
+                        todo.push(*dir);
+                    }
+                }
+            }
+            goal
+        };
+        let waves = self.inner.settle(&cache, goal, Cause::Fsync)?;
+        if waves == 0 {
+            // Nothing cached was dirty; a stream may still have written the device.
+            self.inner.flush(&cache, Cause::Fsync)?;
+        }
+        Ok(())
     }
 
     fn has_pending_frees(&self) -> bool {
@@ -1343,6 +1643,13 @@ impl Strategy for SoftDep {
             "rollbacks": c.rollbacks.load(Ordering::Relaxed),
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
             "write_back_rounds": c.rounds.load(Ordering::Relaxed),
+            "flushes": Cause::ALL
+                .iter()
+                .map(|w| {
+                    let n = c.flushes[*w as usize].load(Ordering::Relaxed);
+                    (w.name().to_string(), serde_json::Value::from(n))
+                })
+                .collect::<serde_json::Map<_, _>>(),
         }))
     }
 }

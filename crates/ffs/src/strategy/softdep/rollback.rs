@@ -18,14 +18,38 @@ pub(crate) struct Rolled {
     pub count: u64,
 }
 
+/// Which removed entries `roll_back` puts back: all of them, unless a planted bug says
+/// otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PutBack {
+    All,
+    /// Planted bug: only names of directories (a file's rename no longer keeps rule 3).
+    Directories,
+    /// Planted bug: none.
+    Nothing,
+}
+
+impl PutBack {
+    fn keeps(self, dtype: u8) -> bool {
+        match self {
+            PutBack::All => true,
+            PutBack::Directories => dtype == libc::DT_DIR,
+            PutBack::Nothing => false,
+        }
+    }
+}
+
 /// Rolls back in `image` (block `blk`, buffer kind `k`) everything the records say is not
 /// yet safe. An error means the image could not be made safe: the write must not happen.
+/// `put_back` other than `All` is a planted bug: removed entries that must stay are not put
+/// back.
 pub(crate) fn roll_back(
     d: &Deps,
     geo: &Geometry,
     blk: Blk,
     k: u8,
     image: &mut [u8],
+    put_back: PutBack,
 ) -> std::io::Result<Rolled> {
     let mut out = Rolled::default();
     out.written.blk = blk;
@@ -55,50 +79,134 @@ pub(crate) fn roll_back(
             }
             Ok(out)
         }
-        kind::DIRECTORY => {
-            let mut ents: Vec<EntryRollback> = ids
-                .iter()
-                .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
-                    Some(What::Entry {
-                        blk: b,
-                        off,
-                        old,
-                        target,
-                        applied: false,
-                        ..
-                    }) if *b == blk => Some((*off, *old, *target)),
-                    _ => None,
-                })
-                .collect();
-            // Highest offset first: an entry merged into its predecessor may itself be
-            // merged into its own predecessor next.
-            ents.sort_by_key(|e| std::cmp::Reverse(e.0));
-            for (off, old, target) in ents {
-                let o = off as usize;
-                if o + 8 > image.len() {
-                    return Err(bad(format!("entry rollback at {off} outside block {blk}")));
-                }
-                let cur = u32::from_le_bytes([image[o], image[o + 1], image[o + 2], image[o + 3]]);
-                if cur as u64 != target {
-                    return Err(bad(format!(
-                        "block {blk}: entry at {off} names {cur}, its record {target}"
-                    )));
-                }
-                match old {
-                    None => dir::remove(image, o).map_err(|e| bad(e.0))?,
-                    Some((ino, dtype)) => dir::set_ino(image, o, ino as u64, dtype),
-                }
-                out.written.rolled_offs.push(off);
-                out.count += 1;
-            }
-            Ok(out)
-        }
+        kind::DIRECTORY => directory_block(d, blk, ids, image, out, put_back),
         _ => Ok(out),
     }
 }
 
 /// An entry to roll back: offset, what it showed before (`None`: free space), what it names.
 type EntryRollback = (u32, Option<(u32, u8)>, Ino);
+
+/// A directory block: entries not yet safe written as what they replaced (free space, or
+/// the inode they named before), then removed entries that must stay on disk written back
+/// as they were (no entry lies over their bytes: one added there waits for the removal).
+fn directory_block(
+    d: &Deps,
+    blk: Blk,
+    ids: &[u64],
+    image: &mut [u8],
+    mut out: Rolled,
+    put_back: PutBack,
+) -> std::io::Result<Rolled> {
+    let mut removed: Vec<(u32, Ino, u8, &[u8])> = ids
+        .iter()
+        .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
+            Some(What::Removed {
+                blk: b,
+                off,
+                ino,
+                dtype,
+                name,
+                ..
+            }) if *b == blk && put_back.keeps(*dtype) => Some((*off, *ino, *dtype, &name[..])),
+            _ => None,
+        })
+        .collect();
+    let mut ents: Vec<EntryRollback> = ids
+        .iter()
+        .filter_map(|id| match d.recs.get(id).map(|r| &r.what) {
+            Some(What::Entry {
+                blk: b,
+                off,
+                old,
+                target,
+                applied: false,
+                ..
+            }) if *b == blk => Some((*off, *old, *target)),
+            _ => None,
+        })
+        .collect();
+    // Highest offset first: an entry merged into its predecessor may itself be merged into
+    // its own predecessor next.
+    ents.sort_by_key(|e| std::cmp::Reverse(e.0));
+    for (off, old, target) in ents {
+        let o = off as usize;
+        if o + 8 > image.len() {
+            return Err(bad(format!("entry rollback at {off} outside block {blk}")));
+        }
+        let cur = u32::from_le_bytes([image[o], image[o + 1], image[o + 2], image[o + 3]]);
+        if cur as u64 != target {
+            return Err(bad(format!(
+                "block {blk}: entry at {off} names {cur}, its record {target}"
+            )));
+        }
+        match old {
+            None => dir::remove(image, o).map_err(|e| bad(e.0))?,
+            Some((ino, dtype)) => dir::set_ino(image, o, ino as u64, dtype),
+        }
+        out.written.rolled_offs.push(off);
+        out.count += 1;
+    }
+    removed.sort_by_key(|r| r.0);
+    for (off, ino, dtype, name) in removed {
+        put_entry_back(image, off as usize, ino, dtype, name)
+            .map_err(|m| bad(format!("block {blk}: removed entry at {off}: {m}")))?;
+        out.written.restored_offs.push(off);
+        out.count += 1;
+    }
+    Ok(out)
+}
+
+/// Writes a removed entry back at `off` of directory block image `b`, into the free bytes
+/// it was merged into (the slack of the record now covering it, or the unused first record
+/// of its chunk). Entries never move in this format, and an entry added over those bytes
+/// waits for the removal to be on disk (so is rolled back here), so they are free.
+pub(crate) fn put_entry_back(
+    b: &mut [u8],
+    off: usize,
+    ino: Ino,
+    dtype: u8,
+    name: &[u8],
+) -> Result<(), String> {
+    let s = off / dir::DIR_CHUNK * dir::DIR_CHUNK;
+    let need = dir::rec_size(name.len());
+    let chunk = b.get(s..s + dir::DIR_CHUNK).ok_or("outside the block")?;
+    let mut cover = None;
+    for r in dir::records(chunk) {
+        let e = r.map_err(|e| e.0)?;
+        let eo = s + e.off;
+        if eo <= off && off < eo + e.reclen {
+            cover = Some((eo, e.ino, e.reclen, e.name.len()));
+            break;
+        }
+    }
+    let (eo, eino, reclen, namelen) = cover.ok_or("no record covers it")?;
+    let end = eo + reclen;
+    if off + need > end {
+        return Err(format!("only {} free bytes there", end - off));
+    }
+    let put = |b: &mut [u8], at: usize, reclen: usize| {
+        b[at..at + 4].copy_from_slice(&(ino as u32).to_le_bytes());
+        b[at + 4..at + 6].copy_from_slice(&(reclen as u16).to_le_bytes());
+        b[at + 6] = dtype;
+        b[at + 7] = name.len() as u8;
+        b[at + 8..at + 8 + name.len()].copy_from_slice(name);
+    };
+    if eo == off {
+        if eino != 0 {
+            return Err(format!("entry {eino} lies there"));
+        }
+        put(b, off, reclen);
+        return Ok(());
+    }
+    let used = if eino == 0 { 8 } else { dir::rec_size(namelen) };
+    if off < eo + used {
+        return Err(format!("entry {eino} at {eo} reaches over it"));
+    }
+    b[eo + 4..eo + 6].copy_from_slice(&((off - eo) as u16).to_le_bytes());
+    put(b, off, end - off);
+    Ok(())
+}
 
 fn bad(m: String) -> std::io::Error {
     std::io::Error::other(format!("soft updates: {m}"))
