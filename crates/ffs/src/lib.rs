@@ -247,6 +247,8 @@ pub struct Ffs {
     pub(crate) stats: Mutex<HashMap<&'static str, OpStat>>,
     unmounted: AtomicBool,
     pub(crate) ops_total: AtomicU64,
+    /// When reads update access times (`FileSystem::set_atime`).
+    pub(crate) atime: parking_lot::Mutex<cairn_vfs::Atime>,
 }
 
 impl Ffs {
@@ -415,6 +417,7 @@ impl Ffs {
             stats: Mutex::new(HashMap::new()),
             unmounted: AtomicBool::new(false),
             ops_total: AtomicU64::new(0),
+            atime: parking_lot::Mutex::new(cairn_vfs::Atime::default()),
         });
         {
             // The root must be a readable directory, or nothing works.

@@ -82,7 +82,9 @@ pub enum Commit {
     /// As `Sync`, but forced after the engine's lock is released (`after_op`), through the
     /// log's group commit: calls ending together share a flush.
     Group,
-    /// On fsync, sync(2), unmount and every `commit_interval` (default
+    /// On fsync, a whole-file-system sync (`cairn sync`, `sync MNT`: `FileSystem::sync_all`;
+    /// sync(2) and syncfs(2) never reach a FUSE daemon), unmount and every `commit_interval`
+    /// (default
     /// [`DEFAULT_COMMIT_INTERVAL`]) only: integrity without durability (001's "-async").
     Async,
 }
@@ -167,11 +169,12 @@ pub(super) const MODE: ModeInfo = ModeInfo {
 };
 
 /// `commit=async` as a mode of its own, because it promises less: integrity after a crash,
-/// durability only for what fsync, sync(2) or the commit timer (every `commit_interval`) made durable (001's
+/// durability only for what fsync, `cairn sync` (or `sync MNT`) or the commit timer (every
+/// `commit_interval`) made durable (001's
 /// "-async"). The crash harness holds each to its own promise.
 pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     name: "journal-async",
-    description: "journal with commit=async: calls logged as whole operations, forced on fsync, sync and every commit_interval (5 s)",
+    description: "journal with commit=async: calls logged as whole operations, forced on fsync, `cairn sync MNT` (or coreutils `sync MNT`; sync(2) does not reach FUSE) and every commit_interval (5 s)",
     guarantees: Guarantees {
         metadata_on_return: false,
         fsync_data_first: true,
