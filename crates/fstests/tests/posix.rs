@@ -1217,8 +1217,18 @@ fn statfs_sane_and_tracks_usage() {
         }
         let s1 = t.statfs();
         let used = (s0.blocks_free() - s1.blocks_free()) * s1.fragment_size();
+        // A log-structured file system counts room as writes are admitted to it — a clean
+        // segment at 7/8 (the rest for summaries), the head segment's rest at half — so
+        // that `df` never shows room a write cannot have (`lfs_df_shows_no_room_when_
+        // writes_fail_with_enospc`, fstests' generic/103): 8 MiB written fill segments
+        // `df` had counted below their size (7.28 MB of 8 MiB seen). Three quarters still
+        // fails a `df` that does not follow the writes.
+        let at_least = match t.mode() {
+            Some(m) if cairn_fstests::is_log_structured(m) => (8 << 20) * 3 / 4,
+            _ => 8 << 20,
+        };
         assert!(
-            used >= 8 << 20,
+            used >= at_least,
             "writing 8 MiB used only {used} bytes of free space"
         );
         assert!(
