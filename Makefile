@@ -14,7 +14,7 @@ export CARGO
 BENCH_ARGS ?=
 FUZZ_SECS ?= 60
 
-.PHONY: all deps build demo test bench fuzz crash install uninstall
+.PHONY: all deps build demo test bench fuzz crash install uninstall fstests
 
 all: build
 
@@ -54,6 +54,15 @@ fuzz: deps
 		echo "== fuzz $$t ($(FUZZ_SECS) s)"; \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
 	done
+
+# fstests (xfstests), the file-system community's suite, on cairn (scripts/fstests/run.sh,
+# docs/CONFORMANCE.md): MODE= a mode of `cairn modes`, umbrella or ext4 (default softdep);
+# GROUP= a group of the generic tests (default quick) or TESTS="generic/001 ..." or @smoke.
+MODE ?=
+GROUP ?=
+TESTS ?=
+fstests: deps
+	@bash scripts/fstests/run.sh MODE="$(MODE)" GROUP="$(GROUP)" TESTS="$(TESTS)"
 
 # A crash-consistency campaign over every mode (crates/crash, docs/CRASH.md).
 crash: deps

@@ -19,6 +19,11 @@ PKGS=(
     # bench ssh build (000 §4.3.1): what OpenSSH's configure needs beyond build-essential;
     # the tarball itself comes from `apt-get source openssh` (deb-src entries below).
     libssl-dev zlib1g-dev libcrypt-dev
+    # `make fstests` (scripts/fstests): building the suite from its archive (the list its
+    # README gives for Debian, less what only other file systems use) and what its tests run.
+    libtool-bin xfslibs-dev libaio-dev liburing-dev libattr1-dev libacl1-dev uuid-dev
+    uuid-runtime libgdbm-dev libgdbm-compat-dev libinih-dev libcap-dev bc gawk fio dbench
+    dmsetup python3 sed
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

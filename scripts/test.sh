@@ -71,6 +71,12 @@ run_tests() {
 }
 step test run_tests
 
+# fstests' smoke list in every mode (scripts/fstests/smoke.sh, two modes at a time, each
+# on its own loop devices; about two minutes a mode on a loaded 2-CPU machine): the suite is built once from its archive
+# (scripts/fstests/suite.sh finds it: FSTESTS_KIT, or shared/kits beside the checkout).
+# The quick group in every mode is `make fstests`; its results are docs/CONFORMANCE.md.
+step fstests env FSTESTS_RESULTS_ROOT="$scratch/fstests" bash scripts/fstests/smoke.sh
+
 # Totals over every test binary's "test result:" line.
 read -r passed failed_n ignored < <(awk '/^test result:/ {
         for (i = 1; i <= NF; i++) {

@@ -15,7 +15,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
+use cairn_vfs::parse_size;
+
 use crate::counters::{Counters, Source};
+use crate::registry::{Commit, Family, Listing};
 use crate::report::{self, Meta, Record};
 use crate::scratch::{self, ScratchDir};
 use crate::sys;
@@ -124,19 +127,23 @@ const LIGHT: &[&str] = &["create-unlink", "smallfile", "largefile"];
 fn in_default_set(workload: &str, kind: &Kind) -> bool {
     let group_create = workload == workload::groupcreate::NAME;
     if let Kind::Cairn {
-        mode,
         loopdev,
         transport,
         log_device,
+        facts,
+        ..
     } = kind
     {
-        if mode == "journal-group" {
+        let image_file = !loopdev && transport.is_none() && !log_device;
+        let journal = facts.is_some_and(|f| f.family == Family::Journal);
+        let commit = facts.map(|f| f.commit);
+        if commit == Some(Commit::Group) {
             // A journal variant made for one comparison (commit=group, which differs from
             // commit=sync only when calls run concurrently): that one only, on an image file.
-            return group_create && !loopdev && transport.is_none();
+            return group_create && image_file;
         }
         if group_create {
-            return mode == "journal" && !loopdev && transport.is_none() && !log_device;
+            return journal && commit == Some(Commit::Sync) && image_file;
         }
         if *log_device && matches!(workload, "postmark-large" | "recovery") {
             return false;
@@ -150,13 +157,16 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
         kind,
         Kind::Cairn { .. } | Kind::Ext4 { .. } | Kind::Ext2 | Kind::Xfs
     );
+    // FFS with no ordering at all: the policy layer's PostMark compares its cost with the
+    // fastest cairn has.
+    let unordered = matches!(kind, Kind::Cairn { facts: Some(f), .. }
+        if f.family == Family::Ffs && f.commit == Commit::Async);
     match workload {
         w if LIGHT.contains(&w) => true,
         _ if loopdev => false,
         "postmark" => true,
         "postmark-umbrella" => {
-            matches!(kind, Kind::Cairn { mode, .. } if mode == "async")
-                || matches!(kind, Kind::Ext2 | Kind::Passthrough | Kind::Mergerfs)
+            unordered || matches!(kind, Kind::Ext2 | Kind::Passthrough | Kind::Mergerfs)
         }
         "micro" | "postmark-large" => ffs_like,
         "ssh" | "netnews" | "sdet" => ffs_like || matches!(kind, Kind::Fuse2fs),
@@ -168,19 +178,21 @@ fn in_default_set(workload: &str, kind: &Kind) -> bool {
     }
 }
 
-/// What `--targets all` means for a cairn build with `modes`, in table order: every mode on
-/// an image file, the journal's named variants (log on a second image, group commit) where
-/// the build has their mode — no loop-device variants of them (the paper suite's time) —,
-/// every mode on a loop device, then the baselines.
-fn all_targets(modes: &[String]) -> Vec<String> {
-    let mut all: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+/// What `--targets all` means for a cairn build that lists `listing`, in table order: every
+/// mode on an image file, the variants with their log on a second image (where the build
+/// has their mode; not the group-commit one, which differs from its base only under the
+/// concurrency group-create gives it on an image file) — no loop-device variants of them
+/// (the paper suite's time) —, every mode on a loop device, then the baselines.
+fn all_targets(listing: &Listing) -> Vec<String> {
+    let modes = || listing.modes.iter().map(|m| m.name.as_str());
+    let mut all: Vec<String> = modes().map(|m| format!("cairn-{m}")).collect();
     all.extend(
-        target::JOURNAL_TARGETS
-            .iter()
-            .filter(|j| modes.iter().any(|m| m == j.mode))
-            .map(|j| j.name.to_string()),
+        listing
+            .log_device_variants()
+            .filter(|v| v.facts.commit != Commit::Group)
+            .map(|v| v.target.clone()),
     );
-    all.extend(modes.iter().map(|m| format!("cairn-{m}@loop")));
+    all.extend(modes().map(|m| format!("cairn-{m}@loop")));
     all.extend(target::BASELINES.iter().map(|s| s.to_string()));
     all
 }
@@ -203,14 +215,18 @@ const DEVICE_SCALE: f64 = 0.05;
 /// first, so a pair runs back to back), others as they are; `all` means cairn's modes and
 /// the journal's variants on image files (the kernel's file systems cannot sit on the
 /// model).
-fn with_device(targets: Vec<String>, all: bool, modes: &[String], model: &str) -> Vec<String> {
+fn with_device(targets: Vec<String>, all: bool, listing: &Listing, model: &str) -> Vec<String> {
     let targets = if all {
-        let mut t: Vec<String> = modes.iter().map(|m| format!("cairn-{m}")).collect();
+        let mut t: Vec<String> = listing
+            .modes
+            .iter()
+            .map(|m| format!("cairn-{}", m.name))
+            .collect();
         t.extend(
-            target::JOURNAL_TARGETS
-                .iter()
-                .filter(|j| modes.iter().any(|m| m == j.mode))
-                .map(|j| j.name.to_string()),
+            listing
+                .log_device_variants()
+                .filter(|v| v.facts.commit != Commit::Group)
+                .map(|v| v.target.clone()),
         );
         t
     } else {
@@ -376,20 +392,6 @@ fn parse_scale(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, shift) = match s.as_bytes().last().map(|c| c.to_ascii_uppercase()) {
-        Some(b'K') => (&s[..s.len() - 1], 10),
-        Some(b'M') => (&s[..s.len() - 1], 20),
-        Some(b'G') => (&s[..s.len() - 1], 30),
-        Some(b'T') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{s}' too large"))
-}
-
 /// Runs one bench command and returns the process exit code (errors are printed).
 pub fn main_with(cmd: Cmd) -> i32 {
     let res = match cmd {
@@ -420,35 +422,6 @@ fn find_cairn(explicit: Option<String>) -> String {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "cairn".into())
     })
-}
-
-/// The metadata-update modes the cairn build knows, from `cairn modes` (first word of each
-/// line); `sync` and `async` when the command is not there yet.
-fn cairn_modes(cairn: &str) -> Vec<String> {
-    let parsed = sys::run(Command::new(cairn).arg("modes"))
-        .ok()
-        .map(|out| parse_modes(&out))
-        .unwrap_or_default();
-    if parsed.is_empty() {
-        vec!["sync".into(), "async".into()]
-    } else {
-        parsed
-    }
-}
-
-fn parse_modes(out: &str) -> Vec<String> {
-    out.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(|w| w.trim_end_matches(':'))
-        .filter(|w| {
-            !w.is_empty()
-                && !w.eq_ignore_ascii_case("mode")
-                && !w.eq_ignore_ascii_case("modes")
-                && w.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        })
-        .map(str::to_string)
-        .collect()
 }
 
 /// Why the cairn binary cannot make file systems here, if it cannot (asked once per run: a
@@ -634,16 +607,16 @@ fn cmd_run(a: RunArgs) -> Result<i32> {
         None => a.sizes.params(a.suite),
     };
 
-    let modes = cairn_modes(&env.cairn);
-    let all_targets = all_targets(&modes);
+    let listing = Listing::of(&env.cairn);
+    let all_targets = all_targets(&listing);
     let all = a.targets == "all";
     let mut names = list(&a.targets, all_targets);
     if let Some(model) = &a.device {
-        names = with_device(names, all, &modes, model);
+        names = with_device(names, all, &listing, model);
     }
     let targets: Vec<TargetSpec> = names
         .iter()
-        .map(|t| TargetSpec::parse(t))
+        .map(|t| TargetSpec::parse_with(t, &listing))
         .collect::<Result<_>>()?;
     enable_fuse_uring(&targets);
     let default_workloads = match disk {
@@ -943,21 +916,9 @@ mod tests {
     }
 
     #[test]
-    fn modes_from_cairn_output() {
-        assert_eq!(
-            parse_modes("sync   classic FFS\nasync  delayed writes\n"),
-            ["sync", "async"]
-        );
-        assert_eq!(
-            parse_modes("MODE DESCRIPTION\nsync: x\nsoftdep: y\n"),
-            ["sync", "softdep"]
-        );
-        assert!(parse_modes("").is_empty());
-    }
-
-    #[test]
     fn default_sets_follow_the_papers_comparisons() {
-        let k = |n: &str| TargetSpec::parse(n).unwrap().kind;
+        let listing = crate::registry::sample();
+        let k = |n: &str| TargetSpec::parse_with(n, &listing).unwrap().kind;
         for w in LIGHT {
             assert!(in_default_set(w, &k("cairn-sync@loop")) && in_default_set(w, &k("mergerfs")));
         }
@@ -970,6 +931,7 @@ mod tests {
         );
         assert!(in_default_set("postmark-umbrella", &k("passthrough")));
         assert!(!in_default_set("postmark-umbrella", &k("cairn-sync")));
+        assert!(in_default_set("postmark-umbrella", &k("cairn-async")));
         assert!(in_default_set("ssh", &k("fuse2fs")) && !in_default_set("ssh", &k("passthrough")));
         assert!(
             !in_default_set("recovery", &k("ext4-sync")) && in_default_set("recovery", &k("ext2"))
@@ -1012,6 +974,9 @@ mod tests {
         for w in ["create-unlink", "postmark", "micro"] {
             assert!(!in_default_set(w, &k("cairn-journal-group")), "{w}");
         }
+        for w in ["group-create", "create-unlink"] {
+            assert!(!in_default_set(w, &k("cairn-journal-2group")), "{w}");
+        }
         assert_eq!(Suite::Paper.reps("smallfile"), 3);
         assert_eq!(Suite::Paper.reps("group-create"), 3);
         assert_eq!(Suite::Paper.reps("micro"), 1);
@@ -1044,7 +1009,16 @@ mod tests {
 
     #[test]
     fn all_targets_has_the_journal_variants_where_the_build_has_the_journal() {
-        let modes = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sample = crate::registry::sample();
+        let modes = |m: &[&str]| Listing {
+            modes: sample
+                .modes
+                .iter()
+                .filter(|x| m.contains(&x.name.as_str()))
+                .cloned()
+                .collect(),
+            variants: sample.variants.clone(),
+        };
         let all = all_targets(&modes(&[
             "sync",
             "journal",
@@ -1062,6 +1036,7 @@ mod tests {
             assert!(all.iter().any(|x| x == t), "{t} in {all:?}");
         }
         assert!(!all.iter().any(|x| x.starts_with("cairn-journal-2sync@")));
+        assert!(!all.iter().any(|x| x == "cairn-journal-2group"));
         for t in &all {
             TargetSpec::parse(t).unwrap();
         }
@@ -1076,10 +1051,16 @@ mod tests {
 
     #[test]
     fn a_device_run_pairs_every_cairn_target_with_its_model_twin() {
-        let modes: Vec<String> = ["sync", "journal", "lfs"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let sample = crate::registry::sample();
+        let modes = Listing {
+            modes: sample
+                .modes
+                .iter()
+                .filter(|m| ["sync", "journal", "lfs"].contains(&m.name.as_str()))
+                .cloned()
+                .collect(),
+            variants: sample.variants.clone(),
+        };
         let all = with_device(vec!["ignored".into()], true, &modes, "wren-iv");
         assert_eq!(
             all,

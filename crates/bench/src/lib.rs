@@ -14,6 +14,7 @@ pub mod counters;
 pub mod device;
 pub mod plot;
 pub mod published;
+pub mod registry;
 pub mod report;
 pub mod scratch;
 pub mod sys;

@@ -79,25 +79,7 @@ pub fn drop_caches() -> Result<()> {
         .context("writing /proc/sys/vm/drop_caches (needs root)")
 }
 
-/// Undoes the octal escapes (`\040` for a space…) the kernel uses in /proc mount tables.
-fn unescape_mount_field(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use cairn_blockdev::lock::unescape as unescape_mount_field;
 
 /// The file-system type mounted at `mnt` (e.g. "ext4", "fuse", "fuse.mergerfs"), if any.
 pub fn mounted_fstype(mnt: &Path) -> Option<String> {

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::counters::{Counters, Source};
+use crate::registry::{AfterCrash, Facts, Listing};
 use crate::scratch;
 use crate::sys;
 
@@ -51,7 +52,8 @@ pub enum Kind {
     /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
     /// `log_device`: a journal mode with its log on a second image file (`log=dev:PATH`, a
     /// log made by `cairn wal mkfs`): 001's LFFS-wafs-2sync/-2async, the targets
-    /// `cairn-journal-2sync` and `cairn-journal-2async` ([`JOURNAL_TARGETS`]).
+    /// `cairn-journal-2sync` and `cairn-journal-2async` (the registry's variants with a log
+    /// device). `facts`: what the build lists of the mode (`None` when it does not list it).
     Cairn {
         mode: String,
         loopdev: bool,
@@ -59,6 +61,8 @@ pub enum Kind {
         transport: Option<String>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         log_device: bool,
+        #[serde(skip)]
+        facts: Option<Facts>,
     },
 }
 
@@ -93,26 +97,6 @@ impl fmt::Display for TargetSpec {
     }
 }
 
-/// A cairn target that is not just `cairn-<mode>`: a journal mode with its log on a second
-/// image file (`log=dev:PATH`).
-pub struct JournalTarget {
-    pub name: &'static str,
-    pub mode: &'static str,
-}
-
-/// The journal variants with names of their own: the log on a second image file (001's
-/// LFFS-wafs-2sync and -2async). Group commit needs none: it is the mode `journal-group`.
-pub const JOURNAL_TARGETS: &[JournalTarget] = &[
-    JournalTarget {
-        name: "cairn-journal-2sync",
-        mode: "journal",
-    },
-    JournalTarget {
-        name: "cairn-journal-2async",
-        mode: "journal-async",
-    },
-];
-
 /// Size of the log image of a `log_device` target (a journal's log area on a 4 GiB image is
 /// about 40 MiB: the same order, so the two placements checkpoint alike).
 const JOURNAL_LOG_SIZE: u64 = 64 << 20;
@@ -130,10 +114,18 @@ pub const BASELINES: &[&str] = &[
 ];
 
 impl TargetSpec {
+    /// A target of a build that lists nothing (no facts on its cairn targets).
     pub fn parse(name: &str) -> Result<TargetSpec> {
+        TargetSpec::parse_with(name, &Listing::default())
+    }
+
+    /// A target of a build that lists `listing`: `cairn-MODE` carries the mode's facts, and
+    /// a variant with its log on a device of its own (`cairn-journal-2sync`) is its base
+    /// mode with a second image for the log.
+    pub fn parse_with(name: &str, listing: &Listing) -> Result<TargetSpec> {
         if let (base, Some(model)) = split_disk(name) {
             cairn_blockdev::disk::DiskOptions::parse(model).map_err(|e| anyhow::anyhow!(e))?;
-            let spec = TargetSpec::parse(base)?;
+            let spec = TargetSpec::parse_with(base, listing)?;
             if !matches!(spec.kind, Kind::Cairn { .. }) {
                 bail!(
                     "{name}: only cairn targets run on a disk model (the kernel's file systems need a block device)"
@@ -145,14 +137,15 @@ impl TargetSpec {
                 ..spec
             });
         }
-        if let Some(j) = JOURNAL_TARGETS.iter().find(|j| j.name == name) {
+        if let Some(v) = listing.log_device_variants().find(|v| v.target == name) {
             return Ok(TargetSpec {
                 name: name.to_string(),
                 kind: Kind::Cairn {
-                    mode: j.mode.to_string(),
+                    mode: v.base.clone(),
                     loopdev: false,
                     transport: None,
                     log_device: true,
+                    facts: Some(v.facts),
                 },
                 disk: None,
             });
@@ -190,6 +183,7 @@ impl TargetSpec {
                             loopdev,
                             transport,
                             log_device: false,
+                            facts: listing.mode(mode).map(|m| m.facts),
                         }
                     }
                     _ => bail!(
@@ -647,6 +641,7 @@ impl Mounted {
                 loopdev,
                 transport,
                 log_device,
+                ..
             } => format!(
                 "cairn mount -o mode={mode}{}{} ({})",
                 transport_option(transport)
@@ -953,44 +948,15 @@ fn cairn_check(cairn: &str, dev: &Path) -> Result<serde_json::Value> {
 /// (`cairn modes --json`, "after_crash": "fsck"; soft updates, journaling and LFS mount
 /// directly: 000 Table 3). Unknown answers mean fsck: the safe procedure.
 fn cairn_mode_needs_fsck(cairn: &str, mode: &str) -> bool {
-    after_crash(&listed_modes(cairn), mode).is_none_or(|a| a == "fsck")
+    Listing::of(cairn)
+        .mode(mode)
+        .is_none_or(|m| m.after_crash == AfterCrash::Fsck)
 }
 
-/// The format (`"type"`) `mode` belongs to, as `cairn modes --json` lists it; `None` when
-/// it is not listed (mkfs's default format then).
+/// The format `mode` belongs to, as `cairn modes --json` lists it; `None` when it is not
+/// listed (mkfs's default format then).
 fn cairn_mode_format(cairn: &str, mode: &str) -> Option<String> {
-    mode_field(&listed_modes(cairn), mode, "type")
-}
-
-/// `cairn modes --json`: one object per listed mode and line (empty if it cannot run),
-/// asked of each binary once per run: every target's mkfs and every crash recovery want it.
-fn listed_modes(cairn: &str) -> String {
-    static LISTED: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<String, String>>,
-    > = std::sync::OnceLock::new();
-    let mut m = LISTED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    m.entry(cairn.to_string())
-        .or_insert_with(|| {
-            sys::run(Command::new(cairn).args(["modes", "--json"])).unwrap_or_default()
-        })
-        .clone()
-}
-
-/// The string `field` of `mode`'s line in `cairn modes --json` output.
-fn mode_field(listed: &str, mode: &str, field: &str) -> Option<String> {
-    listed
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["mode"] == mode)
-        .and_then(|v| v[field].as_str().map(str::to_string))
-}
-
-/// The `after_crash` of `mode` in `cairn modes --json` output.
-fn after_crash(listed: &str, mode: &str) -> Option<String> {
-    mode_field(listed, mode, "after_crash")
+    Listing::of(cairn).mode(mode).map(|m| m.format.clone())
 }
 
 /// Largest io_uring depth a cairn mount accepts (`uring_depth=`, 1 to 16).
@@ -1090,16 +1056,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_crash_comes_from_the_modes_own_declaration() {
-        let listed = "{\"mode\":\"sync\",\"after_crash\":\"fsck\"}\n\
-                      garbage\n\
-                      {\"mode\":\"softdep\",\"after_crash\":\"mount\"}\n";
-        assert_eq!(after_crash(listed, "sync").as_deref(), Some("fsck"));
-        assert_eq!(after_crash(listed, "softdep").as_deref(), Some("mount"));
-        assert_eq!(after_crash(listed, "lfs"), None);
-    }
-
-    #[test]
     fn target_names() {
         assert_eq!(
             TargetSpec::parse("ext4-sync").unwrap().kind,
@@ -1112,6 +1068,7 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: false,
+                facts: None,
             }
         );
         assert_eq!(
@@ -1121,6 +1078,7 @@ mod tests {
                 loopdev: true,
                 transport: None,
                 log_device: false,
+                facts: None,
             }
         );
         assert_eq!(
@@ -1130,6 +1088,7 @@ mod tests {
                 loopdev: false,
                 transport: Some("uring".into()),
                 log_device: false,
+                facts: None,
             }
         );
         assert_eq!(
@@ -1139,20 +1098,34 @@ mod tests {
                 loopdev: true,
                 transport: Some("dev".into()),
                 log_device: false,
+                facts: None,
             }
         );
+        let listing = crate::registry::sample();
+        let two = |t| TargetSpec::parse_with(t, &listing).unwrap().kind;
         assert_eq!(
-            TargetSpec::parse("cairn-journal-2async").unwrap().kind,
+            two("cairn-journal-2async"),
             Kind::Cairn {
                 mode: "journal-async".into(),
                 loopdev: false,
                 transport: None,
                 log_device: true,
+                facts: listing
+                    .variant_target("cairn-journal-2async")
+                    .map(|v| v.facts),
             }
         );
         assert!(matches!(
-            TargetSpec::parse("cairn-journal-2sync").unwrap().kind,
+            two("cairn-journal-2sync"),
             Kind::Cairn { ref mode, log_device: true, .. } if mode == "journal"
+        ));
+        // Without the listing, no variant: a mode of that name (which no build has).
+        assert!(matches!(
+            TargetSpec::parse("cairn-journal-2sync").unwrap().kind,
+            Kind::Cairn {
+                log_device: false,
+                ..
+            }
         ));
         assert_eq!(
             TargetSpec::parse("cairn-journal-group").unwrap().kind,
@@ -1161,6 +1134,7 @@ mod tests {
                 loopdev: false,
                 transport: None,
                 log_device: false,
+                facts: None,
             }
         );
         assert!(TargetSpec::parse("cairn-async+pigeon").is_err());
@@ -1171,7 +1145,7 @@ mod tests {
         assert_eq!(TargetSpec::parse("btrfs").unwrap().kind, Kind::Btrfs);
         assert!(TargetSpec::parse("zfs").is_err());
         // On a disk model: cairn targets only, known models only.
-        let t = TargetSpec::parse("cairn-journal-2sync:cheetah-10k").unwrap();
+        let t = TargetSpec::parse_with("cairn-journal-2sync:cheetah-10k", &listing).unwrap();
         assert_eq!(t.disk.as_deref(), Some("cheetah-10k"));
         assert!(matches!(
             t.kind,

@@ -212,8 +212,9 @@ fn fuse_mounts(mountinfo: &str) -> Vec<(String, String, bool)> {
     out
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
+/// Undoes the octal escapes (`\040` for a space: mountinfo escapes space, tab, newline
+/// and backslash as `\ooo`) of a field of a /proc mount table.
+pub fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -241,6 +241,8 @@ pub struct CacheStats {
     pub misses: u64,
     /// Buffers dropped to stay within the budget.
     pub evictions: u64,
+    /// Buffers the evictions looked at (bounded per eviction: see `evict_if_needed`).
+    pub eviction_scans: u64,
     /// Buffers written to the device.
     pub writebacks: u64,
     /// Device writes the cache issued; each carries one cluster of one or more contiguous
@@ -313,6 +315,7 @@ struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     evictions: AtomicU64,
+    eviction_scans: AtomicU64,
     writebacks: AtomicU64,
     cluster_writes: AtomicU64,
     write_errors: AtomicU64,
@@ -647,6 +650,7 @@ impl BufferCache {
             hits: c.hits.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
+            eviction_scans: c.eviction_scans.load(Ordering::Relaxed),
             writebacks: c.writebacks.load(Ordering::Relaxed),
             cluster_writes: c.cluster_writes.load(Ordering::Relaxed),
             write_errors: c.write_errors.load(Ordering::Relaxed),
@@ -963,10 +967,19 @@ impl BufferCache {
             let mut clean = Vec::new();
             let mut dirty = Vec::new();
             let mut held = Vec::new();
+            // The scan is bounded, by a constant: a scope that creates many buffers (an
+            // fallocate of a GiB) holds every one of them, and they are all "excess", so a
+            // scan at each insertion until `excess` were found walked all of them again —
+            // quadratic, minutes of CPU. Each held buffer it passes goes to the young end,
+            // so the next scan starts past it; a cache far over budget for other reasons
+            // comes back by up to 128 buffers per insertion.
+            let limit = excess.min(16) * 4 + 64;
+            let mut scanned = 0;
             for blk in st.lru.values() {
-                if clean.len() == excess {
+                if clean.len() == excess || scanned == limit {
                     break;
                 }
+                scanned += 1;
                 let buf = &st.map[blk].buf;
                 // Only the map holds it: nobody can be using or writing it, and nobody can
                 // get a new reference without the state lock we hold.
@@ -997,6 +1010,9 @@ impl BufferCache {
             self.counters
                 .evictions
                 .fetch_add(clean.len() as u64, Ordering::Relaxed);
+            self.counters
+                .eviction_scans
+                .fetch_add(scanned as u64, Ordering::Relaxed);
             excess -= clean.len();
             // Write a few more than strictly needed so clustering has something to gather
             // and the next insertions find clean victims.

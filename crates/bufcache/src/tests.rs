@@ -813,6 +813,30 @@ fn rollback_restores_memory_as_it_was() {
     assert_eq!(cache.dirty_count(), 0);
 }
 
+/// A scope that creates far more buffers than the budget (ffs's fallocate of a GiB makes a
+/// zeroed buffer per block in one scope) holds them all; each insertion's eviction looks at
+/// a bounded number of them, not at every one again (which was quadratic: minutes of CPU).
+#[test]
+fn a_scope_over_budget_costs_a_bounded_scan_per_insertion() {
+    let n = 4000;
+    let dev = mem(n + 16);
+    let cache = cache_over(dev.clone(), 16);
+    cache.begin_undo().unwrap();
+    for b in 0..n {
+        fill(&cache, &cache.get_new(b), 1);
+    }
+    let s = cache.stats();
+    assert_eq!(s.cached_buffers, n, "the scope's buffers are all kept");
+    assert!(
+        s.eviction_scans < 200 * n,
+        "{} buffers looked at for {n} insertions",
+        s.eviction_scans
+    );
+    cache.commit_undo();
+    cache.write_back_all().unwrap();
+    assert_eq!(dev_block(&dev, n - 1), vec![1; BS as usize]);
+}
+
 #[test]
 fn commit_keeps_everything() {
     let dev = mem(8);

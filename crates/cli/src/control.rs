@@ -51,7 +51,7 @@ impl Commands {
 
 impl Commands {
     /// The commands every daemon answers: `stats` (the file system's counters, the FUSE
-    /// requests per opcode and `info` about the daemon), `ping` and `umount`.
+    /// requests per opcode and `info` about the daemon), `ping`, `sync` and `umount`.
     pub fn for_daemon(
         fs: Arc<dyn cairn_vfs::FileSystem>,
         server: &cairn_fuse::Server,
@@ -59,6 +59,7 @@ impl Commands {
         stats_help: &'static str,
     ) -> Commands {
         let mut c = Commands::default();
+        let syncing = fs.clone();
         let counts = server.counts();
         let started = std::time::Instant::now();
         info["pid"] = json!(std::process::id());
@@ -77,6 +78,17 @@ impl Commands {
             "ping",
             "is the daemon alive",
             Box::new(|_| json!({"ok": true, "pid": std::process::id()})),
+        );
+        c.add(
+            "sync",
+            "make everything the daemon holds durable (what sync(2) cannot ask a FUSE daemon)",
+            Box::new(move |_| {
+                let t = std::time::Instant::now();
+                match syncing.sync_all() {
+                    Ok(()) => json!({"ok": true, "secs": t.elapsed().as_secs_f64()}),
+                    Err(e) => json!({"error": format!("sync: {e}")}),
+                }
+            }),
         );
         let u = server.unmounter();
         c.add(

@@ -122,12 +122,8 @@ pub fn run(a: Args) -> Result<i32> {
             println!(
                 "variants (cairn crash run --modes NAME; a registered mode recorded another way):"
             );
-            let variants = modes::VARIANTS.iter().map(|v| (v.name, v.base, v.what));
-            let log_variants = modes::LOG_DEVICE_VARIANTS
-                .iter()
-                .map(|v| (v.name, v.base, v.what));
-            for (name, base, what) in variants.chain(log_variants) {
-                println!("  {name} ({base}) — {what}");
+            for v in modes::variants() {
+                println!("  {} ({}) — {}", v.name, v.base, v.description);
             }
             println!("planted bugs (cairn crash run --planted NAME: exit 1 = caught):");
             for p in planted::CATALOGUE {

@@ -44,6 +44,13 @@ pub fn run(args: Args) -> Result<i32> {
         return background(&args);
     }
     let repair = args.yes && !args.no;
+    // An image just unmounted may still be held by its daemon's final flush.
+    if !args.force
+        && let Err(e) = runtime::wait_for_image(&args.image, repair)
+    {
+        eprintln!("cairn fsck: {e:#}");
+        return Ok(8);
+    }
     let name = args.image.display().to_string();
     // A progress bar only for a person watching a terminal; pipes and logs get the summary.
     let bar = (std::io::stdout().is_terminal() && !args.json).then(|| {
@@ -188,7 +195,7 @@ fn background(args: &Args) -> Result<i32> {
         Ok(8)
     };
     let sock = match runtime::canonical_mountpoint(&args.image) {
-        Ok(mp) => runtime::paths(&mp).sock,
+        Ok(mp) => runtime::socket_for(&mp),
         Err(e) => return fail(format!("{e:#}")),
     };
     if !sock.exists() {

@@ -1,6 +1,8 @@
 //! The mount(8)/umount(8) helpers: `mount -t cairn IMAGE DIR` runs
-//! `/sbin/mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]`, and `umount DIR` of a `fuse.cairn`
-//! mount runs `/sbin/umount.fuse.cairn DIR [-flnrv]`. Both are symlinks to a copy of `cairn`
+//! `/sbin/mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]`, `mount -t fuse.cairn IMAGE DIR` (the
+//! type the mount table shows, and what fstests' FUSE support mounts with) runs
+//! `/sbin/mount.fuse.cairn` the same way, and `umount DIR` of a `fuse.cairn`
+//! mount runs `/sbin/umount.fuse.cairn DIR [-flnrv]`. All are symlinks to a copy of `cairn`
 //! in /usr/local/lib/cairn (`cairn install-helper`; the copy keeps fstab mounts working after
 //! the build tree is cleaned), which recognises them by its argv[0] and turns them into
 //! `cairn mount` / `cairn umount` (the latter waits for the final flush, which plain
@@ -12,6 +14,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 pub const MOUNT_HELPER: &str = "mount.cairn";
+/// The same helper under the name mount(8) looks for with `-t fuse.cairn`.
+pub const FUSE_MOUNT_HELPER: &str = "mount.fuse.cairn";
 pub const UMOUNT_HELPER: &str = "umount.fuse.cairn";
 
 /// What a helper invocation amounts to.
@@ -84,7 +88,18 @@ pub fn mount_args(argv: &[OsString]) -> Result<Helper, String> {
     if sloppy {
         out.push("--sloppy".into());
     }
-    let opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
+    let mut opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
+    // mount(8) passes a helper `nodev` and `nosuid` when they are asked for, and drops
+    // `dev` and `suid`, its defaults: so, as libfuse's mount.fuse does, their absence means
+    // dev and suid (a `user` fstab entry gets nodev,nosuid from mount(8) itself). `cairn
+    // mount` run directly keeps FUSE's nodev,nosuid default.
+    let given = |o: &str| opts.iter().flat_map(|s| s.split(',')).any(|x| x == o);
+    let defaults: Vec<&str> = [("dev", "nodev"), ("suid", "nosuid")]
+        .into_iter()
+        .filter(|(on, off)| !given(on) && !given(off))
+        .map(|(on, _)| on)
+        .collect();
+    opts.extend(defaults.into_iter().map(String::from));
     if !opts.is_empty() {
         out.push("-o".into());
         out.push(opts.join(",").into());
@@ -125,7 +140,8 @@ pub struct InstallArgs {
     pub link: bool,
 }
 
-/// Creates `PREFIX/mount.cairn` and `PREFIX/umount.fuse.cairn`, symlinks to a copy of this
+/// Creates `PREFIX/mount.cairn`, `PREFIX/mount.fuse.cairn` and `PREFIX/umount.fuse.cairn`,
+/// symlinks to a copy of this
 /// binary in `LIB_DIR` (or, with `--link`, to this binary itself), and says where.
 pub fn install(args: InstallArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the cairn binary")?;
@@ -153,25 +169,39 @@ pub fn install(args: InstallArgs) -> Result<i32> {
     };
     std::fs::create_dir_all(&args.prefix)
         .with_context(|| format!("cannot create {}", args.prefix.display()))?;
-    for name in [MOUNT_HELPER, UMOUNT_HELPER] {
+    for name in [MOUNT_HELPER, FUSE_MOUNT_HELPER, UMOUNT_HELPER] {
         let link = args.prefix.join(name);
-        replace_symlink(&target, &link)?;
-        println!("{} -> {}", link.display(), target.display());
+        match replace_symlink(&target, &link)? {
+            Some(old) if old != target => println!(
+                "{} -> {} (replaced a link to {})",
+                link.display(),
+                target.display(),
+                old.display()
+            ),
+            _ => println!("{} -> {}", link.display(), target.display()),
+        }
     }
     Ok(0)
 }
 
-fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(link) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(link)?,
+/// Points `link` at `target`; returns where an existing symlink pointed (so the caller can
+/// say what it replaced). A file that is not a symlink is never replaced.
+fn replace_symlink(target: &Path, link: &Path) -> Result<Option<PathBuf>> {
+    let old = match std::fs::symlink_metadata(link) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let old = std::fs::read_link(link).ok();
+            std::fs::remove_file(link)?;
+            old
+        }
         Ok(_) => bail!(
             "{} exists and is not a symlink; not replacing it",
             link.display()
         ),
-        Err(_) => {}
-    }
+        Err(_) => None,
+    };
     std::os::unix::fs::symlink(target, link)
-        .with_context(|| format!("cannot create {}", link.display()))
+        .with_context(|| format!("cannot create {}", link.display()))?;
+    Ok(old)
 }
 
 #[cfg(test)]
@@ -197,7 +227,7 @@ mod tests {
                 "cairn",
                 "mount",
                 "-o",
-                "rw,mode=async",
+                "rw,mode=async,dev,suid",
                 "/img",
                 "/mnt"
             ])))
@@ -213,7 +243,31 @@ mod tests {
                 "cairn"
             ])),
             Ok(Helper::Run(v(&[
-                "cairn", "mount", "--sloppy", "-o", "ro", "/img", "/mnt"
+                "cairn",
+                "mount",
+                "--sloppy",
+                "-o",
+                "ro,dev,suid",
+                "/img",
+                "/mnt"
+            ])))
+        );
+        // mount(8) passes nodev and nosuid when asked for (and drops dev and suid).
+        assert_eq!(
+            mount_args(&v(&[
+                "mount.cairn",
+                "/img",
+                "/mnt",
+                "-o",
+                "rw,nodev,nosuid"
+            ])),
+            Ok(Helper::Run(v(&[
+                "cairn",
+                "mount",
+                "-o",
+                "rw,nodev,nosuid",
+                "/img",
+                "/mnt"
             ])))
         );
         assert_eq!(

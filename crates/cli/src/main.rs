@@ -12,10 +12,12 @@ mod helper;
 mod inspect;
 mod lfs;
 mod mkfs;
+mod modes;
 mod mount;
 mod record;
 mod runtime;
 mod stats;
+mod sync;
 mod umbrella;
 mod umount;
 mod wal;
@@ -47,7 +49,10 @@ enum Cmd {
     Umount(umount::Args),
     /// Live counters of a mounted file system
     Stats(stats::Args),
-    /// Install the mount.cairn / umount.fuse.cairn helpers (for mount -t cairn and fstab)
+    /// Make a mounted file system durable (sync(2) and `sync -f` never reach a FUSE daemon)
+    Sync(sync::Args),
+    /// Install the mount.cairn, mount.fuse.cairn and umount.fuse.cairn helpers (for mount -t
+    /// cairn, mount -t fuse.cairn and fstab)
     InstallHelper(helper::InstallArgs),
     /// List the metadata-update modes this build can mount (one per line: name, description)
     Modes {
@@ -92,6 +97,9 @@ fn main() {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let translated = match invoked_as(argv.first()).as_deref() {
         Some(helper::MOUNT_HELPER) => Some((helper::MOUNT_HELPER, helper::mount_args(&argv))),
+        Some(helper::FUSE_MOUNT_HELPER) => {
+            Some((helper::FUSE_MOUNT_HELPER, helper::mount_args(&argv)))
+        }
         Some(helper::UMOUNT_HELPER) => Some((helper::UMOUNT_HELPER, helper::umount_args(&argv))),
         _ => None,
     };
@@ -124,14 +132,11 @@ fn main() {
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Umount(a) => umount::run(a),
         Cmd::Stats(a) => stats::run(a),
+        Cmd::Sync(a) => sync::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
         Cmd::Modes { json } => {
-            for m in cairn_fstypes::modes() {
-                if json {
-                    println!("{}", m.to_json());
-                } else {
-                    println!("{}\t{}", m.spec.name, m.spec.description);
-                }
+            for l in modes::lines(json) {
+                println!("{l}");
             }
             Ok(0)
         }

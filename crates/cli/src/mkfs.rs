@@ -78,6 +78,8 @@ pub fn run(args: Args) -> Result<i32> {
         force: args.force,
         sparse: args.sparse,
     };
+    // An image just unmounted may still be held by its daemon's final flush.
+    crate::runtime::wait_for_image(&args.image, true)?;
     if let Err(e) = (fs.mkfs)(&args.image, &opts) {
         eprintln!("cairn mkfs: {}: {e}", args.image.display());
         return Ok(1);

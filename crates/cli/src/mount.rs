@@ -43,6 +43,8 @@ Options (-o, comma-separated, repeatable):
   passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
                       umbrella layer does for files that cannot overflow; ffs never does)
   suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
+  remount             with ro/rw, (no)suid, (no)dev, (no)exec, noatime: change the flags of
+                      the mount in place (mount -o remount,ro MNT); other options are kept
   logfile=PATH        the daemon's log file (log=/ABSOLUTE/PATH still works, with a
                       warning: log= belongs to the metadata-update modes)
   record=PATH         record every block write (with contents), flush and operation to PATH
@@ -205,7 +207,65 @@ pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Resu
     Ok(plan)
 }
 
+/// `-o remount,...` (mount(8) passes it to the helper): the mount's flags change in place —
+/// read-only or read-write, nosuid, nodev, noexec, noatime — through mount(2) with
+/// MS_REMOUNT, which a FUSE superblock accepts (the kernel syncs it first); the daemon and
+/// its file system go on as they were. Every other option is ignored, as the kernel's FUSE
+/// ignores them on a remount.
+fn remount(args: &Args) -> Result<i32> {
+    use nix::mount::MsFlags;
+    let mp = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("bad mount point {}", args.mountpoint.display()))?;
+    // The flags the mount has now, changed by the options given (MS_REMOUNT sets them all;
+    // with no atime flag the kernel picks relatime, so strictatime must be carried over).
+    let now = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.get(4).is_some_and(|m| Path::new(m) == mp))
+        .and_then(|f| f.get(5).map(|o| o.to_string()))
+        .unwrap_or_default();
+    let mut flags = MsFlags::MS_REMOUNT;
+    for o in now
+        .split(',')
+        .chain(args.options.iter().flat_map(|s| s.split(',')))
+    {
+        let (on, f) = match o {
+            "ro" => (true, MsFlags::MS_RDONLY),
+            "nosuid" => (true, MsFlags::MS_NOSUID),
+            "nodev" => (true, MsFlags::MS_NODEV),
+            "noexec" => (true, MsFlags::MS_NOEXEC),
+            "noatime" => (true, MsFlags::MS_NOATIME),
+            "nodiratime" => (true, MsFlags::MS_NODIRATIME),
+            "strictatime" => (true, MsFlags::MS_STRICTATIME),
+            "atime" => (false, MsFlags::MS_NOATIME),
+            "diratime" => (false, MsFlags::MS_NODIRATIME),
+            "rw" => (false, MsFlags::MS_RDONLY),
+            "suid" => (false, MsFlags::MS_NOSUID),
+            "dev" => (false, MsFlags::MS_NODEV),
+            "exec" => (false, MsFlags::MS_NOEXEC),
+            _ => continue,
+        };
+        flags.set(f, on);
+    }
+    let none: Option<&str> = None;
+    nix::mount::mount(none, &mp, none, flags, none)
+        .with_context(|| format!("cannot remount {}", args.mountpoint.display()))?;
+    Ok(0)
+}
+
 pub fn run(args: Args) -> Result<i32> {
+    if args
+        .options
+        .iter()
+        .flat_map(|s| s.split(','))
+        .any(|o| o == "remount")
+    {
+        return remount(&args);
+    }
     // The format decides which options exist: find it first (the default one for the
     // in-memory test backend, which has no image).
     let fs = if args.memory {
@@ -242,6 +302,13 @@ pub fn run(args: Args) -> Result<i32> {
     if plan.fuse.fsname.is_empty() {
         plan.fuse.fsname = image.display().to_string();
     }
+    // A second mount point of an image a live daemon serves: the same daemon serves it.
+    if !args.memory
+        && let Some(daemon) = runtime::serving(&image)
+    {
+        second_mount_point(&daemon, &plan, &shown, &mountpoint)?;
+        return Ok(0);
+    }
     let job = Job {
         plan,
         image,
@@ -255,6 +322,87 @@ pub fn run(args: Args) -> Result<i32> {
         return Ok(daemon.serve());
     }
     daemonize(job)
+}
+
+/// Mounts `image`, which the daemon of `daemon` already serves, at `mountpoint` too, as a
+/// kernel file system mounts one device at two places: one file system, one cache, one
+/// daemon — a bind mount of the daemon's mount, with this mount's own flags (ro, nosuid,
+/// nodev, noexec, noatime). Two daemons can never write one image (the image lock refuses
+/// the second), and two FUSE connections to one file system would each keep a kernel cache
+/// the other's changes never invalidate. Refused when the mode asked for is not the one
+/// the daemon runs, or read-write is asked of a read-only mount.
+fn second_mount_point(
+    daemon: &runtime::RecordInfo,
+    plan: &Plan,
+    shown: &str,
+    mountpoint: &Path,
+) -> Result<()> {
+    use nix::mount::MsFlags;
+    let (Some(first), Some(devno), Some(pid)) = (
+        daemon.mountpoint.as_deref(),
+        daemon.devno.as_deref(),
+        daemon.pid,
+    ) else {
+        bail!("cannot mount {shown}: its cairn daemon's record is incomplete");
+    };
+    let stats = control::request(&runtime::paths(first).sock, "stats")
+        .with_context(|| format!("cannot mount {shown}: asking its daemon (pid {pid})"))?;
+    let mode = stats["daemon"]["mode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let daemon_ro = stats["daemon"]["read_only"].as_bool().unwrap_or(false);
+    let mounts = runtime::fuse_mounts_of(devno);
+    if mounts.iter().any(|m| m == mountpoint) {
+        bail!(
+            "{} is already served by a cairn daemon (pid {pid})",
+            mountpoint.display()
+        );
+    }
+    let source = mounts
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| first.to_path_buf());
+    let held = format!(
+        "{shown} is in use by the cairn mount on {} ({}, pid {pid}) in mode {mode}",
+        source.display(),
+        if daemon_ro { "read-only" } else { "read-write" }
+    );
+    let asked_mode = plan.fs_options.iter().any(|(k, _)| k == "mode");
+    if asked_mode && plan.mode() != mode {
+        bail!(
+            "{held}: a second mount point of it is served by the same daemon, in its mode \
+             (-o mode={mode})"
+        );
+    }
+    if daemon_ro && !plan.read_only {
+        bail!("{held}: a second mount point of it can only be read-only too (-o ro)");
+    }
+    let none: Option<&str> = None;
+    nix::mount::mount(Some(&source), mountpoint, none, MsFlags::MS_BIND, none)
+        .with_context(|| format!("cannot mount {shown} on {}", mountpoint.display()))?;
+    let o = &plan.fuse;
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+    for (on, f) in [
+        (plan.read_only, MsFlags::MS_RDONLY),
+        (!o.suid, MsFlags::MS_NOSUID),
+        (!o.dev, MsFlags::MS_NODEV),
+        (!o.exec, MsFlags::MS_NOEXEC),
+        (o.noatime, MsFlags::MS_NOATIME),
+    ] {
+        if on {
+            flags |= f;
+        }
+    }
+    if let Err(e) = nix::mount::mount(none, mountpoint, none, flags, none) {
+        let _ = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH);
+        bail!("cannot mount {shown} on {}: {e}", mountpoint.display());
+    }
+    info!(
+        "{} is a second mount point of {shown}, served by pid {pid}",
+        mountpoint.display()
+    );
+    Ok(())
 }
 
 struct Job {
@@ -344,6 +492,11 @@ impl Job {
         signals.thread_block().context("blocking signals")?;
 
         let mut record = runtime::Record::claim(&self.mountpoint)?;
+        // After a plain `umount` of this image elsewhere, its daemon may still be writing
+        // back: wait for it rather than fail on the image lock.
+        if !self.memory {
+            runtime::wait_for_image(&self.image, !self.plan.read_only)?;
+        }
         // Bound before the mount appears, served once it is up (see `control::Listener`).
         let listener = control::Listener::bind(&record.paths.sock)
             .map_err(|e| warn!("no control socket: {e:#}"))

@@ -20,7 +20,7 @@ pub fn mount_recorded(
     plan: &crate::mount::Plan,
     out: &Path,
 ) -> Result<(Arc<Ffs>, Arc<Recorder>)> {
-    if plan.fs.name != "ffs" {
+    if !std::ptr::eq(plan.fs, cairn_fstypes::ffs()) {
         anyhow::bail!("record= is supported on ffs images only");
     }
     // The recording holds one device. A journal whose log is on a device of its own writes

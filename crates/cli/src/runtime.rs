@@ -6,8 +6,12 @@
 //!
 //! - `mnt-data.pid`: pid, image and mount point, one per line. The daemon holds an exclusive
 //!   flock on it for its whole life, so "wait until the daemon is gone" is "take the lock"
-//!   (no polling, no pid-reuse races), and a second daemon for the same mount point is
-//!   refused.
+//!   (no polling, no pid-reuse races). A second daemon for the same mount point is refused
+//!   while the first serves it; once the first's mount is gone (a plain `umount` returns
+//!   before the daemon's final flush has finished) the newcomer waits for it to exit, at
+//!   most [`LEAVING_WAIT`], so `umount MNT && mount MNT` just works. `cairn fsck`, `cairn
+//!   mkfs` and a mount elsewhere wait the same way for a daemon that still holds the image
+//!   ([`wait_for_image`]).
 //! - `mnt-data.sock`: the control socket (see `control`).
 //! - `mnt-data.log`: the daemon's log (kept after exit).
 
@@ -139,16 +143,233 @@ fn exiting(pid: u32) -> bool {
     })
 }
 
-impl Record {
-    /// Takes the pid-file lock for `mountpoint`, refusing if a live daemon holds it.
-    pub fn claim(mountpoint: &Path) -> Result<Record> {
-        Record::claim_in(&runtime_dir(), mountpoint)
+/// How long a new daemon (or mkfs, fsck) waits for one that no longer serves a mount to
+/// finish and exit. A plain umount(2) of a FUSE mount returns as soon as the kernel has
+/// let go of it; the daemon then writes back what it holds (up to its whole cache) and
+/// exits. `umount MNT && mount MNT` must just work, so the new claim waits for that final
+/// flush instead of refusing; the bound keeps a daemon that never finishes (a lazily
+/// detached mount with files still open, a hung device) from holding the caller forever.
+pub const LEAVING_WAIT: Duration = Duration::from_secs(60);
+
+/// What a mount point's record says about the daemon that holds it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// None while the daemon is still mounting (it writes the record once mounted).
+    pub pid: Option<u32>,
+    pub image: Option<PathBuf>,
+    pub mountpoint: Option<PathBuf>,
+    /// The FUSE connection's device number (`0:45`, the mount table's third field): every
+    /// mount point the daemon serves — its own and bind mounts of it (a second `cairn mount`
+    /// of the same image) — shows it.
+    pub devno: Option<String>,
+}
+
+impl RecordInfo {
+    /// Parses the pid file's lines: pid, image, mount point, device number.
+    pub fn parse(text: &str) -> RecordInfo {
+        let mut lines = text.lines();
+        let pid = lines.next().and_then(|l| l.trim().parse().ok());
+        let path = |l: Option<&str>| l.filter(|l| !l.is_empty()).map(PathBuf::from);
+        RecordInfo {
+            pid,
+            image: path(lines.next()),
+            mountpoint: path(lines.next()),
+            devno: lines
+                .next()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        }
     }
 
-    fn claim_in(dir: &Path, mountpoint: &Path) -> Result<Record> {
+    /// Reads the record in `f`.
+    pub fn read(f: &mut File) -> RecordInfo {
+        use std::io::Seek;
+        let mut text = String::new();
+        let _ = f.rewind();
+        let _ = f.read_to_string(&mut text);
+        RecordInfo::parse(&text)
+    }
+}
+
+/// Where the daemon holding a record is in its life, as a newcomer sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// Alive and its mount is in the mount table: a second daemon is refused at once.
+    Serving(u32),
+    /// Its mount is gone (unmounted) but it has not exited: its final flush is running.
+    Leaving(u32),
+    /// Killed, its last threads still closing their files.
+    Exiting(u32),
+    /// It has claimed the mount point and not yet written its record (still mounting).
+    Starting,
+}
+
+impl Holder {
+    /// Classifies the holder of a record for `mountpoint` (the record's own mount point
+    /// when it names one).
+    pub fn of(info: &RecordInfo, mountpoint: &Path) -> Holder {
+        let Some(pid) = info.pid else {
+            return Holder::Starting;
+        };
+        if exiting(pid) {
+            return Holder::Exiting(pid);
+        }
+        let serving = match &info.devno {
+            Some(d) => !fuse_mounts_of(d).is_empty(),
+            None => fuse_mounted(info.mountpoint.as_deref().unwrap_or(mountpoint)),
+        };
+        if serving {
+            Holder::Serving(pid)
+        } else {
+            Holder::Leaving(pid)
+        }
+    }
+}
+
+/// The FUSE mounts in this namespace: (device number, mount point, root within the file
+/// system), from /proc/self/mountinfo (a stat of a mount point would wait on its daemon).
+fn fuse_mount_table() -> Vec<(String, PathBuf, String)> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            if !right.starts_with("fuse") {
+                return None;
+            }
+            let f: Vec<&str> = left.split(' ').collect();
+            let mp = std::ffi::OsString::from_vec(unescape_mountinfo(f.get(4)?));
+            Some((
+                f.get(2)?.to_string(),
+                PathBuf::from(mp),
+                f.get(3)?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Where the FUSE connection `devno` is mounted (its root first).
+pub fn fuse_mounts_of(devno: &str) -> Vec<PathBuf> {
+    let mut v: Vec<(bool, PathBuf)> = fuse_mount_table()
+        .into_iter()
+        .filter(|(d, _, _)| d == devno)
+        .map(|(_, mp, root)| (root != "/", mp))
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, mp)| mp).collect()
+}
+
+/// The device number of the FUSE mount at `mountpoint`, if one is there (the top one).
+pub fn fuse_devno(mountpoint: &Path) -> Option<String> {
+    fuse_mount_table()
+        .into_iter()
+        .rev()
+        .find(|(_, mp, _)| mp == mountpoint)
+        .map(|(d, _, _)| d)
+}
+
+/// Whether a FUSE file system is mounted at `mountpoint` in this mount namespace (read from
+/// /proc/self/mountinfo: a stat of the mount point would wait on the daemon).
+pub fn fuse_mounted(mountpoint: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = mountpoint.as_os_str().as_bytes();
+    info.lines().any(|l| {
+        let Some((left, right)) = l.split_once(" - ") else {
+            return false;
+        };
+        right.starts_with("fuse")
+            && left
+                .split(' ')
+                .nth(4)
+                .is_some_and(|mp| unescape_mountinfo(mp) == want)
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b[i] == b'\\'
+            && b.get(i + 1..i + 4)
+                .is_some_and(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if octal {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A bounded poll: short pauses first (a flush of a small cache takes milliseconds), then
+/// up to 50 ms.
+struct Patience {
+    deadline: Instant,
+    pause: Duration,
+    started: Instant,
+    announced: bool,
+}
+
+impl Patience {
+    fn new(limit: Duration) -> Patience {
+        let now = Instant::now();
+        Patience {
+            deadline: now + limit,
+            pause: Duration::from_millis(1),
+            started: now,
+            announced: false,
+        }
+    }
+
+    /// Sleeps a little and returns true, or returns false once the deadline has passed.
+    /// Says once, in the log, what it waits for when the wait gets noticeable.
+    fn wait(&mut self, what: impl FnOnce() -> String) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        if !self.announced && self.started.elapsed() > Duration::from_secs(1) {
+            log::info!("waiting for {}", what());
+            self.announced = true;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_millis(50));
+        true
+    }
+}
+
+/// Waits (at most `deadline`) until process `pid` has no thread left: its image lock and
+/// files go with its last thread, not with the pid-file lock its main thread drops.
+fn wait_gone(pid: u32, patience: &mut Patience) {
+    if pid == std::process::id() {
+        return;
+    }
+    while cairn_bench::sys::pid_alive(pid) && patience.wait(|| format!("pid {pid} to exit")) {}
+}
+
+impl Record {
+    /// Takes the pid-file lock for `mountpoint`. A live daemon serving it is refused at
+    /// once; one that is still mounting, or was unmounted and is finishing its final flush,
+    /// or was killed and is exiting, is waited for (at most [`LEAVING_WAIT`]).
+    pub fn claim(mountpoint: &Path) -> Result<Record> {
+        Record::claim_in(&runtime_dir(), mountpoint, LEAVING_WAIT)
+    }
+
+    fn claim_in(dir: &Path, mountpoint: &Path, limit: Duration) -> Result<Record> {
         let paths = paths_in(dir, mountpoint);
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let patience = Instant::now() + Duration::from_secs(5);
+        let mut patience = Patience::new(limit);
+        // The last holder seen alive while we waited: once its lock is free, its other
+        // threads (and the image lock they share) may still be exiting.
+        let mut seen: Option<u32> = None;
         loop {
             let f = OpenOptions::new()
                 .read(true)
@@ -160,21 +381,51 @@ impl Record {
             let lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
                 Err((mut f, _)) => {
-                    let mut who = String::new();
-                    let _ = f.read_to_string(&mut who);
-                    let pid = who.lines().next().unwrap_or("?").to_string();
-                    // A daemon killed a moment ago still holds the lock until its last thread
-                    // has closed its files (the group leader shows as a zombie before that):
-                    // wait for it rather than refuse a remount that will be valid in
-                    // milliseconds. A live daemon is refused at once.
-                    if pid.parse().is_ok_and(exiting) && Instant::now() < patience {
-                        std::thread::sleep(Duration::from_millis(5));
+                    let mut text = String::new();
+                    let _ = f.read_to_string(&mut text);
+                    let info = RecordInfo::parse(&text);
+                    seen = info.pid.or(seen);
+                    let holder = Holder::of(&info, mountpoint);
+                    let mp = mountpoint.display();
+                    if let Holder::Serving(pid) = holder {
+                        let here = info.devno.as_deref().is_none()
+                            || fuse_devno(mountpoint).is_some_and(|d| Some(d) == info.devno);
+                        if here {
+                            bail!("{mp} is already served by a cairn daemon (pid {pid})");
+                        }
+                        let elsewhere = info
+                            .devno
+                            .as_deref()
+                            .map(fuse_mounts_of)
+                            .unwrap_or_default();
+                        bail!(
+                            "the cairn daemon (pid {pid}) that was mounted on {mp} still serves \
+                             its file system at {}: unmount that first",
+                            elsewhere
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                    }
+                    if patience.wait(|| format!("the cairn daemon of {mp} ({holder:?})")) {
                         continue;
                     }
-                    bail!(
-                        "{} is already served by a cairn daemon (pid {pid})",
-                        mountpoint.display()
-                    );
+                    let secs = limit.as_secs();
+                    match holder {
+                        Holder::Leaving(pid) => bail!(
+                            "{mp} was unmounted but its cairn daemon (pid {pid}) is still \
+                             writing back after {secs} s; `cairn umount {mp}` waits until \
+                             it has finished (its log: {})",
+                            paths.log.display()
+                        ),
+                        Holder::Exiting(pid) => {
+                            bail!(
+                                "the killed cairn daemon of {mp} (pid {pid}) has not exited after {secs} s"
+                            )
+                        }
+                        _ => bail!("{mp} is being mounted by another cairn daemon"),
+                    }
                 }
             };
             // A daemon that just exited removes its pid file while still holding the lock;
@@ -182,18 +433,23 @@ impl Record {
             let same = std::fs::metadata(&paths.pid)
                 .is_ok_and(|m| m.ino() == lock.metadata().map(|l| l.ino()).unwrap_or(0));
             if same {
+                if let Some(pid) = seen {
+                    wait_gone(pid, &mut patience);
+                }
                 lock.set_len(0)?;
                 return Ok(Record { lock, paths });
             }
         }
     }
 
+    /// Records who serves the mount point, once mounted (see [`RecordInfo`]).
     pub fn write_info(&mut self, image: &Path, mountpoint: &Path) -> Result<()> {
         let text = format!(
-            "{}\n{}\n{}\n",
+            "{}\n{}\n{}\n{}\n",
             std::process::id(),
             image.display(),
-            mountpoint.display()
+            mountpoint.display(),
+            fuse_devno(mountpoint).unwrap_or_default()
         );
         self.lock.set_len(0)?;
         (&*self.lock).write_all(text.as_bytes())?;
@@ -237,16 +493,154 @@ pub fn prune_logs(dir: &Path, keep: usize) {
     }
 }
 
-/// Opens the pid file of the daemon serving `mountpoint`, if there is one.
-pub fn open_record(mountpoint: &Path) -> Option<File> {
-    File::open(paths(mountpoint).pid).ok()
+/// Waits until no cairn daemon that has stopped serving `image` still holds it: after a
+/// plain `umount MNT`, a mount of the same image elsewhere, `cairn fsck` or `cairn mkfs`
+/// would otherwise find the image locked by the daemon's final flush. A daemon still
+/// serving a mount of it is not waited for (the image lock then refuses, naming the
+/// mount); one that has not finished within [`LEAVING_WAIT`] is an error naming it.
+///
+/// `exclusive`: the caller will want the image for writing; a reader only waits for a
+/// writer.
+pub fn wait_for_image(image: &Path, exclusive: bool) -> Result<()> {
+    wait_for_image_in(&runtime_dir(), image, exclusive, LEAVING_WAIT)
 }
 
-/// Blocks until the daemon that owns this pid file has exited.
+fn wait_for_image_in(dir: &Path, image: &Path, exclusive: bool, limit: Duration) -> Result<()> {
+    let Ok(want) = std::fs::metadata(image) else {
+        return Ok(());
+    };
+    let same = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+    };
+    let mut patience = Patience::new(limit);
+    for (mut f, _, info) in records_in(dir) {
+        let (Some(pid), Some(img), Some(mp)) = (info.pid, &info.image, &info.mountpoint) else {
+            continue;
+        };
+        if !same(img) {
+            continue;
+        }
+        loop {
+            // A record whose lock we can take belongs to nobody (a daemon killed long ago).
+            let held = match Flock::lock(f, FlockArg::LockSharedNonblock) {
+                Ok(l) => {
+                    f = l
+                        .unlock()
+                        .map_err(|(_, e)| anyhow::anyhow!("unlock: {e}"))?;
+                    false
+                }
+                Err((back, _)) => {
+                    f = back;
+                    true
+                }
+            };
+            if !held {
+                wait_gone(pid, &mut patience);
+                break;
+            }
+            if let Holder::Serving(_) = Holder::of(&info, mp) {
+                break;
+            }
+            if !patience
+                .wait(|| format!("the cairn daemon that served {} (pid {pid})", mp.display()))
+            {
+                bail!(
+                    "{} is still held by the cairn daemon that served {} (pid {pid}), which \
+                     is writing back after its unmount; `cairn umount {}` waits until it \
+                     has finished",
+                    image.display(),
+                    mp.display(),
+                    mp.display()
+                );
+            }
+        }
+    }
+    // A daemon removes its record as it leaves but holds the image until its last thread
+    // has exited; a check, or a mount still starting, holds it without a mount too. Wait
+    // for such a holder; one that serves a mount is left to the image lock's refusal.
+    if let Ok(f) = File::open(image) {
+        while let Some(h) = cairn_blockdev::lock::holder(&f) {
+            let conflicts = exclusive || h.writer;
+            if h.mountpoint.is_some() || h.pid == std::process::id() || !conflicts {
+                break;
+            }
+            if !patience.wait(|| h.describe()) {
+                bail!("{} is still held by {}", image.display(), h.describe());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The record of the daemon serving `mountpoint`: the one named after it, or — for a
+/// second mount point of an image, a bind mount of the daemon's — the one whose FUSE
+/// connection is mounted there. Returns the open pid file and the record's paths.
+pub fn find_record(mountpoint: &Path) -> Option<(File, Paths)> {
+    let own = paths(mountpoint);
+    if let Ok(f) = File::open(&own.pid) {
+        return Some((f, own));
+    }
+    let devno = fuse_devno(mountpoint)?;
+    records_in(&runtime_dir())
+        .into_iter()
+        .find(|(_, _, info)| info.devno.as_deref() == Some(devno.as_str()))
+        .and_then(|(f, _, info)| Some((f, paths(info.mountpoint.as_deref()?))))
+}
+
+/// The control socket of the daemon serving `mountpoint` (see [`find_record`]).
+pub fn socket_for(mountpoint: &Path) -> PathBuf {
+    find_record(mountpoint).map_or_else(|| paths(mountpoint).sock, |(_, p)| p.sock)
+}
+
+/// Every record in `dir`: the open pid file, its path and what it says.
+fn records_in(dir: &Path) -> Vec<(File, PathBuf, RecordInfo)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pid"))
+        .filter_map(|p| {
+            let mut f = File::open(&p).ok()?;
+            let info = RecordInfo::read(&mut f);
+            Some((f, p, info))
+        })
+        .collect()
+}
+
+/// A live daemon serving `image` (a record naming the image whose connection is mounted).
+pub fn serving(image: &Path) -> Option<RecordInfo> {
+    let want = std::fs::metadata(image).ok()?;
+    records_in(&runtime_dir())
+        .into_iter()
+        .map(|(_, _, info)| info)
+        .find(|info| {
+            info.image.as_deref().is_some_and(|i| {
+                std::fs::metadata(i).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+            }) && info
+                .mountpoint
+                .as_deref()
+                .is_some_and(|mp| matches!(Holder::of(info, mp), Holder::Serving(_)))
+        })
+}
+
+/// Opens the pid file of the daemon serving `mountpoint`, if there is one.
+pub fn open_record(mountpoint: &Path) -> Option<File> {
+    find_record(mountpoint).map(|(f, _)| f)
+}
+
+/// Blocks until the daemon that owns this pid file has exited — unless it still serves its
+/// file system at another mount point (a second mount point of the image), which an
+/// unmount of one of them leaves alone.
 pub fn wait_for_exit(mut f: File) -> Result<()> {
-    let mut text = String::new();
-    let _ = f.read_to_string(&mut text);
-    let pid: Option<u32> = text.lines().next().and_then(|l| l.trim().parse().ok());
+    let info = RecordInfo::read(&mut f);
+    if let (Some(_), Some(mp)) = (&info.devno, &info.mountpoint)
+        && let Holder::Serving(_) = Holder::of(&info, mp)
+    {
+        return Ok(());
+    }
+    let pid = info.pid;
     // The daemon holds the pid file's lock until its final flush is done. The flush of a
     // large cache to a slow device may take long, so there is no deadline here, but a
     // wait that goes on says what it waits for, where to look and how to leave it.
@@ -350,14 +744,20 @@ mod tests {
     }
 
     #[test]
-    fn a_second_claim_is_refused_and_waiters_wake_on_release() {
+    fn a_claim_on_a_holder_without_its_mount_waits_bounded_and_waiters_wake_on_release() {
         let dir = tempfile::tempdir().unwrap();
+        // Not mounted: the holder counts as a daemon finishing its final flush.
         let mp = Path::new("/some/mount");
-        let mut r = Record::claim_in(dir.path(), mp).unwrap();
+        let mut r = Record::claim_in(dir.path(), mp, LEAVING_WAIT).unwrap();
         r.write_info(Path::new("/img"), mp).unwrap();
-        let err = Record::claim_in(dir.path(), mp).err().unwrap().to_string();
+        let t = Instant::now();
+        let err = Record::claim_in(dir.path(), mp, Duration::from_millis(100))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(t.elapsed() >= Duration::from_millis(100), "it waited");
         assert!(
-            err.contains(&format!("pid {}", std::process::id())),
+            err.contains(&format!("pid {}", std::process::id())) && err.contains("cairn umount"),
             "{err}"
         );
         let f = File::open(&r.paths.pid).unwrap();
@@ -372,15 +772,70 @@ mod tests {
             !waiter.is_finished(),
             "waiting must block while the daemon holds the lock"
         );
+        // A second claim started now gets the mount point once the holder lets go.
+        let d = dir.path().to_path_buf();
+        let claimer = std::thread::spawn(move || Record::claim_in(&d, mp, LEAVING_WAIT));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!claimer.is_finished(), "the claim waits for the holder");
         r.remove();
         drop(r);
         waiter.join().unwrap().unwrap();
+        claimer.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn records_and_holders_are_read() {
+        let i = RecordInfo::parse("42\n/img/a b\n/mnt/x\n");
+        assert_eq!(i.pid, Some(42));
+        assert_eq!(i.image.as_deref(), Some(Path::new("/img/a b")));
+        assert_eq!(i.mountpoint.as_deref(), Some(Path::new("/mnt/x")));
+        assert_eq!(RecordInfo::parse(""), RecordInfo::default());
+        assert_eq!(
+            Holder::of(&RecordInfo::default(), Path::new("/m")),
+            Holder::Starting
+        );
+        let me = std::process::id();
+        let unmounted = RecordInfo::parse(&format!("{me}\n/img\n/no/such/mount\n"));
+        assert_eq!(Holder::of(&unmounted, Path::new("/x")), Holder::Leaving(me));
+        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), b"/a b\\c");
+        assert!(!fuse_mounted(Path::new("/")), "/ is not a FUSE mount");
+    }
+
+    #[test]
+    fn fsck_and_mkfs_wait_for_the_daemon_that_held_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("img");
+        std::fs::write(&img, b"x").unwrap();
+        let run = dir.path().join("run");
+        let mp = Path::new("/gone/mount");
+        // Nobody: no wait.
+        wait_for_image_in(&run, &img, true, Duration::from_secs(5)).unwrap();
+        let mut r = Record::claim_in(&run, mp, LEAVING_WAIT).unwrap();
+        r.write_info(&img, mp).unwrap();
+        // Another image: no wait.
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"y").unwrap();
+        let t = Instant::now();
+        wait_for_image_in(&run, &other, true, Duration::from_secs(5)).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // Held by a daemon whose mount is gone: bounded, then named.
+        let e = wait_for_image_in(&run, &img, true, Duration::from_millis(100))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/gone/mount") && e.contains("still held"), "{e}");
+        // Released while waited for: returns.
+        let (r2, i2) = (run.clone(), img.clone());
+        let w = std::thread::spawn(move || wait_for_image_in(&r2, &i2, true, LEAVING_WAIT));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!w.is_finished());
+        drop(r);
+        w.join().unwrap().unwrap();
     }
 
     #[test]
     fn a_dropped_claim_leaves_nothing_and_old_logs_are_pruned() {
         let dir = tempfile::tempdir().unwrap();
-        let r = Record::claim_in(dir.path(), Path::new("/m")).unwrap();
+        let r = Record::claim_in(dir.path(), Path::new("/m"), LEAVING_WAIT).unwrap();
         let pid = r.paths.pid.clone();
         assert!(pid.exists());
         drop(r);

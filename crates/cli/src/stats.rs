@@ -23,7 +23,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<i32> {
     let mp = runtime::canonical_mountpoint(&args.mountpoint)?;
-    let sock = runtime::paths(&mp).sock;
+    let sock = runtime::socket_for(&mp);
     if !sock.exists() {
         bail!(
             "no cairn daemon serves {} (no control socket {})",

@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<i32> {
         Err(Errno::EINVAL) => {}
         Err(Errno::EPERM) => {
             // Not root: ask the daemon, which mounted it, to unmount itself.
-            if let Err(e) = control::request(&runtime::paths(&mp).sock, "umount") {
+            if let Err(e) = control::request(&runtime::socket_for(&mp), "umount") {
                 bail!("cannot unmount {shown}: permission denied ({e})");
             }
         }

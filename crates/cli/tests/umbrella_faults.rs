@@ -403,11 +403,15 @@ fn a_hung_branch_fails_its_calls_with_eio_under_or() {
     let model = seed_union(&r);
     // A file of the network branch open before it hangs, its pages dropped from the
     // kernel's caches of the union and of the branch's own mount (the read must reach
-    // the layer, and the layer's read the hung server: pages the branch's mount still
-    // held answered it without the server on a loaded machine).
+    // the layer, and the layer's read the hung server: cached pages answered it without
+    // the server on a loaded machine).
     let mut open = fs::File::open(r.m("shared/s1")).unwrap();
+    // Written back first on both: DONTNEED drops only clean pages, and the seed's pages
+    // may still be dirty in the union's writeback cache.
     let branch = fs::File::open(r.p(r.net_dir).join("shared/s1")).unwrap();
-    branch.sync_all().unwrap();
+    for f in [&open, &branch] {
+        f.sync_all().unwrap();
+    }
     for f in [&open, &branch] {
         nix::fcntl::posix_fadvise(f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
             .unwrap();

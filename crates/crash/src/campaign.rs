@@ -163,7 +163,7 @@ pub fn run(
     }
     // Spread the budget: every job gets an equal share, small ones give theirs away.
     let caps: Vec<u64> = jobs.iter().map(|j| j.capacity).collect();
-    let mut shares = water_fill(&caps, opts.states as u64);
+    let mut shares = states::water_fill(&caps, opts.states as u64);
     // The capacities are estimates (torn masks and duplicates make an epoch yield fewer
     // states than its share): what a job could not use goes to the jobs that used all of
     // theirs, a few rounds.
@@ -280,29 +280,6 @@ fn capacity(rec: &Recording, torn: bool) -> u64 {
             sub.saturating_add(if torn { 4 * n as u64 } else { 0 })
         })
         .fold(1u64, |a, b| a.saturating_add(b))
-}
-
-fn water_fill(cap: &[u64], budget: u64) -> Vec<u64> {
-    let mut share = vec![0u64; cap.len()];
-    let mut left = budget;
-    let mut open: Vec<usize> = (0..cap.len()).filter(|&i| cap[i] > 0).collect();
-    while left > 0 && !open.is_empty() {
-        let each = (left / open.len() as u64).max(1);
-        let mut next = Vec::new();
-        for &i in &open {
-            if left == 0 {
-                break;
-            }
-            let give = each.min(cap[i] - share[i]).min(left);
-            share[i] += give;
-            left -= give;
-            if share[i] < cap[i] {
-                next.push(i);
-            }
-        }
-        open = next;
-    }
-    share
 }
 
 fn run_job(

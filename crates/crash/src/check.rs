@@ -188,7 +188,7 @@ impl Checker {
         }
         let start = Arc::new(base);
         let mount_mode = crate::modes::mount_mode(&h.mode);
-        let other = crate::modes::format_of(&h.mode).filter(|f| f.name != "ffs");
+        let other = crate::modes::format_of(&h.mode).filter(|_| !crate::modes::is_ffs(&h.mode));
         let initial = match mount_ro(start.clone(), &mount_mode, other, h) {
             Ok(fs) => model_of(&observe(fs.as_ref())),
             // An image that does not mount at the start: nothing to compare names with.

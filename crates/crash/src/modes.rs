@@ -16,7 +16,7 @@ use cairn_ffs::strategy::journal::{Commit, Journal, LogSpec};
 use cairn_ffs::strategy::{self, Strategy};
 use serde::Serialize;
 
-use cairn_vfs::modes::{AfterCrash, Allowed, ModeSpec};
+use cairn_vfs::modes::{Allowed, Commit as VfsCommit, Facts, LogPlacement, ModeSpec};
 
 use crate::oracle::Promises;
 
@@ -46,7 +46,7 @@ impl Allow {
 /// A mode's recovery, run on the crash state before fsck (journal replay, roll-forward).
 /// It gets the state as a shared device, so it can mount it, and the state of the log's
 /// own device when the mode keeps its log on one (a two-device recording: see
-/// [`LOG_DEVICE_VARIANTS`]).
+/// [`log_device_variant`]).
 pub type Recovery = fn(Arc<dyn BlockDevice>, Option<Arc<dyn BlockDevice>>) -> Result<(), String>;
 
 /// The journal's recovery: a read-write mount (which replays the log and frees the orphans
@@ -92,65 +92,41 @@ pub fn journal_on(log: Arc<dyn BlockDevice>, commit: Commit) -> Journal {
     Journal::new(LogSpec::Device(log), commit)
 }
 
-/// A journal mode with its log on a device of its own (001 §5.2's WAFS; the paper's
-/// LFFS-wafs-2sync and -2async, the benchmarks' cairn-journal-2sync and -2async): the same
-/// mode, strategy and promises as its base (`log=dev:PATH`), recorded as two devices. The
-/// crash states that matter are the ones across the devices: the file system's writes
-/// landing while the log's last records did not, or the log forced and the home blocks not.
-/// Checked by name (`cairn crash run --modes journal-2sync`).
-#[derive(Clone, Copy, Debug)]
-pub struct LogDeviceVariant {
-    pub name: &'static str,
-    /// The registered journal mode it records, with `log=dev`.
-    pub base: &'static str,
-    pub what: &'static str,
+/// A variant of a registered mode (the registry's `cairn_fstypes::variants`): a journal
+/// with its log on a device of its own (001 §5.2's WAFS; the paper's LFFS-wafs-2sync and
+/// -2async, the benchmarks' cairn-journal-2sync and -2async), recorded as two devices — the
+/// crash states that matter are the ones across the devices —, or a mode on an image made
+/// and mounted to drive a path its plain runs seldom reach (lfs-cleaning). Checked by name
+/// (`cairn crash run --modes journal-2sync`).
+pub use cairn_fstypes::{Variant, variant, variants};
+
+/// The facts of `mode`: a registered mode or variant, an FFS mode built but not listed, or
+/// a planted bug (its base's).
+pub fn facts(mode: &str) -> Option<Facts> {
+    cairn_fstypes::facts_of(mode)
+        .or_else(|| cairn_ffs::strategy::candidate(mode).map(|m| m.facts))
+        .or_else(|| facts(crate::planted::journal_by_name(mode)?.base))
+        .or_else(|| facts(crate::planted::by_name(mode)?.base))
 }
 
-/// The journal modes recorded with their log on a second device.
-pub const LOG_DEVICE_VARIANTS: &[LogDeviceVariant] = &[
-    LogDeviceVariant {
-        name: "journal-2sync",
-        base: "journal",
-        what: "mode journal (commit=sync) with log=dev: its log on a second device (001's LFFS-wafs-2sync)",
-    },
-    LogDeviceVariant {
-        name: "journal-2async",
-        base: "journal-async",
-        what: "mode journal-async (commit=async) with log=dev: its log on a second device (001's LFFS-wafs-2async)",
-    },
-    LogDeviceVariant {
-        name: "journal-2group",
-        base: "journal-group",
-        what: "mode journal-group (commit=group) with log=dev: concurrent calls share the log device's flushes",
-    },
-];
-
 /// The log-device variant called `name`.
-pub fn log_device_variant(name: &str) -> Option<&'static LogDeviceVariant> {
-    LOG_DEVICE_VARIANTS.iter().find(|v| v.name == name)
+pub fn log_device_variant(name: &str) -> Option<&'static Variant> {
+    variant(name).filter(|v| v.log == LogPlacement::Device)
 }
 
 /// Whether a recording of `mode` has a second device for the journal's log (a log-device
 /// variant or a planted bug claiming one's guarantees).
 pub fn needs_log_device(mode: &str) -> bool {
-    log_device_variant(mode).is_some()
-        || crate::planted::journal_by_name(mode)
-            .is_some_and(|p| log_device_variant(p.base).is_some())
+    facts(mode).is_some_and(|f| f.log == LogPlacement::Device)
 }
 
 /// The commit policy of a journal mode (registered, a log-device variant of one, or a
-/// planted bug claiming one's guarantees).
+/// planted bug claiming one's guarantees), as its declaration says.
 pub fn journal_commit(mode: &str) -> Commit {
-    if let Some(v) = log_device_variant(mode) {
-        return journal_commit(v.base);
-    }
-    if let Some(p) = crate::planted::journal_by_name(mode) {
-        return journal_commit(p.base);
-    }
-    match mode {
-        "journal-async" => Commit::Async,
-        "journal-group" => Commit::Group,
-        _ => Commit::Sync,
+    match facts(mode).map(|f| f.commit) {
+        Some(VfsCommit::Async) => Commit::Async,
+        Some(VfsCommit::Group) => Commit::Group,
+        Some(VfsCommit::Sync) | None => Commit::Sync,
     }
 }
 
@@ -172,37 +148,18 @@ pub fn strategy_with_log(
         .map(|p| p.strategy_on(fs, log))
 }
 
-/// The recovery the harness runs before fsck, read off the mode's declaration: an FFS mode
-/// that recovers at mount (`AfterCrash::Recover`: the journal's log replay) is recovered by
-/// a read-write mount, because cairn's fsck reads the device as it is. Another format's
-/// check and read-only mount recover themselves (LFS rolls forward in memory).
-fn recovery_of(spec: &ModeSpec, fs: &cairn_fstypes::FsType) -> Option<Recovery> {
-    (spec.guarantees.after_crash == AfterCrash::Recover && fs.name == "ffs")
+/// The recovery the harness runs before fsck, read off the mode's declaration: a mode
+/// whose recovery is its log's replay is recovered by a read-write mount, because cairn's
+/// fsck reads the device as it is. A mode that rolls forward does so in its own check and
+/// read-only mount (LFS, in memory).
+fn recovery_of(spec: &ModeSpec) -> Option<Recovery> {
+    (spec.facts.recovery == cairn_vfs::modes::Recovery::LogReplay)
         .then_some(recover_journal as Recovery)
-}
-
-/// Whether a mode keeps a log whose place it takes as an option (`log=file|dev:PATH`): a
-/// recording of it needs an image with a log area, or a log device.
-fn has_log_option(spec: &ModeSpec) -> bool {
-    spec.options.iter().any(|o| o.key == "log")
 }
 
 /// Whether a recording of `mode` needs an image with a journal log area (`log=file`).
 pub fn needs_log_area(mode: &str) -> bool {
-    if needs_log_device(mode) {
-        return false;
-    }
-    if let Some(p) = crate::planted::journal_by_name(mode) {
-        return needs_log_area(p.base);
-    }
-    spec_of(mode).is_some_and(|s| has_log_option(&s))
-}
-
-/// The declaration of a registered mode, or of an FFS mode built but not listed.
-fn spec_of(mode: &str) -> Option<ModeSpec> {
-    cairn_fstypes::mode(mode)
-        .map(|m| m.spec)
-        .or_else(|| cairn_ffs::strategy::candidate(mode).map(|m| m.spec()))
+    facts(mode).is_some_and(|f| f.log == LogPlacement::Area)
 }
 
 /// What a mode promises about the states a crash can leave.
@@ -254,7 +211,7 @@ impl Expectation {
             leak: Allow::from_declared(g.leak),
             interrupted_rename: Allow::from_declared(g.interrupted_rename),
             durability: Allow::Forbidden,
-            recovery: recovery_of(spec, fs),
+            recovery: recovery_of(spec),
             basis: g.basis,
         }
     }
@@ -273,20 +230,13 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
         None => {
             // FFS modes built and tested but not yet listed are checked by name.
             if let Some(m) = cairn_ffs::strategy::candidate(mode) {
-                return Some(Expectation::declared(
-                    &m.spec(),
-                    cairn_fstypes::by_name("ffs")?,
-                ));
+                return Some(Expectation::declared(&m.spec(), cairn_fstypes::ffs()));
             }
             if let Some(p) = crate::planted::journal_by_name(mode) {
                 return p.expectation();
             }
-            // The base's promises and recovery (which takes the log device's state).
-            if let Some(v) = log_device_variant(mode) {
-                let mut e = expectation(v.base)?;
-                e.mode = v.name.to_string();
-                return Some(e);
-            }
+            // The base's promises and recovery (which takes the log device's state, for a
+            // log-device variant).
             if let Some(v) = variant(mode) {
                 let mut e = expectation(v.base)?;
                 e.mode = v.name.to_string();
@@ -297,58 +247,7 @@ pub fn expectation(mode: &str) -> Option<Expectation> {
     }
 }
 
-/// One `-o key[=value]`.
-pub type MountOption = (String, Option<String>);
-
-/// A recording variant of a registered mode of another format: the same mode and the same
-/// promises, recorded on an image made and mounted with options that drive a path the
-/// plain mode's workloads seldom reach. Checked by name (`cairn crash run --modes NAME`).
-#[derive(Clone, Copy, Debug)]
-pub struct Variant {
-    pub name: &'static str,
-    /// The registered mode it records.
-    pub base: &'static str,
-    pub what: &'static str,
-    /// mkfs's arguments for the recording's image.
-    pub mkfs: fn() -> cairn_fstypes::MkfsArgs,
-    /// Mount options (beyond `mode=`), given the freshly made device.
-    pub options: fn(&dyn BlockDevice) -> Vec<MountOption>,
-}
-
-/// The variants.
-pub const VARIANTS: &[Variant] = &[Variant {
-    name: "lfs-cleaning",
-    base: "lfs",
-    what: "lfs on 64 KiB segments with the cleaner's thresholds a few segments below the total: the cleaner runs (and checkpoints) after most flushes, so states fall inside cleaning passes (004 §3.3: a crash during cleaning loses nothing)",
-    mkfs: || cairn_fstypes::MkfsArgs {
-        segment_size: Some(64 << 10),
-        label: "crash".into(),
-        ..Default::default()
-    },
-    options: lfs_cleaning_options,
-}];
-
-/// `clean_start` 6 and `clean_stop` 3 segments below the image's segment count.
-fn lfs_cleaning_options(dev: &dyn BlockDevice) -> Vec<MountOption> {
-    let mut b = vec![0u8; dev.block_size() as usize];
-    let segments = dev
-        .read_blocks(0, &mut b)
-        .ok()
-        .and_then(|_| cairn_lfs::format::superblock::Superblock::decode(&b, dev.num_blocks()).ok())
-        .map_or(0, |sb| sb.segments);
-    if segments < 16 {
-        return Vec::new();
-    }
-    vec![
-        ("clean_start".into(), Some((segments - 6).to_string())),
-        ("clean_stop".into(), Some((segments - 3).to_string())),
-    ]
-}
-
-/// The variant called `name`.
-pub fn variant(name: &str) -> Option<&'static Variant> {
-    VARIANTS.iter().find(|v| v.name == name)
-}
+pub use cairn_fstypes::MountOption;
 
 /// The format a mode (registered, an FFS mode not yet listed, a variant or a planted bug)
 /// records and checks in. `None` for an unknown name.
@@ -358,9 +257,8 @@ pub fn format_of(mode: &str) -> Option<&'static cairn_fstypes::FsType> {
     }
     if cairn_ffs::strategy::candidate(mode).is_some()
         || crate::planted::journal_by_name(mode).is_some()
-        || log_device_variant(mode).is_some()
     {
-        return cairn_fstypes::by_name("ffs");
+        return Some(cairn_fstypes::ffs());
     }
     if let Some(v) = variant(mode) {
         return format_of(v.base);
@@ -373,7 +271,7 @@ pub fn format_of(mode: &str) -> Option<&'static cairn_fstypes::FsType> {
 /// Any other format is recorded and checked through its registry entry
 /// (`cairn_fstypes::DeviceOps`).
 pub fn is_ffs(mode: &str) -> bool {
-    format_of(mode).is_some_and(|f| f.name == "ffs")
+    format_of(mode).is_some_and(|f| std::ptr::eq(f, cairn_fstypes::ffs()))
 }
 
 /// Whether `mode` can be recorded: an FFS strategy, or a mode of another registered format
@@ -390,7 +288,8 @@ pub fn known(mode: &str) -> bool {
 }
 
 /// The registered mode a state of `mode` is mounted in to be walked (a planted bug's base;
-/// an FFS mode not yet listed is read as sync, whose read-only mount reads any FFS image).
+/// an FFS mode not yet listed is read in the format's default mode, whose read-only mount
+/// reads any FFS image).
 pub fn mount_mode(mode: &str) -> String {
     if cairn_fstypes::mode(mode).is_some() {
         return mode.to_string();
@@ -400,7 +299,7 @@ pub fn mount_mode(mode: &str) -> String {
     }
     match crate::planted::by_name(mode) {
         Some(p) if !is_ffs(mode) => mount_mode(p.base),
-        _ => "sync".to_string(),
+        _ => (cairn_fstypes::ffs().modes)()[0].name.to_string(),
     }
 }
 
@@ -446,7 +345,7 @@ mod tests {
     /// the journal, record a log device and no log area.
     #[test]
     fn log_device_variants_carry_their_base_modes_expectations() {
-        for v in LOG_DEVICE_VARIANTS {
+        for v in variants().iter().filter(|v| v.log == LogPlacement::Device) {
             let e = expectation(v.name).unwrap();
             let b = expectation(v.base).unwrap();
             assert_eq!(e.mode, v.name);

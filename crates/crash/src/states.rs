@@ -272,7 +272,7 @@ pub fn generate(epochs: &[Epoch], opts: &GenOptions) -> Vec<CrashState> {
 }
 
 /// Splits `budget` over bins of the given capacities as evenly as the capacities allow.
-fn water_fill(cap: &[u64], budget: u64) -> Vec<u64> {
+pub(crate) fn water_fill(cap: &[u64], budget: u64) -> Vec<u64> {
     let mut share = vec![0u64; cap.len()];
     let mut left = budget;
     let mut open: Vec<usize> = (0..cap.len()).filter(|&i| cap[i] > 0).collect();

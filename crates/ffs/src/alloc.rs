@@ -19,6 +19,13 @@
 //! same way until the commit). `reserve` does not count them, so a call that needs them
 //! fails with ENOSPC before it changes anything, and the engine makes the mode's pending
 //! frees (`Strategy::has_pending_frees`) and runs it again.
+//!
+//! **The write-back reserve.** The kernel may hold dirty pages of shared mappings it has
+//! already told a program were written; their write-back must find room. So every
+//! allocation but one made for such a write-back (`dip_into_reserve`, set for the length
+//! of `FileSystem::write_back`) leaves `writeback_reserve` blocks free: the call that
+//! asks for the last of the room fails with ENOSPC before it changes anything, and `df`
+//! does not count the reserve as available (docs/DESIGN.md, "A full disk").
 
 use std::collections::{HashMap, VecDeque};
 
@@ -48,6 +55,11 @@ pub(crate) struct Allocator {
     free_inodes: u64,
     held: Held,
     undo: AllocUndo,
+    /// Blocks that only a write-back of already-accepted pages may take (module
+    /// documentation, "The write-back reserve").
+    writeback_reserve: u64,
+    /// Set for the length of such a write-back.
+    pub dip_into_reserve: bool,
 }
 
 /// Freed blocks not to be handed out yet (module documentation, "Held blocks"). Each block
@@ -129,6 +141,8 @@ impl Allocator {
             free_inodes,
             held: Held::default(),
             undo: AllocUndo::default(),
+            writeback_reserve: 0,
+            dip_into_reserve: false,
         }
     }
 
@@ -177,12 +191,32 @@ impl Allocator {
     /// wrong, the allocator still fails cleanly and the undo takes the operation back.
     /// Held blocks are not counted: they cannot be handed out yet.
     pub fn reserve(&mut self, inodes: u64, blocks: u64) -> Result<()> {
-        self.held.settle();
-        let usable = self.free_blocks.saturating_sub(self.held.count);
+        let usable = self.usable_blocks();
         if self.free_inodes < inodes || usable < blocks {
             return Err(Errno::ENOSPC.into());
         }
         Ok(())
+    }
+
+    /// Free blocks the current call may take: not the held ones (holds that have opened
+    /// are released first), nor the write-back reserve unless the call is a write-back.
+    pub fn usable_blocks(&mut self) -> u64 {
+        self.held.settle();
+        let free = self.free_blocks.saturating_sub(self.held.count);
+        if self.dip_into_reserve {
+            free
+        } else {
+            free.saturating_sub(self.writeback_reserve)
+        }
+    }
+
+    /// Sets the write-back reserve (blocks).
+    pub fn set_writeback_reserve(&mut self, blocks: u64) {
+        self.writeback_reserve = blocks;
+    }
+
+    pub fn writeback_reserve(&self) -> u64 {
+        self.writeback_reserve
     }
 
     /// Group `g`'s summary, for changing it: saved first if an undo scope is open.
@@ -311,7 +345,9 @@ impl Allocator {
     /// Allocates a block as close after `pref` as possible (`pref` 0: the group of `ino`),
     /// never a held one. Returns the block and the group buffers that recorded it.
     pub fn alloc_block(&mut self, vol: &Volume, pref: u64, ino: u64) -> Result<(u64, Groups)> {
-        self.held.settle();
+        if self.usable_blocks() == 0 {
+            return Err(Errno::ENOSPC.into());
+        }
         let n = vol.geo.group_count;
         let (pg, pbit) = if pref != 0 && pref < vol.geo.total_blocks {
             let g = vol.geo.group_of_block(pref);

@@ -142,26 +142,7 @@ impl MountOptions {
     }
 }
 
-/// Parses sizes such as `4096`, `64K`, `256M`, `1G`, `2T` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("bad size '{s}'")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size '{s}' too large"))
-}
+pub use cairn_vfs::parse_size;
 
 /// Options of `cairn mkfs`.
 #[derive(Clone, Debug)]
@@ -266,6 +247,8 @@ pub struct Ffs {
     pub(crate) stats: Mutex<HashMap<&'static str, OpStat>>,
     unmounted: AtomicBool,
     pub(crate) ops_total: AtomicU64,
+    /// When reads update access times (`FileSystem::set_atime`).
+    pub(crate) atime: parking_lot::Mutex<cairn_vfs::Atime>,
 }
 
 impl Ffs {
@@ -434,6 +417,7 @@ impl Ffs {
             stats: Mutex::new(HashMap::new()),
             unmounted: AtomicBool::new(false),
             ops_total: AtomicU64::new(0),
+            atime: parking_lot::Mutex::new(cairn_vfs::Atime::default()),
         });
         {
             // The root must be a readable directory, or nothing works.

@@ -819,13 +819,12 @@ impl Ffs {
             }
             pos = chunk_end;
         }
-        // relatime: update atime only when it is older than mtime/ctime or a day old.
+        // The mount's atime option (relatime by default).
         let now = now_ns();
+        let policy = *self.atime.lock();
         let ic = self.iget(st, ino)?;
-        let stale = ic.d.atime <= ic.d.mtime
-            || ic.d.atime <= ic.d.ctime
-            || now - ic.d.atime > 86_400_000_000_000;
-        if stale && ic.d.flags & cairn_vfs::fileattr::NOATIME == 0 {
+        let (a, m, c) = (ic.d.atime as i128, ic.d.mtime as i128, ic.d.ctime as i128);
+        if policy.updates(a, m, c, now as i128) && ic.d.flags & cairn_vfs::fileattr::NOATIME == 0 {
             ic.d.atime = now;
             self.store(st, ino)?;
         }
@@ -885,8 +884,8 @@ impl Ffs {
             // Preflight: a block whose data and indirect blocks cannot all be allocated is
             // not started (a short write, or ENOSPC for the first), so no half-built
             // pointer path is left behind. Only near a full file system is it worth a walk.
-            if st.alloc.free_blocks() < crate::bmap::MAX_MAP_BLOCKS
-                && st.alloc.free_blocks() < self.blocks_to_map(st, ino, lbn)?
+            if st.alloc.usable_blocks() < crate::bmap::MAX_MAP_BLOCKS
+                && st.alloc.usable_blocks() < self.blocks_to_map(st, ino, lbn)?
             {
                 if pos > offset {
                     break;
@@ -1397,6 +1396,64 @@ impl Ffs {
     }
 }
 
+impl Ffs {
+    /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
+    /// (`back`: true, which may use the write-back reserve).
+    fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
+        let _il = self.ilock(ino).write();
+        let map = |st: &mut State| -> Result<Option<WritePlan>> {
+            let flags = if fh != 0 {
+                self.handle(st, fh)?.1
+            } else {
+                libc::O_RDWR
+            };
+            if flags & libc::O_ACCMODE == libc::O_RDONLY {
+                return Err(Errno::EBADF.into());
+            }
+            // A file made immutable since it was opened takes no more writes.
+            crate::acl::may_change_data(&self.iget(st, ino)?.d, true)?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && !data.is_empty() {
+                // Written by someone without CAP_FSETID: setuid (and setgid with
+                // group-execute) go (FUSE_HANDLE_KILLPRIV).
+                let ic = self.iget(st, ino)?;
+                ic.d.mode = perm::kill_privileges(ic.d.mode);
+            }
+            let off = if perm::appends(flags) {
+                self.iget(st, ino)?.d.size
+            } else {
+                offset
+            };
+            // A write-back may take the reserve held for it (`alloc`), for this call only.
+            st.alloc.dip_into_reserve = back;
+            let r = self.write_map(st, ino, off, data);
+            st.alloc.dip_into_reserve = false;
+            r
+        };
+        match self.strategy.io_model() {
+            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
+                let Some(plan) = map(st)? else {
+                    return Ok(0);
+                };
+                let failed = self.write_streams(ino, &plan, data);
+                self.write_finish(st, ino, &plan, data, failed, false)?
+            }),
+            IoModel::Concurrent => self.counted("write", || {
+                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
+                    return Ok(0);
+                };
+                let mut failed = self.write_streams(ino, &plan, data);
+                // The finishing call allocates nothing, so it never runs twice; should it,
+                // the stream's failure has been reported by the first run.
+                let r = self.locked_op(Some(OpKind::Write), |st| {
+                    self.write_finish(st, ino, &plan, data, failed.take(), true)
+                });
+                self.end_write(ino);
+                r?
+            }),
+        }
+    }
+}
+
 impl FileSystem for Ffs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
@@ -1420,7 +1477,9 @@ impl FileSystem for Ffs {
         // An unlinked inode nobody has open is free space already; only the kernel's
         // lookup reference (dropped by a forget that may still be in flight) keeps it.
         let (ob, oi) = st.inodes.orphan_space();
-        let (bfree, ffree) = (st.alloc.free_blocks() + ob, st.alloc.free_inodes() + oi);
+        // The write-back reserve is no room for new data, root's included (`alloc`).
+        let bfree = (st.alloc.free_blocks() + ob).saturating_sub(st.alloc.writeback_reserve());
+        let ffree = st.alloc.free_inodes() + oi;
         Ok(StatFs {
             blocks: self.vol.geo.total_blocks - meta,
             bfree,
@@ -1731,53 +1790,28 @@ impl FileSystem for Ffs {
     /// stream's device writes go out with no engine lock held, and the second pass is
     /// another call: other files' calls never wait for this file's data to reach the device.
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        let _il = self.ilock(ino).write();
-        let map = |st: &mut State| -> Result<Option<WritePlan>> {
-            let flags = if fh != 0 {
-                self.handle(st, fh)?.1
-            } else {
-                libc::O_RDWR
-            };
-            if flags & libc::O_ACCMODE == libc::O_RDONLY {
-                return Err(Errno::EBADF.into());
-            }
-            // A file made immutable since it was opened takes no more writes.
-            crate::acl::may_change_data(&self.iget(st, ino)?.d, true)?;
-            if flags & perm::O_KILL_PRIVILEGES != 0 && !data.is_empty() {
-                // Written by someone without CAP_FSETID: setuid (and setgid with
-                // group-execute) go (FUSE_HANDLE_KILLPRIV).
-                let ic = self.iget(st, ino)?;
-                ic.d.mode = perm::kill_privileges(ic.d.mode);
-            }
-            let off = if perm::appends(flags) {
-                self.iget(st, ino)?.d.size
-            } else {
-                offset
-            };
-            self.write_map(st, ino, off, data)
-        };
-        match self.strategy.io_model() {
-            IoModel::Serialized => self.op("write", Some(OpKind::Write), |st| {
-                let Some(plan) = map(st)? else {
-                    return Ok(0);
-                };
-                let failed = self.write_streams(ino, &plan, data);
-                self.write_finish(st, ino, &plan, data, failed, false)?
-            }),
-            IoModel::Concurrent => self.counted("write", || {
-                let Some(plan) = self.locked_op(Some(OpKind::Write), map)? else {
-                    return Ok(0);
-                };
-                let mut failed = self.write_streams(ino, &plan, data);
-                // The finishing call allocates nothing, so it never runs twice; should it,
-                // the stream's failure has been reported by the first run.
-                let r = self.locked_op(Some(OpKind::Write), |st| {
-                    self.write_finish(st, ino, &plan, data, failed.take(), true)
-                });
-                self.end_write(ino);
-                r?
-            }),
-        }
+        self.write_as(ino, fh, offset, data, false)
+    }
+
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, fh, offset, data, true)
+    }
+
+    fn set_writeback_reserve(&self, bytes: u64) {
+        // Data blocks, and the indirect blocks mapping them (one per block of pointers).
+        let bs = self.vol.geo.block_size as u64;
+        let data = bytes.div_ceil(bs);
+        let blocks = data + data.div_ceil(bs / 4) + crate::bmap::MAX_MAP_BLOCKS;
+        self.st.lock().alloc.set_writeback_reserve(blocks);
+    }
+
+    fn set_atime(&self, policy: cairn_vfs::Atime) {
+        *self.atime.lock() = policy;
+    }
+
+    fn room_is_short(&self) -> bool {
+        let mut st = self.st.lock();
+        st.alloc.usable_blocks() < st.alloc.writeback_reserve()
     }
 
     /// Nothing to do at close(2): writes reach the buffer cache when write() is called (no

@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 pub mod sys;
 pub mod tree;
 pub mod user;
+pub mod workdir;
+
+pub use workdir::Workdir;
 
 /// Prints a line tagged with the suite's context; the test harness shows it on failure (and
 /// always with `--nocapture`), so a failing run says what it was checking.
@@ -87,12 +90,30 @@ pub fn modes() -> Vec<String> {
 }
 
 /// One mode as `cairn modes --json` describes it.
-struct Listed {
-    mode: String,
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub mode: String,
     /// Its on-disk format (`ffs`, `lfs`): what `mkfs --format` makes for it.
-    format: String,
+    pub format: String,
     /// Every metadata call durable when it returns (`metadata_on_return`).
-    durable: bool,
+    pub durable: bool,
+    /// Its design (`facts.family`: `ffs`, `soft_updates`, `journal`, `log_structured`).
+    pub family: String,
+    /// What a crash asks for before the next mount (`fsck`, `mount`, `recover`).
+    pub after_crash: String,
+    /// The mode's own options (`options[].key`).
+    pub options: Vec<String>,
+}
+
+/// The modes of [`modes`] (`CAIRN_TEST_MODES`, or every mode the binary lists), with what
+/// `cairn modes --json` says of each.
+pub fn mode_list() -> Vec<Listed> {
+    let wanted = modes();
+    listed()
+        .iter()
+        .filter(|m| wanted.contains(&m.mode))
+        .cloned()
+        .collect()
 }
 
 /// What the binary lists, asked once per test process.
@@ -112,6 +133,19 @@ fn listed() -> &'static [Listed] {
                     mode: v["mode"].as_str()?.to_string(),
                     format: v["type"].as_str().unwrap_or("ffs").to_string(),
                     durable: v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true),
+                    family: v["facts"]["family"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    after_crash: v["after_crash"].as_str().unwrap_or("mount").to_string(),
+                    options: v["options"]
+                        .as_array()
+                        .map(|o| {
+                            o.iter()
+                                .filter_map(|o| o["key"].as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 })
             })
             .collect();
@@ -126,6 +160,23 @@ pub fn format_of(mode: &str) -> String {
         .iter()
         .find(|m| m.mode == mode)
         .map_or_else(|| "ffs".to_string(), |m| m.format.clone())
+}
+
+/// The listed modes of design `family` (`cairn modes --json`, `facts.family`: `ffs`,
+/// `soft_updates`, `journal`, `log_structured`), in listing order.
+pub fn modes_of_family(family: &str) -> Vec<String> {
+    listed()
+        .iter()
+        .filter(|m| m.family == family)
+        .map(|m| m.mode.clone())
+        .collect()
+}
+
+/// Whether mode `mode` is log-structured (`facts.family`), as the binary lists it.
+pub fn is_log_structured(mode: &str) -> bool {
+    listed()
+        .iter()
+        .any(|m| m.mode == mode && m.family == "log_structured")
 }
 
 /// The modes of [`modes`] that promise every metadata call durable when it returns (`cairn
@@ -737,20 +788,7 @@ impl Target {
             nix::sys::signal::Signal::SIGKILL,
         )
         .expect("kill -9 daemon");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-            // The daemon is not our child, so we cannot waitpid; it is gone once /proc says so
-            // (or it is a zombie of its own parent, which is equally dead for the mount). A
-            // zombie group leader is not enough: its other threads may still be closing the
-            // image and the pid-file lock, so wait until it is the only task left.
-            let zombie =
-                fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
-            let alone = fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() <= 1);
-            if zombie && alone {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_gone(pid as u32, Duration::from_secs(10));
         let root = self.root.clone();
         let o = run(Command::new("fusermount3").args(["-u", "-z"]).arg(&root));
         if !o.status.success() {
@@ -1038,6 +1076,22 @@ pub fn times(p: &Path) -> (i128, i128, i128) {
         ns(m.mtime(), m.mtime_nsec()),
         ns(m.ctime(), m.ctime_nsec()),
     )
+}
+
+/// Waits (at most `timeout`) until process `pid` — not our child, so no waitpid — is gone
+/// or a zombie with no thread left: a zombie group leader is not enough, its other threads
+/// may still be closing the image and the pid-file lock.
+pub fn wait_gone(pid: u32, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        let zombie =
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
+        let alone = fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() <= 1);
+        if zombie && alone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A small deterministic pseudo-random byte pattern (content that differs per offset, so a

@@ -1217,8 +1217,18 @@ fn statfs_sane_and_tracks_usage() {
         }
         let s1 = t.statfs();
         let used = (s0.blocks_free() - s1.blocks_free()) * s1.fragment_size();
+        // A log-structured file system counts room as writes are admitted to it — a clean
+        // segment at 7/8 (the rest for summaries), the head segment's rest at half — so
+        // that `df` never shows room a write cannot have (`lfs_df_shows_no_room_when_
+        // writes_fail_with_enospc`, fstests' generic/103): 8 MiB written fill segments
+        // `df` had counted below their size (7.28 MB of 8 MiB seen). Three quarters still
+        // fails a `df` that does not follow the writes.
+        let at_least = match t.mode() {
+            Some(m) if cairn_fstests::is_log_structured(m) => (8 << 20) * 3 / 4,
+            _ => 8 << 20,
+        };
         assert!(
-            used >= 8 << 20,
+            used >= at_least,
             "writing 8 MiB used only {used} bytes of free space"
         );
         assert!(
@@ -1876,9 +1886,7 @@ fn fill_inodes(dir: &Path) -> (i32, usize) {
 /// deletes' own log writes, and per segment a metadata block and its summaries, stay out
 /// of the count until the cleaner runs: up to 1% of the disk.
 fn freed_slack(t: &Target, s0: &nix::sys::statvfs::Statvfs, blocks: u64) -> u64 {
-    let log_structured = t
-        .mode()
-        .is_some_and(|m| cairn_fstests::format_of(m) == "lfs");
+    let log_structured = t.mode().is_some_and(cairn_fstests::is_log_structured);
     if log_structured {
         blocks.max(s0.blocks() / 100)
     } else {

@@ -20,7 +20,7 @@ use cairn_blockdev::BlockDevice;
 use cairn_blockdev::disk::DiskOptions;
 
 use cairn_fsck::{CheckOptions, FsckError, Report};
-use cairn_vfs::modes::{AfterCrash, ModeSpec};
+use cairn_vfs::modes::{AfterCrash, Facts, LogPlacement, ModeSpec, Recovery};
 use cairn_vfs::{Errno, FileSystem, FsError};
 
 /// Mount options a format understands, as `(key, value)` pairs from `-o` (the FUSE
@@ -127,6 +127,12 @@ pub fn all_types() -> &'static [&'static FsType] {
     types()
 }
 
+/// The FFS-style format: for the tools that drive its engine through its strategies (the
+/// crash harness records FFS modes, planted bugs among them, that way).
+pub fn ffs() -> &'static FsType {
+    &FFS
+}
+
 /// The format called `name`.
 pub fn by_name(name: &str) -> Option<&'static FsType> {
     all_types().iter().copied().find(|t| t.name == name)
@@ -197,6 +203,10 @@ impl Mode {
         self.spec.guarantees.after_crash == AfterCrash::Fsck
     }
 
+    pub fn facts(&self) -> Facts {
+        self.spec.facts
+    }
+
     /// `cairn modes --json`: one object per mode.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -208,8 +218,140 @@ impl Mode {
             "mount_options": format!("mode={}", self.spec.name),
             "options": self.spec.options,
             "guarantees": self.spec.guarantees,
+            "facts": self.spec.facts,
         })
     }
+}
+
+/// One `-o key[=value]`.
+pub type MountOption = (String, Option<String>);
+
+/// A variant of a registered mode: the same mode and the same promises, on an image made
+/// or mounted with options the plain mode's runs seldom reach (a journal with its log on a
+/// device of its own, LFS with the cleaner running after most flushes). The crash harness
+/// records each (`cairn crash run --modes NAME`) and the benchmark runs the ones with a log
+/// device as targets of their own (`cairn-NAME`), both from this list.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub name: &'static str,
+    /// The registered mode it runs.
+    pub base: &'static str,
+    pub description: &'static str,
+    /// Where its log lives: [`LogPlacement::Device`] for a second device (`log=dev:PATH`),
+    /// otherwise its base's placement.
+    pub log: LogPlacement,
+    /// mkfs's arguments for its image.
+    pub mkfs: fn() -> MkfsArgs,
+    /// Mount options beyond `mode=` and `log=`, given the freshly made device.
+    pub options: fn(&dyn BlockDevice) -> Vec<MountOption>,
+}
+
+impl Variant {
+    /// The registered mode it runs (every variant's base is one: the registry's tests).
+    pub fn base(&self) -> Option<Mode> {
+        mode(self.base)
+    }
+
+    /// Its base's facts, with its own log placement.
+    pub fn facts(&self) -> Option<Facts> {
+        self.base().map(|b| Facts {
+            log: self.log,
+            ..b.spec.facts
+        })
+    }
+
+    /// The benchmark's name for it.
+    pub fn target(&self) -> String {
+        format!("cairn-{}", self.name)
+    }
+
+    /// `cairn modes --json`: one object per variant, keyed `variant` (not `mode`: it is no
+    /// value of `-o mode=`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "variant": self.name,
+            "base": self.base,
+            "target": self.target(),
+            "description": self.description,
+            "facts": self.facts(),
+        })
+    }
+}
+
+fn no_mount_options(_: &dyn BlockDevice) -> Vec<MountOption> {
+    Vec::new()
+}
+
+/// Every variant, in listing order.
+pub fn variants() -> &'static [Variant] {
+    static VARIANTS: [Variant; 4] = [
+        Variant {
+            name: "journal-2sync",
+            base: "journal",
+            description: "mode journal (commit=sync) with log=dev: its log on a second device (001's LFFS-wafs-2sync)",
+            log: LogPlacement::Device,
+            mkfs: MkfsArgs::default,
+            options: no_mount_options,
+        },
+        Variant {
+            name: "journal-2async",
+            base: "journal-async",
+            description: "mode journal-async (commit=async) with log=dev: its log on a second device (001's LFFS-wafs-2async)",
+            log: LogPlacement::Device,
+            mkfs: MkfsArgs::default,
+            options: no_mount_options,
+        },
+        Variant {
+            name: "journal-2group",
+            base: "journal-group",
+            description: "mode journal-group (commit=group) with log=dev: concurrent calls share the log device's flushes",
+            log: LogPlacement::Device,
+            mkfs: MkfsArgs::default,
+            options: no_mount_options,
+        },
+        Variant {
+            name: "lfs-cleaning",
+            base: "lfs",
+            description: "lfs on 64 KiB segments with the cleaner's thresholds a few segments below the total: the cleaner runs (and checkpoints) after most flushes, so states fall inside cleaning passes (004 §3.3: a crash during cleaning loses nothing)",
+            log: LogPlacement::Whole,
+            mkfs: || MkfsArgs {
+                segment_size: Some(64 << 10),
+                label: "crash".into(),
+                ..Default::default()
+            },
+            options: lfs_cleaning_options,
+        },
+    ];
+    &VARIANTS
+}
+
+/// The variant called `name`.
+pub fn variant(name: &str) -> Option<&'static Variant> {
+    variants().iter().find(|v| v.name == name)
+}
+
+/// `clean_start` 6 and `clean_stop` 3 segments below the image's segment count.
+fn lfs_cleaning_options(dev: &dyn BlockDevice) -> Vec<MountOption> {
+    let mut b = vec![0u8; dev.block_size() as usize];
+    let segments = dev
+        .read_blocks(0, &mut b)
+        .ok()
+        .and_then(|_| cairn_lfs::format::superblock::Superblock::decode(&b, dev.num_blocks()).ok())
+        .map_or(0, |sb| sb.segments);
+    if segments < 16 {
+        return Vec::new();
+    }
+    vec![
+        ("clean_start".into(), Some((segments - 6).to_string())),
+        ("clean_stop".into(), Some((segments - 3).to_string())),
+    ]
+}
+
+/// The facts of a registered mode or variant.
+pub fn facts_of(name: &str) -> Option<Facts> {
+    mode(name)
+        .map(|m| m.spec.facts)
+        .or_else(|| variant(name).and_then(Variant::facts))
 }
 
 impl std::fmt::Debug for FsType {
@@ -370,70 +512,98 @@ fn image_bytes(path: &Path) -> Option<u64> {
 /// another device is replayed by mounting it (`mode=journal,log=dev:PATH`).
 fn ffs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
     use cairn_ffs::format::Superblock;
-    use cairn_ffs::strategy::journal;
     let sb = read_head(path, cairn_ffs::format::superblock::SB_BYTES)
         .ok()
         .and_then(|h| Superblock::decode(&h).ok());
-    let Some(sb) = sb.filter(journal::needs_replay) else {
+    let Some((sb, mode)) = sb.and_then(|sb| log_replay_mode(&sb).map(|m| (sb, m))) else {
         return cairn_fsck::check_path(path, opts);
     };
-    let no_area = sb.journal_area().ok().flatten().is_none();
-    if no_area {
-        let msg = format!(
-            "the file system was left mounted in mode '{}' with its log on another device: \
-             mount it read-write in that mode (log=dev:PATH) to replay the log first",
-            sb.last_mode
-        );
-        if opts.repair {
-            return Err(FsckError::Unusable(format!(
-                "{msg}; a repair now would take back calls the log made durable"
-            )));
-        }
-        log::warn!("{msg}; checking the file system as it is");
-        return cairn_fsck::check_path(path, opts);
+    if sb.journal_area().ok().flatten().is_none() {
+        return check_with_log_elsewhere(path, &sb.last_mode, opts);
     }
     if opts.repair && !opts.force {
-        let o = cairn_ffs::MountOptions {
-            mode: sb.last_mode.clone(),
-            read_only: false,
-            // The crash left the superblock "mounted": the journal recovers it itself.
-            force: true,
-            ..Default::default()
-        };
-        // The last mode may be a harness's planted one: a journal mode of this build.
-        let o = if cairn_ffs::strategy::make(&o.mode, &[]).is_ok() {
-            o
-        } else {
-            cairn_ffs::MountOptions {
-                mode: "journal".into(),
-                ..o
-            }
-        };
-        match cairn_ffs::Ffs::mount(path, &o).and_then(|fs| fs.unmount()) {
-            Ok(()) => log::warn!("replayed the journal's log before the check"),
-            Err(FsError::Refused(Errno::EBUSY, m)) => {
-                return Err(FsckError::Busy(format!(
-                    "{m}: refusing to repair a mounted file system (unmount it first)"
-                )));
-            }
-            Err(e) => log::warn!(
-                "the journal's log cannot be replayed ({e}): repairing the file system as it is"
-            ),
-        }
-        return cairn_fsck::check_path(path, opts);
+        return replay_then_repair(path, mode, opts);
     }
-    // Check only: the replay in memory, over the image opened read-only.
+    check_as_replayed(path, sb.block_size, opts)
+}
+
+/// The mode whose recovery replays the log a crash left in `sb`'s image: the mode it was
+/// last mounted in when that is a registered log-replay mode; for a name this build does
+/// not list (a crash harness's planted mode) that the format still recognises as its
+/// journal's, the format's first log-replay mode. `None`: nothing to replay.
+fn log_replay_mode(sb: &cairn_ffs::format::Superblock) -> Option<&'static str> {
+    if !cairn_ffs::strategy::journal::needs_replay(sb) {
+        return None;
+    }
+    let replays = |m: &Mode| m.spec.facts.recovery == Recovery::LogReplay;
+    let ffs_modes = || modes().into_iter().filter(|m| std::ptr::eq(m.fs, &FFS));
+    match mode(&sb.last_mode) {
+        Some(m) => replays(&m).then_some(m.spec.name),
+        None => ffs_modes().find(replays).map(|m| m.spec.name),
+    }
+}
+
+/// A check of an image whose log is on another device: the log cannot be replayed from
+/// here, and a repair would take back calls it made durable.
+fn check_with_log_elsewhere(
+    path: &Path,
+    last_mode: &str,
+    opts: CheckOptions,
+) -> Result<Report, FsckError> {
+    let msg = format!(
+        "the file system was left mounted in mode '{last_mode}' with its log on another device: \
+         mount it read-write in that mode (log=dev:PATH) to replay the log first"
+    );
+    if opts.repair {
+        return Err(FsckError::Unusable(format!(
+            "{msg}; a repair now would take back calls the log made durable"
+        )));
+    }
+    log::warn!("{msg}; checking the file system as it is");
+    cairn_fsck::check_path(path, opts)
+}
+
+/// `fsck -y`: the mode's own recovery (a read-write mount, which replays the log and frees
+/// its orphans), then the check and repair.
+fn replay_then_repair(path: &Path, mode: &str, opts: CheckOptions) -> Result<Report, FsckError> {
+    let o = cairn_ffs::MountOptions {
+        mode: mode.to_string(),
+        read_only: false,
+        // The crash left the superblock "mounted": the journal recovers it itself.
+        force: true,
+        ..Default::default()
+    };
+    match cairn_ffs::Ffs::mount(path, &o).and_then(|fs| fs.unmount()) {
+        Ok(()) => log::warn!("replayed the journal's log before the check"),
+        Err(FsError::Refused(Errno::EBUSY, m)) => {
+            return Err(FsckError::Busy(format!(
+                "{m}: refusing to repair a mounted file system (unmount it first)"
+            )));
+        }
+        Err(e) => log::warn!(
+            "the journal's log cannot be replayed ({e}): repairing the file system as it is"
+        ),
+    }
+    cairn_fsck::check_path(path, opts)
+}
+
+/// A check only: the replay in memory, over the image opened read-only.
+fn check_as_replayed(
+    path: &Path,
+    block_size: u32,
+    opts: CheckOptions,
+) -> Result<Report, FsckError> {
     let lock = if opts.force {
         cairn_blockdev::Lock::None
     } else {
         cairn_blockdev::Lock::Shared
     };
-    let dev = match cairn_blockdev::FileDevice::open_with(path, sb.block_size, true, lock) {
-        Ok(d) => std::sync::Arc::new(d) as std::sync::Arc<dyn cairn_blockdev::BlockDevice>,
+    let dev = match cairn_blockdev::FileDevice::open_with(path, block_size, true, lock) {
+        Ok(d) => Arc::new(d) as Arc<dyn BlockDevice>,
         // The check's own open says what is wrong, in its words.
         Err(_) => return cairn_fsck::check_path(path, opts),
     };
-    match journal::replay_view(dev.clone()) {
+    match cairn_ffs::strategy::journal::replay_view(dev.clone()) {
         Ok(Some((view, st))) => {
             log::warn!(
                 "the journal's log holds {} operations not yet replayed: checking the file system \
@@ -515,6 +685,12 @@ const LFS_MODES: [ModeSpec; 1] = [ModeSpec {
         interrupted_rename: cairn_vfs::modes::Allowed::Never,
         after_crash: AfterCrash::Recover,
         basis: "004 §4: checkpoints and roll-forward to the last committed flush; every state a prefix of the calls, every returned fsync durable; no leaks (files unlinked while open are in the checkpoint's orphan list or rolled forward, and the next mount frees them)",
+    },
+    facts: cairn_vfs::modes::Facts {
+        family: cairn_vfs::modes::Family::LogStructured,
+        commit: cairn_vfs::modes::Commit::Async,
+        recovery: cairn_vfs::modes::Recovery::RollForward,
+        log: cairn_vfs::modes::LogPlacement::Whole,
     },
     options: &[],
 }];
@@ -723,6 +899,68 @@ mod tests {
         }
         assert!(mode("turbo").is_none());
         assert_eq!(by_name("ffs").unwrap().name, "ffs");
+    }
+
+    /// Every registered mode's and variant's facts agree with each other and with its
+    /// promises, and a variant runs a registered mode of its format.
+    #[test]
+    fn every_mode_and_variant_declares_consistent_facts() {
+        for m in modes() {
+            let f = m.facts();
+            f.check(&m.spec.guarantees)
+                .unwrap_or_else(|e| panic!("mode {}: {e}", m.name()));
+            // A mode whose log lives beside the file system says where (its `log=` option).
+            let log_option = m.spec.options.iter().any(|o| o.key == "log");
+            assert_eq!(
+                log_option,
+                matches!(f.log, LogPlacement::Area | LogPlacement::Device),
+                "mode {}: a log beside the file system and a log= option go together",
+                m.name()
+            );
+            assert_eq!(
+                m.needs_fsck_after_crash(),
+                f.recovery == Recovery::None && m.spec.guarantees.after_crash == AfterCrash::Fsck
+            );
+        }
+        for v in variants() {
+            let b = v
+                .base()
+                .unwrap_or_else(|| panic!("variant {}: no mode {}", v.name, v.base));
+            assert!(mode(v.name).is_none(), "variant {} shadows a mode", v.name);
+            let f = v.facts().unwrap();
+            f.check(&b.spec.guarantees)
+                .unwrap_or_else(|e| panic!("variant {}: {e}", v.name));
+            if v.log == LogPlacement::Device {
+                assert!(
+                    b.spec.options.iter().any(|o| o.key == "log"),
+                    "variant {}: a log device needs a base that takes log=",
+                    v.name
+                );
+            }
+            assert_eq!(facts_of(v.name), Some(f));
+        }
+        assert!(variants().iter().any(|v| v.log == LogPlacement::Device));
+    }
+
+    /// `cairn modes --json`: every mode once keyed `mode`, every variant once keyed
+    /// `variant`, each with its facts; nothing else.
+    #[test]
+    fn the_json_listing_is_exactly_the_registry() {
+        let lines: Vec<serde_json::Value> = modes()
+            .iter()
+            .map(Mode::to_json)
+            .chain(variants().iter().map(Variant::to_json))
+            .collect();
+        let listed: Vec<&str> = lines.iter().filter_map(|v| v["mode"].as_str()).collect();
+        let names: Vec<&str> = modes().iter().map(|m| m.name()).collect();
+        assert_eq!(listed, names);
+        let listed: Vec<&str> = lines.iter().filter_map(|v| v["variant"].as_str()).collect();
+        let names: Vec<&str> = variants().iter().map(|v| v.name).collect();
+        assert_eq!(listed, names);
+        for l in &lines {
+            assert!(l["facts"]["family"].is_string(), "{l}");
+            assert!(l["facts"]["log"].is_string(), "{l}");
+        }
     }
 
     #[test]

@@ -6,8 +6,12 @@
 //! `testdata/images/manifest` has one line per image:
 //!
 //! ```text
-//! IMAGE  FORMAT  READ-ONLY  READ-WRITE  TREE
+//! IMAGE  FORMAT  READ-ONLY  READ-WRITE  TREE  [OPTIONS]
 //! ```
+//!
+//! `OPTIONS` (none when absent): the mount options every mount of the image takes, as
+//! `-o` gives them (`mode=journal,log=dev:{dir}/NAME`: `{dir}` is where the test copied
+//! the images, and a file named after `{dir}/` is copied there too).
 //!
 //! `READ-ONLY` and `READ-WRITE` say what a mount of the image does: `mounts`, or
 //! `refused:TEXT` (the mount fails with one line containing TEXT, `_` standing for a space). `TREE` lists what the
@@ -61,6 +65,30 @@ struct Entry {
     ro: Expect,
     rw: Expect,
     tree: String,
+    options: String,
+}
+
+impl Entry {
+    /// The mount options, `{dir}` replaced by `dir`.
+    fn options(&self, dir: &Path) -> Vec<(String, Option<String>)> {
+        let o = self.options.replace("{dir}", &dir.display().to_string());
+        o.split(',')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (kv.to_string(), None),
+            })
+            .collect()
+    }
+
+    /// The other files its options name (`{dir}/NAME`): a journal's log device.
+    fn companions(&self) -> Vec<String> {
+        self.options
+            .split(',')
+            .filter_map(|kv| kv.split_once("{dir}/"))
+            .map(|(_, name)| name.to_string())
+            .collect()
+    }
 }
 
 fn manifest() -> Vec<Entry> {
@@ -70,13 +98,17 @@ fn manifest() -> Vec<Entry> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(f.len(), 5, "manifest line '{l}': want 5 fields");
+            assert!(
+                f.len() == 5 || f.len() == 6,
+                "manifest line '{l}': want 5 or 6 fields"
+            );
             Entry {
                 image: f[0].into(),
                 format: f[1].into(),
                 ro: Expect::parse(f[2]),
                 rw: Expect::parse(f[3]),
                 tree: f[4].into(),
+                options: f.get(5).map_or(String::new(), |o| o.to_string()),
             }
         })
         .collect()
@@ -155,11 +187,12 @@ fn render(tree: &BTreeMap<String, String>) -> String {
 fn mount(
     t: &cairn_fstypes::FsType,
     img: &Path,
+    opts: &cairn_fstypes::Options,
     read_only: bool,
     want: &Expect,
     what: &str,
 ) -> Option<Arc<dyn FileSystem>> {
-    let r = (t.mount)(img, &[], read_only);
+    let r = (t.mount)(img, opts, read_only);
     match (r, want) {
         (Ok(fs), Expect::Mounts) => Some(fs),
         (Ok(fs), Expect::Refused(text)) => {
@@ -199,11 +232,15 @@ fn every_golden_image_mounts_checks_and_reads() {
     for e in entries {
         let img = tmp.path().join(&e.image);
         std::fs::copy(images_dir().join(&e.image), &img).expect("copy the image");
+        for c in e.companions() {
+            std::fs::copy(images_dir().join(&c), tmp.path().join(&c)).expect("copy a companion");
+        }
+        let opts = e.options(tmp.path());
         let t = cairn_fstypes::probe_path(&img).unwrap_or_else(|x| panic!("{}: {x}", e.image));
         assert_eq!(t.name, e.format, "{}: probed as {}", e.image, t.name);
         let tree_path = images_dir().join(&e.tree);
         let what = |s: &str| format!("{} ({s})", e.image);
-        let ro = mount(t, &img, true, &e.ro, &what("read-only mount"));
+        let ro = mount(t, &img, &opts, true, &e.ro, &what("read-only mount"));
         let Some(fs) = ro else { continue };
         let tree = walk(fs.as_ref());
         unmount(fs);
@@ -218,7 +255,7 @@ fn every_golden_image_mounts_checks_and_reads() {
             e.image
         );
         assert_clean(t, &img, &what("check"));
-        let fs = match mount(t, &img, false, &e.rw, &what("read-write mount")) {
+        let fs = match mount(t, &img, &opts, false, &e.rw, &what("read-write mount")) {
             Some(fs) => fs,
             None => {
                 // The way out the refusal names: the format's repair (`cairn fsck -y`).
@@ -228,7 +265,7 @@ fn every_golden_image_mounts_checks_and_reads() {
                 };
                 let r = (t.check)(&img, y).unwrap_or_else(|x| panic!("{}: -y: {x}", e.image));
                 assert!(r.exit_code() <= 1, "{}: -y: {:?}", e.image, r.findings);
-                (t.mount)(&img, &[], false)
+                (t.mount)(&img, &opts, false)
                     .unwrap_or_else(|x| panic!("{}: after -y, refused: {x}", e.image))
             }
         };
@@ -248,7 +285,7 @@ fn every_golden_image_mounts_checks_and_reads() {
         fs.release(a.ino, fh).unwrap();
         unmount(fs);
         assert_clean(t, &img, &what("check after a read-write mount"));
-        let fs = (t.mount)(&img, &[], true).unwrap();
+        let fs = (t.mount)(&img, &opts, true).unwrap();
         let mut after = walk(fs.as_ref());
         unmount(fs);
         assert!(

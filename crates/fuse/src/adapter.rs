@@ -236,11 +236,28 @@ impl Adapter {
 
     fn fopen_flags(&self) -> FopenFlags {
         // Nothing but this mount changes the file system, so the page cache stays valid
-        // across opens as long as the kernel may cache attributes at all.
-        if self.policy.attr_ttl.is_zero() {
+        // across opens as long as the kernel may cache attributes at all. Under
+        // `strictatime` every open starts with an empty cache, so each reader's first read
+        // reaches the file system, which alone keeps atime (a FUSE inode is S_NOATIME).
+        if self.policy.attr_ttl.is_zero() || self.opts.atime == cairn_vfs::Atime::Strict {
             FopenFlags::empty()
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    /// The open flags for a regular file opened with `flags`. When the file system is
+    /// short of room (`FileSystem::room_is_short`), a handle that may write gets no page
+    /// cache (FOPEN_DIRECT_IO): its writes reach the file system, and fail there with
+    /// ENOSPC, at write(2); and the kernel refuses it a shared mapping (ENODEV at mmap)
+    /// rather than accept pages through it that the file system could not store
+    /// (docs/DESIGN.md, "A full disk").
+    fn file_fopen_flags(&self, flags: i32) -> FopenFlags {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY && self.fs.room_is_short() {
+            self.counts.direct_open();
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            self.fopen_flags()
         }
     }
 
@@ -536,7 +553,7 @@ impl Adapter {
             let mut opens = self.opens.lock();
             let mode = self.open_mode(&mut opens, ino, fh, flags, |fd| reply.open_backing(fd));
             match mode {
-                Ok(OpenMode::Plain) => reply.opened(FileHandle(fh), self.fopen_flags()),
+                Ok(OpenMode::Plain) => reply.opened(FileHandle(fh), self.file_fopen_flags(flags)),
                 Ok(OpenMode::Passthrough(id)) => {
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id)
                 }
@@ -570,21 +587,44 @@ impl Adapter {
         });
     }
 
+    /// A WRITE. `cached`: the kernel's write-back of its page cache (FUSE_WRITE_CACHE),
+    /// i.e. pages a program was already told were written, which the file system may
+    /// store in the room it holds back for them; a failure of one is a loss the program
+    /// learns of only from msync, fsync or close, so it is logged, naming the file.
     pub(crate) fn write(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         data: &[u8],
+        cached: bool,
         reply: impl WriteReply,
     ) {
         self.serve(Op::Write, || {
-            match self.fs.write(self.ino_in(ino), fh, offset, data) {
+            let ino = self.ino_in(ino);
+            let r = if cached {
+                self.fs.write_back(ino, fh, offset, data)
+            } else {
+                self.fs.write(ino, fh, offset, data)
+            };
+            match r {
                 Ok(n) => {
                     self.counts.wrote_bytes(n as usize);
                     reply.written(n);
                 }
-                Err(e) => reply.error(self.err(Op::Write, e)),
+                Err(e) => {
+                    if cached {
+                        self.counts.write_back_lost();
+                        error!(
+                            "inode {ino}: the kernel's write-back of {} bytes at offset {offset} \
+                             failed ({e}); the data a program wrote through a shared mapping \
+                             is lost, and msync, fsync and close of the file report it \
+                             (find MOUNTPOINT -inum {ino} names it)",
+                            data.len()
+                        );
+                    }
+                    reply.error(self.err(Op::Write, e))
+                }
             }
         });
     }
@@ -702,9 +742,18 @@ impl Adapter {
         });
     }
 
+    /// fsync of a directory. Of the root it syncs the whole file system: sync(2) and
+    /// syncfs(2) never reach a FUSE daemon on a kernel that sends FUSE_SYNCFS only to
+    /// virtiofs, and `sync MNT` (coreutils fsyncs the files it is given) is the one way a
+    /// user has to ask the kernel for a durable file system (docs/DESIGN.md, "Which sync").
+    /// Durable is more than the directory's entries, never less.
     pub(crate) fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool, reply: impl EmptyReply) {
         self.serve(Op::Fsyncdir, || {
-            let r = self.fs.fsyncdir(self.ino_in(ino), fh, datasync);
+            let r = if ino == FUSE_ROOT {
+                self.fs.sync_all()
+            } else {
+                self.fs.fsyncdir(self.ino_in(ino), fh, datasync)
+            };
             self.reply_empty(Op::Fsyncdir, reply, r);
         });
     }
@@ -805,9 +854,13 @@ impl Adapter {
                 Generation(a.generation),
             );
             match mode {
-                Ok(OpenMode::Plain) => {
-                    reply.created(&ttl, &attr, generation, FileHandle(fh), self.fopen_flags())
-                }
+                Ok(OpenMode::Plain) => reply.created(
+                    &ttl,
+                    &attr,
+                    generation,
+                    FileHandle(fh),
+                    self.file_fopen_flags(flags),
+                ),
                 Ok(OpenMode::Passthrough(id)) => reply.created_passthrough(
                     &ttl,
                     &attr,

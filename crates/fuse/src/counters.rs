@@ -94,6 +94,12 @@ pub struct RequestCounts {
     /// Requests that arrived over each transport (forgets always come over /dev/fuse).
     via_uring: AtomicU64,
     via_dev: AtomicU64,
+    /// The room the kernel's write-backs may count on (docs/DESIGN.md, "A full disk"):
+    /// the mount's dirty limit (bytes, set once after INIT), the opens given no page cache
+    /// because the file system was short of room, and write-backs that failed anyway.
+    dirty_limit: AtomicU64,
+    direct_opens: AtomicU64,
+    write_backs_lost: AtomicU64,
     /// How the mount's transport was settled (set once, after INIT).
     transport: OnceLock<TransportReport>,
 }
@@ -139,6 +145,9 @@ impl Default for RequestCounts {
             bytes_written: AtomicU64::new(0),
             via_uring: AtomicU64::new(0),
             via_dev: AtomicU64::new(0),
+            dirty_limit: AtomicU64::new(0),
+            direct_opens: AtomicU64::new(0),
+            write_backs_lost: AtomicU64::new(0),
             transport: OnceLock::new(),
         }
     }
@@ -169,6 +178,18 @@ impl RequestCounts {
 
     pub(crate) fn wrote_bytes(&self, n: usize) {
         self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_dirty_limit(&self, bytes: u64) {
+        self.dirty_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn direct_open(&self) {
+        self.direct_opens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn write_back_lost(&self) {
+        self.write_backs_lost.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn via_uring(&self) {
@@ -259,6 +280,11 @@ impl RequestCounts {
             "negative": nonzero(&self.negative),
             "bytes_read": self.bytes_read.load(Ordering::Relaxed),
             "bytes_written": self.bytes_written.load(Ordering::Relaxed),
+            "room": {
+                "dirty_limit": self.dirty_limit.load(Ordering::Relaxed),
+                "direct_opens": self.direct_opens.load(Ordering::Relaxed),
+                "write_backs_lost": self.write_backs_lost.load(Ordering::Relaxed),
+            },
         })
     }
 }

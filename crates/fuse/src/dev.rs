@@ -338,12 +338,13 @@ impl fuser::Filesystem for DevFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.a().write(ino.0, fh.0, offset, data, reply)
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        self.a().write(ino.0, fh.0, offset, data, cached, reply)
     }
 
     fn flush(

@@ -213,26 +213,9 @@ impl Ctx<'_> {
     }
 }
 
-/// Parses "1024", "8K", "1.5M", "2GiB" (powers of 1024).
+/// Parses "1024", "8K", "1.5M", "2GiB" (powers of 1024): the house's one size parser.
 pub fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let s = s
-        .strip_suffix("iB")
-        .or_else(|| s.strip_suffix('B'))
-        .unwrap_or(s);
-    let (num, mult) = match s.chars().last()?.to_ascii_uppercase() {
-        'K' => (&s[..s.len() - 1], 1u64 << 10),
-        'M' => (&s[..s.len() - 1], 1 << 20),
-        'G' => (&s[..s.len() - 1], 1 << 30),
-        'T' => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
-    };
-    let num = num.trim();
-    if let Ok(n) = num.parse::<u64>() {
-        return n.checked_mul(mult);
-    }
-    let f: f64 = num.parse().ok()?;
-    (f.is_finite() && f >= 0.0).then_some((f * mult as f64) as u64)
+    cairn_vfs::parse_size(s).ok()
 }
 
 /// Parses "500ms", "30s", "5m", "12h", "30d", "2w" (a bare number is seconds).

@@ -362,13 +362,9 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trip_and_damage() {
-        let mut next = 100;
-        let mut alloc = || {
-            next += 1;
-            next
-        };
+    /// The tree of the golden index: two branches, a directory on one and one on both, a
+    /// file on each, the one on `fast` marked to go back to `slow`.
+    fn golden_tree() -> Tree {
         let mut t = Tree::new(0b11);
         t.add_dir(ROOT, OsStr::new("a"), 2, 0b01);
         t.add_dir(2, OsStr::new("b"), 3, 0b11);
@@ -383,6 +379,65 @@ mod tests {
             .children
             .insert("g".into(), Entry::File(0));
         t.mark_away(ROOT, OsStr::new("g"), 1);
+        t
+    }
+
+    /// The persisted index of version 2, as an earlier build wrote it
+    /// (`testdata/images/umbrella-index-v2`, written from [`golden_tree`] by
+    /// `CAIRN_BLESS=1 cargo test -p cairn-umbrella golden_index`): every later build reads it
+    /// back to the same tree, or the index format changed without a new version (see
+    /// docs/FORMAT.md, golden images).
+    #[test]
+    fn golden_index_v2_still_reads() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/images/umbrella-index-v2");
+        let names = vec!["fast".to_string(), "slow".to_string()];
+        if std::env::var_os("CAIRN_BLESS").is_some() {
+            std::fs::write(&path, golden_tree().encode(&names)).unwrap();
+        }
+        let bytes = std::fs::read(&path).expect("the golden index");
+        let mut next = 100;
+        let mut alloc = || {
+            next += 1;
+            next
+        };
+        let d = Tree::decode(&bytes, &names, &mut alloc).expect("the golden index decodes");
+        let mut files: Vec<_> = d
+            .files()
+            .into_iter()
+            .map(|(dir, n, b)| (String::from_utf8_lossy(&d.rel(dir)).into_owned(), n, b))
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                (String::new(), OsString::from("g"), 0),
+                ("a/b".to_string(), OsString::from("f"), 1)
+            ]
+        );
+        assert_eq!(d.away.get(&(ROOT, "g".into())), Some(&1));
+        let masks: Vec<u64> = {
+            let a = match d.dirs[&ROOT].children[OsStr::new("a")] {
+                Entry::Dir(i) => i,
+                Entry::File(_) => panic!("a is a file"),
+            };
+            let b = match d.dirs[&a].children[OsStr::new("b")] {
+                Entry::Dir(i) => i,
+                Entry::File(_) => panic!("b is a file"),
+            };
+            vec![d.dirs[&ROOT].mask, d.dirs[&a].mask, d.dirs[&b].mask]
+        };
+        assert_eq!(masks, [0b11, 0b01, 0b11]);
+    }
+
+    #[test]
+    fn round_trip_and_damage() {
+        let mut next = 100;
+        let mut alloc = || {
+            next += 1;
+            next
+        };
+        let t = golden_tree();
         let names = vec!["fast".to_string(), "slow".to_string()];
         let enc = t.encode(&names);
         let d = Tree::decode(&enc, &names, &mut alloc).unwrap();

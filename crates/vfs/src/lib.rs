@@ -24,10 +24,12 @@ pub mod falloc;
 pub mod fileattr;
 pub mod modes;
 pub mod perm;
+pub mod size;
 
 pub use error::{Errno, FsError, Result};
 pub use perm::{Access, Ctx, Owner};
 pub use perm::{LINK_MAX, NAME_MAX};
+pub use size::parse_size;
 
 /// An inode number as the file system knows it. The FUSE adapter maps the kernel's root (1)
 /// to [`FileSystem::root_ino`].
@@ -195,6 +197,34 @@ pub struct KernelCachePolicy {
     pub attr_ttl: std::time::Duration,
     /// How long the kernel may remember that a name does not exist.
     pub negative_ttl: std::time::Duration,
+}
+
+/// When a read updates a file's access time: the mount's `relatime` (the default),
+/// `strictatime` or `noatime`. The kernel leaves a FUSE file system's atime to it (its
+/// inodes are `S_NOATIME`), so the file system applies the mount's choice itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// Only when the access time is not later than the change or modification time, or is
+    /// a day old (Linux's relatime).
+    #[default]
+    Relative,
+    /// On every read.
+    Strict,
+    /// Never.
+    Never,
+}
+
+impl Atime {
+    /// Whether a read at `now` updates an access time of `atime` (nanoseconds since the
+    /// epoch, as `mtime` and `ctime`).
+    pub fn updates(self, atime: i128, mtime: i128, ctime: i128, now: i128) -> bool {
+        const DAY_NS: i128 = 86_400 * 1_000_000_000;
+        match self {
+            Atime::Never => false,
+            Atime::Strict => true,
+            Atime::Relative => atime <= mtime || atime <= ctime || now - atime > DAY_NS,
+        }
+    }
 }
 
 /// `fallocate` mode bits (`FALLOC_FL_*`).
@@ -368,6 +398,35 @@ pub trait FileSystem: Send + Sync {
             libc::SEEK_HOLE => Ok(size),
             _ => Err(FsError::Errno(Errno::EINVAL)),
         }
+    }
+
+    /// A write of pages the kernel has already accepted: its write-back of a shared
+    /// mapping's dirty pages (FUSE_WRITE_CACHE). The program was told "written" long ago,
+    /// so this write may use the room held back for it ([`FileSystem::set_writeback_reserve`]);
+    /// if it still fails, the loss reaches the program through msync, fsync and close.
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write(ino, fh, offset, data)
+    }
+
+    /// How many bytes of dirty pages the kernel may hold for this mount at once (its dirty
+    /// limit, set by the FUSE adapter): the room every call but [`FileSystem::write_back`]
+    /// must leave free, so what the kernel already accepted can always be stored. A full
+    /// disk then fails the call that asked for room, with ENOSPC, instead of a write-back
+    /// nobody waits for (docs/DESIGN.md, "A full disk").
+    fn set_writeback_reserve(&self, bytes: u64) {
+        let _ = bytes;
+    }
+
+    /// Whether the room beyond the write-back reserve is below the reserve itself: then
+    /// the FUSE adapter opens files for writing without the kernel's page cache, so no new
+    /// shared mapping can accept pages the file system may not be able to store.
+    fn room_is_short(&self) -> bool {
+        false
+    }
+
+    /// When reads update access times (the mount's atime option; set once, at mount).
+    fn set_atime(&self, policy: Atime) {
+        let _ = policy;
     }
 
     /// Writes everything dirty and makes it durable (sync(2), unmount).

@@ -7,7 +7,7 @@
 //! benchmark reads [`AfterCrash`] to know how to recover a target after a crash. A new mode
 //! is one `ModeSpec` in its format crate and nothing else.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Whether an outcome of a crash may occur in a mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -23,7 +23,7 @@ pub enum Allowed {
 }
 
 /// What must happen after a crash before the file system is usable again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AfterCrash {
     /// A full check and repair (`cairn fsck -y`) before mounting: FFS sync and async.
@@ -73,13 +73,211 @@ pub struct ModeOption {
     pub help: &'static str,
 }
 
+/// The design a mode belongs to (001 §2's classes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// FFS's own disciplines: ordered synchronous writes (sync) or none at all (async).
+    Ffs,
+    /// Soft updates: delayed writes ordered by per-pointer dependencies (002).
+    SoftUpdates,
+    /// A write-ahead log of metadata beside the home locations (001 §5).
+    Journal,
+    /// The file system is the log (004).
+    LogStructured,
+}
+
+/// When a call's metadata is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Commit {
+    /// Before the call returns, by its own writes or log force.
+    Sync,
+    /// Before the call returns, by a log force concurrent calls share.
+    Group,
+    /// Later: on fsync, sync(2) or a timer.
+    Async,
+}
+
+/// What runs after a crash before the image is checked or used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    /// Nothing of the mode's own: the checker (fsck, or a background one) finds what is
+    /// left.
+    None,
+    /// The log is replayed by a read-write mount, which writes the home locations; the
+    /// checker reads the device as it is, so a check after a crash replays first.
+    LogReplay,
+    /// Roll-forward from the last checkpoint, done by every mount (in memory when read-only)
+    /// and by the format's own check: nothing runs before a check.
+    RollForward,
+}
+
+/// Where a mode keeps its log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogPlacement {
+    /// No log.
+    None,
+    /// In the image's log area (`cairn mkfs --journal-size`): `log=file`.
+    Area,
+    /// On a device of its own (`log=dev:PATH`): the registry's log-device variants.
+    Device,
+    /// The whole file system is the log.
+    Whole,
+}
+
+/// A mode's facts beside its promises: what the tools need to record, run and recover it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    pub family: Family,
+    pub commit: Commit,
+    pub recovery: Recovery,
+    /// Where the log is unless a mount option moves it.
+    pub log: LogPlacement,
+}
+
+impl Facts {
+    /// Whether the facts agree with each other and with the promises; a one-line reason
+    /// where they do not. Every registered mode and variant must pass (the registry's tests).
+    pub fn check(&self, g: &Guarantees) -> Result<(), String> {
+        let f = self;
+        let logged = !matches!(f.log, LogPlacement::None);
+        let rules: [(bool, &str); 8] = [
+            (
+                (f.family == Family::Journal)
+                    == matches!(f.log, LogPlacement::Area | LogPlacement::Device),
+                "a journal, and only a journal, keeps a log beside the file system",
+            ),
+            (
+                (f.family == Family::LogStructured) == (f.log == LogPlacement::Whole),
+                "a log-structured mode, and only one, is its own log",
+            ),
+            (
+                (f.recovery == Recovery::LogReplay) == (f.family == Family::Journal),
+                "a journal's recovery is its log's replay, and only a journal's",
+            ),
+            (
+                (f.recovery == Recovery::RollForward) == (f.family == Family::LogStructured),
+                "a log-structured mode's recovery is roll-forward, and only its",
+            ),
+            (
+                (f.recovery != Recovery::None) == logged,
+                "a mode with a log recovers from it; one without has no recovery of its own",
+            ),
+            (
+                (g.after_crash == AfterCrash::Recover) == (f.recovery != Recovery::None),
+                "after_crash: recover exactly when the mode has a recovery",
+            ),
+            (
+                g.metadata_on_return == (f.commit != Commit::Async),
+                "metadata durable on return exactly when the commit is sync or group",
+            ),
+            (
+                f.commit != Commit::Group || logged,
+                "group commit shares log forces: it needs a log",
+            ),
+        ];
+        match rules.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err((*why).to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// One metadata-update mode of a format, chosen at mount time with `-o mode=NAME`.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ModeSpec {
     pub name: &'static str,
     pub description: &'static str,
     pub guarantees: Guarantees,
+    pub facts: Facts,
     /// The mount options this mode parses itself; the format hands them over without
     /// knowing them, so a mode with options plugs in without edits in the tools.
     pub options: &'static [ModeOption],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal() -> (Facts, Guarantees) {
+        (
+            Facts {
+                family: Family::Journal,
+                commit: Commit::Sync,
+                recovery: Recovery::LogReplay,
+                log: LogPlacement::Area,
+            },
+            Guarantees {
+                metadata_on_return: true,
+                fsync_data_first: true,
+                no_stale_data: true,
+                names_kept: true,
+                corrupt: Allowed::Never,
+                leak: Allowed::Never,
+                interrupted_rename: Allowed::Never,
+                after_crash: AfterCrash::Recover,
+                basis: "",
+            },
+        )
+    }
+
+    /// Each rule refuses the declaration that breaks it.
+    #[test]
+    fn inconsistent_facts_are_refused() {
+        let (f, g) = journal();
+        assert_eq!(f.check(&g), Ok(()));
+        let no_log = Facts {
+            log: LogPlacement::None,
+            ..f
+        };
+        assert!(no_log.check(&g).is_err(), "a journal without a log");
+        let fsck = Facts {
+            recovery: Recovery::None,
+            ..f
+        };
+        assert!(fsck.check(&g).is_err(), "a journal without its replay");
+        let lazy = Guarantees {
+            metadata_on_return: false,
+            ..g
+        };
+        assert!(f.check(&lazy).is_err(), "commit=sync not durable on return");
+        let scan = Guarantees {
+            after_crash: AfterCrash::Fsck,
+            ..g
+        };
+        assert!(
+            f.check(&scan).is_err(),
+            "a replay that is not run after a crash"
+        );
+        let ffs = Facts {
+            family: Family::Ffs,
+            commit: Commit::Group,
+            recovery: Recovery::None,
+            log: LogPlacement::None,
+        };
+        let ffs_g = Guarantees {
+            after_crash: AfterCrash::Fsck,
+            ..g
+        };
+        assert!(ffs.check(&ffs_g).is_err(), "group commit without a log");
+        let lfs = Facts {
+            family: Family::LogStructured,
+            commit: Commit::Async,
+            recovery: Recovery::LogReplay,
+            log: LogPlacement::Whole,
+        };
+        let lfs_g = Guarantees {
+            metadata_on_return: false,
+            ..g
+        };
+        assert!(lfs.check(&lfs_g).is_err(), "LFS recovering by log replay");
+        let lfs = Facts {
+            recovery: Recovery::RollForward,
+            ..lfs
+        };
+        assert_eq!(lfs.check(&lfs_g), Ok(()));
+    }
 }

@@ -156,10 +156,14 @@ impl Access {
     pub const WX: Access = Access(3);
 
     /// The access an open(2) with these flags needs. An open for execve (the kernel's
-    /// `__FMODE_EXEC`, which FUSE passes on in OPEN's flags) needs execute permission too:
-    /// without `default_permissions` the kernel itself only asks that some execute bit be
-    /// set.
+    /// `__FMODE_EXEC`, which FUSE passes on in OPEN's flags) needs execute permission, and
+    /// not read — a program of mode 0111 runs (`do_open_execat` asks for MAY_EXEC alone;
+    /// fstests' generic/126): without `default_permissions` the kernel itself only asks
+    /// that some execute bit be set.
     pub fn for_open_flags(flags: i32) -> Access {
+        if flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Access::X;
+        }
         let mut a = match flags & libc::O_ACCMODE {
             libc::O_RDONLY => Access::R.0,
             libc::O_WRONLY => Access::W.0,
@@ -167,9 +171,6 @@ impl Access {
         };
         if flags & libc::O_TRUNC != 0 {
             a |= Access::W.0;
-        }
-        if flags & FMODE_EXEC != 0 {
-            a |= Access::X.0;
         }
         Access(a)
     }
@@ -310,12 +311,16 @@ pub fn chmod(ctx: &Ctx, cur: Owner, mode: u32) -> Result<u32> {
 }
 
 /// chown: `cur` (whose mode may already carry a chmod of the same request) with new ids.
-/// Only root may change the owner; the owner may change the group to one it is in. A
-/// change of either id clears S_ISUID on a non-directory, and S_ISGID when group-execute is
-/// set. An immutable or append-only inode keeps its ids (EPERM).
+/// Only root may change the owner; the owner may change the group to one it is in. A chown
+/// of a non-directory clears S_ISUID, and S_ISGID when group-execute is set, even when it
+/// gives the ids it has (Linux's `chown_common`; fstests generic/193's `chown root` of a
+/// root-owned file). An immutable or append-only inode keeps its ids (EPERM).
 pub fn chown(ctx: &Ctx, cur: Owner, uid: Option<u32>, gid: Option<u32>) -> Result<Owner> {
     if cur.flags & fileattr::RESTRICTING != 0 {
         return Err(Errno::EPERM.into());
+    }
+    if uid.is_none() && gid.is_none() {
+        return Ok(cur);
     }
     let uid = uid.unwrap_or(cur.uid);
     let gid = gid.unwrap_or(cur.gid);
@@ -325,7 +330,7 @@ pub fn chown(ctx: &Ctx, cur: Owner, uid: Option<u32>, gid: Option<u32>) -> Resul
         return Err(Errno::EPERM.into());
     }
     let mut mode = cur.mode;
-    if (uid != cur.uid || gid != cur.gid) && !cur.is_dir() {
+    if !cur.is_dir() {
         mode &= !libc::S_ISUID;
         if mode & libc::S_IXGRP != 0 {
             mode &= !libc::S_ISGID;
@@ -511,6 +516,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_exec_open_needs_execute_permission_not_read() {
+        assert_eq!(Access::for_open_flags(libc::O_RDONLY), Access::R);
+        assert_eq!(
+            Access::for_open_flags(libc::O_RDONLY | FMODE_EXEC),
+            Access::X
+        );
+        assert_eq!(
+            Access::for_open_flags(libc::O_RDWR | libc::O_TRUNC),
+            Access(6)
+        );
+    }
+
+    #[test]
     fn names_and_dots() {
         assert_eq!(check_name(OsStr::new("a")).unwrap(), b"a");
         assert!(check_name(OsStr::new("")).is_err());
@@ -596,6 +614,18 @@ mod tests {
         assert!(chown(&other, f, None, Some(2000)).is_err());
         let g = chown(&Ctx::root(), f, Some(5), None).unwrap();
         assert_eq!((g.uid, g.mode & 0o7000), (5, 0));
+        // The ids it has already: setuid goes all the same (generic/193).
+        let s = Owner {
+            mode: libc::S_IFREG | 0o6744,
+            ..f
+        };
+        let g = chown(&Ctx::root(), s, Some(s.uid), None).unwrap();
+        assert_eq!(
+            g.mode & 0o7777,
+            0o2744,
+            "setgid without group-execute stays"
+        );
+        assert_eq!(chown(&Ctx::root(), s, None, None).unwrap(), s);
         assert!(
             may_set_time(&other, f, None, &SetTime::Now).is_ok(),
             "writable"

@@ -478,8 +478,8 @@ impl Workload {
         use crate::target::Kind;
         match (self, &t.kind) {
             (Workload::Recovery(_), Kind::Mergerfs | Kind::Passthrough) => false,
-            (Workload::RecoverySweep(_), Kind::Cairn { mode, .. }) => {
-                recovery_sweep::MODES.contains(&mode.as_str())
+            (Workload::RecoverySweep(_), Kind::Cairn { facts: Some(f), .. }) => {
+                recovery_sweep::runs_on(f)
             }
             (Workload::RecoverySweep(_), _) => false,
             _ => true,

@@ -27,14 +27,21 @@ use super::recovery::{timed, write_file};
 use super::{PhaseResult, Stage, fmt_bytes_human, fmt_size};
 use crate::counters::Counters;
 use crate::plot;
+use crate::registry::{Commit, Facts, Family, Recovery};
 use crate::report::{Meta, Record, Stat};
 
 /// The workload's name.
 pub const NAME: &str = "recovery-sweep";
 
-/// The cairn modes the sweep runs on: the journal's two commit policies and LFS, whose
-/// recovery replays a log, and sync, whose recovery is the full scan (the comparison).
-pub const MODES: &[&str] = &["journal", "journal-async", "lfs", "sync"];
+/// Whether the sweep runs on a mode with `facts`: the modes whose recovery reads a log (the
+/// journal's sync and async commit, LFS's roll-forward; group commit recovers as sync
+/// does), and FFS's synchronous mode, whose recovery is the full scan (the comparison).
+pub fn runs_on(facts: &Facts) -> bool {
+    match facts.recovery {
+        Recovery::LogReplay | Recovery::RollForward => facts.commit != Commit::Group,
+        Recovery::None => facts.family == Family::Ffs && facts.commit == Commit::Sync,
+    }
+}
 
 /// `cairn stats --json` keys (flattened by `Counters`).
 const WAL_LAG: &str = "fs.strategy.wal.checkpoint_lag";

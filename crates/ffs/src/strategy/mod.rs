@@ -34,7 +34,10 @@ use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, Pressure, WriteHooks};
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption, ModeSpec};
+use cairn_vfs::modes::{
+    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeOption, ModeSpec,
+    Recovery,
+};
 use cairn_vfs::{KernelCachePolicy, Result};
 
 use crate::format::Superblock;
@@ -402,6 +405,8 @@ pub struct ModeInfo {
     pub name: &'static str,
     pub description: &'static str,
     pub guarantees: Guarantees,
+    /// Its family, commit policy, recovery and log placement.
+    pub facts: Facts,
     /// The mount options the mode parses itself (a journal's `log=`, `commit=`).
     pub options: &'static [ModeOption],
     /// The strategy, from the mode's own options (each `(key, value)` one of `options`);
@@ -420,6 +425,7 @@ impl ModeInfo {
             name: self.name,
             description: self.description,
             guarantees: self.guarantees,
+            facts: self.facts,
             options: self.options,
         }
     }
@@ -455,6 +461,12 @@ static MODES: &[ModeInfo] = &[
             after_crash: AfterCrash::Fsck,
             basis: "000 §5: create, delete, rename durable on return; 002 §3: rules 1-3 by synchronous writes; 001 §6: rename not atomic",
         },
+        facts: Facts {
+            family: Family::Ffs,
+            commit: Commit::Sync,
+            recovery: Recovery::None,
+            log: LogPlacement::None,
+        },
         options: &[],
         make: |o| {
             no_options("sync", o)?;
@@ -476,6 +488,12 @@ static MODES: &[ModeInfo] = &[
             interrupted_rename: Allowed::May,
             after_crash: AfterCrash::Fsck,
             basis: "000 §5 and Table 3: FFS-async makes no guarantee; fsync is honoured in every mode",
+        },
+        facts: Facts {
+            family: Family::Ffs,
+            commit: Commit::Async,
+            recovery: Recovery::None,
+            log: LogPlacement::None,
         },
         options: &[],
         make: |o| {

@@ -27,6 +27,9 @@ pub(crate) const HDR_LEN: usize = 288;
 pub(crate) const CMD_REGISTER: u32 = 1;
 pub(crate) const CMD_COMMIT_AND_FETCH: u32 = 2;
 
+/// `fuse_write_in.write_flags`: the write is the kernel's write-back of its page cache.
+pub(crate) const FUSE_WRITE_CACHE: u32 = 1 << 0;
+
 /// The kernel's minimum payload buffer, FUSE_MIN_READ_BUFFER.
 pub(crate) const MIN_PAYLOAD: usize = 8192;
 

@@ -227,7 +227,10 @@ fn handle(a: &Adapter, h: &InHeader, arg0: &[u8], input: &[u8], ans: &mut Answer
         WRITE => {
             let w = arg!(WriteIn, Op::Write);
             match input.get(..w.size as usize) {
-                Some(data) => a.write(ino, w.fh, w.offset, data, r),
+                Some(data) => {
+                    let cached = w.write_flags & super::abi::FUSE_WRITE_CACHE != 0;
+                    a.write(ino, w.fh, w.offset, data, cached, r)
+                }
                 None => malformed(a, Op::Write, r),
             }
         }

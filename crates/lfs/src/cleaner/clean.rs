@@ -562,9 +562,15 @@ impl State {
         self.clean_pass(Policy::GREEDY, th)
     }
 
-    /// Makes sure `bytes` more of file data fit; a checkpoint first (which frees segments
-    /// whose blocks all died), ENOSPC if they still do not.
+    /// Makes sure `bytes` more of file data fit — beyond the write-back reserve, unless
+    /// this is a write-back — a checkpoint first (which frees segments whose blocks all
+    /// died), ENOSPC if they still do not.
     pub fn ensure_space(&mut self, bytes: u64) -> Result<()> {
+        let bytes = if self.dip_into_reserve {
+            bytes
+        } else {
+            bytes.saturating_add(self.writeback_reserve)
+        };
         if self.space_left() >= bytes {
             return Ok(());
         }

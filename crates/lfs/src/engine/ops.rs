@@ -22,7 +22,7 @@ use super::{
 };
 use crate::format::BLOCK_SIZE;
 use crate::format::dirlog::{Op, Record};
-use crate::format::inode::{self, Inode};
+use crate::format::inode::{self, Inode, Time};
 use crate::format::tables::ImapEntry;
 use cairn_dir::DirIndex;
 
@@ -605,6 +605,37 @@ impl Lfs {
     }
 }
 
+impl Lfs {
+    /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
+    /// (`back`: true, which may use the write-back reserve).
+    fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
+        self.run_rw(|st| {
+            let flags = st.handles.flags(fh).ok_or(Errno::EBADF)?;
+            // A file made immutable since it was opened takes no more writes.
+            if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
+                return Err(Errno::EPERM.into());
+            }
+            let off = if perm::appends(flags) {
+                st.inode(ino)?.size
+            } else {
+                offset
+            };
+            // A write-back may take the reserve held for it, for this call only.
+            st.dip_into_reserve = back;
+            let r = st.do_write(ino, off, data);
+            st.dip_into_reserve = false;
+            let r = r?;
+            if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
+                // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
+                let node = st.inode(ino)?;
+                node.mode = perm::kill_privileges(node.mode);
+            }
+            st.mark_dirty(ino);
+            Ok(r)
+        })
+    }
+}
+
 impl FileSystem for Lfs {
     fn root_ino(&self) -> Ino {
         ROOT_INO
@@ -636,7 +667,11 @@ impl FileSystem for Lfs {
         // collect are no room at all (with small segments nearly full, a fifth of the disk;
         // showing it made `df` report room while writes failed with ENOSPC).
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
-        let bfree = st.writable_blocks().min(total);
+        // The write-back reserve is no room for new data (`State::ensure_space`).
+        let bfree = st
+            .writable_blocks()
+            .min(total)
+            .saturating_sub(st.writeback_reserve.div_ceil(BS));
         let in_use =
             st.imap.in_use() + st.nodes.keys().filter(|&&i| st.imap.addr(i) == 0).count() as u64;
         let files = st.sb.max_inodes as u64 - 3;
@@ -967,31 +1002,44 @@ impl FileSystem for Lfs {
                 b.drain(..from);
             }
             *buf = b;
+            // The mount's atime option (relatime by default); the inode goes out with the
+            // next flush, as any change.
+            let ns = |t: Time| t.sec as i128 * 1_000_000_000 + t.nsec as i128;
+            let t = now();
+            if !self.opts.read_only
+                && self
+                    .atime
+                    .lock()
+                    .updates(ns(n.atime), ns(n.mtime), ns(n.ctime), ns(t))
+            {
+                st.node(ino)?.inode.atime = t;
+                st.mark_dirty(ino);
+            }
             Ok(())
         })
     }
 
+    fn set_atime(&self, policy: cairn_vfs::Atime) {
+        *self.atime.lock() = policy;
+    }
+
     fn write(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
-        self.run_rw(|st| {
-            let flags = st.handles.flags(fh).ok_or(Errno::EBADF)?;
-            // A file made immutable since it was opened takes no more writes.
-            if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
-                return Err(Errno::EPERM.into());
-            }
-            let off = if perm::appends(flags) {
-                st.inode(ino)?.size
-            } else {
-                offset
-            };
-            let r = st.do_write(ino, off, data)?;
-            if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
-                // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
-                let node = st.inode(ino)?;
-                node.mode = perm::kill_privileges(node.mode);
-            }
-            st.mark_dirty(ino);
-            Ok(r)
-        })
+        self.write_as(ino, fh, offset, data, false)
+    }
+
+    fn write_back(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, fh, offset, data, true)
+    }
+
+    fn set_writeback_reserve(&self, bytes: u64) {
+        // Every block written costs room in the log (an overwrite too), plus its share of
+        // summaries and the inode's indirect blocks.
+        self.st.lock().writeback_reserve = bytes + bytes / 8 + 4 * BS;
+    }
+
+    fn room_is_short(&self) -> bool {
+        let st = self.st.lock();
+        st.space_left() < 2 * st.writeback_reserve
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
@@ -1023,7 +1071,22 @@ impl FileSystem for Lfs {
         self.run(|st| {
             st.dir_checked(ctx, ino, Access::R)?;
             let fh = st.handles.number();
+            // An open directory outlives its removal (rmdir, or a rename over it), as an
+            // open file does: fstat of it still answers, with no link (fstests' generic/035).
+            st.node(ino)?.opens += 1;
             Ok(fh)
+        })
+    }
+
+    fn releasedir(&self, ino: Ino, _fh: Fh) -> Result<()> {
+        self.run(|st| {
+            if let Some(n) = st.nodes.get_mut(&ino) {
+                n.opens = n.opens.saturating_sub(1);
+            }
+            if self.opts.read_only {
+                return Ok(());
+            }
+            st.maybe_free(ino)
         })
     }
 

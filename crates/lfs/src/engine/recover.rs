@@ -95,6 +95,8 @@ impl State {
                 .thresholds(sb_segments)
                 .unwrap_or_else(|_| Thresholds::new(2, 4).expect("valid")),
             read_only,
+            writeback_reserve: 0,
+            dip_into_reserve: false,
             orphans: BTreeSet::new(),
             #[cfg(any(test, feature = "planted"))]
             planted: Planted::None,
@@ -428,6 +430,7 @@ impl Lfs {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             syncer: Mutex::new(None),
             destroyed: AtomicBool::new(false),
+            atime: Mutex::new(cairn_vfs::Atime::default()),
         });
         fs.start_syncer();
         Ok(fs)

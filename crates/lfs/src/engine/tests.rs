@@ -637,6 +637,28 @@ fn statfs_shows_no_room_when_writes_fail_with_enospc() {
     assert_clean(&dev);
 }
 
+/// The other half: what `df` shows can be had. On a fresh 16 MiB image, one fallocate of
+/// all the available space but 512 KiB (fstests generic/103's `_consume_freesp`) succeeds;
+/// statfs counted a clean segment whole while writes are admitted for 7/8 of it, and the
+/// call failed with ENOSPC.
+#[test]
+fn statfs_available_space_can_be_allocated() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let s = fs.statfs().unwrap();
+    let avail = s.bavail * s.bsize as u64;
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("spc"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.fallocate(a.ino, fh, 0, avail - (512 << 10), 0)
+        .unwrap_or_else(|e| panic!("fallocate of {avail} - 512 KiB available: {e}"));
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
 /// Write cost at a larger scale (run by hand: `cargo test -p cairn-lfs --lib write_cost --
 /// --ignored --nocapture`).
 #[test]

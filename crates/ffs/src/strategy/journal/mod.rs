@@ -53,7 +53,10 @@ use std::time::Duration;
 
 use cairn_blockdev::{BlockDevice, FileDevice};
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption};
+use cairn_vfs::modes::{
+    AfterCrash, Allowed, Commit as VfsCommit, Facts, Family, Guarantees, LogPlacement, ModeOption,
+    Recovery,
+};
 use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
 use cairn_wal::{GroupWait, Lsn, Options as WalOptions, Region, Wal, WalError};
 use parking_lot::{Mutex, RwLock};
@@ -79,7 +82,9 @@ pub enum Commit {
     /// As `Sync`, but forced after the engine's lock is released (`after_op`), through the
     /// log's group commit: calls ending together share a flush.
     Group,
-    /// On fsync, sync(2), unmount and every `commit_interval` (default
+    /// On fsync, a whole-file-system sync (`cairn sync`, `sync MNT`: `FileSystem::sync_all`;
+    /// sync(2) and syncfs(2) never reach a FUSE daemon), unmount and every `commit_interval`
+    /// (default
     /// [`DEFAULT_COMMIT_INTERVAL`]) only: integrity without durability (001's "-async").
     Async,
 }
@@ -132,6 +137,12 @@ pub(super) const MODE: ModeInfo = ModeInfo {
         after_crash: AfterCrash::Recover,
         basis: "001 §5.3: recovery replays complete operations; 001 §6: rename atomic; commit=sync/group durable on return (commit=async: only fsync); ordered data: no pointer or size durable before its data, no freed block's logged image replayed over its next owner (revoke)",
     },
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Sync,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
+    },
     options: &[
         ModeOption {
             key: "log",
@@ -158,11 +169,12 @@ pub(super) const MODE: ModeInfo = ModeInfo {
 };
 
 /// `commit=async` as a mode of its own, because it promises less: integrity after a crash,
-/// durability only for what fsync, sync(2) or the commit timer (every `commit_interval`) made durable (001's
+/// durability only for what fsync, `cairn sync` (or `sync MNT`) or the commit timer (every
+/// `commit_interval`) made durable (001's
 /// "-async"). The crash harness holds each to its own promise.
 pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     name: "journal-async",
-    description: "journal with commit=async: calls logged as whole operations, forced on fsync, sync and every commit_interval (5 s)",
+    description: "journal with commit=async: calls logged as whole operations, forced on fsync, `cairn sync MNT` (or coreutils `sync MNT`; sync(2) does not reach FUSE) and every commit_interval (5 s)",
     guarantees: Guarantees {
         metadata_on_return: false,
         fsync_data_first: true,
@@ -173,6 +185,12 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         interrupted_rename: Allowed::Never,
         after_crash: AfterCrash::Recover,
         basis: "001 §3.2: an asynchronous log gives integrity without durability; 001 §5.3: recovery replays complete operations; 001 §6: rename atomic",
+    },
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Async,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
     },
     options: &[
         ModeOption {
@@ -216,6 +234,12 @@ pub(super) const MODE_GROUP: ModeInfo = ModeInfo {
     name: "journal-group",
     description: "journal with commit=group: every call durable on return, concurrent calls share log flushes",
     guarantees: MODE.guarantees,
+    facts: Facts {
+        family: Family::Journal,
+        commit: VfsCommit::Group,
+        recovery: Recovery::LogReplay,
+        log: LogPlacement::Area,
+    },
     options: &[
         ModeOption {
             key: "log",

@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
-use cairn_vfs::modes::{AfterCrash, Allowed, Guarantees, ModeOption};
+use cairn_vfs::modes::{
+    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeOption, Recovery,
+};
 use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
 
@@ -1732,6 +1734,12 @@ pub const MODE: ModeInfo = ModeInfo {
         interrupted_rename: Allowed::May,
         after_crash: AfterCrash::Mount,
         basis: "002 §3-§4: rules 1-3 kept by dependencies rolled back at write time; only leaks after a crash; no pointer to uninitialized data",
+    },
+    facts: Facts {
+        family: Family::SoftUpdates,
+        commit: Commit::Async,
+        recovery: Recovery::None,
+        log: LogPlacement::None,
     },
     options: OPTIONS,
     make,

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# `make fstests`: the file-system community's regression suite (fstests, a.k.a. xfstests)
+# on cairn, in one mode, from the archive kept outside the project.
+#
+#   scripts/fstests/run.sh [MODE=softdep] [GROUP=quick | TESTS="generic/001 generic/002" |
+#                          TESTS=@smoke] [FSTESTS_CACHE=...] [FSTESTS_RESULTS=...]
+#
+# MODE is a mode of `cairn modes`, `umbrella` (the policy layer over two local branches) or
+# `ext4` (the kernel's ext4 on the same loop devices: the reference every table is read
+# against). GROUP is an fstests group of the generic tests (quick, auto, rw, ...); TESTS a
+# list of tests, or @smoke for scripts/fstests/smoke.list (what CI runs).
+#
+# Steps, each said as it runs:
+#  1. the Debian packages the suite needs (scripts/install-deps.sh);
+#  2. the suite unpacked into FSTESTS_CACHE (default /var/cache/cairn-fstests), our patches
+#     (scripts/fstests/patches/, see their headers) applied, built once per archive and
+#     patch set;
+#  3. the users the suite runs things as (fsgqa, fsgqa2, 123456-fsgqa; group fsgqa),
+#     created when missing;
+#  4. two fresh sparse images on loop devices (TEST_DEV, SCRATCH_DEV: the block-device
+#     tests run), TEST_DEV formatted in the mode's format;
+#  5. inside a private mount namespace whose /sbin is an overlay (nothing on the machine's
+#     /sbin changes): the mount helpers `mount -t fuse.cairn` needs (`cairn install-helper`),
+#     local.config, then the suite's `check` with the exclusions of scripts/fstests/exclude;
+#  6. a summary: FSTESTS_RESULTS/summary.tsv (test, status, seconds, reason) and
+#     summary.txt; the raw results beside them.
+# However the run ends (an error, Ctrl-C, kill, a hung-up terminal), every mount is undone,
+# the daemons it started are stopped and the loop devices it made are detached; what a run
+# killed with SIGKILL left is removed by the next run.
+set -euo pipefail
+
+# All of it in one function, which bash reads whole before running: editing this file
+# while a run of several hours goes on cannot change what that run does next.
+main() {
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$root/scripts/fstests
+
+for a in "$@"; do
+    case $a in
+        *=*) export "${a?}" ;;
+        *) echo "fstests: unknown argument '$a' (use MODE=, GROUP=, TESTS=)" >&2; exit 2 ;;
+    esac
+done
+
+MODE=${MODE:-softdep}
+GROUP=${GROUP:-quick}
+TESTS=${TESTS:-}
+CACHE=${FSTESTS_CACHE:-/var/cache/cairn-fstests}
+# Sizes of the two images (sparse). The tests fill the scratch file system often (ENOSPC
+# tests, fallocate of all free space), so it is the smaller.
+FSTESTS_TEST_SIZE=${FSTESTS_TEST_SIZE:-4G}
+FSTESTS_SCRATCH_SIZE=${FSTESTS_SCRATCH_SIZE:-2G}
+
+say() { printf 'fstests: %s\n' "$*"; }
+die() { printf 'fstests: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "needs root (loop devices, mounts, the suite's users); try sudo make fstests"
+
+# --- the cairn binary -------------------------------------------------------------------
+if [ -z "${CAIRN_BIN:-}" ]; then
+    cargo=${CARGO:-cargo}
+    target_dir=$("$cargo" metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+    say "building cairn (release)"
+    "$cargo" build --release -q -p cairn-cli --manifest-path "$root/Cargo.toml"
+    CAIRN_BIN=${target_dir:-$root/target}/release/cairn
+fi
+[ -x "$CAIRN_BIN" ] || die "no cairn binary at $CAIRN_BIN"
+
+# --- which file system ------------------------------------------------------------------
+# A cairn mode's format and mount options come from the registry (`cairn modes --json`),
+# never from a table here.
+mode_json=$("$CAIRN_BIN" modes --json | grep -F "\"mode\":\"$MODE\"" || true)
+json_field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" <<<"$mode_json"; }
+case $MODE in
+    ext4) kind=ext4 ;;
+    umbrella) kind=umbrella ;;
+    *)
+        [ -n "$mode_json" ] || die "unknown mode '$MODE' (cairn modes lists: $("$CAIRN_BIN" modes | cut -f1 | tr '\n' ' ')umbrella ext4)"
+        kind=cairn
+        format=$(json_field type)
+        mount_options=$(json_field mount_options)
+        ;;
+esac
+
+# --- 1. packages, 2. the suite ------------------------------------------------------------
+# (SKIP_DEPS=1: the caller installed them, as scripts/fstests/smoke.sh does once for its runs.)
+[ -n "${SKIP_DEPS:-}" ] || bash "$root/scripts/install-deps.sh"
+# shellcheck source=scripts/fstests/suite.sh
+. "$here/suite.sh"
+src=$(build_suite "$CACHE")
+say "suite: $src"
+
+# --- 3. users -----------------------------------------------------------------------------
+ensure_users() {
+    local u
+    for u in fsgqa fsgqa2 123456-fsgqa; do
+        if ! getent passwd "$u" >/dev/null; then
+            say "adding user $u (the suite runs commands as it)"
+            useradd -m "$u"
+        fi
+    done
+    if ! getent group fsgqa >/dev/null; then
+        say "adding group fsgqa"
+        groupadd fsgqa
+    fi
+}
+ensure_users
+
+# --- 4. devices ---------------------------------------------------------------------------
+stamp=$(date +%Y%m%d-%H%M%S)
+RESULTS=${FSTESTS_RESULTS:-$root/results/fstests/$stamp-$MODE}
+mkdir -p "$RESULTS"
+RESULTS=$(readlink -f "$RESULTS")
+# Work directories of earlier runs that could not clean up (killed with SIGKILL, a lost
+# machine): named MODE.PID, stale once that pid is no run.sh. Their loop devices are
+# detached and their daemons stopped as this run's would be.
+for w in "$CACHE"/work/*.*; do
+    [ -d "$w" ] || continue
+    p=${w##*.}
+    if [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' <"/proc/$p/cmdline" | grep -q 'fstests/run.sh'; then
+        continue
+    fi
+    say "removing the work directory of an earlier run that did not finish: $w"
+    for e in /proc/[0-9]*/exe; do
+        [ "$(readlink "$e" 2>/dev/null)" = "$w/bin/cairn" ] && { e=${e#/proc/}; kill -KILL "${e%/exe}" 2>/dev/null || true; }
+    done
+    for m in $(awk -v w="$w/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo); do
+        umount -l "$m" 2>/dev/null || true
+    done
+    for l in $(losetup -l -n -O NAME,BACK-FILE | awk -v w="$w/" 'index($2, w) == 1 { print $1 }'); do
+        losetup -d "$l" 2>/dev/null || true
+    done
+    rm -rf --one-file-system "$w"
+done
+work=$CACHE/work/$MODE.$$
+mkdir -p "$work/bin"
+# The run's own copies: a rebuild or an edit while the suite runs (hours) must not change
+# the binary or the scripts under it (bash reads a script as it goes).
+cp "$CAIRN_BIN" "$work/bin/cairn"
+CAIRN_BIN=$work/bin/cairn
+cp "$here"/inside.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
+loops=()
+inside_pid=
+# However the run ends (done, an error, Ctrl-C, kill, a closed terminal): the namespace's
+# own exit trap unmounts and stops its daemons; then whatever of this run is still alive —
+# a daemon runs the run's own copy of the binary, so /proc/PID/exe names it exactly — is
+# stopped, the loop devices whose images live under the run's directory (ours and any a
+# test made) are detached, and the directory goes.
+cleanup() {
+    trap - EXIT INT TERM HUP
+    # Nothing here may end the trap early (set -e): a namespace script still unmounting
+    # after a minute (a daemon busy with a test's long call) is why its daemons are stopped.
+    set +e
+    if [ -n "$inside_pid" ] && kill -0 "$inside_pid" 2>/dev/null; then
+        kill -TERM "$inside_pid" 2>/dev/null
+        wait_gone 60 "$inside_pid"
+    fi
+    stop_run_daemons
+    local l
+    for l in "${loops[@]}" $(losetup -l -n -O NAME,BACK-FILE | awk -v w="$work/" 'index($2, w) == 1 { print $1 }'); do
+        losetup -d "$l" 2>/dev/null || true
+    done
+    rm -rf --one-file-system "$work"
+}
+# wait_gone SECONDS PID...: polls until none of the processes is alive, at most SECONDS.
+wait_gone() {
+    local deadline=$((SECONDS + $1)) p alive
+    shift
+    while [ $SECONDS -lt $deadline ]; do
+        alive=
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# The pids of the processes running this run's binary (its daemons).
+run_daemons() {
+    local e
+    for e in /proc/[0-9]*/exe; do
+        [ "$(readlink "$e" 2>/dev/null)" = "$CAIRN_BIN" ] && { e=${e#/proc/}; echo "${e%/exe}"; }
+    done
+    return 0
+}
+stop_run_daemons() {
+    local pids
+    pids=$(run_daemons)
+    [ -n "$pids" ] || return 0
+    say "stopping daemons this run left: $(echo $pids)"
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    # shellcheck disable=SC2086
+    wait_gone 30 $pids && return 0
+    # shellcheck disable=SC2086
+    kill -KILL $(run_daemons) 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+new_loop() {
+    local img=$1 size=$2
+    rm -f "$img"
+    truncate -s "$size" "$img"
+    losetup -f --show "$img"
+}
+if [ "$kind" != umbrella ]; then
+    test_dev=$(new_loop "$work/test.img" "$FSTESTS_TEST_SIZE"); loops+=("$test_dev")
+    scratch_dev=$(new_loop "$work/scratch.img" "$FSTESTS_SCRATCH_SIZE"); loops+=("$scratch_dev")
+    say "TEST_DEV=$test_dev ($FSTESTS_TEST_SIZE) SCRATCH_DEV=$scratch_dev ($FSTESTS_SCRATCH_SIZE), sparse"
+fi
+
+# --- the test list ------------------------------------------------------------------------
+# Always the generic tests (a group of `generic/`), so ext4 runs exactly the list cairn does.
+selection=()
+if [ "$TESTS" = "@smoke" ]; then
+    TESTS=$(sed 's/#.*//' "$here/smoke.list" | xargs)
+fi
+if [ -n "$TESTS" ]; then
+    read -r -a selection <<<"$TESTS"
+else
+    case $GROUP in */*) selection=(-g "$GROUP") ;; *) selection=(-g "generic/$GROUP") ;; esac
+fi
+# Exclusions: scripts/fstests/exclude (every cairn target; ext4 runs everything), each with
+# its reason; `check -E` wants bare names.
+if [ "$kind" = ext4 ]; then
+    : >"$RESULTS/exclude.list"
+else
+    sed 's/#.*//; s/[[:space:]]*$//; /^$/d' "$here/exclude" >"$RESULTS/exclude.list"
+fi
+
+# --- 5. the run, in a private mount namespace ---------------------------------------------
+export MODE kind format mount_options CAIRN_BIN src work RESULTS test_dev scratch_dev here
+export FSTESTS_TEST_TIMEOUT=${FSTESTS_TEST_TIMEOUT:-1800}
+export -f say
+say "mode $MODE: ${selection[*]} (results in $RESULTS)"
+t0=$SECONDS
+rc=0
+# In the background and waited for, so a signal to this script runs its trap at once
+# (bash runs a trap only after a foreground child ends).
+unshare --mount --propagation private bash "$work/bin/inside.sh" "${selection[@]}" &
+inside_pid=$!
+wait "$inside_pid" || rc=$?
+inside_pid=
+say "check ran $((SECONDS - t0)) s (exit $rc)"
+
+# --- 6. summary ---------------------------------------------------------------------------
+bash "$work/bin/summarize.sh" "$RESULTS" "$work/bin/exclude" "$MODE"
+exit 0
+}
+
+main "$@"
