@@ -680,7 +680,11 @@ impl State {
     /// segments beyond the reserve hold, less what is already buffered. Nothing while the
     /// reserve itself is short: the head's room is not file data's then, or flushes that
     /// reach the next segment would take the reserve's segments one by one (a log left
-    /// with no clean segment cannot clean, checkpoint or unmount).
+    /// with no clean segment cannot clean, checkpoint or unmount). A clean segment counts
+    /// 7/8 of its blocks beyond its summary, the rest for the indirect, inode and summary
+    /// blocks data brings along, and the head's rest half; a buffered block counts twice
+    /// (itself and its share of that metadata). `statfs` shows this count too
+    /// ([`State::admissible_bytes`]).
     pub fn space_left(&self) -> u64 {
         let clean = self.clean_segments();
         if clean < RESERVE_SEGMENTS {
@@ -692,9 +696,22 @@ impl State {
         (beyond * per_seg + in_head).saturating_sub(self.dirty.data_blocks() * BS * 2)
     }
 
-    /// Blocks a user can still write, as `statfs` reports them: the clean segments beyond
-    /// the reserve and the rest of the log's head (a summary block each), plus the dead
-    /// blocks cleaning can still give back, less what is buffered.
+    /// Bytes of new data a write can be admitted for now, as `statfs` shows them: the
+    /// admission rule's own count ([`State::ensure_space`]) — the room the clean segments
+    /// and the log's head give now ([`State::space_left`]) plus what its foreground
+    /// cleaning can still give back ([`State::collectible_blocks`]) — less the write-back
+    /// reserve, which only the kernel's write-back of pages already accepted may take. One
+    /// count for both, so `df` never shows room a write cannot have (fstests' generic/103
+    /// fallocates what df shows, less a little) nor hides room a write would get.
+    pub fn admissible_bytes(&self) -> u64 {
+        // With the reserve short, no write is admitted, whatever cleaning could give.
+        if self.clean_segments() < RESERVE_SEGMENTS {
+            return 0;
+        }
+        (self.space_left() + self.collectible_blocks() * BS).saturating_sub(self.writeback_reserve)
+    }
+
+    /// Dead blocks cleaning can still give back (an estimate, from the usage table alone).
     ///
     /// Dead blocks are not all room: a cleaning pass writes, besides its victims' live
     /// blocks, the metadata naming them and the summaries, and it runs only if it gives
@@ -707,19 +724,9 @@ impl State {
     /// the summaries its live blocks take when rewritten. A segment nearly full gives
     /// nothing. An estimate, as any `df` of a log-structured file system is; what it must
     /// not do is show a fifth of the disk free when writes already fail.
-    pub fn writable_blocks(&self) -> u64 {
+    pub fn collectible_blocks(&self) -> u64 {
         let seg = self.sb.segment_blocks as u64;
         let clean = self.clean_segments() as u64;
-        let reserve = RESERVE_SEGMENTS as u64;
-        let mut free = 0;
-        if clean >= reserve {
-            // Counted as `space_left` admits writes (7/8 of a clean segment beyond its
-            // summary, the rest for the indirect, inode and summary blocks data brings
-            // along; half the head's rest): a program that fills what df shows, less a
-            // little, must not get ENOSPC (fstests generic/103 fallocates it all).
-            free += (clean - reserve) * (seg - 2) * 7 / 8;
-            free += (seg - self.log.off as u64) / 2;
-        }
         let (head, next) = (self.log.seg, self.log.next_seg);
         let mut lives: Vec<u64> = self
             .usage
@@ -744,16 +751,16 @@ impl State {
                 break;
             }
         }
-        if pays {
-            let per_partial = (crate::format::summary::MAX_ENTRIES as u64)
-                .min(seg - 1)
-                .max(1);
-            free += lives
-                .iter()
-                .map(|&l| (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)))
-                .sum::<u64>();
+        if !pays {
+            return 0;
         }
-        free.saturating_sub(self.dirty.data_blocks())
+        let per_partial = (crate::format::summary::MAX_ENTRIES as u64)
+            .min(seg - 1)
+            .max(1);
+        lives
+            .iter()
+            .map(|&l| (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)))
+            .sum::<u64>()
     }
 
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------

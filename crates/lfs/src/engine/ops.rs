@@ -662,16 +662,13 @@ impl FileSystem for Lfs {
 
     fn statfs(&self) -> Result<StatFs> {
         let st = self.st.lock();
-        // Free = what a user can still write (`State::writable_blocks`): not the blocks
-        // that are not live, of which the reserve and the dead blocks no cleaning pass can
-        // collect are no room at all (with small segments nearly full, a fifth of the disk;
-        // showing it made `df` report room while writes failed with ENOSPC).
+        // Free = what a write can still be admitted for, asked of the admission rule itself
+        // (`State::admissible_bytes`): not the blocks that are not live, of which the
+        // reserve and the dead blocks no cleaning pass can collect are no room at all (with
+        // small segments nearly full, a fifth of the disk; showing it made `df` report room
+        // while writes failed with ENOSPC), nor the write-back reserve.
         let total = st.sb.segments as u64 * st.sb.segment_blocks as u64;
-        // The write-back reserve is no room for new data (`State::ensure_space`).
-        let bfree = st
-            .writable_blocks()
-            .min(total)
-            .saturating_sub(st.writeback_reserve.div_ceil(BS));
+        let bfree = (st.admissible_bytes() / BS).min(total);
         let in_use =
             st.imap.in_use() + st.nodes.keys().filter(|&&i| st.imap.addr(i) == 0).count() as u64;
         let files = st.sb.max_inodes as u64 - 3;

@@ -475,10 +475,10 @@ fn overwrite_workload_clocked(
                 let st = fs.st.lock();
                 let live: u64 = st.usage.iter().map(|u| u.live_bytes as u64).sum();
                 panic!(
-                    "round {round}: {e}; {} clean segments, live {live} bytes, {} blocks \
-                     writable, {:?}",
+                    "round {round}: {e}; {} clean segments, live {live} bytes, {} bytes \
+                     admissible, {:?}",
                     st.clean_segments(),
-                    st.writable_blocks(),
+                    st.admissible_bytes(),
                     st.cleaner
                 )
             });
