@@ -1217,22 +1217,8 @@ fn statfs_sane_and_tracks_usage() {
         }
         let s1 = t.statfs();
         let used = (s0.blocks_free() - s1.blocks_free()) * s1.fragment_size();
-        // A log-structured file system shows the room its write-admission rule counts
-        // (`State::admissible_bytes` in cairn-lfs), so that `df` never shows room a write
-        // cannot have (`lfs_df_shows_no_room_when_writes_fail_with_enospc`, fstests'
-        // generic/103). The rule keeps a margin in proportion to the room — a clean segment
-        // admits 7/8 of its blocks beyond its summary, the head's rest half — for the
-        // metadata data brings along, and 8 MiB written sequentially bring far less (about
-        // 1%): the segments they fill had been shown at 7/8 of their size, and df falls by
-        // 7.28 MB. Falling by all of it needs writes charged what each brings rather than
-        // a proportional margin. Three quarters still fails a `df` that does not follow
-        // the writes.
-        let at_least = match t.mode() {
-            Some(m) if cairn_fstests::is_log_structured(m) => (8 << 20) * 3 / 4,
-            _ => 8 << 20,
-        };
         assert!(
-            used >= at_least,
+            used >= 8 << 20,
             "writing 8 MiB used only {used} bytes of free space"
         );
         assert!(

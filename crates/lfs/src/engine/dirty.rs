@@ -22,6 +22,8 @@ pub(crate) struct DirtySet {
     inodes: BTreeSet<u64>,
     freed: BTreeMap<u64, u32>,
     dirlog: Vec<Record>,
+    /// Bytes the directory operation log's records take encoded.
+    dirlog_bytes: u64,
     since: Option<Instant>,
 }
 
@@ -60,6 +62,19 @@ impl DirtySet {
         self.data
             .range((ino, 0)..=(ino, u64::MAX))
             .map(|(&(_, l), _)| l)
+    }
+
+    /// Inodes to write at the next flush.
+    pub fn inodes(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.inodes.iter().copied()
+    }
+
+    /// Log blocks the directory operation log's records take at the next flush, from
+    /// above: a record never fills more than half a block, so no block is left less than
+    /// half full.
+    pub fn dirlog_blocks(&self) -> u64 {
+        self.dirlog_bytes
+            .div_ceil(crate::format::BLOCK_SIZE as u64 / 2)
     }
 
     /// Data blocks buffered, all files.
@@ -112,6 +127,7 @@ impl DirtySet {
 
     /// A record of the directory operation log (written first in the next flush).
     pub fn log_record(&mut self, r: Record) {
+        self.dirlog_bytes += r.size() as u64;
         self.dirlog.push(r);
     }
 
@@ -131,6 +147,7 @@ impl DirtySet {
     /// Everything, for a flush; the set is empty after.
     pub fn take(&mut self) -> Pending {
         self.since = None;
+        self.dirlog_bytes = 0;
         Pending {
             dirlog: std::mem::take(&mut self.dirlog),
             data: std::mem::take(&mut self.data),

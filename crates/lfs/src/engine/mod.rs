@@ -676,24 +676,72 @@ impl State {
         self.usage.clean()
     }
 
-    /// Bytes of file data that can still be buffered: what the log's head and the clean
-    /// segments beyond the reserve hold, less what is already buffered. Nothing while the
-    /// reserve itself is short: the head's room is not file data's then, or flushes that
-    /// reach the next segment would take the reserve's segments one by one (a log left
-    /// with no clean segment cannot clean, checkpoint or unmount). A clean segment counts
-    /// 7/8 of its blocks beyond its summary, the rest for the indirect, inode and summary
-    /// blocks data brings along, and the head's rest half; a buffered block counts twice
-    /// (itself and its share of that metadata). `statfs` shows this count too
-    /// ([`State::admissible_bytes`]).
+    /// Bytes of file data that can still be buffered: the most data whose log blocks fit
+    /// in what the log's head and the clean segments beyond the reserve hold, less what the
+    /// buffered changes will take. Nothing while the reserve itself is short: the head's
+    /// room is not file data's then, or flushes that reach the next segment would take the
+    /// reserve's segments one by one (a log left with no clean segment cannot clean,
+    /// checkpoint or unmount).
+    ///
+    /// Each write is charged what it brings to the log, not a share of the room: its data
+    /// blocks, an indirect block per `PTRS` of them and three more (the double and triple
+    /// indirect blocks, the inode's block), and a summary per partial segment of all that
+    /// ([`State::log_blocks`]). The buffered changes count what the next flush writes for
+    /// them, from above (a data block twice, for the indirect block a random overwrite of
+    /// a large file dirties with it). That margin is also what foreground cleaning works
+    /// in: counting buffered blocks once, as a sequential write takes them, let writes
+    /// fill the log until no pass could keep up (ENOSPC at 86% live under overwrites,
+    /// `small_thresholds_at_86_percent_never_fail_a_write`). A clean segment holds its whole
+    /// length (its summaries are charged to what it holds); the head's rest less a
+    /// summary and the block a segment may leave unused at its end. So `df`, which shows
+    /// this count ([`State::admissible_bytes`]), falls by at least what a write takes.
     pub fn space_left(&self) -> u64 {
         let clean = self.clean_segments();
         if clean < RESERVE_SEGMENTS {
             return 0;
         }
-        let per_seg = (self.sb.segment_blocks as u64 - 2) * BS * 7 / 8;
+        let seg = self.sb.segment_blocks as u64;
         let beyond = (clean - RESERVE_SEGMENTS) as u64;
-        let in_head = (self.sb.segment_blocks - self.log.off) as u64 * BS / 2;
-        (beyond * per_seg + in_head).saturating_sub(self.dirty.data_blocks() * BS * 2)
+        let in_head = (seg - self.log.off as u64).saturating_sub(2);
+        // What the next flush writes for the buffered changes (`write_dirty`): a data block
+        // twice (itself and an indirect block naming it: a random overwrite of a large file
+        // dirties one per block), the indirect blocks earlier changes (a truncate, a
+        // cleaning pass) left to rewrite, xattr blocks, inodes 16 to a block, the directory
+        // operation log, and a block to spare. Not the free records of inodes just freed:
+        // a delete must not make `df` fall until the flush (the reserve takes them).
+        let mut meta = 0;
+        let inodes = self.dirty.inodes();
+        let records = inodes.len() as u64;
+        for i in inodes {
+            if let Some(n) = self.nodes.get(&i) {
+                meta += n.dirty_slots.len() as u64 + n.xattr_dirty as u64;
+            }
+        }
+        let pending = self.log_blocks(
+            2 * self.dirty.data_blocks()
+                + meta
+                + records.div_ceil(inode::PER_BLOCK as u64)
+                + self.dirty.dirlog_blocks()
+                + !self.dirty.is_empty() as u64,
+        );
+        let room = (beyond * seg + in_head).saturating_sub(pending);
+        // The most data `d` with `log_blocks(d + d / PTRS + 4) <= room`, from below.
+        let payload = room - room.div_ceil(self.per_partial() + 1);
+        let meta = payload.saturating_sub(4);
+        let data = meta - meta.div_ceil(inode::PTRS + 1);
+        data * BS
+    }
+
+    /// Entries a partial segment holds: a summary's worth, or a segment's less its summary.
+    fn per_partial(&self) -> u64 {
+        (crate::format::summary::MAX_ENTRIES as u64)
+            .min(self.sb.segment_blocks as u64 - 1)
+            .max(1)
+    }
+
+    /// Log blocks `payload` blocks take: themselves and a summary per partial segment.
+    pub(crate) fn log_blocks(&self, payload: u64) -> u64 {
+        payload + payload.div_ceil(self.per_partial())
     }
 
     /// Bytes of new data a write can be admitted for now, as `statfs` shows them: the
@@ -757,9 +805,13 @@ impl State {
         let per_partial = (crate::format::summary::MAX_ENTRIES as u64)
             .min(seg - 1)
             .max(1);
+        // A segment with nothing live costs nothing to clean: the next checkpoint frees it.
         lives
             .iter()
-            .map(|&l| (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)))
+            .map(|&l| match l {
+                0 => seg,
+                l => (seg - l).saturating_sub(META_PER_VICTIM + l.div_ceil(per_partial)),
+            })
             .sum::<u64>()
     }
 
