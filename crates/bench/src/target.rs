@@ -260,6 +260,9 @@ pub struct Env {
     /// daemon's defaults. Every cairn target of such a workload gets the same, so a
     /// comparison between modes is not one between daemon configurations.
     pub fuse_concurrency: Option<usize>,
+    /// Mount options every cairn target adds to its own (`--mount-options`, e.g. `cache=16M`
+    /// for a working set larger than the buffer cache); empty: none.
+    pub mount_options: String,
 }
 
 /// A mounted target, ready for a workload in [`Mounted::dir`]. Dropping it unmounts and
@@ -283,6 +286,8 @@ pub struct Mounted {
     /// Options a workload added to a cairn target's `-o` for its later mounts
     /// ([`Mounted::set_extra_options`]), e.g. a checkpoint held back.
     extra_options: String,
+    /// `Env::mount_options`: in every mount of a cairn target, before `extra_options`' own.
+    base_options: String,
     /// Mount attempts' facts for the record (daemon CPU placement, options).
     pub notes: Vec<String>,
 }
@@ -316,8 +321,12 @@ impl Mounted {
             daemon: None,
             mounted: false,
             extra_options: String::new(),
+            base_options: env.mount_options.clone(),
             notes: Vec::new(),
         };
+        if !env.mount_options.is_empty() && matches!(spec.kind, Kind::Cairn { .. }) {
+            m.set_extra_options("")?;
+        }
         // Larger than the free space only when the run was asked for images the disk cannot
         // hold (--image-size, --netnews-full's 16 GiB): they are sparse, and a workload that
         // filled one would meet ENOSPC from the host, not from the target.
@@ -451,11 +460,15 @@ impl Mounted {
                 self.spec.name
             );
         }
-        self.extra_options = match opts.trim_start_matches(',') {
-            "" => String::new(),
-            o => format!(",{o}"),
-        };
-        self.notes.push(format!("later mounts add: {opts}"));
+        // The run's own options (`--mount-options`) stay in every mount.
+        self.extra_options = [self.base_options.as_str(), opts.trim_start_matches(',')]
+            .iter()
+            .filter(|o| !o.is_empty())
+            .map(|o| format!(",{o}"))
+            .collect();
+        if let Some(o) = self.extra_options.strip_prefix(',') {
+            self.notes.push(format!("mounts add: {o}"));
+        }
         Ok(())
     }
 
