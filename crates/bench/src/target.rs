@@ -460,12 +460,7 @@ impl Mounted {
                 self.spec.name
             );
         }
-        // The run's own options (`--mount-options`) stay in every mount.
-        self.extra_options = [self.base_options.as_str(), opts.trim_start_matches(',')]
-            .iter()
-            .filter(|o| !o.is_empty())
-            .map(|o| format!(",{o}"))
-            .collect();
+        self.extra_options = compose_options(&self.base_options, opts);
         if let Some(o) = self.extra_options.strip_prefix(',') {
             self.notes.push(format!("mounts add: {o}"));
         }
@@ -1008,6 +1003,18 @@ fn disk_options(disk: Option<&str>, log_device: bool) -> String {
     }
 }
 
+/// The options a cairn target's mount adds after its mode's: the run's own
+/// (`--mount-options`), which stay in every mount, then a workload's (`opts`); each part
+/// without its leading comma, the result with one (or empty).
+fn compose_options(base: &str, opts: &str) -> String {
+    [base, opts]
+        .iter()
+        .map(|o| o.trim_matches(','))
+        .filter(|o| !o.is_empty())
+        .map(|o| format!(",{o}"))
+        .collect()
+}
+
 /// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
 fn transport_option(transport: &Option<String>) -> String {
     transport
@@ -1184,6 +1191,17 @@ mod tests {
             ",disk=wren-iv:sstf:nohostflush,log_disk=wren-iv:sstf:nohostflush"
         );
         assert_eq!(disk_options(None, true), "");
+    }
+
+    #[test]
+    fn the_runs_mount_options_stay_when_a_workload_adds_its_own() {
+        assert_eq!(compose_options("", ""), "");
+        assert_eq!(compose_options("cache=16M", ""), ",cache=16M");
+        assert_eq!(compose_options("", ",syncer=600"), ",syncer=600");
+        assert_eq!(
+            compose_options("cache=16M", "syncer=600"),
+            ",cache=16M,syncer=600"
+        );
     }
 
     #[test]
