@@ -14,6 +14,7 @@ mod lfs;
 mod mkfs;
 mod modes;
 mod mount;
+mod mount_help;
 mod record;
 mod runtime;
 mod stats;
@@ -26,7 +27,7 @@ mod wal;
 #[command(
     name = "cairn",
     version,
-    about = "cairn: FFS-style file systems in user space, over FUSE",
+    about = "cairn: file systems in user space over FUSE — FFS (sync, async, soft updates, journaling) and LFS, the umbrella policy layer, and tools to check, crash-test and benchmark them",
     after_help = "Run `cairn help mount` for the mount options, the log file and the runtime files."
 )]
 struct Cli {
