@@ -192,28 +192,35 @@ pub struct ModeSpec {
 }
 
 impl ModeSpec {
-    /// The mode's promise in one line, for help and listings: when a call is durable, and
-    /// what a crash asks before the file system is used again. Derived from the facts and
-    /// guarantees, so it cannot say something the crash harness does not hold the mode to.
-    pub fn promise(&self) -> String {
-        let durable = match self.facts.commit {
+    /// When a call's metadata is durable, in a few words (help, README, listings).
+    pub fn durable_when(&self) -> &'static str {
+        match self.facts.commit {
             Commit::Sync => "every call durable when it returns",
             Commit::Group => "every call durable when it returns (concurrent calls share flushes)",
             Commit::Async => "calls durable on fsync, `cairn sync` or the next timed write-back",
-        };
-        let crash = match (self.guarantees.after_crash, self.facts.recovery) {
-            (AfterCrash::Fsck, _) => "after a crash, `cairn fsck -y` before mounting",
+        }
+    }
+
+    /// What a crash asks before the file system is used again, in a few words.
+    pub fn after_crash_needs(&self) -> &'static str {
+        match (self.guarantees.after_crash, self.facts.recovery) {
+            (AfterCrash::Fsck, _) => "`cairn fsck -y` before mounting",
             (AfterCrash::Mount, _) => {
-                "after a crash, mounts at once (leaks are reclaimed by `cairn fsck --background`)"
+                "mounts at once (leaks are reclaimed by `cairn fsck --background`)"
             }
-            (AfterCrash::Recover, Recovery::LogReplay) => {
-                "after a crash, the mount replays the log"
-            }
-            (AfterCrash::Recover, _) => {
-                "after a crash, the mount rolls forward from the last checkpoint"
-            }
-        };
-        format!("{durable}; {crash}")
+            (AfterCrash::Recover, Recovery::LogReplay) => "the mount replays the log",
+            (AfterCrash::Recover, _) => "the mount rolls forward from the last checkpoint",
+        }
+    }
+
+    /// The mode's promise in one line. Derived from the facts and guarantees, so it cannot
+    /// say something the crash harness does not hold the mode to.
+    pub fn promise(&self) -> String {
+        format!(
+            "{}; after a crash, {}",
+            self.durable_when(),
+            self.after_crash_needs()
+        )
     }
 }
 

@@ -202,7 +202,7 @@ fn only_options(
 /// "-async"). The crash harness holds each to its own promise.
 pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     name: "journal-async",
-    description: "journal with commit=async: calls logged as whole operations, forced on fsync, `cairn sync MNT` (or coreutils `sync MNT`; sync(2) does not reach FUSE) and every commit_interval (5 s)",
+    description: "journal with commit=async: calls logged as whole operations, the log forced on fsync, `cairn sync MNT` and every commit_interval",
     guarantees: Guarantees {
         metadata_on_return: false,
         fsync_data_first: true,
