@@ -61,6 +61,10 @@ enum Cmd {
         /// crash, the guarantees the crash harness holds the mode to
         #[arg(long)]
         json: bool,
+        /// A Markdown table instead: mode, format, what it is, when a call is durable,
+        /// what a crash needs (the README's table)
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
     },
     /// Crash-consistency testing: check every crash state of recorded workloads per mode
     Crash(crash::Args),
@@ -135,7 +139,11 @@ fn main() {
         Cmd::Stats(a) => stats::run(a),
         Cmd::Sync(a) => sync::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
-        Cmd::Modes { json } => {
+        Cmd::Modes { markdown: true, .. } => {
+            print!("{}", modes::readme_table());
+            Ok(0)
+        }
+        Cmd::Modes { json, .. } => {
             for l in modes::lines(json) {
                 println!("{l}");
             }

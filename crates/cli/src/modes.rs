@@ -54,7 +54,7 @@ mod tests {
         let table = super::readme_table();
         assert!(
             readme.contains(&table),
-            "README.md's table of modes differs from the registry; it should read:\n{table}"
+            "README.md's table of modes differs from the registry (`cairn modes --markdown`); it should read:\n{table}"
         );
     }
 
