@@ -421,8 +421,14 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
 
     for (w, phase) in [
-        (crate::workload::rename::NAME, crate::workload::rename::PHASE),
-        (crate::workload::fsstress::NAME, crate::workload::fsstress::PHASE),
+        (
+            crate::workload::rename::NAME,
+            crate::workload::rename::PHASE,
+        ),
+        (
+            crate::workload::fsstress::NAME,
+            crate::workload::fsstress::PHASE,
+        ),
     ] {
         if has(meta, records, w) {
             let _ = writeln!(s, "\n### {}\n", title(w));

@@ -136,10 +136,7 @@ mod tests {
     fn scale_one_is_the_issues_run() {
         let c = Config::scaled(1.0);
         assert_eq!((c.seed, c.ops, c.procs), (7, 3000, 4));
-        assert_eq!(
-            c.args(Path::new("/d")).join(" "),
-            "-s 7 -n 3000 -p 4 -d /d"
-        );
+        assert_eq!(c.args(Path::new("/d")).join(" "), "-s 7 -n 3000 -p 4 -d /d");
     }
 
     #[test]

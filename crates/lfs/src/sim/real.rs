@@ -352,11 +352,12 @@ pub fn churn_on(
     // short-lived.
     let mut create = || -> Result<(String, u64, bool), SimError> {
         let large = chance(next(), churn.large_share);
-        let n = 1 + next() % if large {
-            churn.large_blocks
-        } else {
-            churn.small_blocks
-        };
+        let n = 1 + next()
+            % if large {
+                churn.large_blocks
+            } else {
+                churn.small_blocks
+            };
         let short = chance(next(), churn.short_lived);
         let name = format!("f{serial}");
         serial += 1;
@@ -372,8 +373,8 @@ pub fn churn_on(
     let mut young = std::collections::VecDeque::new();
     let mut old: Vec<String> = Vec::new();
     let place = |young: &mut std::collections::VecDeque<String>,
-                     old: &mut Vec<String>,
-                     (name, _, short): (String, u64, bool)| {
+                 old: &mut Vec<String>,
+                 (name, _, short): (String, u64, bool)| {
         if short {
             young.push_back(name);
         } else {
