@@ -116,25 +116,14 @@ fn disk_cost(
     })
 }
 
-/// Runs `spec` on the real file system and the simulator.
-pub fn compare(spec: &RealSpec) -> Result<RealResult, SimError> {
-    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, spec.blocks));
-    Ok(compare_on(spec, dev)?.0)
-}
-
-/// [`compare`] on a device of the caller's (a disk model: then also the write cost in disk
-/// time).
-pub fn compare_on(
-    spec: &RealSpec,
-    dev: Arc<dyn BlockDevice>,
-) -> Result<(RealResult, Option<DiskCost>), SimError> {
-    let log_blocks_guess = spec.blocks;
-    let files_guess = (spec.data_fraction * log_blocks_guess as f64) as u64;
+/// A fresh file system on `dev` for one experiment: `spec`'s segments, room for `inodes`
+/// inodes, no syncer, `spec`'s cleaner and thresholds, the logical clock.
+fn fresh(spec: &RealSpec, dev: &Arc<dyn BlockDevice>, inodes: u64) -> Result<Arc<Lfs>, SimError> {
     mkfs_device(
         dev.clone(),
         &MkfsOptions {
             segment_size: spec.segment_size,
-            inodes: Some(files_guess + 64),
+            inodes: Some(inodes),
             ..Default::default()
         },
     )
@@ -147,7 +136,40 @@ pub fn compare_on(
         logical_clock: true,
         ..Default::default()
     };
-    let fs = Lfs::mount_device(dev.clone(), &o).map_err(fail)?;
+    Lfs::mount_device(dev.clone(), &o).map_err(fail)
+}
+
+/// Live bytes over the log's `capacity` blocks, as the usage table has them.
+fn live_share(fs: &Lfs, capacity: u64) -> f64 {
+    let st = fs.st.lock();
+    st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() as f64
+        / (capacity * BLOCK_SIZE as u64) as f64
+}
+
+/// A xorshift stream seeded with `x` (not 0): the experiments' draws, the same everywhere.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Runs `spec` on the real file system and the simulator.
+pub fn compare(spec: &RealSpec) -> Result<RealResult, SimError> {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, spec.blocks));
+    Ok(compare_on(spec, dev)?.0)
+}
+
+/// [`compare`] on a device of the caller's (a disk model: then also the write cost in disk
+/// time).
+pub fn compare_on(
+    spec: &RealSpec,
+    dev: Arc<dyn BlockDevice>,
+) -> Result<(RealResult, Option<DiskCost>), SimError> {
+    let files_guess = (spec.data_fraction * spec.blocks as f64) as u64;
+    let fs = fresh(spec, &dev, files_guess + 64)?;
     let (segments, seg_blocks, th) = {
         let st = fs.st.lock();
         (st.sb.segments, st.sb.segment_blocks, st.thresholds)
@@ -173,19 +195,9 @@ pub fn compare_on(
         inos.push(a.ino);
     }
     fs.checkpoint().map_err(fail)?;
-    let utilization = {
-        let st = fs.st.lock();
-        st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() as f64
-            / (capacity * BLOCK_SIZE as u64) as f64
-    };
+    let utilization = live_share(&fs, capacity);
     // Hot-and-cold as the simulator draws it: 10% of the files get 90% of the writes.
-    let mut x = spec.seed | 1;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(spec.seed | 1);
     let hot = (files / 10).max(1);
     let mut overwrite = |n: u64| -> Result<(), SimError> {
         for _ in 0..n {
@@ -311,24 +323,7 @@ pub fn churn_on(
     let mean_blocks = (1.0 - churn.large_share) * (1 + churn.small_blocks) as f64 / 2.0
         + churn.large_share * (1 + churn.large_blocks) as f64 / 2.0;
     let files_guess = (spec.data_fraction * spec.blocks as f64 / mean_blocks) as u64;
-    mkfs_device(
-        dev.clone(),
-        &MkfsOptions {
-            segment_size: spec.segment_size,
-            inodes: Some(2 * files_guess + 64),
-            ..Default::default()
-        },
-    )
-    .map_err(fail)?;
-    let o = MountOptions {
-        syncer: false,
-        cleaner: spec.policy,
-        clean_start: spec.clean_start,
-        clean_stop: spec.clean_stop,
-        logical_clock: true,
-        ..Default::default()
-    };
-    let fs = Lfs::mount_device(dev.clone(), &o).map_err(fail)?;
+    let fs = fresh(spec, &dev, 2 * files_guess + 64)?;
     let capacity = {
         let st = fs.st.lock();
         st.sb.segments as u64 * st.sb.segment_blocks as u64
@@ -336,14 +331,6 @@ pub fn churn_on(
     let c = Ctx::root();
     let block = vec![0x5au8; BLOCK_SIZE * churn.large_blocks.max(churn.small_blocks) as usize];
     // Two streams: the files' draws, and which long-lived file a step deletes.
-    let xorshift = |mut x: u64| {
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
-    };
     let mut next = xorshift(spec.seed | 1);
     let mut pick = xorshift(spec.seed.rotate_left(32) | 1);
     let chance = |r: u64, p: f64| (r % 1_000_000) as f64 / 1e6 < p;
@@ -390,11 +377,7 @@ pub fn churn_on(
     }
     fs.checkpoint().map_err(fail)?;
     let files = (young.len() + old.len()) as u64;
-    let utilization = {
-        let st = fs.st.lock();
-        st.usage.iter().map(|u| u.live_bytes as u64).sum::<u64>() as f64
-            / (capacity * BLOCK_SIZE as u64) as f64
-    };
+    let utilization = live_share(&fs, capacity);
     let young_max = (files / 10).max(1) as usize;
     // One step: a file deleted whole, a new one written; returns the blocks written.
     let mut step = |young: &mut std::collections::VecDeque<String>,
@@ -681,6 +664,44 @@ mod tests {
         }
     }
 
+    /// The 256 MiB disk of 1 MiB segments (as Sprite LFS) on the Wren IV model with a
+    /// frozen clock, for `policy` with files filling `fraction` of the log; and DATA and
+    /// POLICIES from the environment (the by-hand runs below).
+    fn on_wren_iv(policy: &str, fraction: f64) -> (RealSpec, Arc<dyn BlockDevice>) {
+        use cairn_blockdev::disk::{Disk, DiskOptions, Time};
+        let mut sp = spec(65536, policy, (None, None));
+        sp.segment_size = 1 << 20;
+        sp.data_fraction = fraction;
+        let mut o = DiskOptions::parse("wren-iv").unwrap();
+        o.time = Time::Frozen;
+        let mem = Arc::new(MemDevice::new(BLOCK_SIZE as u32, sp.blocks));
+        (sp, Arc::new(Disk::new(mem, o).unwrap()))
+    }
+
+    fn env_num(k: &str, default: f64) -> f64 {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    fn env_policies() -> String {
+        std::env::var("POLICIES").unwrap_or_else(|_| "greedy,cost-benefit+age-sort".into())
+    }
+
+    fn show_disk(d: &DiskCost) -> String {
+        format!(
+            "on {}: busy {:.1} s for {:.1} s of new data at full bandwidth: write cost {:.2} in disk time, {:.0}% of the bandwidth for new data; {} seeks, {:.0} rotations",
+            d.model,
+            d.busy_secs,
+            d.new_data_secs,
+            d.write_cost,
+            d.new_data_share * 100.0,
+            d.seeks,
+            d.rotations
+        )
+    }
+
     /// 004 §5.2 on its own disk: the experiment above on the Wren IV model (the 256 MiB
     /// disk fits its 327 MB; 1 MiB segments, as Sprite LFS), with the write cost in disk
     /// time beside the write cost in blocks (run by hand: `cargo test -p cairn-lfs --lib
@@ -688,31 +709,10 @@ mod tests {
     #[test]
     #[ignore]
     fn write_cost_on_the_wren_iv() {
-        use cairn_blockdev::disk::{Disk, DiskOptions, Time};
-        let var = |k: &str| std::env::var(k).ok();
-        let fraction: f64 = var("DATA").and_then(|v| v.parse().ok()).unwrap_or(0.70);
-        let policies = var("POLICIES").unwrap_or_else(|| "greedy,cost-benefit+age-sort".into());
-        for p in policies.split(',') {
-            let mut sp = spec(65536, p, (None, None));
-            sp.segment_size = 1 << 20;
-            sp.data_fraction = fraction;
-            let mut o = DiskOptions::parse("wren-iv").unwrap();
-            o.time = Time::Frozen;
-            let mem = Arc::new(MemDevice::new(BLOCK_SIZE as u32, sp.blocks));
-            let dev = Arc::new(Disk::new(mem, o).unwrap());
+        for p in env_policies().split(',') {
+            let (sp, dev) = on_wren_iv(p, env_num("DATA", 0.70));
             let (r, d) = compare_on(&sp, dev).unwrap();
-            let d = d.unwrap();
-            eprintln!(
-                "{}\n  on {}: busy {:.1} s for {:.1} s of new data at full bandwidth: write cost {:.2} in disk time, {:.0}% of the bandwidth for new data; {} seeks, {:.0} rotations",
-                show(&r),
-                d.model,
-                d.busy_secs,
-                d.new_data_secs,
-                d.write_cost,
-                d.new_data_share * 100.0,
-                d.seeks,
-                d.rotations
-            );
+            eprintln!("{}\n  {}", show(&r), show_disk(&d.unwrap()));
         }
     }
 
@@ -724,31 +724,17 @@ mod tests {
     #[test]
     #[ignore]
     fn churn_write_cost_on_the_wren_iv() {
-        use cairn_blockdev::disk::{Disk, DiskOptions, Time};
-        let var = |k: &str| std::env::var(k).ok();
-        let fraction: f64 = var("DATA").and_then(|v| v.parse().ok()).unwrap_or(0.70);
-        let num = |k: &str, d: f64| var(k).and_then(|v| v.parse().ok()).unwrap_or(d);
         let churn = Churn {
-            small_blocks: num("SMALLB", 4.0) as u64,
-            large_blocks: num("LARGEB", 512.0) as u64,
-            large_share: num("LARGE", 0.05),
-            short_lived: num("SHORT", 0.9),
+            small_blocks: env_num("SMALLB", 4.0) as u64,
+            large_blocks: env_num("LARGEB", 512.0) as u64,
+            large_share: env_num("LARGE", 0.05),
+            short_lived: env_num("SHORT", 0.9),
         };
-        let policies = var("POLICIES").unwrap_or_else(|| "greedy,cost-benefit+age-sort".into());
-        for p in policies.split(',') {
-            let mut sp = spec(65536, p, (None, None));
-            sp.segment_size = 1 << 20;
-            sp.data_fraction = fraction;
-            let mut o = DiskOptions::parse("wren-iv").unwrap();
-            o.time = Time::Frozen;
-            let mem = Arc::new(MemDevice::new(BLOCK_SIZE as u32, sp.blocks));
-            let dev = Arc::new(Disk::new(mem, o).unwrap());
+        for p in env_policies().split(',') {
+            let (sp, dev) = on_wren_iv(p, env_num("DATA", 0.70));
             let (r, d) = churn_on(&sp, churn, dev).unwrap();
-            let d = d.unwrap();
             eprintln!(
-                "{}: {:?}, {} files, u {:.3}, write cost {:.2} (all in {:.2}), cleaned u {:.2}, {} segments freed, {} empty ({:.0}%), {} by the cleaner\n  on {}: busy {:.1} s for {:.1} s of new data: write cost {:.2} in disk time, {:.0}% of the bandwidth for new data; {} seeks, {:.0} rotations",
-                p,
-                churn,
+                "{p}: {churn:?}, {} files, u {:.3}, write cost {:.2} (all in {:.2}), cleaned u {:.2}, {} segments freed, {} empty ({:.0}%), {} by the cleaner\n  {}",
                 r.files,
                 r.utilization,
                 r.write_cost,
@@ -758,13 +744,7 @@ mod tests {
                 r.segments_freed_empty,
                 100.0 * r.segments_freed_empty as f64 / r.segments_freed.max(1) as f64,
                 r.segments_cleaned,
-                d.model,
-                d.busy_secs,
-                d.new_data_secs,
-                d.write_cost,
-                d.new_data_share * 100.0,
-                d.seeks,
-                d.rotations
+                show_disk(&d.unwrap())
             );
         }
     }
