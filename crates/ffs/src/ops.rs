@@ -1218,6 +1218,15 @@ impl Ffs {
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
         let end = offset + length;
+        if let Falloc::Allocate { .. } | Falloc::ZeroRange { .. } = op {
+            // Preflight: the range's blocks not already the file's are needed at least (the
+            // file's own count bounds how many of them it maps; indirect blocks only add).
+            // A request that cannot fit is refused before a block is zeroed: allocating
+            // block by block to the last one and rolling back holds a buffer per block
+            // until the call ends (minutes and gigabytes for generic/213's twice-the-disk).
+            let range = end.div_ceil(bs) - offset / bs;
+            st.alloc.reserve(0, range.saturating_sub(d.blocks))?;
+        }
         let grow = |st: &mut State, keep_size: bool| -> Result<()> {
             if !keep_size && end > d.size {
                 self.zero_tail(st, ino, d.size)?;

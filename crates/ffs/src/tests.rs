@@ -524,6 +524,37 @@ fn enospc_leaves_fs_usable() {
     assert!(fs.statfs().unwrap().bfree > 900);
 }
 
+/// generic/213: a fallocate of more than the file system holds is refused before a block
+/// is allocated (no buffer zeroed per block and rolled back), in every FFS strategy; the image
+/// is as it was and a fallocate that fits still works, also over blocks the file has.
+#[test]
+fn oversize_fallocate_refused_up_front() {
+    for mode in ["sync", "async", "softdep"] {
+        let (_dev, fs) = fresh(1024, mode);
+        let c = Ctx::root();
+        let (f, fh) = fs.create(&c, 2, n("big"), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.fsync(f.ino, fh, false).unwrap();
+        let free = fs.statfs().unwrap().bfree;
+        let before = fs.vol.cache.stats();
+        for m in [0, libc::FALLOC_FL_ZERO_RANGE] {
+            let r = fs.fallocate(f.ino, fh, 0, 2 * 1024 * 4096, m);
+            assert_eq!(errno(r), Errno::ENOSPC, "{mode}, mode {m}");
+        }
+        // Allocating to the end and rolling back reads the bitmap and the block map once
+        // per block: a refusal up front reads a few buffers.
+        let after = fs.vol.cache.stats();
+        let reads = after.hits + after.misses - before.hits - before.misses;
+        assert!(reads < 16, "{mode}: {reads} buffer reads for a refused fallocate");
+        assert_eq!(fs.statfs().unwrap().bfree, free, "{mode}");
+        assert_eq!(fs.getattr(f.ino).unwrap().size, 0, "{mode}");
+        // Half the room, then the same range again: its blocks are the file's already.
+        let half = free / 2 * 4096;
+        fs.fallocate(f.ino, fh, 0, half, 0).unwrap();
+        fs.fallocate(f.ino, fh, 0, half, 0).unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+}
+
 #[test]
 fn xattrs() {
     let (_dev, fs) = fresh(2048, "sync");
