@@ -461,6 +461,9 @@ fn render_status(v: &Value) -> String {
 }
 
 fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> Result<i32> {
+    if mount::is_remount(options) {
+        return mount::remount(mp, options);
+    }
     let cfg = Config::load(config).map_err(|e| anyhow!("{e}"))?;
     let mountpoint = mp
         .canonicalize()
@@ -515,6 +518,19 @@ fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> 
             .unwrap_or(cfg.source.clone())
             .display()
             .to_string();
+    }
+    // A second mount point of a configuration a live daemon serves: the same daemon
+    // serves it (two daemons over one set of branches would each keep an index and a
+    // kernel cache the other's changes never reach).
+    if let Some(daemon) = runtime::serving(&cfg.source) {
+        let second = mount::Second {
+            read_only: fuse.read_only,
+            fuse: &fuse,
+            mode: None,
+        };
+        let shown = cfg.source.display().to_string();
+        mount::second_mount_point(&daemon, &second, &shown, &mountpoint)?;
+        return Ok(0);
     }
     let job = Job {
         cfg,
@@ -600,6 +616,7 @@ fn commands(fs: Arc<Umbrella>, server: &Server, job: &Job) -> control::Commands 
         "config": job.cfg.source.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
         "fuse_threads": job.fuse.threads,
+        "read_only": job.fuse.read_only,
     });
     let f: Arc<dyn cairn_vfs::FileSystem> = fs.clone();
     let mut c = control::Commands::for_daemon(
