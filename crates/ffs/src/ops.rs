@@ -1209,11 +1209,13 @@ impl Ffs {
         &self,
         st: &mut State,
         ino: u64,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
         let op = Falloc::decode(mode)?;
+        let kill_privileges = fh != 0 && self.handle(st, fh)?.1 & perm::O_KILL_PRIVILEGES != 0;
         let d = self.iget(st, ino)?.d.clone();
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
@@ -1267,6 +1269,11 @@ impl Ffs {
         ic.d.ctime = now;
         if data_changed {
             ic.d.mtime = now;
+        }
+        if kill_privileges {
+            // Any fallocate by someone without CAP_FSETID, as a write (`file_modified`:
+            // generic/683-687).
+            ic.d.mode = perm::kill_privileges(ic.d.mode);
         }
         // Like a write's inode update: delayed in every mode (sync orders the allocations
         // and frees above, not the size and times).
@@ -2052,14 +2059,14 @@ impl FileSystem for Ffs {
     fn fallocate(
         &self,
         ino: Ino,
-        _fh: Fh,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
         let _il = self.ilock(ino).write();
         self.op("fallocate", Some(OpKind::Fallocate), |st| {
-            self.do_fallocate(st, ino, offset, length, mode)
+            self.do_fallocate(st, ino, fh, offset, length, mode)
         })
     }
 

@@ -544,7 +544,10 @@ fn oversize_fallocate_refused_up_front() {
         // per block: a refusal up front reads a few buffers.
         let after = fs.vol.cache.stats();
         let reads = after.hits + after.misses - before.hits - before.misses;
-        assert!(reads < 16, "{mode}: {reads} buffer reads for a refused fallocate");
+        assert!(
+            reads < 16,
+            "{mode}: {reads} buffer reads for a refused fallocate"
+        );
         assert_eq!(fs.statfs().unwrap().bfree, free, "{mode}");
         assert_eq!(fs.getattr(f.ino).unwrap().size, 0, "{mode}");
         // Half the room, then the same range again: its blocks are the file's already.
@@ -767,6 +770,24 @@ fn writes_by_others_kill_setuid_and_setgid_and_only_the_owner_chmods() {
         );
     }
     assert_eq!(perm(d), 0o6777);
+    // fallocate, punch and zero range too (generic/683-685); root's keep them.
+    for (i, m) in [
+        0,
+        libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_ZERO_RANGE,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (who, want) in [(&root, 0o6777), (&other, 0o0777)] {
+            let f = mk(&format!("fa{i}-{}", who.uid), 0o6777);
+            let fh = fs.open(who, f, libc::O_WRONLY).unwrap();
+            fs.fallocate(f, fh, 0, 8192, m).unwrap();
+            fs.release(f, fh).unwrap();
+            assert_eq!(perm(f), want, "fallocate mode {m:#x} by uid {}", who.uid);
+        }
+    }
 }
 
 fn mode_to(mode: u32) -> SetAttr {
