@@ -26,7 +26,10 @@ Mount:   cairn umbrella [-f] [-o OPTIONS] CONFIG.toml MOUNTPOINT
 Then:    cairn umbrella status|reload|enforce|branch ... MOUNTPOINT, cairn umbrella where PATH,
          cairn umount MOUNTPOINT.
 Options: the FUSE ones of `cairn mount` (threads=N, allow_other, default_permissions,
-max_write=SIZE, readdirplus=..., noexec, ...) and log=PATH.
+max_write=SIZE, readdirplus=..., noexec, ...), log=PATH, and remount (with ro/rw, ...,
+as `cairn mount`). Mounting a configuration a daemon already serves at a second mount
+point makes that daemon serve it there too. `cairn install-helper` adds
+mount.fuse.umbrella for `mount -t fuse.umbrella CONFIG DIR` and fstab.
 See examples/umbrella-fig4.toml and the README for the configuration format.";
 
 #[derive(clap::Args, Debug)]
