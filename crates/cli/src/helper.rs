@@ -300,12 +300,24 @@ mod tests {
     #[test]
     fn umbrella_helpers_translate_to_cairn_umbrella() {
         assert_eq!(
-            translate(&v(&["/sbin/mount.fuse.umbrella", "/c.toml", "/mnt", "-s", "-o", "rw"]))
-                .map(|(n, h)| (n, h.unwrap())),
+            translate(&v(&[
+                "/sbin/mount.fuse.umbrella",
+                "/c.toml",
+                "/mnt",
+                "-s",
+                "-o",
+                "rw"
+            ]))
+            .map(|(n, h)| (n, h.unwrap())),
             Some((
                 "mount.fuse.umbrella",
                 Helper::Run(v(&[
-                    "cairn", "umbrella", "-o", "rw,dev,suid", "/c.toml", "/mnt"
+                    "cairn",
+                    "umbrella",
+                    "-o",
+                    "rw,dev,suid",
+                    "/c.toml",
+                    "/mnt"
                 ]))
             ))
         );
