@@ -1221,13 +1221,15 @@ impl Ffs {
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
         let end = offset + length;
         if let Falloc::Allocate { .. } | Falloc::ZeroRange { .. } = op {
-            // Preflight: the range's blocks not already the file's are needed at least (the
-            // file's own count bounds how many of them it maps; indirect blocks only add).
-            // A request that cannot fit is refused before a block is zeroed: allocating
-            // block by block to the last one and rolling back holds a buffer per block
-            // until the call ends (minutes and gigabytes for generic/213's twice-the-disk).
+            // Preflight: the range's blocks and the indirect blocks that must point to them,
+            // less what the file has already (its own count bounds how many of them it
+            // holds), are needed at least. A request that cannot fit is refused before a
+            // block is zeroed: allocating block by block to the last one and rolling back
+            // holds a buffer per block until the call ends (minutes and gigabytes for
+            // generic/213's twice-the-disk).
             let range = end.div_ceil(bs) - offset / bs;
-            st.alloc.reserve(0, range.saturating_sub(d.blocks))?;
+            let least = range + self.vol.geo.min_indirect_blocks(range);
+            st.alloc.reserve(0, least.saturating_sub(d.blocks))?;
         }
         let grow = |st: &mut State, keep_size: bool| -> Result<()> {
             if !keep_size && end > d.size {
@@ -1496,10 +1498,14 @@ impl FileSystem for Ffs {
         // The write-back reserve is no room for new data, root's included (`alloc`).
         let bfree = (st.alloc.free_blocks() + ob).saturating_sub(st.alloc.writeback_reserve());
         let ffree = st.alloc.free_inodes() + oi;
+        // Available: the data one file can still be given, its indirect blocks counted
+        // out of the free ones (fewer than one in 512), so that `df` never shows room a
+        // write or fallocate cannot have (generic/103 fallocates all of it but 512 KiB).
+        let bavail = bfree - self.vol.geo.indirect_blocks_for(bfree);
         Ok(StatFs {
             blocks: self.vol.geo.total_blocks - meta,
             bfree,
-            bavail: bfree,
+            bavail,
             files: self.vol.geo.total_inodes() - 2,
             ffree,
             bsize: self.vol.geo.block_size,
