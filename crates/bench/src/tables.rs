@@ -299,6 +299,7 @@ pub fn title(w: &str) -> &'static str {
             "Group commit: concurrent creates (001 §3.2, issue 12)"
         }
         crate::workload::rename::NAME => "Renames across directories (002 §2 rule 3, issue 23)",
+        crate::workload::fsstress::NAME => "fsstress: a mixed workload (issue 23)",
         _ => "",
     }
 }
@@ -335,6 +336,9 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             "create-unlink" => (owned(&["create+unlink"]), false, true),
             crate::workload::rename::NAME => {
                 (owned(&[crate::workload::rename::PHASE]), false, true)
+            }
+            crate::workload::fsstress::NAME => {
+                (owned(&[crate::workload::fsstress::PHASE]), false, true)
             }
             "postmark" | "postmark-umbrella" | "postmark-large" => (owned(&["run"]), false, true),
             "sdet" | "largefile" => (labels(records, w), false, true),
@@ -416,16 +420,20 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         }
     }
 
-    if has(meta, records, crate::workload::rename::NAME) {
-        let w = crate::workload::rename::NAME;
-        let _ = writeln!(s, "\n### {}\n", title(w));
-        evidence_table(
-            &mut s,
-            meta,
-            records,
-            w,
-            &[crate::workload::rename::PHASE.to_string()],
-        );
+    for (w, phase) in [
+        (
+            crate::workload::rename::NAME,
+            crate::workload::rename::PHASE,
+        ),
+        (
+            crate::workload::fsstress::NAME,
+            crate::workload::fsstress::PHASE,
+        ),
+    ] {
+        if has(meta, records, w) {
+            let _ = writeln!(s, "\n### {}\n", title(w));
+            evidence_table(&mut s, meta, records, w, &[phase.to_string()]);
+        }
     }
 
     if has(meta, records, "micro") {

@@ -260,6 +260,9 @@ pub struct Env {
     /// daemon's defaults. Every cairn target of such a workload gets the same, so a
     /// comparison between modes is not one between daemon configurations.
     pub fuse_concurrency: Option<usize>,
+    /// Mount options every cairn target adds to its own (`--mount-options`, e.g. `cache=16M`
+    /// for a working set larger than the buffer cache); empty: none.
+    pub mount_options: String,
 }
 
 /// A mounted target, ready for a workload in [`Mounted::dir`]. Dropping it unmounts and
@@ -283,6 +286,8 @@ pub struct Mounted {
     /// Options a workload added to a cairn target's `-o` for its later mounts
     /// ([`Mounted::set_extra_options`]), e.g. a checkpoint held back.
     extra_options: String,
+    /// `Env::mount_options`: in every mount of a cairn target, before `extra_options`' own.
+    base_options: String,
     /// Mount attempts' facts for the record (daemon CPU placement, options).
     pub notes: Vec<String>,
 }
@@ -316,8 +321,12 @@ impl Mounted {
             daemon: None,
             mounted: false,
             extra_options: String::new(),
+            base_options: env.mount_options.clone(),
             notes: Vec::new(),
         };
+        if !env.mount_options.is_empty() && matches!(spec.kind, Kind::Cairn { .. }) {
+            m.set_extra_options("")?;
+        }
         // Larger than the free space only when the run was asked for images the disk cannot
         // hold (--image-size, --netnews-full's 16 GiB): they are sparse, and a workload that
         // filled one would meet ENOSPC from the host, not from the target.
@@ -451,11 +460,10 @@ impl Mounted {
                 self.spec.name
             );
         }
-        self.extra_options = match opts.trim_start_matches(',') {
-            "" => String::new(),
-            o => format!(",{o}"),
-        };
-        self.notes.push(format!("later mounts add: {opts}"));
+        self.extra_options = compose_options(&self.base_options, opts);
+        if let Some(o) = self.extra_options.strip_prefix(',') {
+            self.notes.push(format!("mounts add: {o}"));
+        }
         Ok(())
     }
 
@@ -995,6 +1003,18 @@ fn disk_options(disk: Option<&str>, log_device: bool) -> String {
     }
 }
 
+/// The options a cairn target's mount adds after its mode's: the run's own
+/// (`--mount-options`), which stay in every mount, then a workload's (`opts`); each part
+/// without its leading comma, the result with one (or empty).
+fn compose_options(base: &str, opts: &str) -> String {
+    [base, opts]
+        .iter()
+        .map(|o| o.trim_matches(','))
+        .filter(|o| !o.is_empty())
+        .map(|o| format!(",{o}"))
+        .collect()
+}
+
 /// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
 fn transport_option(transport: &Option<String>) -> String {
     transport
@@ -1171,6 +1191,17 @@ mod tests {
             ",disk=wren-iv:sstf:nohostflush,log_disk=wren-iv:sstf:nohostflush"
         );
         assert_eq!(disk_options(None, true), "");
+    }
+
+    #[test]
+    fn the_runs_mount_options_stay_when_a_workload_adds_its_own() {
+        assert_eq!(compose_options("", ""), "");
+        assert_eq!(compose_options("cache=16M", ""), ",cache=16M");
+        assert_eq!(compose_options("", ",syncer=600"), ",syncer=600");
+        assert_eq!(
+            compose_options("cache=16M", "syncer=600"),
+            ",cache=16M,syncer=600"
+        );
     }
 
     #[test]

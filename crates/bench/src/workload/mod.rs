@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::{Counters, Source};
 use crate::sys;
 
+pub mod fsstress;
 pub mod groupcreate;
 pub mod largefile;
 pub mod micro;
@@ -371,6 +372,8 @@ pub enum Workload {
     RecoverySweep(recovery_sweep::Config),
     /// Issue 23: small files created and renamed across directories.
     Rename(rename::Config),
+    /// Issue 23: xfstests' fsstress with a fixed seed (the binary is not ours).
+    Fsstress(fsstress::Config),
 }
 
 /// Every workload, in the order a suite runs them (cheap ones first, so a broken target shows
@@ -390,6 +393,7 @@ pub const NAMES: &[&str] = &[
     "recovery",
     groupcreate::NAME,
     "recovery-sweep",
+    fsstress::NAME,
     "seq",
 ];
 
@@ -450,6 +454,7 @@ impl Workload {
             groupcreate::NAME => Workload::GroupCreate(groupcreate::Config::scaled(p.scale)),
             "recovery-sweep" => Workload::RecoverySweep(recovery_sweep::Config::scaled(p.scale)),
             rename::NAME => Workload::Rename(rename::Config::scaled(p.scale)),
+            fsstress::NAME => Workload::Fsstress(fsstress::Config::scaled(p.scale)),
             n => bail!("unknown workload '{n}' (known: {})", NAMES.join(", ")),
         })
     }
@@ -469,6 +474,7 @@ impl Workload {
             Workload::GroupCreate(_) => groupcreate::NAME,
             Workload::RecoverySweep(_) => "recovery-sweep",
             Workload::Rename(_) => rename::NAME,
+            Workload::Fsstress(_) => fsstress::NAME,
         }
     }
 
@@ -488,8 +494,10 @@ impl Workload {
 
     /// Runs whatever must happen once before the first repetition (downloads).
     pub fn prepare(&self) -> Result<()> {
-        if let Workload::Ssh(c) = self {
-            ssh::prepare(c)?;
+        match self {
+            Workload::Ssh(c) => drop(ssh::prepare(c)?),
+            Workload::Fsstress(_) => fsstress::prepare()?,
+            _ => {}
         }
         Ok(())
     }
@@ -539,6 +547,7 @@ impl Workload {
             Workload::GroupCreate(c) => c.describe(),
             Workload::RecoverySweep(c) => c.describe(),
             Workload::Rename(c) => c.describe(),
+            Workload::Fsstress(c) => c.describe(),
         }
     }
 
@@ -594,6 +603,7 @@ impl Workload {
             Workload::GroupCreate(c) => groupcreate::run(stage, c),
             Workload::RecoverySweep(c) => recovery_sweep::run(stage, c),
             Workload::Rename(c) => rename::run(stage, c),
+            Workload::Fsstress(c) => fsstress::run(stage, c),
         }
     }
 }
