@@ -8,6 +8,8 @@
 //! `CAIRN_UMBRELLA_MODEL_SEED` replays a randomized run; `CAIRN_UMBRELLA_MODEL_ROUNDS`
 //! (default 12) sets its length.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -588,11 +590,7 @@ fn randomized_renames_and_migrations_with_clean_and_kill9_remounts() {
 #[test]
 fn mount_dash_t_fuse_umbrella_remount_and_a_second_mount_point() {
     let e = Env::new(TIERS);
-    let sbin = fs::canonicalize("/sbin").unwrap();
-    let script = format!(
-        r#"set -e
-mkdir -p ov mnt2 && mount -t tmpfs none ov && mkdir ov/up ov/work
-mount -t overlay overlay -o lowerdir={sbin},upperdir=ov/up,workdir=ov/work {sbin}
+    let script = r#"mkdir mnt2
 "$CAIRN" install-helper --link >/dev/null
 mount -t fuse.umbrella u.toml mnt
 grep -q " $PWD/mnt .* - fuse.umbrella " /proc/self/mountinfo
@@ -611,21 +609,7 @@ umount mnt2
 test "$(cat mnt/g)" = after
 umount mnt
 ! grep -q " $PWD/mnt .* - fuse.umbrella " /proc/self/mountinfo
-"#,
-        sbin = sbin.display()
-    );
-    let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .env("CAIRN", CAIRN)
-        .env("CAIRN_RUNTIME_DIR", e.p("run"))
-        .current_dir(e.dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+"#;
+    common::in_private_sbin(script, e.dir.path(), &e.p("run"));
     assert!(e.p("fast/g").exists(), "the rename reached the branch");
 }
