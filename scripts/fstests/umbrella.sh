@@ -52,25 +52,10 @@ umbrella_setup() {
     mkdir -p "$u"
     umbrella_mkfs_script >"$work/bin/mkfs.umbrella"
     chmod +x "$work/bin/mkfs.umbrella"
-    # mount -t fuse.umbrella CONFIG DIR -o OPTS and its umount, as mount(8) calls helpers.
-    cat >"$sbin/mount.fuse.umbrella" <<EOF
-#!/bin/bash
-src=\$1 dir=\$2; shift 2
-opts=
-while [ \$# -gt 0 ]; do
-    case \$1 in
-        -o) opts=\$2; shift 2 ;;
-        -o*) opts=\${1#-o}; shift ;;
-        *) shift ;;
-    esac
-done
-exec "$CAIRN_BIN" umbrella \${opts:+-o "\$opts"} "\$src" "\$dir"
-EOF
-    cat >"$sbin/umount.fuse.umbrella" <<EOF
-#!/bin/bash
-exec "$CAIRN_BIN" umount "\$1"
-EOF
-    chmod +x "$sbin/mount.fuse.umbrella" "$sbin/umount.fuse.umbrella"
+    # mount -t fuse.umbrella CONFIG DIR -o OPTS and its umount: cairn's own helpers
+    # (`cairn install-helper`: dev and suid as a disk file system is, remount in place, a
+    # second mount point served by the same daemon).
+    "$CAIRN_BIN" install-helper --link --prefix "$sbin" >/dev/null
     test_dev=$u/test.toml
     scratch_dev=$u/scratch.toml
     "$work/bin/mkfs.umbrella" "$test_dev"

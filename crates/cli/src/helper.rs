@@ -6,17 +6,44 @@
 //! in /usr/local/lib/cairn (`cairn install-helper`; the copy keeps fstab mounts working after
 //! the build tree is cleaned), which recognises them by its argv[0] and turns them into
 //! `cairn mount` / `cairn umount` (the latter waits for the final flush, which plain
-//! umount(2) does not).
+//! umount(2) does not). `mount -t fuse.umbrella CONFIG DIR` and the unmount of such a mount
+//! run `mount.fuse.umbrella` / `umount.fuse.umbrella` the same way, turned into
+//! `cairn umbrella` / `cairn umount`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-pub const MOUNT_HELPER: &str = "mount.cairn";
-/// The same helper under the name mount(8) looks for with `-t fuse.cairn`.
-pub const FUSE_MOUNT_HELPER: &str = "mount.fuse.cairn";
-pub const UMOUNT_HELPER: &str = "umount.fuse.cairn";
+/// What a helper name stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A mount helper, turned into this `cairn` subcommand (`mount`, `umbrella`).
+    Mount(&'static str),
+    /// An unmount helper, turned into `cairn umount`.
+    Umount,
+}
+
+/// Every helper by the name mount(8) and umount(8) run it under (`-t cairn`, `-t
+/// fuse.cairn`, `-t fuse.umbrella`; a FUSE mount's type is `fuse.SUBTYPE`).
+pub const HELPERS: [(&str, Role); 5] = [
+    ("mount.cairn", Role::Mount("mount")),
+    ("mount.fuse.cairn", Role::Mount("mount")),
+    ("umount.fuse.cairn", Role::Umount),
+    ("mount.fuse.umbrella", Role::Mount("umbrella")),
+    ("umount.fuse.umbrella", Role::Umount),
+];
+
+/// The `cairn` command line a helper invocation (`argv[0]` a name of [`HELPERS`]) stands
+/// for, with the helper's name for messages; None when `argv[0]` names no helper.
+pub fn translate(argv: &[OsString]) -> Option<(&'static str, Result<Helper, String>)> {
+    let name = Path::new(argv.first()?).file_name()?.to_str()?;
+    let (name, role) = HELPERS.iter().find(|(n, _)| *n == name)?;
+    Some(match role {
+        Role::Mount(sub) => (*name, mount_args(argv, sub)),
+        Role::Umount => (*name, umount_args(argv)),
+    })
+}
 
 /// What a helper invocation amounts to.
 #[derive(Debug, PartialEq, Eq)]
@@ -60,8 +87,9 @@ fn parse_flags(argv: &[OsString], with_value: &[char]) -> Result<Parsed, String>
     Ok((flags, values, pos))
 }
 
-/// `mount.cairn SOURCE DIR [-sfnvrw] [-o OPTIONS] [-t TYPE]` → `cairn mount ...`.
-pub fn mount_args(argv: &[OsString]) -> Result<Helper, String> {
+/// `mount.cairn SOURCE DIR [-sfnvrw] [-o OPTIONS] [-t TYPE]` → `cairn SUB ...` (SUB: `mount`,
+/// or `umbrella`, which has no sloppy mode: an option it does not know is refused).
+pub fn mount_args(argv: &[OsString], sub: &str) -> Result<Helper, String> {
     let (flags, values, pos) = parse_flags(argv, &['o', 't', 'N'])?;
     let [source, dir] = <[OsString; 2]>::try_from(pos)
         .map_err(|_| "usage: mount.cairn IMAGE DIR [-sfnv] [-o OPTIONS]".to_string())?;
@@ -84,8 +112,8 @@ pub fn mount_args(argv: &[OsString]) -> Result<Helper, String> {
             _ => {} // -t cairn: we know.
         }
     }
-    let mut out: Vec<OsString> = vec!["cairn".into(), "mount".into()];
-    if sloppy {
+    let mut out: Vec<OsString> = vec!["cairn".into(), sub.into()];
+    if sloppy && sub == "mount" {
         out.push("--sloppy".into());
     }
     let mut opts: Vec<String> = opts.into_iter().filter(|o| !o.is_empty()).collect();
@@ -140,8 +168,8 @@ pub struct InstallArgs {
     pub link: bool,
 }
 
-/// Creates `PREFIX/mount.cairn`, `PREFIX/mount.fuse.cairn` and `PREFIX/umount.fuse.cairn`,
-/// symlinks to a copy of this
+/// Creates the [`HELPERS`] in PREFIX (`mount.cairn`, `mount.fuse.cairn`,
+/// `umount.fuse.cairn`, `mount.fuse.umbrella`, `umount.fuse.umbrella`), symlinks to a copy of this
 /// binary in `LIB_DIR` (or, with `--link`, to this binary itself), and says where.
 pub fn install(args: InstallArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the cairn binary")?;
@@ -169,7 +197,7 @@ pub fn install(args: InstallArgs) -> Result<i32> {
     };
     std::fs::create_dir_all(&args.prefix)
         .with_context(|| format!("cannot create {}", args.prefix.display()))?;
-    for name in [MOUNT_HELPER, FUSE_MOUNT_HELPER, UMOUNT_HELPER] {
+    for (name, _) in HELPERS {
         let link = args.prefix.join(name);
         match replace_symlink(&target, &link)? {
             Some(old) if old != target => println!(
@@ -215,14 +243,10 @@ mod tests {
     #[test]
     fn mount_helper_translates_like_mount_dot_fuse() {
         assert_eq!(
-            mount_args(&v(&[
-                "mount.cairn",
-                "/img",
-                "/mnt",
-                "-o",
-                "rw,mode=async",
-                "-n"
-            ])),
+            mount_args(
+                &v(&["mount.cairn", "/img", "/mnt", "-o", "rw,mode=async", "-n"]),
+                "mount"
+            ),
             Ok(Helper::Run(v(&[
                 "cairn",
                 "mount",
@@ -233,15 +257,10 @@ mod tests {
             ])))
         );
         assert_eq!(
-            mount_args(&v(&[
-                "mount.cairn",
-                "-sv",
-                "-oro",
-                "/img",
-                "/mnt",
-                "-t",
-                "cairn"
-            ])),
+            mount_args(
+                &v(&["mount.cairn", "-sv", "-oro", "/img", "/mnt", "-t", "cairn"]),
+                "mount"
+            ),
             Ok(Helper::Run(v(&[
                 "cairn",
                 "mount",
@@ -254,13 +273,10 @@ mod tests {
         );
         // mount(8) passes nodev and nosuid when asked for (and drops dev and suid).
         assert_eq!(
-            mount_args(&v(&[
-                "mount.cairn",
-                "/img",
-                "/mnt",
-                "-o",
-                "rw,nodev,nosuid"
-            ])),
+            mount_args(
+                &v(&["mount.cairn", "/img", "/mnt", "-o", "rw,nodev,nosuid"]),
+                "mount"
+            ),
             Ok(Helper::Run(v(&[
                 "cairn",
                 "mount",
@@ -271,11 +287,51 @@ mod tests {
             ])))
         );
         assert_eq!(
-            mount_args(&v(&["mount.cairn", "/img", "/mnt", "-f"])),
+            mount_args(&v(&["mount.cairn", "/img", "/mnt", "-f"]), "mount"),
             Ok(Helper::Exit(0))
         );
-        assert!(mount_args(&v(&["mount.cairn", "/img"])).is_err());
-        assert!(mount_args(&v(&["mount.cairn", "/img", "/mnt", "-o"])).is_err());
+        assert!(mount_args(&v(&["mount.cairn", "/img"]), "mount").is_err());
+        assert!(mount_args(&v(&["mount.cairn", "/img", "/mnt", "-o"]), "mount").is_err());
+    }
+
+    /// `mount -t fuse.umbrella CONFIG DIR`: the umbrella layer's helper gets dev and suid
+    /// as a disk file system does (generic/184's device node), no sloppy mode, and its
+    /// unmount helper waits for the daemon as `cairn umount` does.
+    #[test]
+    fn umbrella_helpers_translate_to_cairn_umbrella() {
+        assert_eq!(
+            translate(&v(&[
+                "/sbin/mount.fuse.umbrella",
+                "/c.toml",
+                "/mnt",
+                "-s",
+                "-o",
+                "rw"
+            ]))
+            .map(|(n, h)| (n, h.unwrap())),
+            Some((
+                "mount.fuse.umbrella",
+                Helper::Run(v(&[
+                    "cairn",
+                    "umbrella",
+                    "-o",
+                    "rw,dev,suid",
+                    "/c.toml",
+                    "/mnt"
+                ]))
+            ))
+        );
+        assert_eq!(
+            translate(&v(&["umount.fuse.umbrella", "/mnt"])).map(|(_, h)| h.unwrap()),
+            Some(Helper::Run(v(&["cairn", "umount", "/mnt"])))
+        );
+        assert!(translate(&v(&["cairn", "mount"])).is_none());
+        // Every mount helper's subcommand is one `cairn` has.
+        for (name, role) in HELPERS {
+            if let Role::Mount(sub) = role {
+                assert!(["mount", "umbrella"].contains(&sub), "{name}");
+            }
+        }
     }
 
     #[test]

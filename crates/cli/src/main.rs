@@ -1,7 +1,6 @@
 //! `cairn`: the one command of the toolkit.
 
 use std::ffi::OsString;
-use std::path::Path;
 
 use clap::{Parser, Subcommand};
 
@@ -52,8 +51,9 @@ enum Cmd {
     Stats(stats::Args),
     /// Make a mounted file system durable (sync(2) and `sync -f` never reach a FUSE daemon)
     Sync(sync::Args),
-    /// Install the mount.cairn, mount.fuse.cairn and umount.fuse.cairn helpers (for mount -t
-    /// cairn, mount -t fuse.cairn and fstab)
+    /// Install the mount(8)/umount(8) helpers: mount.cairn, mount.fuse.cairn,
+    /// umount.fuse.cairn, mount.fuse.umbrella, umount.fuse.umbrella (for mount -t cairn,
+    /// -t fuse.cairn, -t fuse.umbrella and fstab)
     InstallHelper(helper::InstallArgs),
     /// List the metadata-update modes this build can mount (one per line: name, description)
     Modes {
@@ -81,11 +81,6 @@ enum Cmd {
     },
 }
 
-fn invoked_as(argv0: Option<&OsString>) -> Option<String> {
-    let name = Path::new(argv0?).file_name()?.to_str()?;
-    Some(name.to_string())
-}
-
 /// SIGPIPE back to its default action (Rust starts programs with it ignored, so a write to
 /// a closed pipe fails and `println!` panics).
 #[allow(unsafe_code)]
@@ -100,15 +95,7 @@ fn default_sigpipe() {
 
 fn main() {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let translated = match invoked_as(argv.first()).as_deref() {
-        Some(helper::MOUNT_HELPER) => Some((helper::MOUNT_HELPER, helper::mount_args(&argv))),
-        Some(helper::FUSE_MOUNT_HELPER) => {
-            Some((helper::FUSE_MOUNT_HELPER, helper::mount_args(&argv)))
-        }
-        Some(helper::UMOUNT_HELPER) => Some((helper::UMOUNT_HELPER, helper::umount_args(&argv))),
-        _ => None,
-    };
-    let argv = match translated {
+    let argv = match helper::translate(&argv) {
         None => argv,
         Some((_, Ok(helper::Helper::Run(a)))) => a,
         Some((_, Ok(helper::Helper::Exit(code)))) => std::process::exit(code),

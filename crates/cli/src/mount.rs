@@ -174,13 +174,12 @@ pub fn parse_options(list: &[String], sloppy: bool, fs: &'static FsType) -> Resu
 /// read-only or read-write, nosuid, nodev, noexec, noatime — through mount(2) with
 /// MS_REMOUNT, which a FUSE superblock accepts (the kernel syncs it first); the daemon and
 /// its file system go on as they were. Every other option is ignored, as the kernel's FUSE
-/// ignores them on a remount.
-fn remount(args: &Args) -> Result<i32> {
+/// ignores them on a remount. Shared by `cairn mount` and `cairn umbrella`.
+pub(crate) fn remount(mountpoint: &Path, options: &[String]) -> Result<i32> {
     use nix::mount::MsFlags;
-    let mp = args
-        .mountpoint
+    let mp = mountpoint
         .canonicalize()
-        .with_context(|| format!("bad mount point {}", args.mountpoint.display()))?;
+        .with_context(|| format!("bad mount point {}", mountpoint.display()))?;
     // The flags the mount has now, changed by the options given (MS_REMOUNT sets them all;
     // with no atime flag the kernel picks relatime, so strictatime must be carried over).
     let now = std::fs::read_to_string("/proc/self/mountinfo")
@@ -194,7 +193,7 @@ fn remount(args: &Args) -> Result<i32> {
     let mut flags = MsFlags::MS_REMOUNT;
     for o in now
         .split(',')
-        .chain(args.options.iter().flat_map(|s| s.split(',')))
+        .chain(options.iter().flat_map(|s| s.split(',')))
     {
         let (on, f) = match o {
             "ro" => (true, MsFlags::MS_RDONLY),
@@ -216,18 +215,21 @@ fn remount(args: &Args) -> Result<i32> {
     }
     let none: Option<&str> = None;
     nix::mount::mount(none, &mp, none, flags, none)
-        .with_context(|| format!("cannot remount {}", args.mountpoint.display()))?;
+        .with_context(|| format!("cannot remount {}", mountpoint.display()))?;
     Ok(0)
 }
 
-pub fn run(args: Args) -> Result<i32> {
-    if args
-        .options
+/// Is `-o remount` among `options`?
+pub(crate) fn is_remount(options: &[String]) -> bool {
+    options
         .iter()
         .flat_map(|s| s.split(','))
         .any(|o| o == "remount")
-    {
-        return remount(&args);
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    if is_remount(&args.options) {
+        return remount(&args.mountpoint, &args.options);
     }
     // The format decides which options exist: find it first (the default one for the
     // in-memory test backend, which has no image).
@@ -269,7 +271,14 @@ pub fn run(args: Args) -> Result<i32> {
     if !args.memory
         && let Some(daemon) = runtime::serving(&image)
     {
-        second_mount_point(&daemon, &plan, &shown, &mountpoint)?;
+        let asked_mode = plan.fs_options.iter().any(|(k, _)| k == "mode");
+        let mode = asked_mode.then(|| plan.mode());
+        let second = Second {
+            read_only: plan.read_only,
+            fuse: &plan.fuse,
+            mode: mode.as_deref(),
+        };
+        second_mount_point(&daemon, &second, &shown, &mountpoint)?;
         return Ok(0);
     }
     let job = Job {
@@ -293,10 +302,11 @@ pub fn run(args: Args) -> Result<i32> {
 /// nodev, noexec, noatime). Two daemons can never write one image (the image lock refuses
 /// the second), and two FUSE connections to one file system would each keep a kernel cache
 /// the other's changes never invalidate. Refused when the mode asked for is not the one
-/// the daemon runs, or read-write is asked of a read-only mount.
-fn second_mount_point(
+/// the daemon runs, or read-write is asked of a read-only mount. Shared by `cairn mount` and
+/// `cairn umbrella` (whose "image" is its configuration file).
+pub(crate) fn second_mount_point(
     daemon: &runtime::RecordInfo,
-    plan: &Plan,
+    want: &Second<'_>,
     shown: &str,
     mountpoint: &Path,
 ) -> Result<()> {
@@ -331,23 +341,22 @@ fn second_mount_point(
         source.display(),
         if daemon_ro { "read-only" } else { "read-write" }
     );
-    let asked_mode = plan.fs_options.iter().any(|(k, _)| k == "mode");
-    if asked_mode && plan.mode() != mode {
+    if want.mode.is_some_and(|m| m != mode) {
         bail!(
             "{held}: a second mount point of it is served by the same daemon, in its mode \
              (-o mode={mode})"
         );
     }
-    if daemon_ro && !plan.read_only {
+    if daemon_ro && !want.read_only {
         bail!("{held}: a second mount point of it can only be read-only too (-o ro)");
     }
     let none: Option<&str> = None;
     nix::mount::mount(Some(&source), mountpoint, none, MsFlags::MS_BIND, none)
         .with_context(|| format!("cannot mount {shown} on {}", mountpoint.display()))?;
-    let o = &plan.fuse;
+    let o = want.fuse;
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
     for (on, f) in [
-        (plan.read_only, MsFlags::MS_RDONLY),
+        (want.read_only, MsFlags::MS_RDONLY),
         (!o.suid, MsFlags::MS_NOSUID),
         (!o.dev, MsFlags::MS_NODEV),
         (!o.exec, MsFlags::MS_NOEXEC),
@@ -366,6 +375,14 @@ fn second_mount_point(
         mountpoint.display()
     );
     Ok(())
+}
+
+/// What a second mount point asks for: read-only, its FUSE flags (suid, dev, exec,
+/// noatime), and the mode when one was named (it must be the daemon's).
+pub(crate) struct Second<'a> {
+    pub read_only: bool,
+    pub fuse: &'a FuseOptions,
+    pub mode: Option<&'a str>,
 }
 
 struct Job {

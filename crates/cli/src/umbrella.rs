@@ -26,7 +26,10 @@ Mount:   cairn umbrella [-f] [-o OPTIONS] CONFIG.toml MOUNTPOINT
 Then:    cairn umbrella status|reload|enforce|branch ... MOUNTPOINT, cairn umbrella where PATH,
          cairn umount MOUNTPOINT.
 Options: the FUSE ones of `cairn mount` (threads=N, allow_other, default_permissions,
-max_write=SIZE, readdirplus=..., noexec, ...) and log=PATH.
+max_write=SIZE, readdirplus=..., noexec, ...), log=PATH, and remount (with ro/rw, ...,
+as `cairn mount`). Mounting a configuration a daemon already serves at a second mount
+point makes that daemon serve it there too. `cairn install-helper` adds
+mount.fuse.umbrella for `mount -t fuse.umbrella CONFIG DIR` and fstab.
 See examples/umbrella-fig4.toml and the README for the configuration format.";
 
 #[derive(clap::Args, Debug)]
@@ -461,6 +464,9 @@ fn render_status(v: &Value) -> String {
 }
 
 fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> Result<i32> {
+    if mount::is_remount(options) {
+        return mount::remount(mp, options);
+    }
     let cfg = Config::load(config).map_err(|e| anyhow!("{e}"))?;
     let mountpoint = mp
         .canonicalize()
@@ -515,6 +521,19 @@ fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> 
             .unwrap_or(cfg.source.clone())
             .display()
             .to_string();
+    }
+    // A second mount point of a configuration a live daemon serves: the same daemon
+    // serves it (two daemons over one set of branches would each keep an index and a
+    // kernel cache the other's changes never reach).
+    if let Some(daemon) = runtime::serving(&cfg.source) {
+        let second = mount::Second {
+            read_only: fuse.read_only,
+            fuse: &fuse,
+            mode: None,
+        };
+        let shown = cfg.source.display().to_string();
+        mount::second_mount_point(&daemon, &second, &shown, &mountpoint)?;
+        return Ok(0);
     }
     let job = Job {
         cfg,
@@ -600,6 +619,7 @@ fn commands(fs: Arc<Umbrella>, server: &Server, job: &Job) -> control::Commands 
         "config": job.cfg.source.display().to_string(),
         "mountpoint": job.mountpoint.display().to_string(),
         "fuse_threads": job.fuse.threads,
+        "read_only": job.fuse.read_only,
     });
     let f: Arc<dyn cairn_vfs::FileSystem> = fs.clone();
     let mut c = control::Commands::for_daemon(

@@ -4,6 +4,8 @@
 //! Mount tests need root and /dev/fuse (CI runs as root). Each test has its own runtime
 //! directory (CAIRN_RUNTIME_DIR), so they run in parallel without seeing each other.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -304,35 +306,16 @@ fn foreground_mount_serves_until_unmounted() {
 fn mount_dash_t_cairn_and_umount_work_through_the_helpers() {
     let e = Env::new();
     e.image();
-    let sbin = fs::canonicalize("/sbin").unwrap();
     let had_helper = Path::new("/sbin/mount.cairn").exists();
-    let script = format!(
-        r#"set -e
-mkdir -p ov && mount -t tmpfs none ov && mkdir ov/up ov/work
-mount -t overlay overlay -o lowerdir={sbin},upperdir=ov/up,workdir=ov/work {sbin}
-"$CAIRN" install-helper --lib-dir lib
+    let script = r#""$CAIRN" install-helper --lib-dir lib
 test "$(readlink /sbin/mount.cairn)" = "$PWD/lib/cairn"
 mount -t cairn -o mode=async,noatime,nofail disk.img mnt
 grep -q " $PWD/mnt .* - fuse.cairn " /proc/self/mountinfo
 echo helper > mnt/h
 umount mnt
 ! grep -q " $PWD/mnt .* - fuse.cairn " /proc/self/mountinfo
-"#,
-        sbin = sbin.display()
-    );
-    let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .env("CAIRN", CAIRN)
-        .env("CAIRN_RUNTIME_DIR", e.p("run"))
-        .current_dir(e.dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        stderr(&o)
-    );
+"#;
+    common::in_private_sbin(script, e.dir.path(), &e.p("run"));
     assert_eq!(
         Path::new("/sbin/mount.cairn").exists(),
         had_helper,

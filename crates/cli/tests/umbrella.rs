@@ -8,6 +8,8 @@
 //! `CAIRN_UMBRELLA_MODEL_SEED` replays a randomized run; `CAIRN_UMBRELLA_MODEL_ROUNDS`
 //! (default 12) sets its length.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -576,4 +578,38 @@ fn randomized_renames_and_migrations_with_clean_and_kill9_remounts() {
     let st = e.status();
     println!("final status: {st}");
     e.stop(d);
+}
+
+/// `mount -t fuse.umbrella CONFIG DIR` as fstests mounts it, through the helpers
+/// (`cairn install-helper`), inside a private mount namespace whose /sbin is an overlay
+/// (the machine's /sbin is never touched): a device node on the mount opens (the helper
+/// mounts dev and suid as a disk file system is, generic/184), `-o remount,ro` and back
+/// change the mount in place (generic/294), a second mount point of the same configuration
+/// is served by the same daemon, renames seen from both (generic/732), and each unmount
+/// goes through `cairn umount`.
+#[test]
+fn mount_dash_t_fuse_umbrella_remount_and_a_second_mount_point() {
+    let e = Env::new(TIERS);
+    let script = r#"mkdir mnt2
+"$CAIRN" install-helper --link >/dev/null
+mount -t fuse.umbrella u.toml mnt
+grep -q " $PWD/mnt .* - fuse.umbrella " /proc/self/mountinfo
+mknod mnt/null c 1 3
+echo discarded > mnt/null
+echo before > mnt/f
+mount -o remount,ro mnt
+if touch mnt/g 2>/dev/null; then echo "written while read-only"; exit 1; fi
+mount -o remount,rw mnt
+echo after > mnt/f
+mount -t fuse.umbrella u.toml mnt2
+test "$(cat mnt2/f)" = after
+mv mnt2/f mnt/g
+test "$(cat mnt2/g)" = after
+umount mnt2
+test "$(cat mnt/g)" = after
+umount mnt
+! grep -q " $PWD/mnt .* - fuse.umbrella " /proc/self/mountinfo
+"#;
+    common::in_private_sbin(script, e.dir.path(), &e.p("run"));
+    assert!(e.p("fast/g").exists(), "the rename reached the branch");
 }

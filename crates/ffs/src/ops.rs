@@ -1209,15 +1209,28 @@ impl Ffs {
         &self,
         st: &mut State,
         ino: u64,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
         let op = Falloc::decode(mode)?;
+        let kill_privileges = fh != 0 && self.handle(st, fh)?.1 & perm::O_KILL_PRIVILEGES != 0;
         let d = self.iget(st, ino)?.d.clone();
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
         let end = offset + length;
+        if let Falloc::Allocate { .. } | Falloc::ZeroRange { .. } = op {
+            // Preflight: the range's blocks and the indirect blocks that must point to them,
+            // less what the file has already (its own count bounds how many of them it
+            // holds), are needed at least. A request that cannot fit is refused before a
+            // block is zeroed: allocating block by block to the last one and rolling back
+            // holds a buffer per block until the call ends (minutes and gigabytes for
+            // generic/213's twice-the-disk).
+            let range = end.div_ceil(bs) - offset / bs;
+            let least = range + self.vol.geo.min_indirect_blocks(range);
+            st.alloc.reserve(0, least.saturating_sub(d.blocks))?;
+        }
         let grow = |st: &mut State, keep_size: bool| -> Result<()> {
             if !keep_size && end > d.size {
                 self.zero_tail(st, ino, d.size)?;
@@ -1258,6 +1271,11 @@ impl Ffs {
         ic.d.ctime = now;
         if data_changed {
             ic.d.mtime = now;
+        }
+        if kill_privileges {
+            // Any fallocate by someone without CAP_FSETID, as a write (`file_modified`:
+            // generic/683-687).
+            ic.d.mode = perm::kill_privileges(ic.d.mode);
         }
         // Like a write's inode update: delayed in every mode (sync orders the allocations
         // and frees above, not the size and times).
@@ -1480,10 +1498,14 @@ impl FileSystem for Ffs {
         // The write-back reserve is no room for new data, root's included (`alloc`).
         let bfree = (st.alloc.free_blocks() + ob).saturating_sub(st.alloc.writeback_reserve());
         let ffree = st.alloc.free_inodes() + oi;
+        // Available: the data one file can still be given, its indirect blocks counted
+        // out of the free ones (fewer than one in 512), so that `df` never shows room a
+        // write or fallocate cannot have (generic/103 fallocates all of it but 512 KiB).
+        let bavail = bfree - self.vol.geo.indirect_blocks_for(bfree);
         Ok(StatFs {
             blocks: self.vol.geo.total_blocks - meta,
             bfree,
-            bavail: bfree,
+            bavail,
             files: self.vol.geo.total_inodes() - 2,
             ffree,
             bsize: self.vol.geo.block_size,
@@ -2043,14 +2065,14 @@ impl FileSystem for Ffs {
     fn fallocate(
         &self,
         ino: Ino,
-        _fh: Fh,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
         let _il = self.ilock(ino).write();
         self.op("fallocate", Some(OpKind::Fallocate), |st| {
-            self.do_fallocate(st, ino, offset, length, mode)
+            self.do_fallocate(st, ino, fh, offset, length, mode)
         })
     }
 

@@ -524,6 +524,51 @@ fn enospc_leaves_fs_usable() {
     assert!(fs.statfs().unwrap().bfree > 900);
 }
 
+/// generic/213: a fallocate of more than the file system holds is refused before a block
+/// is allocated (no buffer zeroed per block and rolled back), in every FFS strategy; the image
+/// is as it was and a fallocate that fits still works, also over blocks the file has.
+#[test]
+fn oversize_fallocate_refused_up_front() {
+    for mode in ["sync", "async", "softdep"] {
+        let (_dev, fs) = fresh(1024, mode);
+        let c = Ctx::root();
+        let (f, fh) = fs.create(&c, 2, n("big"), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.fsync(f.ino, fh, false).unwrap();
+        let free = fs.statfs().unwrap().bfree;
+        let before = fs.vol.cache.stats();
+        for m in [0, libc::FALLOC_FL_ZERO_RANGE] {
+            let r = fs.fallocate(f.ino, fh, 0, 2 * 1024 * 4096, m);
+            assert_eq!(errno(r), Errno::ENOSPC, "{mode}, mode {m}");
+        }
+        // Allocating to the end and rolling back reads the bitmap and the block map once
+        // per block: a refusal up front reads a few buffers.
+        let after = fs.vol.cache.stats();
+        let reads = after.hits + after.misses - before.hits - before.misses;
+        assert!(
+            reads < 16,
+            "{mode}: {reads} buffer reads for a refused fallocate"
+        );
+        assert_eq!(fs.statfs().unwrap().bfree, free, "{mode}");
+        assert_eq!(fs.getattr(f.ino).unwrap().size, 0, "{mode}");
+        // df's available room is what one file can be given, indirect blocks and all
+        // (generic/103 fallocates all of it but 512 KiB).
+        let avail = fs.statfs().unwrap().bavail;
+        let (g, gh) = fs.create(&c, 2, n("all"), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.fallocate(g.ino, gh, 0, avail * 4096, 0)
+            .unwrap_or_else(|e| panic!("{mode}: fallocate of the {avail} available blocks: {e}"));
+        fs.release(g.ino, gh).unwrap();
+        fs.unlink(&c, 2, n("all")).unwrap();
+        fs.forget(g.ino, 1);
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().unwrap().bfree, free, "{mode}: all of it back");
+        // Half the room, then the same range again: its blocks are the file's already.
+        let half = free / 2 * 4096;
+        fs.fallocate(f.ino, fh, 0, half, 0).unwrap();
+        fs.fallocate(f.ino, fh, 0, half, 0).unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+}
+
 #[test]
 fn xattrs() {
     let (_dev, fs) = fresh(2048, "sync");
@@ -736,6 +781,24 @@ fn writes_by_others_kill_setuid_and_setgid_and_only_the_owner_chmods() {
         );
     }
     assert_eq!(perm(d), 0o6777);
+    // fallocate, punch and zero range too (generic/683-685); root's keep them.
+    for (i, m) in [
+        0,
+        libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_ZERO_RANGE,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (who, want) in [(&root, 0o6777), (&other, 0o0777)] {
+            let f = mk(&format!("fa{i}-{}", who.uid), 0o6777);
+            let fh = fs.open(who, f, libc::O_WRONLY).unwrap();
+            fs.fallocate(f, fh, 0, 8192, m).unwrap();
+            fs.release(f, fh).unwrap();
+            assert_eq!(perm(f), want, "fallocate mode {m:#x} by uid {}", who.uid);
+        }
+    }
 }
 
 fn mode_to(mode: u32) -> SetAttr {

@@ -250,6 +250,31 @@ fn inode_flags_set_shown_enforced_and_kept() {
     });
 }
 
+/// chattr changes the ctime, and `stat` shows it at once: the kernel keeps a FUSE inode's
+/// attributes for attr_ttl and knows nothing of what an ioctl changed, so the file system
+/// tells it (FUSE_NOTIFY_INVAL_INODE; generic/277).
+#[test]
+fn chattr_shows_its_new_ctime_at_once() {
+    each("chattr-ctime", |_t, d| {
+        let f = d.join("f");
+        fs::write(&f, b"data").unwrap();
+        let before = fs::metadata(&f).unwrap();
+        // The new ctime differs from the old one at the file system's nanosecond
+        // resolution; the kernel's cached copy would still hold the old one.
+        expect_ok(chattr(&f, NODUMP), "chattr +d");
+        let after = fs::metadata(&f).unwrap();
+        assert!(
+            (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+            "ctime after chattr: {}.{} then {}.{}",
+            before.ctime(),
+            before.ctime_nsec(),
+            after.ctime(),
+            after.ctime_nsec()
+        );
+        expect_ok(chattr(&f, 0), "chattr -d");
+    });
+}
+
 #[test]
 fn fallocate_zero_range_and_the_range_shifts() {
     each("frange", |t, d| {

@@ -60,6 +60,8 @@ pub(crate) struct Adapter {
     pub(crate) opts: FuseOptions,
     /// Set by INIT (over /dev/fuse, before any other request can arrive on either transport).
     negotiated: OnceLock<Negotiated>,
+    /// Notifications to the kernel (FUSE_NOTIFY_*), set once the session exists.
+    notifier: OnceLock<fuser::Notifier>,
     /// Regular-file opens per inode, and the backing file they share when passed through.
     /// The kernel insists that while one open of an inode is passed through, every open of
     /// it is, with the same backing file (otherwise EINVAL), and that a passthrough open
@@ -109,6 +111,7 @@ impl Adapter {
             counts,
             opts,
             negotiated: OnceLock::new(),
+            notifier: OnceLock::new(),
             opens: Mutex::new(HashMap::new()),
             destroyed,
         }
@@ -893,9 +896,11 @@ impl Adapter {
         out_size: u32,
         reply: impl IoctlReply,
     ) {
+        let kernel_ino = ino;
         self.serve(Op::Ioctl, || {
             let ino = self.ino_in(ino);
-            let r = match FileAttrIoctl::of(cmd) {
+            let which = FileAttrIoctl::of(cmd);
+            let r = match which {
                 None => Err(FsError::Errno(cairn_vfs::Errno(libc::ENOTTY))),
                 Some(FileAttrIoctl::GetFlags) => self.fs.get_flags(c, ino).map(|f| {
                     let mut out = f.to_le_bytes().to_vec();
@@ -927,10 +932,35 @@ impl Adapter {
                 },
             };
             match r {
-                Ok(data) => reply.ioctl(0, &data),
+                Ok(data) => {
+                    reply.ioctl(0, &data);
+                    if let Some(FileAttrIoctl::SetFlags | FileAttrIoctl::FsSetXattr) = which {
+                        self.attrs_changed(kernel_ino);
+                    }
+                }
                 Err(e) => reply.error(self.err(Op::Ioctl, e)),
             }
         });
+    }
+
+    /// Gives the adapter the session's notifier (before requests are served).
+    pub(crate) fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// Tells the kernel that the attributes it keeps for `kernel_ino` (a node id as the
+    /// kernel knows it) are stale: FUSE_NOTIFY_INVAL_INODE with a negative offset, which
+    /// drops the attributes only, no cached page. For a change the kernel does not know
+    /// alters them (an inode flag set by ioctl changes the ctime), which `stat` would
+    /// otherwise not show for attr_ttl (generic/277). Sent after the reply: the caller may
+    /// hold the inode's lock meanwhile. A failure is harmless (the inode may be gone from
+    /// the kernel's cache already) and only logged.
+    fn attrs_changed(&self, kernel_ino: u64) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(fuser::INodeNo(kernel_ino), -1, 0)
+        {
+            log::debug!("attribute invalidation of {kernel_ino}: {e}");
+        }
     }
 
     /// Requests the adapter answers without the file system: `op` with `errno`. Locks

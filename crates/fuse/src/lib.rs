@@ -417,6 +417,7 @@ impl Server {
                 (s, u)
             }
         };
+        adapter.set_notifier(session.notifier());
         let report = match start_transport(&session, &adapter, &handoff, opts) {
             Ok(r) => r,
             Err(e) => {

@@ -553,6 +553,12 @@ impl Branch {
         Ok(fd)
     }
 
+    /// A readable descriptor of the directory `rel` (to list or fsync it), for code
+    /// already running on the branch.
+    pub fn open_dir_here(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        sys::reopen_dir(self.dir_here(rel)?.as_fd())
+    }
+
     fn cache_dir(&self, rel: &[u8], fd: &DirFd) {
         let mut c = self.dirs.lock();
         if c.len() >= 16384 {

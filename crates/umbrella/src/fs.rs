@@ -123,7 +123,17 @@ struct Listing {
 
 enum Open {
     File(Arc<Handle>),
-    Dir(Arc<Mutex<Option<Listing>>>),
+    Dir(OpenDir),
+}
+
+/// An open directory: its listing, taken at the first read, and its first copy as it was
+/// at open. A directory removed while open (rmdir, or a rename over it) leaves the index,
+/// yet `fstat` of the descriptor must still answer — with no links, as a kernel file
+/// system does (generic/035): the copy held here is what answers then.
+struct OpenDir {
+    ino: Ino,
+    listing: Arc<Mutex<Option<Listing>>>,
+    copy: Option<(Arc<Branch>, DirFd)>,
 }
 
 /// The policy in force (replaced whole by reload).
@@ -755,6 +765,20 @@ impl Inner {
             .ok_or_else(|| err(libc::EAGAIN))?
             .map_err(ioerr)?;
         Ok(sys::attr_from(&st, ino))
+    }
+
+    /// The attributes of a directory gone from the index but still open, from the copy
+    /// its open descriptor holds (no links left); None when no open descriptor holds one.
+    fn removed_dir_attr(&self, ino: Ino) -> Option<Result<Attr>> {
+        if self.ns.read().dirs.contains_key(&ino) {
+            return None;
+        }
+        let (b, fd) = self.open.lock().values().find_map(|o| match o {
+            Open::Dir(d) if d.ino == ino => d.copy.clone(),
+            _ => None,
+        })?;
+        let st = b.run(move || sys::fstat(fd.as_fd())).map_err(ioerr);
+        Some(st.map(|st| sys::attr_from(&st, ino)))
     }
 
     fn attr_of(&self, ino: Ino) -> Result<Attr> {
@@ -1659,13 +1683,7 @@ impl Inner {
                 let (bb, rel) = (b.clone(), rel.clone());
                 b.start(move || {
                     let p = bb.dir_here(&rel)?;
-                    let fd = sys::openat(
-                        p.as_fd(),
-                        OsStr::new("."),
-                        libc::O_RDONLY | libc::O_DIRECTORY,
-                        0,
-                    )?;
-                    let mut v = sys::read_dir(fd)?;
+                    let mut v = sys::read_dir(sys::reopen_dir(p.as_fd())?)?;
                     // Kinds the file system did not give, while we are on the branch.
                     for he in v.iter_mut().filter(|h| h.dtype == libc::DT_UNKNOWN) {
                         if let Ok(st) = sys::fstatat(p.as_fd(), OsStr::from_bytes(&he.name)) {
@@ -1990,7 +2008,12 @@ impl FileSystem for Umbrella {
         {
             return Ok(sys::attr_from(&st, ino));
         }
-        self.inner.attr_of(ino)
+        match self.inner.attr_of(ino) {
+            Err(e) if e.errno() == Errno(libc::ENOENT) => {
+                self.inner.removed_dir_attr(ino).unwrap_or(Err(e))
+            }
+            r => r,
+        }
     }
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
@@ -2125,15 +2148,23 @@ impl FileSystem for Umbrella {
         let pa = i.check_parent_write(ctx, parent)?;
         let victim = i.dir_attr(ino)?;
         i.check_sticky(ctx, &pa, &victim)?;
-        let (prel, branches) = {
+        let (prel, branches, empty) = {
             let ns = i.ns.read();
             let dd = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
             i.merged_check(dd)?;
-            if !dd.children.is_empty() {
-                return Err(err(libc::ENOTEMPTY));
-            }
-            (ns.rel(parent), i.dir_branches(dd))
+            (ns.rel(parent), i.dir_branches(dd), dd.children.is_empty())
         };
+        if !empty {
+            // The host refuses an immutable or append-only parent or victim (EPERM) before
+            // it looks at the victim's entries (`may_delete` runs before the emptiness
+            // check), so a refusal here must not be ENOTEMPTY either (generic/079).
+            for d in [parent, ino] {
+                if crate::xattr::get_flags(i, d)? & cairn_vfs::fileattr::RESTRICTING != 0 {
+                    return Err(err(libc::EPERM));
+                }
+            }
+            return Err(err(libc::ENOTEMPTY));
+        }
         let mut failed = None;
         for b in branches {
             let (bb, prel, n) = (b.clone(), prel.clone(), name.to_os_string());
@@ -2352,10 +2383,22 @@ impl FileSystem for Umbrella {
         }
         let a = i.dir_attr(ino)?;
         i.permit(ctx, ino, &a, Access::R)?;
+        // The first copy's descriptor (from the branch's cache: dir_attr just used it).
+        let copy = {
+            let ns = i.ns.read();
+            ns.dirs
+                .get(&ino)
+                .and_then(|d| i.dir_branches(d).into_iter().next())
+                .map(|b| (b, ns.rel(ino)))
+        }
+        .and_then(|(b, rel)| b.dir(&rel).ok().map(|fd| (b, fd)));
         let fh = i.next_fh.fetch_add(1, Ordering::Relaxed);
-        i.open
-            .lock()
-            .insert(fh, Open::Dir(Arc::new(Mutex::new(None))));
+        let d = OpenDir {
+            ino,
+            listing: Arc::new(Mutex::new(None)),
+            copy,
+        };
+        i.open.lock().insert(fh, Open::Dir(d));
         Ok(fh)
     }
 
@@ -2369,7 +2412,7 @@ impl FileSystem for Umbrella {
     ) -> Result<()> {
         let i = &self.inner;
         let slot = match i.open.lock().get(&fh) {
-            Some(Open::Dir(s)) => s.clone(),
+            Some(Open::Dir(d)) => d.listing.clone(),
             _ => return Err(err(libc::EBADF)),
         };
         let mut slot = slot.lock();
@@ -2426,17 +2469,8 @@ impl FileSystem for Umbrella {
         };
         for b in branches {
             let (bb, rel) = (b.clone(), rel.clone());
-            b.run(move || {
-                let p = bb.dir_here(&rel)?;
-                let fd = sys::openat(
-                    p.as_fd(),
-                    OsStr::new("."),
-                    libc::O_RDONLY | libc::O_DIRECTORY,
-                    0,
-                )?;
-                sys::fsync(fd.as_fd(), false)
-            })
-            .map_err(ioerr)?;
+            b.run(move || sys::fsync(bb.open_dir_here(&rel)?.as_fd(), false))
+                .map_err(ioerr)?;
         }
         Ok(())
     }

@@ -69,12 +69,7 @@ fn new_seq() -> String {
 }
 
 fn fsync_dir(fd: &OwnedFd) -> std::io::Result<()> {
-    let real = sys::openat(
-        fd.as_fd(),
-        OsStr::new("."),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    )?;
+    let real = sys::reopen_dir(fd.as_fd())?;
     sys::fsync(real.as_fd(), false)
 }
 

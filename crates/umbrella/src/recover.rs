@@ -152,12 +152,7 @@ fn stat_at(b: &Branch, rel: &[u8]) -> Option<sys::Stat> {
 }
 
 fn fsync_dir(fd: &OwnedFd) {
-    if let Ok(real) = sys::openat(
-        fd.as_fd(),
-        OsStr::new("."),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    ) {
+    if let Ok(real) = sys::reopen_dir(fd.as_fd()) {
         let _ = sys::fsync(real.as_fd(), false);
     }
 }
@@ -171,15 +166,10 @@ fn show(b: &Branch, rel: &[u8]) -> String {
 }
 
 fn list(dir: &OwnedFd) -> Vec<OsString> {
-    sys::openat(
-        dir.as_fd(),
-        OsStr::new("."),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    )
-    .and_then(sys::read_dir)
-    .map(|v| v.into_iter().map(|e| OsString::from_vec(e.name)).collect())
-    .unwrap_or_default()
+    sys::reopen_dir(dir.as_fd())
+        .and_then(sys::read_dir)
+        .map(|v| v.into_iter().map(|e| OsString::from_vec(e.name)).collect())
+        .unwrap_or_default()
 }
 
 /// Creates `rel` (and its parents) on `b` if missing, with the mode and owner of the copy

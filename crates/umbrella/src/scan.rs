@@ -44,12 +44,7 @@ impl Inner {
             // trusted with the marker, so drop both (the file's space goes back too).
             let _ = sys::unlinkat(meta.as_fd(), OsStr::new(CLEAN), false);
             let _ = sys::unlinkat(meta.as_fd(), OsStr::new(INDEX), false);
-            if let Ok(real) = sys::openat(
-                meta.as_fd(),
-                OsStr::new("."),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-            ) {
+            if let Ok(real) = sys::reopen_dir(meta.as_fd()) {
                 let _ = sys::fsync(real.as_fd(), false);
             }
         }
@@ -265,12 +260,7 @@ impl Inner {
                 0o600,
             )?;
             sys::fsync(c.as_fd(), false)?;
-            let real = sys::openat(
-                meta.as_fd(),
-                OsStr::new("."),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0,
-            )?;
+            let real = sys::reopen_dir(meta.as_fd())?;
             sys::fsync(real.as_fd(), false)
         };
         ib.run(write)

@@ -109,12 +109,13 @@ pub fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io::R
 /// A real (readable) directory descriptor for a directory beneath `root`.
 pub fn open_dir_read(root: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
     let p = open_dir_beneath(root, rel)?;
-    openat(
-        p.as_fd_b(),
-        OsStr::new("."),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    )
+    reopen_dir(p.as_fd_b())
+}
+
+/// A readable descriptor of the directory `dir` refers to (an O_PATH one can be neither
+/// listed nor fsynced).
+pub fn reopen_dir(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    openat(dir, OsStr::new("."), libc::O_RDONLY | libc::O_DIRECTORY, 0)
 }
 
 pub trait AsFdB {

@@ -309,3 +309,28 @@ fn a_branch_without_acls_cannot_join_a_mount_that_keeps_them() {
         "{v}"
     );
 }
+
+/// rmdir of a non-empty directory inside an immutable or append-only one is EPERM, not
+/// ENOTEMPTY: the kernel's `may_delete` refuses before it looks at the victim's entries
+/// (generic/079).
+#[test]
+fn rmdir_in_a_restricted_directory_is_eperm_before_enotempty() {
+    let r = Rig::new(&["near", "far"], CONFIG);
+    for (d, flag) in [("frozen.d", IMMUTABLE), ("log.d", APPEND)] {
+        fs::create_dir_all(r.m(&format!("{d}/dir"))).unwrap();
+        fs::write(r.m(&format!("{d}/dir/f")), b"x").unwrap();
+        chattr(&r.m(d), flag);
+        let e = fs::remove_dir(r.m(&format!("{d}/dir"))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{d}: {e}");
+        chattr(&r.m(d), 0);
+        let e = fs::remove_dir(r.m(&format!("{d}/dir"))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{d}: {e}");
+    }
+    // The victim's own flag too.
+    fs::create_dir_all(r.m("v/dir")).unwrap();
+    fs::write(r.m("v/dir/f"), b"x").unwrap();
+    chattr(&r.m("v/dir"), IMMUTABLE);
+    let e = fs::remove_dir(r.m("v/dir")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+    chattr(&r.m("v/dir"), 0);
+}

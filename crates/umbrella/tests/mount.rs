@@ -512,3 +512,25 @@ fn passthrough_and_its_fallbacks() {
     assert_eq!(fs::read(r.m("direct")).unwrap().len(), (4 << 20) + 4);
     r.unmount();
 }
+
+/// A directory renamed over (or removed) while open: fstat of its descriptor still
+/// answers, with no links (generic/035), and a directory that is still there answers as
+/// before.
+#[test]
+fn fstat_of_an_open_directory_renamed_over() {
+    let r = Rig::new(&["fast", "slow"], TWO_TIER);
+    fs::create_dir(r.m("d1")).unwrap();
+    fs::create_dir(r.m("d2")).unwrap();
+    fs::create_dir(r.m("d3")).unwrap();
+    let open = fs::File::open(r.m("d2")).unwrap();
+    let kept = fs::File::open(r.m("d3")).unwrap();
+    fs::rename(r.m("d1"), r.m("d2")).unwrap();
+    let m = open
+        .metadata()
+        .expect("fstat of the directory renamed over");
+    assert!(m.is_dir());
+    assert_eq!(m.nlink(), 0);
+    fs::remove_dir(r.m("d3")).unwrap();
+    assert_eq!(kept.metadata().expect("fstat after rmdir").nlink(), 0);
+    assert_eq!(fs::metadata(r.m("d2")).unwrap().nlink(), 2);
+}

@@ -352,6 +352,35 @@ impl Geometry {
     pub fn ptrs_per_block(&self) -> u64 {
         self.block_size as u64 / 8
     }
+    /// The indirect blocks a file of `n` data blocks from offset 0 needs: the single,
+    /// double and triple trees filled in order, each tree's top block included.
+    pub fn indirect_blocks_for(&self, n: u64) -> u64 {
+        let p = self.ptrs_per_block();
+        let mut left = n.saturating_sub(NDIRECT as u64);
+        let mut blocks = 0;
+        // (data blocks the tree maps, its index blocks below the top per data block level)
+        for level in 1..=3u32 {
+            if left == 0 {
+                break;
+            }
+            let span = p.saturating_pow(level);
+            let here = left.min(span);
+            // The top block, then at each lower level one block per p^k data blocks.
+            blocks += 1;
+            for k in 1..level {
+                blocks += here.div_ceil(p.saturating_pow(k));
+            }
+            left -= here;
+        }
+        blocks
+    }
+    /// A lower bound on the indirect blocks any `n` data blocks of one file need: an
+    /// indirect block holds at most `ptrs_per_block` pointers to data, and only the
+    /// NDIRECT direct pointers need none.
+    pub fn min_indirect_blocks(&self, n: u64) -> u64 {
+        n.saturating_sub(NDIRECT as u64)
+            .div_ceil(self.ptrs_per_block())
+    }
     /// Largest file size the block tree can address (and that fits in i64 offsets).
     pub fn max_file_size(&self) -> u64 {
         let p = self.ptrs_per_block() as u128;
@@ -493,6 +522,33 @@ mod tests {
             journal_first: 0,
             journal_blocks: 0,
             dirs: 9,
+        }
+    }
+
+    /// The indirect blocks of a file filled from offset 0, at each tree's edges (4 KiB
+    /// blocks: 512 pointers each).
+    #[test]
+    fn indirect_blocks_of_a_file() {
+        let g = Geometry::for_mkfs(4096, 65536, None, None).unwrap();
+        let (d, p) = (NDIRECT as u64, 512u64);
+        for (n, want) in [
+            (0, 0),
+            (d, 0),
+            (d + 1, 1),
+            (d + p, 1),
+            // The double tree: its top and one single block under it.
+            (d + p + 1, 3),
+            (d + p + p, 3),
+            (d + p + p + 1, 4),
+            (d + p + p * p, 2 + p),
+            // The triple tree: its top, a double block, a single block.
+            (d + p + p * p + 1, 2 + p + 3),
+        ] {
+            assert_eq!(g.indirect_blocks_for(n), want, "{n} data blocks");
+            assert!(
+                g.min_indirect_blocks(n) <= want,
+                "{n}: the bound is a lower bound"
+            );
         }
     }
 
