@@ -31,6 +31,7 @@
 
 pub mod campaign;
 pub mod check;
+pub mod declared;
 pub mod model;
 pub mod modes;
 pub mod oracle;
@@ -39,6 +40,7 @@ pub mod planted;
 pub mod recfs;
 pub mod record;
 pub mod report;
+pub mod repro;
 pub mod states;
 pub mod workload;
 
