@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod counters;
 pub mod device;
+pub mod lfs_sim;
 pub mod plot;
 pub mod published;
 pub mod registry;
@@ -24,6 +25,7 @@ pub mod sys;
 pub mod tables;
 pub mod target;
 pub mod units;
+pub mod wal;
 pub mod workload;
 
 pub use cli::{Cli, Cmd, main_with};

@@ -14,7 +14,6 @@ mod lfs;
 mod mkfs;
 mod modes;
 mod mount;
-mod record;
 mod runtime;
 mod stats;
 mod sync;

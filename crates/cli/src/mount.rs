@@ -22,6 +22,9 @@ use serde_json::json;
 
 use crate::{control, runtime};
 
+/// `-o record=PATH`: the mount recorded for the crash harness (part of mounting).
+mod record;
+
 pub const MOUNT_HELP: &str = "\
 Options (-o, comma-separated, repeatable):
   mode=sync|async     metadata-update mode (default sync); bare 'sync'/'async' mean the same
@@ -506,7 +509,7 @@ impl Job {
             Arc::new(cairn_fuse::memfs::MemFs::default())
         } else {
             if let Some(path) = &self.plan.record {
-                let (ffs, rec) = crate::record::mount_recorded(&self.image, &self.plan, path)?;
+                let (ffs, rec) = record::mount_recorded(&self.image, &self.plan, path)?;
                 let marked = cairn_crash::RecordingFs::new(ffs, rec.clone());
                 trace = Some(rec);
                 Arc::new(marked)

@@ -104,7 +104,7 @@ impl Drop for Env {
 
 /// Alive, or still exiting with its files (and image lock) open: see `pid_alive`.
 fn alive(pid: i32) -> bool {
-    cairn_bench::sys::pid_alive(pid as u32)
+    cairn_blockdev::lock::pid_alive(pid as u32)
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {

@@ -25,6 +25,7 @@ pub mod fileattr;
 pub mod modes;
 pub mod perm;
 pub mod size;
+pub mod time;
 
 pub use error::{Errno, FsError, Result};
 pub use perm::{Access, Ctx, Owner};

@@ -17,7 +17,7 @@ use cairn_ffs::{Ffs, MountOptions};
 /// recorder (call `finish` after the final flush).
 pub fn mount_recorded(
     image: &Path,
-    plan: &crate::mount::Plan,
+    plan: &super::Plan,
     out: &Path,
 ) -> Result<(Arc<Ffs>, Arc<Recorder>)> {
     if !std::ptr::eq(plan.fs, cairn_fstypes::ffs()) {
@@ -100,7 +100,7 @@ mod tests {
         let img = image(dir.path());
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
         let opts = ["mode=journal,log=dev:/tmp/nonexistent-log".to_string()];
-        let plan = crate::mount::parse_options(&opts, false, ffs_type).unwrap();
+        let plan = super::parse_options(&opts, false, ffs_type).unwrap();
         let err = mount_recorded(&img, &plan, &dir.path().join("rec.jsonl"))
             .err()
             .expect("refused")
@@ -115,7 +115,7 @@ mod tests {
         let img = image(dir.path());
         let out = dir.path().join("rec.jsonl");
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
-        let plan = crate::mount::parse_options(&[], false, ffs_type).unwrap();
+        let plan = super::parse_options(&[], false, ffs_type).unwrap();
         let (fs, rec) = mount_recorded(&img, &plan, &out).unwrap();
         fs.mkdir(&Ctx::root(), fs.root_ino(), "d".as_ref(), 0o755, 0)
             .unwrap();
