@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use cairn_lfs::sim::{Report, suite};
 use cairn_lfs::sim::paper::{FFS_IMPROVED, FFS_TODAY, no_variance};
+use cairn_lfs::sim::{Report, suite};
 
 use crate::plot::{self, LinePlot, Series, XFormat};
 

@@ -269,4 +269,3 @@ fn forcing(wal: &Arc<Wal>, threads: usize, payload: &[u8], secs: f64) -> Result<
     })?;
     Ok(lat.into_iter().flatten().collect())
 }
-

@@ -290,7 +290,6 @@ pub fn fuse_mounted(mountpoint: &Path) -> bool {
     })
 }
 
-
 /// A bounded poll: short pauses first (a flush of a small cache takes milliseconds), then
 /// up to 50 ms.
 struct Patience {
