@@ -338,7 +338,10 @@ mod tests {
         const SCRIPT: &str = "import threading, time, ctypes\n\
             threading.Thread(target=lambda: time.sleep(0.8)).start()\n\
             ctypes.CDLL(None).pthread_exit(None)\n";
-        let Ok(mut child) = std::process::Command::new("python3").args(["-c", SCRIPT]).spawn() else {
+        let Ok(mut child) = std::process::Command::new("python3")
+            .args(["-c", SCRIPT])
+            .spawn()
+        else {
             eprintln!("skipped: no python3 to make a process whose leader exits first");
             return;
         };
