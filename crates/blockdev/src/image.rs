@@ -180,8 +180,9 @@ fn make_locked<E>(
     write(dev).map_err(MkfsError::Format)
 }
 
-/// The image's first bytes, as many as it has up to [`crate::contents::PROBE_BYTES`].
-fn head(file: &std::fs::File) -> io::Result<Vec<u8>> {
+/// The image's first bytes, as many as it has up to [`crate::contents::PROBE_BYTES`]: what
+/// [`crate::contents::describe`] and a format's own signature check read.
+pub fn head(file: &std::fs::File) -> io::Result<Vec<u8>> {
     let mut head = vec![0u8; crate::contents::PROBE_BYTES];
     let mut got = 0;
     while got < head.len() {

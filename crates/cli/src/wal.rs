@@ -185,18 +185,7 @@ fn mkfs_locked(
 /// What the image already holds: a log (with its size), a cairn file system, a foreign
 /// signature, or non-zero bytes.
 fn existing_contents(file: &std::fs::File) -> Result<Option<String>> {
-    use std::os::unix::fs::FileExt;
-    let mut head = vec![0u8; cairn_blockdev::contents::PROBE_BYTES];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    head.truncate(got);
+    let head = cairn_blockdev::image::head(file)?;
     if let Some(sb) = find_superblock(&head) {
         return Ok(Some(format!(
             "a cairn write-ahead log ({} KiB of log)",

@@ -62,6 +62,18 @@ impl Env {
             .any(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap()))
     }
 
+    /// The crash: the daemon killed (SIGKILL) and its dead mount detached.
+    fn crash(&self) {
+        let pid = self.daemon_pid();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        wait_until("the daemon to die", || !alive(pid));
+        let _ = nix::mount::umount2(&self.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    }
+
     fn daemon_pid(&self) -> i32 {
         let dir = self.p("run");
         let pidfile = fs::read_dir(&dir)
@@ -601,14 +613,7 @@ fn an_image_left_by_a_crash_needs_fsck_before_a_read_write_mount() {
     e.image();
     e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
     fs::write(e.mnt().join("f"), b"data").unwrap();
-    let pid = e.daemon_pid();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until("the daemon to die", || !alive(pid));
-    let _ = nix::mount::umount2(&e.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    e.crash();
     let o = e.cairn(&["mount", "disk.img", "mnt"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -646,14 +651,7 @@ fn a_read_only_mount_of_a_crashed_journal_shows_what_its_log_made_durable() {
     f.write_all(b"logged").unwrap();
     f.sync_all().unwrap();
     drop(f);
-    let pid = e.daemon_pid();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until("the daemon to die", || !alive(pid));
-    let _ = nix::mount::umount2(&e.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    e.crash();
     let crashed = fs::read(e.p("disk.img")).unwrap();
     for opts in ["ro", "ro,mode=softdep", "ro,mode=journal"] {
         e.ok(&["mount", "-o", opts, "disk.img", "mnt"]);
