@@ -14,6 +14,7 @@ mod lfs;
 mod mkfs;
 mod modes;
 mod mount;
+mod mount_help;
 mod runtime;
 mod stats;
 mod sync;
@@ -25,7 +26,7 @@ mod wal;
 #[command(
     name = "cairn",
     version,
-    about = "cairn: FFS-style file systems in user space, over FUSE",
+    about = "cairn: file systems in user space over FUSE — FFS (sync, async, soft updates, journaling) and LFS, the umbrella policy layer, and tools to check, crash-test and benchmark them",
     after_help = "Run `cairn help mount` for the mount options, the log file and the runtime files."
 )]
 struct Cli {
@@ -59,6 +60,10 @@ enum Cmd {
         /// crash, the guarantees the crash harness holds the mode to
         #[arg(long)]
         json: bool,
+        /// A Markdown table instead: mode, format, what it is, when a call is durable,
+        /// what a crash needs (the README's table)
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
     },
     /// Crash-consistency testing: check every crash state of recorded workloads per mode
     Crash(crash::Args),
@@ -133,7 +138,11 @@ fn main() {
         Cmd::Stats(a) => stats::run(a),
         Cmd::Sync(a) => sync::run(a),
         Cmd::InstallHelper(a) => helper::install(a),
-        Cmd::Modes { json } => {
+        Cmd::Modes { markdown: true, .. } => {
+            print!("{}", modes::readme_table());
+            Ok(0)
+        }
+        Cmd::Modes { json, .. } => {
             for l in modes::lines(json) {
                 println!("{l}");
             }

@@ -23,9 +23,40 @@ pub fn lines(json: bool) -> Vec<String> {
         .collect()
 }
 
+/// The README's table of modes, made from the registry (a test keeps the README's copy
+/// equal to it, so the first screen a newcomer reads cannot drift from the code).
+pub fn readme_table() -> String {
+    let mut t = String::from(
+        "| mode | format | what it is | when a call is durable | after a crash |\n\
+         |---|---|---|---|---|\n",
+    );
+    for m in cairn_fstypes::modes() {
+        t += &format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            m.name(),
+            m.fs.name,
+            m.spec.description,
+            m.spec.durable_when(),
+            m.spec.after_crash_needs()
+        );
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use cairn_bench::registry::{Family, Listing, LogPlacement, Recovery};
+
+    /// The README's table of modes is the registry's (regenerate: the failure prints it).
+    #[test]
+    fn the_readme_lists_the_registry_modes() {
+        let readme = include_str!("../../../README.md");
+        let table = super::readme_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's table of modes differs from the registry (`cairn modes --markdown`); it should read:\n{table}"
+        );
+    }
 
     /// The benchmark lists exactly the registry's modes and variants, with their facts, in
     /// the registry's order: what it reads of `cairn modes --json` is the registry.

@@ -25,45 +25,8 @@ use crate::{control, runtime};
 /// `-o record=PATH`: the mount recorded for the crash harness (part of mounting).
 mod record;
 
-pub const MOUNT_HELP: &str = "\
-Options (-o, comma-separated, repeatable):
-  mode=sync|async     metadata-update mode (default sync); bare 'sync'/'async' mean the same
-  cache=SIZE          buffer-cache budget (default 256M)
-  syncer=SECS         interval of the syncer thread (default: the mode's, 30 s for async)
-  ro / rw             read-only / read-write
-  force               mount read-write an image a crash left behind although its last mode
-                      needs fsck first (by default refused: run cairn fsck -y)
-  transport=auto|uring|dev  how FUSE requests travel: uring is FUSE over io_uring (one queue
-                      per CPU, Linux 6.14+ with /sys/module/fuse/parameters/enable_uring = Y),
-                      dev the /dev/fuse threads; auto (default) takes io_uring when the kernel
-                      offers it. Where it does not, uring and auto mount over /dev/fuse and
-                      the log says why (`cairn stats` shows fuse.transport.active)
-  uring_depth=N       io_uring ring entries (and serving threads) per queue, 1-16 (default 2):
-                      how many requests issued on one CPU are served at once
-  threads=N           FUSE request threads (default 2; with io_uring they serve only forgets)
-  allow_other / noallow_other, default_permissions / nodefault_permissions (both on by default)
-  writeback_cache=yes|no, readdirplus=auto|yes|no, max_write=SIZE, atomic_o_trunc=yes|no
-  passthrough=yes|no  let the kernel do I/O on a file the file system hands over (the
-                      umbrella layer does for files that cannot overflow; ffs never does)
-  suid, dev, noexec, noatime  the usual mount flags (nosuid,nodev by default)
-  remount             with ro/rw, (no)suid, (no)dev, (no)exec, noatime: change the flags of
-                      the mount in place (mount -o remount,ro MNT); other options are kept
-  logfile=PATH        the daemon's log file (log=/ABSOLUTE/PATH still works, with a
-                      warning: log= belongs to the metadata-update modes)
-  record=PATH         record every block write (with contents), flush and operation to PATH
-                      (JSON lines; the image is first copied to PATH.base) for
-                      `cairn crash run --recording PATH`
-Options mount(8) passes (defaults, auto, noauto, user, users, nofail, _netdev, x-*, ...)
-are ignored.
-
-The daemon logs to RUNTIME/<mount point>.log, where RUNTIME is /run/cairn for root
-($XDG_RUNTIME_DIR/cairn or /tmp/cairn-UID otherwise; $CAIRN_RUNTIME_DIR overrides); with
--f it logs to stderr. RUST_LOG sets the level (default info). Its pid file and control
-socket (used by `cairn umount` and `cairn stats`) live in the same directory.
-SIGTERM or SIGINT makes the daemon flush everything, unmount and exit 0.";
-
 #[derive(clap::Args, Debug)]
-#[command(after_help = MOUNT_HELP)]
+#[command(after_help = crate::mount_help::text())]
 pub struct Args {
     /// Mount options, comma-separated (see below)
     #[arg(short = 'o', value_name = "OPTIONS")]

@@ -763,19 +763,22 @@ impl Ffs {
                 // holds the `..` of a child left alone.
                 continue;
             }
+            let fix_blocks = seen.blocks < seen.blocks_field;
+            if names == seen.nlink && !fix_blocks {
+                continue;
+            }
+            // Touched during the scan: its count and its names were read at different
+            // instants (a link's count raised after its inode's chunk was read, its entry
+            // added before its directory's was), so neither a fix nor a finding holds.
+            if marks.inodes.contains(&ino) {
+                rep.skipped_changed += 1;
+                continue;
+            }
             if names > seen.nlink {
                 rep.leave(format!(
                     "inode {ino}: link count {} below its {names} names",
                     seen.nlink
                 ));
-                continue;
-            }
-            let fix_blocks = seen.blocks < seen.blocks_field;
-            if names == seen.nlink && !fix_blocks {
-                continue;
-            }
-            if marks.inodes.contains(&ino) {
-                rep.skipped_changed += 1;
                 continue;
             }
             let (busy, deferred) = self.in_use(st, ino);

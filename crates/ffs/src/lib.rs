@@ -51,6 +51,7 @@ use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, BufferCache, CacheConfig};
 use cairn_vfs::FsError;
 use cairn_vfs::modes::AfterCrash;
+use cairn_vfs::options::OptionSpec;
 use parking_lot::Mutex;
 
 use crate::alloc::Allocator;
@@ -97,6 +98,36 @@ impl Default for MountOptions {
     }
 }
 
+/// The format's own mount options (each mode adds its own: [`ModeInfo`]'s `options`). The
+/// help is generated from this list, and [`MountOptions::set`] refuses a key that is in no
+/// list, so what the help shows and what a mount takes are one list.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "mode",
+        values: "NAME",
+        default: "sync",
+        help: "the metadata-update mode (the modes are listed above)",
+    },
+    OptionSpec {
+        key: "cache",
+        values: "SIZE",
+        default: "256M",
+        help: "buffer-cache budget (K, M, G suffixes)",
+    },
+    OptionSpec {
+        key: "syncer",
+        values: "SECS",
+        default: "",
+        help: "how often the syncer thread writes dirty buffers; by default the mode's (30 s for async)",
+    },
+    OptionSpec {
+        key: "force",
+        values: "",
+        default: "",
+        help: "mount read-write an image a crash left behind although its last mode needs fsck first (by default refused: run cairn fsck -y)",
+    },
+];
+
 impl MountOptions {
     /// Applies one `-o key[=value]` option. A key no mode parses is an error naming it; a
     /// mode's own option is kept for the mode ([`MountOptions::check`] checks the set).
@@ -132,6 +163,12 @@ impl MountOptions {
                 .push((key.to_string(), value.map(str::to_string))),
             _ => return Err(format!("unknown mount option '{key}'")),
         }
+        debug_assert!(
+            matches!(key, "ro" | "rw")
+                || cairn_vfs::options::find(OPTIONS, key).is_some()
+                || strategy::is_mode_option(key),
+            "mount option '{key}' is parsed but not listed in OPTIONS"
+        );
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use cairn_blockdev::disk::DiskOptions;
 
 use cairn_fsck::{CheckOptions, FsckError, Report};
 use cairn_vfs::modes::{AfterCrash, Facts, LogPlacement, ModeSpec, Recovery};
+use cairn_vfs::options::OptionSpec;
 use cairn_vfs::{Errno, FileSystem, FsError};
 
 /// Mount options a format understands, as `(key, value)` pairs from `-o` (the FUSE
@@ -41,6 +42,9 @@ pub struct FsType {
     pub probe: fn(&[u8]) -> bool,
     /// The metadata-update modes, the default first.
     pub modes: fn() -> Vec<ModeSpec>,
+    /// The format's own mount options (each mode lists its own), for `cairn help mount`;
+    /// [`DISK`] applies to every format.
+    pub options: &'static [OptionSpec],
     /// Checks one mount option on its own: a key the format (or one of its modes) parses,
     /// with a value it accepts where that does not depend on the other options. The command
     /// uses it to drop bad options one by one under `mount -s`.
@@ -382,6 +386,14 @@ pub fn mode(name: &str) -> Option<Mode> {
 /// device has the journal's `log_disk=`.
 const DISK_OPTION: &str = "disk";
 
+/// `disk=MODEL`, which every format takes: the image under a model of a mechanical disk.
+pub const DISK: OptionSpec = OptionSpec {
+    key: DISK_OPTION,
+    values: "MODEL[:opt...]",
+    default: "",
+    help: "serve the image through a model of a mechanical disk (seek, rotation, transfer, and their options: docs/DISKS.md), to measure as the papers' disks would",
+};
+
 /// Mount options as the formats take them, owned.
 type OwnedOptions = Vec<(String, Option<String>)>;
 
@@ -421,10 +433,11 @@ fn refused(e: String) -> FsError {
 
 static FFS: FsType = FsType {
     name: "ffs",
-    description: "the FFS-style format (cylinder groups, bitmaps, block-mapped inodes): sync, async and later soft updates and journaling",
+    description: "the FFS-style format (cylinder groups, bitmaps, block-mapped inodes): FFS sync and async, soft updates, and journaling with three commit policies",
     probe_bytes: cairn_ffs::format::superblock::SB_BYTES,
     probe: cairn_ffs::format::superblock::has_magic,
     modes: || cairn_ffs::modes().iter().map(|m| m.spec()).collect(),
+    options: cairn_ffs::OPTIONS,
     check_option: ffs_check_option,
     check_options: ffs_check_options,
     mkfs: ffs_mkfs,
@@ -698,6 +711,7 @@ static LFS: FsType = FsType {
     probe_bytes: cairn_lfs::format::superblock::SB_BYTES,
     probe: cairn_lfs::format::superblock::has_magic,
     modes: || LFS_MODES.to_vec(),
+    options: cairn_lfs::OPTIONS,
     check_option: lfs_check_option,
     check_options: lfs_check_options,
     mkfs: lfs_mkfs,

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use cairn_vfs::FileSystem;
+use cairn_vfs::options::OptionSpec;
 
 mod adapter;
 mod counters;
@@ -151,6 +152,113 @@ impl Default for FuseOptions {
         }
     }
 }
+
+/// The FUSE adapter's mount options, as `cairn help mount` shows them; [`FuseOptions::set`]
+/// parses each (a test holds the two together, defaults included).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "transport",
+        values: "auto|uring|dev",
+        default: "auto",
+        help: "how FUSE requests travel: uring is FUSE over io_uring (one queue per CPU, Linux 6.14+ with /sys/module/fuse/parameters/enable_uring = Y), dev the /dev/fuse threads; auto takes io_uring when the kernel offers it, and where it does not the log says why (`cairn stats` shows fuse.transport.active)",
+    },
+    OptionSpec {
+        key: "uring_depth",
+        values: "N",
+        default: "2",
+        help: "io_uring ring entries (and serving threads) per queue, 1 to 16: how many requests issued on one CPU are served at once",
+    },
+    OptionSpec {
+        key: "threads",
+        values: "N",
+        default: "2",
+        help: "/dev/fuse request threads, 1 to 64 (with io_uring they serve only forgets and interrupts)",
+    },
+    OptionSpec {
+        key: "clone_fd",
+        values: "yes|no",
+        default: "yes",
+        help: "each /dev/fuse thread reads its own descriptor",
+    },
+    OptionSpec {
+        key: "allow_other",
+        values: "yes|no",
+        default: "yes",
+        help: "let users other than the mounter in (permission checks still apply); noallow_other turns it off",
+    },
+    OptionSpec {
+        key: "default_permissions",
+        values: "yes|no",
+        default: "yes",
+        help: "the kernel checks permissions from the attributes too, saving ACCESS requests; nodefault_permissions turns it off",
+    },
+    OptionSpec {
+        key: "writeback_cache",
+        values: "yes|no",
+        default: "yes",
+        help: "the kernel's writeback cache, where the file system's policy allows it (no_writeback_cache turns it off)",
+    },
+    OptionSpec {
+        key: "readdirplus",
+        values: "auto|yes|no",
+        default: "auto",
+        help: "READDIRPLUS: attributes with directory entries",
+    },
+    OptionSpec {
+        key: "max_write",
+        values: "SIZE",
+        default: "1M",
+        help: "largest WRITE (and read-ahead) the kernel may send, 4K to 16M",
+    },
+    OptionSpec {
+        key: "atomic_o_trunc",
+        values: "yes|no",
+        default: "yes",
+        help: "O_TRUNC travels with OPEN instead of a separate SETATTR",
+    },
+    OptionSpec {
+        key: "passthrough",
+        values: "yes|no",
+        default: "yes",
+        help: "let the kernel do the I/O of a file the file system hands over (FUSE passthrough; the umbrella layer does for files that cannot overflow, ffs and lfs never do)",
+    },
+    OptionSpec {
+        key: "suid",
+        values: "",
+        default: "",
+        help: "honour set-user-ID bits (nosuid, the default, ignores them)",
+    },
+    OptionSpec {
+        key: "dev",
+        values: "",
+        default: "",
+        help: "honour device files (nodev, the default, refuses them)",
+    },
+    OptionSpec {
+        key: "noexec",
+        values: "",
+        default: "",
+        help: "refuse to execute files (exec, the default, allows it)",
+    },
+    OptionSpec {
+        key: "noatime",
+        values: "",
+        default: "",
+        help: "never update access times (relatime, the default, updates them once a day or after a change; strictatime on every read)",
+    },
+    OptionSpec {
+        key: "fsname",
+        values: "NAME",
+        default: "",
+        help: "the source shown in /proc/mounts (by default the image's path)",
+    },
+    OptionSpec {
+        key: "subtype",
+        values: "NAME",
+        default: "cairn",
+        help: "the type shown as fuse.NAME",
+    },
+];
 
 impl FuseOptions {
     /// Applies one `-o key[=value]` option if it belongs to the FUSE layer; `Ok(false)`
@@ -624,6 +732,25 @@ fn limit_dirty(bdi: Option<&str>, fs: &dyn FileSystem, counts: &RequestCounts) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every listed option is the adapter's, and setting each to its listed default leaves
+    /// the options as they were: the list and the parser say the same.
+    #[test]
+    fn the_listed_options_are_the_parsed_ones() {
+        let d = FuseOptions::default();
+        let mut o = FuseOptions::default();
+        for spec in OPTIONS {
+            let v = (!spec.default.is_empty()).then_some(spec.default);
+            if spec.values.is_empty() || !spec.default.is_empty() {
+                assert_eq!(o.set(spec.key, v), Ok(true), "{}", spec.key);
+            }
+        }
+        // Flags listed are the non-default side: undo them to compare.
+        for off in ["nosuid", "nodev", "exec", "relatime"] {
+            assert_eq!(o.set(off, None), Ok(true), "{off}");
+        }
+        assert_eq!(format!("{o:?}"), format!("{d:?}"));
+    }
 
     #[test]
     fn options_split_between_layers() {

@@ -368,37 +368,81 @@ impl Config {
         if raw.branch.is_empty() {
             return Err(cx.err(0..0, "no [[branch]] defined"));
         }
-        let timeout_of = |s: &Spanned<String>, what: &str| -> Result<Duration, ConfigError> {
-            parse_duration(s.get_ref())
-                .filter(|d| *d >= Duration::from_millis(10) && *d <= Duration::from_secs(3600))
-                .ok_or_else(|| {
-                    cx.err(
-                        s.span(),
-                        format!("bad {what} '{}' (10ms to 1h, like \"3s\")", s.get_ref()),
-                    )
-                })
+        let g = raw.umbrella.as_ref().map(|s| s.get_ref());
+        let branches = cx.branches(&raw.branch, g, base)?;
+        let names = Names {
+            cx: &cx,
+            branches: &branches,
         };
-        let branch_timeout = match raw
-            .umbrella
-            .as_ref()
-            .and_then(|g| g.get_ref().branch_timeout.as_ref())
-        {
+        let globals = names.globals(g)?;
+        let rules = raw
+            .rule
+            .iter()
+            .enumerate()
+            .map(|(i, r)| names.rule(i, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Config {
+            source: PathBuf::from(shown),
+            rules: RuleSet {
+                rules,
+                default: globals.default,
+                default_overflow: g.and_then(|g| g.default_overflow).unwrap_or(true),
+            },
+            errors: globals.errors,
+            index: globals.index,
+            min_free: globals.min_free,
+            enforce_interval: globals.enforce_interval,
+            enforce_rate: globals.enforce_rate,
+            branches,
+        })
+    }
+}
+
+/// The `[umbrella]` table, checked.
+struct Globals {
+    errors: ErrorMode,
+    default: Vec<BranchId>,
+    index: BranchId,
+    min_free: Amount,
+    enforce_interval: Option<Duration>,
+    enforce_rate: Option<u64>,
+}
+
+impl Ctx<'_> {
+    /// A deadline (`branch_timeout`, a branch's `timeout`): 10 ms to 1 h.
+    fn timeout(&self, s: &Spanned<String>, what: &str) -> Result<Duration, ConfigError> {
+        parse_duration(s.get_ref())
+            .filter(|d| *d >= Duration::from_millis(10) && *d <= Duration::from_secs(3600))
+            .ok_or_else(|| {
+                self.err(
+                    s.span(),
+                    format!("bad {what} '{}' (10ms to 1h, like \"3s\")", s.get_ref()),
+                )
+            })
+    }
+
+    /// The `[[branch]]` tables: names unique, paths directories that do not overlap.
+    fn branches(
+        &self,
+        raw: &[Spanned<RawBranch>],
+        g: Option<&RawGlobal>,
+        base: &Path,
+    ) -> Result<Vec<BranchConf>, ConfigError> {
+        let branch_timeout = match g.and_then(|g| g.branch_timeout.as_ref()) {
             None => crate::exec::DEFAULT_TIMEOUT,
-            Some(s) => timeout_of(s, "branch_timeout")?,
+            Some(s) => self.timeout(s, "branch_timeout")?,
         };
         // Every branch path is resolved at once, each with its branch's deadline: a path
         // on a file system that stopped answering must not hang the loader (and with it
         // `cairn umbrella`, `reload` and `branch add`).
         let timeouts: Vec<Duration> = raw
-            .branch
             .iter()
             .map(|b| match &b.get_ref().timeout {
                 None => Ok(branch_timeout),
-                Some(t) => timeout_of(t, "timeout"),
+                Some(t) => self.timeout(t, "timeout"),
             })
             .collect::<Result<_, _>>()?;
         let fulls: Vec<PathBuf> = raw
-            .branch
             .iter()
             .map(|b| {
                 let p = b.get_ref().path.get_ref();
@@ -410,8 +454,9 @@ impl Config {
             })
             .collect();
         let resolved = resolve_dirs(&fulls, &timeouts);
+        let cx = self;
         let mut branches: Vec<BranchConf> = Vec::new();
-        for (k, b) in raw.branch.iter().enumerate() {
+        for (k, b) in raw.iter().enumerate() {
             let name = b.get_ref().name.get_ref();
             if name.is_empty() || name.contains(char::is_whitespace) {
                 return Err(cx.err(b.get_ref().name.span(), format!("bad branch name '{name}'")));
@@ -460,29 +505,50 @@ impl Config {
                 isolate: b.get_ref().isolate,
             });
         }
-        let find = |s: &Spanned<String>| -> Result<BranchId, ConfigError> {
-            branches
-                .iter()
-                .position(|b| &b.name == s.get_ref())
-                .ok_or_else(|| cx.err(s.span(), format!("unknown branch '{}'", s.get_ref())))
-        };
-        let list = |v: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<BranchId>, ConfigError> {
-            if v.get_ref().is_empty() {
-                return Err(cx.err(v.span(), "a rule must name at least one branch"));
-            }
-            let mut out = Vec::new();
-            for s in v.get_ref() {
-                let id = find(s)?;
-                if out.contains(&id) {
-                    return Err(cx.err(s.span(), format!("branch '{}' listed twice", s.get_ref())));
-                }
-                out.push(id);
-            }
-            Ok(out)
-        };
+        Ok(branches)
+    }
+}
 
-        let g = raw.umbrella.as_ref().map(|s| s.get_ref());
-        let gspan = raw.umbrella.as_ref().map_or(0..0, |s| s.span());
+/// Branch names resolved against the configuration's branches, for the global table and the
+/// rules.
+struct Names<'a> {
+    cx: &'a Ctx<'a>,
+    branches: &'a [BranchConf],
+}
+
+impl Names<'_> {
+    fn find(&self, s: &Spanned<String>) -> Result<BranchId, ConfigError> {
+        self.branches
+            .iter()
+            .position(|b| &b.name == s.get_ref())
+            .ok_or_else(|| {
+                self.cx
+                    .err(s.span(), format!("unknown branch '{}'", s.get_ref()))
+            })
+    }
+
+    /// A rule's (or the default's) ordered branch list: at least one, none twice.
+    fn list(&self, v: &Spanned<Vec<Spanned<String>>>) -> Result<Vec<BranchId>, ConfigError> {
+        if v.get_ref().is_empty() {
+            return Err(self
+                .cx
+                .err(v.span(), "a rule must name at least one branch"));
+        }
+        let mut out = Vec::new();
+        for s in v.get_ref() {
+            let id = self.find(s)?;
+            if out.contains(&id) {
+                return Err(self
+                    .cx
+                    .err(s.span(), format!("branch '{}' listed twice", s.get_ref())));
+            }
+            out.push(id);
+        }
+        Ok(out)
+    }
+
+    fn globals(&self, g: Option<&RawGlobal>) -> Result<Globals, ConfigError> {
+        let cx = self.cx;
         let errors = match g.and_then(|g| g.errors.as_ref()) {
             None => ErrorMode::Or,
             Some(s) => match s.get_ref().as_str() {
@@ -504,12 +570,12 @@ impl Config {
                     .into_iter()
                     .map(|n| Spanned::new(d.span(), n))
                     .collect();
-                list(&Spanned::new(d.span(), spanned))?
+                self.list(&Spanned::new(d.span(), spanned))?
             }
         };
         let index = match g.and_then(|g| g.index.as_ref()) {
             None => 0,
-            Some(s) => find(s)?,
+            Some(s) => self.find(s)?,
         };
         let min_free = match g.and_then(|g| g.min_free.as_ref()) {
             None => Amount::Bytes(0),
@@ -533,225 +599,250 @@ impl Config {
                     cx.err(s.span(), format!("bad enforce_rate '{}'", s.get_ref()))
                 })?),
             };
-        let _ = gspan;
-
-        let mut rules = Vec::new();
-        for (i, r) in raw.rule.iter().enumerate() {
-            let span = r.span();
-            let r = r.get_ref();
-            let name = r.name.clone().unwrap_or_else(|| format!("rule {}", i + 1));
-            if let Some(ns) = &r.namespace {
-                let has_cond = r.branches.is_some()
-                    || r.size.is_some()
-                    || r.access.is_some()
-                    || r.perm.is_some()
-                    || r.uid.is_some()
-                    || r.gid.is_some()
-                    || r.suffix.is_some()
-                    || r.name_glob.is_some()
-                    || r.path.is_some()
-                    || r.kind.is_some()
-                    || r.mtime.is_some()
-                    || r.atime.is_some()
-                    || r.ctime.is_some()
-                    || r.free.is_some()
-                    || r.overflow.is_some();
-                if has_cond {
-                    return Err(cx.err(
-                        span,
-                        "a namespace rule holds only `namespace` entries (each with its own branches)",
-                    ));
-                }
-                if ns.is_empty() {
-                    return Err(cx.err(span, "empty namespace rule"));
-                }
-                let mut entries = Vec::new();
-                for e in ns {
-                    let ee = e.get_ref();
-                    if !ee.pattern.starts_with('/') {
-                        return Err(cx.err(
-                            e.span(),
-                            format!("namespace pattern '{}' must start with /", ee.pattern),
-                        ));
-                    }
-                    entries.push(NsEntry {
-                        pattern: ee.pattern.as_bytes().to_vec(),
-                        branches: list(&ee.branches)?,
-                        overflow: ee.overflow.unwrap_or(true),
-                    });
-                }
-                rules.push(Rule {
-                    name,
-                    body: RuleBody::Namespace(entries),
-                });
-                continue;
-            }
-            let Some(bl) = &r.branches else {
-                return Err(cx.err(span, format!("{name} names no branch (branches = [...])")));
-            };
-            let branches_ids = list(bl)?;
-            let mut conds = Vec::new();
-            if let Some(s) = &r.size {
-                let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
-                    cx.err(
-                        s.span(),
-                        format!(
-                            "size needs a comparison, like \"> 8K\", not '{}'",
-                            s.get_ref()
-                        ),
-                    )
-                })?;
-                let bytes = parse_bytes(rest)
-                    .ok_or_else(|| cx.err(s.span(), format!("bad size '{rest}'")))?;
-                let margin = match &r.size_margin {
-                    None => 0,
-                    Some(m) => parse_bytes(m.get_ref()).ok_or_else(|| {
-                        cx.err(m.span(), format!("bad size_margin '{}'", m.get_ref()))
-                    })?,
-                };
-                conds.push(Cond::Size { cmp, bytes, margin });
-            } else if let Some(m) = &r.size_margin {
-                return Err(cx.err(m.span(), "size_margin without a size condition"));
-            }
-            if let Some(a) = &r.access {
-                let t = match a.get_ref().as_str() {
-                    "read-only" | "readonly" | "ro" => AccessType::ReadOnly,
-                    "writable" | "rw" => AccessType::Writable,
-                    "executable" | "exec" => AccessType::Executable,
-                    o => {
-                        return Err(cx.err(
-                            a.span(),
-                            format!("access must be read-only, writable or executable, not '{o}'"),
-                        ));
-                    }
-                };
-                conds.push(Cond::Access(t));
-            }
-            if let Some(p) = &r.perm {
-                let pp = p.get_ref();
-                let (Some(mask), Some(value)) = (parse_octal(&pp.mask), parse_octal(&pp.value))
-                else {
-                    return Err(cx.err(
-                        p.span(),
-                        "perm mask and value are octal strings like \"0007\"",
-                    ));
-                };
-                conds.push(Cond::Perm {
-                    mask,
-                    value: value & mask,
-                });
-            }
-            if let Some(u) = &r.uid {
-                conds.push(Cond::Uid(u.list()));
-            }
-            if let Some(u) = &r.gid {
-                conds.push(Cond::Gid(u.list()));
-            }
-            if let Some(s) = &r.suffix {
-                conds.push(Cond::Suffix(
-                    s.list().into_iter().map(String::into_bytes).collect(),
-                ));
-            }
-            if let Some(s) = &r.name_glob {
-                conds.push(Cond::Name(
-                    s.list().into_iter().map(String::into_bytes).collect(),
-                ));
-            }
-            if let Some(s) = &r.path {
-                conds.push(Cond::Path(
-                    s.list().into_iter().map(String::into_bytes).collect(),
-                ));
-            }
-            if let Some(k) = &r.kind {
-                let mut kinds = Vec::new();
-                for s in k.get_ref().list() {
-                    kinds.push(
-                        parse_kind(&s)
-                            .ok_or_else(|| cx.err(k.span(), format!("unknown file type '{s}'")))?,
-                    );
-                }
-                conds.push(Cond::Kind(kinds));
-            }
-            let margin = match &r.age_margin {
-                None => Duration::ZERO,
-                Some(m) => parse_duration(m.get_ref())
-                    .ok_or_else(|| cx.err(m.span(), format!("bad age_margin '{}'", m.get_ref())))?,
-            };
-            for (field, v) in [
-                (TimeField::Mtime, &r.mtime),
-                (TimeField::Atime, &r.atime),
-                (TimeField::Ctime, &r.ctime),
-            ] {
-                if let Some(s) = v {
-                    let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
-                        cx.err(
-                            s.span(),
-                            format!(
-                                "an age needs a comparison, like \"> 30d\", not '{}'",
-                                s.get_ref()
-                            ),
-                        )
-                    })?;
-                    let age = parse_duration(rest)
-                        .ok_or_else(|| cx.err(s.span(), format!("bad age '{rest}'")))?;
-                    conds.push(Cond::Age {
-                        field,
-                        cmp,
-                        age,
-                        margin,
-                    });
-                }
-            }
-            if r.age_margin.is_some() && r.mtime.is_none() && r.atime.is_none() && r.ctime.is_none()
-            {
-                return Err(cx.err(span, "age_margin without an mtime/atime/ctime condition"));
-            }
-            if let Some(s) = &r.free {
-                let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
-                    cx.err(
-                        s.span(),
-                        format!(
-                            "free needs a comparison, like \"> 10%\", not '{}'",
-                            s.get_ref()
-                        ),
-                    )
-                })?;
-                let amount = parse_amount(rest)
-                    .ok_or_else(|| cx.err(s.span(), format!("bad amount '{rest}'")))?;
-                let branch = match &r.free_branch {
-                    None => None,
-                    Some(b) => Some(find(b)?),
-                };
-                conds.push(Cond::Free {
-                    branch,
-                    cmp,
-                    amount,
-                });
-            } else if let Some(b) = &r.free_branch {
-                return Err(cx.err(b.span(), "free_branch without a free condition"));
-            }
-            rules.push(Rule {
-                name,
-                body: RuleBody::Meta {
-                    conds,
-                    branches: branches_ids,
-                    overflow: r.overflow.unwrap_or(true),
-                },
-            });
-        }
-        Ok(Config {
-            source: PathBuf::from(shown),
-            branches,
-            rules: RuleSet {
-                rules,
-                default,
-                default_overflow: g.and_then(|g| g.default_overflow).unwrap_or(true),
-            },
+        Ok(Globals {
             errors,
+            default,
             index,
             min_free,
             enforce_interval,
             enforce_rate,
+        })
+    }
+
+    /// One `[[rule]]`: a namespace rule, or metadata conditions with ordered branches.
+    fn rule(&self, i: usize, r: &Spanned<RawRule>) -> Result<Rule, ConfigError> {
+        let cx = self.cx;
+        let span = r.span();
+        let r = r.get_ref();
+        let name = r.name.clone().unwrap_or_else(|| format!("rule {}", i + 1));
+        if let Some(ns) = &r.namespace {
+            return self.namespace_rule(name, span, r, ns);
+        }
+        let Some(bl) = &r.branches else {
+            return Err(cx.err(span, format!("{name} names no branch (branches = [...])")));
+        };
+        let branches_ids = self.list(bl)?;
+        let mut conds = self.file_conds(r)?;
+        conds.extend(self.time_and_room_conds(r, span)?);
+        Ok(Rule {
+            name,
+            body: RuleBody::Meta {
+                conds,
+                branches: branches_ids,
+                overflow: r.overflow.unwrap_or(true),
+            },
+        })
+    }
+
+    /// A rule's conditions on the file itself: size, access, permission bits, owner,
+    /// name, path and type.
+    fn file_conds(&self, r: &RawRule) -> Result<Vec<Cond>, ConfigError> {
+        let cx = self.cx;
+        let mut conds = Vec::new();
+        if let Some(s) = &r.size {
+            let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                cx.err(
+                    s.span(),
+                    format!(
+                        "size needs a comparison, like \"> 8K\", not '{}'",
+                        s.get_ref()
+                    ),
+                )
+            })?;
+            let bytes =
+                parse_bytes(rest).ok_or_else(|| cx.err(s.span(), format!("bad size '{rest}'")))?;
+            let margin = match &r.size_margin {
+                None => 0,
+                Some(m) => parse_bytes(m.get_ref()).ok_or_else(|| {
+                    cx.err(m.span(), format!("bad size_margin '{}'", m.get_ref()))
+                })?,
+            };
+            conds.push(Cond::Size { cmp, bytes, margin });
+        } else if let Some(m) = &r.size_margin {
+            return Err(cx.err(m.span(), "size_margin without a size condition"));
+        }
+        if let Some(a) = &r.access {
+            let t = match a.get_ref().as_str() {
+                "read-only" | "readonly" | "ro" => AccessType::ReadOnly,
+                "writable" | "rw" => AccessType::Writable,
+                "executable" | "exec" => AccessType::Executable,
+                o => {
+                    return Err(cx.err(
+                        a.span(),
+                        format!("access must be read-only, writable or executable, not '{o}'"),
+                    ));
+                }
+            };
+            conds.push(Cond::Access(t));
+        }
+        if let Some(p) = &r.perm {
+            let pp = p.get_ref();
+            let (Some(mask), Some(value)) = (parse_octal(&pp.mask), parse_octal(&pp.value)) else {
+                return Err(cx.err(
+                    p.span(),
+                    "perm mask and value are octal strings like \"0007\"",
+                ));
+            };
+            conds.push(Cond::Perm {
+                mask,
+                value: value & mask,
+            });
+        }
+        if let Some(u) = &r.uid {
+            conds.push(Cond::Uid(u.list()));
+        }
+        if let Some(u) = &r.gid {
+            conds.push(Cond::Gid(u.list()));
+        }
+        if let Some(s) = &r.suffix {
+            conds.push(Cond::Suffix(
+                s.list().into_iter().map(String::into_bytes).collect(),
+            ));
+        }
+        if let Some(s) = &r.name_glob {
+            conds.push(Cond::Name(
+                s.list().into_iter().map(String::into_bytes).collect(),
+            ));
+        }
+        if let Some(s) = &r.path {
+            conds.push(Cond::Path(
+                s.list().into_iter().map(String::into_bytes).collect(),
+            ));
+        }
+        if let Some(k) = &r.kind {
+            let mut kinds = Vec::new();
+            for s in k.get_ref().list() {
+                kinds.push(
+                    parse_kind(&s)
+                        .ok_or_else(|| cx.err(k.span(), format!("unknown file type '{s}'")))?,
+                );
+            }
+            conds.push(Cond::Kind(kinds));
+        }
+        Ok(conds)
+    }
+
+    /// A rule's conditions on time (ages with their margin) and on room (a branch's free
+    /// space).
+    fn time_and_room_conds(
+        &self,
+        r: &RawRule,
+        span: std::ops::Range<usize>,
+    ) -> Result<Vec<Cond>, ConfigError> {
+        let cx = self.cx;
+        let mut conds = Vec::new();
+        let margin = match &r.age_margin {
+            None => Duration::ZERO,
+            Some(m) => parse_duration(m.get_ref())
+                .ok_or_else(|| cx.err(m.span(), format!("bad age_margin '{}'", m.get_ref())))?,
+        };
+        for (field, v) in [
+            (TimeField::Mtime, &r.mtime),
+            (TimeField::Atime, &r.atime),
+            (TimeField::Ctime, &r.ctime),
+        ] {
+            if let Some(s) = v {
+                let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                    cx.err(
+                        s.span(),
+                        format!(
+                            "an age needs a comparison, like \"> 30d\", not '{}'",
+                            s.get_ref()
+                        ),
+                    )
+                })?;
+                let age = parse_duration(rest)
+                    .ok_or_else(|| cx.err(s.span(), format!("bad age '{rest}'")))?;
+                conds.push(Cond::Age {
+                    field,
+                    cmp,
+                    age,
+                    margin,
+                });
+            }
+        }
+        if r.age_margin.is_some() && r.mtime.is_none() && r.atime.is_none() && r.ctime.is_none() {
+            return Err(cx.err(span, "age_margin without an mtime/atime/ctime condition"));
+        }
+        if let Some(s) = &r.free {
+            let (cmp, rest) = parse_cmp(s.get_ref()).ok_or_else(|| {
+                cx.err(
+                    s.span(),
+                    format!(
+                        "free needs a comparison, like \"> 10%\", not '{}'",
+                        s.get_ref()
+                    ),
+                )
+            })?;
+            let amount = parse_amount(rest)
+                .ok_or_else(|| cx.err(s.span(), format!("bad amount '{rest}'")))?;
+            let branch = match &r.free_branch {
+                None => None,
+                Some(b) => Some(self.find(b)?),
+            };
+            conds.push(Cond::Free {
+                branch,
+                cmp,
+                amount,
+            });
+        } else if let Some(b) = &r.free_branch {
+            return Err(cx.err(b.span(), "free_branch without a free condition"));
+        }
+        Ok(conds)
+    }
+
+    /// A namespace rule: only `namespace` entries, each a pattern from `/` with its own
+    /// branches.
+    fn namespace_rule(
+        &self,
+        name: String,
+        span: std::ops::Range<usize>,
+        r: &RawRule,
+        ns: &[Spanned<RawNs>],
+    ) -> Result<Rule, ConfigError> {
+        let cx = self.cx;
+        let has_cond = r.branches.is_some()
+            || r.size.is_some()
+            || r.access.is_some()
+            || r.perm.is_some()
+            || r.uid.is_some()
+            || r.gid.is_some()
+            || r.suffix.is_some()
+            || r.name_glob.is_some()
+            || r.path.is_some()
+            || r.kind.is_some()
+            || r.mtime.is_some()
+            || r.atime.is_some()
+            || r.ctime.is_some()
+            || r.free.is_some()
+            || r.overflow.is_some();
+        if has_cond {
+            return Err(cx.err(
+                span,
+                "a namespace rule holds only `namespace` entries (each with its own branches)",
+            ));
+        }
+        if ns.is_empty() {
+            return Err(cx.err(span, "empty namespace rule"));
+        }
+        let mut entries = Vec::new();
+        for e in ns {
+            let ee = e.get_ref();
+            if !ee.pattern.starts_with('/') {
+                return Err(cx.err(
+                    e.span(),
+                    format!("namespace pattern '{}' must start with /", ee.pattern),
+                ));
+            }
+            entries.push(NsEntry {
+                pattern: ee.pattern.as_bytes().to_vec(),
+                branches: self.list(&ee.branches)?,
+                overflow: ee.overflow.unwrap_or(true),
+            });
+        }
+        Ok(Rule {
+            name,
+            body: RuleBody::Namespace(entries),
         })
     }
 }

@@ -23,6 +23,7 @@ mod error;
 pub mod falloc;
 pub mod fileattr;
 pub mod modes;
+pub mod options;
 pub mod perm;
 pub mod size;
 pub mod time;

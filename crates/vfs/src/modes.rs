@@ -64,14 +64,7 @@ pub struct Guarantees {
     pub basis: &'static str,
 }
 
-/// A mount option a mode parses itself (e.g. a journal's `log=file|dev:PATH`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ModeOption {
-    pub key: &'static str,
-    /// The values it takes, as help text shows them (`file|dev:PATH`).
-    pub values: &'static str,
-    pub help: &'static str,
-}
+pub use crate::options::OptionSpec;
 
 /// The design a mode belongs to (001 §2's classes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +188,40 @@ pub struct ModeSpec {
     pub facts: Facts,
     /// The mount options this mode parses itself; the format hands them over without
     /// knowing them, so a mode with options plugs in without edits in the tools.
-    pub options: &'static [ModeOption],
+    pub options: &'static [OptionSpec],
+}
+
+impl ModeSpec {
+    /// When a call's metadata is durable, in a few words (help, README, listings).
+    pub fn durable_when(&self) -> &'static str {
+        match self.facts.commit {
+            Commit::Sync => "every call durable when it returns",
+            Commit::Group => "every call durable when it returns (concurrent calls share flushes)",
+            Commit::Async => "calls durable on fsync, `cairn sync` or the next timed write-back",
+        }
+    }
+
+    /// What a crash asks before the file system is used again, in a few words.
+    pub fn after_crash_needs(&self) -> &'static str {
+        match (self.guarantees.after_crash, self.facts.recovery) {
+            (AfterCrash::Fsck, _) => "`cairn fsck -y` before mounting",
+            (AfterCrash::Mount, _) => {
+                "mounts at once (leaks are reclaimed by `cairn fsck --background`)"
+            }
+            (AfterCrash::Recover, Recovery::LogReplay) => "the mount replays the log",
+            (AfterCrash::Recover, _) => "the mount rolls forward from the last checkpoint",
+        }
+    }
+
+    /// The mode's promise in one line. Derived from the facts and guarantees, so it cannot
+    /// say something the crash harness does not hold the mode to.
+    pub fn promise(&self) -> String {
+        format!(
+            "{}; after a crash, {}",
+            self.durable_when(),
+            self.after_crash_needs()
+        )
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use std::time::Duration;
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, Pressure, WriteHooks};
 use cairn_vfs::modes::{
-    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeOption, ModeSpec,
+    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeSpec, OptionSpec,
     Recovery,
 };
 use cairn_vfs::{KernelCachePolicy, Result};
@@ -418,7 +418,7 @@ pub struct ModeInfo {
     /// Its family, commit policy, recovery and log placement.
     pub facts: Facts,
     /// The mount options the mode parses itself (a journal's `log=`, `commit=`).
-    pub options: &'static [ModeOption],
+    pub options: &'static [OptionSpec],
     /// The strategy, from the mode's own options (each `(key, value)` one of `options`);
     /// a one-line error for a bad or unknown one.
     make: MakeStrategy,

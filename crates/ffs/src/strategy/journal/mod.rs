@@ -54,7 +54,7 @@ use std::time::Duration;
 use cairn_blockdev::{BlockDevice, FileDevice};
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
 use cairn_vfs::modes::{
-    AfterCrash, Allowed, Commit as VfsCommit, Facts, Family, Guarantees, LogPlacement, ModeOption,
+    AfterCrash, Allowed, Commit as VfsCommit, Facts, Family, Guarantees, LogPlacement, OptionSpec,
     Recovery,
 };
 use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
@@ -143,30 +143,58 @@ pub(super) const MODE: ModeInfo = ModeInfo {
         recovery: Recovery::LogReplay,
         log: LogPlacement::Area,
     },
-    options: &[
-        ModeOption {
-            key: "log",
-            values: "file|dev:PATH",
-            help: "where the log lives: the log area `cairn mkfs --journal-size` made (file, the default), or a log made by `cairn wal mkfs PATH`",
-        },
-        ModeOption {
-            key: "log_disk",
-            values: "MODEL[:opt...]",
-            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
-        },
-        ModeOption {
-            key: "commit",
-            values: "sync|group|async",
-            help: "when calls are durable: on return (sync, group: shared flushes) or on fsync and every commit_interval (async)",
-        },
-        ModeOption {
-            key: "commit_interval",
-            values: "SECS",
-            help: "commit=async: seconds between commits, what a crash may take back at most (default 5, as ext4; 1 to 300)",
-        },
-    ],
+    options: &[LOG, LOG_DISK, COMMIT, COMMIT_INTERVAL],
     make: |o| Ok(Box::new(Journal::from_options(o)?)),
 };
+
+const LOG: OptionSpec = OptionSpec {
+    key: "log",
+    values: "file|dev:PATH",
+    default: "file",
+    help: "where the log lives: the image's log area, which `cairn mkfs --journal-size` makes (file), or a log `cairn wal mkfs PATH` made (dev:PATH)",
+};
+
+const LOG_DISK: OptionSpec = OptionSpec {
+    key: "log_disk",
+    values: "MODEL[:opt...]",
+    default: "",
+    help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
+};
+
+const COMMIT: OptionSpec = OptionSpec {
+    key: "commit",
+    values: "sync|group|async",
+    default: "sync",
+    help: "when calls are durable: on return (sync, group: shared flushes) or on fsync and every commit_interval (async)",
+};
+
+const COMMIT_INTERVAL: OptionSpec = OptionSpec {
+    key: "commit_interval",
+    values: "SECS",
+    default: "5",
+    help: "commit=async: seconds between commits, what a crash may take back at most (1 to 300; ext4's default too)",
+};
+
+/// The options of `journal-async` (its commit is fixed) and `journal-group` (no timer).
+const ASYNC_OPTIONS: &[OptionSpec] = &[LOG, LOG_DISK, COMMIT_INTERVAL];
+const GROUP_OPTIONS: &[OptionSpec] = &[LOG, LOG_DISK];
+
+/// Refuses a mode option that `mode` does not take (one of another journal mode's).
+fn only_options(
+    mode: &str,
+    allowed: &[OptionSpec],
+    opts: &[(String, Option<String>)],
+) -> std::result::Result<(), String> {
+    match opts
+        .iter()
+        .find(|(k, _)| !allowed.iter().any(|a| a.key == k))
+    {
+        Some((k, _)) => Err(format!(
+            "mount option '{k}' is not an option of mode {mode}"
+        )),
+        None => Ok(()),
+    }
+}
 
 /// `commit=async` as a mode of its own, because it promises less: integrity after a crash,
 /// durability only for what fsync, `cairn sync` (or `sync MNT`) or the commit timer (every
@@ -174,7 +202,7 @@ pub(super) const MODE: ModeInfo = ModeInfo {
 /// "-async"). The crash harness holds each to its own promise.
 pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
     name: "journal-async",
-    description: "journal with commit=async: calls logged as whole operations, forced on fsync, `cairn sync MNT` (or coreutils `sync MNT`; sync(2) does not reach FUSE) and every commit_interval (5 s)",
+    description: "journal with commit=async: calls logged as whole operations, the log forced on fsync, `cairn sync MNT` and every commit_interval",
     guarantees: Guarantees {
         metadata_on_return: false,
         fsync_data_first: true,
@@ -192,32 +220,9 @@ pub(super) const MODE_ASYNC: ModeInfo = ModeInfo {
         recovery: Recovery::LogReplay,
         log: LogPlacement::Area,
     },
-    options: &[
-        ModeOption {
-            key: "log",
-            values: "file|dev:PATH",
-            help: "where the log lives (as mode journal)",
-        },
-        ModeOption {
-            key: "log_disk",
-            values: "MODEL[:opt...]",
-            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
-        },
-        ModeOption {
-            key: "commit_interval",
-            values: "SECS",
-            help: "seconds between commits, what a crash may take back at most (default 5, as ext4; 1 to 300)",
-        },
-    ],
+    options: ASYNC_OPTIONS,
     make: |o| {
-        if let Some((k, _)) = o
-            .iter()
-            .find(|(k, _)| !["log", "log_disk", "commit_interval"].contains(&k.as_str()))
-        {
-            return Err(format!(
-                "mount option '{k}' is not an option of mode journal-async"
-            ));
-        }
+        only_options("journal-async", ASYNC_OPTIONS, o)?;
         let mut j = Journal::from_options(o)?;
         j.commit = Commit::Async;
         j.name = "journal-async";
@@ -240,24 +245,9 @@ pub(super) const MODE_GROUP: ModeInfo = ModeInfo {
         recovery: Recovery::LogReplay,
         log: LogPlacement::Area,
     },
-    options: &[
-        ModeOption {
-            key: "log",
-            values: "file|dev:PATH",
-            help: "where the log lives (as mode journal)",
-        },
-        ModeOption {
-            key: "log_disk",
-            values: "MODEL[:opt...]",
-            help: "log=dev:PATH: the log's device under a model of a mechanical disk, as disk= for the image (docs/DISKS.md)",
-        },
-    ],
+    options: GROUP_OPTIONS,
     make: |o| {
-        if let Some((k, _)) = o.iter().find(|(k, _)| k != "log" && k != "log_disk") {
-            return Err(format!(
-                "mount option '{k}' is not an option of mode journal-group"
-            ));
-        }
+        only_options("journal-group", GROUP_OPTIONS, o)?;
         let mut j = Journal::from_options(o)?;
         j.commit = Commit::Group;
         j.name = "journal-group";
@@ -803,8 +793,21 @@ impl Journal {
             wal.set_owner(sb.uuid)
                 .map_err(|e| refused(format!("{name}: {e}")))?;
         } else if owner != sb.uuid {
+            // The way out depends on whose mistake it is: a log is one file system's, so
+            // this one needs its own, unless the other file system is gone for good.
+            let out = match &self.log {
+                LogSpec::Dev(p) => format!(
+                    "give this file system a log of its own (`cairn wal mkfs NEWPATH`, then \
+                     log=dev:NEWPATH), or, if that file system is gone, remake this one with \
+                     `cairn wal mkfs -F {}` (its records are lost)",
+                    p.display()
+                ),
+                _ => "give this file system a log of its own (`cairn wal mkfs PATH`, then \
+                      log=dev:PATH)"
+                    .to_string(),
+            };
             return Err(refused(format!(
-                "{name} belongs to another file system (owner {}, this one is {})",
+                "{name} belongs to another file system (owner {}, this one is {}): {out}",
                 hex(&owner),
                 hex(&sb.uuid)
             )));

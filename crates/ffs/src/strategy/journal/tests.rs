@@ -521,6 +521,10 @@ fn bad_log_devices_are_refused_with_one_line() {
     drop(f);
     let e = mount_err(&fs, Arc::new(other.1.with_block_size(4096)));
     assert!(e.contains("belongs to another file system"), "{e}");
+    assert!(
+        e.contains("cairn wal mkfs"),
+        "the refusal names the way out: {e}"
+    );
     // Missing.
     let j = Journal::from_options(&[(
         "log".into(),

@@ -28,7 +28,7 @@ use std::time::Duration;
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
 use cairn_vfs::modes::{
-    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeOption, Recovery,
+    AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, OptionSpec, Recovery,
 };
 use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
@@ -1689,10 +1689,11 @@ fn map_cached(cache: &BufferCache, geo: &Geometry, di: &DiskInode, lbn: u64) -> 
 }
 
 /// The mode options softdep parses itself.
-pub const OPTIONS: &[ModeOption] = &[ModeOption {
+pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     key: "max_softdeps",
     values: "N",
-    help: "cap on dependency records; at the cap a new call first writes back so existing ones complete (default 200000, at least 64)",
+    default: "200000",
+    help: "cap on dependency records; at the cap a new call first writes back so existing ones complete (at least 64)",
 }];
 
 fn make(opts: &[(String, Option<String>)]) -> std::result::Result<Box<dyn Strategy>, String> {
