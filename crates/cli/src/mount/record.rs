@@ -100,7 +100,7 @@ mod tests {
         let img = image(dir.path());
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
         let opts = ["mode=journal,log=dev:/tmp/nonexistent-log".to_string()];
-        let plan = super::parse_options(&opts, false, ffs_type).unwrap();
+        let plan = crate::mount::parse_options(&opts, false, ffs_type).unwrap();
         let err = mount_recorded(&img, &plan, &dir.path().join("rec.jsonl"))
             .err()
             .expect("refused")
@@ -115,7 +115,7 @@ mod tests {
         let img = image(dir.path());
         let out = dir.path().join("rec.jsonl");
         let ffs_type = cairn_fstypes::by_name("ffs").unwrap();
-        let plan = super::parse_options(&[], false, ffs_type).unwrap();
+        let plan = crate::mount::parse_options(&[], false, ffs_type).unwrap();
         let (fs, rec) = mount_recorded(&img, &plan, &out).unwrap();
         fs.mkdir(&Ctx::root(), fs.root_ino(), "d".as_ref(), 0o755, 0)
             .unwrap();
