@@ -1724,6 +1724,18 @@ fn a_renamed_journal_records_its_journal_mode() {
     }
 }
 
+/// A read-only mount of `img` in mode sync, which keeps no log.
+fn mount_read_only_sync(img: &MemDevice) -> cairn_vfs::Result<Arc<Ffs>> {
+    Ffs::mount_device(
+        Arc::new(img.with_block_size(4096)),
+        &MountOptions {
+            mode: "sync".into(),
+            read_only: true,
+            ..Default::default()
+        },
+    )
+}
+
 /// A read-only mount in a mode without a log of an image a journaled mount left by a crash
 /// shows the calls the log made durable (replayed in memory, nothing written); with the log
 /// on another device it is refused in one line naming the ways out.
@@ -1736,15 +1748,7 @@ fn a_read_only_mount_in_another_mode_replays_a_crashed_journal_in_memory() {
     let crashed = f.to_bytes();
     std::mem::forget(fs);
     let img = MemDevice::from_bytes(4096, crashed.clone());
-    let ro = Ffs::mount_device(
-        Arc::new(img.with_block_size(4096)),
-        &MountOptions {
-            mode: "sync".into(),
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let ro = mount_read_only_sync(&img).unwrap();
     assert!(
         ro.lookup(&c, 2, n("kept")).is_ok(),
         "the read-only mount shows the file system before the logged mkdir"
@@ -1758,18 +1762,10 @@ fn a_read_only_mount_in_another_mode_replays_a_crashed_journal_in_memory() {
     fs.mkdir(&c, 2, n("kept"), 0o755, 0).unwrap();
     let crashed = fsd.to_bytes();
     std::mem::forget(fs);
-    let img = MemDevice::from_bytes(4096, crashed);
-    let e = Ffs::mount_device(
-        Arc::new(img.with_block_size(4096)),
-        &MountOptions {
-            mode: "sync".into(),
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .err()
-    .expect("a read-only mount that cannot replay the log is refused")
-    .to_string();
+    let e = mount_read_only_sync(&MemDevice::from_bytes(4096, crashed))
+        .err()
+        .expect("a read-only mount that cannot replay the log is refused")
+        .to_string();
     assert!(!e.contains('\n'), "{e}");
     assert!(
         e.contains("log on another device") && e.contains("read-write") && e.contains("log=dev"),
