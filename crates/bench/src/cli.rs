@@ -6,21 +6,19 @@
 //! `tables`, `plot`). `cairn bench workload` runs one workload in an existing directory (what
 //! `make demo` uses on a mount it made by hand). See docs/BENCHMARKS.md.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use cairn_vfs::parse_size;
 
 use crate::counters::{Counters, Source};
 use crate::registry::{Commit, Family, Listing};
-use crate::report::{self, Meta, Record};
-use crate::scratch::{self, ScratchDir};
+use crate::report::{self, Record};
+use crate::scratch::ScratchDir;
 use crate::sys;
 use crate::target::{self, Env, Kind, Mounted, TargetSpec};
 use crate::workload::{self, Params, PlainDir, Workload};
@@ -400,9 +398,11 @@ fn parse_scale(s: &str) -> Result<f64, String> {
 }
 
 /// Runs one bench command and returns the process exit code (errors are printed).
+mod run;
+
 pub fn main_with(cmd: Cmd) -> i32 {
     let res = match cmd {
-        Cmd::Run(a) => cmd_run(a),
+        Cmd::Run(a) => run::cmd_run(a),
         Cmd::Workload(a) => cmd_workload(a),
         Cmd::FlushRate { dir, secs } => cmd_flush_rate(&dir, secs),
         Cmd::Report { dir } => report::load(&dir).and_then(|(m, r)| {
@@ -531,293 +531,6 @@ fn enable_fuse_uring(targets: &[TargetSpec]) {
             Err(e) => eprintln!("cairn-bench: cannot turn on {PARAM}: {e}"),
         }
     }
-}
-
-fn cmd_run(a: RunArgs) -> Result<i32> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!("`run` mounts file systems and sets up loop devices: run it as root");
-    }
-    let cpus_wanted: Option<Vec<usize>> = match a.cpu.as_str() {
-        "none" => None,
-        s => Some(
-            s.split(',')
-                .map(|c| {
-                    c.trim()
-                        .parse::<usize>()
-                        .with_context(|| format!("bad --cpu '{s}'"))
-                })
-                .collect::<Result<_>>()?,
-        ),
-    };
-    let cpus = sys::set_cpus(cpus_wanted.as_deref())?;
-    let parent = sys::ensure_dir(&a.scratch)?;
-    let scratch_fs = sys::fs_type_of(&parent)?;
-    if scratch_fs == "tmpfs" {
-        bail!(
-            "{} is on tmpfs: images must be on the local disk (--scratch)",
-            parent.display()
-        );
-    }
-    let cleaned = scratch::cleanup_dead_runs(&parent)?;
-    for d in &cleaned.removed {
-        eprintln!(
-            "cairn-bench: removed {} (left by a run that died)",
-            d.display()
-        );
-    }
-    for (d, why) in &cleaned.kept {
-        eprintln!("cairn-bench: cannot remove {}: {why}", d.display());
-    }
-    if !cleaned.live.is_empty() {
-        eprintln!(
-            "cairn-bench: {} other run(s) in progress in {} (left alone; they compete for the disk and CPU)",
-            cleaned.live.len(),
-            parent.display()
-        );
-    }
-    let scratch = ScratchDir::create(&parent)?;
-    let reps_of = |w: &str| a.reps.unwrap_or(a.suite.reps(w)).max(1);
-    // The full news spool holds 520,000 articles (2 GB): at mkfs's default of one inode per
-    // 16 KiB, only an image of 16 GiB has enough inodes for it on every target.
-    let image_size = a.image_size.unwrap_or(if a.sizes.netnews_full {
-        16 << 30
-    } else {
-        a.suite.image_size()
-    });
-    if let Some(free) = sys::free_bytes(&parent).filter(|f| *f < image_size) {
-        eprintln!(
-            "cairn-bench: images of {} are larger than the {} free in {}: they are sparse, and a workload that filled one would fail with ENOSPC from the host",
-            report::fmt_bytes(image_size),
-            report::fmt_bytes(free),
-            parent.display()
-        );
-    }
-    // On a disk model every image fits the disk, the ones on this device too: a pair
-    // compares the same file system.
-    let disk = a
-        .device
-        .as_deref()
-        .map(|m| cairn_blockdev::disk::DiskOptions::parse(m).map_err(|e| anyhow::anyhow!(e)))
-        .transpose()?;
-    let image_size = match &disk {
-        Some(d) => image_size.min(d.spec.capacity() / (1 << 20) * (1 << 20)),
-        None => image_size,
-    };
-    let env = Env {
-        scratch: scratch.path().to_path_buf(),
-        image_size,
-        cairn: find_cairn(a.cairn),
-        fuse_concurrency: None,
-        mount_options: a.mount_options.trim_matches(',').to_string(),
-    };
-    let params = match disk {
-        Some(_) => a.sizes.params_at(DEVICE_SCALE),
-        None => a.sizes.params(a.suite),
-    };
-
-    let listing = Listing::of(&env.cairn);
-    let all_targets = all_targets(&listing);
-    let all = a.targets == "all";
-    let mut names = list(&a.targets, all_targets);
-    if let Some(model) = &a.device {
-        names = with_device(names, all, &listing, model);
-    }
-    let targets: Vec<TargetSpec> = names
-        .iter()
-        .map(|t| TargetSpec::parse_with(t, &listing))
-        .collect::<Result<_>>()?;
-    enable_fuse_uring(&targets);
-    let default_workloads = match disk {
-        Some(_) => DEVICE_WORKLOADS.iter().map(|w| w.to_string()).collect(),
-        None => a.suite.workloads(),
-    };
-    let workloads: Vec<Workload> = list(&a.workloads, default_workloads)
-        .iter()
-        .map(|w| Workload::named(w, &params))
-        .collect::<Result<_>>()?;
-
-    let reps = workloads
-        .iter()
-        .map(|w| reps_of(w.name()))
-        .max()
-        .unwrap_or(1);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let started = sys::utc_stamp(now);
-    let out = a
-        .out
-        .unwrap_or_else(|| PathBuf::from("results").join(&started));
-    fs::create_dir_all(&out).with_context(|| format!("mkdir {}", out.display()))?;
-
-    let cairn_problem = cairn_unusable(&env);
-    let mut skipped = BTreeMap::new();
-    for t in &targets {
-        if let Some(why) = unavailable(t, &cairn_problem) {
-            eprintln!("cairn-bench: skipping {t}: {why}");
-            skipped.insert(t.name.clone(), why);
-        }
-    }
-    // Package versions say exactly what ran; `--version` output of each tool varies in shape.
-    let mut tool_versions = BTreeMap::new();
-    for pkg in [
-        "e2fsprogs",
-        "fuse2fs",
-        "mergerfs",
-        "postmark",
-        "fuse3",
-        "xfsprogs",
-        "gcc",
-    ] {
-        if let Ok(v) = sys::run(Command::new("dpkg-query").args(["-W", "-f", "${Version}", pkg])) {
-            tool_versions.insert(pkg.to_string(), v.trim().to_string());
-        }
-    }
-    if let Some(v) = tool_version(&env.cairn, &["--version"]) {
-        // `cairn --version` prints "cairn 0.1.0"; the table already names the tool.
-        let v = v.strip_prefix("cairn ").map(str::to_string).unwrap_or(v);
-        tool_versions.insert("cairn".to_string(), v);
-    }
-    let (commit, dirty) = build_commit();
-    let mut meta = Meta {
-        started: started.clone(),
-        kernel: sys::kernel_release(),
-        cpu_model: sys::cpu_model(),
-        cpus,
-        pinned: cpus_wanted.is_some(),
-        reps,
-        reps_per_workload: workloads
-            .iter()
-            .map(|w| (w.name().to_string(), reps_of(w.name())))
-            .collect(),
-        image_size,
-        suite: format!("{:?}", a.suite).to_lowercase(),
-        scale: params.scale,
-        netnews_scale: params.netnews_scale,
-        commit,
-        dirty,
-        scratch: parent.display().to_string(),
-        scratch_fs,
-        baseline: a.baseline.clone(),
-        targets: targets.iter().map(|t| t.name.clone()).collect(),
-        workloads: workloads.iter().map(|w| w.name().to_string()).collect(),
-        skipped,
-        flush_rate: None,
-        tool_versions,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        device: a.device.clone(),
-    };
-    if !a.no_flush_rate {
-        let mut fr = workload::flush_rate(scratch.path(), 20_000, 3.0)?;
-        // Measured in this run's own directory, which is gone after the run: the record names
-        // the directory the user chose, on the same file system.
-        fr.dir = parent.clone();
-        eprintln!(
-            "cairn-bench: raw flush rate on {}: overwrite {}/s, append {}/s",
-            fr.host_fs,
-            report::fmt_rate(fr.overwrite_per_sec),
-            report::fmt_rate(fr.append_per_sec)
-        );
-        meta.flush_rate = Some(fr);
-    }
-    report::write_json(&out.join("meta.json"), &meta)?;
-
-    for w in &workloads {
-        w.prepare()
-            .with_context(|| format!("preparing {}", w.name()))?;
-    }
-    let runnable: Vec<&TargetSpec> = targets
-        .iter()
-        .filter(|t| !meta.skipped.contains_key(&t.name))
-        .collect();
-    let runs_on = |w: &Workload, t: &TargetSpec| {
-        w.applies_to(t) && (!all || in_default_set(w.name(), &t.kind))
-    };
-    let total: u64 = workloads
-        .iter()
-        .map(|w| {
-            runnable.iter().filter(|t| runs_on(w, t)).count() as u64 * u64::from(reps_of(w.name()))
-        })
-        .sum();
-    let bar = if a.no_progress {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(total)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {pos}/{len} runs (eta {eta}) {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let say = |line: String| {
-        if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.println(line);
-        }
-    };
-
-    // Repetitions outermost: a burst of noise on the shared machine then hits one repetition of
-    // every target rather than every repetition of one.
-    let mut records = Vec::new();
-    let mut failures = 0;
-    let t_run = Instant::now();
-    for rep in 1..=reps {
-        for w in workloads.iter().filter(|w| rep <= reps_of(w.name())) {
-            for t in runnable.iter().filter(|t| runs_on(w, t)) {
-                bar.set_message(format!("rep {rep}/{reps}: {} on {t}", w.name()));
-                let t0 = Instant::now();
-                let rec = run_one(t, w, rep, &env);
-                bar.inc(1);
-                match &rec.error {
-                    Some(e) => {
-                        failures += 1;
-                        say(format!(
-                            "[rep {rep}/{reps}] {} on {t}: FAILED: {e}",
-                            w.name()
-                        ));
-                    }
-                    None => {
-                        let phases: Vec<String> = rec
-                            .phases
-                            .iter()
-                            .map(|p| format!("{} {}", p.label(), report::fmt_phase_value(p)))
-                            .collect();
-                        let mut line = format!(
-                            "[rep {rep}/{reps}] {} on {t} ({:.0} s): {}",
-                            w.name(),
-                            t0.elapsed().as_secs_f64(),
-                            phases.join(", ")
-                        );
-                        if line.chars().count() > 300 {
-                            line = line.chars().take(297).collect::<String>() + "...";
-                        }
-                        say(line);
-                    }
-                }
-                report::write_json(
-                    &out.join(format!(
-                        "rec-{:04}-{}-{}-rep{rep}.json",
-                        records.len() + 1,
-                        w.name(),
-                        t.name.replace('@', "-")
-                    )),
-                    &rec,
-                )?;
-                records.push(rec);
-            }
-        }
-    }
-    bar.finish_and_clear();
-    report::render(&out, &meta, &records)?;
-    print!(
-        "{}",
-        report::terminal_summary(&out, &meta, &records, t_run.elapsed().as_secs_f64())
-    );
-    // Everything worth keeping is in `out` now; the images and mount points go (an error here
-    // still leaves the results complete).
-    scratch.remove()?;
-    Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// One target × workload × repetition on a fresh file system; errors end up in the record.

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use crate::counters::Counters;
 use crate::published::{self, Published};
-use crate::report::{Meta, Record, Stat};
+use crate::results::{Meta, Record, Stat};
 use crate::target::on_disk;
 use crate::workload::{PhaseResult, groupcreate};
 
@@ -254,7 +254,7 @@ pub fn render(s: &mut String, meta: &Meta, records: &[Record]) {
             .filter_map(|(sys, v)| {
                 let t = on_disk(published::primary(sys)?, model);
                 let r = rate(records, "create-unlink", &t, "create+unlink")?;
-                Some(format!("{sys} {} ({})", crate::report::fmt_rate(r), v[0]))
+                Some(format!("{sys} {} ({})", crate::units::fmt_rate(r), v[0]))
             })
             .collect();
         if !rates.is_empty() {

@@ -3,23 +3,29 @@
 //! mergerfs — with raw JSON per run, Markdown tables normalized as the papers normalize, the
 //! papers' published numbers beside ours, and PNG plots. See docs/BENCHMARKS.md.
 //!
-//! Layers inside the crate, bottom up: `sys` (processes, mounts, CPU placement) and `counters`
-//! (device and FUSE counts) → `scratch` (a locked directory of its own per run) → `target` (a
-//! fresh file system per target, workload and repetition) → `workload` (what runs in
-//! it) → `report`/`published`/`plot` (what the numbers mean; `device`: the papers' tables
-//! on a disk model beside this machine's device) → `cli`.
+//! Floors inside the crate, bottom up (a module imports only from floors below it): `sys`
+//! (processes, mounts, CPU placement), `units` (how numbers read), `plot`, `published` →
+//! `counters` (device and FUSE counts), `registry` (the modes `cairn modes --json` lists),
+//! `scratch` (a locked directory of its own per run) → `target` (a fresh file system per
+//! target, workload and repetition) → `results` (what a run leaves on disk) → `workload`
+//! (what runs in it) → `device` (the papers' tables on a disk model beside this machine's
+//! device) → `tables` → `report` (what the numbers mean) → `cli`.
 
 pub mod cli;
 pub mod counters;
 pub mod device;
+pub mod lfs_sim;
 pub mod plot;
 pub mod published;
 pub mod registry;
 pub mod report;
+pub mod results;
 pub mod scratch;
 pub mod sys;
 pub mod tables;
 pub mod target;
+pub mod units;
+pub mod wal;
 pub mod workload;
 
 pub use cli::{Cli, Cmd, main_with};

@@ -5,157 +5,18 @@
 //! the same run: tables give min/median/max over repetitions and the ratio of medians to the
 //! baseline, next to the I/O counts per operation, which do not depend on the noise.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::counters::Counters;
-use crate::workload::{FlushRate, PhaseResult};
-
-/// One target × workload × repetition.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Record {
-    pub target: String,
-    pub workload: String,
-    pub description: String,
-    pub rep: u32,
-    /// The error that stopped this repetition, if any (then `phases` is empty).
-    pub error: Option<String>,
-    pub phases: Vec<PhaseResult>,
-    /// Facts about the mount, e.g. the FUSE daemon's CPU placement.
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-impl Record {
-    /// A repetition that ran `phases` of `workload` on `target` (the tests' records).
-    #[cfg(test)]
-    pub(crate) fn ran(workload: &str, target: &str, rep: u32, phases: Vec<PhaseResult>) -> Record {
-        Record {
-            target: target.into(),
-            workload: workload.into(),
-            description: String::new(),
-            rep,
-            error: None,
-            phases,
-            notes: Vec::new(),
-        }
-    }
-}
-
-/// The run as a whole.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Meta {
-    pub started: String,
-    pub kernel: String,
-    pub cpu_model: String,
-    /// CPUs the benchmark (and so every daemon it starts) may run on; `pinned` = asked for.
-    pub cpus: Vec<usize>,
-    pub pinned: bool,
-    pub reps: u32,
-    /// Repetitions each workload ran (the paper suite repeats only the short ones).
-    #[serde(default)]
-    pub reps_per_workload: BTreeMap<String, u32>,
-    pub image_size: u64,
-    pub scratch: String,
-    pub scratch_fs: String,
-    pub baseline: String,
-    /// Target order for tables.
-    pub targets: Vec<String>,
-    /// Workload order for tables.
-    pub workloads: Vec<String>,
-    /// Targets that were asked for but could not run, with the reason.
-    pub skipped: BTreeMap<String, String>,
-    pub flush_rate: Option<FlushRate>,
-    pub tool_versions: BTreeMap<String, String>,
-    pub command: String,
-    /// Suite name ("paper", "quick"), scale factor of every workload, netnews' own factor.
-    #[serde(default)]
-    pub suite: String,
-    #[serde(default)]
-    pub scale: f64,
-    #[serde(default)]
-    pub netnews_scale: f64,
-    /// The commit of cairn's source the benchmark was built from, when the build knew it
-    /// (older runs recorded `git describe` output here).
-    #[serde(default)]
-    pub commit: Option<String>,
-    /// Whether tracked files had uncommitted changes when the benchmark was built.
-    #[serde(default)]
-    pub dirty: Option<bool>,
-    /// `--device MODEL`: cairn's targets ran on this disk model too (`TARGET:MODEL`).
-    #[serde(default)]
-    pub device: Option<String>,
-}
-
-/// The target `target`'s rates are normalized to: the run's baseline on the same device (a
-/// target on a disk model to the baseline on that model).
-pub fn baseline_for(meta: &Meta, target: &str) -> String {
-    match crate::target::split_disk(target).1 {
-        Some(model) => crate::target::on_disk(&meta.baseline, model),
-        None => meta.baseline.clone(),
-    }
-}
-
-pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(v)?;
-    fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
-}
-
-/// Reads a run directory back: its meta.json and every record file.
-pub fn load(dir: &Path) -> Result<(Meta, Vec<Record>)> {
-    let meta: Meta = serde_json::from_str(
-        &fs::read_to_string(dir.join("meta.json")).context("reading meta.json")?,
-    )?;
-    let mut records = Vec::new();
-    let mut names: Vec<_> = fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    for n in names {
-        let n = n.to_string_lossy();
-        if n.starts_with("rec-") && n.ends_with(".json") {
-            let text = fs::read_to_string(dir.join(&*n))?;
-            records.push(serde_json::from_str(&text).with_context(|| format!("parsing {n}"))?);
-        }
-    }
-    Ok((meta, records))
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Stat {
-    pub min: f64,
-    pub median: f64,
-    pub max: f64,
-    pub n: usize,
-}
-
-impl Stat {
-    pub fn of(values: &[f64]) -> Option<Stat> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Some(Stat {
-            min: v[0],
-            median,
-            max: v[n - 1],
-            n,
-        })
-    }
-}
+pub use crate::results::{Meta, Record, Stat, baseline_for, load, write_json};
+use crate::units::fmt_opt;
+pub use crate::units::{fmt_bytes, fmt_factor, fmt_rate};
+use crate::workload::PhaseResult;
 
 /// One table row: a target's results for one phase of one workload.
 #[derive(Clone, Debug, Serialize)]
@@ -284,59 +145,6 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
     rows
 }
 
-/// A rate with three significant figures and thousands separators: 152,000 / 1,210 / 95.3.
-pub fn fmt_rate(v: f64) -> String {
-    if !v.is_finite() {
-        return "—".into();
-    }
-    let digits = if v.abs() >= 1.0 {
-        v.abs().log10().floor() as i32 + 1
-    } else {
-        0
-    };
-    let decimals = (3 - digits).clamp(0, 2) as usize;
-    let rounded = if digits > 3 {
-        let p = 10f64.powi(digits - 3);
-        (v / p).round() * p
-    } else {
-        v
-    };
-    let s = format!("{rounded:.decimals$}");
-    let (int, frac) = s
-        .split_once('.')
-        .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
-    let (sign, int) = int.strip_prefix('-').map_or(("", int), |i| ("-", i));
-    let mut grouped = String::new();
-    for (k, c) in int.chars().enumerate() {
-        if k > 0 && (int.len() - k) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    match frac {
-        Some(f) => format!("{sign}{grouped}.{f}"),
-        None => format!("{sign}{grouped}"),
-    }
-}
-
-/// A scale factor with at most four significant digits and no trailing zeros: 1, 0.1, 0.01
-/// (`--scale 0.1` gives netnews 0.1 × 0.1, which `{}` prints as 0.010000000000000002).
-pub fn fmt_factor(v: f64) -> String {
-    if !v.is_finite() {
-        return "—".into();
-    }
-    if v == 0.0 {
-        return "0".into();
-    }
-    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
-    let s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
-
 /// A commit as the run header shows it: 12 hex digits of a full hash, "+ uncommitted changes"
 /// when the tree was dirty at build time, "unknown" when the build could not tell.
 fn fmt_commit(commit: Option<&str>, dirty: Option<bool>) -> String {
@@ -353,23 +161,11 @@ fn fmt_commit(commit: Option<&str>, dirty: Option<bool>) -> String {
     }
 }
 
-fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map(f).unwrap_or_else(|| "—".into())
-}
-
 fn fmt_per_op(v: f64) -> String {
     match v.abs() {
         a if a == 0.0 || a >= 0.01 => format!("{v:.2}"),
         a if a >= 0.0001 => format!("{v:.4}"),
         _ => "<0.0001".into(),
-    }
-}
-
-pub fn fmt_bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
-        n if n >= 1 << 20 => format!("{} MiB", n >> 20),
-        n => format!("{n} B"),
     }
 }
 

@@ -166,22 +166,7 @@ pub fn find_daemon(mnt: &Path) -> Option<u32> {
     None
 }
 
-/// Whether `pid` still runs — or still holds its open files, and so its locks.
-///
-/// A zombie has exited (its status line says so while /proc/<pid> stays, as under a PID 1
-/// that does not reap). But a multi-threaded process's leader turns zombie as soon as *its*
-/// thread exits, while the other threads may still be exiting: the file table, and every
-/// flock on it, is released only by the last one. So a zombie leader with other threads
-/// left in /proc/<pid>/task still counts as alive.
-pub fn pid_alive(pid: u32) -> bool {
-    let Ok(s) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let zombie = s
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('Z'));
-    !zombie || fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1)
-}
+pub use cairn_blockdev::lock::pid_alive;
 
 pub fn wait_pid_exit(pid: u32, timeout: Duration) -> Result<()> {
     let t0 = Instant::now();
@@ -237,64 +222,13 @@ pub fn kernel_release() -> String {
 
 /// UTC timestamp `YYYYMMDDTHHMMSSZ` for result directory names (sorts by time as text).
 pub fn utc_stamp(unix_secs: u64) -> String {
-    let (y, m, d, hh, mm, ss) = utc_civil(unix_secs as i64);
+    let (y, m, d, hh, mm, ss) = cairn_vfs::time::utc_civil(unix_secs as i64);
     format!("{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}Z")
-}
-
-/// Seconds since the Unix epoch (negative: before it) as UTC (year, month, day, hour,
-/// minute, second): the civil-from-days conversion of Howard Hinnant's date algorithms.
-pub fn utc_civil(unix_secs: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let (days, sod) = (unix_secs.div_euclid(86_400), unix_secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, sod / 3600, sod / 60 % 60, sod % 60)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A process whose leader thread has exited while another thread still runs is alive: it
-    /// still holds its files and locks (`cairn umount` returned early on this and fsck found
-    /// the image locked).
-    #[test]
-    fn a_zombie_leader_with_threads_left_is_alive() {
-        const SCRIPT: &str = "import threading, time, ctypes\n\
-            threading.Thread(target=lambda: time.sleep(0.8)).start()\n\
-            ctypes.CDLL(None).pthread_exit(None)\n";
-        let Ok(mut child) = Command::new("python3").args(["-c", SCRIPT]).spawn() else {
-            eprintln!("skipped: no python3 to make a process whose leader exits first");
-            return;
-        };
-        let pid = child.id();
-        let leader_exited = || {
-            fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
-        };
-        let t0 = Instant::now();
-        while !leader_exited() && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(leader_exited(), "the leader thread should have exited");
-        assert!(
-            pid_alive(pid),
-            "a thread is still running: the process holds its files"
-        );
-        // Unreaped, the process stays a zombie once its last thread is gone: not alive.
-        let t0 = Instant::now();
-        while pid_alive(pid) && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(!pid_alive(pid), "every thread has exited");
-        child.wait().unwrap();
-    }
 
     #[test]
     fn utc_stamp_known_dates() {

@@ -16,7 +16,8 @@ use anyhow::Result;
 use crate::counters::Counters;
 use crate::plot;
 use crate::published::{self, Published};
-use crate::report::{Meta, Record, Stat, fmt_rate};
+use crate::results::{Meta, Record, Stat};
+use crate::units::fmt_rate;
 use crate::workload::{PhaseResult, fmt_size, recovery_sweep};
 
 /// Per target, per repetition: the value of `f` over a record (None when the record lacks it).
@@ -111,7 +112,7 @@ pub fn normalize(meta: &Meta, records: &[Record], workload: &str, cols: &[Column
         .map(|t| {
             // Each target against the baseline on its own device (a disk model's or this
             // machine's).
-            let baseline = crate::report::baseline_for(meta, t);
+            let baseline = crate::results::baseline_for(meta, t);
             let base: Vec<Option<Stat>> = cols
                 .iter()
                 .map(|c| per_rep(records, workload, &baseline, &*c.value))
@@ -377,7 +378,7 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
             .map(|c| c.strip_prefix("scripts ").unwrap_or(c).to_string())
             .collect();
         for (t, cells) in n.rows {
-            if ratios && t == crate::report::baseline_for(meta, &t) {
+            if ratios && t == crate::results::baseline_for(meta, &t) {
                 h.baseline_measured = cells.iter().any(Option::is_some);
                 continue;
             }

@@ -420,7 +420,7 @@ impl Mounted {
         if beyond_free {
             m.notes.push(format!(
                 "image ({}) larger than the free space of the scratch file system: sparse",
-                crate::report::fmt_bytes(env.image_size)
+                crate::units::fmt_bytes(env.image_size)
             ));
         }
         m.mount()?;

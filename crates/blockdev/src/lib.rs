@@ -35,6 +35,7 @@ pub mod contents;
 pub mod disk;
 mod fault;
 mod file;
+pub mod image;
 pub mod lock;
 mod mem;
 

@@ -213,16 +213,23 @@ fn fuse_mounts(mountinfo: &str) -> Vec<(String, String, bool)> {
 }
 
 /// Undoes the octal escapes (`\040` for a space: mountinfo escapes space, tab, newline
-/// and backslash as `\ooo`) of a field of a /proc mount table.
+/// and backslash as `\ooo`) of a field of a /proc mount table, as text.
 pub fn unescape(s: &str) -> String {
+    String::from_utf8_lossy(&unescape_bytes(s)).into_owned()
+}
+
+/// [`unescape`] as the bytes the kernel has (a mount point need not be UTF-8). A backslash
+/// not followed by three octal digits of one byte (`\0`–`\377`) is kept as it is.
+pub fn unescape_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        let octal = b[i] == b'\\'
+            && b.get(i + 1..i + 4).is_some_and(|d| {
+                (b'0'..=b'3').contains(&d[0]) && d[1..].iter().all(|c| (b'0'..=b'7').contains(c))
+            });
+        if octal {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -230,7 +237,24 @@ pub fn unescape(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
+}
+
+/// Whether `pid` still runs — or still holds its open files, and so its locks.
+///
+/// A zombie has exited (its status line says so while /proc/<pid> stays, as under a PID 1
+/// that does not reap). But a multi-threaded process's leader turns zombie as soon as *its*
+/// thread exits, while the other threads may still be exiting: the file table, and every
+/// flock on it, is released only by the last one. So a zombie leader with other threads
+/// left in /proc/<pid>/task still counts as alive.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let zombie = s
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    !zombie || std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1)
 }
 
 #[cfg(test)]
@@ -250,6 +274,16 @@ mod tests {
         assert_eq!(parse_locks(text, dev2, 42), Some((78, false)));
         assert_eq!(parse_locks(text, dev2, 43), None);
         assert_eq!(parse_locks("garbage\n\n1: FLOCK", dev, 1), None);
+    }
+
+    /// An escape at the very end is undone too, and a backslash that starts no escape of one
+    /// byte (`\777` is none) is kept rather than overflowing.
+    #[test]
+    fn mount_fields_unescape_to_the_kernels_bytes() {
+        assert_eq!(unescape_bytes("/a\\040b\\134c"), b"/a b\\c");
+        assert_eq!(unescape_bytes("/a\\040"), b"/a ");
+        assert_eq!(unescape_bytes("/a\\777\\04"), b"/a\\777\\04");
+        assert_eq!(unescape("/x\\011y"), "/x\ty");
     }
 
     #[test]
@@ -294,5 +328,43 @@ mod tests {
         assert!(acquire(&d, &p, Lock::Exclusive).is_err());
         drop((b, c));
         acquire(&d, &p, Lock::Exclusive).unwrap();
+    }
+
+    /// A process whose leader thread has exited while another thread still runs is alive: it
+    /// still holds its files and locks (`cairn umount` returned early on this and fsck found
+    /// the image locked).
+    #[test]
+    fn a_zombie_leader_with_threads_left_is_alive() {
+        const SCRIPT: &str = "import threading, time, ctypes\n\
+            threading.Thread(target=lambda: time.sleep(0.8)).start()\n\
+            ctypes.CDLL(None).pthread_exit(None)\n";
+        let Ok(mut child) = std::process::Command::new("python3")
+            .args(["-c", SCRIPT])
+            .spawn()
+        else {
+            eprintln!("skipped: no python3 to make a process whose leader exits first");
+            return;
+        };
+        let pid = child.id();
+        let leader_exited = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+        };
+        let t0 = std::time::Instant::now();
+        while !leader_exited() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(leader_exited(), "the leader thread should have exited");
+        assert!(
+            pid_alive(pid),
+            "a thread is still running: the process holds its files"
+        );
+        // Unreaped, the process stays a zombie once its last thread is gone: not alive.
+        let t0 = std::time::Instant::now();
+        while pid_alive(pid) && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!pid_alive(pid), "every thread has exited");
+        child.wait().unwrap();
     }
 }

@@ -157,7 +157,7 @@ fn run_campaign(a: RunArgs) -> Result<i32> {
         Some(name) => {
             let p = planted::by_name(name)
                 .ok_or_else(|| anyhow!("unknown planted bug '{name}' (see `cairn crash list`)"))?;
-            planted::campaign(p, a.states)
+            campaign::for_planted(p, a.states)
         }
         None => CampaignOptions {
             states: a.states.unwrap_or(100_000),

@@ -4,13 +4,12 @@
 //! file system with the simulator's prediction beside the measured write cost.
 
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
-use cairn_bench::plot::{self, LinePlot, Series, XFormat};
-use cairn_lfs::sim::paper::{self, FFS_IMPROVED, FFS_TODAY, no_variance};
+use cairn_lfs::sim::paper;
 use cairn_lfs::sim::suite::{self, Progress};
-use cairn_lfs::sim::{Report, Suite, markdown, real};
+use cairn_lfs::sim::{Suite, markdown, real};
 use clap::{Args as ClapArgs, Subcommand};
 
 #[derive(ClapArgs, Debug)]
@@ -58,15 +57,7 @@ fn sim(a: SimArgs) -> Result<i32> {
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         |t| t as usize,
     );
-    let out = match a.out {
-        Some(d) => d,
-        None => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            PathBuf::from("results").join(format!("lfs-sim-{}", cairn_bench::sys::utc_stamp(now)))
-        }
-    };
+    let out = a.out.unwrap_or_else(cairn_bench::lfs_sim::default_out);
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     println!(
@@ -113,7 +104,7 @@ fn sim(a: SimArgs) -> Result<i32> {
         },
     });
     write(&out.join("sim.json"), &serde_json::to_string_pretty(&json)?)?;
-    let pngs = plots(&report, &out)?;
+    let pngs = cairn_bench::lfs_sim::plots(&report, &out)?;
 
     println!("done in {secs:.1} s");
     for c in &checks {
@@ -179,146 +170,4 @@ fn real_comparison(quick: bool, seed: u64, threads: usize) -> Result<Vec<real::R
 
 fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-/// The figures: write cost against disk utilization with the reference curves (Figs. 4 and
-/// 7), and the segment utilization distributions at 75% (Figs. 5 and 6, and the segments
-/// cleaned).
-fn plots(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
-    let us = &r.suite.utilizations;
-    let flat = |label: &str, y: f64| Series {
-        label: label.into(),
-        points: us.iter().map(|&u| (u, y)).collect(),
-        spread: None,
-    };
-    let refs = || {
-        vec![
-            flat("FFS today", FFS_TODAY),
-            flat("FFS improved", FFS_IMPROVED),
-            Series {
-                label: "no variance 2/(1-u)".into(),
-                points: us.iter().map(|&u| (u, no_variance(u))).collect(),
-                spread: None,
-            },
-        ]
-    };
-    let curve = |key: &str| {
-        r.curve(key).map(|c| Series {
-            label: c.spec.label.into(),
-            points: c
-                .points
-                .iter()
-                .map(|p| (p.spec.utilization, p.write_cost))
-                .collect(),
-            spread: None,
-        })
-    };
-    let cost_plot = |title: &str, keys: &[&str]| LinePlot {
-        title: title.into(),
-        x_label: "disk capacity utilization".into(),
-        y_label: "write cost".into(),
-        x_log: false,
-        y_log: false,
-        x_fmt: XFormat::Plain,
-        series: refs()
-            .into_iter()
-            .chain(keys.iter().filter_map(|k| curve(k)))
-            .collect(),
-    };
-    let at = r.suite.distribution_at;
-    let dist = |key: &str, cleaned: bool| {
-        let c = r.curve(key)?;
-        let p = c.at(at)?;
-        let levels = if cleaned { &p.cleaned } else { &p.at_cleaning };
-        let bins = suite::binned(levels, r.suite.bins);
-        Some(Series {
-            label: c.spec.label.into(),
-            points: bins
-                .iter()
-                .enumerate()
-                .map(|(i, &f)| (suite::bin_centre(i, bins.len()), f))
-                .collect(),
-            spread: None,
-        })
-    };
-    let dist_plot = |title: String, y: &str, keys: &[&str], cleaned: bool| LinePlot {
-        title,
-        x_label: "segment utilization".into(),
-        y_label: y.into(),
-        x_log: false,
-        y_log: false,
-        x_fmt: XFormat::Plain,
-        series: keys.iter().filter_map(|k| dist(k, cleaned)).collect(),
-    };
-    let pct = at * 100.0;
-    let figures = [
-        (
-            "fig4-write-cost.png",
-            cost_plot(
-                "LFS simulator: greedy cleaning (004 Fig. 4)",
-                &[
-                    suite::GREEDY_UNIFORM,
-                    suite::GREEDY_UNIFORM_AGE_SORT,
-                    suite::GREEDY_HOT_COLD_AGE_SORT,
-                    suite::GREEDY_HOT_COLD,
-                ],
-            ),
-        ),
-        (
-            "fig7-write-cost.png",
-            cost_plot(
-                "LFS simulator: cost-benefit vs greedy, hot-and-cold (004 Fig. 7)",
-                &[
-                    suite::GREEDY_HOT_COLD_AGE_SORT,
-                    suite::COST_BENEFIT_HOT_COLD_AGE_SORT,
-                    suite::COST_BENEFIT_HOT_COLD,
-                ],
-            ),
-        ),
-        (
-            "fig5-distribution.png",
-            dist_plot(
-                format!(
-                    "Segment utilization at cleaning time, greedy, {pct:.0}% full (004 Fig. 5)"
-                ),
-                "fraction of segments",
-                &[suite::GREEDY_UNIFORM, suite::GREEDY_HOT_COLD_AGE_SORT],
-                false,
-            ),
-        ),
-        (
-            "fig6-distribution.png",
-            dist_plot(
-                format!(
-                    "Segment utilization at cleaning time, hot-and-cold, {pct:.0}% full (004 Fig. 6)"
-                ),
-                "fraction of segments",
-                &[
-                    suite::COST_BENEFIT_HOT_COLD_AGE_SORT,
-                    suite::GREEDY_HOT_COLD_AGE_SORT,
-                ],
-                false,
-            ),
-        ),
-        (
-            "cleaned-distribution.png",
-            dist_plot(
-                format!("Utilization of the segments cleaned, {pct:.0}% full"),
-                "fraction of segments cleaned",
-                &[
-                    suite::GREEDY_UNIFORM,
-                    suite::GREEDY_HOT_COLD_AGE_SORT,
-                    suite::COST_BENEFIT_HOT_COLD_AGE_SORT,
-                ],
-                true,
-            ),
-        ),
-    ];
-    let mut written = Vec::new();
-    for (name, p) in figures {
-        let path = out.join(name);
-        plot::render_line(&p, &path)?;
-        written.push(path);
-    }
-    Ok(written)
 }

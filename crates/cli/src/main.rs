@@ -14,7 +14,6 @@ mod mkfs;
 mod modes;
 mod mount;
 mod mount_help;
-mod record;
 mod runtime;
 mod stats;
 mod sync;

@@ -22,6 +22,9 @@ use serde_json::json;
 
 use crate::{control, runtime};
 
+/// `-o record=PATH`: the mount recorded for the crash harness (part of mounting).
+mod record;
+
 #[derive(clap::Args, Debug)]
 #[command(after_help = crate::mount_help::text())]
 pub struct Args {
@@ -486,7 +489,7 @@ impl Job {
             Arc::new(cairn_fuse::memfs::MemFs::default())
         } else {
             if let Some(path) = &self.plan.record {
-                let (ffs, rec) = crate::record::mount_recorded(&self.image, &self.plan, path)?;
+                let (ffs, rec) = record::mount_recorded(&self.image, &self.plan, path)?;
                 let marked = cairn_crash::RecordingFs::new(ffs, rec.clone());
                 trace = Some(rec);
                 Arc::new(marked)

@@ -241,7 +241,7 @@ fn fuse_mount_table() -> Vec<(String, PathBuf, String)> {
                 return None;
             }
             let f: Vec<&str> = left.split(' ').collect();
-            let mp = std::ffi::OsString::from_vec(unescape_mountinfo(f.get(4)?));
+            let mp = std::ffi::OsString::from_vec(cairn_blockdev::lock::unescape_bytes(f.get(4)?));
             Some((
                 f.get(2)?.to_string(),
                 PathBuf::from(mp),
@@ -286,28 +286,8 @@ pub fn fuse_mounted(mountpoint: &Path) -> bool {
             && left
                 .split(' ')
                 .nth(4)
-                .is_some_and(|mp| unescape_mountinfo(mp) == want)
+                .is_some_and(|mp| cairn_blockdev::lock::unescape_bytes(mp) == want)
     })
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b[i] == b'\\'
-            && b.get(i + 1..i + 4)
-                .is_some_and(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        if octal {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// A bounded poll: short pauses first (a flush of a small cache takes milliseconds), then
@@ -352,7 +332,7 @@ fn wait_gone(pid: u32, patience: &mut Patience) {
     if pid == std::process::id() {
         return;
     }
-    while cairn_bench::sys::pid_alive(pid) && patience.wait(|| format!("pid {pid} to exit")) {}
+    while cairn_blockdev::lock::pid_alive(pid) && patience.wait(|| format!("pid {pid} to exit")) {}
 }
 
 impl Record {
@@ -669,7 +649,7 @@ pub fn wait_for_exit(mut f: File) -> Result<()> {
     // exiting: wait until the last thread is gone, so "returned" means "the image is free".
     if let Some(pid) = pid.filter(|&p| p != std::process::id()) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while cairn_bench::sys::pid_alive(pid) && std::time::Instant::now() < deadline {
+        while cairn_blockdev::lock::pid_alive(pid) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -797,7 +777,6 @@ mod tests {
         let me = std::process::id();
         let unmounted = RecordInfo::parse(&format!("{me}\n/img\n/no/such/mount\n"));
         assert_eq!(Holder::of(&unmounted, Path::new("/x")), Holder::Leaving(me));
-        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), b"/a b\\c");
         assert!(!fuse_mounted(Path::new("/")), "/ is not a FUSE mount");
     }
 

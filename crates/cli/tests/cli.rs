@@ -64,6 +64,18 @@ impl Env {
             .any(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap()))
     }
 
+    /// The crash: the daemon killed (SIGKILL) and its dead mount detached.
+    fn crash(&self) {
+        let pid = self.daemon_pid();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        wait_until("the daemon to die", || !alive(pid));
+        let _ = nix::mount::umount2(&self.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    }
+
     fn daemon_pid(&self) -> i32 {
         let dir = self.p("run");
         let pidfile = fs::read_dir(&dir)
@@ -106,7 +118,7 @@ impl Drop for Env {
 
 /// Alive, or still exiting with its files (and image lock) open: see `pid_alive`.
 fn alive(pid: i32) -> bool {
-    cairn_bench::sys::pid_alive(pid as u32)
+    cairn_blockdev::lock::pid_alive(pid as u32)
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -584,14 +596,7 @@ fn an_image_left_by_a_crash_needs_fsck_before_a_read_write_mount() {
     e.image();
     e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
     fs::write(e.mnt().join("f"), b"data").unwrap();
-    let pid = e.daemon_pid();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_until("the daemon to die", || !alive(pid));
-    let _ = nix::mount::umount2(&e.mnt(), nix::mount::MntFlags::MNT_DETACH);
+    e.crash();
     let o = e.cairn(&["mount", "disk.img", "mnt"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -609,5 +614,43 @@ fn an_image_left_by_a_crash_needs_fsck_before_a_read_write_mount() {
         stderr(&o)
     );
     e.ok(&["mount", "disk.img", "mnt"]);
+    e.ok(&["umount", "mnt"]);
+}
+
+/// A read-only mount of an image a journaled mount (commit=sync) left by a crash shows what
+/// the log made durable, in any mode: the default mode (sync) has no log of its own, and
+/// read the home locations alone, which the syncer had not yet written. The log is replayed
+/// in memory (nothing written: the image is unchanged); a read-write mount in the journal's
+/// mode replays it onto the disk.
+#[test]
+fn a_read_only_mount_of_a_crashed_journal_shows_what_its_log_made_durable() {
+    let e = Env::new();
+    e.image();
+    // No syncer pass before the crash: the calls are in the log only.
+    e.ok(&["mount", "-o", "mode=journal,syncer=3600", "disk.img", "mnt"]);
+    use std::io::Write as _;
+    fs::create_dir(e.mnt().join("d")).unwrap();
+    let mut f = fs::File::create(e.mnt().join("d/f")).unwrap();
+    f.write_all(b"logged").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    e.crash();
+    let crashed = fs::read(e.p("disk.img")).unwrap();
+    for opts in ["ro", "ro,mode=softdep", "ro,mode=journal"] {
+        e.ok(&["mount", "-o", opts, "disk.img", "mnt"]);
+        let seen = fs::read(e.mnt().join("d/f"));
+        e.ok(&["umount", "mnt"]);
+        assert_eq!(
+            seen.as_deref().ok(),
+            Some(&b"logged"[..]),
+            "-o {opts}: the read-only mount shows the file system without the logged calls"
+        );
+        assert!(
+            fs::read(e.p("disk.img")).unwrap() == crashed,
+            "-o {opts}: a read-only mount wrote"
+        );
+    }
+    e.ok(&["mount", "-o", "mode=journal", "disk.img", "mnt"]);
+    assert_eq!(fs::read(e.mnt().join("d/f")).unwrap(), b"logged");
     e.ok(&["umount", "mnt"]);
 }

@@ -433,3 +433,24 @@ pub fn replay(path: &Path) -> Result<(Checker, CrashState, StateOutcome, bool), 
     let failing = out.unexpected(&c.expect);
     Ok((c, repro.state, out, failing))
 }
+/// States per planted bug in CI's campaign and by default for `cairn crash run --planted`.
+pub const CAMPAIGN_STATES: usize = 1200;
+
+/// The campaign that must catch `p`: its mode over the scripted workloads — or over its own
+/// workload alone when that is one written for its design (`workload::designed`) — with a
+/// fixed seed, so CI and `cairn crash run --planted` check the same states.
+pub fn for_planted(p: &crate::planted::Planted, states: Option<usize>) -> CampaignOptions {
+    let mut workloads = crate::workload::scripted_set();
+    if !workloads.iter().any(|w| w.name == p.workload) {
+        // A workload written for one design's class of state (`workload::designed`): the
+        // whole budget goes to it, so every epoch gets its cuts between device writes.
+        workloads = crate::workload::by_name(p.workload).into_iter().collect();
+    }
+    CampaignOptions {
+        modes: vec![p.name.to_string()],
+        workloads,
+        states: states.unwrap_or(CAMPAIGN_STATES),
+        seed: 1,
+        ..Default::default()
+    }
+}

@@ -26,23 +26,8 @@ use crate::modes::{Allow, Expectation};
 use crate::oracle::{Observed, Timeline, model_of, observe};
 use crate::overlay::{Base, Overlay, Slice};
 use crate::record::{self, Event, Op, Recording};
+pub use crate::repro::StateClass;
 use crate::states::{CrashState, Epoch, crash_point, epochs};
-
-/// What fsck and the walk found in a state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StateClass {
-    Clean,
-    /// Only leaks: allocated but unreferenced blocks or inodes, link counts too high.
-    LeakOnly,
-    /// A directory caught between the flushes of its rename: both names on disk, or the
-    /// new one with `..` still naming the old parent. fsck repairs it. Only while a
-    /// directory rename was in flight at the crash point (see docs/CRASH.md).
-    InterruptedRename,
-    /// Anything else fsck calls corruption, a walk that fails, or a state that cannot be
-    /// mounted.
-    Corrupt,
-}
 
 /// What a finding in a state is: it decides the state's class, and whether the mode's
 /// expectation allows it. Read from fsck's typed findings (`cairn_fsck::Class`,

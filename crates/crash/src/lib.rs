@@ -28,9 +28,16 @@
 //!    must demonstrate but did not.
 //! 5. **Planted bugs** ([`planted`]): a catalogue of deliberately broken orderings that
 //!    claim a mode's guarantees; CI's campaign must catch every one.
+//!
+//! Floors inside the crate, bottom up (a module imports only from floors below it):
+//! `repro` (the vocabulary a recording's header shares with the checks) → `record` →
+//! `states`, `model`, `overlay` → `oracle`, `recfs` → `declared` (what the registry declares
+//! about each mode's crashes) → `planted` (bugs claiming a declared mode's guarantees) →
+//! `modes` (any name, planted or not) → `check`, `workload`, `report` → `campaign`.
 
 pub mod campaign;
 pub mod check;
+pub mod declared;
 pub mod model;
 pub mod modes;
 pub mod oracle;
@@ -39,6 +46,7 @@ pub mod planted;
 pub mod recfs;
 pub mod record;
 pub mod report;
+pub mod repro;
 pub mod states;
 pub mod workload;
 

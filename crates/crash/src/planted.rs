@@ -34,9 +34,7 @@ use cairn_ffs::strategy::{
 use cairn_vfs::{KernelCachePolicy, Result as FsResult};
 use parking_lot::Mutex;
 
-use crate::campaign::CampaignOptions;
-use crate::modes::Expectation;
-use crate::workload;
+use crate::declared::{self, Expectation};
 
 /// One planted bug.
 #[derive(Clone, Copy, Debug)]
@@ -241,7 +239,7 @@ impl Planted {
     /// It claims its base mode's guarantees: the campaign must show it does not deliver. A
     /// bug in a recovery brings its own: the crash states are recovered by it.
     pub fn expectation(&self) -> Option<Expectation> {
-        let mut e = crate::modes::expectation(self.base)?;
+        let mut e = declared::expectation(self.base)?;
         e.mode = self.name.to_string();
         if self.fault == Fault::LfsRollForwardUncommitted {
             e.recovery = Some(recover_lfs_uncommitted);
@@ -266,7 +264,7 @@ impl Planted {
     pub fn mount(
         &self,
         dev: Arc<dyn cairn_blockdev::BlockDevice>,
-        opts: &[crate::modes::MountOption],
+        opts: &[declared::MountOption],
     ) -> Option<FsResult<Arc<dyn cairn_vfs::FileSystem>>> {
         let planted = self.lfs_fault()?;
         let mut o = cairn_lfs::MountOptions {
@@ -303,28 +301,6 @@ fn recover_lfs_uncommitted(
         cairn_lfs::Lfs::mount_device_planted(dev, &o, cairn_lfs::Planted::RollForwardUncommitted)
             .map_err(|e| e.to_string())?;
     cairn_vfs::FileSystem::destroy(fs.as_ref()).map_err(|e| e.to_string())
-}
-
-/// States per planted bug in CI's campaign and by default for `cairn crash run --planted`.
-pub const CAMPAIGN_STATES: usize = 1200;
-
-/// The campaign that must catch `p`: its mode over the scripted workloads — or over its own
-/// workload alone when that is one written for its design (`workload::designed`) — with a
-/// fixed seed, so CI and `cairn crash run --planted` check the same states.
-pub fn campaign(p: &Planted, states: Option<usize>) -> CampaignOptions {
-    let mut workloads = workload::scripted_set();
-    if !workloads.iter().any(|w| w.name == p.workload) {
-        // A workload written for one design's class of state (`workload::designed`): the
-        // whole budget goes to it, so every epoch gets its cuts between device writes.
-        workloads = workload::by_name(p.workload).into_iter().collect();
-    }
-    CampaignOptions {
-        modes: vec![p.name.to_string()],
-        workloads,
-        states: states.unwrap_or(CAMPAIGN_STATES),
-        seed: 1,
-        ..Default::default()
-    }
 }
 
 /// barrier-dropped: a step is written with no flush before it, owed group blocks too; the
@@ -607,7 +583,7 @@ mod tests {
             assert_eq!(p.expectation().unwrap().mode, p.name);
             // Its workload is in its campaign.
             assert!(
-                campaign(p, None)
+                crate::campaign::for_planted(p, None)
                     .workloads
                     .iter()
                     .any(|w| w.name == p.workload),
@@ -765,10 +741,8 @@ impl PlantedJournal {
     }
 
     fn with_log(&self, log: cairn_ffs::strategy::journal::LogSpec) -> Box<dyn Strategy> {
-        let inner = cairn_ffs::strategy::journal::Journal::new(
-            log,
-            crate::modes::journal_commit(self.base),
-        );
+        let inner =
+            cairn_ffs::strategy::journal::Journal::new(log, declared::journal_commit(self.base));
         match self.fault {
             JournalFault::WriteBeforeLog => Box::new(WriteBeforeLog {
                 name: self.name,
@@ -791,7 +765,7 @@ impl PlantedJournal {
 
     /// It claims the journal's guarantees; a bug in the replay brings its recovery.
     pub fn expectation(&self) -> Option<Expectation> {
-        let mut e = crate::modes::expectation(self.base)?;
+        let mut e = declared::expectation(self.base)?;
         e.mode = self.name.to_string();
         if self.fault == JournalFault::IgnoreRevoke {
             e.recovery = Some(recover_ignoring_revokes);
@@ -805,7 +779,7 @@ fn recover_ignoring_revokes(
     dev: Arc<dyn cairn_blockdev::BlockDevice>,
     log: Option<Arc<dyn cairn_blockdev::BlockDevice>>,
 ) -> Result<(), String> {
-    crate::modes::recover_journal_as(dev, log, |j| j.plant_ignore_revoke())
+    declared::recover_journal_as(dev, log, |j| j.plant_ignore_revoke())
 }
 
 /// journal-2sync-force-flushes-home: a log device whose flush goes to the file system's
@@ -1009,7 +983,7 @@ mod journal_tests {
             // The log in the image's log area, or on its own device: never both.
             assert_ne!(crate::modes::needs_log_area(p.name), two, "{}", p.name);
             assert!(crate::modes::known(p.name));
-            assert!(workload::by_name(p.workload).is_some());
+            assert!(crate::workload::by_name(p.workload).is_some());
         }
     }
 }

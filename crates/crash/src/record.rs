@@ -265,7 +265,7 @@ pub struct Header {
     pub log_blocks: u64,
     /// Set in reproducer files: the crash state and what was found in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repro: Option<crate::report::Repro>,
+    pub repro: Option<crate::repro::Repro>,
 }
 
 pub const FORMAT: u32 = 1;

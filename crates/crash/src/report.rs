@@ -6,27 +6,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::StateClass;
 use crate::modes::{Allow, Expectation};
-use crate::states::CrashState;
-
-/// Stored in a reproducer's header: the state, and what was found in it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Repro {
-    pub state: CrashState,
-    pub seed: u64,
-    pub class: StateClass,
-    #[serde(default)]
-    pub findings: Vec<String>,
-    #[serde(default)]
-    pub violations: Vec<String>,
-    /// The last operation that had returned and those in flight.
-    #[serde(default)]
-    pub point: String,
-    /// The shortest prefix of the workload's calls that reaches the state.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub prefix: Vec<String>,
-}
+pub use crate::repro::Repro;
+use crate::repro::StateClass;
 
 /// The first unexpected state of a mode × workload: the states are checked epoch by epoch,
 /// so it is the one reached by the shortest prefix of the workload.

@@ -30,9 +30,8 @@
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
-
 use crate::record::{Event, Recording};
+pub use crate::repro::{CrashState, Torn};
 
 /// From one flush to the next, of either device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,28 +112,6 @@ fn window(pending: &[Vec<usize>; 2]) -> Vec<usize> {
     let mut w: Vec<usize> = pending.iter().flatten().copied().collect();
     w.sort_unstable();
     w
-}
-
-/// A write that tore: only some of its 512-byte sectors landed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Torn {
-    /// Index into the epoch's writes (one of the kept ones).
-    pub write: u32,
-    /// The sectors of the block that landed, ascending.
-    pub sectors: Vec<u16>,
-}
-
-/// One crash state: epochs before `epoch` durable, plus the `kept` writes of `epoch`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CrashState {
-    pub epoch: usize,
-    /// Indices into the epoch's writes that reached the media, ascending.
-    pub kept: Vec<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub torn: Option<Torn>,
-    /// The crash came after the whole recording (every operation had returned).
-    #[serde(default)]
-    pub at_end: bool,
 }
 
 impl CrashState {

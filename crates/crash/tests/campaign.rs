@@ -4,7 +4,7 @@
 //! determinism the reproducers rely on.
 
 use cairn_crash::campaign::{self, CampaignOptions, CampaignResult};
-use cairn_crash::planted::{self, CATALOGUE};
+use cairn_crash::planted::CATALOGUE;
 use cairn_crash::record::Event;
 use cairn_crash::workload;
 
@@ -101,7 +101,7 @@ fn every_planted_bug_is_caught() {
     let mut missed = Vec::new();
     let mut lines = Vec::new();
     for p in CATALOGUE {
-        let mut opts = planted::campaign(p, None);
+        let mut opts = cairn_crash::campaign::for_planted(p, None);
         opts.threads = 2;
         let r = campaign::run(&opts, &quiet).expect("campaign runs");
         let caught: Vec<String> = r

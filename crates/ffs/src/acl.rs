@@ -32,31 +32,10 @@ use crate::{Ffs, State, corrupt_err};
 /// Extended attributes as the xattr block holds them: (name, value), in order.
 pub(crate) type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The ACL of kind `kind` in `attrs`, decoded; a stored value that is not a valid ACL is
-/// corruption (fsck names it and drops it).
+/// The ACL of kind `kind` in `attrs`, decoded (`cairn_vfs::acl::find`); a stored value
+/// that is not a valid ACL is corruption (fsck names it and drops it).
 pub(crate) fn find_acl(ino: u64, attrs: &Xattrs, kind: acl::Kind) -> Result<Option<Acl>> {
-    let Some((_, v)) = attrs.iter().find(|(k, _)| k.as_slice() == kind.xattr()) else {
-        return Ok(None);
-    };
-    Acl::decode(v).map_err(|e| {
-        corrupt_err(format!(
-            "inode {ino}: {}: {e}",
-            String::from_utf8_lossy(kind.xattr())
-        ))
-    })
-}
-
-/// `attrs` with the ACL of kind `kind` replaced by `acl`, or removed (`None`).
-fn put_acl(attrs: &mut Xattrs, kind: acl::Kind, acl: Option<&Acl>) {
-    let pos = attrs.iter().position(|(k, _)| k.as_slice() == kind.xattr());
-    match (pos, acl) {
-        (Some(i), Some(a)) => attrs[i].1 = a.encode(),
-        (None, Some(a)) => attrs.push((kind.xattr().to_vec(), a.encode())),
-        (Some(i), None) => {
-            attrs.remove(i);
-        }
-        (None, None) => {}
-    }
+    acl::find(ino, attrs, kind).map_err(|e| corrupt_err(e.to_string()))
 }
 
 impl Ffs {
@@ -141,9 +120,9 @@ impl Ffs {
             (acl::Kind::Access, Some(a)) => {
                 let (m, store) = acl::update_mode(ctx, a, d.mode, d.gid);
                 mode = m;
-                put_acl(&mut attrs, kind, store.then_some(a));
+                acl::put(&mut attrs, kind, store.then_some(a));
             }
-            _ => put_acl(&mut attrs, kind, acl.as_ref()),
+            _ => acl::put(&mut attrs, kind, acl.as_ref()),
         }
         if attrs == before && mode == d.mode {
             // Nothing stored changes (an equivalent ACL where none was, a removal of none):
@@ -177,7 +156,7 @@ impl Ffs {
             return Ok(false);
         }
         let mut attrs = self.read_xattrs(&d)?;
-        put_acl(&mut attrs, acl::Kind::Access, Some(&next));
+        acl::put(&mut attrs, acl::Kind::Access, Some(&next));
         self.write_xattrs(st, ino, &attrs, XattrWrite::WithMode { old_mode })?;
         Ok(true)
     }

@@ -467,7 +467,7 @@ impl Ffs {
             sb.state = superblock::STATE_MOUNTED;
             sb.mount_count = sb.mount_count.wrapping_add(1);
             sb.mounted_ns = inode::now_ns();
-            sb.last_mode = fs.strategy.name().to_string();
+            sb.last_mode = fs.strategy.recorded_mode().to_string();
             fs.st.lock().sb = sb;
             fs.strategy.mount(&*fs)?;
             fs.write_superblock()?;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cairn_blockdev::{BlockDevice, FileDevice, Lock};
+use cairn_blockdev::{BlockDevice, image};
 use cairn_vfs::{Errno, FsError};
 
 use crate::MkfsOptions;
@@ -30,42 +30,24 @@ pub fn default_journal_size(fs_bytes: u64, block_size: u32) -> Option<u64> {
 }
 
 /// Creates a file system on `path`: an image file (created sparse, or resized to `size`) or
-/// a block device (`size` at most the device's).
-///
-/// Nothing is changed until every refusal has been considered, in this order: a geometry
-/// that cannot hold a file system (the message says the minimum), an image someone holds
-/// (a mount, a running fsck: always refused, see `cairn_blockdev::lock`), existing contents
-/// (a cairn file system, a foreign signature, any non-zero byte at the start: refused
-/// unless `opts.force`), an image file larger than the host's free space (refused unless
-/// `opts.sparse`). An image file this call created is removed again if it fails.
+/// a block device (`size` at most the device's), opened and checked as every format's mkfs
+/// opens its target (`cairn_blockdev::image::make`: the refusals and their order are
+/// there; the size check and what an existing image holds are this format's).
 pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<(), FsError> {
-    let bs = opts.block_size;
-    let meta = std::fs::metadata(path).ok();
-    let is_blockdev = meta.as_ref().is_some_and(|m| {
-        use std::os::unix::fs::FileTypeExt;
-        m.file_type().is_block_device()
-    });
-    let size = match (opts.size, &meta) {
-        (Some(s), _) => Some(s),
-        _ if is_blockdev => None,
-        (None, Some(m)) if m.len() > 0 => Some(m.len()),
-        _ => {
-            return Err(refused(
-                Errno::EINVAL,
-                "no --size given and the image does not exist (or is empty)".into(),
-            ));
-        }
+    let target = image::Target {
+        size: opts.size,
+        block_size: opts.block_size,
+        force: opts.force,
+        sparse: opts.sparse,
     };
-    if let Some(s) = size {
-        check_size(bs, s, opts)?;
-    }
-    let created = meta.is_none();
-    let r = mkfs_locked(path, opts, is_blockdev, size);
-    if r.is_err() && created {
-        // Leave nothing behind: the file did not exist before this call.
-        let _ = std::fs::remove_file(path);
-    }
-    r
+    image::make(
+        path,
+        &target,
+        |s| check_size(opts.block_size, s, opts),
+        existing_contents,
+        |dev| mkfs_device(&dev, opts),
+    )
+    .map_err(|e| e.into_error(|n, m| refused(Errno(n), m), FsError::Io))
 }
 
 fn refused(e: Errno, msg: String) -> FsError {
@@ -96,62 +78,11 @@ fn check_size(bs: u32, size: u64, opts: &MkfsOptions) -> Result<(), FsError> {
     }
 }
 
-fn mkfs_locked(
-    path: &Path,
-    opts: &MkfsOptions,
-    is_blockdev: bool,
-    size: Option<u64>,
-) -> Result<(), FsError> {
-    let bs = opts.block_size;
-    // The exclusive lock first: nothing below may look at or change an image that a mount
-    // or another tool is using.
-    let file =
-        cairn_blockdev::open_locked(path, false, Lock::Exclusive, !is_blockdev).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::ResourceBusy {
-                refused(Errno::EBUSY, e.to_string())
-            } else {
-                FsError::Io(e)
-            }
-        })?;
-    if !opts.force
-        && let Some(what) = existing_contents(&file)?
-    {
-        return Err(refused(
-            Errno::EEXIST,
-            format!(
-                "{} already holds {what}; use --force (-F) to overwrite it",
-                path.display()
-            ),
-        ));
-    }
-    if !is_blockdev && let Some(size) = size {
-        let have = file.metadata()?.len();
-        if size > have && !opts.sparse {
-            check_host_space(path, size - have)?;
-        }
-        file.set_len(size)?;
-    }
-    let dev = FileDevice::from_file(file, path, bs, false)?;
-    mkfs_device(&dev, opts)
-}
-
 /// What the image already holds, if anything: a cairn file system (with its size and
 /// label), a foreign signature, or non-zero bytes.
-fn existing_contents(file: &std::fs::File) -> Result<Option<String>, FsError> {
-    use std::os::unix::fs::FileExt;
-    let mut head = vec![0u8; cairn_blockdev::contents::PROBE_BYTES];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(FsError::Io(e)),
-        }
-    }
-    head.truncate(got);
-    if superblock::has_magic(&head) {
-        return Ok(Some(match Superblock::decode(&head) {
+fn existing_contents(head: &[u8]) -> Option<String> {
+    if superblock::has_magic(head) {
+        return Some(match Superblock::decode(head) {
             Ok(sb) => {
                 // The whole image: the groups and the journal's log area after them.
                 let log = sb.journal_area().ok().flatten().map_or(0, |(_, n)| n);
@@ -163,35 +94,9 @@ fn existing_contents(file: &std::fs::File) -> Result<Option<String>, FsError> {
                 }
             }
             Err(_) => "a damaged cairn file system".to_string(),
-        }));
+        });
     }
-    Ok(cairn_blockdev::contents::describe(&head))
-}
-
-/// Refuses to grow an image by more than the host file system has free: the image would be
-/// sparse, and the file system inside it would fail with ENOSPC at unexpected moments.
-fn check_host_space(path: &Path, grow: u64) -> Result<(), FsError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let Ok(vfs) = nix::sys::statvfs::statvfs(dir) else {
-        return Ok(()); // unknown: do not refuse on a guess
-    };
-    let free = vfs.blocks_available() * vfs.fragment_size();
-    if grow > free {
-        return Err(refused(
-            Errno::ENOSPC,
-            format!(
-                "{} needs {} MiB more but its file system has only {} MiB free; use --sparse to \
-                 create it anyway (a sparse image: writes may later fail when the host fills up)",
-                path.display(),
-                grow >> 20,
-                free >> 20
-            ),
-        ));
-    }
-    Ok(())
+    cairn_blockdev::contents::describe(head)
 }
 
 /// Creates a file system on an open device (the whole device, or `opts.size` of it).

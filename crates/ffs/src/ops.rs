@@ -1595,21 +1595,8 @@ impl FileSystem for Ffs {
         rdev: u32,
     ) -> Result<Attr> {
         self.op("mknod", Some(OpKind::Mknod), |st| {
-            let kind = FileKind::from_mode(mode).unwrap_or(FileKind::RegularFile);
-            match kind {
-                FileKind::Directory | FileKind::Symlink => return Err(Errno::EINVAL.into()),
-                FileKind::CharDevice | FileKind::BlockDevice if !ctx.is_root() => {
-                    return Err(Errno::EPERM.into());
-                }
-                _ => {}
-            }
-            let m = kind.mode_bits() | (mode & 0o7777);
-            let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
-                rdev
-            } else {
-                0
-            };
-            let ino = self.make_node(st, ctx, parent, name, m, umask, rdev, None)?;
+            let node = perm::mknod(ctx, mode, rdev)?;
+            let ino = self.make_node(st, ctx, parent, name, node.mode, umask, node.rdev, None)?;
             self.entry_attr(st, ino)
         })
     }

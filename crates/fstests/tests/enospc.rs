@@ -216,6 +216,30 @@ fn the_mmap_reproducer_in_every_mode() {
     }
 }
 
+/// `mapped`, `len` bytes, opened while there is room (so the open gets the page cache), then
+/// the disk filled (`fill` with `fill_seed`), then `len` bytes of `pattern(seed)` written
+/// through a shared mapping of it: what the program was told, the data, and the files that
+/// filled the disk.
+fn map_after_filling(
+    mnt: &Path,
+    len: usize,
+    seed: u64,
+    fill_seed: u64,
+) -> (Mapped, Vec<u8>, BTreeMap<String, Vec<u8>>) {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(mnt.join("mapped"))
+        .unwrap();
+    f.set_len(len as u64).unwrap();
+    let data = pattern(seed, len);
+    let filled = fill(mnt, fill_seed);
+    let outcome = map_and_write(f, &data, Style::Careful);
+    (outcome, data, filled)
+}
+
 #[test]
 fn a_mapping_made_with_room_keeps_its_pages_when_the_disk_fills() {
     for mode in mode_list() {
@@ -227,18 +251,7 @@ fn a_mapping_made_with_room_keeps_its_pages_when_the_disk_fills() {
             .as_u64()
             .unwrap();
         let len = (limit as usize).next_multiple_of(4096);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(mnt.join("mapped"))
-            .unwrap();
-        f.set_len(len as u64).unwrap();
-        // Mapped now, while there is room: the open got the page cache.
-        let data = pattern(5, len);
-        let filled = fill(&mnt, 2);
-        let outcome = map_and_write(f, &data, Style::Careful);
+        let (outcome, data, filled) = map_after_filling(&mnt, len, 5, 2);
         say!(
             "{}: {len} bytes dirtied through a mapping made with room, after the disk filled: {outcome:?}",
             mode.mode
@@ -261,17 +274,7 @@ fn a_mapping_that_outgrows_the_reserve_reports_its_loss() {
         mounted(&w, &mode);
         let mnt = w.p("mnt");
         let len = 16 << 20;
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(mnt.join("mapped"))
-            .unwrap();
-        f.set_len(len as u64).unwrap();
-        let data = pattern(6, len);
-        let filled = fill(&mnt, 3);
-        let outcome = map_and_write(f, &data, Style::Careful);
+        let (outcome, _, filled) = map_after_filling(&mnt, len, 6, 3);
         say!(
             "{}: 16 MiB dirtied after the disk filled: {outcome:?}",
             mode.mode

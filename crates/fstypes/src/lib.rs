@@ -540,20 +540,16 @@ fn ffs_check(path: &Path, opts: CheckOptions) -> Result<Report, FsckError> {
     check_as_replayed(path, sb.block_size, opts)
 }
 
-/// The mode whose recovery replays the log a crash left in `sb`'s image: the mode it was
-/// last mounted in when that is a registered log-replay mode; for a name this build does
-/// not list (a crash harness's planted mode) that the format still recognises as its
-/// journal's, the format's first log-replay mode. `None`: nothing to replay.
+/// The mode whose recovery replays the log a crash left in `sb`'s image: the registered
+/// log-replay mode it was last mounted in (`needs_replay` matches it exactly). `None`:
+/// nothing to replay.
 fn log_replay_mode(sb: &cairn_ffs::format::Superblock) -> Option<&'static str> {
     if !cairn_ffs::strategy::journal::needs_replay(sb) {
         return None;
     }
-    let replays = |m: &Mode| m.spec.facts.recovery == Recovery::LogReplay;
-    let ffs_modes = || modes().into_iter().filter(|m| std::ptr::eq(m.fs, &FFS));
-    match mode(&sb.last_mode) {
-        Some(m) => replays(&m).then_some(m.spec.name),
-        None => ffs_modes().find(replays).map(|m| m.spec.name),
-    }
+    mode(&sb.last_mode)
+        .filter(|m| m.spec.facts.recovery == Recovery::LogReplay)
+        .map(|m| m.spec.name)
 }
 
 /// A check of an image whose log is on another device: the log cannot be replayed from

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_blockdev::{BlockDevice, FileDevice, Lock};
+use cairn_blockdev::{BlockDevice, image};
 use cairn_vfs::{Errno, FsError, Result};
 
 use crate::engine::{Node, ROOT_INO, State, now};
@@ -115,76 +115,32 @@ pub fn geometry(blocks: u64, opts: &MkfsOptions) -> Result<Superblock> {
     Ok(sb)
 }
 
-/// Creates a file system on an image file (created or resized to `size`) or a device.
+/// Creates a file system on an image file (created or resized to `size`) or a device,
+/// opened and checked as every format's mkfs opens its target
+/// (`cairn_blockdev::image::make`: the refusals and their order are there; the size check
+/// and what an existing image holds are this format's).
 pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
-    let meta = std::fs::metadata(path).ok();
-    let is_blockdev = meta.as_ref().is_some_and(|m| {
-        use std::os::unix::fs::FileTypeExt;
-        m.file_type().is_block_device()
-    });
-    let size = match (opts.size, &meta) {
-        (Some(s), _) => Some(s),
-        _ if is_blockdev => None,
-        (None, Some(m)) if m.len() > 0 => Some(m.len()),
-        _ => {
-            return Err(refused(
-                Errno::EINVAL,
-                "no --size given and the image does not exist (or is empty)".into(),
-            ));
-        }
+    let target = image::Target {
+        size: opts.size,
+        block_size: BLOCK_SIZE as u32,
+        force: opts.force,
+        sparse: opts.sparse,
     };
-    if let Some(s) = size {
-        geometry(s / BLOCK_SIZE as u64, opts)?;
-    }
-    let created = meta.is_none();
-    let r = mkfs_locked(path, opts, is_blockdev, size);
-    if r.is_err() && created {
-        let _ = std::fs::remove_file(path);
-    }
-    r
+    image::make(
+        path,
+        &target,
+        |s| geometry(s / BLOCK_SIZE as u64, opts).map(|_| ()),
+        existing_contents,
+        |dev| mkfs_device(Arc::new(dev), opts),
+    )
+    .map_err(|e| e.into_error(|n, m| refused(Errno(n), m), FsError::Io))
 }
 
-fn mkfs_locked(
-    path: &Path,
-    opts: &MkfsOptions,
-    is_blockdev: bool,
-    size: Option<u64>,
-) -> Result<()> {
-    let file =
-        cairn_blockdev::open_locked(path, false, Lock::Exclusive, !is_blockdev).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::ResourceBusy {
-                refused(Errno::EBUSY, e.to_string())
-            } else {
-                FsError::Io(e)
-            }
-        })?;
-    if !opts.force
-        && let Some(what) = existing_contents(&file)?
-    {
-        return Err(refused(
-            Errno::EEXIST,
-            format!(
-                "{} already holds {what}; use --force (-F) to overwrite it",
-                path.display()
-            ),
-        ));
+fn existing_contents(head: &[u8]) -> Option<String> {
+    if superblock::has_magic(head) {
+        return Some("a cairn lfs file system".into());
     }
-    if !is_blockdev && let Some(size) = size {
-        file.set_len(size)?;
-    }
-    let dev = FileDevice::from_file(file, path, BLOCK_SIZE as u32, false)?;
-    mkfs_device(Arc::new(dev), opts)
-}
-
-fn existing_contents(file: &std::fs::File) -> Result<Option<String>> {
-    use std::os::unix::fs::FileExt;
-    let mut head = vec![0u8; cairn_blockdev::contents::PROBE_BYTES];
-    let n = file.read_at(&mut head, 0)?;
-    head.truncate(n);
-    if superblock::has_magic(&head) {
-        return Ok(Some("a cairn lfs file system".into()));
-    }
-    Ok(cairn_blockdev::contents::describe(&head))
+    cairn_blockdev::contents::describe(head)
 }
 
 /// Writes a new file system on `dev`.

@@ -167,6 +167,95 @@ impl From<AclError> for FsError {
     }
 }
 
+/// An inode's extended attributes as a format keeps them in memory (FFS: a list in the
+/// xattr block's order; LFS: a map by name), seen by name — what [`find`] and [`put`] need.
+pub trait Xattrs {
+    /// The value of attribute `name`, if the inode has one.
+    fn value(&self, name: &[u8]) -> Option<&[u8]>;
+    /// Sets attribute `name` to `value`, or removes it (`None`).
+    fn set(&mut self, name: &[u8], value: Option<Vec<u8>>);
+}
+
+/// In the order the attributes are stored: a new one goes last, a replaced one keeps its
+/// place.
+impl Xattrs for Vec<(Vec<u8>, Vec<u8>)> {
+    fn value(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter()
+            .find(|(k, _)| k.as_slice() == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    fn set(&mut self, name: &[u8], value: Option<Vec<u8>>) {
+        let pos = self.iter().position(|(k, _)| k.as_slice() == name);
+        match (pos, value) {
+            (Some(i), Some(v)) => self[i].1 = v,
+            (None, Some(v)) => self.push((name.to_vec(), v)),
+            (Some(i), None) => {
+                self.remove(i);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+impl Xattrs for std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    fn value(&self, name: &[u8]) -> Option<&[u8]> {
+        self.get(name).map(Vec::as_slice)
+    }
+
+    fn set(&mut self, name: &[u8], value: Option<Vec<u8>>) {
+        match value {
+            Some(v) => {
+                self.insert(name.to_vec(), v);
+            }
+            None => {
+                self.remove(name);
+            }
+        }
+    }
+}
+
+/// A stored ACL that is not valid: on a disk that is corruption, and the message names the
+/// inode and the attribute (`inode 12: system.posix_acl_access: ACL entry 2 out of order`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredAclError {
+    pub ino: u64,
+    pub kind: Kind,
+    pub error: AclError,
+}
+
+impl fmt::Display for StoredAclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "inode {}: {}: {}",
+            self.ino,
+            String::from_utf8_lossy(self.kind.xattr()),
+            self.error
+        )
+    }
+}
+
+impl std::error::Error for StoredAclError {}
+
+/// The ACL of kind `kind` among inode `ino`'s attributes, decoded. A value that is not a
+/// valid ACL is the error a format reports as corruption (fsck names it and drops it).
+pub fn find(
+    ino: u64,
+    attrs: &impl Xattrs,
+    kind: Kind,
+) -> std::result::Result<Option<Acl>, StoredAclError> {
+    let Some(v) = attrs.value(kind.xattr()) else {
+        return Ok(None);
+    };
+    Acl::decode(v).map_err(|error| StoredAclError { ino, kind, error })
+}
+
+/// `attrs` with the ACL of kind `kind` set to `acl`, or removed (`None`).
+pub fn put(attrs: &mut impl Xattrs, kind: Kind, acl: Option<&Acl>) {
+    attrs.set(kind.xattr(), acl.map(Acl::encode));
+}
+
 /// A valid ACL: the only way to make one is [`Acl::decode`] or [`Acl::from_mode`], so every
 /// `Acl` has its USER_OBJ, GROUP_OBJ and OTHER entries (and a MASK if it names anyone), in
 /// order.
@@ -838,5 +927,32 @@ mod tests {
         });
         assert_eq!(r.problems, vec![Problem::OnSymlink(Kind::Access)]);
         assert!(r.problems[0].to_string().contains("symlink"));
+    }
+
+    /// Both in-memory shapes answer alike: an ACL put is found again, a removed one is gone,
+    /// the list keeps its order, and a bad stored value names its inode and attribute.
+    #[test]
+    fn stored_acls_are_found_put_and_named_when_bad() {
+        let a = Acl::decode(&example_named(1000, 5)).unwrap().unwrap();
+        let mut list: Vec<(Vec<u8>, Vec<u8>)> = vec![(b"user.x".to_vec(), b"1".to_vec())];
+        let mut map = std::collections::BTreeMap::new();
+        put(&mut list, Kind::Access, Some(&a));
+        put(&mut map, Kind::Access, Some(&a));
+        assert_eq!(find(7, &list, Kind::Access).unwrap().as_ref(), Some(&a));
+        assert_eq!(find(7, &map, Kind::Access).unwrap().as_ref(), Some(&a));
+        assert_eq!(find(7, &list, Kind::Default).unwrap(), None);
+        assert_eq!(list[0].0, b"user.x", "a new attribute goes last");
+        put(&mut list, Kind::Access, None);
+        put(&mut map, Kind::Access, None);
+        assert_eq!(list.len(), 1);
+        assert!(map.is_empty());
+        list.set(DEFAULT_XATTR, Some(vec![2, 0, 0, 0, 1]));
+        let e = find(12, &list, Kind::Default).unwrap_err();
+        assert_eq!(e.error, AclError::BadLength(5));
+        assert!(
+            e.to_string()
+                .starts_with("inode 12: system.posix_acl_default: ACL of 5 bytes"),
+            "{e}"
+        );
     }
 }

@@ -26,6 +26,7 @@ pub mod modes;
 pub mod options;
 pub mod perm;
 pub mod size;
+pub mod time;
 
 pub use error::{Errno, FsError, Result};
 pub use perm::{Access, Ctx, Owner};

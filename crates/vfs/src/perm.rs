@@ -213,6 +213,86 @@ impl Ctx {
     }
 }
 
+/// A node `mknod` may make: its kind, its mode (the type bits and the permission bits
+/// asked for, umask not applied) and its device number (zero unless a device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mknod {
+    pub kind: crate::FileKind,
+    pub mode: u32,
+    pub rdev: u32,
+}
+
+/// Why `mknod` refuses its arguments. Every format answers alike (Linux's `may_mknod` and
+/// `vfs_mknod`); the message names the call that makes such a node, or what is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MknodError {
+    /// `S_IFDIR`: EPERM, as Linux answers.
+    Directory,
+    /// A symlink or a type that is none (the `S_IFMT` bits given): EINVAL.
+    NotANode(u32),
+    /// A character or block device asked for without root (CAP_MKNOD): EPERM.
+    DeviceNeedsRoot,
+}
+
+impl MknodError {
+    pub fn errno(self) -> Errno {
+        match self {
+            MknodError::Directory | MknodError::DeviceNeedsRoot => Errno::EPERM,
+            MknodError::NotANode(_) => Errno::EINVAL,
+        }
+    }
+}
+
+impl std::fmt::Display for MknodError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MknodError::Directory => write!(f, "mknod cannot make a directory: use mkdir"),
+            MknodError::NotANode(t) if *t == libc::S_IFLNK => {
+                write!(f, "mknod cannot make a symbolic link: use symlink")
+            }
+            MknodError::NotANode(t) => write!(
+                f,
+                "mknod of file type {t:#o}: it makes a regular file, FIFO, socket or device"
+            ),
+            MknodError::DeviceNeedsRoot => {
+                write!(f, "a device node needs root (CAP_MKNOD): make it as root")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MknodError {}
+
+impl From<MknodError> for FsError {
+    fn from(e: MknodError) -> FsError {
+        FsError::Refused(e.errno(), e.to_string())
+    }
+}
+
+/// `mknod`'s arguments checked: no type bits make a regular file (as Linux does); a
+/// directory, a symlink or an unknown type is refused, a device without root too; the mode
+/// keeps the type and the permission bits; the device number is kept for a device only.
+pub fn mknod(ctx: &Ctx, mode: u32, rdev: u32) -> std::result::Result<Mknod, MknodError> {
+    use crate::FileKind;
+    let kind = match mode & libc::S_IFMT {
+        0 => FileKind::RegularFile,
+        libc::S_IFDIR => return Err(MknodError::Directory),
+        t => match FileKind::from_mode(t) {
+            Some(k) if k != FileKind::Symlink => k,
+            _ => return Err(MknodError::NotANode(t)),
+        },
+    };
+    let device = matches!(kind, FileKind::CharDevice | FileKind::BlockDevice);
+    if device && !ctx.is_root() {
+        return Err(MknodError::DeviceNeedsRoot);
+    }
+    Ok(Mknod {
+        kind,
+        mode: kind.mode_bits() | (mode & 0o7777),
+        rdev: if device { rdev } else { 0 },
+    })
+}
+
 /// A name for a new or looked-up entry: not too long (ENAMETOOLONG), not empty and without
 /// `/` or NUL (EINVAL).
 pub fn check_name(name: &OsStr) -> Result<&[u8]> {
@@ -841,5 +921,59 @@ mod tests {
         u.groups = Some(vec![44]);
         assert!(u.check(0o100060, 0, 44, Access::R).is_ok());
         assert!(u.check(0o100060, 0, 45, Access::R).is_err());
+    }
+
+    /// One answer for every format: no type is a regular file, a directory EPERM naming
+    /// mkdir, a symlink or unknown type EINVAL, a device EPERM without root; the device
+    /// number only for a device, the permission bits kept.
+    #[test]
+    fn mknod_arguments_are_checked_alike() {
+        use crate::FileKind;
+        let root = Ctx::root();
+        let user = Ctx {
+            uid: 1000,
+            gid: 1000,
+            ..Ctx::root()
+        };
+        let m = mknod(&user, 0o644, 7).unwrap();
+        assert_eq!(
+            (m.kind, m.mode, m.rdev),
+            (FileKind::RegularFile, libc::S_IFREG | 0o644, 0)
+        );
+        let m = mknod(&user, libc::S_IFIFO | 0o4755, 9).unwrap();
+        assert_eq!(
+            (m.kind, m.mode, m.rdev),
+            (FileKind::Fifo, libc::S_IFIFO | 0o4755, 0)
+        );
+        let m = mknod(&root, libc::S_IFCHR | 0o600, 0x0103).unwrap();
+        assert_eq!((m.kind, m.rdev), (FileKind::CharDevice, 0x0103));
+        assert_eq!(
+            mknod(&user, libc::S_IFBLK | 0o600, 1),
+            Err(MknodError::DeviceNeedsRoot)
+        );
+        assert_eq!(
+            mknod(&root, libc::S_IFDIR | 0o755, 0),
+            Err(MknodError::Directory)
+        );
+        assert_eq!(
+            mknod(&root, libc::S_IFLNK | 0o777, 0),
+            Err(MknodError::NotANode(libc::S_IFLNK))
+        );
+        assert_eq!(
+            mknod(&root, 0o030000, 0),
+            Err(MknodError::NotANode(0o030000))
+        );
+        for (e, errno, says) in [
+            (MknodError::Directory, Errno::EPERM, "use mkdir"),
+            (
+                MknodError::NotANode(libc::S_IFLNK),
+                Errno::EINVAL,
+                "use symlink",
+            ),
+            (MknodError::DeviceNeedsRoot, Errno::EPERM, "as root"),
+        ] {
+            assert_eq!(FsError::from(e).errno(), errno);
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 }

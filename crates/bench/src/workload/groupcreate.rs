@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use super::{PhaseResult, Stage, measure, scaled_count};
 use crate::counters::Counters;
 use crate::plot;
-use crate::report::{Meta, Record, Stat, fmt_rate};
+use crate::results::{Meta, Record, Stat};
+use crate::units::{fmt_opt, fmt_rate};
 
 /// The workload's name.
 pub const NAME: &str = "group-create";
@@ -217,10 +218,6 @@ pub fn headline(records: &[Record]) -> String {
         .collect();
     parts.push("per thread count: summary.md and group-create.png".into());
     parts.join("; ")
-}
-
-fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map(f).unwrap_or_else(|| "—".into())
 }
 
 /// The group-create section of summary.md: the curve as a table (files/s, the ratio to the

@@ -13,7 +13,9 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{Counters, Source};
+pub use crate::results::{FlushRate, PhaseResult};
 use crate::sys;
+pub use crate::units::fmt_size;
 
 pub mod fsstress;
 pub mod groupcreate;
@@ -130,26 +132,6 @@ impl Stage for PlainDir {
     }
 }
 
-/// One timed phase.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PhaseResult {
-    pub phase: String,
-    /// Operations done (files, transactions or MiB, see `unit`).
-    pub ops: f64,
-    pub unit: String,
-    pub secs: f64,
-    /// `ops / secs`.
-    pub rate: f64,
-    /// Counter deltas over the phase, if the target has counters.
-    pub counters: Option<Counters>,
-    /// The swept parameter this phase belongs to, if the workload sweeps one (micro: file
-    /// size in bytes; SDET: script concurrency). Tables and plots group by it.
-    #[serde(default)]
-    pub param: Option<f64>,
-    #[serde(default)]
-    pub extra: serde_json::Value,
-}
-
 /// `n` × `scale`, rounded, but never below `floor`: how every workload shrinks its counts
 /// (a hostile or tiny scale still leaves a run that measures something).
 pub fn scaled_count(n: u64, scale: f64, floor: u64) -> u64 {
@@ -166,50 +148,6 @@ pub fn fmt_bytes_human(b: u64) -> String {
         b if b.is_multiple_of(KIB) && b < MIB => format!("{} KiB", b / KIB),
         b if b >= MIB => format!("{:.2} MiB", b as f64 / MIB as f64),
         b => format!("{:.2} KiB", b as f64 / KIB as f64),
-    }
-}
-
-/// A file size the way the papers' axes print it: 0, 512, 1K, 96K, 1M, 4M.
-pub fn fmt_size(bytes: f64) -> String {
-    let b = bytes.max(0.0) as u64;
-    match b {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
-        b => b.to_string(),
-    }
-}
-
-impl PhaseResult {
-    /// The phase's name in tables: the phase plus its swept parameter, if any
-    /// ("create 64K", "scripts N=4").
-    pub fn label(&self) -> String {
-        match self.param {
-            None => self.phase.clone(),
-            // A concurrency sweep: SDET's scripts, group-create's threads.
-            Some(n)
-                if self.unit == "scripts"
-                    || self.extra.get("threads").and_then(|t| t.as_f64()) == Some(n) =>
-            {
-                format!("{} N={n}", self.phase)
-            }
-            Some(b) => format!("{} {}", self.phase, fmt_size(b)),
-        }
-    }
-
-    /// The share of the phase a modeled disk was busy (the busier one, when a journal's log
-    /// has a disk of its own): 004 §5.1's "disk busy". None off the model.
-    pub fn disk_busy(&self) -> Option<f64> {
-        let ns = self.counters.as_ref()?.disk_busy_ns_max()?;
-        (self.secs > 0.0).then(|| ns / 1e9 / self.secs)
-    }
-
-    /// Counter per operation, e.g. device flushes per create+unlink pair.
-    pub fn per_op(&self, f: impl Fn(&Counters) -> Option<f64>) -> Option<f64> {
-        let c = self.counters.as_ref()?;
-        (self.ops > 0.0)
-            .then(|| f(c))
-            .flatten()
-            .map(|v| v / self.ops)
     }
 }
 
@@ -806,20 +744,6 @@ fn seq_read(path: &Path, bytes: u64, chunk: usize) -> Result<serde_json::Value> 
         path.display()
     );
     Ok(serde_json::Value::Null)
-}
-
-/// The device's raw flush rate, measured the way a file system's flush costs: 4 KiB written
-/// and `fdatasync`ed in a loop, on a file in `dir` (put it on the disk the images live on).
-/// `overwrite` rewrites blocks already allocated (a pure device cache flush); `append` grows a
-/// file, so the host file system must also commit its own metadata each time.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FlushRate {
-    pub overwrite_per_sec: f64,
-    pub append_per_sec: f64,
-    /// Upper bound on iterations per variant (each also stops after its time budget).
-    pub max_iterations: u64,
-    pub dir: PathBuf,
-    pub host_fs: String,
 }
 
 pub fn flush_rate(dir: &Path, max_iters: u64, max_secs: f64) -> Result<FlushRate> {

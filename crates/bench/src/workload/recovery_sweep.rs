@@ -28,7 +28,7 @@ use super::{PhaseResult, Stage, fmt_bytes_human, fmt_size};
 use crate::counters::Counters;
 use crate::plot;
 use crate::registry::{Commit, Facts, Family, Recovery};
-use crate::report::{Meta, Record, Stat};
+use crate::results::{Meta, Record, Stat};
 
 /// The workload's name.
 pub const NAME: &str = "recovery-sweep";

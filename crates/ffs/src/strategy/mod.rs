@@ -195,6 +195,14 @@ impl WriteHooks for DeferEviction {
 pub trait Strategy: Send + std::marker::Sync {
     fn name(&self) -> &'static str;
 
+    /// The mode a read-write mount records in the superblock (`last_mode`): the registered
+    /// mode whose recovery the next mount or fsck after a crash must run. The strategy's
+    /// own name, except for a strategy under another name (a planted journal of the crash
+    /// harness is recorded as the journal mode it claims to be).
+    fn recorded_mode(&self) -> &'static str {
+        self.name()
+    }
+
     /// What the kernel may cache on top of us in this mode.
     fn cache_policy(&self) -> KernelCachePolicy;
 
@@ -257,14 +265,16 @@ pub trait Strategy: Send + std::marker::Sync {
 
     /// A read-only mount, instead of `recover` (nothing may be written): the device the
     /// engine reads through. A journal whose log holds operations not yet replayed shows
-    /// them replayed in memory; other modes return `dev` as it is.
+    /// them replayed in memory. So does any other mode's read-only mount of an image a
+    /// journaled mount left uncleanly (`journal::foreign_read_only_view`): its home
+    /// locations alone may show half an operation, or none of the calls its log made
+    /// durable; other images are read as they are.
     fn read_only_view(
         &self,
         dev: Arc<dyn BlockDevice>,
         sb: &Superblock,
     ) -> Result<Arc<dyn BlockDevice>> {
-        let _ = sb;
-        Ok(dev)
+        journal::foreign_read_only_view(self.name(), dev, sb)
     }
 
     /// The file system is mounted read-write (start what the mode needs).

@@ -255,13 +255,51 @@ pub(super) const MODE_GROUP: ModeInfo = ModeInfo {
     },
 };
 
+/// Whether `mode`, as a superblock records it (`last_mode`), is a registered mode whose
+/// recovery is its log's replay: read off the registry's facts, by the exact name a
+/// journaled mount records (`Strategy::recorded_mode`), never by a prefix.
+pub fn replays_log(mode: &str) -> bool {
+    super::modes()
+        .iter()
+        .any(|m| m.name == mode && m.facts.recovery == Recovery::LogReplay)
+}
+
 /// Whether the log describes the file system of `sb`: a journaled mount is what ended
 /// uncleanly. A journaled unmount empties the log, so records left behind a clean
 /// superblock, or behind a crash in another mode, are older than what another mode (after
-/// fsck or -o force) has written since — replaying them would undo it. (Any mode named
-/// journal*: `journal`, `journal-async`, the crash harness's planted ones.)
+/// fsck or -o force) has written since — replaying them would undo it.
 pub fn needs_replay(sb: &Superblock) -> bool {
-    sb.last_mode.starts_with(MODE.name) && sb.state == STATE_MOUNTED
+    sb.state == STATE_MOUNTED && replays_log(&sb.last_mode)
+}
+
+/// The read-only view of a mode without a log (`mode`) of `sb`'s image: when a journaled
+/// mount left the image uncleanly, its log area's operations replayed in memory, as the
+/// journal's own read-only mount shows them (without them the mount would show, silently,
+/// a file system missing calls the log made durable, or half of one). A log on another
+/// device cannot be read from here: refused, naming the ways out.
+pub fn foreign_read_only_view(
+    mode: &str,
+    dev: Arc<dyn BlockDevice>,
+    sb: &Superblock,
+) -> Result<Arc<dyn BlockDevice>> {
+    if !needs_replay(sb) {
+        return Ok(dev);
+    }
+    if sb.journal_area().ok().flatten().is_none() {
+        return Err(refused(format!(
+            "left mounted in mode '{}' with its log on another device, which a read-only mount \
+             in mode {mode} cannot replay: mount it read-write in that mode (log=dev:PATH) to \
+             replay the log, or read-only in that mode",
+            sb.last_mode
+        )));
+    }
+    log::warn!(
+        "journal: left mounted in mode '{}': its log is replayed in memory for this read-only \
+         mount in mode {mode}; a read-write mount in that mode, or `cairn fsck -y`, replays it \
+         onto the disk",
+        sb.last_mode
+    );
+    Journal::new(LogSpec::File, Commit::Sync).read_only_view(dev, sb)
 }
 
 /// `cairn fsck` without `-y` on a file system a journaled mount left uncleanly: `dev` (opened
@@ -783,7 +821,6 @@ impl Journal {
         // uncleanly: a journaled unmount empties it, so records left behind a clean
         // superblock, or behind a crash in another mode, are older than what another mode
         // (after fsck or -o force) has written since — replaying them would undo it.
-        // (Any mode named journal*: `journal`, `journal-async`, the harness's planted ones.)
         if !needs_replay(sb) && !records.is_empty() {
             log::warn!(
                 "journal: {name}: {} stale records dropped (the file system was last {} in mode '{}')",
@@ -1238,6 +1275,16 @@ impl WriteHooks for Hooks {
 impl Strategy for Journal {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The journal mode of this commit policy, whatever the journal is called: what the
+    /// next mount or fsck must replay (`needs_replay` matches it exactly).
+    fn recorded_mode(&self) -> &'static str {
+        match self.commit {
+            Commit::Sync => MODE.name,
+            Commit::Async => MODE_ASYNC.name,
+            Commit::Group => MODE_GROUP.name,
+        }
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {

@@ -1663,3 +1663,112 @@ fn an_fsync_after_a_shrink_makes_the_last_blocks_data_durable() {
     );
     f.unmount().unwrap();
 }
+
+// ----- which superblock needs a replay ------------------------------------------------------
+
+/// Only a registered log-replay mode, by its exact name, left mounted, needs its log
+/// replayed: a name that merely starts like one (a mode "journalx", a planted journal's name
+/// cut to the superblock's 16 bytes) does not, and a clean superblock never does.
+#[test]
+fn needs_replay_matches_the_recorded_mode_exactly() {
+    use super::{needs_replay, replays_log};
+    use crate::format::superblock::{STATE_CLEAN, STATE_MOUNTED};
+    let f = fresh_file();
+    let mut head = vec![0u8; 4096];
+    f.read_blocks(0, &mut head).unwrap();
+    let mut sb = crate::format::Superblock::decode(&head).unwrap();
+    sb.state = STATE_MOUNTED;
+    for (mode, replay) in [
+        ("journal", true),
+        ("journal-async", true),
+        ("journal-group", true),
+        ("journalx", false),
+        ("journal-write-be", false),
+        ("journal-2sync", false),
+        ("sync", false),
+        ("softdep", false),
+        ("", false),
+    ] {
+        sb.last_mode = mode.into();
+        assert_eq!(needs_replay(&sb), replay, "{mode:?}");
+        assert_eq!(replays_log(mode), replay, "{mode:?}");
+    }
+    sb.last_mode = "journal".into();
+    sb.state = STATE_CLEAN;
+    assert!(!needs_replay(&sb));
+}
+
+/// A journal under another name (a planted one of the crash harness, a log-device variant)
+/// records the journal mode of its commit policy, so the next mount and fsck replay it.
+#[test]
+fn a_renamed_journal_records_its_journal_mode() {
+    use crate::strategy::Strategy;
+    for (commit, mode) in [
+        (Commit::Sync, "journal"),
+        (Commit::Async, "journal-async"),
+        (Commit::Group, "journal-group"),
+    ] {
+        let j = Journal::new(LogSpec::File, commit).named("journal-2sync-write-before-log");
+        assert_eq!(j.recorded_mode(), mode);
+        let f = fresh_file();
+        let fs = mount_with(Arc::new(f.with_block_size(4096)), j, false).unwrap();
+        let mut head = vec![0u8; 4096];
+        f.read_blocks(0, &mut head).unwrap();
+        let sb = crate::format::Superblock::decode(&head).unwrap();
+        assert_eq!(sb.last_mode, mode);
+        assert!(
+            super::needs_replay(&sb),
+            "{mode}: a crash now needs the replay"
+        );
+        fs.unmount().unwrap();
+    }
+}
+
+/// A read-only mount of `img` in mode sync, which keeps no log.
+fn mount_read_only_sync(img: &MemDevice) -> cairn_vfs::Result<Arc<Ffs>> {
+    Ffs::mount_device(
+        Arc::new(img.with_block_size(4096)),
+        &MountOptions {
+            mode: "sync".into(),
+            read_only: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// A read-only mount in a mode without a log of an image a journaled mount left by a crash
+/// shows the calls the log made durable (replayed in memory, nothing written); with the log
+/// on another device it is refused in one line naming the ways out.
+#[test]
+fn a_read_only_mount_in_another_mode_replays_a_crashed_journal_in_memory() {
+    let c = Ctx::root();
+    let f = fresh_file();
+    let fs = mount_file(&f, Commit::Sync);
+    fs.mkdir(&c, 2, n("kept"), 0o755, 0).unwrap();
+    let crashed = f.to_bytes();
+    std::mem::forget(fs);
+    let img = MemDevice::from_bytes(4096, crashed.clone());
+    let ro = mount_read_only_sync(&img).unwrap();
+    assert!(
+        ro.lookup(&c, 2, n("kept")).is_ok(),
+        "the read-only mount shows the file system before the logged mkdir"
+    );
+    drop(ro);
+    assert!(img.to_bytes() == crashed, "a read-only mount wrote");
+
+    // The log on another device: refused, naming a read-write mount in the journal's mode.
+    let (fsd, log) = fresh();
+    let fs = mount(&fsd, &log, Commit::Sync);
+    fs.mkdir(&c, 2, n("kept"), 0o755, 0).unwrap();
+    let crashed = fsd.to_bytes();
+    std::mem::forget(fs);
+    let e = mount_read_only_sync(&MemDevice::from_bytes(4096, crashed))
+        .err()
+        .expect("a read-only mount that cannot replay the log is refused")
+        .to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.contains("log on another device") && e.contains("read-write") && e.contains("log=dev"),
+        "{e}"
+    );
+}

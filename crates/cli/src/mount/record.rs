@@ -17,7 +17,7 @@ use cairn_ffs::{Ffs, MountOptions};
 /// recorder (call `finish` after the final flush).
 pub fn mount_recorded(
     image: &Path,
-    plan: &crate::mount::Plan,
+    plan: &super::Plan,
     out: &Path,
 ) -> Result<(Arc<Ffs>, Arc<Recorder>)> {
     if !std::ptr::eq(plan.fs, cairn_fstypes::ffs()) {
