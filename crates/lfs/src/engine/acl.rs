@@ -27,29 +27,9 @@ use cairn_vfs::Errno;
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// The ACL of kind `kind` among `x`, decoded; a stored value that is not a valid ACL is
-/// corruption.
+/// corruption (named by `cairn_vfs::acl::find`, as in the FFS format).
 pub(crate) fn find_acl(ino: u64, x: &Xattrs, kind: acl::Kind) -> Result<Option<Acl>> {
-    let Some(v) = x.get(kind.xattr()) else {
-        return Ok(None);
-    };
-    Acl::decode(v).map_err(|e| {
-        corrupt(format!(
-            "inode {ino}: {}: {e}",
-            String::from_utf8_lossy(kind.xattr())
-        ))
-    })
-}
-
-/// `x` with the ACL of kind `kind` set to `acl`, or removed.
-fn put_acl(x: &mut Xattrs, kind: acl::Kind, acl: Option<&Acl>) {
-    match acl {
-        Some(a) => {
-            x.insert(kind.xattr().to_vec(), a.encode());
-        }
-        None => {
-            x.remove(kind.xattr());
-        }
-    }
+    acl::find(ino, x, kind).map_err(|e| corrupt(e.to_string()))
 }
 
 impl State {
@@ -115,9 +95,9 @@ impl State {
             (acl::Kind::Access, Some(a)) => {
                 let (m, store) = acl::update_mode(ctx, a, cur.mode, cur.gid);
                 mode = m;
-                put_acl(&mut next, kind, store.then_some(a));
+                acl::put(&mut next, kind, store.then_some(a));
             }
-            _ => put_acl(&mut next, kind, acl.as_ref()),
+            _ => acl::put(&mut next, kind, acl.as_ref()),
         }
         self.replace_xattrs(ino, next, Some(mode), value.is_some())
     }
@@ -162,7 +142,7 @@ impl State {
         let mode = self.node(ino)?.inode.mode;
         a.chmod(mode);
         let mut next = self.load_xattrs(ino)?.clone();
-        put_acl(&mut next, acl::Kind::Access, Some(&a));
+        acl::put(&mut next, acl::Kind::Access, Some(&a));
         self.replace_xattrs(ino, next, None, false)
     }
 

@@ -787,21 +787,11 @@ impl FileSystem for Lfs {
         rdev: u32,
     ) -> Result<Attr> {
         self.run_rw(|st| {
-            match FileKind::from_mode(mode) {
-                None | Some(FileKind::Directory) | Some(FileKind::Symlink) => {
-                    return Err(Errno::EINVAL.into());
-                }
-                _ => {}
-            }
-            if matches!(
-                FileKind::from_mode(mode),
-                Some(FileKind::CharDevice | FileKind::BlockDevice)
-            ) && !ctx.is_root()
-            {
-                return Err(Errno::EPERM.into());
-            }
+            // The one check both formats share (type 0 is a regular file, rdev kept for
+            // devices only, devices made by root only).
+            let node = cairn_vfs::perm::mknod(ctx, mode, rdev)?;
             let n = st.check_new(ctx, parent, name)?;
-            let ino = st.new_node(ctx, parent, &n, mode, umask, rdev)?;
+            let ino = st.new_node(ctx, parent, &n, node.mode, umask, node.rdev)?;
             st.attr(ino)
         })
     }
