@@ -933,10 +933,12 @@ impl Adapter {
             };
             match r {
                 Ok(data) => {
-                    reply.ioctl(0, &data);
+                    // Before the reply: once the caller has its answer it may stat the
+                    // file, and must not find the old attributes still cached.
                     if let Some(FileAttrIoctl::SetFlags | FileAttrIoctl::FsSetXattr) = which {
                         self.attrs_changed(kernel_ino);
                     }
+                    reply.ioctl(0, &data);
                 }
                 Err(e) => reply.error(self.err(Op::Ioctl, e)),
             }
@@ -952,9 +954,11 @@ impl Adapter {
     /// kernel knows it) are stale: FUSE_NOTIFY_INVAL_INODE with a negative offset, which
     /// drops the attributes only, no cached page. For a change the kernel does not know
     /// alters them (an inode flag set by ioctl changes the ctime), which `stat` would
-    /// otherwise not show for attr_ttl (generic/277). Sent after the reply: the caller may
-    /// hold the inode's lock meanwhile. A failure is harmless (the inode may be gone from
-    /// the kernel's cache already) and only logged.
+    /// otherwise not show for attr_ttl (generic/277). Sent before the reply (sent after
+    /// it, a `stat` right after the chattr raced the notification and now and then showed
+    /// the old ctime): with a negative offset the kernel only drops the cached attributes,
+    /// taking no lock the waiting caller holds. A failure is harmless (the inode may be
+    /// gone from the kernel's cache already) and only logged.
     fn attrs_changed(&self, kernel_ino: u64) {
         if let Some(n) = self.notifier.get()
             && let Err(e) = n.inval_inode(fuser::INodeNo(kernel_ino), -1, 0)
