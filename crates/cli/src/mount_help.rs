@@ -75,7 +75,7 @@ pub fn text() -> String {
             entry(&mut out, 4, &name, m.description);
             entry(&mut out, 4, "", &format!("promise: {}", m.promise()));
             for o in m.options {
-                entry(&mut out, 6, &usage(o), &described(o));
+                entry(&mut out, 6, &o.usage(), &described(o));
             }
         }
     }
@@ -92,7 +92,7 @@ pub fn text() -> String {
     entry(
         &mut out,
         2,
-        &usage(&disk),
+        &disk.usage(),
         &format!("{} (presets: {})", described(&disk), presets.join(", ")),
     );
     out += "\nFUSE options (every format; yes|no options also take on|off, 1|0):\n";
@@ -102,10 +102,6 @@ pub fn text() -> String {
     out += "\n";
     out += TAIL;
     out
-}
-
-fn usage(o: &OptionSpec) -> String {
-    o.usage()
 }
 
 /// The option's help with its default, when it has one.
@@ -119,7 +115,7 @@ fn described(o: &OptionSpec) -> String {
 
 fn list(out: &mut String, options: &[OptionSpec]) {
     for o in options {
-        entry(out, 2, &usage(o), &described(o));
+        entry(out, 2, &o.usage(), &described(o));
     }
 }
 
@@ -166,7 +162,7 @@ mod tests {
         for t in cairn_fstypes::types() {
             assert!(h.contains(&format!("  {}:", t.name)), "format {}", t.name);
             for o in t.options {
-                assert!(h.contains(&usage(o)), "{} option {}", t.name, o.key);
+                assert!(h.contains(&o.usage()), "{} option {}", t.name, o.key);
             }
         }
         for m in cairn_fstypes::modes() {
@@ -177,14 +173,14 @@ mod tests {
             );
             assert!(h.contains(m.spec.description.split_whitespace().next().unwrap()));
             for o in m.spec.options {
-                assert!(h.contains(&usage(o)), "mode {} option {}", m.name(), o.key);
+                assert!(h.contains(&o.usage()), "mode {} option {}", m.name(), o.key);
             }
         }
         for p in cairn_blockdev::disk::presets() {
             assert!(h.contains(p.name), "disk preset {}", p.name);
         }
         for o in cairn_fuse::OPTIONS.iter().chain(COMMAND_OPTIONS) {
-            assert!(h.contains(&usage(o)), "option {}", o.key);
+            assert!(h.contains(&o.usage()), "option {}", o.key);
         }
         for l in h.lines() {
             assert!(l.chars().count() <= WIDTH, "too wide: {l}");
