@@ -28,6 +28,7 @@ mod handles;
 mod imap;
 mod node;
 mod ops;
+mod readgate;
 mod recover;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -64,6 +65,7 @@ pub(crate) use node::{
     Node, ReadAhead, T_TOP, decode_xattrs, encode_xattrs, load_map, owned_blocks, slot_level,
     slot_of, slot_parent, slot_range, xattrs_size,
 };
+pub(crate) use readgate::{ReadGate, ReadPlan, Run};
 pub use usage::Usage;
 
 pub const ROOT_INO: u64 = 2;
@@ -316,6 +318,9 @@ pub struct LfsStats {
     /// Blocks read only to keep a file read in one device read across the summaries (and
     /// an fsync's metadata) between partial segments, and dropped.
     pub gap_blocks_read: u64,
+    /// Empty segments a checkpoint left dirty because a read outside the lock held them
+    /// (released by a later checkpoint).
+    pub releases_held: u64,
 }
 
 pub(crate) struct State {
@@ -352,6 +357,8 @@ pub(crate) struct State {
     pub orphans: BTreeSet<u64>,
     /// A deliberately broken ordering the crash harness must catch (tests and the planted
     /// catalogue only; see [`Planted`]).
+    /// Segments held by reads in flight outside the lock (`readgate.rs`).
+    pub gate: Arc<ReadGate>,
     #[cfg(any(test, feature = "planted"))]
     pub planted: Planted,
 }
@@ -377,6 +384,10 @@ pub enum Planted {
     /// leaves half of it applied — inodes without the directory blocks or inodes written
     /// with them.
     RollForwardUncommitted,
+    /// A checkpoint releases empty segments even while a read outside the lock still
+    /// holds them (`readgate.rs`): the log may write over a segment between a read's
+    /// plan and its device read, which then returns blocks of the segment's next life.
+    NoReadGate,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
@@ -401,43 +412,24 @@ impl State {
         Ok(self.cache.read(addr)?.read().to_vec())
     }
 
-    /// Reads into the cache, with as few device reads as possible, every uncached block
-    /// of the log at `addrs` (in any order): each run of consecutive addresses is one
-    /// device read (up to the cache's largest cluster). A run goes on across a one-block
-    /// gap — the summary block between two partial segments of a file written
-    /// sequentially — which is read and cached with it: one block more, one device read
-    /// fewer. Addresses outside the log are left for [`State::read_block`] to report.
-    pub fn prefetch(&self, addrs: &mut Vec<u64>) -> Result<()> {
-        addrs.retain(|&a| self.sb.in_log(a));
-        addrs.sort_unstable();
-        addrs.dedup();
-        let mut i = 0;
-        while i < addrs.len() {
-            let mut j = i + 1;
-            while j < addrs.len() && addrs[j] <= addrs[j - 1] + 2 {
-                j += 1;
-            }
-            self.cache.prefetch(addrs[i], addrs[j - 1] - addrs[i] + 1)?;
-            i = j;
-        }
-        Ok(())
-    }
-
-    /// Contents of blocks `first..first + n` of `ino` (zeros for holes) read with one
-    /// device read per run of blocks that lie next to each other in the log, plus the
-    /// read-ahead blocks `ahead` (start, count) brought into the cache the same way.
+    /// Plans a read of blocks `first..first + n` of `ino` (zeros for holes), under the
+    /// lock: what memory holds — blocks still buffered for the next flush, cached copies
+    /// of log blocks, holes — is copied into the reply now; the rest is left as runs to
+    /// read from the device without the lock ([`ReadPlan::read`]), one device read per run
+    /// of blocks that lie next to each other in the log, and the segments those runs (and
+    /// the read-ahead window `ahead`, start and count, read into the cache) lie in are
+    /// pinned until then (`readgate.rs`), so no checkpoint frees them meanwhile.
     ///
     /// A run of the request's own blocks that nothing has cached is read straight into
     /// the reply, not through the cache (as FFS reads an uncached cluster): filling cache
     /// buffers the reader never asks for again cost a copy and an allocation per block.
-    /// What is cached (read ahead, or read before) is copied from the cache.
-    pub fn read_file_range(
+    pub fn plan_read(
         &mut self,
         ino: u64,
         first: u64,
         n: u64,
         ahead: Option<(u64, u64)>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<ReadPlan> {
         let end = first.saturating_add(n);
         let map = self.map(ino)?;
         // One walk of the block map for the whole request, not a search per block.
@@ -445,111 +437,81 @@ impl State {
         for (&l, &a) in map.range(first..end) {
             addrs[(l - first) as usize] = Some(a);
         }
+        let mut want = Vec::new();
         if let Some((a, k)) = ahead {
             let found: Vec<(u64, u64)> = map
                 .range(a..a.saturating_add(k))
                 .map(|(&l, &a)| (l, a))
                 .collect();
             // A block still buffered is read from memory; its old copy in the log is not.
-            let mut want: Vec<u64> = found
+            want = found
                 .into_iter()
                 .filter(|&(l, _)| !self.dirty.has_block(ino, l))
                 .map(|(_, a)| a)
+                .filter(|&a| self.sb.in_log(a) && self.cache.lookup(a).is_none())
                 .collect();
-            self.prefetch(&mut want)?;
-        }
-        // Where each block of the request comes from.
-        enum Src {
-            Zero,
-            Dirty,
-            Cached(u64),
-            Device(u64),
-        }
-        let mut src = Vec::with_capacity(addrs.len());
-        let any_dirty = self.dirty.any_in(ino, first, end);
-        for (lbn, addr) in (first..).zip(&addrs) {
-            src.push(if any_dirty && self.dirty.has_block(ino, lbn) {
-                Src::Dirty
-            } else if let Some(a) = *addr {
-                if !self.sb.in_log(a) {
-                    return Err(corrupt(format!("block address {a} outside the log")));
-                }
-                if self.cache.lookup(a).is_some() {
-                    Src::Cached(a)
-                } else {
-                    Src::Device(a)
-                }
-            } else {
-                Src::Zero
-            });
         }
         // Filled block by block in order (appended, not zeroed first and copied over: the
         // reply is the largest buffer of a read, and zeroing it cost as much as a copy).
         let mut out = Vec::with_capacity((n * BS) as usize);
-        let max_run = (self.cache.config().max_cluster_bytes / BLOCK_SIZE).max(1);
-        let mut i = 0;
-        while i < src.len() {
-            match src[i] {
-                Src::Zero => out.resize(out.len() + BLOCK_SIZE, 0),
-                Src::Dirty => {
-                    let b = self.dirty.block(ino, first + i as u64).ok_or(Errno::EIO)?;
-                    out.extend_from_slice(b);
-                }
-                Src::Cached(a) => {
-                    out.extend_from_slice(&self.cache.read(a)?.read());
-                }
-                Src::Device(a) => {
-                    // The run: following blocks of the request that lie after this one
-                    // in the log, each at most `MAX_READ_GAP` blocks after the one before.
-                    // A file written in many partial segments (fsync'd or small writes)
-                    // has a summary block — and after an fsync its indirect blocks and
-                    // inode — between each piece; reading those few blocks with the run
-                    // and dropping them costs less than a device read per piece (a 4 MiB
-                    // file written in 64 KiB fsync'd pieces: 69 reads before, 8 now).
-                    let mut j = i + 1;
-                    let mut last = a;
-                    while j < src.len() {
-                        let Src::Device(b) = src[j] else { break };
-                        if b <= last || b - last > MAX_READ_GAP + 1 || b - a >= max_run as u64 {
-                            break;
-                        }
-                        last = b;
-                        j += 1;
-                    }
-                    let at = out.len();
-                    let span = (last - a + 1) as usize;
-                    out.resize(at + span * BLOCK_SIZE, 0);
-                    self.dev.read_blocks(a, &mut out[at..])?;
-                    if span > j - i {
-                        // Close the gaps: each piece (blocks next to each other in the log)
-                        // moves down to its place in the reply with one copy, in order, so
-                        // nothing is overwritten before it moves.
-                        let mut k = 0;
-                        while k < j - i {
-                            let Src::Device(b) = src[i + k] else { break };
-                            let mut e = k + 1;
-                            while e < j - i
-                                && matches!(src[i + e], Src::Device(c) if c == b + (e - k) as u64)
-                            {
-                                e += 1;
-                            }
-                            let from = at + (b - a) as usize * BLOCK_SIZE;
-                            let to = at + k * BLOCK_SIZE;
-                            if from != to {
-                                out.copy_within(from..from + (e - k) * BLOCK_SIZE, to);
-                            }
-                            k = e;
-                        }
-                        out.truncate(at + (j - i) * BLOCK_SIZE);
-                        self.stats.gap_blocks_read += (span - (j - i)) as u64;
-                    }
-                    i = j;
-                    continue;
-                }
+        let mut runs: Vec<Run> = Vec::new();
+        let max_run = (self.cache.config().max_cluster_bytes / BLOCK_SIZE).max(1) as u64;
+        let any_dirty = self.dirty.any_in(ino, first, end);
+        for (lbn, addr) in (first..).zip(&addrs) {
+            if any_dirty && let Some(b) = self.dirty.block(ino, lbn) {
+                out.extend_from_slice(b);
+                continue;
             }
-            i += 1;
+            let Some(a) = *addr else {
+                out.resize(out.len() + BLOCK_SIZE, 0);
+                continue;
+            };
+            if !self.sb.in_log(a) {
+                return Err(corrupt(format!("block address {a} outside the log")));
+            }
+            if self.cache.lookup(a).is_some() {
+                out.extend_from_slice(&self.cache.read(a)?.read());
+                continue;
+            }
+            // A run: following blocks of the request that lie after the one before in
+            // the log, each at most `MAX_READ_GAP` blocks after it. A file written in many
+            // partial segments (fsync'd or small writes) has a summary block — and after
+            // an fsync its indirect blocks and inode — between each piece; reading those
+            // few blocks with the run and dropping them costs less than a device read per
+            // piece (a 4 MiB file written in 64 KiB fsync'd pieces: 69 reads before, 8 now).
+            let at = out.len();
+            out.resize(at + BLOCK_SIZE, 0);
+            if let Some(r) = runs.last_mut()
+                && r.at + r.addrs.len() * BLOCK_SIZE == at
+                && let (Some(&f), Some(&l)) = (r.addrs.first(), r.addrs.last())
+                && a > l
+                && a - l <= MAX_READ_GAP + 1
+                && a - f < max_run
+            {
+                r.addrs.push(a);
+            } else {
+                runs.push(Run { at, addrs: vec![a] });
+            }
         }
-        Ok(out)
+        for r in &runs {
+            let span = r.span();
+            self.stats.gap_blocks_read += span - r.addrs.len() as u64;
+        }
+        let segs: Vec<u32> = runs
+            .iter()
+            .flat_map(|r| &r.addrs)
+            .chain(&want)
+            .filter_map(|&a| self.sb.seg_of(a))
+            .collect();
+        let pin = (!segs.is_empty()).then(|| self.gate.pin(segs));
+        Ok(ReadPlan {
+            out,
+            runs,
+            ahead: want,
+            dev: Arc::clone(&self.dev),
+            cache: Arc::clone(&self.cache),
+            _pin: pin,
+        })
     }
 
     /// Reads inode `ino` through the inode map.
@@ -1185,7 +1147,24 @@ impl State {
     /// Segments with no live bytes, other than the log's head and its next segment, are
     /// clean: called only when a checkpoint recording them so is durable.
     pub fn release_empty_segments(&mut self) {
-        self.usage.release_empty(self.log.seg, self.log.next_seg);
+        let all = 0..self.sb.segments;
+        self.release_checkpointed(all);
+    }
+
+    /// Releases those of `segs` still empty (the ones a durable checkpoint recorded with
+    /// no live bytes), but none a read in flight holds (`readgate.rs`).
+    pub(crate) fn release_checkpointed(&mut self, segs: impl IntoIterator<Item = u32>) {
+        let gate = Arc::clone(&self.gate);
+        #[cfg(any(test, feature = "planted"))]
+        let ignore_pins = self.planted == Planted::NoReadGate;
+        #[cfg(not(any(test, feature = "planted")))]
+        let ignore_pins = false;
+        let kept = self
+            .usage
+            .release_empty(segs, self.log.seg, self.log.next_seg, |s| {
+                !ignore_pins && gate.pinned(s)
+            });
+        self.stats.releases_held += kept as u64;
     }
 
     /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
@@ -1211,12 +1190,19 @@ impl State {
     }
 }
 
+#[cfg(test)]
+pub(crate) type TestHook = Box<dyn Fn() + Send + Sync>;
+
 /// The mounted file system.
 pub struct Lfs {
     pub(crate) st: Mutex<State>,
     pub(crate) opts: MountOptions,
     /// When reads update access times (`FileSystem::set_atime`).
     pub(crate) atime: Mutex<cairn_vfs::Atime>,
+    /// Called by a read between its plan and its device reads (tests: to run other
+    /// calls in that window).
+    #[cfg(test)]
+    pub(crate) read_hook: Mutex<Option<TestHook>>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
     destroyed: AtomicBool,

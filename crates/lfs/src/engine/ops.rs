@@ -965,45 +965,63 @@ impl FileSystem for Lfs {
     }
 
     fn read(&self, ino: Ino, _fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
-        self.run(|st| {
-            buf.clear();
+        buf.clear();
+        // Under the lock: the block addresses, what memory holds, the segments pinned.
+        // Without it: the device reads (`ReadPlan`), so a read never waits behind another
+        // call's device I/O, nor makes one wait behind its own.
+        let planned = self.run(|st| {
             let n = st.inode(ino)?.clone();
             if is_dir(&n) {
                 return Err(Errno::EISDIR.into());
             }
             let end = (offset.saturating_add(size as u64)).min(n.size);
             if offset >= end {
-                return Ok(());
+                return Ok(None);
             }
             // The whole request at once, so blocks next to each other in the log come in
             // one device read, with the read-ahead window of a sequential reader.
             let (first, last) = (offset / BS, (end - 1) / BS);
             let max = st.readahead_blocks;
             let ahead = st.node(ino)?.ra.plan(first, last - first + 1, max);
-            let mut b = st.read_file_range(ino, first, last - first + 1, ahead)?;
-            let from = (offset - first * BS) as usize;
-            // The blocks read become the reply (no second copy of the request): only a
-            // request that does not start on a block boundary moves its bytes down.
-            b.truncate(from + (end - offset) as usize);
-            if from > 0 {
-                b.drain(..from);
-            }
-            *buf = b;
-            // The mount's atime option (relatime by default); the inode goes out with the
-            // next flush, as any change.
-            let ns = |t: Time| t.sec as i128 * 1_000_000_000 + t.nsec as i128;
-            let t = now();
-            if !self.opts.read_only
-                && self
-                    .atime
-                    .lock()
-                    .updates(ns(n.atime), ns(n.mtime), ns(n.ctime), ns(t))
-            {
-                st.node(ino)?.inode.atime = t;
-                st.mark_dirty(ino);
-            }
-            Ok(())
-        })
+            let plan = st.plan_read(ino, first, last - first + 1, ahead)?;
+            Ok(Some((plan, first, end, n)))
+        })?;
+        let Some((plan, first, end, n)) = planned else {
+            return Ok(());
+        };
+        #[cfg(test)]
+        if let Some(h) = &*self.read_hook.lock() {
+            h();
+        }
+        let mut b = plan.read()?;
+        let from = (offset - first * BS) as usize;
+        // The blocks read become the reply (no second copy of the request): only a
+        // request that does not start on a block boundary moves its bytes down.
+        b.truncate(from + (end - offset) as usize);
+        if from > 0 {
+            b.drain(..from);
+        }
+        *buf = b;
+        // The mount's atime option (relatime by default); the inode goes out with the
+        // next flush, as any change. The lock again only when the time changes.
+        let ns = |t: Time| t.sec as i128 * 1_000_000_000 + t.nsec as i128;
+        let t = now();
+        if !self.opts.read_only
+            && self
+                .atime
+                .lock()
+                .updates(ns(n.atime), ns(n.mtime), ns(n.ctime), ns(t))
+        {
+            self.run(|st| {
+                // Freed meanwhile: nothing to stamp.
+                if let Some(node) = st.nodes.get_mut(&ino) {
+                    node.inode.atime = t;
+                    st.mark_dirty(ino);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     fn set_atime(&self, policy: cairn_vfs::Atime) {

@@ -98,6 +98,7 @@ impl State {
             writeback_reserve: 0,
             dip_into_reserve: false,
             orphans: BTreeSet::new(),
+            gate: Arc::default(),
             #[cfg(any(test, feature = "planted"))]
             planted: Planted::None,
         }
@@ -431,6 +432,8 @@ impl Lfs {
             syncer: Mutex::new(None),
             destroyed: AtomicBool::new(false),
             atime: Mutex::new(cairn_vfs::Atime::default()),
+            #[cfg(test)]
+            read_hook: Mutex::new(None),
         });
         fs.start_syncer();
         Ok(fs)

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use cairn_blockdev::{BlockDevice, MemDevice, TraceOp, VecTrace};
 use cairn_vfs::{Ctx, FileSystem, RenameFlags};
@@ -1482,4 +1483,63 @@ fn reads_at_any_offset_see_holes_buffered_cached_and_device_blocks() {
     // Cold: every block from the device or read ahead into the cache.
     let fs = mount(&dev);
     check(&fs);
+}
+
+/// A read resolves its addresses under the lock and reads the device without it; `planted`
+/// decides whether checkpoints respect the read's pins. Between the plan and the device
+/// read (the read hook), the file is overwritten, its old segment emptied and checkpointed,
+/// and the log made to go round the disk several times. Returns what the read returned and
+/// what the file held when the read began.
+fn read_across_segment_reuse(planted: Planted) -> (Vec<u8>, Vec<u8>, LfsStats) {
+    let dev = image(2048);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    let old: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    let ino = write_file(&fs, ROOT_INO, "f", &old);
+    fs.checkpoint().unwrap();
+    let weak = Arc::downgrade(&fs);
+    let fired = Arc::new(AtomicBool::new(false));
+    let f2 = fired.clone();
+    *fs.read_hook.lock() = Some(Box::new(move || {
+        if f2.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let fs = weak.upgrade().unwrap();
+        let c = Ctx::root();
+        let fh = fs.open(&c, ino, libc::O_RDWR).unwrap();
+        fs.write(ino, fh, 0, &vec![0xeeu8; 8 * 4096]).unwrap();
+        fs.release(ino, fh).unwrap();
+        fs.checkpoint().unwrap();
+        // Scratch files written and removed: 10 times the disk through the log.
+        for i in 0..160 {
+            write_file(&fs, ROOT_INO, &format!("s{i}"), &vec![i as u8; 128 << 10]);
+            fs.flush_log().unwrap();
+            fs.unlink(&c, ROOT_INO, n(&format!("s{i}"))).unwrap();
+            fs.clean_now(fs.clean_segments() + 8).unwrap();
+            fs.checkpoint().unwrap();
+        }
+    }));
+    let mut got = Vec::new();
+    fs.read(ino, 0, 0, old.len() as u32, &mut got).unwrap();
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    *fs.read_hook.lock() = None;
+    let stats = fs.lfs_stats();
+    (got, old, stats)
+}
+
+#[test]
+fn a_read_outside_the_lock_holds_its_segments_against_reuse() {
+    let (got, want, stats) = read_across_segment_reuse(Planted::None);
+    assert!(got == want, "the read returned blocks of a reused segment");
+    assert!(stats.releases_held > 0, "{stats:?}");
+}
+
+/// The broken variant: checkpoints ignore the pins, the segment is reused under the read.
+#[test]
+fn a_read_without_the_gate_is_caught() {
+    let (got, want, _) = read_across_segment_reuse(Planted::NoReadGate);
+    assert!(
+        got != want,
+        "the test cannot tell a read that lost its segment"
+    );
 }

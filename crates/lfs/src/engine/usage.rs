@@ -53,20 +53,48 @@ impl Usage {
         });
     }
 
-    /// Segments with no live bytes, other than the log's `head` and `next` segment, become
-    /// clean: only once a checkpoint recording them so is durable.
-    pub fn release_empty(&mut self, head: u32, next: u32) {
-        for s in 0..self.entries.len() {
-            let seg = s as u32;
-            if seg != head && seg != next {
-                self.update(s, |u| {
-                    if u.dirty && u.live_bytes == 0 {
-                        u.dirty = false;
-                        u.youngest = 0;
-                    }
-                });
+    /// Segments among `segs` with no live bytes, other than the log's `head` and `next`
+    /// segment and those `held` by a read in flight, become clean: only once a checkpoint
+    /// recording them so is durable. A held segment stays dirty with nothing live, for a
+    /// later checkpoint to release (`readgate.rs`). Returns how many were held back.
+    pub fn release_empty(
+        &mut self,
+        segs: impl IntoIterator<Item = u32>,
+        head: u32,
+        next: u32,
+        held: impl Fn(u32) -> bool,
+    ) -> u32 {
+        let mut kept = 0;
+        for seg in segs {
+            let s = seg as usize;
+            let empty = self
+                .entries
+                .get(s)
+                .is_some_and(|u| u.dirty && u.live_bytes == 0);
+            if !empty || seg == head || seg == next {
+                continue;
             }
+            if held(seg) {
+                kept += 1;
+                continue;
+            }
+            self.update(s, |u| {
+                u.dirty = false;
+                u.youngest = 0;
+            });
         }
+        kept
+    }
+
+    /// Segments holding log data with no live bytes (what a checkpoint taken now records
+    /// as empty, and may release once durable).
+    pub fn empty_segments(&self) -> Vec<u32> {
+        (0..self.entries.len() as u32)
+            .filter(|&s| {
+                let u = &self.entries[s as usize];
+                u.dirty && u.live_bytes == 0
+            })
+            .collect()
     }
 
     /// Where each block of the table was last written.
