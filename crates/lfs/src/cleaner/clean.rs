@@ -19,14 +19,20 @@
 //! become clean once it is durable.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use cairn_blockdev::BlockDevice;
 use cairn_vfs::{Errno, Result};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::cleaner::policy::{self, Policy, SegmentState, SegmentUsage, Thresholds, UsageTable};
-use crate::engine::{BS, RESERVE_SEGMENTS, State, corrupt, decode_xattrs, slot_of, slot_parent};
+use crate::engine::{
+    BS, CheckpointWrite, Lfs, RESERVE_SEGMENTS, State, corrupt, decode_xattrs, slot_of, slot_parent,
+};
 use crate::format::BLOCK_SIZE;
 use crate::format::inode;
 use crate::format::summary::{self, Entry, Kind, Summary};
+use crate::format::superblock::Superblock;
 use crate::format::tables;
 
 /// The engine's usage table as the policies read it.
@@ -74,6 +80,50 @@ pub struct CleanerStats {
     pub refused: u64,
 }
 
+/// A segment's partial segments: each summary with its blocks.
+pub(crate) type Scan = Vec<(Summary, Vec<u8>)>;
+
+/// Victims read before the pass took the lock (`Lfs::clean_step`), by segment.
+pub(crate) type Prescans = HashMap<u32, Scan>;
+
+/// The partial segments of segment `seg`, as written (summary checksum, position and data
+/// checksum checked; the first that fails ends the segment). Needs nothing the engine's
+/// lock guards: the background pass reads its victims without it, pinned (`readgate.rs`).
+pub(crate) fn scan_segment(sb: &Superblock, dev: &Arc<dyn BlockDevice>, seg: u32) -> Scan {
+    let mut out = Vec::new();
+    let mut off = 0u32;
+    while off + 2 <= sb.segment_blocks {
+        let mut b = vec![0u8; BLOCK_SIZE];
+        if dev
+            .read_blocks(sb.seg_start(seg) + off as u64, &mut b)
+            .is_err()
+        {
+            break;
+        }
+        let Ok(s) = Summary::decode(&b, sb.segment_blocks, sb.segments) else {
+            break;
+        };
+        if s.seg != seg || s.off != off {
+            break;
+        }
+        let mut data = vec![0u8; s.entries.len() * BLOCK_SIZE];
+        if dev
+            .read_blocks(sb.seg_start(seg) + off as u64 + 1, &mut data)
+            .is_err()
+            || !s.holds(&data)
+        {
+            break;
+        }
+        off += 1 + s.entries.len() as u32;
+        let skip = s.skip_rest();
+        out.push((s, data));
+        if skip {
+            break;
+        }
+    }
+    out
+}
+
 /// A live data block found in a victim.
 pub(crate) struct Moved {
     ino: u64,
@@ -84,43 +134,9 @@ pub(crate) struct Moved {
 }
 
 impl State {
-    /// The partial segments of segment `seg`, as written (summary checksum, position and
-    /// data checksum checked; the first that fails ends the segment).
-    pub(crate) fn scan_segment(&mut self, seg: u32) -> Vec<(Summary, Vec<u8>)> {
-        let mut out = Vec::new();
-        let mut off = 0u32;
-        while off + 2 <= self.sb.segment_blocks {
-            let mut b = vec![0u8; BLOCK_SIZE];
-            if self
-                .dev
-                .read_blocks(self.sb.seg_start(seg) + off as u64, &mut b)
-                .is_err()
-            {
-                break;
-            }
-            let Ok(s) = Summary::decode(&b, self.sb.segment_blocks, self.sb.segments) else {
-                break;
-            };
-            if s.seg != seg || s.off != off {
-                break;
-            }
-            let mut data = vec![0u8; s.entries.len() * BLOCK_SIZE];
-            if self
-                .dev
-                .read_blocks(self.sb.seg_start(seg) + off as u64 + 1, &mut data)
-                .is_err()
-                || !s.holds(&data)
-            {
-                break;
-            }
-            off += 1 + s.entries.len() as u32;
-            let skip = s.skip_rest();
-            out.push((s, data));
-            if skip {
-                break;
-            }
-        }
-        out
+    /// The partial segments of segment `seg`, as written (see [`scan_segment`]).
+    pub(crate) fn scan_segment(&mut self, seg: u32) -> Scan {
+        scan_segment(&self.sb, &self.dev, seg)
     }
 
     fn version_of(&self, ino: u64) -> Option<u32> {
@@ -144,12 +160,17 @@ impl State {
                 let blk = &data[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
                 match e.kind {
                     Kind::Data => {
+                        #[cfg(any(test, feature = "planted"))]
+                        let trust = self.planted == crate::engine::Planted::NoRevalidation;
+                        #[cfg(not(any(test, feature = "planted")))]
+                        let trust = false;
                         if self.version_of(e.ino) != Some(e.version)
                             || self.dirty.has_block(e.ino, e.lbn)
-                            || self.map(e.ino)?.get(&e.lbn) != Some(&addr)
+                            || (!trust && self.map(e.ino)?.get(&e.lbn) != Some(&addr))
                         {
                             continue;
                         }
+                        self.map(e.ino)?;
                         // Nanoseconds: in milliseconds many blocks tie, and the order of
                         // ties would depend on how fast the workload ran.
                         let t = self.node(e.ino)?.inode.mtime;
@@ -307,6 +328,31 @@ impl State {
     }
 
     fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds, need: Gain) -> Result<u32> {
+        let Some(mut pass) = self.clean_pass_prepare(policy, th, need, &mut Prescans::default())?
+        else {
+            return Ok(0);
+        };
+        if let Some(w) = pass.cp.take() {
+            w.write(&self.dev)?;
+            self.checkpoint_finish(w);
+        }
+        Ok(self.pass_done(&pass.victims))
+    }
+
+    /// A pass up to its checkpoint's device flushes: victims chosen (read from `prescans`
+    /// when the caller read them without the lock, from the device here otherwise), their
+    /// live blocks found against the state now — a block is live only if the inode map or
+    /// its file's pointer still names its address, so whatever calls overwrote while the
+    /// victims were read is dropped — moved to the log head, and the checkpoint prepared.
+    /// `None` when no pass pays for itself.
+    pub(crate) fn clean_pass_prepare(
+        &mut self,
+        policy: Policy,
+        th: Thresholds,
+        need: Gain,
+        prescans: &mut Prescans,
+    ) -> Result<Option<Pass>> {
+        self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
         // write it anyway): the room below is then the pass's own.
         self.flush_inner()?;
@@ -371,7 +417,10 @@ impl State {
                 misfits += (i >= planned) as u32;
                 continue;
             }
-            let scan = self.scan_segment(v);
+            let scan = match prescans.remove(&v) {
+                Some(scan) => scan,
+                None => self.scan_segment(v),
+            };
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
             if !fits(self, self.work_blocks(&work, &w)) {
@@ -384,7 +433,7 @@ impl State {
         }
         if !gains(self, &victims, &work) {
             self.cleaner.refused += 1;
-            return Ok(0);
+            return Ok(None);
         }
         for &v in &victims {
             if self.usage[v as usize].live_bytes == 0 {
@@ -402,7 +451,7 @@ impl State {
         let (seg0, off0, entered0) = (self.log.seg, self.log.off, self.log.segments_entered);
         let written0 = self.log.blocks_written;
         self.apply_work(policy, work)?;
-        self.checkpoint_inner()?;
+        let cp = self.checkpoint_prepare()?;
         let entered = self.log.segments_entered - entered0;
         debug_assert!(
             entered <= predicted.1,
@@ -413,14 +462,48 @@ impl State {
             "pass wrote {} blocks, counted {predicted:?}",
             self.log.blocks_written - written0
         );
+        Ok(Some(Pass { victims, cp }))
+    }
+
+    /// Counts a pass whose checkpoint is durable: returns its victims now clean.
+    pub(crate) fn pass_done(&mut self, victims: &[u32]) -> u32 {
         let cleaned = victims
             .iter()
             .filter(|&&v| !self.usage[v as usize].dirty)
             .count() as u32;
         self.cleaner.passes += 1;
         self.cleaner.segments_cleaned += cleaned as u64;
+        cleaned
+    }
 
-        Ok(cleaned)
+    /// The segments a pass with `policy` would read first (the plan's victims, then the
+    /// least utilized), none the log is writing: what the background pass reads before it
+    /// takes the lock for the pass itself.
+    pub(crate) fn pass_candidates(&self, policy: Policy, th: Thresholds, extra: usize) -> Vec<u32> {
+        let now_s = self.clock();
+        let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
+        let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);
+        let mut out = plan.victims;
+        let more = policy::rank(&View(self), policy::Selection::Greedy, now_s);
+        let planned = out.len();
+        for v in more {
+            if out.len() >= planned + extra {
+                break;
+            }
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        let (head, next) = (self.log.seg, self.log.next_seg);
+        out.retain(|&v| {
+            v != head
+                && v != next
+                && self
+                    .usage
+                    .get(v as usize)
+                    .is_some_and(|u| u.dirty && u.live_bytes > 0)
+        });
+        out
     }
 
     /// Moves the data blocks of `w` to the log head in the policy's grouping and marks
@@ -457,7 +540,11 @@ impl State {
             };
             let addr = self.push(e, m.data, BLOCK_SIZE as u32)?;
             let old = self.set_map(m.ino, m.lbn, addr)?;
-            debug_assert_eq!(old, m.addr);
+            #[cfg(any(test, feature = "planted"))]
+            let planted = self.planted == crate::engine::Planted::NoRevalidation;
+            #[cfg(not(any(test, feature = "planted")))]
+            let planted = false;
+            debug_assert!(old == m.addr || planted, "moved {} over {old}", m.addr);
             self.kill(old, BLOCK_SIZE as u32);
             self.mark_dirty(m.ino);
             self.cleaner.blocks_moved += 1;
@@ -466,6 +553,72 @@ impl State {
     }
 }
 
+/// The background cleaner: each pass reads its victims without the engine's lock, and
+/// makes its checkpoint's device writes without it.
+impl Lfs {
+    /// One pass of a background cleaning run (started below `clean_start`, going on until
+    /// `clean_stop` segments are clean): whether the run goes on. The lock is held three
+    /// times, never across a device read or flush: to choose and pin the segments to read
+    /// (`pass_candidates`); after reading them, to find their live blocks against the
+    /// state then and move them (`State::clean_pass_prepare`, the log writes of the moved
+    /// blocks and of the checkpoint's tables included); after the checkpoint's device
+    /// flushes and region, to record it and release the victims.
+    pub(crate) fn clean_step(&self) -> Result<bool> {
+        let (policy, th) = {
+            let st = self.st.lock();
+            if st.thresholds.satisfied(st.clean_segments()) {
+                return Ok(false);
+            }
+            (st.policy, st.thresholds)
+        };
+        let mut n = self.clean_pass_unlocked(policy, th)?;
+        if n.is_none() && policy.selection != crate::cleaner::policy::Selection::Greedy {
+            self.st.lock().cleaner.greedy_fallbacks += 1;
+            n = self.clean_pass_unlocked(Policy::GREEDY, th)?;
+        }
+        let st = self.st.lock();
+        Ok(n.unwrap_or(0) > 0 && !st.thresholds.satisfied(st.clean_segments()))
+    }
+
+    /// One pass: `None` if none pays for itself, else the segments it cleaned.
+    pub(crate) fn clean_pass_unlocked(
+        &self,
+        policy: Policy,
+        th: Thresholds,
+    ) -> Result<Option<u32>> {
+        let (segs, pin, sb, dev) = {
+            let st = self.st.lock();
+            st.check_log_ok()?;
+            let segs = st.pass_candidates(policy, th, PRESCAN_EXTRA);
+            let pin = st.gate.pin(segs.clone());
+            (segs, pin, st.sb.clone(), Arc::clone(&st.dev))
+        };
+        let mut pre: Prescans = segs
+            .iter()
+            .map(|&v| (v, scan_segment(&sb, &dev, v)))
+            .collect();
+        #[cfg(test)]
+        if let Some(h) = &*self.clean_hook.lock() {
+            h();
+        }
+        let mut st = self.st.lock();
+        // The victims were dirty and held since: what was read is what they hold.
+        drop(pin);
+        let r = st.clean_pass_prepare(policy, th, Gain::Segment, &mut pre);
+        let Some(mut pass) = st.note_log_result(r)? else {
+            return Ok(None);
+        };
+        if let Some(w) = pass.cp.take() {
+            st = self.write_checkpoint(st, w)?;
+        }
+        Ok(Some(st.pass_done(&pass.victims)))
+    }
+}
+
+/// Segments beyond the plan's victims the background pass reads before taking the lock
+/// (the pass reads any further ones it needs under the lock).
+const PRESCAN_EXTRA: usize = 4;
+
 /// Segments beyond the plan a pass may find too full for the room left before it stops
 /// looking (each costs a segment read; on a large disk the ranking is long).
 const MAX_MISFITS: u32 = 8;
@@ -473,9 +626,15 @@ const MAX_MISFITS: u32 = 8;
 /// An inode's extended attributes, as the xattr block holds them.
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// A pass whose checkpoint's device writes are still to be made.
+pub(crate) struct Pass {
+    victims: Vec<u32>,
+    pub(crate) cp: Option<CheckpointWrite>,
+}
+
 /// What a cleaning pass must give back to be worth running.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Gain {
+pub(crate) enum Gain {
     /// A clean segment more than before.
     Segment,
     /// Any room: more blocks freed than written.
@@ -536,21 +695,6 @@ impl State {
     /// Is the cleaner wanted: fewer than `clean_start` segments clean (004 §3.4)?
     pub fn cleaning_wanted(&self) -> bool {
         self.thresholds.should_start(self.clean_segments())
-    }
-
-    /// One pass of a cleaning run (started below `clean_start`, going on until
-    /// `clean_stop` segments are clean): whether the run goes on — a pass gave back
-    /// segments and the stop threshold is not reached. The background cleaner takes the
-    /// engine's lock for one step at a time (`Lfs::clean_in_background`).
-    pub fn clean_step(&mut self) -> Result<bool> {
-        if self.thresholds.satisfied(self.clean_segments()) {
-            return Ok(false);
-        }
-        let mut n = self.clean_pass(self.policy, self.thresholds)?;
-        if n == 0 {
-            n = self.greedy_fallback(self.thresholds)?;
-        }
-        Ok(n > 0 && !self.thresholds.satisfied(self.clean_segments()))
     }
 
     /// A greedy pass after the mount's policy found nothing worth cleaning.

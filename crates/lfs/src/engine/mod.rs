@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime};
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::BufferCache;
 use cairn_vfs::{Errno, FsError, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 // Maps keyed by inode number or file handle, hashed with FxHash (a multiplication per
 // key): every operation looks up its inode, and SipHash's rounds were a visible share of
 // the daemon's time per small-file create (the keys are ours, not an attacker's).
@@ -359,8 +359,37 @@ pub(crate) struct State {
     /// catalogue only; see [`Planted`]).
     /// Segments held by reads in flight outside the lock (`readgate.rs`).
     pub gate: Arc<ReadGate>,
+    /// A checkpoint prepared under the lock whose device writes run without it
+    /// (`Lfs::checkpoint`): its lock is held by the writer until they are done, then holds
+    /// their outcome. Settled (`State::settle_checkpoint`) before the next checkpoint.
+    pub cp_flight: Option<Flight>,
     #[cfg(any(test, feature = "planted"))]
     pub planted: Planted,
+}
+
+/// A checkpoint whose device writes are in flight: the writer holds the lock while they
+/// run and leaves their outcome in it.
+pub(crate) type Flight = Arc<Mutex<Option<std::result::Result<CheckpointWrite, String>>>>;
+
+/// The device writes of a checkpoint prepared under the lock (`State::checkpoint_prepare`):
+/// everything the region names is written, not yet flushed.
+pub(crate) struct CheckpointWrite {
+    /// The region's first block (in the slot not used last) and its bytes.
+    at: u64,
+    region: Vec<u8>,
+    /// Segments the region records with no live bytes.
+    empties: Vec<u32>,
+}
+
+impl CheckpointWrite {
+    /// A device flush (everything the region names is durable before the region is
+    /// written), the region, a device flush. Needs nothing the engine's lock guards.
+    pub(crate) fn write(&self, dev: &Arc<dyn BlockDevice>) -> Result<()> {
+        dev.flush()?;
+        dev.write_blocks(self.at, &self.region)?;
+        dev.flush()?;
+        Ok(())
+    }
 }
 
 /// Deliberately broken orderings, compiled only for tests and the crash harness's planted
@@ -388,6 +417,11 @@ pub enum Planted {
     /// holds them (`readgate.rs`): the log may write over a segment between a read's
     /// plan and its device read, which then returns blocks of the segment's next life.
     NoReadGate,
+    /// A cleaning pass moves every data block its victims' summaries name for a live
+    /// inode version, without checking, under the lock, that the file still points at
+    /// that address: a block overwritten while the pass read its victims (or any time
+    /// before) comes back over the newer copy.
+    NoRevalidation,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
@@ -1033,7 +1067,8 @@ impl State {
 
     /// A checkpoint (004 §4.1): flush, then the dirty inode map blocks and the usage table
     /// into the log, a device flush, and the checkpoint region in the slot not used last.
-    /// Segments with no live bytes become clean once the region is durable.
+    /// Segments with no live bytes become clean once the region is durable. All of it
+    /// under the lock; `Lfs::checkpoint` does the device flushes and the region without it.
     pub fn checkpoint(&mut self) -> Result<()> {
         self.check_log_ok()?;
         let r = self.checkpoint_inner();
@@ -1041,8 +1076,41 @@ impl State {
     }
 
     pub(crate) fn checkpoint_inner(&mut self) -> Result<()> {
-        if self.read_only {
+        self.settle_checkpoint()?;
+        if let Some(w) = self.checkpoint_prepare()? {
+            w.write(&self.dev)?;
+            self.checkpoint_finish(w);
+        }
+        Ok(())
+    }
+
+    /// The checkpoint whose device writes another thread made without the lock, if any:
+    /// waits for them (they need nothing this lock guards) and records it done, so the
+    /// next checkpoint starts from it. Called before any checkpoint is prepared.
+    pub(crate) fn settle_checkpoint(&mut self) -> Result<()> {
+        let Some(f) = self.cp_flight.take() else {
             return Ok(());
+        };
+        let r = f.lock().take();
+        match r {
+            Some(Ok(w)) => {
+                self.checkpoint_finish(w);
+                Ok(())
+            }
+            Some(Err(m)) => self.note_log_result(Err(FsError::Io(std::io::Error::other(m)))),
+            None => self.note_log_result(Err(FsError::Io(std::io::Error::other(
+                "a checkpoint's device writes did not finish",
+            )))),
+        }
+    }
+
+    /// Everything of a checkpoint up to its device flushes, under the lock: the flush, the
+    /// inode map and usage table blocks, the last partial segment written (not yet
+    /// flushed), and the region encoded with the log's position after it. `None` when
+    /// there is nothing to write (read-only) or a planted ordering did it all.
+    pub(crate) fn checkpoint_prepare(&mut self) -> Result<Option<CheckpointWrite>> {
+        if self.read_only {
+            return Ok(None);
         }
         self.write_dirty()?;
         for i in self.imap.take_dirty() {
@@ -1081,6 +1149,9 @@ impl State {
             let b = self.usage.encode_block(i as u32);
             self.log.fill(&self.sb, a, b);
         }
+        // What this region records empty; released once it is durable, and only these:
+        // a segment emptied after this point is still live in the region being written.
+        let empties = self.usage.empty_segments();
         #[cfg(any(test, feature = "planted"))]
         if self.planted == Planted::CheckpointFirst {
             // The deliberately broken order the crash test must catch: the region first,
@@ -1090,24 +1161,33 @@ impl State {
             if off + 2 > self.sb.segment_blocks {
                 (seg, off) = (self.log.next_seg, 0);
             }
-            self.write_cp_region(seg, off, self.log.serial + 1)?;
+            let w = self.encode_cp_region(seg, off, self.log.serial + 1, empties);
+            self.dev.write_blocks(w.at, &w.region)?;
             self.log
                 .write_partial(&self.sb, &self.dev, &mut self.usage, true)
                 .map_err(io)?;
             self.dev.flush()?;
-            return self.checkpoint_done();
+            self.checkpoint_finish(w);
+            return Ok(None);
         }
         self.log
             .write_partial(&self.sb, &self.dev, &mut self.usage, true)
             .map_err(io)?;
-        // Everything the region names is durable before the region is written.
-        self.dev.flush()?;
-        self.write_cp_region(self.log.seg, self.log.off, self.log.serial)?;
-        self.dev.flush()?;
-        self.checkpoint_done()
+        Ok(Some(self.encode_cp_region(
+            self.log.seg,
+            self.log.off,
+            self.log.serial,
+            empties,
+        )))
     }
 
-    fn write_cp_region(&mut self, log_seg: u32, log_off: u32, log_serial: u64) -> Result<()> {
+    fn encode_cp_region(
+        &self,
+        log_seg: u32,
+        log_off: u32,
+        log_serial: u64,
+        empties: Vec<u32>,
+    ) -> CheckpointWrite {
         let slot = self.cp.next_slot();
         let cp = crate::format::checkpoint::Checkpoint {
             serial: self.cp.serial() + 1,
@@ -1130,18 +1210,20 @@ impl State {
                 .into_iter()
                 .collect(),
         };
-        self.dev
-            .write_blocks(self.sb.cp_start(slot), &cp.encode(self.sb.cp_blocks))?;
-        Ok(())
+        CheckpointWrite {
+            at: self.sb.cp_start(slot),
+            region: cp.encode(self.sb.cp_blocks),
+            empties,
+        }
     }
 
-    /// After a durable checkpoint region: the new slot, and segments it shows empty freed.
-    fn checkpoint_done(&mut self) -> Result<()> {
+    /// After a durable checkpoint region: the next slot, and the segments it recorded
+    /// empty freed (those no read in flight holds).
+    pub(crate) fn checkpoint_finish(&mut self, w: CheckpointWrite) {
         self.cp.done();
-        self.release_empty_segments();
+        self.release_checkpointed(w.empties);
         self.stats.checkpoints += 1;
         self.stats.flushes += 1;
-        Ok(())
     }
 
     /// Segments with no live bytes, other than the log's head and its next segment, are
@@ -1173,7 +1255,9 @@ impl State {
         if self.dirty.data_blocks() * BS >= o.dirty_limit {
             self.flush()?;
         }
-        if self.cp.log_bytes() >= o.checkpoint_bytes {
+        // With a syncer, the checkpoint is the syncer's (woken below, its device flushes
+        // outside the lock); without one, here.
+        if self.cp.log_bytes() >= o.checkpoint_bytes && !(o.syncer && !o.read_only) {
             self.checkpoint()?;
         }
         // The cleaner starts after the operation that took the clean segments below the
@@ -1183,7 +1267,7 @@ impl State {
         // returns at once); without one (tests, crash recordings: a time-dependent thread
         // would make runs differ) the call cleans itself.
         if o.syncer && !o.read_only {
-            return Ok(self.cleaning_wanted());
+            return Ok(self.cleaning_wanted() || self.cp.log_bytes() >= o.checkpoint_bytes);
         }
         self.clean_if_low(16)?;
         Ok(false)
@@ -1203,6 +1287,10 @@ pub struct Lfs {
     /// calls in that window).
     #[cfg(test)]
     pub(crate) read_hook: Mutex<Option<TestHook>>,
+    /// Called by a background cleaning pass between reading its victims and taking the
+    /// lock again (tests).
+    #[cfg(test)]
+    pub(crate) clean_hook: Mutex<Option<TestHook>>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
     destroyed: AtomicBool,
@@ -1234,10 +1322,12 @@ impl Lfs {
                     let Some(fs) = weak.upgrade() else { return };
                     fs.clean_in_background();
                     let mut st = fs.st.lock();
-                    let r = if st.cp.age() >= fs.opts.checkpoint_interval
-                        && (st.cp.log_bytes() > 0 || st.dirty.since().is_some())
+                    let r = if (st.cp.age() >= fs.opts.checkpoint_interval
+                        && (st.cp.log_bytes() > 0 || st.dirty.since().is_some()))
+                        || st.cp.log_bytes() >= fs.opts.checkpoint_bytes
                     {
-                        st.checkpoint()
+                        drop(st);
+                        fs.checkpoint()
                     } else if st
                         .dirty
                         .since()
@@ -1272,9 +1362,7 @@ impl Lfs {
             if *self.stop.0.lock() {
                 return;
             }
-            let mut st = self.st.lock();
-            let r = st.clean_step();
-            parking_lot::MutexGuard::unlock_fair(st);
+            let r = self.clean_step();
             match r {
                 Ok(true) => {}
                 Ok(false) => return,
@@ -1326,9 +1414,53 @@ impl Lfs {
         self.st.lock().clean_segments()
     }
 
-    /// Writes a checkpoint now.
+    /// Writes a checkpoint now: prepared under the engine's lock (the flush, the tables,
+    /// the last partial segment written), its device flushes and region without it, then
+    /// recorded under the lock again — the segments it freed released. Calls go on
+    /// meanwhile; what they write to the log lands after the position the region names,
+    /// where roll-forward finds it. Two checkpoints never overlap: the next one (here or
+    /// under the lock, `State::settle_checkpoint`) waits for this one's device writes.
     pub fn checkpoint(&self) -> Result<()> {
-        self.st.lock().checkpoint()
+        let mut st = self.st.lock();
+        st.check_log_ok()?;
+        st.settle_checkpoint()?;
+        let r = st.checkpoint_prepare();
+        match st.note_log_result(r)? {
+            Some(w) => self.write_checkpoint(st, w).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// The device writes of checkpoint `w`, prepared under `st`, made without the lock;
+    /// returns the lock again, with the checkpoint recorded.
+    pub(crate) fn write_checkpoint<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        w: CheckpointWrite,
+    ) -> Result<MutexGuard<'a, State>> {
+        let flight: Flight = Arc::new(Mutex::new(None));
+        {
+            // Taken before the engine's lock is let go: a checkpoint under the lock waits
+            // on it, and never sees the flight unfinished.
+            let mut out = flight.lock();
+            st.cp_flight = Some(Arc::clone(&flight));
+            let dev = Arc::clone(&st.dev);
+            drop(st);
+            let r = w.write(&dev);
+            *out = Some(r.map(|()| w).map_err(|e| e.to_string()));
+        }
+        let mut st = self.st.lock();
+        if st
+            .cp_flight
+            .as_ref()
+            .is_some_and(|f| Arc::ptr_eq(f, &flight))
+        {
+            st.settle_checkpoint()?;
+        } else {
+            // Settled by the next checkpoint already (an error there broke the log).
+            st.check_log_ok()?;
+        }
+        Ok(st)
     }
 
     /// Flushes everything dirty to the log (committed, not checkpointed) without a device

@@ -1066,9 +1066,14 @@ impl FileSystem for Lfs {
         }
         // One committed flush of everything dirty and a device flush: roll-forward recovers
         // it without a checkpoint (004 §4.2).
-        let mut st = self.st.lock();
-        st.flush()?;
-        st.dev.flush()?;
+        // The device flush without the lock: the flush's writes are done when the lock
+        // is let go, and a device flush makes every completed write durable.
+        let dev = {
+            let mut st = self.st.lock();
+            st.flush()?;
+            std::sync::Arc::clone(&st.dev)
+        };
+        dev.flush()?;
         Ok(())
     }
 
@@ -1252,7 +1257,7 @@ impl FileSystem for Lfs {
     }
 
     fn sync_all(&self) -> Result<()> {
-        self.st.lock().checkpoint()
+        self.checkpoint()
     }
 
     fn destroy(&self) -> Result<()> {

@@ -99,6 +99,7 @@ impl State {
             dip_into_reserve: false,
             orphans: BTreeSet::new(),
             gate: Arc::default(),
+            cp_flight: None,
             #[cfg(any(test, feature = "planted"))]
             planted: Planted::None,
         }
@@ -434,6 +435,8 @@ impl Lfs {
             atime: Mutex::new(cairn_vfs::Atime::default()),
             #[cfg(test)]
             read_hook: Mutex::new(None),
+            #[cfg(test)]
+            clean_hook: Mutex::new(None),
         });
         fs.start_syncer();
         Ok(fs)
