@@ -214,7 +214,9 @@ fn main() {
             None => Instant::now(),
         };
         let fh = fs.open(&ctx, ino, libc::O_WRONLY).expect("open");
-        fs.write(ino, fh, 0, &buf).expect("overwrite");
+        if let Err(e) = fs.write(ino, fh, 0, &buf) {
+            panic!("overwrite {k}: {e}; {}", fs.stats_json());
+        }
         fs.release(ino, fh).expect("release");
         let lat = t.elapsed();
         let passes = fs.cleaner_stats().passes;

@@ -407,6 +407,11 @@ impl State {
                     continue;
                 }
             }
+            // A segment a read outside the lock holds cannot turn clean at this pass's
+            // checkpoint (`readgate.rs`); the room rule counts on every victim doing so.
+            if self.read_holds(v) {
+                continue;
+            }
             let live = self.usage[v as usize].live_bytes as u64;
             if live == 0 {
                 victims.push(v);
@@ -719,6 +724,17 @@ impl State {
             return Ok(());
         }
         self.checkpoint()?;
+        if self.space_left() >= bytes {
+            return Ok(());
+        }
+        // A background pass under way holds the segments it is reading, the best victims:
+        // a foreground pass now would clean worse ones, or the same ones without freeing
+        // them (`readgate.rs`). A write waits for the background pass instead (`Lfs::
+        // write_as`, with a deadline); other calls clean here as before.
+        if self.bg_pass && self.may_wait_for_cleaner {
+            self.cleaner_deferred = true;
+            return Err(Errno::ENOSPC.into());
+        }
         // Foreground cleaning: a write never fails while cleaning can still make room.
         // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
         // only caps the work one call may do near a full disk, where each last-resort pass

@@ -351,6 +351,13 @@ pub(crate) struct State {
     pub writeback_reserve: u64,
     /// Set for the length of such a write-back: it may take the reserve.
     pub dip_into_reserve: bool,
+    /// A background cleaning pass is under way (between its first lock and its last).
+    pub bg_pass: bool,
+    /// Set for the length of a write that can wait for that pass rather than clean in
+    /// the foreground (`Lfs::write_as`) ...
+    pub may_wait_for_cleaner: bool,
+    /// ... and set by `ensure_space` when it refused the write for that reason.
+    pub cleaner_deferred: bool,
     /// Inodes with no link that were open when the system stopped: the checkpoint's orphan
     /// list, then what roll-forward finds written with no link (or with links again); a
     /// read-write mount frees them once roll-forward is done.
@@ -413,8 +420,8 @@ pub enum Planted {
     /// leaves half of it applied — inodes without the directory blocks or inodes written
     /// with them.
     RollForwardUncommitted,
-    /// A checkpoint releases empty segments even while a read outside the lock still
-    /// holds them (`readgate.rs`): the log may write over a segment between a read's
+    /// Cleaning passes and checkpoints ignore the segments a read outside the lock still
+    /// holds (`readgate.rs`): the log may write over a segment between a read's
     /// plan and its device read, which then returns blocks of the segment's next life.
     NoReadGate,
     /// A cleaning pass moves every data block its victims' summaries name for a live
@@ -1237,16 +1244,25 @@ impl State {
     /// no live bytes), but none a read in flight holds (`readgate.rs`).
     pub(crate) fn release_checkpointed(&mut self, segs: impl IntoIterator<Item = u32>) {
         let gate = Arc::clone(&self.gate);
-        #[cfg(any(test, feature = "planted"))]
-        let ignore_pins = self.planted == Planted::NoReadGate;
-        #[cfg(not(any(test, feature = "planted")))]
-        let ignore_pins = false;
+        let ignore = self.ignores_read_pins();
         let kept = self
             .usage
             .release_empty(segs, self.log.seg, self.log.next_seg, |s| {
-                !ignore_pins && gate.pinned(s)
+                !ignore && gate.pinned(s)
             });
         self.stats.releases_held += kept as u64;
+    }
+
+    /// Does a read outside the lock hold segment `s` (`readgate.rs`)?
+    pub(crate) fn read_holds(&self, s: u32) -> bool {
+        !self.ignores_read_pins() && self.gate.pinned(s)
+    }
+
+    fn ignores_read_pins(&self) -> bool {
+        #[cfg(any(test, feature = "planted"))]
+        return self.planted == Planted::NoReadGate;
+        #[cfg(not(any(test, feature = "planted")))]
+        false
     }
 
     /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
@@ -1292,6 +1308,8 @@ pub struct Lfs {
     #[cfg(test)]
     pub(crate) clean_hook: Mutex<Option<TestHook>>,
     stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Background cleaning passes ended (what a write short of room waits on).
+    pub(crate) passes: (Mutex<u64>, Condvar),
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
     destroyed: AtomicBool,
 }

@@ -609,32 +609,70 @@ impl Lfs {
     /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
     /// (`back`: true, which may use the write-back reserve).
     fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
-        self.run_rw(|st| {
-            let flags = st.handles.flags(fh).ok_or(Errno::EBADF)?;
-            // A file made immutable since it was opened takes no more writes.
-            if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
-                return Err(Errno::EPERM.into());
+        // Short of room while a background cleaning pass runs, a write waits for the pass
+        // to end and tries again, up to `CLEANER_WAIT`; then it cleans in the foreground.
+        let deadline = std::time::Instant::now() + CLEANER_WAIT;
+        loop {
+            let seen = *self.passes.0.lock();
+            let wait = self.opts.syncer && std::time::Instant::now() < deadline;
+            let deferred = std::cell::Cell::new(false);
+            let r = self.run_rw(|st| {
+                st.may_wait_for_cleaner = wait;
+                let r = self.write_locked(st, ino, fh, offset, data, back);
+                st.may_wait_for_cleaner = false;
+                deferred.set(std::mem::take(&mut st.cleaner_deferred));
+                r
+            });
+            if !deferred.get() {
+                return r;
             }
-            let off = if perm::appends(flags) {
-                st.inode(ino)?.size
-            } else {
-                offset
-            };
-            // A write-back may take the reserve held for it, for this call only.
-            st.dip_into_reserve = back;
-            let r = st.do_write(ino, off, data);
-            st.dip_into_reserve = false;
-            let r = r?;
-            if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
-                // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
-                let node = st.inode(ino)?;
-                node.mode = perm::kill_privileges(node.mode);
+            let (m, cv) = &self.passes;
+            let mut n = m.lock();
+            while *n == seen {
+                if cv.wait_until(&mut n, deadline).timed_out() {
+                    break;
+                }
             }
-            st.mark_dirty(ino);
-            Ok(r)
-        })
+        }
+    }
+
+    fn write_locked(
+        &self,
+        st: &mut State,
+        ino: Ino,
+        fh: Fh,
+        offset: u64,
+        data: &[u8],
+        back: bool,
+    ) -> Result<u32> {
+        let flags = st.handles.flags(fh).ok_or(Errno::EBADF)?;
+        // A file made immutable since it was opened takes no more writes.
+        if st.inode(ino)?.flags & cairn_vfs::fileattr::IMMUTABLE != 0 {
+            return Err(Errno::EPERM.into());
+        }
+        let off = if perm::appends(flags) {
+            st.inode(ino)?.size
+        } else {
+            offset
+        };
+        // A write-back may take the reserve held for it, for this call only.
+        st.dip_into_reserve = back;
+        let r = st.do_write(ino, off, data);
+        st.dip_into_reserve = false;
+        let r = r?;
+        if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
+            // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
+            let node = st.inode(ino)?;
+            node.mode = perm::kill_privileges(node.mode);
+        }
+        st.mark_dirty(ino);
+        Ok(r)
     }
 }
+
+/// How long a write short of room waits for background cleaning passes before it cleans
+/// in the foreground: each pass takes tens to hundreds of milliseconds.
+const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl FileSystem for Lfs {
     fn root_ino(&self) -> Ino {

@@ -1531,12 +1531,12 @@ fn read_across_segment_reuse(planted: Planted) -> (Vec<u8>, Vec<u8>, LfsStats) {
 
 #[test]
 fn a_read_outside_the_lock_holds_its_segments_against_reuse() {
-    let (got, want, stats) = read_across_segment_reuse(Planted::None);
+    let (got, want, _) = read_across_segment_reuse(Planted::None);
     assert!(got == want, "the read returned blocks of a reused segment");
-    assert!(stats.releases_held > 0, "{stats:?}");
 }
 
-/// The broken variant: checkpoints ignore the pins, the segment is reused under the read.
+/// The broken variant: the cleaner and checkpoints ignore the pins, the segment is cleaned
+/// and reused under the read.
 #[test]
 fn a_read_without_the_gate_is_caught() {
     let (got, want, _) = read_across_segment_reuse(Planted::NoReadGate);
