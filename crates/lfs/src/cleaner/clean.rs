@@ -591,6 +591,15 @@ impl Lfs {
         policy: Policy,
         th: Thresholds,
     ) -> Result<Option<u32>> {
+        let r = self.clean_pass_unlocked_inner(policy, th);
+        // Writes waiting for room (`Lfs::write_as`) look again.
+        let (m, cv) = &self.passes;
+        *m.lock() += 1;
+        cv.notify_all();
+        r
+    }
+
+    fn clean_pass_unlocked_inner(&self, policy: Policy, th: Thresholds) -> Result<Option<u32>> {
         let (segs, pin, sb, dev) = {
             let st = self.st.lock();
             st.check_log_ok()?;
@@ -727,11 +736,13 @@ impl State {
         if self.space_left() >= bytes {
             return Ok(());
         }
-        // A background pass under way holds the segments it is reading, the best victims:
-        // a foreground pass now would clean worse ones, or the same ones without freeing
-        // them (`readgate.rs`). A write waits for the background pass instead (`Lfs::
-        // write_as`, with a deadline); other calls clean here as before.
-        if self.bg_pass && self.may_wait_for_cleaner {
+        // With a background cleaner running (or about to: fewer than `clean_start` clean),
+        // a foreground pass would compete with it — for the same victims, which a
+        // background pass holds while it reads them (`readgate.rs`), and with checkpoints
+        // whose device flushes run under the lock. A write waits for the background passes
+        // instead (`Lfs::write_as`, with a deadline), unless the last run gave nothing
+        // back; other calls clean here as before.
+        if self.may_wait_for_cleaner && !self.bg_stuck && (self.bg_run || self.cleaning_wanted()) {
             self.cleaner_deferred = true;
             return Err(Errno::ENOSPC.into());
         }

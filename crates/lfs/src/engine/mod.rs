@@ -351,8 +351,11 @@ pub(crate) struct State {
     pub writeback_reserve: u64,
     /// Set for the length of such a write-back: it may take the reserve.
     pub dip_into_reserve: bool,
-    /// A background cleaning pass is under way (between its first lock and its last).
-    pub bg_pass: bool,
+    /// A background cleaning run is under way (`Lfs::clean_in_background`) ...
+    pub bg_run: bool,
+    /// ... and the last one ended with a pass that gave nothing back (no write waits for
+    /// the background cleaner then: it cleans in the foreground).
+    pub bg_stuck: bool,
     /// Set for the length of a write that can wait for that pass rather than clean in
     /// the foreground (`Lfs::write_as`) ...
     pub may_wait_for_cleaner: bool,
@@ -1307,7 +1310,7 @@ pub struct Lfs {
     /// lock again (tests).
     #[cfg(test)]
     pub(crate) clean_hook: Mutex<Option<TestHook>>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    pub(crate) stop: Arc<(Mutex<bool>, Condvar)>,
     /// Background cleaning passes ended (what a write short of room waits on).
     pub(crate) passes: (Mutex<u64>, Condvar),
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -1373,23 +1376,40 @@ impl Lfs {
     /// "What is left"); a write that finds no room at all cleans in the foreground
     /// (`ensure_space`) whatever this does.
     fn clean_in_background(&self) {
-        if !self.st.lock().cleaning_wanted() {
-            return;
-        }
-        for _ in 0..MAX_BACKGROUND_PASSES {
-            if *self.stop.0.lock() {
+        {
+            let mut st = self.st.lock();
+            if !st.cleaning_wanted() {
                 return;
             }
-            let r = self.clean_step();
-            match r {
+            st.bg_run = true;
+        }
+        let mut stuck = false;
+        for _ in 0..MAX_BACKGROUND_PASSES {
+            if *self.stop.0.lock() {
+                break;
+            }
+            match self.clean_step() {
                 Ok(true) => {}
-                Ok(false) => return,
+                Ok(false) => {
+                    let st = self.st.lock();
+                    stuck = !st.thresholds.satisfied(st.clean_segments());
+                    break;
+                }
                 Err(e) => {
                     ::log::warn!("lfs cleaner: {e}");
-                    return;
+                    stuck = true;
+                    break;
                 }
             }
         }
+        let mut st = self.st.lock();
+        st.bg_run = false;
+        st.bg_stuck = stuck;
+        drop(st);
+        // Writes waiting for the run (`Lfs::write_as`) look again.
+        let (m, cv) = &self.passes;
+        *m.lock() += 1;
+        cv.notify_all();
     }
 
     fn stop_syncer(&self) {

@@ -614,7 +614,8 @@ impl Lfs {
         let deadline = std::time::Instant::now() + CLEANER_WAIT;
         loop {
             let seen = *self.passes.0.lock();
-            let wait = self.opts.syncer && std::time::Instant::now() < deadline;
+            let wait =
+                self.opts.syncer && !self.opts.read_only && std::time::Instant::now() < deadline;
             let deferred = std::cell::Cell::new(false);
             let r = self.run_rw(|st| {
                 st.may_wait_for_cleaner = wait;
@@ -626,6 +627,8 @@ impl Lfs {
             if !deferred.get() {
                 return r;
             }
+            // The syncer starts a run now if it is not in one.
+            self.stop.1.notify_one();
             let (m, cv) = &self.passes;
             let mut n = m.lock();
             while *n == seen {
