@@ -732,20 +732,18 @@ impl State {
         if self.space_left() >= bytes {
             return Ok(());
         }
-        self.checkpoint()?;
-        if self.space_left() >= bytes {
-            return Ok(());
-        }
         // With a background cleaner running (or about to: fewer than `clean_start` clean),
         // a foreground pass would compete with it — for the same victims, which a
         // background pass holds while it reads them (`readgate.rs`), and with checkpoints
-        // whose device flushes run under the lock. A write waits for the background passes
+        // whose device flushes run under the lock; so does the checkpoint below, which the
+        // background passes write anyway, outside it. A write waits for the background passes
         // instead (`Lfs::write_as`, with a deadline), unless the last run gave nothing
         // back; other calls clean here as before.
         if self.may_wait_for_cleaner && !self.bg_stuck && (self.bg_run || self.cleaning_wanted()) {
             self.cleaner_deferred = true;
             return Err(Errno::ENOSPC.into());
         }
+        self.checkpoint()?;
         // Foreground cleaning: a write never fails while cleaning can still make room.
         // Every pass that runs gives back room (`clean.rs`), so the loop ends; its bound
         // only caps the work one call may do near a full disk, where each last-resort pass
