@@ -111,4 +111,17 @@ mod options_tests {
         assert_eq!(set.readahead_blocks, d.readahead_blocks);
         assert!(MountOptions::default().set("no_such_option", None).is_err());
     }
+
+    /// Sizes go through the shared parser (`cairn_vfs::parse_size`).
+    #[test]
+    fn cache_sizes_use_the_shared_parser() {
+        let mut o = MountOptions::default();
+        o.set("cache", Some("1.5M")).unwrap();
+        assert_eq!(o.cache_bytes, 3 << 19);
+        o.set("cache", Some("64KiB")).unwrap();
+        assert_eq!(o.cache_bytes, 64 << 10);
+        assert!(o.set("cache", Some("3")).is_err());
+        assert!(o.set("cache", Some("lots")).is_err());
+        assert!(o.set("cache", None).is_err());
+    }
 }

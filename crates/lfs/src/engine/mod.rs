@@ -2,7 +2,9 @@
 //!
 //! Everything lives in one [`State`] behind one lock: the inode map and the segment usage
 //! table (whole, in memory, as 004 §3.1 expects), the inodes in use with their block maps,
-//! the dirty data blocks, the directory indexes and the log writer. Nothing is written in
+//! the dirty data blocks, the directory indexes and the log writer. Device reads of file
+//! data, a background cleaning pass's reads of its victims and a checkpoint's device
+//! flushes run without the lock (`readgate.rs`, `Lfs::checkpoint`). Nothing is written in
 //! place: a flush ([`State::flush`]) appends, in this order, the directory operation log
 //! records, the dirty data blocks, the indirect and xattr blocks that now point elsewhere,
 //! and the inodes, as partial segments of the log; the last partial of a flush carries the
@@ -194,6 +196,11 @@ impl MountOptions {
                 .map(Duration::from_secs)
                 .ok_or_else(|| format!("option {key} takes a number of seconds"))
         };
+        // The listed options (`crate::OPTIONS`, what `cairn help mount` shows) and `ro`/`rw`
+        // are the only keys: one list for the help and the parser.
+        if !matches!(key, "ro" | "rw") && cairn_vfs::options::find(crate::OPTIONS, key).is_none() {
+            return Err(format!("unknown option '{key}' for an lfs image"));
+        }
         match key {
             "mode" => match value {
                 Some("lfs") | None => Ok(()),
@@ -230,10 +237,12 @@ impl MountOptions {
                 Ok(())
             }
             "cache" => {
-                self.cache_bytes = value
-                    .and_then(parse_size)
-                    .filter(|&b| b >= BS)
-                    .ok_or("option cache takes a size of at least 4K (e.g. 64M)")?;
+                let v = value.ok_or("option cache takes a size of at least 4K (e.g. 64M)")?;
+                self.cache_bytes =
+                    cairn_vfs::parse_size(v).map_err(|e| format!("option cache: {e}"))?;
+                if self.cache_bytes < BS {
+                    return Err("option cache takes a size of at least 4K (e.g. 64M)".into());
+                }
                 Ok(())
             }
             "readahead_kb" => {
@@ -251,17 +260,6 @@ impl MountOptions {
             _ => Err(format!("unknown option '{key}' for an lfs image")),
         }
     }
-}
-
-/// `N`, `NK`, `NM` or `NG` bytes.
-fn parse_size(v: &str) -> Option<u64> {
-    let (num, shift) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
-    };
-    num.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 pub(crate) fn to_time(t: SystemTime) -> Time {
@@ -1369,12 +1367,10 @@ impl Lfs {
     }
 
     /// The background cleaner's run (004 §3.4): once fewer than `clean_start` segments are
-    /// clean, passes until `clean_stop` are. The engine's lock is taken for one pass at a
-    /// time and handed to a waiting call between passes (`unlock_fair`). A pass still
-    /// holds the lock for its whole I/O — reading its victims, writing their live blocks
-    /// and its checkpoint — so a call that arrives during one waits for it (DESIGN.md,
-    /// "What is left"); a write that finds no room at all cleans in the foreground
-    /// (`ensure_space`) whatever this does.
+    /// clean, passes until `clean_stop` are, each reading its victims and making its
+    /// checkpoint's device writes without the engine's lock (`Lfs::clean_step`). Writes
+    /// short of room wait for the run (`Lfs::write_as`) unless it ends having given
+    /// nothing back (`bg_stuck`); then they clean in the foreground (`ensure_space`).
     fn clean_in_background(&self) {
         {
             let mut st = self.st.lock();
