@@ -571,7 +571,7 @@ impl Lfs {
     pub(crate) fn clean_step(&self) -> Result<bool> {
         let (policy, th) = {
             let st = self.st.lock();
-            if st.thresholds.satisfied(st.clean_segments()) {
+            if st.thresholds.satisfied(st.clean_ahead()) {
                 return Ok(false);
             }
             (st.policy, st.thresholds)
@@ -582,7 +582,7 @@ impl Lfs {
             n = self.clean_pass_unlocked(Policy::GREEDY, th)?;
         }
         let st = self.st.lock();
-        Ok(n.unwrap_or(0) > 0 && !st.thresholds.satisfied(st.clean_segments()))
+        Ok(n.unwrap_or(0) > 0 && !st.thresholds.satisfied(st.clean_ahead()))
     }
 
     /// One pass: `None` if none pays for itself, else the segments it cleaned.
@@ -706,9 +706,33 @@ impl State {
         Ok(())
     }
 
-    /// Is the cleaner wanted: fewer than `clean_start` segments clean (004 §3.4)?
+    /// Is the background cleaner wanted: fewer than `clean_start` segments clean (004
+    /// §3.4), counting as taken those the buffered data will fill ([`State::clean_ahead`])?
     pub fn cleaning_wanted(&self) -> bool {
-        self.thresholds.should_start(self.clean_segments())
+        self.thresholds.should_start(self.clean_ahead())
+    }
+
+    /// Clean segments less those the next flush of the buffered data will take: what the
+    /// background cleaner starts and stops on, and what throttles writes while it runs. A
+    /// flush writes up to `dirty_limit` at once (8 MiB: 17 segments of 512 KiB, nearly
+    /// the 20 `clean_start` leaves on a 256 MiB disk).
+    pub fn clean_ahead(&self) -> u32 {
+        let seg = (self.sb.segment_blocks as u64).max(1);
+        let pending = self.log_blocks(self.dirty.data_blocks()).div_ceil(seg);
+        self.clean_segments()
+            .saturating_sub(pending.min(u32::MAX as u64) as u32)
+    }
+
+    /// Should a write wait for the background cleaner now: a run is under way (or wanted)
+    /// and the clean segments, less what the buffered data will take, are below half the
+    /// start threshold? A pass needs clean segments to write its victims' live blocks
+    /// into; writes left to take them all would leave every pass too little room (the
+    /// room rule refuses it) and the disk full of dead blocks.
+    fn throttled(&self) -> bool {
+        self.may_wait_for_cleaner
+            && !self.bg_stuck
+            && (self.bg_run || self.cleaning_wanted())
+            && self.clean_ahead() < (self.thresholds.start_below() / 2).max(RESERVE_SEGMENTS + 2)
     }
 
     /// A greedy pass after the mount's policy found nothing worth cleaning.
@@ -729,6 +753,10 @@ impl State {
         } else {
             bytes.saturating_add(self.writeback_reserve)
         };
+        if self.throttled() {
+            self.cleaner_deferred = true;
+            return Err(Errno::ENOSPC.into());
+        }
         if self.space_left() >= bytes {
             return Ok(());
         }

@@ -1388,7 +1388,7 @@ impl Lfs {
                 Ok(true) => {}
                 Ok(false) => {
                     let st = self.st.lock();
-                    stuck = !st.thresholds.satisfied(st.clean_segments());
+                    stuck = !st.thresholds.satisfied(st.clean_ahead());
                     break;
                 }
                 Err(e) => {
