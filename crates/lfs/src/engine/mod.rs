@@ -1274,7 +1274,7 @@ impl State {
         }
         // With a syncer, the checkpoint is the syncer's (woken below, its device flushes
         // outside the lock); without one, here.
-        if self.cp.log_bytes() >= o.checkpoint_bytes && !(o.syncer && !o.read_only) {
+        if (o.read_only || !o.syncer) && self.cp.log_bytes() >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
         // The cleaner starts after the operation that took the clean segments below the
