@@ -1546,17 +1546,11 @@ fn a_read_without_the_gate_is_caught() {
     );
 }
 
-/// A small generator for the race test (xorshift; the seed is printed).
-struct Xs(u64);
+/// The race test's generator (the simulator's: SplitMix64).
+struct Xs(crate::sim::rng::Rng);
 impl Xs {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.next_u64() % n
     }
 }
 
@@ -1629,7 +1623,10 @@ fn race_cleaning(planted: Planted, seed: u64) -> std::result::Result<CleanerStat
         });
         // The reader of files nothing changes.
         s.spawn(|| {
-            let mut rng = Xs(seed ^ 0x9e37_79b9_7f4a_7c15);
+            let mut rng = Xs(crate::sim::rng::Rng::new(crate::sim::rng::derive(
+                seed,
+                &[1],
+            )));
             let model = vec![0u32; BLOCKS as usize];
             while !stop.load(SeqCst) {
                 let f = FILES + rng.below(FILES as u64) as usize;
@@ -1640,7 +1637,7 @@ fn race_cleaning(planted: Planted, seed: u64) -> std::result::Result<CleanerStat
             }
         });
         // The writer, with its model.
-        let mut rng = Xs(seed | 1);
+        let mut rng = Xs(crate::sim::rng::Rng::new(seed));
         let mut model = vec![vec![0u32; BLOCKS as usize]; FILES];
         for i in 0..4000u32 {
             if stop.load(SeqCst) {
@@ -1696,17 +1693,17 @@ fn race_cleaning(planted: Planted, seed: u64) -> std::result::Result<CleanerStat
     Ok(stats)
 }
 
+/// `CAIRN_SEED`, or the clock's nanoseconds (printed by the test).
 fn race_seed() -> u64 {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    };
     std::env::var("CAIRN_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        })
+        .unwrap_or_else(now)
 }
 
 #[test]
