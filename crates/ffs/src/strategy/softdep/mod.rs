@@ -1193,11 +1193,13 @@ impl Strategy for SoftDep {
             waits,
         );
         self.made();
-        // Over the bytes of a removed entry still put back, or under its name in this
-        // directory: the entry waits for that removal to be on disk (the two cannot be
-        // there together), and the removal is made durable now — rare (a name reused, or
-        // its bytes, before the syncer wrote its removal), and it keeps a later rename
-        // from making the removal wait for this very entry.
+        // Under the name of a removed entry still put back in this directory (a name
+        // reused before the syncer wrote its removal), or over its bytes: the entry waits
+        // for that removal to be on disk (the two cannot be there together), and the
+        // removal is made durable now, which keeps a later rename from making the removal
+        // wait for this very entry. The bytes are held from new entries
+        // (`held_dir_bytes`: the engine's directory index places them elsewhere), so only
+        // a reused name comes here; the byte check stays as the last line of rule 3.
         let in_way = d.put_backs_in_the_way(f.dir, blk, off, len, f.name);
         if !in_way.is_empty() {
             let seq = d.seq;
@@ -1602,6 +1604,24 @@ impl Strategy for SoftDep {
             self.inner.flush(&cache, Cause::Fsync)?;
         }
         Ok(())
+    }
+
+    /// A removed entry put back at write time ([`What::Removed`]) holds the bytes its
+    /// removal merged away: an entry placed over them would have to wait for the removal
+    /// (the two cannot be on disk together), and that wait is what used to force the
+    /// removal and its chain to disk in the call (`Cause::Reuse`, ~4 flushes each).
+    fn held_dir_bytes(&self, blk: Blk) -> Vec<(u32, u32)> {
+        self.inner.deps.lock().held_in_block(blk)
+    }
+
+    fn dir_bytes_given_back(&self) -> Vec<(Ino, Blk)> {
+        let mut d = self.inner.deps.lock();
+        if d.given_back.is_empty() {
+            return Vec::new();
+        }
+        let mut v: Vec<(Ino, Blk)> = d.given_back.drain().collect();
+        v.sort_unstable();
+        v
     }
 
     fn has_pending_frees(&self) -> bool {

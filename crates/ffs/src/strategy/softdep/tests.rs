@@ -1252,3 +1252,83 @@ fn fsync_takes_one_flush_per_dependency_level() {
     fs.release(o.ino, oh).unwrap();
     fs.unmount().unwrap();
 }
+
+/// Soft updates' flushes made for `cause` so far (`cairn stats`: `strategy.flushes`).
+fn flushes_for(fs: &Ffs, cause: &str) -> u64 {
+    fs.strategy.stats().unwrap()["flushes"][cause]
+        .as_u64()
+        .unwrap()
+}
+
+/// A renamed file's old name is written back (put back) until its new name is on disk, so
+/// the bytes its removal merged away are held: an entry created next in the directory is
+/// placed elsewhere instead of in them, and nothing waits. Before, each create of this
+/// loop landed in the bytes of the last rename's old name and forced that removal and
+/// what it waited for to disk in the call (`reuse`: 2 to 7 waves, one flush each). Once
+/// the syncer has written the new names, the held bytes go back to the directory's free
+/// space: the directory does not grow for them.
+#[test]
+fn a_create_beside_a_renamed_name_waits_for_nothing() {
+    let (dev, fs) = fresh(8192);
+    let c = Ctx::root();
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    const FILES: usize = 300;
+    for i in 0..FILES {
+        let (f, fh) = fs
+            .create(&c, d, n(&format!("old{i:04}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+    fs.sync_all().unwrap();
+    let size_before = fs.getattr(d).unwrap().size;
+    let (_, flushes) = io_of(&fs, || {
+        for i in 0..FILES {
+            // The old name is on disk: its removal is put back, its bytes held.
+            fs.rename(
+                &c,
+                d,
+                n(&format!("old{i:04}")),
+                d,
+                n(&format!("renamed{i:04}")),
+                RenameFlags::default(),
+            )
+            .unwrap();
+            // Same length as the old name: the first fit was exactly its bytes.
+            let (f, fh) = fs
+                .create(&c, d, n(&format!("new{i:04}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.release(f.ino, fh).unwrap();
+        }
+    });
+    assert_eq!(
+        flushes_for(&fs, "reuse"),
+        0,
+        "no create waited for a removal"
+    );
+    assert_eq!(flushes, 0, "the loop made no device flush");
+    fs.self_check().unwrap();
+    // Some crash now: consistent, and every old name or its new one on disk.
+    assert!(corruptions(&dev).is_empty(), "{:?}", corruptions(&dev));
+    // The syncer writes the new names, then the removals: the bytes go back, and the
+    // next creates take them instead of growing the directory.
+    fs.sync_all().unwrap();
+    fs.self_check().unwrap();
+    let size_synced = fs.getattr(d).unwrap().size;
+    for i in 0..FILES {
+        // As long as the old names: room only in their bytes, or in a new block.
+        let (f, fh) = fs
+            .create(&c, d, n(&format!("mor{i:04}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+    fs.self_check().unwrap();
+    assert_eq!(
+        fs.getattr(d).unwrap().size,
+        size_synced,
+        "the held bytes went back to the free space (directory grew from {size_before})"
+    );
+    assert_eq!(flushes_for(&fs, "reuse"), 0);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
+}
