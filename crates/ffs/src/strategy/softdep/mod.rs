@@ -66,6 +66,42 @@ const DIRECTORY_PASSES: usize = 3;
 struct Gate {
     st: Mutex<(Option<std::thread::ThreadId>, u32)>,
     cv: Condvar,
+    /// How long calls waited to enter and write passes held it (`cairn stats`).
+    waits: GateWaits,
+}
+
+/// What the gate cost: calls that found it held (by a write pass, or by another call) and
+/// how long they waited; how long write passes held it. A write pass holds it while it
+/// issues its writes, which are synchronous, so on a slow device a call that begins during
+/// a syncer round waits for the round's device writes (docs/BENCHMARKS.md, issue 24).
+#[derive(Default)]
+struct GateWaits {
+    call_waits: AtomicU64,
+    call_wait_ns: AtomicU64,
+    call_wait_max_ns: AtomicU64,
+    write_holds: AtomicU64,
+    write_hold_ns: AtomicU64,
+    write_hold_max_ns: AtomicU64,
+}
+
+impl GateWaits {
+    fn add(n: &AtomicU64, total: &AtomicU64, max: &AtomicU64, ns: u64) {
+        n.fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(ns, Ordering::Relaxed);
+        max.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        serde_json::json!({
+            "call_waits": self.call_waits.load(Ordering::Relaxed),
+            "call_wait_ms": ms(&self.call_wait_ns),
+            "call_wait_max_ms": ms(&self.call_wait_max_ns),
+            "write_holds": self.write_holds.load(Ordering::Relaxed),
+            "write_hold_ms": ms(&self.write_hold_ns),
+            "write_hold_max_ms": ms(&self.write_hold_max_ns),
+        })
+    }
 }
 
 impl Gate {
@@ -73,24 +109,60 @@ impl Gate {
         Gate {
             st: Mutex::new((None, 0)),
             cv: Condvar::new(),
+            waits: GateWaits::default(),
         }
     }
-    fn enter(&self) {
+    /// Enters; whether this thread had to wait for another.
+    fn enter_timed(&self) -> Option<std::time::Duration> {
         let me = std::thread::current().id();
         let mut s = self.st.lock();
+        let mut since = None;
         loop {
             match s.0 {
                 None => {
                     *s = (Some(me), 1);
-                    return;
+                    return since.map(|t: std::time::Instant| t.elapsed());
                 }
                 Some(t) if t == me => {
                     s.1 += 1;
-                    return;
+                    return since.map(|t: std::time::Instant| t.elapsed());
                 }
-                _ => self.cv.wait(&mut s),
+                _ => {
+                    since.get_or_insert_with(std::time::Instant::now);
+                    self.cv.wait(&mut s)
+                }
             }
         }
+    }
+    fn enter(&self) {
+        self.enter_timed();
+    }
+    /// Enters for a call: the wait, if any, is counted.
+    fn enter_call(&self) {
+        if let Some(w) = self.enter_timed() {
+            let g = &self.waits;
+            GateWaits::add(
+                &g.call_waits,
+                &g.call_wait_ns,
+                &g.call_wait_max_ns,
+                w.as_nanos() as u64,
+            );
+        }
+    }
+    /// Runs `f` (a write pass's writes) inside the gate; how long it held it is counted.
+    fn hold_for_writes<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.enter();
+        let t = std::time::Instant::now();
+        let r = f();
+        let g = &self.waits;
+        GateWaits::add(
+            &g.write_holds,
+            &g.write_hold_ns,
+            &g.write_hold_max_ns,
+            t.elapsed().as_nanos() as u64,
+        );
+        self.leave();
+        r
     }
     fn leave(&self) {
         let mut s = self.st.lock();
@@ -336,15 +408,15 @@ impl Inner {
     /// changes may be split by them), not across the flush. Whether anything was written.
     fn pass(&self, cache: &BufferCache, kinds: &[u8]) -> Result<bool> {
         let picked = std::sync::atomic::AtomicUsize::new(0);
-        self.gate.enter();
-        let r = cache.write_back_filter(&|b| {
-            let yes = kinds.contains(&b.kind());
-            if yes {
-                picked.fetch_add(1, Ordering::Relaxed);
-            }
-            yes
+        let r = self.gate.hold_for_writes(|| {
+            cache.write_back_filter(&|b| {
+                let yes = kinds.contains(&b.kind());
+                if yes {
+                    picked.fetch_add(1, Ordering::Relaxed);
+                }
+                yes
+            })
         });
-        self.gate.leave();
         r?;
         if picked.load(Ordering::Relaxed) == 0 {
             return Ok(false);
@@ -420,9 +492,7 @@ impl Inner {
             .collect();
         if !bufs.is_empty() {
             let refs: Vec<&BufRef> = bufs.iter().collect();
-            self.gate.enter();
-            let r = cache.write_now(&refs);
-            self.gate.leave();
+            let r = self.gate.hold_for_writes(|| cache.write_now(&refs));
             r?;
         }
         self.flush(cache, why)?;
@@ -983,7 +1053,7 @@ impl Strategy for SoftDep {
                 .fetch_add(1, Ordering::Relaxed);
             self.inner.round(&cache)?;
         }
-        self.inner.gate.enter();
+        self.inner.gate.enter_call();
         let mut d = self.inner.deps.lock();
         match d.op.as_mut() {
             Some(op) => op.nesting += 1,
@@ -1665,6 +1735,7 @@ impl Strategy for SoftDep {
             "rollbacks": c.rollbacks.load(Ordering::Relaxed),
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
             "write_back_rounds": c.rounds.load(Ordering::Relaxed),
+            "gate": self.inner.gate.waits.json(),
             "flushes": Cause::ALL
                 .iter()
                 .map(|w| {

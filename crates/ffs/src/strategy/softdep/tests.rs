@@ -1332,3 +1332,32 @@ fn a_create_beside_a_renamed_name_waits_for_nothing() {
     drop(fs);
     assert!(findings(&dev).is_empty(), "{:?}", findings(&dev));
 }
+
+/// The gate's counters (`cairn stats`: `strategy.gate`) see a call that begins while a
+/// write pass holds the gate, and how long it waited: what issue 24's stalls are measured
+/// with.
+#[test]
+fn a_call_waiting_for_a_write_pass_is_counted() {
+    let g = std::sync::Arc::new(super::Gate::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let g = g.clone();
+        std::thread::spawn(move || {
+            g.hold_for_writes(|| {
+                tx.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            })
+        })
+    };
+    rx.recv().unwrap();
+    g.enter_call();
+    g.leave();
+    writer.join().unwrap();
+    g.enter_call(); // nobody holds it: no wait
+    g.leave();
+    let j = g.waits.json();
+    assert_eq!(j["call_waits"], 1, "{j}");
+    assert_eq!(j["write_holds"], 1, "{j}");
+    assert!(j["call_wait_max_ms"].as_f64().unwrap() >= 30.0, "{j}");
+    assert!(j["write_hold_ms"].as_f64().unwrap() >= 50.0, "{j}");
+}
