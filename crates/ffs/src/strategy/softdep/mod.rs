@@ -61,6 +61,10 @@ const PASSES: [&[u8]; 4] = [
 ];
 /// Directory batches a round makes at most.
 const DIRECTORY_PASSES: usize = 3;
+/// Buffers a write pass writes per hold of the gate (`Inner::write_sliced`): on the
+/// papers' disks (~5–10 ms a write) a call waits at most a few hundred milliseconds for a
+/// syncer round, where a whole batch held it for seconds.
+const WRITE_SLICE: usize = 32;
 
 /// Calls and soft-updates write passes exclude each other; one thread may nest.
 struct Gate {
@@ -405,24 +409,51 @@ impl Inner {
 
     /// One batch of write-back: the dirty buffers of `kinds`, then a flush — none if
     /// nothing was dirty. The gate is held only while the writes are issued (no call's
-    /// changes may be split by them), not across the flush. Whether anything was written.
+    /// changes may be split by them), not across the flush, and only for a slice of the
+    /// batch at a time ([`Inner::write_sliced`]). Whether anything was written.
     fn pass(&self, cache: &BufferCache, kinds: &[u8]) -> Result<bool> {
-        let picked = std::sync::atomic::AtomicUsize::new(0);
-        let r = self.gate.hold_for_writes(|| {
-            cache.write_back_filter(&|b| {
-                let yes = kinds.contains(&b.kind());
-                if yes {
-                    picked.fetch_add(1, Ordering::Relaxed);
-                }
-                yes
-            })
-        });
-        r?;
-        if picked.load(Ordering::Relaxed) == 0 {
+        // The batch: the dirty buffers of `kinds` as they are now (the filter writes none).
+        let picked = Mutex::new(Vec::new());
+        cache.write_back_filter(&|b| {
+            if kinds.contains(&b.kind())
+                && let Some(r) = cache.lookup(b.blkno())
+            {
+                picked.lock().push(r);
+            }
+            false
+        })?;
+        let picked = picked.into_inner();
+        if picked.is_empty() {
             return Ok(false);
         }
+        self.write_sliced(cache, picked)?;
         self.flush(cache, Cause::Round)?;
         Ok(true)
+    }
+
+    /// Writes the dirty ones of `bufs` (no flush), in block order, [`WRITE_SLICE`] buffers
+    /// per hold of the gate: a call that begins meanwhile waits for one slice's device
+    /// writes, not the batch's (the writes are synchronous: a syncer round on a slow disk
+    /// held every call for seconds). Safe per slice as per batch: each write's image is
+    /// copied and rolled back with the gate held, and a record a call makes between two
+    /// slices is numbered before every write of the later ones.
+    fn write_sliced(&self, cache: &BufferCache, mut bufs: Vec<BufRef>) -> Result<()> {
+        bufs.sort_by_key(|b| b.blkno());
+        let mut first_err = None;
+        for slice in bufs.chunks(WRITE_SLICE) {
+            let r = self.gate.hold_for_writes(|| {
+                let dirty: Vec<&BufRef> = slice.iter().filter(|b| b.is_dirty()).collect();
+                if dirty.is_empty() {
+                    Ok(())
+                } else {
+                    cache.write_now(&dirty)
+                }
+            });
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// One round of write-back in dependency order (002 §3.2: "write order chosen to avoid
@@ -490,11 +521,7 @@ impl Inner {
             .filter_map(|b| cache.lookup(*b))
             .filter(|b| b.is_dirty())
             .collect();
-        if !bufs.is_empty() {
-            let refs: Vec<&BufRef> = bufs.iter().collect();
-            let r = self.gate.hold_for_writes(|| cache.write_now(&refs));
-            r?;
-        }
+        self.write_sliced(cache, bufs)?;
         self.flush(cache, why)?;
         Ok(())
     }

@@ -1361,3 +1361,66 @@ fn a_call_waiting_for_a_write_pass_is_counted() {
     assert!(j["call_wait_max_ms"].as_f64().unwrap() >= 30.0, "{j}");
     assert!(j["write_hold_ms"].as_f64().unwrap() >= 50.0, "{j}");
 }
+
+/// A write-back batch lets calls in between its slices: one pass over 100 dirty data
+/// blocks holds the gate once per `WRITE_SLICE` of them, never for the whole batch (the
+/// writes are synchronous: on a slow disk a batch held every call for seconds).
+#[test]
+fn a_write_back_batch_holds_the_gate_a_slice_at_a_time() {
+    let sd = crate::strategy::softdep::SoftDep::new(DEFAULT);
+    let inner = sd.inner.clone();
+    let dev = fresh_device(8192);
+    let fs = Ffs::mount_device_with_strategy(
+        Arc::new(dev.with_block_size(4096)),
+        &MountOptions {
+            syncer_interval: Some(std::time::Duration::from_secs(3600)),
+            ..Default::default()
+        },
+        Box::new(sd),
+    )
+    .unwrap();
+    let c = Ctx::root();
+    fs.sync_all().unwrap();
+    for i in 0..100 {
+        let (f, fh) = fs
+            .create(&c, ROOT_INO, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(f.ino, fh, 0, &[7u8; 1000]).unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+    let data = |fs: &Ffs| {
+        let n = std::sync::atomic::AtomicUsize::new(0);
+        fs.vol
+            .cache
+            .write_back_filter(&|b| {
+                if super::PASSES[0].contains(&b.kind()) && b.is_dirty() {
+                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                false
+            })
+            .unwrap();
+        n.into_inner()
+    };
+    let dirty = data(&fs);
+    assert!(dirty >= 100, "{dirty} dirty data blocks");
+    let holds = || {
+        inner
+            .gate
+            .waits
+            .write_holds
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = holds();
+    assert!(inner.pass(&fs.vol.cache, super::PASSES[0]).unwrap());
+    assert_eq!(data(&fs), 0, "the pass wrote them all");
+    assert!(
+        holds() - before > 1,
+        "the batch was written in one hold of the gate"
+    );
+    assert_eq!(
+        holds() - before,
+        dirty.div_ceil(super::WRITE_SLICE) as u64,
+        "holds of the gate for {dirty} buffers"
+    );
+    fs.unmount().unwrap();
+}
