@@ -387,15 +387,8 @@ mod tests {
     fn an_insert_skips_held_bytes() {
         let mut b = vec![0u8; 4096];
         init_first(&mut b, 2, 2);
-        let a = insert(&mut b, 0, 10, libc::DT_REG, b"alpha")
-            .unwrap()
-            .unwrap();
-        let gone = insert(&mut b, 0, 11, libc::DT_REG, b"beta")
-            .unwrap()
-            .unwrap();
-        let c = insert(&mut b, 0, 12, libc::DT_REG, b"gamma")
-            .unwrap()
-            .unwrap();
+        let [a, gone, c] = [(10, &b"alpha"[..]), (11, b"beta"), (12, b"gamma")]
+            .map(|(ino, name)| insert(&mut b, 0, ino, libc::DT_REG, name).unwrap().unwrap());
         remove(&mut b, gone).unwrap();
         let held = [(gone, rec_size(4))];
         assert_eq!(chunk_free(&b, 0), DIR_CHUNK - c - rec_size(5));

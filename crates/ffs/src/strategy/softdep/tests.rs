@@ -1009,11 +1009,10 @@ fn softdep_without_rename_force_loses_renamed_files() {
     assert!(caught, "the rename test cannot fail");
 }
 
-/// One seeded run; the first violation found, if any.
-fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<String> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dev = fresh_device(8192);
-    let fs = Ffs::mount_device_with_strategy(
+/// A mount of `dev` with `strategy` (a planted bug's, or one a test keeps a handle on),
+/// the syncer out of the way.
+fn mount_strategy(dev: &MemDevice, strategy: crate::strategy::softdep::SoftDep) -> Arc<Ffs> {
+    Ffs::mount_device_with_strategy(
         Arc::new(dev.with_block_size(4096)),
         &MountOptions {
             syncer_interval: Some(std::time::Duration::from_secs(3600)),
@@ -1021,7 +1020,14 @@ fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<
         },
         Box::new(strategy),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// One seeded run; the first violation found, if any.
+fn rename_run(seed: u64, strategy: crate::strategy::softdep::SoftDep) -> Option<String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dev = fresh_device(8192);
+    let fs = mount_strategy(&dev, strategy);
     let c = Ctx::root();
     let mut m = Names::default();
     // Inodes seen named on disk and alive since.
@@ -1370,15 +1376,7 @@ fn a_write_back_batch_holds_the_gate_a_slice_at_a_time() {
     let sd = crate::strategy::softdep::SoftDep::new(DEFAULT);
     let inner = sd.inner.clone();
     let dev = fresh_device(8192);
-    let fs = Ffs::mount_device_with_strategy(
-        Arc::new(dev.with_block_size(4096)),
-        &MountOptions {
-            syncer_interval: Some(std::time::Duration::from_secs(3600)),
-            ..Default::default()
-        },
-        Box::new(sd),
-    )
-    .unwrap();
+    let fs = mount_strategy(&dev, sd);
     let c = Ctx::root();
     fs.sync_all().unwrap();
     for i in 0..100 {
