@@ -42,7 +42,8 @@ demo: build
 test: deps
 	@bash scripts/test.sh
 
-# The docs/BENCHMARKS.md run: the paper suite on every target; results/<timestamp>/.
+# The paper suite on every target; results/<timestamp>/ (docs/bench/how-to-run.md says how a
+# run becomes docs/BENCHMARKS.md).
 bench: build
 	$(RELEASE)/cairn bench run --suite paper $(BENCH_ARGS)
 

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 FILES=${DEMO_FILES:-10000}
 SMALL=${DEMO_SMALL_FILES:-2000}
-# Benchmark and daemon share one CPU, as in docs/BENCHMARKS.md (set DEMO_CPU= to unpin).
+# Benchmark and daemon share one CPU, as in docs/bench/how-to-run.md (set DEMO_CPU= to unpin).
 CPU=${DEMO_CPU-0}
 pin() { if [ -n "$CPU" ]; then taskset -c "$CPU" "$@"; else "$@"; fi; }
 

@@ -1,4 +1,4 @@
-//! Small-file overwrite latency with the cleaner idle and running (docs/BENCHMARKS.md,
+//! Small-file overwrite latency with the cleaner idle and running (docs/bench/history.md,
 //! "LFS: call latency while the cleaner runs").
 //!
 //! An image file is made and filled to a utilization (default 80%) with 4 KiB files, then

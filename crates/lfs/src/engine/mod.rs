@@ -177,7 +177,7 @@ impl MountOptions {
         // (until a fifth of the disk was clean) blurred the choice cost-benefit makes: on a
         // 256 MiB disk at 75% utilization with hot-and-cold overwrites, cost-benefit + age
         // sort cost 4.93 against greedy's 4.63; with this gap 4.00 against 5.53, as the
-        // simulator predicts for the same geometry (3.39, 5.15; docs/BENCHMARKS.md).
+        // simulator predicts for the same geometry (3.39, 5.15; docs/bench/history.md).
         // Not `clamp(start + 1, 100)`: a `clean_start` above 99 would make that panic.
         let stop = self.clean_stop.unwrap_or_else(|| {
             start
@@ -652,7 +652,7 @@ impl State {
     /// cost-benefit leaves it alone until it has had time to lose blocks. Stamping it with
     /// its blocks' old modification times instead makes cost-benefit clean that segment
     /// again as soon as it has lost a block or two, nearly full, pass after pass
-    /// (docs/BENCHMARKS.md, the simulator's ablation).
+    /// (docs/bench/history.md, the simulator's ablation).
     pub(crate) fn push(&mut self, entry: Entry, data: Vec<u8>, live: u32) -> Result<u64> {
         let addr = self
             .log

@@ -87,7 +87,7 @@ pub enum SegmentAge {
     /// modification time when the cleaner moves them (004 §3.6's wording; Sprite LFS keeps
     /// one modification time per file). Under age sort the oldest blocks of a pass share a
     /// segment whose age then only grows, so cost-benefit keeps re-cleaning it while it is
-    /// nearly full: see the ablation in docs/BENCHMARKS.md.
+    /// nearly full: see the ablation in docs/bench/history.md.
     YoungestBlock,
 }
 

@@ -1,6 +1,6 @@
 //! The simulator's random numbers: SplitMix64 (Steele, Lea & Flood, OOPSLA 2014), written
 //! out here rather than taken from a crate so that a seed names the same run on every
-//! platform and every future build of cairn — the results in docs/BENCHMARKS.md can be
+//! platform and every future build of cairn — the results in docs/bench/history.md can be
 //! reproduced from the seed printed beside them.
 
 /// SplitMix64: 64 bits of state, one add and two multiply-xorshifts per number.

@@ -41,7 +41,7 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// The run behind docs/BENCHMARKS.md: a 1 GiB disk of 1 MiB segments (Sprite LFS's
+    /// The run behind docs/bench/history.md: a 1 GiB disk of 1 MiB segments (Sprite LFS's
     /// segment size in 004 §5.1: 256 blocks of 4 KiB), utilization 10%–90% in steps of 5%.
     pub fn full() -> Suite {
         Suite {

@@ -104,7 +104,7 @@ pub enum LogSpec {
 /// How often `commit=async` commits by default: ext4's (jbd2's) default, the bound on
 /// what a crash may take back. Committing every second wrote dirty data home every second
 /// (ordered data precedes the commit that names it), which cost PostMark a fifth of its
-/// speed against async (0.79× at 1 s, 0.92× at 5 s: docs/BENCHMARKS.md).
+/// speed against async (0.79× at 1 s, 0.92× at 5 s: docs/bench/history.md).
 pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The smallest log the journal accepts: room for many operations between checkpoints.

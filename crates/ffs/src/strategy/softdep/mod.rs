@@ -77,7 +77,7 @@ struct Gate {
 /// What the gate cost: calls that found it held (by a write pass, or by another call) and
 /// how long they waited; how long write passes held it. A write pass holds it while it
 /// issues its writes, which are synchronous, so on a slow device a call that begins during
-/// a syncer round waits for the round's device writes (docs/BENCHMARKS.md, issue 24).
+/// a syncer round waits for the round's device writes (docs/bench/history.md, issue 24).
 #[derive(Default)]
 struct GateWaits {
     call_waits: AtomicU64,
