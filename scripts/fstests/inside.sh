@@ -100,32 +100,21 @@ export RESULT_BASE=$RESULTS/raw
 EOF
 cp "$work/local.config" "$RESULTS/local.config"
 
-# No test may hang the run: one still running after FSTESTS_TEST_TIMEOUT seconds is killed
-# (its processes, and the daemon of the scratch file system it was using, whose mount is
-# detached), recorded in timeouts.txt and reported as failed; `check` goes on.
-watchdog() {
-    local limit=${FSTESTS_TEST_TIMEOUT:-1800} t pid age d
-    while sleep 20; do
-        # Only this run's tests: other runs share the suite, not the mount namespace.
-        pid=$(pgrep --ns $$ --nslist mnt -f "^/bin/bash $src/tests/[a-z]+/[0-9]+\$" | head -1) || true
-        [ -n "$pid" ] || continue
-        age=$(ps -o etimes= -p "$pid" | tr -d ' ')
-        [ -n "$age" ] && [ "$age" -gt "$limit" ] || continue
-        t=$(ps -o args= -p "$pid" | sed "s|.*/tests/||")
-        echo "$t timed out after $age s" >>"$RESULTS/timeouts.txt"
-        kill_tree "$pid"
-        for d in "$work"/run/*scratch*.pid; do
-            [ -e "$d" ] && kill -9 "$(head -1 "$d")" 2>/dev/null
-        done
-        umount -l "$work/scratch" 2>/dev/null || true
-    done
-}
+# No test may hang the run: scripts/fstests/watchdog.sh kills one still running after
+# FSTESTS_TEST_TIMEOUT seconds, records it in timeouts.txt (reported failed) and cuts off the
+# test and scratch mounts it used; `check` goes on with the next test.
 kill_tree() {
     local c
     for c in $(pgrep -P "$1"); do kill_tree "$c"; done
     kill -9 "$1" 2>/dev/null || true
 }
-watchdog &
+WATCHDOG_LIMIT=${FSTESTS_TEST_TIMEOUT:-1800} \
+    WATCHDOG_MATCH="^/bin/bash $src/tests/[a-z]+/[0-9]+\$" \
+    WATCHDOG_NS_PID=$$ \
+    WATCHDOG_MOUNTS="$work/scratch $work/test" \
+    WATCHDOG_PIDS=$work/run \
+    WATCHDOG_RECORD=$RESULTS/timeouts.txt \
+    bash "$(dirname "${BASH_SOURCE[0]}")/watchdog.sh" &
 watchdog_pid=$!
 
 cd "$src"

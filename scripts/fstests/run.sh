@@ -140,7 +140,7 @@ mkdir -p "$work/bin"
 # the binary or the scripts under it (bash reads a script as it goes).
 cp "$CAIRN_BIN" "$work/bin/cairn"
 CAIRN_BIN=$work/bin/cairn
-cp "$here"/inside.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
+cp "$here"/inside.sh "$here"/watchdog.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
 loops=()
 inside_pid=
 # However the run ends (done, an error, Ctrl-C, kill, a closed terminal): the namespace's
