@@ -1215,7 +1215,7 @@ impl Ffs {
         mode: FallocMode,
     ) -> Result<()> {
         let op = Falloc::decode(mode)?;
-        let kill_privileges = fh != 0 && self.handle(st, fh)?.1 & perm::O_KILL_PRIVILEGES != 0;
+        let handle_flags = if fh != 0 { self.handle(st, fh)?.1 } else { 0 };
         let d = self.iget(st, ino)?.d.clone();
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
@@ -1272,11 +1272,7 @@ impl Ffs {
         if data_changed {
             ic.d.mtime = now;
         }
-        if kill_privileges {
-            // Any fallocate by someone without CAP_FSETID, as a write (`file_modified`:
-            // generic/683-687).
-            ic.d.mode = perm::kill_privileges(ic.d.mode);
-        }
+        ic.d.mode = perm::mode_after_data_change(handle_flags, ic.d.mode);
         // Like a write's inode update: delayed in every mode (sync orders the allocations
         // and frees above, not the size and times).
         self.store(st, ino)?;

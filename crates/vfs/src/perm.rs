@@ -360,6 +360,18 @@ pub fn handle_flags(ctx: &Ctx, flags: i32) -> i32 {
     }
 }
 
+/// The mode after a change of a file's data (a write, a truncation, any fallocate) through
+/// a handle opened with `handle_flags` ([`handle_flags`]): setuid and setgid killed as
+/// [`kill_privileges`] says when its opener had no CAP_FSETID (`file_modified`; generic/683
+/// to 687), as it was otherwise. Every format's fallocate applies it.
+pub fn mode_after_data_change(handle_flags: i32, mode: u32) -> u32 {
+    if handle_flags & O_KILL_PRIVILEGES != 0 {
+        kill_privileges(mode)
+    } else {
+        mode
+    }
+}
+
 /// The mode of a regular file after someone without CAP_FSETID wrote or truncated it:
 /// S_ISUID goes, and S_ISGID when group-execute is set (Linux's `should_remove_suid`; a
 /// setgid bit without group-execute is a mandatory-locking mark, kept). The file systems
@@ -493,6 +505,13 @@ pub fn xattr_access(
         if !ctx.is_root() {
             return Err(Errno::EPERM.into());
         }
+    } else if name == b"security.capability" && op == XattrOp::Remove && !ctx.owns(cur) {
+        // The kernel removes a file's capabilities itself when someone writes, truncates or
+        // fallocates it (`file_remove_privs` -> `cap_inode_killpriv`), as that caller and
+        // without removexattr(2)'s checks (which it makes before a removexattr(2) reaches
+        // the file system: CAP_SETFCAP). A writer who does not own the file must get it
+        // (generic/688: fallocate by a non-owner was refused with EPERM).
+        ctx.permission(cur, acl, Access::W)?;
     } else if name.starts_with(b"security.") {
         if write && !ctx.owns(cur) {
             return Err(Errno::EPERM.into());
@@ -750,6 +769,20 @@ mod tests {
             Ok(false)
         );
         assert_eq!(e(&owner, ro, b"system.other"), Err(Errno::EOPNOTSUPP));
+        // A file's capabilities: the kernel removes them for anyone who writes the file
+        // (generic/688); nobody else but the owner changes them.
+        let cap = b"security.capability";
+        let writable = Owner {
+            mode: libc::S_IFREG | 0o666,
+            ..ro
+        };
+        assert_eq!(x(&other, writable, cap, XattrOp::Remove), Ok(true));
+        assert_eq!(x(&other, ro, cap, XattrOp::Remove), Err(Errno::EACCES));
+        assert_eq!(x(&other, writable, cap, XattrOp::Set), Err(Errno::EPERM));
+        assert_eq!(
+            x(&other, writable, b"security.selinux", XattrOp::Remove),
+            Err(Errno::EPERM)
+        );
     }
 
     #[test]

@@ -1225,12 +1225,19 @@ impl FileSystem for Lfs {
     fn fallocate(
         &self,
         ino: Ino,
-        _fh: Fh,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
-        self.run_rw(|st| st.fallocate(ino, offset, length, mode))
+        self.run_rw(|st| {
+            let handle_flags = st.handles.flags(fh).unwrap_or(0);
+            st.fallocate(ino, offset, length, mode)?;
+            let node = st.inode(ino)?;
+            node.mode = perm::mode_after_data_change(handle_flags, node.mode);
+            st.mark_dirty(ino);
+            Ok(())
+        })
     }
 
     fn sync_all(&self) -> Result<()> {
