@@ -52,10 +52,20 @@ trap 'exit 129' HUP
 case $kind in
     cairn)
         "$CAIRN_BIN" install-helper --link --prefix "$sbin" >/dev/null
+        # A log on a device of its own (run.sh: a registry variant) is made afresh with
+        # its file system: a new image must not meet an old image's log.
         cat >"$work/bin/mkfs.cairn" <<EOF
 #!/bin/sh
 # fstests' FUSE_MKFS_PROG for mode $MODE: [--size BYTES] [--block-size BYTES] DEVICE
-exec "$CAIRN_BIN" mkfs -F --format $format "\$@"
+set -e
+for dev; do :; done
+case "\$dev" in
+    "$test_dev") log="$test_log" ;;
+    "$scratch_dev") log="$scratch_log" ;;
+    *) log= ;;
+esac
+"$CAIRN_BIN" mkfs -F --format $format "\$@"
+[ -z "\$log" ] || "$CAIRN_BIN" wal mkfs -F "\$log" >/dev/null
 EOF
         cat >"$work/bin/fsck.cairn" <<EOF
 #!/bin/sh
@@ -73,8 +83,8 @@ export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=$work/scratch
 # No dev,suid here: mount(8) drops them (its defaults) before it runs the helper, which
 # then mounts dev,suid as a disk file system is (generic/184 writes to a device node).
-export MOUNT_OPTIONS="-o $mount_options"
-export TEST_FS_MOUNT_OPTS="-o $mount_options"
+export MOUNT_OPTIONS="-o $mount_options${scratch_log:+,log=dev:$scratch_log}"
+export TEST_FS_MOUNT_OPTS="-o $mount_options${test_log:+,log=dev:$test_log}"
 export FUSE_MKFS_PROG=$work/bin/mkfs.cairn
 export FUSE_FSCK_PROG=$work/bin/fsck.cairn
 EOF
