@@ -347,28 +347,40 @@ pub fn new_inode_owner(ctx: &Ctx, parent: Owner, mode: u32) -> (u32, u32) {
 
 /// An open flag outside open(2)'s own (bit 29) a file system sets on a handle opened by a
 /// caller without CAP_FSETID (not root): a write through it kills the file's privileges
-/// ([`kill_privileges`]).
+/// ([`mode_after_data_change`]).
 pub const O_KILL_PRIVILEGES: i32 = 1 << 29;
 
-/// The flags a file system keeps for a handle `ctx` opens with `flags` (see
-/// [`O_KILL_PRIVILEGES`]).
-pub fn handle_flags(ctx: &Ctx, flags: i32) -> i32 {
+/// With [`O_KILL_PRIVILEGES`] (bit 28): the opener is outside the file's group, so setgid
+/// goes even without group-execute (the kernel's `setattr_should_drop_sgid`:
+/// generic/683-685).
+pub const O_KILL_SGID: i32 = 1 << 28;
+
+/// The flags a file system keeps for a handle `ctx` opens with `flags` on a file of group
+/// `gid` (see [`O_KILL_PRIVILEGES`], [`O_KILL_SGID`]).
+pub fn handle_flags(ctx: &Ctx, flags: i32, gid: u32) -> i32 {
     if ctx.is_root() {
         flags
-    } else {
+    } else if ctx.in_group(gid) {
         flags | O_KILL_PRIVILEGES
+    } else {
+        flags | O_KILL_PRIVILEGES | O_KILL_SGID
     }
 }
 
-/// The mode after a change of a file's data (a write, a truncation, any fallocate) through
-/// a handle opened with `handle_flags` ([`handle_flags`]): setuid and setgid killed as
-/// [`kill_privileges`] says when its opener had no CAP_FSETID (`file_modified`; generic/683
-/// to 687), as it was otherwise. Every format's fallocate applies it.
+/// The mode after a change of a file's data (a write, any fallocate) through a handle
+/// opened with `handle_flags` ([`handle_flags`]): as it was when its opener had
+/// CAP_FSETID; else setuid goes, and setgid with group-execute or when the opener is
+/// outside the file's group (`file_remove_privs`; generic/683 to 687). Every format's
+/// write and fallocate apply it.
 pub fn mode_after_data_change(handle_flags: i32, mode: u32) -> u32 {
-    if handle_flags & O_KILL_PRIVILEGES != 0 {
-        kill_privileges(mode)
+    if handle_flags & O_KILL_PRIVILEGES == 0 {
+        return mode;
+    }
+    let m = kill_privileges(mode);
+    if handle_flags & O_KILL_SGID != 0 && m & libc::S_IFMT == libc::S_IFREG {
+        m & !libc::S_ISGID
     } else {
-        mode
+        m
     }
 }
 
