@@ -720,8 +720,23 @@ mod tests {
             kill_privileges(libc::S_IFDIR | 0o2777),
             libc::S_IFDIR | 0o2777
         );
-        assert_eq!(handle_flags(&other, 0), O_KILL_PRIVILEGES);
-        assert_eq!(handle_flags(&Ctx::root(), 0), 0);
+        assert_eq!(handle_flags(&other, 0, other.gid), O_KILL_PRIVILEGES);
+        let outside = handle_flags(&other, 0, other.gid + 1);
+        assert_eq!(outside, O_KILL_PRIVILEGES | O_KILL_SGID);
+        assert_eq!(handle_flags(&Ctx::root(), 0, 12345), 0);
+        // Outside the file's group, setgid goes even without group-execute.
+        assert_eq!(
+            mode_after_data_change(outside, libc::S_IFREG | 0o6666),
+            libc::S_IFREG | 0o0666
+        );
+        assert_eq!(
+            mode_after_data_change(O_KILL_PRIVILEGES, libc::S_IFREG | 0o6666),
+            libc::S_IFREG | 0o2666
+        );
+        assert_eq!(
+            mode_after_data_change(0, libc::S_IFREG | 0o6777),
+            libc::S_IFREG | 0o6777
+        );
         assert!(chown(&other, f, None, Some(2000)).is_err());
         let g = chown(&Ctx::root(), f, Some(5), None).unwrap();
         assert_eq!((g.uid, g.mode & 0o7000), (5, 0));
