@@ -259,7 +259,9 @@ t0=$SECONDS
 rc=0
 # In the background and waited for, so a signal to this script runs its trap at once
 # (bash runs a trap only after a foreground child ends).
-unshare --mount --propagation private bash "$work/bin/inside.sh" "${selection[@]}" &
+# `slave`, not `private`: a private copy would hold every FUSE mount of the host (another
+# run's cairn daemon, a benchmark's) alive after its own unmount until this run ended.
+unshare --mount --propagation slave bash "$work/bin/inside.sh" "${selection[@]}" &
 inside_pid=$!
 wait "$inside_pid" || rc=$?
 inside_pid=

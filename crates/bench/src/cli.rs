@@ -52,8 +52,15 @@ pub enum Cmd {
         secs: f64,
     },
     /// Re-render the tables (summary.md) and plots (*.png) of an earlier run directory from its
-    /// JSON.
-    Report { dir: PathBuf },
+    /// JSON; with --page, write the current-results page (docs/BENCHMARKS.md) from that run
+    /// (a run directory, or the page's own archive `bench/current/run.json.gz`).
+    Report {
+        dir: PathBuf,
+        /// Write this page from the run, its plots and the run's archive into `bench/current/`
+        /// beside it.
+        #[arg(long)]
+        page: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Clone, Debug)]
@@ -405,7 +412,18 @@ pub fn main_with(cmd: Cmd) -> i32 {
         Cmd::Run(a) => run::cmd_run(a),
         Cmd::Workload(a) => cmd_workload(a),
         Cmd::FlushRate { dir, secs } => cmd_flush_rate(&dir, secs),
-        Cmd::Report { dir } => report::load(&dir).and_then(|(m, r)| {
+        Cmd::Report {
+            dir,
+            page: Some(page),
+        } => crate::page::publish(&dir, &page).map(|plots| {
+            println!(
+                "wrote {} (plots and archive in {})",
+                page.display(),
+                plots.display()
+            );
+            0
+        }),
+        Cmd::Report { dir, page: None } => report::load(&dir).and_then(|(m, r)| {
             print!("{}", report::render(&dir, &m, &r)?);
             Ok(0)
         }),
@@ -543,6 +561,7 @@ fn run_one(t: &TargetSpec, w: &Workload, rep: u32, env: &Env) -> Record {
         error: None,
         phases: Vec::new(),
         notes: Vec::new(),
+        load_avg: sys::load_avg(),
     };
     // A workload whose threads wait in the file system together needs a daemon that serves
     // them together: every cairn target of it is mounted alike (see `Env::fuse_concurrency`).

@@ -9,12 +9,14 @@
 //! `scratch` (a locked directory of its own per run) → `target` (a fresh file system per
 //! target, workload and repetition) → `results` (what a run leaves on disk) → `workload`
 //! (what runs in it) → `device` (the papers' tables on a disk model beside this machine's
-//! device) → `tables` → `report` (what the numbers mean) → `cli`.
+//! device) → `tables` → `report` (what the numbers mean) → `page` (docs/BENCHMARKS.md from
+//! one archived run) → `cli`.
 
 pub mod cli;
 pub mod counters;
 pub mod device;
 pub mod lfs_sim;
+pub mod page;
 pub mod plot;
 pub mod published;
 pub mod registry;

@@ -83,6 +83,40 @@ pub struct BarPlot {
 }
 
 /// Renders `plot` as a PNG at `path` (`WIDTH`×`HEIGHT`). The parent directory must exist.
+/// Where a rendering puts its plots and how its Markdown links them: a run's summary.md sits
+/// beside its plots (`href` empty); the current-results page, docs/BENCHMARKS.md, links into
+/// the folder its plots are written to (`href` = "bench/current/"). One place draws a plot and
+/// writes its link, so the two cannot name different files.
+pub struct Figures<'a> {
+    pub dir: &'a Path,
+    pub href: &'a str,
+}
+
+impl Figures<'_> {
+    /// Figures written into `dir` and linked by bare file name (a run's own summary.md).
+    pub fn beside(dir: &Path) -> Figures<'_> {
+        Figures { dir, href: "" }
+    }
+
+    /// Draws `plot` into `file` and appends its Markdown image line, alt text `alt`, to `s`.
+    pub fn line(&self, s: &mut String, alt: &str, file: &str, plot: &LinePlot) -> Result<()> {
+        render_line(plot, &self.dir.join(file))?;
+        self.link(s, alt, file);
+        Ok(())
+    }
+
+    /// Draws `plot` into `file` and appends its Markdown image line to `s`.
+    pub fn bars(&self, s: &mut String, alt: &str, file: &str, plot: &BarPlot) -> Result<()> {
+        render_bars(plot, &self.dir.join(file))?;
+        self.link(s, alt, file);
+        Ok(())
+    }
+
+    fn link(&self, s: &mut String, alt: &str, file: &str) {
+        s.push_str(&format!("\n![{alt}]({}{file})\n", self.href));
+    }
+}
+
 pub fn render_line(plot: &LinePlot, path: &Path) -> Result<()> {
     faces()?;
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();

@@ -182,7 +182,7 @@ pub fn fmt_phase_value(p: &PhaseResult) -> String {
 /// returns the Markdown: the papers' tables first, then every phase's numbers and counters.
 pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     let rows = summarize(meta, records);
-    let papers = crate::tables::render(dir, meta, records)?;
+    let papers = crate::tables::render(&crate::plot::Figures::beside(dir), meta, records)?;
     let detail = phase_tables(meta, records, &rows);
     let md = format!(
         "{}{papers}\n## Every phase, with counters\n\n{}",
@@ -290,7 +290,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
 }
 
 /// The run's conditions: machine, placement, repetitions, tools, command, flush rate.
-fn header(meta: &Meta) -> String {
+pub(crate) fn header(meta: &Meta) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Run {}\n", meta.started);
     let _ = writeln!(s, "- kernel {}, CPU {}", meta.kernel, meta.cpu_model);

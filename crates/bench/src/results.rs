@@ -94,6 +94,10 @@ pub struct Record {
     /// Facts about the mount, e.g. the FUSE daemon's CPU placement.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The machine's 1-minute load average when the repetition started (None in runs made
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_avg: Option<f64>,
 }
 
 impl Record {
@@ -108,6 +112,7 @@ impl Record {
             error: None,
             phases,
             notes: Vec::new(),
+            load_avg: None,
         }
     }
 }
@@ -155,6 +160,9 @@ pub struct Meta {
     /// `--device MODEL`: cairn's targets ran on this disk model too (`TARGET:MODEL`).
     #[serde(default)]
     pub device: Option<String>,
+    /// CPUs the machine has online (a load average means little without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online_cpus: Option<usize>,
 }
 
 /// The target `target`'s rates are normalized to: the run's baseline on the same device (a

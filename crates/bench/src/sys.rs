@@ -220,6 +220,17 @@ pub fn kernel_release() -> String {
         .unwrap_or_default()
 }
 
+/// The machine's 1-minute load average (/proc/loadavg), recorded beside every repetition: the
+/// machine is shared, and a reader of a result needs to know how busy it was.
+pub fn load_avg() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// UTC timestamp `YYYYMMDDTHHMMSSZ` for result directory names (sorts by time as text).
 pub fn utc_stamp(unix_secs: u64) -> String {
     let (y, m, d, hh, mm, ss) = cairn_vfs::time::utc_civil(unix_secs as i64);

@@ -9,19 +9,18 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 
 use crate::counters::Counters;
-use crate::plot;
+use crate::plot::{self, Figures};
 use crate::published::{self, Published};
 use crate::results::{Meta, Record, Stat};
 use crate::units::fmt_rate;
 use crate::workload::{PhaseResult, fmt_size, recovery_sweep};
 
 /// Per target, per repetition: the value of `f` over a record (None when the record lacks it).
-fn per_rep(
+pub(crate) fn per_rep(
     records: &[Record],
     workload: &str,
     target: &str,
@@ -40,7 +39,7 @@ fn phase<'a>(r: &'a Record, label: &str) -> Option<&'a PhaseResult> {
 }
 
 /// Rate of one phase.
-fn rate_of(label: &str) -> impl Fn(&Record) -> Option<f64> + '_ {
+pub(crate) fn rate_of(label: &str) -> impl Fn(&Record) -> Option<f64> + '_ {
     move |r| phase(r, label).map(|p| p.rate)
 }
 
@@ -399,7 +398,7 @@ pub fn headlines(meta: &Meta, records: &[Record]) -> Vec<Headline> {
 }
 
 /// Every paper table this run has data for, as Markdown; plots are written into `dir`.
-pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
+pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<String> {
     let mut s = String::new();
     let b = meta.baseline.as_str();
     let _ = writeln!(
@@ -438,7 +437,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     }
 
     if has(meta, records, "micro") {
-        micro(&mut s, dir, meta, records)?;
+        micro(&mut s, figures, meta, records)?;
     }
 
     if has(meta, records, "ssh") {
@@ -484,7 +483,10 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         let _ = writeln!(s, "\nNormalized:\n");
         ratio_table(&mut s, &n, b);
         let series = series_over_param(meta, records, "sdet", "scripts", 3600.0);
-        plot::render_line(
+        figures.line(
+            &mut s,
+            "SDET",
+            "sdet.png",
             &plot::LinePlot {
                 // 002 Fig. 7 plots scripts/hour; 000 Fig. 5 the same normalized to FFS-async.
                 title: "SDET-like: scripts/hour vs concurrency (002 Fig. 7, 000 Fig. 5)".into(),
@@ -496,9 +498,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
                 x_fmt: plot::XFormat::Plain,
                 series,
             },
-            &dir.join("sdet.png"),
         )?;
-        let _ = writeln!(s, "\n![SDET](sdet.png)");
         claims_block(&mut s, "sdet");
     }
 
@@ -540,7 +540,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
             "fraction of the phase the device had I/O in flight",
             &|v| format!("{:.0}%", v * 100.0),
         );
-        bars(&mut s, dir, meta, records, "smallfile", &ls, "files/s")?;
+        bars(&mut s, figures, meta, records, "smallfile", &ls, "files/s")?;
         claims_block(&mut s, "smallfile");
     }
 
@@ -548,7 +548,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
         let ls = labels(records, "largefile");
         let _ = writeln!(s, "\n### {}\n", title("largefile"));
         evidence_table(&mut s, meta, records, "largefile", &ls);
-        bars(&mut s, dir, meta, records, "largefile", &ls, "MiB/s")?;
+        bars(&mut s, figures, meta, records, "largefile", &ls, "MiB/s")?;
         claims_block(&mut s, "largefile");
     }
 
@@ -587,10 +587,10 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     let group = crate::workload::groupcreate::NAME;
     if has(meta, records, group) {
         let _ = writeln!(s, "\n### {}\n", title(group));
-        crate::workload::groupcreate::render(&mut s, dir, meta, records)?;
+        crate::workload::groupcreate::render(&mut s, figures, meta, records)?;
     }
     if has(meta, records, recovery_sweep::NAME) {
-        recovery_sweep::render(&mut s, dir, meta, records)?;
+        recovery_sweep::render(&mut s, figures, meta, records)?;
     }
     if meta.device.is_some() {
         crate::device::render(&mut s, meta, records);
@@ -715,7 +715,7 @@ fn series_with(
 
 fn bars(
     s: &mut String,
-    dir: &Path,
+    figures: &Figures,
     meta: &Meta,
     records: &[Record],
     w: &str,
@@ -734,8 +734,10 @@ fn bars(
         })
         .filter(|(_, v)| v.iter().any(Option::is_some))
         .collect();
-    let file = format!("{w}.png");
-    plot::render_bars(
+    figures.bars(
+        s,
+        w,
+        &format!("{w}.png"),
         &plot::BarPlot {
             title: format!("{w}: {unit} per phase (median)"),
             y_label: unit.into(),
@@ -744,14 +746,11 @@ fn bars(
             groups: ls.to_vec(),
             series,
         },
-        &dir.join(&file),
-    )?;
-    let _ = writeln!(s, "\n![{w}]({file})");
-    Ok(())
+    )
 }
 
 /// 000 §4.2 / Figures 1–4: one table and one plot per phase, throughput against file size.
-fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
+fn micro(s: &mut String, figures: &Figures, meta: &Meta, records: &[Record]) -> Result<()> {
     let _ = writeln!(
         s,
         "\n### {}\n\nMB/s (MiB/s) for create, read and overwrite, files/s for delete, per file size; cold cache before every phase.",
@@ -809,8 +808,10 @@ fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<
                 .collect();
             let _ = writeln!(s, "| {} | {} |", se.label, cells.join(" | "));
         }
-        let file = format!("micro-{ph}.png");
-        plot::render_line(
+        figures.line(
+            s,
+            &format!("micro {ph}"),
+            &format!("micro-{ph}.png"),
             &plot::LinePlot {
                 title: format!("{ph} throughput vs file size (000 {fig})"),
                 x_label: "file size".into(),
@@ -829,9 +830,7 @@ fn micro(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<
                     })
                     .collect(),
             },
-            &dir.join(&file),
         )?;
-        let _ = writeln!(s, "\n![micro {ph}]({file})");
     }
     // Device writes per created file: why create rates differ.
     let create_labels: Vec<String> = labels(records, "micro")
@@ -1006,7 +1005,7 @@ mod tests {
             }
             records.push(rec("sdet", t, 1, sdet));
         }
-        let md = render(dir.path(), &m, &records).unwrap();
+        let md = render(&Figures::beside(dir.path()), &m, &records).unwrap();
         assert!(
             md.contains("### 0-length create/delete (000 Table 4)"),
             "{md}"

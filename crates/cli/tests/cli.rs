@@ -247,6 +247,71 @@ fn sigterm_flushes_and_unmounts() {
     e.ok(&["umount", "mnt"]);
 }
 
+/// A copy of the mount in another mount namespace keeps the kernel's file system alive after
+/// the unmount here, so SIGTERM cannot end the session: the daemon says so in its log, naming
+/// the connection to abort, instead of waiting in silence, and exits once the copy is gone.
+#[test]
+fn sigterm_names_the_way_out_when_another_namespace_holds_the_mount() {
+    let e = Env::new();
+    e.image();
+    e.ok(&["mount", "-o", "mode=async", "disk.img", "mnt"]);
+    fs::write(e.mnt().join("f"), b"kept").unwrap();
+    let pid = e.daemon_pid();
+    // `private`: the unmount below does not reach the copy.
+    let mut holder = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "echo ready; read x",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    nix::mount::umount2(&e.mnt(), nix::mount::MntFlags::empty()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let log = || {
+        fs::read_dir(e.p("run"))
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .map(|p| fs::read_to_string(p).unwrap_or_default())
+            .collect::<String>()
+    };
+    wait_until("the daemon to say who holds the mount", || {
+        log().contains("still holds the file system")
+    });
+    let l = log();
+    assert!(
+        l.contains("/sys/fs/fuse/connections/") && l.contains("/abort`"),
+        "{l}"
+    );
+    assert!(
+        alive(pid),
+        "the daemon serves the other namespace meanwhile"
+    );
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    wait_until("the daemon to exit once the copy is gone", || !alive(pid));
+    e.ok(&["mount", "disk.img", "mnt"]);
+    assert_eq!(fs::read(e.mnt().join("f")).unwrap(), b"kept");
+    e.ok(&["umount", "mnt"]);
+}
+
 #[test]
 fn stats_answers_in_json_and_text() {
     let e = Env::new();

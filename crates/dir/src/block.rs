@@ -159,10 +159,68 @@ pub fn validate(b: &[u8]) -> FResult<()> {
 
 /// The largest insert chunk `c` of `b` can take (0 if malformed).
 pub fn chunk_free(b: &[u8], c: usize) -> usize {
+    chunk_free_except(b, c, &[])
+}
+
+/// Bytes of a directory block no insert may take: `(offset, length)` in the same terms as
+/// the block (or chunk) slice they go with.
+///
+/// A format whose writes may still show an entry that is gone from the buffer holds that
+/// entry's bytes: soft updates writes a rename's old name back into the bytes its removal
+/// merged into its neighbour until the new name is on disk, and an entry placed over them
+/// could reach disk only by waiting for that removal (`docs/DESIGN.md`, "Removed names
+/// hold their bytes"). An insert that skips them places the entry elsewhere in the chunk
+/// (before or after them: a record's free bytes may lie on both sides of a held range,
+/// which stays inside some record's slack) and nothing waits.
+pub type Held = [(usize, usize)];
+
+/// The runs of free bytes record `e` offers an insert, as `(start, end)` offsets of the
+/// slice whose chunk begins at `base`, less the `held` bytes; ascending.
+fn free_runs(base: usize, e: &DirEntryRef<'_>, held: &Held) -> Vec<(usize, usize)> {
+    let start = base + e.off + (e.reclen - e.slack());
+    let end = base + e.off + e.reclen;
+    let mut runs = vec![(start, end)];
+    for &(h, len) in held {
+        let (hs, he) = (h, h + len);
+        if he <= start || hs >= end {
+            continue;
+        }
+        runs = runs
+            .into_iter()
+            .flat_map(|(a, z)| {
+                if he <= a || hs >= z {
+                    vec![(a, z)]
+                } else {
+                    [(a, hs.max(a)), (he.min(z), z)]
+                        .into_iter()
+                        .filter(|(x, y)| y > x)
+                        .collect()
+                }
+            })
+            .collect();
+    }
+    runs
+}
+
+/// [`chunk_free`] with the `held` bytes taken by nothing: the largest record an insert
+/// that skips them ([`insert_except`]) can place in chunk `c`.
+pub fn chunk_free_except(b: &[u8], c: usize, held: &Held) -> usize {
     let s = c * DIR_CHUNK;
     match b.get(s..s + DIR_CHUNK) {
         Some(chunk) => records(chunk)
-            .map(|r| r.map_or(0, |e| e.slack()))
+            .map(|r| {
+                r.map_or(0, |e| {
+                    if held.is_empty() {
+                        e.slack()
+                    } else {
+                        free_runs(s, &e, held)
+                            .into_iter()
+                            .map(|(a, z)| z - a)
+                            .max()
+                            .unwrap_or(0)
+                    }
+                })
+            })
             .max()
             .unwrap_or(0),
         None => 0,
@@ -172,6 +230,22 @@ pub fn chunk_free(b: &[u8], c: usize) -> usize {
 /// Inserts a name into chunk `c`; returns the new entry's offset, or `None` if the chunk
 /// has no record with enough slack. Existing entries do not move.
 pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResult<Option<usize>> {
+    insert_except(b, c, ino, dtype, name, &[])
+}
+
+/// [`insert`] that places the entry over none of the `held` bytes: at the start of the
+/// first run of free bytes, outside them, that fits it. The record whose slack holds that
+/// run ends where the new entry begins (its slack keeps any held bytes before it), and the
+/// new entry's record reaches the end of the old one (its slack keeps any held bytes after
+/// it).
+pub fn insert_except(
+    b: &mut [u8],
+    c: usize,
+    ino: u64,
+    dtype: u8,
+    name: &[u8],
+    held: &Held,
+) -> FResult<Option<usize>> {
     let need = rec_size(name.len());
     let s = c * DIR_CHUNK;
     let chunk = b
@@ -180,25 +254,24 @@ pub fn insert(b: &mut [u8], c: usize, ino: u64, dtype: u8, name: &[u8]) -> FResu
     let mut found = None;
     for r in records(chunk) {
         let e = r?;
-        if e.slack() >= need {
-            found = Some((e.off, e.ino, e.reclen, e.name.len()));
+        if e.slack() < need {
+            continue;
+        }
+        if let Some(&(at, _)) = free_runs(s, &e, held).iter().find(|(a, z)| z - a >= need) {
+            found = Some((s + e.off, e.reclen, at));
             break;
         }
     }
-    let Some((off, old_ino, reclen, namelen)) = found else {
+    let Some((off, reclen, at)) = found else {
         return Ok(None);
     };
-    let off = s + off;
-    if old_ino == 0 {
-        write_rec(b, off, ino as u32, reclen, dtype, name);
-        Ok(Some(off))
-    } else {
-        let used = rec_size(namelen);
-        put_u16(b, off + 4, used as u16);
-        let new_off = off + used;
-        write_rec(b, new_off, ino as u32, reclen - used, dtype, name);
-        Ok(Some(new_off))
+    let end = off + reclen;
+    if at > off {
+        // The record before keeps its name (or stays unused) and ends at the new entry.
+        put_u16(b, off + 4, (at - off) as u16);
     }
+    write_rec(b, at, ino as u32, end - at, dtype, name);
+    Ok(Some(at))
 }
 
 /// Removes the entry at `off`: merged into the previous record of its chunk, or marked
@@ -293,6 +366,155 @@ mod tests {
         // Remove the first entry of a chunk: marked unused.
         remove(&mut b, 3 * DIR_CHUNK).unwrap();
         assert_eq!(chunk_free(&b, 3), DIR_CHUNK);
+    }
+
+    /// Whether `held` lies inside the slack of one record of its chunk (where a format can
+    /// write the removed entry back), and no entry's used bytes reach into it.
+    fn held_is_in_slack(b: &[u8], h: usize, len: usize) -> bool {
+        let s = h / DIR_CHUNK * DIR_CHUNK;
+        records(&b[s..s + DIR_CHUNK]).any(|r| {
+            let e = r.unwrap();
+            let used = e.reclen - e.slack();
+            s + e.off + used <= h && h + len <= s + e.off + e.reclen
+        })
+    }
+
+    /// A removed entry's held bytes are skipped: the next entry of the same size goes after
+    /// the next name, not into them (without the hold it goes exactly there, see
+    /// `first_block_and_inserts_keep_offsets`), and they stay slack a format can write the
+    /// removed entry back into.
+    #[test]
+    fn an_insert_skips_held_bytes() {
+        let mut b = vec![0u8; 4096];
+        init_first(&mut b, 2, 2);
+        let [a, gone, c] = [(10, &b"alpha"[..]), (11, b"beta"), (12, b"gamma")]
+            .map(|(ino, name)| insert(&mut b, 0, ino, libc::DT_REG, name).unwrap().unwrap());
+        remove(&mut b, gone).unwrap();
+        let held = [(gone, rec_size(4))];
+        assert_eq!(chunk_free(&b, 0), DIR_CHUNK - c - rec_size(5));
+        assert_eq!(chunk_free_except(&b, 0, &held), DIR_CHUNK - c - rec_size(5));
+        let d = insert_except(&mut b, 0, 13, libc::DT_REG, b"delta", &held)
+            .unwrap()
+            .unwrap();
+        assert_eq!(d, c + rec_size(5), "after gamma, not in beta's bytes");
+        validate(&b).unwrap();
+        assert!(held_is_in_slack(&b, gone, rec_size(4)));
+        // The bytes given back: the next insert takes them.
+        let e = insert(&mut b, 0, 14, libc::DT_REG, b"echo")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e, gone);
+        assert!(a < gone && names(&b).len() == 6);
+    }
+
+    /// Free bytes on both sides of held ones: the entry takes those before them when they
+    /// fit (its record's slack then keeps the held bytes), else those after (the record
+    /// before ends where it begins); an unused first record stays unused.
+    #[test]
+    fn held_bytes_in_the_middle_of_free_space() {
+        let mut b = vec![0u8; 4096];
+        init_empty(&mut b);
+        // Chunk 1: one unused record of 512; held 64..96.
+        let held = [(DIR_CHUNK + 64, 32)];
+        assert_eq!(chunk_free_except(&b, 1, &held), DIR_CHUNK - 96);
+        let x = insert_except(&mut b, 1, 20, libc::DT_REG, b"x", &held)
+            .unwrap()
+            .unwrap();
+        assert_eq!(x, DIR_CHUNK, "16 bytes fit before the held ones");
+        let long = [b'l'; 60]; // a 72-byte record: only after the held bytes
+        let y = insert_except(&mut b, 1, 21, libc::DT_REG, &long, &held)
+            .unwrap()
+            .unwrap();
+        assert_eq!(y, DIR_CHUNK + 96);
+        validate(&b).unwrap();
+        assert!(held_is_in_slack(&b, DIR_CHUNK + 64, 32));
+        // Chunk 2: held bytes at the start of an unused record.
+        let held = [(2 * DIR_CHUNK, 24)];
+        let z = insert_except(&mut b, 2, 22, libc::DT_REG, b"z", &held)
+            .unwrap()
+            .unwrap();
+        assert_eq!(z, 2 * DIR_CHUNK + 24);
+        validate(&b).unwrap();
+        let first = records(&b[2 * DIR_CHUNK..3 * DIR_CHUNK])
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (first.ino, first.reclen),
+            (0, 24),
+            "still unused, ending at z"
+        );
+        assert!(held_is_in_slack(&b, 2 * DIR_CHUNK, 24));
+        // Nothing fits outside the held bytes: no room, although the chunk has some.
+        let mut c = vec![0u8; DIR_CHUNK];
+        init_empty(&mut c);
+        let all = [(0, DIR_CHUNK)];
+        assert_eq!(chunk_free_except(&c, 0, &all), 0);
+        assert_eq!(
+            insert_except(&mut c, 0, 5, libc::DT_REG, b"n", &all).unwrap(),
+            None
+        );
+    }
+
+    /// Random inserts, removes and holds on one chunk (seed printed; `CAIRN_DIR_SEED=N`
+    /// replays one): an insert that skips held bytes never lands on them, every held
+    /// range stays in some record's slack, and the chunk's free bytes say exactly whether
+    /// an insert fits.
+    #[test]
+    fn random_inserts_never_take_held_bytes() {
+        let seeds: Vec<u64> = match std::env::var("CAIRN_DIR_SEED") {
+            Ok(v) => vec![v.parse().expect("CAIRN_DIR_SEED: a number")],
+            Err(_) => (1..=200).collect(),
+        };
+        for seed in seeds {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rnd = |n: usize| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % n as u64) as usize
+            };
+            let mut b = vec![0u8; DIR_CHUNK];
+            init_empty(&mut b);
+            let mut live: Vec<(usize, usize)> = Vec::new();
+            let mut held: Vec<(usize, usize)> = Vec::new();
+            for step in 0..400 {
+                match rnd(10) {
+                    0..=4 => {
+                        let name = vec![b'a' + rnd(26) as u8; 1 + rnd(40)];
+                        let need = rec_size(name.len());
+                        let fits = chunk_free_except(&b, 0, &held) >= need;
+                        let got = insert_except(&mut b, 0, 7, libc::DT_REG, &name, &held).unwrap();
+                        assert_eq!(got.is_some(), fits, "seed {seed} step {step}");
+                        if let Some(at) = got {
+                            assert!(
+                                held.iter().all(|&(h, l)| at + need <= h || h + l <= at),
+                                "seed {seed} step {step}: entry at {at} over held {held:?}"
+                            );
+                            live.push((at, need));
+                        }
+                    }
+                    5..=7 if !live.is_empty() => {
+                        let (at, need) = live.swap_remove(rnd(live.len()));
+                        remove(&mut b, at).unwrap();
+                        if rnd(2) == 0 {
+                            held.push((at, need));
+                        }
+                    }
+                    8 if !held.is_empty() => {
+                        held.swap_remove(rnd(held.len()));
+                    }
+                    _ => {}
+                }
+                validate(&b).unwrap();
+                for &(h, l) in &held {
+                    assert!(
+                        held_is_in_slack(&b, h, l),
+                        "seed {seed} step {step}: held {h}+{l} not in slack"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -21,13 +21,27 @@ pub struct Slot {
 ///
 /// Invariant (kept by the format that owns the directory): `names` holds every used entry
 /// of the directory's blocks except `.` and `..`, `dotdot` is its `..` entry, and `free`
-/// has one value per 512-byte chunk, its free bytes ([`block::chunk_free`]).
+/// has one value per 512-byte chunk, its free bytes outside the bytes `held` in its block
+/// ([`block::chunk_free_except`]).
 pub struct DirIndex {
     pub names: HashMap<Box<[u8]>, Slot>,
     /// The `..` entry (always in chunk 0 of block 0).
     pub dotdot: Slot,
     pub free: MaxTree,
     pub nblocks: u64,
+    /// Bytes no insert may take, by the address of their block (see [`block::Held`]): a
+    /// block with none has no key. The format keeps them a superset of what its writes
+    /// still need, and gives them back when they are no longer needed.
+    pub held: HashMap<u64, HeldBytes>,
+}
+
+/// The held bytes of one directory block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldBytes {
+    /// The block's logical number in its directory.
+    pub lbn: u64,
+    /// `(offset in the block, length)`, ascending.
+    pub ranges: Vec<(usize, usize)>,
 }
 
 impl DirIndex {
@@ -44,6 +58,7 @@ impl DirIndex {
             },
             free: MaxTree::new(),
             nblocks,
+            held: HashMap::new(),
         }
     }
 
@@ -58,6 +73,18 @@ impl DirIndex {
     /// Indexes block `lbn` of the directory. A record the codec refuses is a
     /// [`FormatError`] naming the block.
     pub fn add_block(&mut self, lbn: u64, data: &[u8]) -> FResult<()> {
+        self.add_block_held(lbn, 0, data, Vec::new())
+    }
+
+    /// [`DirIndex::add_block`] of block `lbn` at address `addr`, whose `held` bytes
+    /// (`(offset in the block, length)`) no insert may take.
+    pub fn add_block_held(
+        &mut self,
+        lbn: u64,
+        addr: u64,
+        data: &[u8],
+        held: Vec<(usize, usize)>,
+    ) -> FResult<()> {
         for r in block::records(data) {
             let e = r.map_err(|e| FormatError(format!("block {lbn}: {}", e.0)))?;
             if e.ino == 0 {
@@ -78,9 +105,46 @@ impl DirIndex {
             }
         }
         for c in 0..(data.len() / DIR_CHUNK) {
-            self.free.push(block::chunk_free(data, c) as u16);
+            self.free
+                .push(block::chunk_free_except(data, c, &held) as u16);
         }
+        self.set_held(addr, lbn, held);
         Ok(())
+    }
+
+    /// The held bytes of the block at `addr` (empty: none).
+    pub fn held_in(&self, addr: u64) -> &[(usize, usize)] {
+        self.held.get(&addr).map_or(&[], |h| &h.ranges)
+    }
+
+    /// Block `lbn` at `addr` holds `ranges` from now on (empty: none). The caller sets the
+    /// free bytes of its chunks to match ([`DirIndex::refree_block`]).
+    pub fn set_held(&mut self, addr: u64, lbn: u64, mut ranges: Vec<(usize, usize)>) {
+        if ranges.is_empty() {
+            self.held.remove(&addr);
+        } else {
+            ranges.sort_unstable();
+            self.held.insert(addr, HeldBytes { lbn, ranges });
+        }
+    }
+
+    /// Sets the free bytes of chunk `c` of block `lbn` (contents `data`, at `addr`) from its
+    /// contents and its block's held bytes.
+    pub fn refree_chunk(&mut self, lbn: u64, addr: u64, c: usize, data: &[u8]) {
+        let per = data.len() / DIR_CHUNK;
+        let v = block::chunk_free_except(data, c, self.held_in(addr)) as u16;
+        self.free.set(lbn as usize * per + c, v);
+    }
+
+    /// Sets the free bytes of every chunk of block `lbn` (contents `data`, at `addr`) from
+    /// its contents and its held bytes.
+    pub fn refree_block(&mut self, lbn: u64, addr: u64, data: &[u8]) {
+        let per = data.len() / DIR_CHUNK;
+        let held = self.held_in(addr).to_vec();
+        for c in 0..per {
+            let v = block::chunk_free_except(data, c, &held) as u16;
+            self.free.set(lbn as usize * per + c, v);
+        }
     }
 
     /// The directory holds no names but `.` and `..`.
@@ -142,6 +206,15 @@ impl MaxTree {
             self.t[p] = self.t[2 * p].max(self.t[2 * p + 1]);
         }
     }
+    /// The value of index `i` (0 past the end).
+    pub fn get(&self, i: usize) -> u16 {
+        if i < self.n {
+            self.t[self.cap() + i]
+        } else {
+            0
+        }
+    }
+
     /// The per-chunk values, in order.
     pub fn values(&self) -> impl Iterator<Item = u16> + '_ {
         (0..self.n).map(|i| self.t[self.cap() + i])

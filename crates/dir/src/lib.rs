@@ -16,7 +16,7 @@
 pub mod block;
 pub mod index;
 
-pub use index::{DirIndex, MaxTree, Slot};
+pub use index::{DirIndex, HeldBytes, MaxTree, Slot};
 
 /// Why an on-disk structure could not be decoded. The message is one line naming the
 /// problem. (cairn's formats re-export this type as their own codec error.)

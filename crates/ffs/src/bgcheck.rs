@@ -196,6 +196,12 @@ impl Strategy for Marker<'_> {
     fn write_stream(&self, io: &strategy::Io, ino: Ino, blk: Blk, data: &[u8]) -> Result<()> {
         self.inner.write_stream(io, ino, blk, data)
     }
+    fn held_dir_bytes(&self, blk: Blk) -> Vec<(u32, u32)> {
+        self.inner.held_dir_bytes(blk)
+    }
+    fn dir_bytes_given_back(&self) -> Vec<(Ino, Blk)> {
+        self.inner.dir_bytes_given_back()
+    }
     fn begin_op(&self, kind: OpKind) -> Result<OpState> {
         self.inner.begin_op(kind)
     }

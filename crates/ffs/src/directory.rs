@@ -8,6 +8,18 @@
 //! Invariant, at every operation boundary: each index describes its directory's blocks.
 //! Inside an undo scope every directory whose index is built or changed is noted; a
 //! rollback drops those indexes, and they are rebuilt from the restored blocks on next use.
+//!
+//! Held bytes: a chunk's free space in the index leaves out the bytes the strategy still
+//! writes a removed entry into ([`Strategy::held_dir_bytes`]: soft updates' put-back old
+//! names), so a new entry is placed elsewhere and never has to wait for that removal.
+//! Invariant: no entry is ever placed over bytes the strategy holds — `dir_add` checks the
+//! block it places in against the strategy's holds as they are at that moment (holds grow
+//! only inside a call that removes an entry, under the engine's lock, so none can appear
+//! between that check and the insert); the index's own copy of the holds may be larger
+//! than the strategy's (bytes given back and not yet taken) but then only wastes space
+//! until `dir_take_given_back` returns them.
+//!
+//! [`Strategy::held_dir_bytes`]: crate::strategy::Strategy::held_dir_bytes
 
 use std::collections::HashMap;
 
@@ -103,20 +115,78 @@ impl Ffs {
                     d.size
                 )));
             }
-            let nblocks = d.size / bs;
-            let mut idx = DirIndex::new(nblocks);
-            for lbn in 0..nblocks {
-                let b = self.dir_block(st, dino, lbn)?;
-                idx.add_block(lbn, &b.read())
-                    .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))?;
-            }
-            let idx = idx
-                .finish()
-                .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))?;
+            let idx = self.build_dir_index(st, dino, d.size / bs, &|a| self.held_bytes(a))?;
             // Built from blocks the open scope may have changed: a rollback drops it.
             st.dirs.insert(dino, idx);
         }
         Ok(st.dirs.get_mut(dino).expect("just inserted"))
+    }
+
+    /// The index of directory `dino` of `nblocks` blocks, read from its blocks, with
+    /// `held(addr)` the held bytes of the block at `addr`.
+    pub(crate) fn build_dir_index(
+        &self,
+        st: &mut State,
+        dino: u64,
+        nblocks: u64,
+        held: &dyn Fn(u64) -> Vec<(usize, usize)>,
+    ) -> Result<DirIndex> {
+        let mut idx = DirIndex::new(nblocks);
+        for lbn in 0..nblocks {
+            let b = self.dir_block(st, dino, lbn)?;
+            let addr = b.blkno();
+            idx.add_block_held(lbn, addr, &b.read(), held(addr))
+                .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))?;
+        }
+        idx.finish()
+            .map_err(|e| corrupt_err(format!("directory {dino}: {e}")))
+    }
+
+    /// The bytes of the directory block at `addr` the strategy holds, ascending.
+    pub(crate) fn held_bytes(&self, addr: u64) -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = self
+            .strategy
+            .held_dir_bytes(addr)
+            .into_iter()
+            .map(|(o, l)| (o as usize, l as usize))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Gives back to the indexes the bytes the strategy no longer holds.
+    fn dir_take_given_back(&self, st: &mut State) -> Result<()> {
+        for (dino, addr) in self.strategy.dir_bytes_given_back() {
+            let Some(lbn) = st
+                .dirs
+                .get(dino)
+                .and_then(|i| i.held.get(&addr))
+                .map(|h| h.lbn)
+            else {
+                continue;
+            };
+            let b = self.bread(addr, kind::DIRECTORY)?;
+            self.dir_rehold(st, dino, lbn, &b);
+        }
+        Ok(())
+    }
+
+    /// Sets the held bytes of block `lbn` (buffer `b`) in the index of `dino` to the
+    /// strategy's as they are now, and the free bytes of its chunks to match. Whether they
+    /// changed. (No undo note: the index still describes the block as it is, whatever a
+    /// rollback of the call does to the holds — `dir_add` checks them again.)
+    fn dir_rehold(&self, st: &mut State, dino: u64, lbn: u64, b: &BufRef) -> bool {
+        let addr = b.blkno();
+        let now = self.held_bytes(addr);
+        let Some(idx) = st.dirs.get_mut(dino) else {
+            return false;
+        };
+        if idx.held_in(addr) == now.as_slice() {
+            return false;
+        }
+        idx.set_held(addr, lbn, now);
+        idx.refree_block(lbn, addr, &b.read());
+        true
     }
 
     pub(crate) fn dir_lookup(
@@ -151,6 +221,7 @@ impl Ffs {
     /// Blocks that adding `name` to `dino` would allocate: none if a chunk has room, else
     /// the new directory block and the indirect blocks on its path.
     pub(crate) fn dir_add_blocks(&self, st: &mut State, dino: u64, name: &[u8]) -> Result<u64> {
+        self.dir_take_given_back(st)?;
         let idx = self.dir_index(st, dino)?;
         if idx.place(name.len()).is_some() {
             return Ok(0);
@@ -176,26 +247,44 @@ impl Ffs {
     ) -> Result<()> {
         let chunks_per_block = self.vol.geo.bs() / DIR_CHUNK;
         st.dirs.touch(dino);
-        let found = self.dir_index(st, dino)?.place(name.len());
-        let chunk = match found {
-            Some(c) => c,
-            None => self.dir_grow(st, dino)?,
+        self.dir_take_given_back(st)?;
+        let need = dir::rec_size(name.len());
+        let (chunk, lbn, b) = loop {
+            let found = self.dir_index(st, dino)?.place(name.len());
+            let chunk = match found {
+                Some(c) => c,
+                None => self.dir_grow(st, dino)?,
+            };
+            let lbn = (chunk / chunks_per_block) as u64;
+            let b = self.dir_block(st, dino, lbn)?;
+            // The invariant (module documentation): the block's holds as the strategy has
+            // them now. Only a hold the index did not know of can take the room it found
+            // (a rollback of a failed call may bring one back); then look again.
+            if !self.dir_rehold(st, dino, lbn, &b)
+                || self.dir_index(st, dino)?.free.get(chunk) as usize >= need
+            {
+                break (chunk, lbn, b);
+            }
         };
-        let lbn = (chunk / chunks_per_block) as u64;
         let c_in_block = chunk % chunks_per_block;
-        let b = self.dir_block(st, dino, lbn)?;
+        let base = c_in_block * DIR_CHUNK;
+        // The held bytes of this chunk, in the chunk's own offsets.
+        let held: Vec<(usize, usize)> = self
+            .dir_index(st, dino)?
+            .held_in(b.blkno())
+            .iter()
+            .filter(|(o, _)| (base..base + DIR_CHUNK).contains(o))
+            .map(|&(o, l)| (o - base, l))
+            .collect();
         // An entry never leaves its 512-byte chunk: only the chunk changes (and is saved).
         let (off, free) = {
-            let mut data = b.write_range(c_in_block * DIR_CHUNK, DIR_CHUNK);
-            let off = dir::insert(&mut data, 0, ino, dtype, name)
+            let mut data = b.write_range(base, DIR_CHUNK);
+            let off = dir::insert_except(&mut data, 0, ino, dtype, name, &held)
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?
                 .ok_or_else(|| {
                     corrupt_err(format!("directory {dino}: free-space index out of date"))
                 })?;
-            (
-                c_in_block * DIR_CHUNK + off,
-                dir::chunk_free(&data, 0) as u16,
-            )
+            (base + off, dir::chunk_free_except(&data, 0, &held) as u16)
         };
         self.vol.cache.mark_dirty(&b);
         let idx = self.dir_index(st, dino)?;
@@ -263,16 +352,13 @@ impl Ffs {
             .ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
         let c_in_block = slot.off / DIR_CHUNK;
-        let free = {
+        {
             let mut data = b.write_range(c_in_block * DIR_CHUNK, DIR_CHUNK);
             dir::remove(&mut data, slot.off % DIR_CHUNK)
                 .map_err(|e| corrupt_err(format!("directory {dino}: {}", e.0)))?;
-            dir::chunk_free(&data, 0) as u16
-        };
+        }
         self.vol.cache.mark_dirty(&b);
-        let per = self.vol.geo.bs() / DIR_CHUNK;
         let idx = self.dir_index(st, dino)?;
-        idx.free.set(slot.lbn as usize * per + c_in_block, free);
         idx.names.remove(name);
         let f = DirRemove {
             dir: dino,
@@ -283,6 +369,13 @@ impl Ffs {
             rmdir,
         };
         let apply = self.fact(st, |s, tx| s.setup_directory_remove(tx, &f))?;
+        // The removed entry's bytes are free now, unless the strategy holds them (it
+        // writes the entry back until its removal may reach disk): the block's free space
+        // from its contents and its holds as they are after the fact.
+        if !self.dir_rehold(st, dino, slot.lbn, &b) {
+            let idx = self.dir_index(st, dino)?;
+            idx.refree_chunk(slot.lbn, b.blkno(), c_in_block, &b.read());
+        }
         Ok((slot, apply))
     }
 

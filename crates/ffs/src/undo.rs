@@ -105,19 +105,39 @@ impl Ffs {
             let Some(old) = st.dirs.remove(dino) else {
                 continue;
             };
-            let fresh = self.dir_index(st, dino).map_err(|e| e.to_string());
+            // Rebuilt with the index's own holds (the strategy may have given some back
+            // since: a write-back runs beside this check); the strategy's holds must be
+            // among them (none appears outside a call).
+            let fresh = self
+                .iget(st, dino)
+                .map(|i| i.d.size / self.vol.geo.block_size as u64)
+                .and_then(|n| self.build_dir_index(st, dino, n, &|a| old.held_in(a).to_vec()))
+                .map_err(|e| e.to_string());
             let same = match &fresh {
                 Ok(f) => {
                     f.names == old.names
                         && f.dotdot == old.dotdot
                         && f.nblocks == old.nblocks
                         && f.free.values().eq(old.free.values())
+                        && f.held == old.held
                 }
                 Err(_) => false,
             };
+            let unknown = (0..old.nblocks).any(|lbn| {
+                self.bmap(st, dino, lbn).is_ok_and(|a| {
+                    self.held_bytes(a)
+                        .iter()
+                        .any(|h| !old.held_in(a).contains(h))
+                })
+            });
             st.dirs.restore(dino, old);
             if !same {
                 return Err(format!("directory {dino}: index differs from its blocks"));
+            }
+            if unknown {
+                return Err(format!(
+                    "directory {dino}: the strategy holds bytes its index does not"
+                ));
             }
         }
         Ok(())

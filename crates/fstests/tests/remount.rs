@@ -197,8 +197,10 @@ done
 "#,
         sbin = sbin.display()
     );
+    // `slave`, not `private`: a private copy of the namespace would hold every other test's
+    // FUSE mount alive after its unmount, and those daemons could not end until this one did.
     let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .args(["--mount", "--propagation", "slave", "sh", "-c", &script])
         .env("CAIRN", cairn_bin())
         .env("CAIRN_RUNTIME_DIR", b.runtime())
         .current_dir(b.p(""))

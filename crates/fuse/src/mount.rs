@@ -124,13 +124,54 @@ pub(crate) fn connected(dev: &File) -> bool {
     }
 }
 
+/// The kernel's number for the FUSE connection mounted at `mountpoint` (its directory in
+/// /sys/fs/fuse/connections): the minor device number the mount has in
+/// /proc/self/mountinfo. Read there, not with stat(2), because a stat of the mount point
+/// would wait for the very daemon that is asking.
+pub(crate) fn connection_number(mountpoint: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    connection_in(&mi, mountpoint.as_os_str().as_bytes())
+}
+
+/// [`connection_number`] on a mountinfo text: the last (topmost) mount at `mountpoint`.
+fn connection_in(mountinfo: &str, mountpoint: &[u8]) -> Option<u32> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            let fstype = line.split_once(" - ")?.1.split(' ').next()?;
+            (fstype.starts_with("fuse")
+                && cairn_blockdev::lock::unescape_bytes(f.get(4)?) == mountpoint)
+                .then(|| f.get(2)?.split_once(':')?.1.parse().ok())
+                .flatten()
+        })
+        .next_back()
+}
+
 enum How {
     Direct {
         mountpoint: PathBuf,
         dev: File,
+        /// /sys/fs/fuse/connections/N, for the message when the kernel keeps the file
+        /// system after our unmount (None when mountinfo did not show it).
+        conn: Option<u32>,
         done: AtomicBool,
     },
     Fuser(Mutex<fuser::SessionUnmounter>),
+}
+
+/// What the log says when the kernel keeps serving requests for a file system no longer
+/// mounted in the daemon's namespace.
+fn held_elsewhere(mountpoint: &Path, conn: Option<u32>) -> String {
+    let abort = match conn {
+        Some(n) => format!("`echo 1 > /sys/fs/fuse/connections/{n}/abort`"),
+        None => "writing 1 to its `abort` file in /sys/fs/fuse/connections".to_string(),
+    };
+    format!(
+        "{} is not mounted here, but the kernel still holds the file system (a copy of the mount in another mount namespace, or a detached mount with open files): serving until the last user lets go; to end it now, unmount it there, or abort the connection with {abort} (writes the kernel has not yet sent are then lost, and its users get ENOTCONN)",
+        mountpoint.display()
+    )
 }
 
 /// Unmounts the file system from any thread (a signal-handling thread, a control-socket
@@ -156,6 +197,7 @@ impl Unmounter {
     pub(crate) fn direct(mountpoint: PathBuf, dev: File) -> Unmounter {
         Unmounter {
             how: Arc::new(How::Direct {
+                conn: connection_number(&mountpoint),
                 mountpoint,
                 dev,
                 done: AtomicBool::new(false),
@@ -177,6 +219,7 @@ impl Unmounter {
             How::Direct {
                 mountpoint,
                 dev,
+                conn,
                 done,
             } => {
                 if done.swap(true, Ordering::SeqCst) || !connected(dev) {
@@ -195,8 +238,17 @@ impl Unmounter {
                         nix::mount::umount2(mountpoint, MntFlags::MNT_DETACH)
                             .map_err(io::Error::from)
                     }
-                    // Someone else unmounted it already.
-                    Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
+                    // Someone else unmounted it already: the session ends when the kernel
+                    // lets go of the file system. If it still holds it, something outside
+                    // this mount namespace does (a copy of the mount in another namespace,
+                    // or a detached mount with files open), and serving goes on until it
+                    // lets go: say so, and how to end it, rather than wait in silence.
+                    Err(Errno::EINVAL) | Err(Errno::ENOENT) => {
+                        if connected(dev) {
+                            warn!("{}", held_elsewhere(mountpoint, *conn));
+                        }
+                        Ok(())
+                    }
                     Err(e) => {
                         done.store(false, Ordering::SeqCst);
                         Err(io::Error::from(e))
@@ -204,5 +256,28 @@ impl Unmounter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_number_is_the_minor_of_the_topmost_fuse_mount_there() {
+        let mi = "\
+22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+91 22 0:57 / /mnt/a\\040b rw,nosuid shared:40 - fuse.cairn /img rw,user_id=0
+92 22 0:58 / /mnt/c rw,nosuid shared:41 - fuse.cairn /img2 rw,user_id=0
+93 92 0:61 / /mnt/c rw,nosuid shared:42 - fuse.cairn /img3 rw,user_id=0
+94 22 0:70 / /mnt/t rw shared:43 - tmpfs none rw
+";
+        assert_eq!(connection_in(mi, b"/mnt/a b"), Some(57));
+        assert_eq!(connection_in(mi, b"/mnt/c"), Some(61));
+        // Not a FUSE mount, or not mounted: no connection to name.
+        assert_eq!(connection_in(mi, b"/mnt/t"), None);
+        assert_eq!(connection_in(mi, b"/mnt/x"), None);
+        let m = held_elsewhere(Path::new("/mnt/c"), Some(61));
+        assert!(m.contains("/sys/fs/fuse/connections/61/abort"), "{m}");
     }
 }

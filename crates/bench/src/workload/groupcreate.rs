@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{PhaseResult, Stage, measure, scaled_count};
 use crate::counters::Counters;
-use crate::plot;
+use crate::plot::{self, Figures};
 use crate::results::{Meta, Record, Stat};
 use crate::units::{fmt_opt, fmt_rate};
 
@@ -223,7 +223,7 @@ pub fn headline(records: &[Record]) -> String {
 /// The group-create section of summary.md: the curve as a table (files/s, the ratio to the
 /// commit=sync peer, flushes and writes per create on each device, latency), the issue's
 /// 16-thread check when both sides ran, and the curve as `group-create.png`.
-pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
+pub fn render(s: &mut String, figures: &Figures, meta: &Meta, records: &[Record]) -> Result<()> {
     let ns = thread_counts(records);
     let _ = writeln!(
         s,
@@ -308,7 +308,10 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
         }
     }
     if !series.is_empty() {
-        plot::render_line(
+        figures.line(
+            s,
+            "group-create",
+            "group-create.png",
             &plot::LinePlot {
                 title: "group commit: files/s vs threads creating at once".into(),
                 x_label: "threads".into(),
@@ -318,9 +321,7 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
                 x_fmt: plot::XFormat::Plain,
                 series,
             },
-            &dir.join("group-create.png"),
         )?;
-        let _ = writeln!(s, "\n![group-create](group-create.png)");
     }
     Ok(())
 }
@@ -359,7 +360,7 @@ mod tests {
         assert_eq!(r[1].label(), "create N=4");
         assert_eq!(r[1].extra["threads"], 4);
         assert!(r[1].extra["p99_ms"].as_f64().unwrap() >= r[1].extra["p50_ms"].as_f64().unwrap());
-        let files = |p: &Path| fs::read_dir(p).unwrap().count();
+        let files = |p: &std::path::Path| fs::read_dir(p).unwrap().count();
         assert_eq!(files(&d.path().join("n04")), 4);
         assert_eq!(files(&d.path().join("n04").join("t03")), 5);
         assert_eq!(files(&d.path().join("n01").join("t00")), 20);
@@ -427,7 +428,7 @@ mod tests {
             ),
         ];
         let mut s = String::new();
-        render(&mut s, dir.path(), &meta, &records).unwrap();
+        render(&mut s, &Figures::beside(dir.path()), &meta, &records).unwrap();
         assert!(
             s.contains("| 16 | cairn-journal-group | 3,000 (2,800–3,200) | 6.00 | 0.100 | 0.100 | — | 2.000 | — | 2.00 / 4.50 |"),
             "{s}"
@@ -479,7 +480,7 @@ mod tests {
             vec![phase(16.0, 3000.0, 0.1, None)],
         )];
         let mut s = String::new();
-        render(&mut s, dir.path(), &meta, &records).unwrap();
+        render(&mut s, &Figures::beside(dir.path()), &meta, &records).unwrap();
         assert!(
             s.contains("| 16 | cairn-journal-group | 3,000 | — |"),
             "{s}"

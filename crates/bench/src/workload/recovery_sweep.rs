@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::recovery::{timed, write_file};
 use super::{PhaseResult, Stage, fmt_bytes_human, fmt_size};
 use crate::counters::Counters;
-use crate::plot;
+use crate::plot::{self, Figures};
 use crate::registry::{Commit, Facts, Family, Recovery};
 use crate::results::{Meta, Record, Stat};
 
@@ -559,7 +559,7 @@ fn secs(v: &[f64]) -> String {
 
 /// The sweep's section: a table per target and one plot of recovery (and fsck) time against
 /// the log since the checkpoint, written into `dir`.
-pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
+pub fn render(s: &mut String, figures: &Figures, meta: &Meta, records: &[Record]) -> Result<()> {
     let _ = writeln!(
         s,
         "\n### Recovery time against the log since the checkpoint (001 §5.3, 004 Table III)\n\nEach row: the checkpoint held back, that much written, SIGKILL; 'recover' is the mount until the root answers (the journal's replay, LFS's roll-forward; cairn-sync: `cairn fsck -y`, mount), 'fsck' a full read-only `cairn fsck` of the same image (what cairn-sync needs after any crash). 'fsck after' is that check's verdict on the recovered image."
@@ -653,7 +653,10 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
         if series.is_empty() {
             continue;
         }
-        plot::render_line(
+        figures.line(
+            s,
+            NAME,
+            &file,
             &plot::LinePlot {
                 title: title.into(),
                 x_label: "log since the checkpoint at the crash (sync: data written)".into(),
@@ -663,9 +666,7 @@ pub fn render(s: &mut String, dir: &Path, meta: &Meta, records: &[Record]) -> Re
                 x_fmt: plot::XFormat::Bytes,
                 series,
             },
-            &dir.join(&file),
         )?;
-        let _ = writeln!(s, "\n![{NAME}]({file})");
     }
     Ok(())
 }
@@ -870,7 +871,7 @@ mod tests {
         };
         let d = tempfile::tempdir().unwrap();
         let mut s = String::new();
-        render(&mut s, d.path(), &meta, &records).unwrap();
+        render(&mut s, &Figures::beside(d.path()), &meta, &records).unwrap();
         assert!(s.contains("#### cairn-journal\n"), "{s}");
         assert!(
             s.contains("| — | 0 KiB | 0 KiB | 0.050 | 0.500 | 10.00× | 0 ops, 0 updates, 0 blocks | clean |"),
@@ -902,7 +903,7 @@ mod tests {
         // Nothing to show: no section body, no plot.
         let mut empty = String::new();
         let e = tempfile::tempdir().unwrap();
-        render(&mut empty, e.path(), &meta, &[]).unwrap();
+        render(&mut empty, &Figures::beside(e.path()), &meta, &[]).unwrap();
         assert!(!e.path().join("recovery-sweep.png").exists());
     }
 }

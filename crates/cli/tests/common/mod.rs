@@ -17,8 +17,10 @@ mount -t overlay overlay -o lowerdir={sbin},upperdir=ov/up,workdir=ov/work {sbin
 {script}"#,
         sbin = sbin.display()
     );
+    // `slave`, not `private`: a private copy of the namespace would hold every other test's
+    // FUSE mount alive after its unmount, and those daemons could not end until this one did.
     let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &full])
+        .args(["--mount", "--propagation", "slave", "sh", "-c", &full])
         .env("CAIRN", env!("CARGO_BIN_EXE_cairn"))
         .env("CAIRN_RUNTIME_DIR", runtime)
         .current_dir(cwd)

@@ -393,6 +393,25 @@ pub trait Strategy: Send + std::marker::Sync {
         Ok(())
     }
 
+    /// The bytes of directory block `blk` that the mode's writes may still show an entry
+    /// in that its buffer no longer has, as `(offset in the block, length)`: no new entry
+    /// may be placed over them until the mode gives them back (soft updates writes a
+    /// rename's old name, and a removed directory's name, back into the bytes its removal
+    /// merged away, until that removal may reach disk). The engine's directory index keeps
+    /// them out of its free space (`cairn_dir::block::Held`). Called with the engine's lock
+    /// held; a block's held bytes grow only inside a call that removes an entry from it,
+    /// and shrink at any time (reported by [`Strategy::dir_bytes_given_back`]).
+    fn held_dir_bytes(&self, blk: Blk) -> Vec<(u32, u32)> {
+        let _ = blk;
+        Vec::new()
+    }
+
+    /// The (directory, block) pairs whose held bytes shrank since the last call, ascending:
+    /// the engine gives those bytes back to its index.
+    fn dir_bytes_given_back(&self) -> Vec<(Ino, Blk)> {
+        Vec::new()
+    }
+
     // ---- outside calls ---------------------------------------------------------------
 
     /// fsync(2) of one file: when this returns, the file's data and the metadata needed to

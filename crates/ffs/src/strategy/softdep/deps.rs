@@ -126,8 +126,10 @@ pub(crate) enum What {
     /// the name of a directory removed by rmdir until the directory's own removals are (a
     /// directory no name reaches must not still hold names). While it waits, every write
     /// of its block puts the entry back as it was, into the bytes it was merged into: no
-    /// entry is added over them, nor under its name in its directory, until its removal is
-    /// on disk (such an entry waits for that, and the removal is made durable at once).
+    /// entry is added over them (they are held from the directory's free space,
+    /// `SoftDep::held_dir_bytes`, and given back when this record goes), nor under its
+    /// name in its directory, until its removal is on disk (such an entry waits for that,
+    /// and the removal is made durable at once).
     Removed {
         dir: Ino,
         blk: Blk,
@@ -344,6 +346,12 @@ pub(crate) struct Deps {
     put_back: FxHashMap<Ino, Ids>,
     /// Removed entries put back, by (directory, hash of the name).
     put_back_names: FxHashMap<(Ino, u64), Ids>,
+    /// Removed entries put back, by directory block (their bytes are held from new
+    /// entries: `SoftDep::held_dir_bytes`).
+    put_back_blocks: FxHashMap<Blk, Ids>,
+    /// (directory, block) pairs a removed entry put back left since the engine last asked:
+    /// their bytes go back to its index (`SoftDep::dir_bytes_given_back`).
+    pub given_back: FxHashSet<(Ino, Blk)>,
     /// Bitmap and descriptor of each block allocated, until the pointer to it is declared.
     pub blkmap: FxHashMap<Blk, [Blk; 2]>,
     /// Writes between `before_write` and `after_write`.
@@ -420,9 +428,16 @@ impl Deps {
                 self.entries.insert((*blk, *off), rec.id);
                 self.naming.add(*target, rec.id);
             }
-            What::Removed { ino, dir, name, .. } => {
+            What::Removed {
+                ino,
+                dir,
+                name,
+                blk,
+                ..
+            } => {
                 self.put_back.add(*ino, rec.id);
                 self.put_back_names.add((*dir, name_key(name)), rec.id);
+                self.put_back_blocks.add(*blk, rec.id);
             }
             What::Work(_) | What::Probe => {}
         }
@@ -464,9 +479,17 @@ impl Deps {
                 }
                 self.naming.drop_id(*target, rec.id);
             }
-            What::Removed { ino, dir, name, .. } => {
+            What::Removed {
+                ino,
+                dir,
+                name,
+                blk,
+                ..
+            } => {
                 self.put_back.drop_id(*ino, rec.id);
                 self.put_back_names.drop_id((*dir, name_key(name)), rec.id);
+                self.put_back_blocks.drop_id(*blk, rec.id);
+                self.given_back.insert((*dir, *blk));
             }
             What::Work(_) | What::Probe => {}
         }
@@ -659,9 +682,20 @@ impl Deps {
 
     /// The pending removals of block `blk` ([`What::Removed`]), ascending by id.
     pub fn removed_in_block(&self, blk: Blk) -> Vec<u64> {
-        ids_at(&self.by_block, &blk)
+        ids_at(&self.put_back_blocks, &blk)
+    }
+
+    /// The bytes the pending removals of block `blk` hold: `(offset, length)` of each
+    /// removed entry, ascending by id.
+    pub fn held_in_block(&self, blk: Blk) -> Vec<(u32, u32)> {
+        self.removed_in_block(blk)
             .into_iter()
-            .filter(|id| matches!(self.recs.get(id).map(|r| &r.what), Some(What::Removed { blk: b, .. }) if *b == blk))
+            .filter_map(|id| match self.recs.get(&id).map(|r| &r.what) {
+                Some(What::Removed { off, name, .. }) => {
+                    Some((*off, crate::format::dir::rec_size(name.len()) as u32))
+                }
+                _ => None,
+            })
             .collect()
     }
 

@@ -61,11 +61,51 @@ const PASSES: [&[u8]; 4] = [
 ];
 /// Directory batches a round makes at most.
 const DIRECTORY_PASSES: usize = 3;
+/// Buffers a write pass writes per hold of the gate (`Inner::write_sliced`): on the
+/// papers' disks (~5–10 ms a write) a call waits at most a few hundred milliseconds for a
+/// syncer round, where a whole batch held it for seconds.
+const WRITE_SLICE: usize = 32;
 
 /// Calls and soft-updates write passes exclude each other; one thread may nest.
 struct Gate {
     st: Mutex<(Option<std::thread::ThreadId>, u32)>,
     cv: Condvar,
+    /// How long calls waited to enter and write passes held it (`cairn stats`).
+    waits: GateWaits,
+}
+
+/// What the gate cost: calls that found it held (by a write pass, or by another call) and
+/// how long they waited; how long write passes held it. A write pass holds it while it
+/// issues its writes, which are synchronous, so on a slow device a call that begins during
+/// a syncer round waits for the round's device writes (docs/BENCHMARKS.md, issue 24).
+#[derive(Default)]
+struct GateWaits {
+    call_waits: AtomicU64,
+    call_wait_ns: AtomicU64,
+    call_wait_max_ns: AtomicU64,
+    write_holds: AtomicU64,
+    write_hold_ns: AtomicU64,
+    write_hold_max_ns: AtomicU64,
+}
+
+impl GateWaits {
+    fn add(n: &AtomicU64, total: &AtomicU64, max: &AtomicU64, ns: u64) {
+        n.fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(ns, Ordering::Relaxed);
+        max.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        serde_json::json!({
+            "call_waits": self.call_waits.load(Ordering::Relaxed),
+            "call_wait_ms": ms(&self.call_wait_ns),
+            "call_wait_max_ms": ms(&self.call_wait_max_ns),
+            "write_holds": self.write_holds.load(Ordering::Relaxed),
+            "write_hold_ms": ms(&self.write_hold_ns),
+            "write_hold_max_ms": ms(&self.write_hold_max_ns),
+        })
+    }
 }
 
 impl Gate {
@@ -73,24 +113,60 @@ impl Gate {
         Gate {
             st: Mutex::new((None, 0)),
             cv: Condvar::new(),
+            waits: GateWaits::default(),
         }
     }
-    fn enter(&self) {
+    /// Enters; whether this thread had to wait for another.
+    fn enter_timed(&self) -> Option<std::time::Duration> {
         let me = std::thread::current().id();
         let mut s = self.st.lock();
+        let mut since = None;
         loop {
             match s.0 {
                 None => {
                     *s = (Some(me), 1);
-                    return;
+                    return since.map(|t: std::time::Instant| t.elapsed());
                 }
                 Some(t) if t == me => {
                     s.1 += 1;
-                    return;
+                    return since.map(|t: std::time::Instant| t.elapsed());
                 }
-                _ => self.cv.wait(&mut s),
+                _ => {
+                    since.get_or_insert_with(std::time::Instant::now);
+                    self.cv.wait(&mut s)
+                }
             }
         }
+    }
+    fn enter(&self) {
+        self.enter_timed();
+    }
+    /// Enters for a call: the wait, if any, is counted.
+    fn enter_call(&self) {
+        if let Some(w) = self.enter_timed() {
+            let g = &self.waits;
+            GateWaits::add(
+                &g.call_waits,
+                &g.call_wait_ns,
+                &g.call_wait_max_ns,
+                w.as_nanos() as u64,
+            );
+        }
+    }
+    /// Runs `f` (a write pass's writes) inside the gate; how long it held it is counted.
+    fn hold_for_writes<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.enter();
+        let t = std::time::Instant::now();
+        let r = f();
+        let g = &self.waits;
+        GateWaits::add(
+            &g.write_holds,
+            &g.write_hold_ns,
+            &g.write_hold_max_ns,
+            t.elapsed().as_nanos() as u64,
+        );
+        self.leave();
+        r
     }
     fn leave(&self) {
         let mut s = self.st.lock();
@@ -333,24 +409,51 @@ impl Inner {
 
     /// One batch of write-back: the dirty buffers of `kinds`, then a flush — none if
     /// nothing was dirty. The gate is held only while the writes are issued (no call's
-    /// changes may be split by them), not across the flush. Whether anything was written.
+    /// changes may be split by them), not across the flush, and only for a slice of the
+    /// batch at a time ([`Inner::write_sliced`]). Whether anything was written.
     fn pass(&self, cache: &BufferCache, kinds: &[u8]) -> Result<bool> {
-        let picked = std::sync::atomic::AtomicUsize::new(0);
-        self.gate.enter();
-        let r = cache.write_back_filter(&|b| {
-            let yes = kinds.contains(&b.kind());
-            if yes {
-                picked.fetch_add(1, Ordering::Relaxed);
+        // The batch: the dirty buffers of `kinds` as they are now (the filter writes none).
+        let picked = Mutex::new(Vec::new());
+        cache.write_back_filter(&|b| {
+            if kinds.contains(&b.kind())
+                && let Some(r) = cache.lookup(b.blkno())
+            {
+                picked.lock().push(r);
             }
-            yes
-        });
-        self.gate.leave();
-        r?;
-        if picked.load(Ordering::Relaxed) == 0 {
+            false
+        })?;
+        let picked = picked.into_inner();
+        if picked.is_empty() {
             return Ok(false);
         }
+        self.write_sliced(cache, picked)?;
         self.flush(cache, Cause::Round)?;
         Ok(true)
+    }
+
+    /// Writes the dirty ones of `bufs` (no flush), in block order, [`WRITE_SLICE`] buffers
+    /// per hold of the gate: a call that begins meanwhile waits for one slice's device
+    /// writes, not the batch's (the writes are synchronous: a syncer round on a slow disk
+    /// held every call for seconds). Safe per slice as per batch: each write's image is
+    /// copied and rolled back with the gate held, and a record a call makes between two
+    /// slices is numbered before every write of the later ones.
+    fn write_sliced(&self, cache: &BufferCache, mut bufs: Vec<BufRef>) -> Result<()> {
+        bufs.sort_by_key(|b| b.blkno());
+        let mut first_err = None;
+        for slice in bufs.chunks(WRITE_SLICE) {
+            let r = self.gate.hold_for_writes(|| {
+                let dirty: Vec<&BufRef> = slice.iter().filter(|b| b.is_dirty()).collect();
+                if dirty.is_empty() {
+                    Ok(())
+                } else {
+                    cache.write_now(&dirty)
+                }
+            });
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// One round of write-back in dependency order (002 §3.2: "write order chosen to avoid
@@ -418,13 +521,7 @@ impl Inner {
             .filter_map(|b| cache.lookup(*b))
             .filter(|b| b.is_dirty())
             .collect();
-        if !bufs.is_empty() {
-            let refs: Vec<&BufRef> = bufs.iter().collect();
-            self.gate.enter();
-            let r = cache.write_now(&refs);
-            self.gate.leave();
-            r?;
-        }
+        self.write_sliced(cache, bufs)?;
         self.flush(cache, why)?;
         Ok(())
     }
@@ -983,7 +1080,7 @@ impl Strategy for SoftDep {
                 .fetch_add(1, Ordering::Relaxed);
             self.inner.round(&cache)?;
         }
-        self.inner.gate.enter();
+        self.inner.gate.enter_call();
         let mut d = self.inner.deps.lock();
         match d.op.as_mut() {
             Some(op) => op.nesting += 1,
@@ -1193,11 +1290,13 @@ impl Strategy for SoftDep {
             waits,
         );
         self.made();
-        // Over the bytes of a removed entry still put back, or under its name in this
-        // directory: the entry waits for that removal to be on disk (the two cannot be
-        // there together), and the removal is made durable now — rare (a name reused, or
-        // its bytes, before the syncer wrote its removal), and it keeps a later rename
-        // from making the removal wait for this very entry.
+        // Under the name of a removed entry still put back in this directory (a name
+        // reused before the syncer wrote its removal), or over its bytes: the entry waits
+        // for that removal to be on disk (the two cannot be there together), and the
+        // removal is made durable now, which keeps a later rename from making the removal
+        // wait for this very entry. The bytes are held from new entries
+        // (`held_dir_bytes`: the engine's directory index places them elsewhere), so only
+        // a reused name comes here; the byte check stays as the last line of rule 3.
         let in_way = d.put_backs_in_the_way(f.dir, blk, off, len, f.name);
         if !in_way.is_empty() {
             let seq = d.seq;
@@ -1604,6 +1703,24 @@ impl Strategy for SoftDep {
         Ok(())
     }
 
+    /// A removed entry put back at write time ([`What::Removed`]) holds the bytes its
+    /// removal merged away: an entry placed over them would have to wait for the removal
+    /// (the two cannot be on disk together), and that wait is what used to force the
+    /// removal and its chain to disk in the call (`Cause::Reuse`, ~4 flushes each).
+    fn held_dir_bytes(&self, blk: Blk) -> Vec<(u32, u32)> {
+        self.inner.deps.lock().held_in_block(blk)
+    }
+
+    fn dir_bytes_given_back(&self) -> Vec<(Ino, Blk)> {
+        let mut d = self.inner.deps.lock();
+        if d.given_back.is_empty() {
+            return Vec::new();
+        }
+        let mut v: Vec<(Ino, Blk)> = d.given_back.drain().collect();
+        v.sort_unstable();
+        v
+    }
+
     fn has_pending_frees(&self) -> bool {
         // Frees wait on records (a removal not yet on disk) or sit ready in the worklist.
         let d = self.inner.deps.lock();
@@ -1645,6 +1762,7 @@ impl Strategy for SoftDep {
             "rollbacks": c.rollbacks.load(Ordering::Relaxed),
             "cap_waits": c.cap_waits.load(Ordering::Relaxed),
             "write_back_rounds": c.rounds.load(Ordering::Relaxed),
+            "gate": self.inner.gate.waits.json(),
             "flushes": Cause::ALL
                 .iter()
                 .map(|w| {

@@ -1,0 +1,409 @@
+//! docs/BENCHMARKS.md, the current-results page: one run of every mode and peer, rendered in
+//! full from its archived records, so the page cannot say what the data does not.
+//!
+//! The page is a function of one archive (`bench/current/run.json.gz` beside it: the run's
+//! meta.json and every record, compact) and of this code; a test renders it again and compares.
+//! Investigations, one-off runs and their explanations are history (docs/bench/history.md),
+//! which the page links to and never repeats.
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{BufReader, BufWriter, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow};
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use serde::{Deserialize, Serialize};
+
+use crate::plot::Figures;
+use crate::results::{Meta, Record, Stat};
+use crate::tables::{per_rep, rate_of};
+use crate::units::fmt_rate;
+
+/// The folder beside the page that holds its archive and plots, as the page links it.
+pub const CURRENT: &str = "bench/current/";
+/// The archive's file name inside [`CURRENT`].
+pub const ARCHIVE: &str = "run.json.gz";
+/// The kernel file system every row is compared with first.
+pub const KERNEL_REFERENCE: &str = "ext4";
+
+/// A run as one file: what `cairn bench run` leaves in a directory, compact.
+#[derive(Serialize, Deserialize)]
+struct Archive {
+    meta: Meta,
+    records: Vec<Record>,
+}
+
+/// Reads a run: a run directory (meta.json and rec-*.json) or an archive (`*.json.gz`).
+pub fn load(path: &Path) -> Result<(Meta, Vec<Record>)> {
+    if path.is_dir() {
+        return crate::results::load(path);
+    }
+    let mut text = String::new();
+    GzDecoder::new(BufReader::new(
+        File::open(path).with_context(|| format!("opening {}", path.display()))?,
+    ))
+    .read_to_string(&mut text)
+    .with_context(|| format!("{}: not a gzip'd run archive", path.display()))?;
+    let a: Archive = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a run archive", path.display()))?;
+    Ok((a.meta, a.records))
+}
+
+fn write_archive(path: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
+    let a = Archive {
+        meta: meta.clone(),
+        records: records.to_vec(),
+    };
+    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut z = GzEncoder::new(BufWriter::new(f), Compression::best());
+    serde_json::to_writer(&mut z, &a)?;
+    z.finish()?.flush()?;
+    Ok(())
+}
+
+/// One column of the summary: a phase of a workload, and how its rate reads.
+struct Headline {
+    name: &'static str,
+    workload: &'static str,
+    phase: &'static str,
+    unit: &'static str,
+}
+
+/// What the summary shows: the metadata tables of 000 and 002, PostMark, and 004's data paths.
+/// Everything else is in its own section below the summary.
+const HEADLINES: &[Headline] = &[
+    Headline {
+        name: "create+unlink",
+        workload: "create-unlink",
+        phase: "create+unlink",
+        unit: "files/s",
+    },
+    Headline {
+        name: "small-file create",
+        workload: "smallfile",
+        phase: "create",
+        unit: "files/s",
+    },
+    Headline {
+        name: "small-file read",
+        workload: "smallfile",
+        phase: "read",
+        unit: "files/s",
+    },
+    Headline {
+        name: "small-file delete",
+        workload: "smallfile",
+        phase: "delete",
+        unit: "files/s",
+    },
+    Headline {
+        name: "PostMark",
+        workload: "postmark",
+        phase: "run",
+        unit: "tx/s",
+    },
+    Headline {
+        name: "seq. write",
+        workload: "largefile",
+        phase: "seq-write",
+        unit: "MiB/s",
+    },
+    Headline {
+        name: "seq. read",
+        workload: "largefile",
+        phase: "seq-read",
+        unit: "MiB/s",
+    },
+    Headline {
+        name: "random 4K write",
+        workload: "largefile",
+        phase: "rand-write",
+        unit: "MiB/s",
+    },
+];
+
+fn median(records: &[Record], h: &Headline, target: &str) -> Option<Stat> {
+    per_rep(records, h.workload, target, &rate_of(h.phase))
+}
+
+/// The summary rows: every target of the run on this machine's device, in the run's order,
+/// but not the same mode again on a loop device (its own sections show it).
+fn summary_targets(meta: &Meta) -> Vec<&str> {
+    meta.targets
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.contains('@') && crate::target::split_disk(t).1.is_none())
+        .collect()
+}
+
+/// The one-screen table: each target's median ÷ ext4's and ÷ the baseline's, same run.
+fn summary(s: &mut String, meta: &Meta, records: &[Record]) {
+    let base = meta.baseline.as_str();
+    let cols: Vec<&Headline> = HEADLINES
+        .iter()
+        .filter(|h| meta.targets.iter().any(|t| median(records, h, t).is_some()))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Each cell: the target's median ÷ `{KERNEL_REFERENCE}`'s, then ÷ `{base}`'s, measured in the same run (> 1 is faster). The first row is `{KERNEL_REFERENCE}`'s own median rate. — : not run on that target (each paper's workloads run on the targets it compared).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| target | {} |",
+        cols.iter().map(|h| h.name).collect::<Vec<_>>().join(" | ")
+    );
+    let _ = writeln!(s, "|---|{}", "--:|".repeat(cols.len()));
+    let abs: Vec<String> = cols
+        .iter()
+        .map(|h| {
+            median(records, h, KERNEL_REFERENCE)
+                .map(|st| format!("{} {}", fmt_rate(st.median), h.unit))
+                .unwrap_or_else(|| "—".into())
+        })
+        .collect();
+    let _ = writeln!(s, "| *{KERNEL_REFERENCE}, rate* | {} |", abs.join(" | "));
+    let mut elsewhere = Vec::new();
+    for t in summary_targets(meta) {
+        if !cols.iter().any(|h| median(records, h, t).is_some()) {
+            elsewhere.push(t);
+            continue;
+        }
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|h| {
+                let Some(v) = median(records, h, t) else {
+                    return "—".into();
+                };
+                let ratio = |to: &str| {
+                    median(records, h, to)
+                        .filter(|b| b.median > 0.0)
+                        .map(|b| fmt_ratio(v.median / b.median))
+                        .unwrap_or_else(|| "—".into())
+                };
+                format!("{} · {}", ratio(KERNEL_REFERENCE), ratio(base))
+            })
+            .collect();
+        let _ = writeln!(s, "| {t} | {} |", cells.join(" | "));
+    }
+    for t in elsewhere {
+        let mut ran: Vec<&str> = records
+            .iter()
+            .filter(|r| r.target == t)
+            .map(|r| r.workload.as_str())
+            .collect();
+        ran.dedup();
+        let _ = writeln!(
+            s,
+            "\n`{t}` ran none of these; its numbers are in the sections of: {}.",
+            if ran.is_empty() {
+                "none".to_string()
+            } else {
+                ran.join(", ")
+            }
+        );
+    }
+}
+
+/// A ratio as the summary prints it: two decimals, or two significant digits below 0.1 (a
+/// synchronous mode's 0.004 must not read as 0).
+fn fmt_ratio(v: f64) -> String {
+    if v >= 0.095 || v == 0.0 {
+        format!("{v:.2}")
+    } else {
+        let decimals = (1 - v.log10().floor() as i32).clamp(2, 8) as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
+/// The range of the 1-minute load average over the run's repetitions, as the page states it.
+fn load_range(records: &[Record]) -> Option<String> {
+    let v: Vec<f64> = records.iter().filter_map(|r| r.load_avg).collect();
+    let st = Stat::of(&v)?;
+    Some(format!(
+        "{:.1}–{:.1} (median {:.1})",
+        st.min, st.max, st.median
+    ))
+}
+
+/// The whole page. Plots are drawn into `figures.dir` and linked under [`CURRENT`].
+pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<String> {
+    let mut s = String::new();
+    let _ = writeln!(s, "# cairn benchmarks: current results\n");
+    let _ = writeln!(
+        s,
+        "<!-- Generated by `cairn bench report docs/{CURRENT}{ARCHIVE} --page docs/BENCHMARKS.md` from the run archived there; a test keeps this page equal to that output. Change crates/bench/src/page.rs, or publish a new run, never this text. -->\n"
+    );
+    let failed = records.iter().filter(|r| r.error.is_some()).count();
+    let _ = writeln!(
+        s,
+        "How fast each cairn mode is against the kernel's file systems and the FUSE peers: one run of `cairn bench` ({} on {}, {} repetitions, {} failed), every number below from it. What each mode promises after a crash is in the [README](../README.md); how to run the benchmark and what each counter means in [bench/how-to-run.md](bench/how-to-run.md); earlier runs, investigations and the explanations of these numbers in the [history](bench/history.md).",
+        started_date(&meta.started),
+        meta.cpu_model,
+        records.len(),
+        failed,
+    );
+    let _ = writeln!(s, "\n## Summary\n");
+    summary(&mut s, meta, records);
+    let _ = writeln!(s);
+    s.push_str(&crate::report::header(meta));
+    if let Some(l) = load_range(records) {
+        let _ = writeln!(
+            s,
+            "- machine load (1-minute load average at each repetition's start): {l}{}",
+            meta.online_cpus
+                .map(|n| format!(" on {n} CPUs"))
+                .unwrap_or_default()
+        );
+    }
+    if !meta.skipped.is_empty() {
+        let v: Vec<String> = meta
+            .skipped
+            .iter()
+            .map(|(t, why)| format!("{t} ({why})"))
+            .collect();
+        let _ = writeln!(s, "- not run here: {}", v.join("; "));
+    }
+    s.push_str(&crate::tables::render(figures, meta, records)?);
+    let _ = writeln!(
+        s,
+        "\n## Reproducing this page\n\n```sh\ncargo build --release -p cairn-cli\n{}\ntarget/release/cairn bench report results/<that run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
+        meta.command
+    );
+    Ok(s)
+}
+
+/// "2026-11-28" from a run's start stamp (`20261128T032727Z`); the stamp itself otherwise.
+fn started_date(stamp: &str) -> String {
+    match (stamp.get(0..4), stamp.get(4..6), stamp.get(6..8)) {
+        (Some(y), Some(m), Some(d)) if stamp.len() >= 8 => format!("{y}-{m}-{d}"),
+        _ => stamp.to_string(),
+    }
+}
+
+/// Writes the page at `page` from the run at `source` (a run directory or an archive): the
+/// archive and the plots go into [`CURRENT`] beside the page (the archive only when the run
+/// came from a directory: an archive is never rewritten from itself).
+pub fn publish(source: &Path, page: &Path) -> Result<PathBuf> {
+    let (meta, records) = load(source)?;
+    let dir = page
+        .parent()
+        .ok_or_else(|| anyhow!("{}: no folder to put the plots in", page.display()))?
+        .join(CURRENT);
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if source.is_dir() {
+        write_archive(&dir.join(ARCHIVE), &meta, &records)?;
+    }
+    let md = render(
+        &Figures {
+            dir: &dir,
+            href: CURRENT,
+        },
+        &meta,
+        &records,
+    )?;
+    fs::write(page, md).with_context(|| format!("writing {}", page.display()))?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::PhaseResult;
+
+    fn rec(workload: &str, target: &str, phase: &str, rate: f64) -> Record {
+        let p = PhaseResult {
+            phase: phase.into(),
+            ops: 1000.0,
+            unit: "files".into(),
+            secs: 1000.0 / rate,
+            rate,
+            counters: None,
+            param: None,
+            extra: serde_json::Value::Null,
+        };
+        Record::ran(workload, target, 1, vec![p])
+    }
+
+    fn meta() -> Meta {
+        Meta {
+            started: "20261128T032727Z".into(),
+            baseline: "cairn-async".into(),
+            targets: vec![
+                "cairn-async".into(),
+                "cairn-lfs".into(),
+                "cairn-lfs@loop".into(),
+                "ext4".into(),
+            ],
+            workloads: vec!["create-unlink".into()],
+            ..Meta::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_divides_by_ext4_and_by_the_baseline_of_the_same_run() {
+        let records = vec![
+            rec("create-unlink", "cairn-async", "create+unlink", 10_000.0),
+            rec("create-unlink", "cairn-lfs", "create+unlink", 9_000.0),
+            rec("create-unlink", "cairn-lfs@loop", "create+unlink", 1.0),
+            rec("create-unlink", "ext4", "create+unlink", 40_000.0),
+        ];
+        let mut s = String::new();
+        summary(&mut s, &meta(), &records);
+        assert!(s.contains("| *ext4, rate* | 40,000 files/s |"), "{s}");
+        assert!(s.contains("| cairn-lfs | 0.23 · 0.90 |"), "{s}");
+        assert!(s.contains("| cairn-async | 0.25 · 1.00 |"), "{s}");
+        assert!(s.contains("| ext4 | 1.00 · 4.00 |"), "{s}");
+        // The same mode on a loop device has its own sections, not a summary row.
+        assert!(!s.contains("@loop"), "{s}");
+        assert_eq!(fmt_ratio(0.0061), "0.0061");
+        assert_eq!(fmt_ratio(0.094), "0.094");
+        assert_eq!(fmt_ratio(1.234), "1.23");
+        // Only the columns some target ran.
+        assert!(!s.contains("PostMark"), "{s}");
+    }
+
+    #[test]
+    fn an_archive_reads_back_as_the_run_it_was_made_from() {
+        let d = tempfile::tempdir().unwrap();
+        let records = vec![rec("create-unlink", "ext4", "create+unlink", 40_000.0)];
+        let path = d.path().join(ARCHIVE);
+        write_archive(&path, &meta(), &records).unwrap();
+        let (m, r) = load(&path).unwrap();
+        assert_eq!(m.targets, meta().targets);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].phases[0].rate, 40_000.0);
+        fs::write(&path, b"not gzip").unwrap();
+        let e = load(&path).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("not a gzip'd run archive"),
+            "{e:#}"
+        );
+    }
+
+    /// docs/BENCHMARKS.md is exactly what its archived run renders: the page cannot drift
+    /// from the data, nor from this code, without this test failing.
+    #[test]
+    fn the_benchmarks_page_is_what_its_archived_run_renders() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+        let archive = docs.join(CURRENT).join(ARCHIVE);
+        let (m, r) = load(&archive).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let md = render(
+            &Figures {
+                dir: d.path(),
+                href: CURRENT,
+            },
+            &m,
+            &r,
+        )
+        .unwrap();
+        let page = fs::read_to_string(docs.join("BENCHMARKS.md")).unwrap();
+        assert!(
+            md == page,
+            "docs/BENCHMARKS.md differs from what its run renders: run `cairn bench report docs/{CURRENT}{ARCHIVE} --page docs/BENCHMARKS.md`"
+        );
+    }
+}
