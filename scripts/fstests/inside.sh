@@ -52,10 +52,20 @@ trap 'exit 129' HUP
 case $kind in
     cairn)
         "$CAIRN_BIN" install-helper --link --prefix "$sbin" >/dev/null
+        # A log on a device of its own (run.sh: a registry variant) is made afresh with
+        # its file system: a new image must not meet an old image's log.
         cat >"$work/bin/mkfs.cairn" <<EOF
 #!/bin/sh
 # fstests' FUSE_MKFS_PROG for mode $MODE: [--size BYTES] [--block-size BYTES] DEVICE
-exec "$CAIRN_BIN" mkfs -F --format $format "\$@"
+set -e
+for dev; do :; done
+case "\$dev" in
+    "$test_dev") log="$test_log" ;;
+    "$scratch_dev") log="$scratch_log" ;;
+    *) log= ;;
+esac
+"$CAIRN_BIN" mkfs -F --format $format "\$@"
+[ -z "\$log" ] || "$CAIRN_BIN" wal mkfs -F "\$log" >/dev/null
 EOF
         cat >"$work/bin/fsck.cairn" <<EOF
 #!/bin/sh
@@ -73,8 +83,8 @@ export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=$work/scratch
 # No dev,suid here: mount(8) drops them (its defaults) before it runs the helper, which
 # then mounts dev,suid as a disk file system is (generic/184 writes to a device node).
-export MOUNT_OPTIONS="-o $mount_options"
-export TEST_FS_MOUNT_OPTS="-o $mount_options"
+export MOUNT_OPTIONS="-o $mount_options${scratch_log:+,log=dev:$scratch_log}"
+export TEST_FS_MOUNT_OPTS="-o $mount_options${test_log:+,log=dev:$test_log}"
 export FUSE_MKFS_PROG=$work/bin/mkfs.cairn
 export FUSE_FSCK_PROG=$work/bin/fsck.cairn
 EOF
@@ -100,32 +110,21 @@ export RESULT_BASE=$RESULTS/raw
 EOF
 cp "$work/local.config" "$RESULTS/local.config"
 
-# No test may hang the run: one still running after FSTESTS_TEST_TIMEOUT seconds is killed
-# (its processes, and the daemon of the scratch file system it was using, whose mount is
-# detached), recorded in timeouts.txt and reported as failed; `check` goes on.
-watchdog() {
-    local limit=${FSTESTS_TEST_TIMEOUT:-1800} t pid age d
-    while sleep 20; do
-        # Only this run's tests: other runs share the suite, not the mount namespace.
-        pid=$(pgrep --ns $$ --nslist mnt -f "^/bin/bash $src/tests/[a-z]+/[0-9]+\$" | head -1) || true
-        [ -n "$pid" ] || continue
-        age=$(ps -o etimes= -p "$pid" | tr -d ' ')
-        [ -n "$age" ] && [ "$age" -gt "$limit" ] || continue
-        t=$(ps -o args= -p "$pid" | sed "s|.*/tests/||")
-        echo "$t timed out after $age s" >>"$RESULTS/timeouts.txt"
-        kill_tree "$pid"
-        for d in "$work"/run/*scratch*.pid; do
-            [ -e "$d" ] && kill -9 "$(head -1 "$d")" 2>/dev/null
-        done
-        umount -l "$work/scratch" 2>/dev/null || true
-    done
-}
+# No test may hang the run: scripts/fstests/watchdog.sh kills one still running after
+# FSTESTS_TEST_TIMEOUT seconds, records it in timeouts.txt (reported failed) and cuts off the
+# test and scratch mounts it used; `check` goes on with the next test.
 kill_tree() {
     local c
     for c in $(pgrep -P "$1"); do kill_tree "$c"; done
     kill -9 "$1" 2>/dev/null || true
 }
-watchdog &
+WATCHDOG_LIMIT=${FSTESTS_TEST_TIMEOUT:-1800} \
+    WATCHDOG_MATCH="^/bin/bash $src/tests/[a-z]+/[0-9]+\$" \
+    WATCHDOG_NS_PID=$$ \
+    WATCHDOG_MOUNTS="$work/scratch $work/test" \
+    WATCHDOG_PIDS=$work/run \
+    WATCHDOG_RECORD=$RESULTS/timeouts.txt \
+    bash "$(dirname "${BASH_SOURCE[0]}")/watchdog.sh" &
 watchdog_pid=$!
 
 cd "$src"

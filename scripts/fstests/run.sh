@@ -5,7 +5,8 @@
 #   scripts/fstests/run.sh [MODE=softdep] [GROUP=quick | TESTS="generic/001 generic/002" |
 #                          TESTS=@smoke] [FSTESTS_CACHE=...] [FSTESTS_RESULTS=...]
 #
-# MODE is a mode of `cairn modes`, `umbrella` (the policy layer over two local branches) or
+# MODE is a mode of `cairn modes`, a variant of `cairn modes --json` (journal-2sync,
+# journal-2async, journal-2group: the log on a loop device of its own), `umbrella` (the policy layer over two local branches) or
 # `ext4` (the kernel's ext4 on the same loop devices: the reference every table is read
 # against). GROUP is an fstests group of the generic tests (quick, auto, rw, ...); TESTS a
 # list of tests, or @smoke for scripts/fstests/smoke.list (what CI runs).
@@ -73,6 +74,17 @@ fi
 # never from a table here.
 mode_json=$("$CAIRN_BIN" modes --json | grep -F "\"mode\":\"$MODE\"" || true)
 json_field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p" <<<"$mode_json"; }
+# A registry variant (`"variant"` in `cairn modes --json`: journal-2sync, ...) runs as its
+# base mode with what its facts change: a log on a device of its own ("log":"device") gets
+# one loop device per file system (TEST_LOGDEV, SCRATCH_LOGDEV), made a log by `cairn wal
+# mkfs` whenever its file system is made, and `log=dev:PATH` in its mount options.
+log_device=
+variant_json=$("$CAIRN_BIN" modes --json | grep -F "\"variant\":\"$MODE\"" || true)
+if [ -n "$variant_json" ]; then
+    base=$(sed -n 's/.*"base":"\([^"]*\)".*/\1/p' <<<"$variant_json")
+    mode_json=$("$CAIRN_BIN" modes --json | grep -F "\"mode\":\"$base\"" || true)
+    [ "$(sed -n 's/.*"log":"\([^"]*\)".*/\1/p' <<<"$variant_json")" = device ] && log_device=1
+fi
 case $MODE in
     ext4) kind=ext4 ;;
     umbrella) kind=umbrella ;;
@@ -140,7 +152,7 @@ mkdir -p "$work/bin"
 # the binary or the scripts under it (bash reads a script as it goes).
 cp "$CAIRN_BIN" "$work/bin/cairn"
 CAIRN_BIN=$work/bin/cairn
-cp "$here"/inside.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
+cp "$here"/inside.sh "$here"/watchdog.sh "$here"/umbrella.sh "$here"/summarize.sh "$here"/exclude "$work/bin/"
 loops=()
 inside_pid=
 # However the run ends (done, an error, Ctrl-C, kill, a closed terminal): the namespace's
@@ -211,6 +223,11 @@ if [ "$kind" != umbrella ]; then
     test_dev=$(new_loop "$work/test.img" "$FSTESTS_TEST_SIZE"); loops+=("$test_dev")
     scratch_dev=$(new_loop "$work/scratch.img" "$FSTESTS_SCRATCH_SIZE"); loops+=("$scratch_dev")
     say "TEST_DEV=$test_dev ($FSTESTS_TEST_SIZE) SCRATCH_DEV=$scratch_dev ($FSTESTS_SCRATCH_SIZE), sparse"
+    if [ -n "$log_device" ]; then
+        test_log=$(new_loop "$work/test-log.img" "${FSTESTS_LOG_SIZE:-64M}"); loops+=("$test_log")
+        scratch_log=$(new_loop "$work/scratch-log.img" "${FSTESTS_LOG_SIZE:-64M}"); loops+=("$scratch_log")
+        say "logs on devices of their own: TEST_LOGDEV=$test_log SCRATCH_LOGDEV=$scratch_log"
+    fi
 fi
 
 # --- the test list ------------------------------------------------------------------------
@@ -234,6 +251,7 @@ fi
 
 # --- 5. the run, in a private mount namespace ---------------------------------------------
 export MODE kind format mount_options CAIRN_BIN src work RESULTS test_dev scratch_dev here
+export test_log=${test_log:-} scratch_log=${scratch_log:-}
 export FSTESTS_TEST_TIMEOUT=${FSTESTS_TEST_TIMEOUT:-1800}
 export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"

@@ -55,5 +55,9 @@ build_suite() {
         rm -rf "$dir"
         mv "$tmp" "$dir"
     ) 9>"$cache/.lock" || return 1
+    # Readable and searchable by all (mktemp -d makes it 0700): tests run the suite's own
+    # programs as the fsgqa users (generic/317: nsexec ... src/lstat64 as a regular user,
+    # which failed with "execvp: Permission denied").
+    chmod 0755 "$dir"
     echo "$dir"
 }

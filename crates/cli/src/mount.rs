@@ -74,8 +74,9 @@ impl Plan {
     }
 }
 
-/// Options mount(8) and fstab use that mean nothing to cairn.
-fn ignored(key: &str) -> bool {
+/// Options mount(8) and fstab use that mean nothing to cairn (`cairn mount` and `cairn
+/// umbrella mount` both skip them).
+pub(crate) fn ignored(key: &str) -> bool {
     matches!(
         key,
         "defaults"
@@ -667,7 +668,7 @@ fn detach(log: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn plan(s: &str) -> Result<Plan> {
@@ -684,6 +685,25 @@ mod tests {
             .rev()
             .find(|(key, _)| key == k)
             .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// The kernel's atime options (mount(8), fstab, fstests' remounts: generic/003 cycles
+    /// relatime, nodiratime, noatime, strictatime) are accepted by `cairn mount`.
+    pub(crate) const ATIME_OPTIONS: &str = "atime,noatime,relatime,strictatime,norelatime,nostrictatime,diratime,nodiratime,lazytime,nolazytime";
+
+    #[test]
+    fn the_kernels_atime_options_are_accepted() {
+        for o in ATIME_OPTIONS.split(',') {
+            assert!(plan(o).is_ok(), "cairn mount -o {o} refused");
+        }
+        assert_eq!(
+            plan("nodiratime,noatime").unwrap().fuse.atime,
+            cairn_vfs::Atime::Never
+        );
+        assert_eq!(
+            plan("noatime,strictatime").unwrap().fuse.atime,
+            cairn_vfs::Atime::Strict
+        );
     }
 
     #[test]

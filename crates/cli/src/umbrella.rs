@@ -463,27 +463,10 @@ fn render_status(v: &Value) -> String {
     s
 }
 
-fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> Result<i32> {
-    if mount::is_remount(options) {
-        return mount::remount(mp, options);
-    }
-    let cfg = Config::load(config).map_err(|e| anyhow!("{e}"))?;
-    let mountpoint = mp
-        .canonicalize()
-        .with_context(|| format!("bad mount point {}", mp.display()))?;
-    if !mountpoint.is_dir() {
-        bail!("bad mount point {}: not a directory", mp.display());
-    }
-    for b in &cfg.branches {
-        if mountpoint.starts_with(&b.path) || b.path.starts_with(&mountpoint) {
-            bail!(
-                "the mount point {} overlaps branch '{}' ({})",
-                mountpoint.display(),
-                b.name,
-                b.path.display()
-            );
-        }
-    }
+/// `cairn umbrella mount`'s `-o` list: the FUSE options, `log=`, and what mount(8) and
+/// fstab pass that means nothing here (`mount::ignored`, the list `cairn mount` skips too:
+/// generic/003 remounts with `nodiratime`).
+fn mount_options(options: &[String]) -> Result<(FuseOptions, Option<PathBuf>)> {
     let mut fuse = FuseOptions {
         subtype: "umbrella".into(),
         ..Default::default()
@@ -506,7 +489,7 @@ fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> 
             }
             "ro" => fuse.read_only = true,
             "rw" => fuse.read_only = false,
-            "defaults" | "auto" | "noauto" | "nofail" | "_netdev" => {}
+            k if mount::ignored(k) => {}
             _ => {
                 if !fuse.set(k, v).map_err(|e| anyhow!(e))? {
                     bail!("unknown option '{item}'");
@@ -514,6 +497,31 @@ fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> 
             }
         }
     }
+    Ok((fuse, log))
+}
+
+fn mount_cmd(config: &Path, mp: &Path, options: &[String], foreground: bool) -> Result<i32> {
+    if mount::is_remount(options) {
+        return mount::remount(mp, options);
+    }
+    let cfg = Config::load(config).map_err(|e| anyhow!("{e}"))?;
+    let mountpoint = mp
+        .canonicalize()
+        .with_context(|| format!("bad mount point {}", mp.display()))?;
+    if !mountpoint.is_dir() {
+        bail!("bad mount point {}: not a directory", mp.display());
+    }
+    for b in &cfg.branches {
+        if mountpoint.starts_with(&b.path) || b.path.starts_with(&mountpoint) {
+            bail!(
+                "the mount point {} overlaps branch '{}' ({})",
+                mountpoint.display(),
+                b.name,
+                b.path.display()
+            );
+        }
+    }
+    let (mut fuse, log) = mount_options(options)?;
     if fuse.fsname.is_empty() {
         fuse.fsname = cfg
             .source
@@ -669,5 +677,23 @@ impl Daemon {
                 1
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_atime_options_are_accepted() {
+        for o in crate::mount::tests::ATIME_OPTIONS.split(',') {
+            assert!(
+                mount_options(&[o.to_string()]).is_ok(),
+                "cairn umbrella mount -o {o} refused"
+            );
+        }
+        let (f, _) = mount_options(&["relatime,nodiratime,noatime".into()]).unwrap();
+        assert_eq!(f.atime, cairn_vfs::Atime::Never);
+        assert!(mount_options(&["frobnicate".into()]).is_err());
     }
 }

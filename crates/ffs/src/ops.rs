@@ -1215,7 +1215,7 @@ impl Ffs {
         mode: FallocMode,
     ) -> Result<()> {
         let op = Falloc::decode(mode)?;
-        let kill_privileges = fh != 0 && self.handle(st, fh)?.1 & perm::O_KILL_PRIVILEGES != 0;
+        let handle_flags = if fh != 0 { self.handle(st, fh)?.1 } else { 0 };
         let d = self.iget(st, ino)?.d.clone();
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
@@ -1272,11 +1272,7 @@ impl Ffs {
         if data_changed {
             ic.d.mtime = now;
         }
-        if kill_privileges {
-            // Any fallocate by someone without CAP_FSETID, as a write (`file_modified`:
-            // generic/683-687).
-            ic.d.mode = perm::kill_privileges(ic.d.mode);
-        }
+        ic.d.mode = perm::mode_after_data_change(handle_flags, ic.d.mode);
         // Like a write's inode update: delayed in every mode (sync orders the allocations
         // and frees above, not the size and times).
         self.store(st, ino)?;
@@ -1430,11 +1426,11 @@ impl Ffs {
             }
             // A file made immutable since it was opened takes no more writes.
             crate::acl::may_change_data(&self.iget(st, ino)?.d, true)?;
-            if flags & perm::O_KILL_PRIVILEGES != 0 && !data.is_empty() {
-                // Written by someone without CAP_FSETID: setuid (and setgid with
-                // group-execute) go (FUSE_HANDLE_KILLPRIV).
+            if !data.is_empty() {
+                // Written by someone without CAP_FSETID: setuid and setgid may go
+                // (FUSE_HANDLE_KILLPRIV).
                 let ic = self.iget(st, ino)?;
-                ic.d.mode = perm::kill_privileges(ic.d.mode);
+                ic.d.mode = perm::mode_after_data_change(flags, ic.d.mode);
             }
             let off = if perm::appends(flags) {
                 self.iget(st, ino)?.d.size
@@ -1759,7 +1755,7 @@ impl FileSystem for Ffs {
                 }
                 self.store_attrs(st, ino, None, None)?;
             }
-            Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags)))
+            Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags, d.gid)))
         })
     }
 
@@ -1776,7 +1772,7 @@ impl FileSystem for Ffs {
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = self.make_node(st, ctx, parent, name, m, umask, 0, None)?;
             let attr = self.entry_attr(st, ino)?;
-            let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags));
+            let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags, attr.gid));
             Ok((attr, fh))
         })
     }

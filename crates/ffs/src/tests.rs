@@ -759,9 +759,21 @@ fn writes_by_others_kill_setuid_and_setgid_and_only_the_owner_chmods() {
     let a = mk("a", 0o6777);
     write_as(&other, a);
     assert_eq!(perm(a), 0o0777, "setuid, and setgid with group-execute, go");
-    let c = mk("c", 0o6666);
-    write_as(&other, c);
-    assert_eq!(perm(c), 0o2666, "setgid without group-execute stays");
+    // Setgid without group-execute stays for a group member and goes for a writer outside
+    // the group (setattr_should_drop_sgid).
+    for (name, who, want) in [
+        ("c", Ctx::user(2000, 1000), 0o2666),
+        ("g", Ctx::user(2000, 2000), 0o0666),
+    ] {
+        let f = mk(name, 0o6666);
+        write_as(&who, f);
+        assert_eq!(
+            perm(f),
+            want,
+            "setgid without group-execute, writer gid {}",
+            who.gid
+        );
+    }
     let r = mk("r", 0o6777);
     write_as(&root, r);
     assert_eq!(perm(r), 0o6777, "root keeps them");

@@ -1841,6 +1841,95 @@ fn non_owner_write_clears_setuid_and_setgid() {
     });
 }
 
+/// fallocate, punch and zero range by someone without CAP_FSETID clear setuid and setgid (with
+/// group-execute) as a write does, and a file's capabilities go with any fallocate, whoever
+/// makes it: the kernel removes `security.capability` itself, as the caller, who need not
+/// own the file (generic/683-685, 688).
+#[test]
+fn non_owner_fallocate_clears_setuid_setgid_and_capabilities() {
+    // VFS_CAP_REVISION_2 with the effective bit: cap_setgid and cap_setuid permitted.
+    const CAPS: [u8; 20] = [
+        1, 0, 0, 2, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    each("falloc-killpriv", |t, d| {
+        chmod(d, 0o777);
+        let d = d.to_path_buf();
+        let modes = [
+            ("alloc", FallocateFlags::empty()),
+            ("keep", FallocateFlags::FALLOC_FL_KEEP_SIZE),
+            (
+                "punch",
+                FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            ),
+            ("zero", FallocateFlags::FALLOC_FL_ZERO_RANGE),
+        ];
+        for (name, _) in modes {
+            let f = d.join(name);
+            write_file(&f, &[7u8; 8192]);
+            chown(&f, Some(Uid::from_raw(UA)), Some(Gid::from_raw(UA))).unwrap();
+            chmod(&f, 0o6777);
+        }
+        let capped = d.join("capped");
+        write_file(&capped, b"x");
+        chmod(&capped, 0o777);
+        let set = sys::setxattr(&capped, "security.capability", &CAPS, 0);
+        if let Err(e) = &set {
+            say!(
+                "{}: no security.capability here ({e}): that part skipped",
+                t.name()
+            );
+        }
+        let caps = set.is_ok();
+        let dd = d.clone();
+        as_user(UB, UB, &[UB], "fallocate of others' files", move |c| {
+            for (name, how) in modes {
+                let r = OpenOptions::new()
+                    .write(true)
+                    .open(dd.join(name))
+                    .map_err(|e| e.raw_os_error().unwrap_or(-1))
+                    .and_then(|f| {
+                        nix::fcntl::fallocate(f.as_fd(), how, 0, 4096).map_err(|e| e as i32)
+                    });
+                c.ok(
+                    r,
+                    &format!("fallocate ({name}) of another user's 06777 file"),
+                );
+            }
+            if caps {
+                let r = OpenOptions::new()
+                    .write(true)
+                    .open(&capped)
+                    .map_err(|e| e.raw_os_error().unwrap_or(-1))
+                    .and_then(|f| {
+                        nix::fcntl::fallocate(f.as_fd(), FallocateFlags::empty(), 0, 65536)
+                            .map_err(|e| e as i32)
+                    });
+                c.ok(r, "fallocate of root's file with capabilities");
+            }
+        });
+        for (name, _) in modes {
+            let m = mode(&d.join(name)) & 0o7777;
+            assert_eq!(
+                m,
+                0o777,
+                "{}: fallocate ({name}) by another user left mode {m:o}",
+                t.name()
+            );
+        }
+        if caps {
+            assert_eq!(
+                sys::getxattr(&d.join("capped"), "security.capability")
+                    .map(|_| ())
+                    .map_err(|e| e.raw_os_error().unwrap_or(-1)),
+                Err(ENODATA),
+                "{}: the capabilities stayed after a fallocate",
+                t.name()
+            );
+            assert_eq!(mode(&d.join("capped")) & 0o7777, 0o777);
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // running out of space and inodes
 

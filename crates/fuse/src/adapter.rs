@@ -604,7 +604,9 @@ impl Adapter {
         reply: impl WriteReply,
     ) {
         self.serve(Op::Write, || {
+            let kernel_ino = ino;
             let ino = self.ino_in(ino);
+            let setid = !cached && self.has_setid(ino);
             let r = if cached {
                 self.fs.write_back(ino, fh, offset, data)
             } else {
@@ -613,6 +615,9 @@ impl Adapter {
             match r {
                 Ok(n) => {
                     self.counts.wrote_bytes(n as usize);
+                    if setid {
+                        self.attrs_changed(kernel_ino);
+                    }
                     reply.written(n);
                 }
                 Err(e) => {
@@ -967,6 +972,18 @@ impl Adapter {
         }
     }
 
+    /// Whether inode `ino` (the file system's number) has setuid or setgid: a write or
+    /// fallocate by someone without CAP_FSETID then clears them in the file system
+    /// (FUSE_HANDLE_KILLPRIV), a change of mode the kernel does not know of and `stat`
+    /// would not show for attr_ttl (generic/355, 683-685): the attributes are invalidated
+    /// before the reply, as after chattr. Files without the bits (nearly all) cost one
+    /// in-memory getattr per call and no notification.
+    fn has_setid(&self, ino: u64) -> bool {
+        self.fs
+            .getattr(ino)
+            .is_ok_and(|a| u32::from(a.perm) & (libc::S_ISUID | libc::S_ISGID) != 0)
+    }
+
     /// Requests the adapter answers without the file system: `op` with `errno`. Locks
     /// (no FUSE_POSIX_LOCKS at init, so the kernel handles them locally), bmap, poll and
     /// copy_file_range (ENOSYS makes the kernel fall back to read+write and stop asking)
@@ -985,9 +1002,13 @@ impl Adapter {
         reply: impl EmptyReply,
     ) {
         self.serve(Op::Fallocate, || {
+            let setid = self.has_setid(self.ino_in(ino));
             let r = self
                 .fs
                 .fallocate(self.ino_in(ino), fh, offset, length, mode);
+            if setid && r.is_ok() {
+                self.attrs_changed(ino);
+            }
             self.reply_empty(Op::Fallocate, reply, r);
         });
     }

@@ -321,7 +321,8 @@ impl FuseOptions {
                 self.noatime = true;
                 self.atime = cairn_vfs::Atime::Never;
             }
-            "atime" | "relatime" => {
+            // norelatime and nostrictatime: the kernel's default, which is relatime.
+            "atime" | "relatime" | "norelatime" | "nostrictatime" => {
                 self.noatime = false;
                 self.atime = cairn_vfs::Atime::Relative;
             }

@@ -347,16 +347,40 @@ pub fn new_inode_owner(ctx: &Ctx, parent: Owner, mode: u32) -> (u32, u32) {
 
 /// An open flag outside open(2)'s own (bit 29) a file system sets on a handle opened by a
 /// caller without CAP_FSETID (not root): a write through it kills the file's privileges
-/// ([`kill_privileges`]).
+/// ([`mode_after_data_change`]).
 pub const O_KILL_PRIVILEGES: i32 = 1 << 29;
 
-/// The flags a file system keeps for a handle `ctx` opens with `flags` (see
-/// [`O_KILL_PRIVILEGES`]).
-pub fn handle_flags(ctx: &Ctx, flags: i32) -> i32 {
+/// With [`O_KILL_PRIVILEGES`] (bit 28): the opener is outside the file's group, so setgid
+/// goes even without group-execute (the kernel's `setattr_should_drop_sgid`:
+/// generic/683-685).
+pub const O_KILL_SGID: i32 = 1 << 28;
+
+/// The flags a file system keeps for a handle `ctx` opens with `flags` on a file of group
+/// `gid` (see [`O_KILL_PRIVILEGES`], [`O_KILL_SGID`]).
+pub fn handle_flags(ctx: &Ctx, flags: i32, gid: u32) -> i32 {
     if ctx.is_root() {
         flags
-    } else {
+    } else if ctx.in_group(gid) {
         flags | O_KILL_PRIVILEGES
+    } else {
+        flags | O_KILL_PRIVILEGES | O_KILL_SGID
+    }
+}
+
+/// The mode after a change of a file's data (a write, any fallocate) through a handle
+/// opened with `handle_flags` ([`handle_flags`]): as it was when its opener had
+/// CAP_FSETID; else setuid goes, and setgid with group-execute or when the opener is
+/// outside the file's group (`file_remove_privs`; generic/683 to 687). Every format's
+/// write and fallocate apply it.
+pub fn mode_after_data_change(handle_flags: i32, mode: u32) -> u32 {
+    if handle_flags & O_KILL_PRIVILEGES == 0 {
+        return mode;
+    }
+    let m = kill_privileges(mode);
+    if handle_flags & O_KILL_SGID != 0 && m & libc::S_IFMT == libc::S_IFREG {
+        m & !libc::S_ISGID
+    } else {
+        m
     }
 }
 
@@ -493,6 +517,13 @@ pub fn xattr_access(
         if !ctx.is_root() {
             return Err(Errno::EPERM.into());
         }
+    } else if name == b"security.capability" && op == XattrOp::Remove && !ctx.owns(cur) {
+        // The kernel removes a file's capabilities itself when someone writes, truncates or
+        // fallocates it (`file_remove_privs` -> `cap_inode_killpriv`), as that caller and
+        // without removexattr(2)'s checks (which it makes before a removexattr(2) reaches
+        // the file system: CAP_SETFCAP). A writer who does not own the file must get it
+        // (generic/688: fallocate by a non-owner was refused with EPERM).
+        ctx.permission(cur, acl, Access::W)?;
     } else if name.starts_with(b"security.") {
         if write && !ctx.owns(cur) {
             return Err(Errno::EPERM.into());
@@ -689,8 +720,23 @@ mod tests {
             kill_privileges(libc::S_IFDIR | 0o2777),
             libc::S_IFDIR | 0o2777
         );
-        assert_eq!(handle_flags(&other, 0), O_KILL_PRIVILEGES);
-        assert_eq!(handle_flags(&Ctx::root(), 0), 0);
+        assert_eq!(handle_flags(&other, 0, other.gid), O_KILL_PRIVILEGES);
+        let outside = handle_flags(&other, 0, other.gid + 1);
+        assert_eq!(outside, O_KILL_PRIVILEGES | O_KILL_SGID);
+        assert_eq!(handle_flags(&Ctx::root(), 0, 12345), 0);
+        // Outside the file's group, setgid goes even without group-execute.
+        assert_eq!(
+            mode_after_data_change(outside, libc::S_IFREG | 0o6666),
+            libc::S_IFREG | 0o0666
+        );
+        assert_eq!(
+            mode_after_data_change(O_KILL_PRIVILEGES, libc::S_IFREG | 0o6666),
+            libc::S_IFREG | 0o2666
+        );
+        assert_eq!(
+            mode_after_data_change(0, libc::S_IFREG | 0o6777),
+            libc::S_IFREG | 0o6777
+        );
         assert!(chown(&other, f, None, Some(2000)).is_err());
         let g = chown(&Ctx::root(), f, Some(5), None).unwrap();
         assert_eq!((g.uid, g.mode & 0o7000), (5, 0));
@@ -750,6 +796,20 @@ mod tests {
             Ok(false)
         );
         assert_eq!(e(&owner, ro, b"system.other"), Err(Errno::EOPNOTSUPP));
+        // A file's capabilities: the kernel removes them for anyone who writes the file
+        // (generic/688); nobody else but the owner changes them.
+        let cap = b"security.capability";
+        let writable = Owner {
+            mode: libc::S_IFREG | 0o666,
+            ..ro
+        };
+        assert_eq!(x(&other, writable, cap, XattrOp::Remove), Ok(true));
+        assert_eq!(x(&other, ro, cap, XattrOp::Remove), Err(Errno::EACCES));
+        assert_eq!(x(&other, writable, cap, XattrOp::Set), Err(Errno::EPERM));
+        assert_eq!(
+            x(&other, writable, b"security.selinux", XattrOp::Remove),
+            Err(Errno::EPERM)
+        );
     }
 
     #[test]

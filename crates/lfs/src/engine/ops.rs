@@ -663,10 +663,10 @@ impl Lfs {
         let r = st.do_write(ino, off, data);
         st.dip_into_reserve = false;
         let r = r?;
-        if flags & perm::O_KILL_PRIVILEGES != 0 && r > 0 {
+        if r > 0 {
             // Written by someone without CAP_FSETID (FUSE_HANDLE_KILLPRIV).
             let node = st.inode(ino)?;
-            node.mode = perm::kill_privileges(node.mode);
+            node.mode = perm::mode_after_data_change(flags, node.mode);
         }
         st.mark_dirty(ino);
         Ok(r)
@@ -981,7 +981,7 @@ impl FileSystem for Lfs {
                 }
             }
             st.node(ino)?.opens += 1;
-            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags));
+            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, n.gid));
             Ok(fh)
         })
     }
@@ -1000,7 +1000,8 @@ impl FileSystem for Lfs {
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
             st.node(ino)?.opens += 1;
-            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags));
+            let gid = st.attr(ino)?.gid;
+            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, gid));
             Ok((st.attr(ino)?, fh))
         })
     }
@@ -1289,12 +1290,19 @@ impl FileSystem for Lfs {
     fn fallocate(
         &self,
         ino: Ino,
-        _fh: Fh,
+        fh: Fh,
         offset: u64,
         length: u64,
         mode: FallocMode,
     ) -> Result<()> {
-        self.run_rw(|st| st.fallocate(ino, offset, length, mode))
+        self.run_rw(|st| {
+            let handle_flags = st.handles.flags(fh).unwrap_or(0);
+            st.fallocate(ino, offset, length, mode)?;
+            let node = st.inode(ino)?;
+            node.mode = perm::mode_after_data_change(handle_flags, node.mode);
+            st.mark_dirty(ino);
+            Ok(())
+        })
     }
 
     fn sync_all(&self) -> Result<()> {
