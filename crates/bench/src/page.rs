@@ -267,12 +267,39 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
         let _ = writeln!(s, "- not run here: {}", v.join("; "));
     }
     s.push_str(&crate::tables::render(figures, meta, records)?);
+    not_in_this_run(&mut s, meta);
     let _ = writeln!(
         s,
         "\n## Reproducing this page\n\n```sh\ncargo build --release -p cairn-cli\n{}\ntarget/release/cairn bench report results/<that run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
         meta.command
     );
     Ok(s)
+}
+
+/// The papers' tables this run did not measure, so that the page says where they are rather
+/// than leaving a reader to wonder.
+fn not_in_this_run(s: &mut String, meta: &Meta) {
+    let missing: Vec<&str> = crate::workload::NAMES
+        .iter()
+        .filter(|w| !meta.workloads.iter().any(|m| m == *w))
+        .map(|w| crate::tables::title(w))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let _ = writeln!(
+        s,
+        "\n## Not in this run\n\nMeasured by other runs and tools; their latest numbers, with the commit and conditions they were measured under, are in the [history](bench/history.md):\n"
+    );
+    for t in missing {
+        let _ = writeln!(s, "- {t}");
+    }
+    for t in [
+        "Sprite LFS's cleaning simulator (004 Figs. 4–7): `cairn lfs sim`",
+        "The papers' tables on a model of their disks (`cairn bench run --device MODEL`, [DISKS.md](DISKS.md))",
+        "LFS call latency while the cleaner runs: `crates/lfs/examples/overwrite_latency.rs`",
+        "The write-ahead log service (001 §5.2): `cairn wal bench`",
+    ] {
+        let _ = writeln!(s, "- {t}");
+    }
 }
 
 /// "2026-11-28" from a run's start stamp (`20261128T032727Z`); the stamp itself otherwise.
@@ -361,6 +388,10 @@ mod tests {
         assert_eq!(fmt_ratio(0.0061), "0.0061");
         assert_eq!(fmt_ratio(0.094), "0.094");
         assert_eq!(fmt_ratio(1.234), "1.23");
+        let mut t = String::new();
+        not_in_this_run(&mut t, &meta());
+        assert!(t.contains("- SDET"), "{t}");
+        assert!(!t.contains("create/delete"), "{t}");
         // Only the columns some target ran.
         assert!(!s.contains("PostMark"), "{s}");
     }
