@@ -218,16 +218,6 @@ fn fmt_ratio(v: f64) -> String {
     }
 }
 
-/// The range of the 1-minute load average over the run's repetitions, as the page states it.
-fn load_range(records: &[Record]) -> Option<String> {
-    let v: Vec<f64> = records.iter().filter_map(|r| r.load_avg).collect();
-    let st = Stat::of(&v)?;
-    Some(format!(
-        "{:.1}–{:.1} (median {:.1})",
-        st.min, st.max, st.median
-    ))
-}
-
 /// The whole page. Plots are drawn into `figures.dir` and linked under [`CURRENT`].
 pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<String> {
     let mut s = String::new();
@@ -248,24 +238,7 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
     let _ = writeln!(s, "\n## Summary\n");
     summary(&mut s, meta, records);
     let _ = writeln!(s);
-    s.push_str(&crate::report::header(meta));
-    if let Some(l) = load_range(records) {
-        let _ = writeln!(
-            s,
-            "- machine load (1-minute load average at each repetition's start): {l}{}",
-            meta.online_cpus
-                .map(|n| format!(" on {n} CPUs"))
-                .unwrap_or_default()
-        );
-    }
-    if !meta.skipped.is_empty() {
-        let v: Vec<String> = meta
-            .skipped
-            .iter()
-            .map(|(t, why)| format!("{t} ({why})"))
-            .collect();
-        let _ = writeln!(s, "- not run here: {}", v.join("; "));
-    }
+    s.push_str(&crate::report::header(meta, records));
     s.push_str(&crate::tables::render(figures, meta, records)?);
     not_in_this_run(&mut s, meta);
     let _ = writeln!(

@@ -186,7 +186,7 @@ pub fn render(dir: &Path, meta: &Meta, records: &[Record]) -> Result<String> {
     let detail = phase_tables(meta, records, &rows);
     let md = format!(
         "{}{papers}\n## Every phase, with counters\n\n{}",
-        header(meta),
+        header(meta, records),
         detail.strip_prefix('\n').unwrap_or(&detail)
     );
     write_json(&dir.join("summary.json"), &rows)?;
@@ -286,11 +286,21 @@ fn fmt_duration(secs: f64) -> String {
 /// The Markdown report: a header with the run's conditions, the device's flush rate, then one
 /// table per workload.
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
-    header(meta) + &phase_tables(meta, records, &summarize(meta, records))
+    header(meta, records) + &phase_tables(meta, records, &summarize(meta, records))
+}
+
+/// The range of the 1-minute load average over a run's repetitions.
+fn load_range(records: &[Record]) -> Option<String> {
+    let v: Vec<f64> = records.iter().filter_map(|r| r.load_avg).collect();
+    let st = Stat::of(&v)?;
+    Some(format!(
+        "{:.1}–{:.1} (median {:.1})",
+        st.min, st.max, st.median
+    ))
 }
 
 /// The run's conditions: machine, placement, repetitions, tools, command, flush rate.
-pub(crate) fn header(meta: &Meta) -> String {
+pub(crate) fn header(meta: &Meta, records: &[Record]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Run {}\n", meta.started);
     let _ = writeln!(s, "- kernel {}, CPU {}", meta.kernel, meta.cpu_model);
@@ -348,6 +358,23 @@ pub(crate) fn header(meta: &Meta) -> String {
         );
     }
     let _ = writeln!(s, "- command: `{}`", meta.command);
+    if let Some(l) = load_range(records) {
+        let _ = writeln!(
+            s,
+            "- machine load (1-minute load average at each repetition's start): {l}{}",
+            meta.online_cpus
+                .map(|n| format!(" on {n} CPUs"))
+                .unwrap_or_default()
+        );
+    }
+    if !meta.skipped.is_empty() {
+        let v: Vec<String> = meta
+            .skipped
+            .iter()
+            .map(|(t, why)| format!("{t} ({why})"))
+            .collect();
+        let _ = writeln!(s, "- not run here: {}", v.join("; "));
+    }
     if let Some(fr) = &meta.flush_rate {
         let _ = writeln!(
             s,

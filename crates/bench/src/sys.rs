@@ -231,6 +231,27 @@ pub fn load_avg() -> Option<f64> {
         .ok()
 }
 
+/// CPUs the machine has online, whatever this process is pinned to (a pinned run's own
+/// affinity would say 1).
+pub fn online_cpus() -> Option<usize> {
+    count_cpu_list(&fs::read_to_string("/sys/devices/system/cpu/online").ok()?)
+}
+
+/// How many CPUs a kernel CPU list names ("0-1,4,6-7": 5).
+fn count_cpu_list(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
+}
+
 /// UTC timestamp `YYYYMMDDTHHMMSSZ` for result directory names (sorts by time as text).
 pub fn utc_stamp(unix_secs: u64) -> String {
     let (y, m, d, hh, mm, ss) = cairn_vfs::time::utc_civil(unix_secs as i64);
@@ -240,6 +261,14 @@ pub fn utc_stamp(unix_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-1,4,6-7"), Some(5));
+        assert_eq!(count_cpu_list(""), None);
+        assert_eq!(count_cpu_list("3-1"), None);
+    }
 
     #[test]
     fn utc_stamp_known_dates() {

@@ -329,7 +329,7 @@ fn run_meta(
         tool_versions: tool_versions(&env.cairn),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         device: a.device.clone(),
-        online_cpus: std::thread::available_parallelism().ok().map(|n| n.get()),
+        online_cpus: sys::online_cpus(),
     }
 }
 
