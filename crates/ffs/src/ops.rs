@@ -1549,6 +1549,28 @@ impl FileSystem for Ffs {
         }
     }
 
+    fn stable_numbers(&self) -> bool {
+        // An inode number is its slot in the inode table, and `alloc_inode` hands a
+        // reused slot the next generation.
+        true
+    }
+
+    fn lookup_number(&self, ino: Ino) -> Result<Attr> {
+        self.op("lookup", None, |st| {
+            // A free slot or a number beyond the table: ENOENT from `iget`.
+            let ic = self.iget(st, ino).map_err(|e| match e.errno() {
+                Errno::ENOENT => Errno::ESTALE.into(),
+                _ => e,
+            })?;
+            // Unlinked but still open (an orphan): no name leads to it any more, and a
+            // handle to it is stale, as on ext4.
+            if ic.effnlink == 0 {
+                return Err(Errno::ESTALE.into());
+            }
+            self.entry_attr(st, ino)
+        })
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.op("getattr", None, |st| self.attr(st, ino))
     }

@@ -1,6 +1,7 @@
 //! The few system calls the suites need that neither std nor nix wraps: extended attributes
 //! with explicit flags and buffer sizes (to observe ERANGE and size probes) and raw
-//! `getdents64` with a small buffer (to interleave changes between calls).
+//! `getdents64` with a small buffer (to interleave changes between calls), and file
+//! handles (name_to_handle_at, open_by_handle_at).
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -193,4 +194,92 @@ pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
         b.extend_from_slice(&id.to_le_bytes());
     }
     b
+}
+
+/// A file handle as name_to_handle_at(2) gives it: the file system's type and opaque bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHandle {
+    pub handle_type: i32,
+    pub bytes: Vec<u8>,
+}
+
+impl FileHandle {
+    /// The same handle with its bytes changed by `f` (a forged handle, to see it refused).
+    pub fn forged(&self, f: impl FnOnce(&mut Vec<u8>)) -> FileHandle {
+        let mut h = self.clone();
+        f(&mut h.bytes);
+        h
+    }
+}
+
+/// The largest handle the kernel makes (`MAX_HANDLE_SZ`).
+const MAX_HANDLE_SZ: usize = 128;
+
+/// name_to_handle_at(2) of `path` (symlinks not followed); `connectable` asks for a
+/// handle that names the parent too (`AT_HANDLE_CONNECTABLE`, Linux 6.13).
+pub fn name_to_handle(path: &Path, connectable: bool) -> io::Result<FileHandle> {
+    const AT_HANDLE_CONNECTABLE: libc::c_int = 0x002;
+    let c = cpath(path);
+    // struct file_handle: u32 handle_bytes, i32 handle_type, then the bytes.
+    let mut buf = vec![0u32; 2 + MAX_HANDLE_SZ / 4];
+    buf[0] = MAX_HANDLE_SZ as u32;
+    let mut mount_id: libc::c_int = 0;
+    let flags = if connectable {
+        AT_HANDLE_CONNECTABLE
+    } else {
+        0
+    };
+    // SAFETY: `buf` is a file_handle with room for MAX_HANDLE_SZ bytes, as its first word
+    // says; `c` and `mount_id` are live for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr(),
+            &mut mount_id,
+            flags,
+        )
+    };
+    check(r as isize)?;
+    let len = (buf[0] as usize).min(MAX_HANDLE_SZ);
+    let bytes: Vec<u8> = buf[2..]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .take(len)
+        .collect();
+    Ok(FileHandle {
+        handle_type: buf[1] as i32,
+        bytes,
+    })
+}
+
+/// open_by_handle_at(2): opens the file `h` names on the file system of `mount_fd` (any
+/// descriptor on it). Needs CAP_DAC_READ_SEARCH.
+pub fn open_by_handle(
+    mount_fd: BorrowedFd<'_>,
+    h: &FileHandle,
+    flags: i32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut buf = vec![0u32; 2 + h.bytes.len().div_ceil(4)];
+    buf[0] = h.bytes.len() as u32;
+    buf[1] = h.handle_type as u32;
+    for (i, chunk) in h.bytes.chunks(4).enumerate() {
+        let mut w = [0u8; 4];
+        w[..chunk.len()].copy_from_slice(chunk);
+        buf[2 + i] = u32::from_ne_bytes(w);
+    }
+    // SAFETY: `buf` is a file_handle whose first word is the length of the bytes after
+    // the second.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount_fd.as_raw_fd(),
+            buf.as_mut_ptr(),
+            flags | libc::O_CLOEXEC,
+        )
+    };
+    // SAFETY: a non-negative result is a new descriptor that nothing else owns.
+    check(r as isize).map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }

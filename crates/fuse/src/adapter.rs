@@ -384,6 +384,9 @@ fn placeholder_attr(ino: Ino, kind: FileKind) -> Attr {
 impl Adapter {
     pub(crate) fn lookup(&self, c: &Ctx, parent: u64, name: &OsStr, reply: impl EntryReply) {
         self.serve(Op::Lookup, || {
+            if is_dot_or_dotdot(name) {
+                return self.reply_entry(Op::Lookup, reply, self.lookup_by_number(c, parent, name));
+            }
             match self.fs.lookup(c, self.ino_in(parent), name) {
                 Err(e) if e.errno().0 == libc::ENOENT && !self.policy.negative_ttl.is_zero() => {
                     // A negative entry (node id 0 with a timeout) lets the kernel remember
@@ -401,6 +404,29 @@ impl Adapter {
                 r => self.reply_entry(Op::Lookup, reply, r),
             }
         });
+    }
+
+    /// The kernel's look-ups by node id alone (FUSE_EXPORT_SUPPORT): a path walk never
+    /// sends `.` or `..` (the kernel resolves them itself), so these come from file handles
+    /// (`open_by_handle_at`, NFS export) for an inode the kernel no longer has in memory.
+    /// `.` of any node asks for that inode itself (`fuse_get_dentry`), `..` of a
+    /// directory for its parent (`fuse_get_parent`, to reconnect a directory's handle to
+    /// the tree). A number that names no live inode is ESTALE, never a negative entry
+    /// (which would tell the kernel the *name* is absent), and never another inode: the
+    /// kernel compares the answer's generation with the handle's.
+    fn lookup_by_number(&self, c: &Ctx, node: u64, name: &OsStr) -> cairn_vfs::Result<Attr> {
+        let stale = |e: FsError| match e.errno() {
+            cairn_vfs::Errno::ENOENT => FsError::Errno(cairn_vfs::Errno::ESTALE),
+            _ => e,
+        };
+        let ino = self.ino_in(node);
+        if name == "." {
+            self.fs.lookup_number(ino).map_err(stale)
+        } else if self.fs.stable_numbers() {
+            self.fs.lookup(c, ino, name).map_err(stale)
+        } else {
+            Err(FsError::Errno(cairn_vfs::Errno::ESTALE))
+        }
     }
 
     /// Forgets need no reply. Over /dev/fuse the binding splits BATCH_FORGET into one call

@@ -107,6 +107,11 @@ impl fuser::Filesystem for DevFs {
             // without CAP_FSETID; the kernel sends no mode change as the writer for it.
             want |= InitFlags::FUSE_HANDLE_KILLPRIV;
         }
+        if a.fs.stable_numbers() {
+            // File handles hold node ids, which are the file system's inode numbers: the
+            // kernel may ask for one by number after forgetting it (`lookup_by_number`).
+            want |= InitFlags::FUSE_EXPORT_SUPPORT;
+        }
         if a.opts.atomic_o_trunc {
             want |= InitFlags::FUSE_ATOMIC_O_TRUNC;
         }

@@ -31,6 +31,8 @@ impl Errno {
     pub const EBUSY: Errno = Errno(libc::EBUSY);
     pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const ETXTBSY: Errno = Errno(libc::ETXTBSY);
+    /// A file handle names an inode that is gone (freed, unlinked, or reused).
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
     /// The kernel's EFSCORRUPTED.
     pub const EUCLEAN: Errno = Errno(libc::EUCLEAN);
 }

@@ -263,6 +263,35 @@ pub trait FileSystem: Send + Sync {
     /// freed once both the kernel and every open handle have let go of it.
     fn forget(&self, _ino: Ino, _nlookup: u64) {}
 
+    /// Whether an inode number names one inode for the life of the image, across mounts,
+    /// and a reused number comes with a new [`Attr::generation`]: then the kernel may put
+    /// numbers in file handles (name_to_handle_at, NFS export) and ask for one back by
+    /// number after it forgot the inode (FUSE_EXPORT_SUPPORT, [`FileSystem::lookup_number`]).
+    /// A file system whose numbers live in memory only must say false: a handle kept
+    /// across a remount would otherwise open whatever file got its number.
+    fn stable_numbers(&self) -> bool {
+        false
+    }
+
+    /// Inode `ino` found by its number alone (a file handle's): its attributes, counted as
+    /// a lookup as [`FileSystem::lookup`] counts one (the kernel forgets it later). ESTALE
+    /// for a number that names no inode in use: free, beyond the inode table, or unlinked
+    /// (as ext4 answers an unlinked inode's handle); never another inode's attributes.
+    ///
+    /// The default suits a file system that counts no lookups ([`FileSystem::forget`] does
+    /// nothing): one that counts them must count this one too.
+    fn lookup_number(&self, ino: Ino) -> Result<Attr> {
+        if !self.stable_numbers() {
+            return Err(Errno::ESTALE.into());
+        }
+        match self.getattr(ino) {
+            Ok(a) if a.nlink > 0 => Ok(a),
+            Ok(_) => Err(Errno::ESTALE.into()),
+            Err(e) if e.errno() == Errno::ENOENT => Err(Errno::ESTALE.into()),
+            Err(e) => Err(e),
+        }
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr>;
 
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr>;

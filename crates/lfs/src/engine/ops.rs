@@ -741,6 +741,12 @@ impl FileSystem for Lfs {
         self.run(|st| st.attr(ino))
     }
 
+    fn stable_numbers(&self) -> bool {
+        // The inode map is indexed by number, and a freed number's version is bumped
+        // (`maybe_free`), so a reused number has a new generation.
+        true
+    }
+
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: SetAttr) -> Result<Attr> {
         self.run_rw(|st| {
             let cur = st.inode(ino)?.clone();
