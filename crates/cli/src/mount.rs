@@ -355,7 +355,7 @@ pub(crate) fn second_mount_point(
         bail!("{held}: a second mount point of it can only be read-only too (-o ro)");
     }
     let none: Option<&str> = None;
-    nix::mount::mount(Some(&source), mountpoint, none, MsFlags::MS_BIND, none)
+    bind_as_a_new_mount(&source, mountpoint)
         .with_context(|| format!("cannot mount {shown} on {}", mountpoint.display()))?;
     let o = want.fuse;
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
@@ -379,6 +379,88 @@ pub(crate) fn second_mount_point(
         mountpoint.display()
     );
     Ok(())
+}
+
+/// Mounts the file system of mount `source` at `target` as mounting it anew would: a copy
+/// of the mount that shares no propagation with `source`. A plain bind mount (MS_BIND) of
+/// a shared mount joins its peer group, so every mount made later under the one appears
+/// under the other too (generic/409–411 mount the scratch device under its own first
+/// mount point, then mounts under each). So: a detached copy (open_tree), made private
+/// there (mount_setattr), then attached (move_mount), which gives it a peer group of its
+/// own where `target`'s mount is shared, as the kernel does for a new mount. Without the
+/// new mount API (Linux before 5.12), a plain bind mount.
+fn bind_as_a_new_mount(source: &Path, target: &Path) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    /// `struct mount_attr` (linux/mount.h).
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let c =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (src, dst, empty) = (c(source)?, c(target)?, c(Path::new(""))?);
+    let ok = |r: libc::c_long| {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: each call gets NUL-terminated strings and a live `MountAttr` of the size it is
+    // told; the descriptor open_tree returns is owned by `tree` and nothing else.
+    let r = (|| unsafe {
+        let fd = ok(libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        ))?;
+        let tree = OwnedFd::from_raw_fd(fd as i32);
+        let attr = MountAttr {
+            attr_set: 0,
+            attr_clr: 0,
+            propagation: libc::MS_PRIVATE,
+            userns_fd: 0,
+        };
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+        ok(libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ))
+        .map(drop)
+    })();
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let none: Option<&str> = None;
+            nix::mount::mount(
+                Some(source),
+                target,
+                none,
+                nix::mount::MsFlags::MS_BIND,
+                none,
+            )
+            .map_err(std::io::Error::from)
+        }
+        r => r,
+    }
 }
 
 /// What a second mount point asks for: read-only, its FUSE flags (suid, dev, exec,

@@ -268,6 +268,59 @@ fn a_second_mount_point_is_served_by_the_same_daemon() {
     }
 }
 
+/// Mount points of `mountinfo` under `dir`.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    let mut v: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p).starts_with(&dir))
+        .map(|p| p.strip_prefix(dir.to_str().unwrap()).unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A second mount point is a mount of its own, as a second mount of a device is: it shares
+/// no propagation with the first. generic/409–411 mount the scratch device at a directory
+/// of its own shared mount, then mount more under each; a bind mount of the shared first
+/// mount would be its peer, and every mount under either would appear under both.
+#[test]
+fn a_second_mount_point_does_not_share_the_first_ones_propagation() {
+    use nix::mount::{MsFlags, mount};
+    let b = Bench::new();
+    let none: Option<&str> = None;
+    b.ok(&["mount", "-o", "mode=softdep", "img", "mnt"]);
+    let m = b.p("mnt");
+    mount(none, &m, none, MsFlags::MS_SHARED, none).unwrap();
+    fs::create_dir_all(m.join("a")).unwrap();
+    fs::create_dir_all(m.join("b")).unwrap();
+    b.ok(&["mount", "-o", "mode=softdep", "img", "mnt/a"]);
+    // A mount under the first mount point, then one under the second.
+    mount(
+        Some("tmpfs"),
+        &m.join("b"),
+        Some("tmpfs"),
+        MsFlags::empty(),
+        none,
+    )
+    .unwrap();
+    fs::create_dir_all(m.join("a/b")).unwrap();
+    b.ok(&["mount", "-o", "mode=softdep", "img", "mnt/a/b"]);
+    assert_eq!(
+        mounts_under(&m),
+        ["", "/a", "/a/b", "/b"],
+        "the mounts under the first mount point"
+    );
+    for p in ["mnt/a/b", "mnt/b", "mnt/a", "mnt"] {
+        let p = b.p(p);
+        if let Err(e) = nix::mount::umount(&p) {
+            panic!("umount {}: {e}", p.display());
+        }
+    }
+}
+
 /// `mount -o remount,ro MNT` (fstests' generic/294): the mount turns read-only in place and
 /// back, keeping its other flags, with the same daemon.
 #[test]
