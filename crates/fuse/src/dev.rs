@@ -111,6 +111,11 @@ impl fuser::Filesystem for DevFs {
             // File handles hold node ids, which are the file system's inode numbers: the
             // kernel may ask for one by number after forgetting it (`lookup_by_number`).
             want |= InitFlags::FUSE_EXPORT_SUPPORT;
+        } else {
+            // Numbers that live in memory only cannot back a handle: name_to_handle_at is
+            // refused (EOPNOTSUPP) rather than give handles that go stale whenever the
+            // kernel drops the inode, and that a remount could point at another file.
+            want |= InitFlags::FUSE_NO_EXPORT_SUPPORT;
         }
         if a.opts.atomic_o_trunc {
             want |= InitFlags::FUSE_ATOMIC_O_TRUNC;
