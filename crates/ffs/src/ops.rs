@@ -32,9 +32,6 @@ const STREAM_BYTES: u64 = 256 << 10;
 /// Largest single device write of a stream (1 MiB of 4 KiB blocks).
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
-/// Blocks a large fallocate allocates per call (`Ffs::fill_holes`): 8 MiB of zeroed
-/// buffers at 4 KiB blocks, a small part of any cache.
-pub(crate) const FALLOC_CALL_BLOCKS: u64 = 2048;
 
 /// A write request as its first pass mapped it (`write_map`).
 struct WritePlan {
@@ -1086,23 +1083,10 @@ impl Ffs {
     }
 
     /// Takes back the blocks a write's first pass allocated, after that pass was committed
-    /// and nothing reached the file (a `Concurrent` mode's failed stream).
+    /// and nothing reached the file (a `Concurrent` mode's failed stream): the new data
+    /// blocks' pointers are cleared, then the indirect blocks the pass added (deepest
+    /// first: they point to nothing else), and the strategy releases them as for any free.
     fn unalloc_write(&self, st: &mut State, ino: u64, plan: &WritePlan) -> Result<()> {
-        let fresh = plan.pieces.iter().filter(|pc| pc.fresh).map(|pc| pc.lbn);
-        self.unalloc(st, ino, fresh, &plan.grown)
-    }
-
-    /// Takes back blocks allocated by calls already committed: the data blocks of logical
-    /// blocks `fresh` (ascending) have their pointers cleared, then the indirect blocks in
-    /// `grown` (deepest first: they point to nothing else), and the strategy releases them
-    /// as for any free.
-    fn unalloc(
-        &self,
-        st: &mut State,
-        ino: u64,
-        fresh: impl Iterator<Item = u64>,
-        grown: &[crate::bmap::Grown],
-    ) -> Result<()> {
         let mut freed = Vec::new();
         let mut holders: Vec<BufRef> = Vec::new();
         let mut hold = |h: BufRef| {
@@ -1110,17 +1094,15 @@ impl Ffs {
                 holders.push(h);
             }
         };
-        let mut from = None;
-        for lbn in fresh {
-            from.get_or_insert(lbn);
-            if let Some((old, holder)) = self.bunmap(st, ino, lbn)? {
+        for pc in plan.pieces.iter().filter(|pc| pc.fresh) {
+            if let Some((old, holder)) = self.bunmap(st, ino, pc.lbn)? {
                 freed.push(old);
                 if let Some(h) = holder {
                     hold(h);
                 }
             }
         }
-        for g in grown.iter().rev() {
+        for g in plan.grown.iter().rev() {
             match g.holder {
                 None => self.iget(st, ino)?.d.indirect[g.slot] = 0,
                 Some(h) => {
@@ -1136,10 +1118,11 @@ impl Ffs {
         let ic = self.iget(st, ino)?;
         ic.d.blocks = ic.d.blocks.saturating_sub(freed.len() as u64);
         let ib = self.store(st, ino)?;
+        let from = plan.pieces.first().map_or(0, |pc| pc.lbn);
         let f = FreeBlocks {
             ino,
             inode_buf: &ib,
-            from_lbn: from.unwrap_or(0),
+            from_lbn: from,
             freed: &freed,
             holders: &holders,
             whole_file: false,
@@ -1222,17 +1205,17 @@ impl Ffs {
     /// undo scope (an allocation that fails halfway takes everything back). Data changes
     /// go through the cache like a write's, pointer changes are declared like a write's
     /// allocations and a truncation's frees, so each mode orders them as it orders those.
-    /// fallocate's checks, in every call that makes up one fallocate (`fill_holes`): the
-    /// kernel's checks (`Falloc::check`) and, for an allocation, the preflight. Returns the
-    /// inode as it is.
-    fn falloc_admit(
+    fn do_fallocate(
         &self,
         st: &mut State,
         ino: u64,
-        op: Falloc,
+        fh: Fh,
         offset: u64,
         length: u64,
-    ) -> Result<DiskInode> {
+        mode: FallocMode,
+    ) -> Result<()> {
+        let op = Falloc::decode(mode)?;
+        let handle_flags = if fh != 0 { self.handle(st, fh)?.1 } else { 0 };
         let d = self.iget(st, ino)?.d.clone();
         let bs = self.vol.geo.block_size as u64;
         op.check(owner(&d), d.size, offset, length, bs, self.max_file_size)?;
@@ -1248,118 +1231,6 @@ impl Ffs {
             let least = range + self.vol.geo.min_indirect_blocks(range);
             st.alloc.reserve(0, least.saturating_sub(d.blocks))?;
         }
-        Ok(d)
-    }
-
-    /// The holes of a large allocation (mode 0 or zero range over more than
-    /// `FALLOC_CALL_BLOCKS` blocks) filled with zeroed blocks, `FALLOC_CALL_BLOCKS` per
-    /// call. One call for all of them would hold a zeroed buffer per block until it ends
-    /// (an undo scope keeps every buffer it touched: 1.3 GiB of memory for `fallocate -l
-    /// 1G`, over a 256 MiB cache); committed a slice at a time, the cache writes them back
-    /// and lets them go. If a later slice (or the final call) fails, the blocks the earlier
-    /// ones allocated are taken back (`unalloc`), so a failed fallocate still leaves the
-    /// file as it was. Returns the logical blocks allocated, as ascending runs, and the
-    /// indirect blocks added; nothing for a range that fits one call.
-    #[allow(clippy::type_complexity)]
-    fn fill_holes(
-        &self,
-        ino: u64,
-        offset: u64,
-        length: u64,
-        mode: FallocMode,
-    ) -> Result<(Vec<(u64, u64)>, Vec<crate::bmap::Grown>)> {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        let mut grown = Vec::new();
-        let Ok(op @ (Falloc::Allocate { .. } | Falloc::ZeroRange { .. })) = Falloc::decode(mode)
-        else {
-            return Ok((runs, grown));
-        };
-        let bs = self.vol.geo.block_size as u64;
-        let Some(end) = offset.checked_add(length) else {
-            return Ok((runs, grown));
-        };
-        let (first, last) = (offset / bs, end.div_ceil(bs));
-        if last - first <= FALLOC_CALL_BLOCKS {
-            return Ok((runs, grown));
-        }
-        let mut lbn = first;
-        while lbn < last {
-            let to = (lbn + FALLOC_CALL_BLOCKS).min(last);
-            let r = self.op("fallocate", Some(OpKind::Fallocate), |st| {
-                self.falloc_admit(st, ino, op, offset, length)?;
-                let mut fresh: Vec<(u64, u64)> = Vec::new();
-                let mut added = Vec::new();
-                for l in lbn..to {
-                    let (p, new, _) =
-                        self.bmap_alloc_tracked(st, ino, l, BlockKind::Data, None, &mut added)?;
-                    if new {
-                        let b = self.bnew(p, kind::DATA);
-                        self.vol.cache.mark_dirty(&b);
-                        match fresh.last_mut() {
-                            Some((_, e)) if *e == l => *e = l + 1,
-                            _ => fresh.push((l, l + 1)),
-                        }
-                    }
-                }
-                self.store(st, ino)?;
-                Ok((fresh, added))
-            });
-            match r {
-                Ok((fresh, added)) => {
-                    for (a, b) in fresh {
-                        match runs.last_mut() {
-                            Some((_, e)) if *e == a => *e = b,
-                            _ => runs.push((a, b)),
-                        }
-                    }
-                    grown.extend(added);
-                }
-                Err(e) => {
-                    self.unfill(ino, &runs, &grown);
-                    return Err(e);
-                }
-            }
-            lbn = to;
-        }
-        Ok((runs, grown))
-    }
-
-    /// Takes back what `fill_holes` allocated, when the fallocate it was part of failed.
-    fn unfill(&self, ino: u64, runs: &[(u64, u64)], grown: &[crate::bmap::Grown]) {
-        if runs.is_empty() && grown.is_empty() {
-            return;
-        }
-        let lbns = runs.iter().flat_map(|&(a, b)| a..b);
-        let r = self.op("fallocate", Some(OpKind::Fallocate), |st| {
-            self.unalloc(st, ino, lbns.clone(), grown)
-        });
-        if let Err(e) = r {
-            log::error!("taking back a failed fallocate's blocks of inode {ino}: {e}");
-        }
-    }
-
-    /// One fallocate call; `filled`: logical blocks `fill_holes` allocated (zeroed) for it
-    /// already, as ascending runs, which zero range need not zero again.
-    #[allow(clippy::too_many_arguments)]
-    fn do_fallocate(
-        &self,
-        st: &mut State,
-        ino: u64,
-        fh: Fh,
-        offset: u64,
-        length: u64,
-        mode: FallocMode,
-        filled: &[(u64, u64)],
-    ) -> Result<()> {
-        let op = Falloc::decode(mode)?;
-        let handle_flags = if fh != 0 { self.handle(st, fh)?.1 } else { 0 };
-        let d = self.falloc_admit(st, ino, op, offset, length)?;
-        let bs = self.vol.geo.block_size as u64;
-        let end = offset + length;
-        let was_filled = |lbn: u64| {
-            let i = filled.partition_point(|&(_, e)| e <= lbn);
-            filled.get(i).is_some_and(|&(a, _)| a <= lbn)
-        };
         let grow = |st: &mut State, keep_size: bool| -> Result<()> {
             if !keep_size && end > d.size {
                 self.zero_tail(st, ino, d.size)?;
@@ -1370,7 +1241,7 @@ impl Ffs {
         let mut data_changed = true;
         match op {
             Falloc::Allocate { keep_size } => {
-                for lbn in (offset / bs..end.div_ceil(bs)).filter(|&l| !was_filled(l)) {
+                for lbn in offset / bs..end.div_ceil(bs) {
                     self.alloc_zeroed(st, ino, lbn)?;
                 }
                 grow(st, keep_size)?;
@@ -1380,7 +1251,7 @@ impl Ffs {
             Falloc::ZeroRange { keep_size } => {
                 // Every block the range touches is allocated (as by mode 0), and the range's
                 // bytes in it zeroed.
-                for lbn in (offset / bs..end.div_ceil(bs)).filter(|&l| !was_filled(l)) {
+                for lbn in offset / bs..end.div_ceil(bs) {
                     let Some(p) = self.alloc_zeroed(st, ino, lbn)? else {
                         continue;
                     };
@@ -2205,14 +2076,9 @@ impl FileSystem for Ffs {
         mode: FallocMode,
     ) -> Result<()> {
         let _il = self.ilock(ino).write();
-        let (filled, grown) = self.fill_holes(ino, offset, length, mode)?;
-        let r = self.op("fallocate", Some(OpKind::Fallocate), |st| {
-            self.do_fallocate(st, ino, fh, offset, length, mode, &filled)
-        });
-        if r.is_err() {
-            self.unfill(ino, &filled, &grown);
-        }
-        r
+        self.op("fallocate", Some(OpKind::Fallocate), |st| {
+            self.do_fallocate(st, ino, fh, offset, length, mode)
+        })
     }
 
     fn sync_all(&self) -> Result<()> {
