@@ -52,11 +52,14 @@ pub enum Cmd {
         secs: f64,
     },
     /// Re-render the tables (summary.md) and plots (*.png) of an earlier run directory from its
-    /// JSON; with --page, write the current-results page (docs/BENCHMARKS.md) from that run
-    /// (a run directory, or the page's own archive `bench/current/run.json.gz`).
+    /// JSON; with --page, publish that run (a run directory or an archive) on the current-results
+    /// page (docs/BENCHMARKS.md): archived in `bench/current/` beside the page, then the page
+    /// rendered from every run archived there (the run on this machine's device, and one run
+    /// per disk model and tables); `report docs/bench/current --page docs/BENCHMARKS.md` only
+    /// renders it again.
     Report {
         dir: PathBuf,
-        /// Write this page from the run, its plots and the run's archive into `bench/current/`
+        /// Publish the run on this page: its archive, and the plots, into `bench/current/`
         /// beside it.
         #[arg(long)]
         page: Option<PathBuf>,
