@@ -38,7 +38,8 @@ Branch isolation and distributed file systems (issue 20):
 - hang: the same two unions; the GlusterFS client is stopped (SIGSTOP) and a file on the
   local branch is read (open, read, close) for 5 s: latencies, and how long a merged
   listing of the root takes (capped at 15 s).
-With --pin the daemons run on CPU 1 and the workload on CPU 0 (taskset).
+With --pin the daemons run on CPU 1 and the workload on CPU 0 (taskset); with --cpu N all
+of them on CPU N (the placement `cairn bench --cpu N` uses).
 """
 
 import argparse
@@ -264,18 +265,24 @@ def main():
     ap.add_argument("--only", default="postmark,create,seq,rules,overflow,oscillation")
     ap.add_argument("--base", help="a cairn binary from before the isolation (--only isolation)")
     ap.add_argument("--pin", action="store_true", help="daemons on CPU 1, the workload on CPU 0")
+    ap.add_argument("--cpu", type=int, help="daemons and workload together on this CPU (as `cairn bench --cpu`)")
     a = ap.parse_args()
     if a.pin:
         PIN_DAEMON[:] = ["taskset", "-c", "1"]
         PIN_LOAD[:] = ["taskset", "-c", "0"]
         os.sched_setaffinity(0, {0})
+    elif a.cpu is not None:
+        PIN_DAEMON[:] = ["taskset", "-c", str(a.cpu)]
+        PIN_LOAD[:] = ["taskset", "-c", str(a.cpu)]
+        os.sched_setaffinity(0, {a.cpu})
     only = set(a.only.split(","))
     scale = a.scale or (0.2 if a.quick else 1.0)
     os.makedirs(WORK, exist_ok=True)
     ext4 = make_ext4("ext4", 8 << 30)
     b1 = os.path.join(ext4, "b1")
     b2 = os.path.join(ext4, "b2")
-    res = {"meta": {"kernel": os.uname().release, "reps": a.reps, "quick": a.quick, "pin": a.pin,
+    res = {"meta": {"kernel": os.uname().release, "reps": a.reps, "quick": a.quick, "pin": a.pin, "cpu": a.cpu,
+                    "load_start": os.getloadavg()[0],
                     "mergerfs": subprocess.run(["mergerfs", "-V"], capture_output=True, text=True).stdout.strip()}}
     one = [("b1", b1)]
     targets = [Target("raw", one), Target("umbrella", one), Target("mergerfs", one)]

@@ -405,7 +405,9 @@ fn not_in_this_run(s: &mut String, current: &Current) {
         "Sprite LFS's cleaning simulator (004 Figs. 4–7): `cairn lfs sim`",
         on_models,
         "LFS call latency while the cleaner runs: `crates/lfs/examples/overwrite_latency.rs`",
+        "Sprite LFS's write cost under cleaning on the real file system (004 §5.2): the `write_cost_on_the_wren_iv` test of cairn-lfs",
         "The write-ahead log service (001 §5.2): `cairn wal bench`",
+        "The umbrella layer's own benchmarks (003 §4: rules' overhead, overflow, oscillation; a branch that hangs, isolation's cost, GlusterFS beside mergerfs): `scripts/bench-umbrella.py`",
     ] {
         if t == on_models && !current.disks.is_empty() {
             continue;
