@@ -31,7 +31,7 @@ Branch isolation and distributed file systems (issue 20):
   both (mergerfs `category.create=ff`, the local branch first; umbrella: the local branch
   first in every rule); PostMark also beside mergerfs with `moveonenospc=true`, which like
   the layer's default rule moves a file whose write gets ENOSPC (the row's ratios are to
-  that one);
+  that one), and the layer with `passthrough_headroom = "1G"`;
 - nooverflow: PostMark with the rule's `overflow = false` (a write's ENOSPC reaches the
   program: the layer then passes the file's data through to the kernel) beside mergerfs's
   default, which does not move files either;
@@ -462,8 +462,12 @@ def main():
             # Like for like: mergerfs moves a file whose write gets ENOSPC only with
             # moveonenospc (off by default in 2.33), the layer's default rule overflows.
             mv = Target("mergerfs-gluster-move", two, extra="moveonenospc=true")
+            # The layer's overflowing rule with its files passed through while the local
+            # branch has 1 GiB of room (docs/UMBRELLA.md, passthrough_headroom).
+            hr = Target("umbrella-gluster-headroom", two, 1,
+                        extra='errors = "and"\npassthrough_headroom = "1G"')
             run_with("distfs_postmark_s", lambda d, t: postmark(d, pm_files, pm_trans),
-                     [tg[0], tg[1], mv], fresh_both)
+                     [tg[0], hr, tg[1], mv], fresh_both)
         if "hang" in only:
             res["hang"] = {t.kind: hang(t, b1, gdir) for t in tg}
         subprocess.run(["bash", os.path.join(ROOT, "scripts/distfs/gluster.sh"), "cleanup"])
