@@ -363,7 +363,7 @@ fn papers_disks(s: &mut String, disks: &[Run]) {
     }
     let _ = writeln!(
         s,
-        "\n## The papers' disks\n\nThe papers measured on the disks of their day, where a synchronous write waits for a seek and a rotation; this machine's device answers a flush in about 0.1 ms. Each run below mounts every cairn target twice — on a model of the paper's disk (`-o disk=MODEL`: seek curve, rotation, zones, no write cache, real time; [DISKS.md](DISKS.md)) and on this machine's device — and puts the published ratio, cairn's on the model and cairn's on this device side by side, with the model's counts per operation that explain a ratio off the paper's."
+        "\n## The papers' disks\n\nThe papers measured on the disks of their day, where a synchronous write waits for a seek and a rotation; this machine's device answers a flush in about 0.1 ms. Each run below mounts every cairn target twice — on a model of the paper's disk (`-o disk=MODEL`: seek curve, rotation, zones, no write cache, real time; [DISKS.md](DISKS.md)) and on this machine's device — and puts the published ratio, cairn's on the model and cairn's on this device side by side, with the model's counts per operation that explain a ratio off the paper's. 002's measurements on its Quantum Viking (preset `viking`) have no numbers in the copy cairn follows (its tables are stripped), so no table here compares with them; 004 §5.2's write cost under cleaning is measured by the engine on the Wren IV model, a test of cairn-lfs ([history](bench/history.md))."
     );
     for d in disks {
         let model = d.meta.device.as_deref().unwrap_or("?");
