@@ -240,7 +240,17 @@ pub fn render(s: &mut String, meta: &Meta, records: &[Record]) {
     };
     let _ = writeln!(
         s,
-        "\n## The papers' tables on `{model}` beside this machine's device\n\nEach row: the published ratio, cairn's on the disk model (`T:{model}` ÷ the baseline on the model) and on this machine's device (`T` ÷ the baseline there); then what the model counted per operation of `T:{model}` (busy: the share of the phase the disk's mechanism worked, 004 §5.1; seeks, rotations waited; writes and flushes on every device, a journal's own log device included). A ratio within ±{:.0}% of the paper's counts as reproduced.\n",
+        "\n## The papers' tables on `{model}` beside this machine's device"
+    );
+    body(s, model, records);
+}
+
+/// The three-column tables of a `--device` run on `model`, with what they mean, under a
+/// heading its caller writes (summary.md's, or the current-results page's per disk run).
+pub fn body(s: &mut String, model: &str, records: &[Record]) {
+    let _ = writeln!(
+        s,
+        "\nEach row: the published ratio, cairn's on the disk model (`T:{model}` ÷ the baseline on the model) and on this machine's device (`T` ÷ the baseline there); then what the model counted per operation of `T:{model}` (busy: the share of the phase the disk's mechanism worked, 004 §5.1; seeks, rotations waited; writes and flushes on every device, a journal's own log device included). A ratio within ±{:.0}% of the paper's counts as reproduced.\n",
         TOLERANCE * 100.0
     );
     if ran(records, "create-unlink") {

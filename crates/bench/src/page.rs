@@ -1,8 +1,12 @@
-//! docs/BENCHMARKS.md, the current-results page: one run of every mode and peer, rendered in
-//! full from its archived records, so the page cannot say what the data does not.
+//! docs/BENCHMARKS.md, the current-results page: one run of every mode and peer on this
+//! machine's device, and the runs of the papers' tables on models of the papers' disks, each
+//! rendered in full from its archived records, so the page cannot say what the data does not.
 //!
-//! The page is a function of one archive (`bench/current/run.json.gz` beside it: the run's
-//! meta.json and every record, compact) and of this code; a test renders it again and compares.
+//! The page is a function of the archives in `bench/current/` beside it (`run.json.gz`: the
+//! run on this machine's device; `disk-MODEL-WORKLOADS.json.gz`: a `--device` run each; every
+//! archive a run's meta.json and every record, compact), of the notes written beside a disk
+//! run's archive (`disk-….md`: what its counts say, which no code can), and of this code; a
+//! test renders it again and compares.
 //! Investigations, one-off runs and their explanations are history (docs/bench/history.md),
 //! which the page links to and never repeats.
 
@@ -24,8 +28,10 @@ use crate::units::fmt_rate;
 
 /// The folder beside the page that holds its archive and plots, as the page links it.
 pub const CURRENT: &str = "bench/current/";
-/// The archive's file name inside [`CURRENT`].
+/// The archive's file name inside [`CURRENT`] of the run on this machine's device.
 pub const ARCHIVE: &str = "run.json.gz";
+/// How the archive of a run on a disk model (`--device`) is named inside [`CURRENT`].
+const DISK_PREFIX: &str = "disk-";
 /// The kernel file system every row is compared with first.
 pub const KERNEL_REFERENCE: &str = "ext4";
 
@@ -218,18 +224,113 @@ fn fmt_ratio(v: f64) -> String {
     }
 }
 
+/// The archive's name in [`CURRENT`]: [`ARCHIVE`] for the run on this machine's device, and
+/// for a disk-model run one per model and workload list — publishing a newer run of the same
+/// tables on the same model replaces the older, a run of other tables stands beside it.
+fn archive_name(meta: &Meta) -> String {
+    let Some(model) = &meta.device else {
+        return ARCHIVE.to_string();
+    };
+    let clean = |t: &str| -> String {
+        t.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let workloads: Vec<String> = meta.workloads.iter().map(|w| clean(w)).collect();
+    format!(
+        "{DISK_PREFIX}{}-{}.json.gz",
+        clean(model),
+        workloads.join("+")
+    )
+}
+
+/// One archived run of the page.
+pub struct Run {
+    pub meta: Meta,
+    pub records: Vec<Record>,
+    /// What the run's counts say, written beside its archive (`STEM.md`), if anyone did.
+    notes: Option<String>,
+}
+
+/// Everything the page is made of: the run on this machine's device and, in file-name order,
+/// the runs on disk models.
+pub struct Current {
+    pub main: Run,
+    pub disks: Vec<Run>,
+}
+
+/// Reads the page's folder ([`CURRENT`]).
+pub fn load_current(dir: &Path) -> Result<Current> {
+    let run = |path: &Path| -> Result<Run> {
+        let (meta, records) = load(path)?;
+        let notes_path = path.with_file_name(
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json.gz"))
+                .map(|stem| format!("{stem}.md"))
+                .unwrap_or_default(),
+        );
+        let notes = match fs::read_to_string(&notes_path) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", notes_path.display())),
+        };
+        Ok(Run {
+            meta,
+            records,
+            notes,
+        })
+    };
+    let main_path = dir.join(ARCHIVE);
+    if !main_path.exists() {
+        return Err(anyhow!(
+            "{}: no run on this machine's device to make the page from: publish one first (`cairn bench report results/<run> --page PAGE`, a run without --device)",
+            main_path.display()
+        ));
+    }
+    let main = run(&main_path)?;
+    let mut names: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(DISK_PREFIX) && n.ends_with(".json.gz"))
+        })
+        .collect();
+    names.sort();
+    let disks = names.iter().map(|p| run(p)).collect::<Result<Vec<_>>>()?;
+    Ok(Current { main, disks })
+}
+
 /// The whole page. Plots are drawn into `figures.dir` and linked under [`CURRENT`].
-pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<String> {
+pub fn render(figures: &Figures, current: &Current) -> Result<String> {
+    let (meta, records) = (&current.main.meta, &current.main.records[..]);
     let mut s = String::new();
     let _ = writeln!(s, "# cairn benchmarks: current results\n");
     let _ = writeln!(
         s,
-        "<!-- Generated by `cairn bench report docs/{CURRENT}{ARCHIVE} --page docs/BENCHMARKS.md` from the run archived there; a test keeps this page equal to that output. Change crates/bench/src/page.rs, or publish a new run, never this text. -->\n"
+        "<!-- Generated by `cairn bench report docs/{} --page docs/BENCHMARKS.md` from the runs archived there (and the notes beside a disk run's archive); a test keeps this page equal to that output. Change crates/bench/src/page.rs, publish a new run, or edit a note, never this text. -->\n",
+        CURRENT.trim_end_matches('/')
     );
     let failed = records.iter().filter(|r| r.error.is_some()).count();
+    let disks = if current.disks.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the papers' tables on models of the papers' disks from {} further run(s), [below](#the-papers-disks)",
+            current.disks.len()
+        )
+    };
     let _ = writeln!(
         s,
-        "How fast each cairn mode is against the kernel's file systems and the FUSE peers: one run of `cairn bench` ({} on {}, {} repetitions, {} failed), every number below from it. What each mode promises after a crash is in the [README](../README.md); how to run the benchmark and what each counter means in [bench/how-to-run.md](bench/how-to-run.md); earlier runs, investigations and the explanations of these numbers in the [history](bench/history.md).",
+        "How fast each cairn mode is against the kernel's file systems and the FUSE peers: one run of `cairn bench` ({} on {}, {} repetitions, {} failed), every number of the summary and the papers' tables from it{disks}. What each mode promises after a crash is in the [README](../README.md); how to run the benchmark and what each counter means in [bench/how-to-run.md](bench/how-to-run.md); earlier runs, investigations and the explanations of these numbers in the [history](bench/history.md).",
         started_date(&meta.started),
         meta.cpu_model,
         records.len(),
@@ -240,18 +341,52 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
     let _ = writeln!(s);
     s.push_str(&crate::report::header(meta, records));
     s.push_str(&crate::tables::render(figures, meta, records)?);
-    not_in_this_run(&mut s, meta);
+    papers_disks(&mut s, &current.disks);
+    not_in_this_run(&mut s, current);
+    let mut commands = meta.command.clone();
+    for d in &current.disks {
+        commands.push('\n');
+        commands.push_str(&d.meta.command);
+    }
     let _ = writeln!(
         s,
-        "\n## Reproducing this page\n\n```sh\ncargo build --release -p cairn-cli\n{}\ntarget/release/cairn bench report results/<that run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
-        meta.command
+        "\n## Reproducing this page\n\nEach run's command, then its publication (a run on a disk model is archived beside the other runs; a newer run of the same tables on the same model replaces the older):\n\n```sh\ncargo build --release -p cairn-cli\n{commands}\ntarget/release/cairn bench report results/<each run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
     );
     Ok(s)
 }
 
-/// The papers' tables this run did not measure, so that the page says where they are rather
-/// than leaving a reader to wonder.
-fn not_in_this_run(s: &mut String, meta: &Meta) {
+/// The runs on disk models: per run, its conditions, the three-column tables (paper / model /
+/// this device) and what its counts say.
+fn papers_disks(s: &mut String, disks: &[Run]) {
+    if disks.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## The papers' disks\n\nThe papers measured on the disks of their day, where a synchronous write waits for a seek and a rotation; this machine's device answers a flush in about 0.1 ms. Each run below mounts every cairn target twice — on a model of the paper's disk (`-o disk=MODEL`: seek curve, rotation, zones, no write cache, real time; [DISKS.md](DISKS.md)) and on this machine's device — and puts the published ratio, cairn's on the model and cairn's on this device side by side, with the model's counts per operation that explain a ratio off the paper's. 002's measurements on its Quantum Viking (preset `viking`) have no numbers in the copy cairn follows (its tables are stripped), so no table here compares with them; 004 §5.2's write cost under cleaning is measured by the engine on the Wren IV model, a test of cairn-lfs ([history](bench/history.md))."
+    );
+    for d in disks {
+        let model = d.meta.device.as_deref().unwrap_or("?");
+        let titles: Vec<&str> = d
+            .meta
+            .workloads
+            .iter()
+            .map(|w| crate::tables::title(w))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let _ = writeln!(s, "\n## On `{model}`: {}\n", titles.join("; "));
+        s.push_str(&crate::report::header_at("###", &d.meta, &d.records));
+        crate::device::body(s, model, &d.records);
+        if let Some(n) = &d.notes {
+            let _ = writeln!(s, "\n{}", n.trim_end());
+        }
+    }
+}
+
+/// The papers' tables no run of the page measured, so that the page says where they are
+/// rather than leaving a reader to wonder.
+fn not_in_this_run(s: &mut String, current: &Current) {
+    let meta = &current.main.meta;
     let missing: Vec<&str> = crate::workload::NAMES
         .iter()
         .filter(|w| !meta.workloads.iter().any(|m| m == *w))
@@ -260,17 +395,23 @@ fn not_in_this_run(s: &mut String, meta: &Meta) {
         .collect();
     let _ = writeln!(
         s,
-        "\n## Not in this run\n\nMeasured by other runs and tools; their latest numbers, with the commit and conditions they were measured under, are in the [history](bench/history.md):\n"
+        "\n## Not in these runs\n\nMeasured by other runs and tools; their latest numbers, with the commit and conditions they were measured under, are in the [history](bench/history.md):\n"
     );
     for t in missing {
         let _ = writeln!(s, "- {t}");
     }
+    let on_models = "The papers' tables on a model of their disks (`cairn bench run --device MODEL`, [DISKS.md](DISKS.md))";
     for t in [
         "Sprite LFS's cleaning simulator (004 Figs. 4–7): `cairn lfs sim`",
-        "The papers' tables on a model of their disks (`cairn bench run --device MODEL`, [DISKS.md](DISKS.md))",
+        on_models,
         "LFS call latency while the cleaner runs: `crates/lfs/examples/overwrite_latency.rs`",
+        "Sprite LFS's write cost under cleaning on the real file system (004 §5.2): the `write_cost_on_the_wren_iv` test of cairn-lfs",
         "The write-ahead log service (001 §5.2): `cairn wal bench`",
+        "The umbrella layer's own benchmarks (003 §4: rules' overhead, overflow, oscillation; a branch that hangs, isolation's cost, GlusterFS beside mergerfs): `scripts/bench-umbrella.py`",
     ] {
+        if t == on_models && !current.disks.is_empty() {
+            continue;
+        }
         let _ = writeln!(s, "- {t}");
     }
 }
@@ -283,26 +424,32 @@ fn started_date(stamp: &str) -> String {
     }
 }
 
-/// Writes the page at `page` from the run at `source` (a run directory or an archive): the
-/// archive and the plots go into [`CURRENT`] beside the page (the archive only when the run
-/// came from a directory: an archive is never rewritten from itself).
+/// Writes the page at `page` from its folder [`CURRENT`] beside it, after archiving `source`
+/// there: a run directory (meta.json and its records) or an archive (`*.json.gz`) is archived
+/// under its name ([`archive_name`]: the device run, or one per disk model and tables); the
+/// folder itself only renders the page again. Returns the folder.
 pub fn publish(source: &Path, page: &Path) -> Result<PathBuf> {
-    let (meta, records) = load(source)?;
     let dir = page
         .parent()
         .ok_or_else(|| anyhow!("{}: no folder to put the plots in", page.display()))?
         .join(CURRENT);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    if source.is_dir() {
-        write_archive(&dir.join(ARCHIVE), &meta, &records)?;
+    let the_folder = source.is_dir() && !source.join("meta.json").exists();
+    if !the_folder {
+        let (meta, records) = load(source)?;
+        let dest = dir.join(archive_name(&meta));
+        let same = fs::canonicalize(source).ok() == fs::canonicalize(&dest).ok();
+        if !same {
+            write_archive(&dest, &meta, &records)?;
+        }
     }
+    let current = load_current(&dir)?;
     let md = render(
         &Figures {
             dir: &dir,
             href: CURRENT,
         },
-        &meta,
-        &records,
+        &current,
     )?;
     fs::write(page, md).with_context(|| format!("writing {}", page.display()))?;
     Ok(dir)
@@ -362,11 +509,99 @@ mod tests {
         assert_eq!(fmt_ratio(0.094), "0.094");
         assert_eq!(fmt_ratio(1.234), "1.23");
         let mut t = String::new();
-        not_in_this_run(&mut t, &meta());
+        let current = |disks| Current {
+            main: Run {
+                meta: meta(),
+                records: records.clone(),
+                notes: None,
+            },
+            disks,
+        };
+        not_in_this_run(&mut t, &current(vec![]));
         assert!(t.contains("- SDET"), "{t}");
         assert!(!t.contains("create/delete"), "{t}");
+        assert!(t.contains("--device MODEL"), "{t}");
+        // With a disk run on the page, the disk models are no longer "elsewhere".
+        let mut u = String::new();
+        not_in_this_run(&mut u, &current(vec![disk_run()]));
+        assert!(!u.contains("--device MODEL"), "{u}");
         // Only the columns some target ran.
         assert!(!s.contains("PostMark"), "{s}");
+    }
+
+    fn disk_run() -> Run {
+        Run {
+            meta: Meta {
+                started: "20261128T070000Z".into(),
+                baseline: "cairn-async".into(),
+                device: Some("cheetah-10k".into()),
+                targets: vec!["cairn-async:cheetah-10k".into(), "cairn-async".into()],
+                workloads: vec!["create-unlink".into(), "postmark".into()],
+                command: "cairn bench run --device cheetah-10k".into(),
+                ..Meta::default()
+            },
+            records: vec![rec(
+                "create-unlink",
+                "cairn-async:cheetah-10k",
+                "create+unlink",
+                5_000.0,
+            )],
+            notes: None,
+        }
+    }
+
+    /// A page folder with a run on this machine's device and one on a disk model: publishing
+    /// a run of the same tables on the same model replaces it, another stands beside it, and
+    /// the page shows every disk run with its notes.
+    #[test]
+    fn disk_model_runs_are_archived_beside_the_device_run_and_rendered_with_their_notes() {
+        let d = tempfile::tempdir().unwrap();
+        let page = d.path().join("BENCHMARKS.md");
+        let folder = d.path().join(CURRENT);
+        // No device run yet: the refusal names the way out.
+        let lone = d.path().join("lone.json.gz");
+        let disk = disk_run();
+        write_archive(&lone, &disk.meta, &disk.records).unwrap();
+        let e = publish(&lone, &page).unwrap_err();
+        assert!(format!("{e:#}").contains("publish one first"), "{e:#}");
+        let main = d.path().join("main.json.gz");
+        let records = vec![
+            rec("create-unlink", "cairn-async", "create+unlink", 10_000.0),
+            rec("create-unlink", "ext4", "create+unlink", 40_000.0),
+        ];
+        write_archive(&main, &meta(), &records).unwrap();
+        publish(&main, &page).unwrap();
+        assert!(folder.join(ARCHIVE).exists());
+        let name = archive_name(&disk.meta);
+        assert_eq!(name, "disk-cheetah-10k-create-unlink+postmark.json.gz");
+        fs::write(
+            folder.join("disk-cheetah-10k-create-unlink+postmark.md"),
+            "**What the counts say.** A note.\n",
+        )
+        .unwrap();
+        publish(&lone, &page).unwrap();
+        let mut other = disk_run();
+        other.meta.workloads = vec!["group-create".into()];
+        let other_path = d.path().join("other.json.gz");
+        write_archive(&other_path, &other.meta, &other.records).unwrap();
+        publish(&other_path, &page).unwrap();
+        // The same tables again on the same model: replaced, not added.
+        publish(&lone, &page).unwrap();
+        let c = load_current(&folder).unwrap();
+        assert_eq!(c.disks.len(), 2);
+        let md = fs::read_to_string(&page).unwrap();
+        assert!(md.contains("## The papers' disks"), "{md}");
+        assert!(
+            md.contains("## On `cheetah-10k`: 0-length create/delete"),
+            "{md}"
+        );
+        assert!(md.contains("### Run 20261128T070000Z"), "{md}");
+        assert!(md.contains("**What the counts say.** A note."), "{md}");
+        assert!(md.contains("cairn bench run --device cheetah-10k"), "{md}");
+        assert!(md.contains("2 further run(s)"), "{md}");
+        // Rendering the folder again gives the same page.
+        publish(&folder, &page).unwrap();
+        assert_eq!(fs::read_to_string(&page).unwrap(), md);
     }
 
     #[test]
@@ -392,22 +627,21 @@ mod tests {
     #[test]
     fn the_benchmarks_page_is_what_its_archived_run_renders() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
-        let archive = docs.join(CURRENT).join(ARCHIVE);
-        let (m, r) = load(&archive).unwrap();
+        let current = load_current(&docs.join(CURRENT)).unwrap();
         let d = tempfile::tempdir().unwrap();
         let md = render(
             &Figures {
                 dir: d.path(),
                 href: CURRENT,
             },
-            &m,
-            &r,
+            &current,
         )
         .unwrap();
         let page = fs::read_to_string(docs.join("BENCHMARKS.md")).unwrap();
         assert!(
             md == page,
-            "docs/BENCHMARKS.md differs from what its run renders: run `cairn bench report docs/{CURRENT}{ARCHIVE} --page docs/BENCHMARKS.md`"
+            "docs/BENCHMARKS.md differs from what its runs render: run `cairn bench report docs/{} --page docs/BENCHMARKS.md`",
+            CURRENT.trim_end_matches('/')
         );
     }
 }

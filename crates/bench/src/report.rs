@@ -301,8 +301,13 @@ fn load_range(records: &[Record]) -> Option<String> {
 
 /// The run's conditions: machine, placement, repetitions, tools, command, flush rate.
 pub(crate) fn header(meta: &Meta, records: &[Record]) -> String {
+    header_at("##", meta, records)
+}
+
+/// [`header`] under a heading of the given level (`"###"` where the run is one of a page's).
+pub(crate) fn header_at(level: &str, meta: &Meta, records: &[Record]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "## Run {}\n", meta.started);
+    let _ = writeln!(s, "{level} Run {}\n", meta.started);
     let _ = writeln!(s, "- kernel {}, CPU {}", meta.kernel, meta.cpu_model);
     let cpus: Vec<String> = meta.cpus.iter().map(|c| c.to_string()).collect();
     let _ = writeln!(

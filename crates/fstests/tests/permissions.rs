@@ -15,7 +15,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use cairn_fstests::user::{Checks, run_as};
@@ -113,6 +113,8 @@ fn setup(d: &Path) {
         ("rw-file", 0, 0, 0o666),
         ("b-file", UB, UB, 0o644),
         ("su-file", UB, UB, 0o4755),
+        ("su-open", UB, UB, 0o4777),
+        ("su-keep", UB, UB, 0o4777),
         ("sg-file", UB, SHARED, 0o2755),
         ("owner-exec", 0, 0, 0o744),
         ("all-exec", 0, 0, 0o755),
@@ -431,6 +433,53 @@ fn as_a(d: &Path, sup: Support, c: &mut Checks) {
         "link to 0666 of root's",
     );
     c.ok(fs::hard_link(p("a-own"), p("l-own")), "link to own file");
+    // A write by someone else clears setuid in the file system, and `stat` shows it at once:
+    // the kernel's cached attributes of the file are dropped before the write is answered.
+    // Direct I/O: the kernel then refetches no attribute after the write on its own
+    // (generic/355).
+    let _ = lstat(&p("su-open"));
+    c.ok(
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(p("su-open"))
+            .and_then(|f| {
+                let mut buf = vec![0u8; 8192];
+                let at = buf.as_ptr().align_offset(4096);
+                std::os::unix::fs::FileExt::write_at(&f, &buf[at..at + 4096], 0)?;
+                buf.clear();
+                Ok(())
+            }),
+        "direct write to someone's 04777 file",
+    );
+    let m = lstat(&p("su-open")).map(|m| m.mode() & 0o7777);
+    c.check(
+        m == Ok(0o777),
+        &format!("stat right after the write shows setuid cleared ({m:?})"),
+    );
+    // The same for fallocate inside the file's size, which changes no attribute the kernel
+    // would refetch on its own.
+    let _ = lstat(&p("su-keep"));
+    c.ok(
+        OpenOptions::new()
+            .write(true)
+            .open(p("su-keep"))
+            .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+            .and_then(|f| {
+                nix::fcntl::fallocate(
+                    f.as_fd(),
+                    nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                    0,
+                    4,
+                )
+            }),
+        "fallocate someone's 04777 file within its size",
+    );
+    let m = lstat(&p("su-keep")).map(|m| m.mode() & 0o7777);
+    c.check(
+        m == Ok(0o777),
+        &format!("stat right after the fallocate shows setuid cleared ({m:?})"),
+    );
     // chmod, chown, times.
     c.err(
         fs::set_permissions(p("grp"), fs::Permissions::from_mode(0o777)),

@@ -68,7 +68,47 @@ pub(crate) struct Adapter {
     /// not join cached opens (ETXTBSY): so the choice is made by an inode's first open and
     /// holds until its last release, which drops (unregisters) the backing id.
     opens: Mutex<HashMap<Ino, InodeOpens>>,
+    /// The inodes whose attributes the kernel may hold with setuid or setgid (see
+    /// [`SetidSeen`]).
+    setid: SetidSeen,
     pub(crate) destroyed: DestroyResult,
+}
+
+/// The inodes the adapter last described to the kernel with setuid or setgid in their mode.
+///
+/// The kernel's cached attributes of an inode are the last ones a reply gave it, so an inode
+/// outside this set cannot show a stale setid bit: a write or fallocate that clears the bits
+/// in the file system needs an attribute invalidation only for the inodes in it. Kept from
+/// the replies themselves (every attribute the adapter sends passes through
+/// [`Adapter::attr_out`]), so the write path asks the file system nothing (a getattr per
+/// write was a host `stat` per write in the umbrella layer). An inode is added whenever a
+/// reply may carry the bits and removed only by a reply that was sent without them; `len`
+/// lets the common case (no setid file ever seen) skip the lock.
+#[derive(Default)]
+struct SetidSeen {
+    inos: Mutex<std::collections::HashSet<Ino>>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl SetidSeen {
+    fn note(&self, ino: Ino, perm: u16) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let setid = u32::from(perm) & (libc::S_ISUID | libc::S_ISGID) != 0;
+        if !setid && self.len.load(Relaxed) == 0 {
+            return;
+        }
+        let mut inos = self.inos.lock();
+        if setid {
+            inos.insert(ino);
+        } else {
+            inos.remove(&ino);
+        }
+        self.len.store(inos.len(), Relaxed);
+    }
+
+    fn contains(&self, ino: Ino) -> bool {
+        self.len.load(std::sync::atomic::Ordering::Relaxed) != 0 && self.inos.lock().contains(&ino)
+    }
 }
 
 struct InodeOpens {
@@ -113,6 +153,7 @@ impl Adapter {
             negotiated: OnceLock::new(),
             notifier: OnceLock::new(),
             opens: Mutex::new(HashMap::new()),
+            setid: SetidSeen::default(),
             destroyed,
         }
     }
@@ -143,7 +184,15 @@ impl Adapter {
         }
     }
 
+    /// The attributes of a reply, noted as sent (see [`SetidSeen`]).
     fn attr_out(&self, a: &Attr) -> FileAttr {
+        self.setid.note(a.ino, a.perm);
+        self.attr_fuse(a)
+    }
+
+    /// The attributes in the kernel's form, not noted as sent (for an entry the reply may not
+    /// take: readdirplus notes it once it is added).
+    fn attr_fuse(&self, a: &Attr) -> FileAttr {
         FileAttr {
             ino: self.ino_out(a.ino),
             size: a.size,
@@ -756,9 +805,12 @@ impl Adapter {
                         e.next_offset,
                         e.name,
                         &ttl,
-                        &self.attr_out(&attr),
+                        &self.attr_fuse(&attr),
                         Generation(attr.generation),
                     );
+                    if !full {
+                        self.setid.note(attr.ino, attr.perm);
+                    }
                     emitted += usize::from(!full);
                     !full
                 });
@@ -998,16 +1050,15 @@ impl Adapter {
         }
     }
 
-    /// Whether inode `ino` (the file system's number) has setuid or setgid: a write or
-    /// fallocate by someone without CAP_FSETID then clears them in the file system
-    /// (FUSE_HANDLE_KILLPRIV), a change of mode the kernel does not know of and `stat`
+    /// Whether the kernel may hold inode `ino` (the file system's number) with setuid or
+    /// setgid: a write or fallocate by someone without CAP_FSETID then clears them in the file
+    /// system (FUSE_HANDLE_KILLPRIV), a change of mode the kernel does not know of and `stat`
     /// would not show for attr_ttl (generic/355, 683-685): the attributes are invalidated
-    /// before the reply, as after chattr. Files without the bits (nearly all) cost one
-    /// in-memory getattr per call and no notification.
+    /// before the reply, as after chattr. Answered from the replies sent ([`SetidSeen`]):
+    /// files without the bits (nearly all) cost no call into the file system and no
+    /// notification.
     fn has_setid(&self, ino: u64) -> bool {
-        self.fs
-            .getattr(ino)
-            .is_ok_and(|a| u32::from(a.perm) & (libc::S_ISUID | libc::S_ISGID) != 0)
+        self.setid.contains(ino)
     }
 
     /// Requests the adapter answers without the file system: `op` with `errno`. Locks

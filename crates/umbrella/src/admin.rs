@@ -318,6 +318,7 @@ fn reload(i: &Arc<Inner>, path: Option<PathBuf>) -> Value {
         rules,
         errors: cfg.errors,
         min_free: cfg.min_free,
+        passthrough_headroom: cfg.passthrough_headroom,
         enforce_rate: cfg.enforce_rate,
         enforce_interval: cfg.enforce_interval,
         index_branch: old.index_branch,

@@ -6,6 +6,8 @@
 //! default = ["fs1"]        # where files go when no rule matches (default: the first branch)
 //! index = "fs1"            # the branch holding the hidden .umbrella/ metadata directory
 //! min_free = "1%"          # a branch with less free space than this counts as full
+//! passthrough_headroom = "1G" # pass a file that may overflow through to the kernel while
+//!                          # its branch has this much room beyond min_free (default: never)
 //! enforce_interval = "6h"  # run the policy enforcer periodically (optional)
 //! enforce_rate = "100M"    # enforcer throttle, bytes per second (optional)
 //! branch_timeout = "3s"    # the deadline of every host call on a branch (default 3s)
@@ -87,6 +89,10 @@ pub struct Config {
     pub errors: ErrorMode,
     pub index: BranchId,
     pub min_free: Amount,
+    /// Room beyond `min_free` on its branch with which a file whose rule lets it overflow is
+    /// still passed through to the kernel at open (FUSE passthrough); None: never (such a
+    /// file's writes always come through the layer, which overflows them on ENOSPC).
+    pub passthrough_headroom: Option<Amount>,
     pub enforce_interval: Option<Duration>,
     pub enforce_rate: Option<u64>,
 }
@@ -121,6 +127,7 @@ struct RawGlobal {
     default_overflow: Option<bool>,
     index: Option<Spanned<String>>,
     min_free: Option<Spanned<String>>,
+    passthrough_headroom: Option<Spanned<String>>,
     enforce_interval: Option<Spanned<String>>,
     enforce_rate: Option<Spanned<String>>,
     branch_timeout: Option<Spanned<String>>,
@@ -391,6 +398,7 @@ impl Config {
             errors: globals.errors,
             index: globals.index,
             min_free: globals.min_free,
+            passthrough_headroom: globals.passthrough_headroom,
             enforce_interval: globals.enforce_interval,
             enforce_rate: globals.enforce_rate,
             branches,
@@ -404,6 +412,7 @@ struct Globals {
     default: Vec<BranchId>,
     index: BranchId,
     min_free: Amount,
+    passthrough_headroom: Option<Amount>,
     enforce_interval: Option<Duration>,
     enforce_rate: Option<u64>,
 }
@@ -582,6 +591,18 @@ impl Names<'_> {
             Some(s) => parse_amount(s.get_ref())
                 .ok_or_else(|| cx.err(s.span(), format!("bad min_free '{}'", s.get_ref())))?,
         };
+        let passthrough_headroom = match g.and_then(|g| g.passthrough_headroom.as_ref()) {
+            None => None,
+            Some(s) => Some(parse_amount(s.get_ref()).ok_or_else(|| {
+                cx.err(
+                    s.span(),
+                    format!(
+                        "bad passthrough_headroom '{}': bytes (\"1G\") or a share of the branch (\"10%\")",
+                        s.get_ref()
+                    ),
+                )
+            })?),
+        };
         let enforce_interval = match g.and_then(|g| g.enforce_interval.as_ref()) {
             None => None,
             Some(s) => Some(
@@ -604,6 +625,7 @@ impl Names<'_> {
             default,
             index,
             min_free,
+            passthrough_headroom,
             enforce_interval,
             enforce_rate,
         })
@@ -1042,6 +1064,7 @@ mod tests {
 errors = "and"
 default = ["fast", "slow"]
 min_free = "5%"
+passthrough_headroom = "2G"
 enforce_interval = "1h"
 enforce_rate = "50M"
 [[branch]]
@@ -1072,6 +1095,14 @@ branches = ["slow", "fast"]
         assert_eq!(c.errors, ErrorMode::And);
         assert_eq!(c.rules.default, vec![0, 1]);
         assert_eq!(c.min_free, Amount::Percent(5.0));
+        assert_eq!(c.passthrough_headroom, Some(Amount::Bytes(2 << 30)));
+        let bad = parse(
+            &d,
+            "[umbrella]\npassthrough_headroom = \"lots\"\n[[branch]]\nname = \"fast\"\npath = \"fast\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains(":2: bad passthrough_headroom 'lots'"), "{bad}");
         assert_eq!(c.enforce_interval, Some(Duration::from_secs(3600)));
         assert_eq!(c.enforce_rate, Some(50 << 20));
         let RuleBody::Meta {

@@ -141,6 +141,7 @@ pub(crate) struct Policy {
     pub rules: RuleSet,
     pub errors: ErrorMode,
     pub min_free: Amount,
+    pub passthrough_headroom: Option<Amount>,
     pub enforce_rate: Option<u64>,
     pub enforce_interval: Option<Duration>,
     pub index_branch: BranchId,
@@ -275,6 +276,7 @@ impl Umbrella {
             rules: cfg.rules.clone(),
             errors: cfg.errors,
             min_free: cfg.min_free,
+            passthrough_headroom: cfg.passthrough_headroom,
             enforce_rate: cfg.enforce_rate,
             enforce_interval: cfg.enforce_interval,
             index_branch: cfg.index,
@@ -802,14 +804,21 @@ impl Inner {
 
     /// Does branch `b` have room for `need` more bytes above its reserve?
     pub fn has_room(&self, b: BranchId, need: u64) -> bool {
+        self.has_room_for(b, need, None)
+    }
+
+    /// Does branch `b` have room for `need` more bytes and `extra` (an amount of the branch)
+    /// above its reserve?
+    fn has_room_for(&self, b: BranchId, need: u64, extra: Option<Amount>) -> bool {
         let Ok(br) = self.branch(b) else { return false };
         let Some((free, total)) = br.space() else {
             return false;
         };
-        let reserve = match self.policy().min_free {
+        let of = |a: Amount| match a {
             Amount::Bytes(n) => n,
             Amount::Percent(p) => (total as f64 * p / 100.0) as u64,
         };
+        let reserve = of(self.policy().min_free).saturating_add(extra.map_or(0, of));
         // Strictly more than needed: a branch reporting 0 bytes available is full even for
         // an empty file (root could still eat into ext4's reserved blocks, and then every
         // write would overflow).
@@ -1270,7 +1279,8 @@ impl Inner {
     /// never reach `write_overflowing`, so a branch filling up would give the application
     /// ENOSPC instead of a move to the next branch: only a file that could not overflow
     /// anyway qualifies (its rule allows one branch, overflow is forbidden, or it already
-    /// sits on the rule's last branch). And only on a branch whose calls run inline: the
+    /// sits on the rule's last branch), or one whose branch has `passthrough_headroom`
+    /// free beyond `min_free` at open, when the configuration trades that for speed. And only on a branch whose calls run inline: the
     /// kernel's own calls on an isolated branch's file would have no deadline. Migration on
     /// last close is unaffected: release still comes here and reads the size from the
     /// branch file.
@@ -1300,8 +1310,15 @@ impl Inner {
             Some(i) => i + 1 < cands.len(),
             None => !cands.is_empty(),
         };
+        // A file that may overflow is passed through only with the configured headroom on
+        // its branch: its writes then no longer reach `write_overflowing`, so the room is
+        // what the file (and everyone else's writes to that branch) may use while it stays
+        // open before one of its writes gets ENOSPC instead of a move.
         if can_overflow {
-            return None;
+            let headroom = self.policy().passthrough_headroom?;
+            if !self.has_room_for(b, a.size, Some(headroom)) {
+                return None;
+            }
         }
         // The kernel shares one backing file among all opens of the inode while any is
         // passed through, so hand it a read-write descriptor when the host allows one;

@@ -513,6 +513,63 @@ fn passthrough_and_its_fallbacks() {
     r.unmount();
 }
 
+/// `passthrough_headroom`: a file whose rule lets it overflow is passed through while its
+/// branch has that much room beyond `min_free` at open; below it, its writes come through
+/// the layer again and overflow as before.
+#[test]
+fn passthrough_headroom_passes_overflowable_files_through_while_there_is_room() {
+    let cfg = r#"
+[umbrella]
+passthrough_headroom = "6M"
+[[branch]]
+name = "small"
+path = "small"
+[[branch]]
+name = "big"
+path = "big"
+[[rule]]
+name = "small first"
+branches = ["small", "big"]
+"#;
+    let mut r = Rig::with_tmpfs(&[("small", Some("16M")), ("big", None)], cfg);
+    // 16 MiB free, 6 MiB of headroom: passed through although the rule may overflow.
+    let (reads, writes) = big_file_roundtrip(&r, "roomy", "small");
+    assert_eq!(
+        (reads, writes),
+        (0, 0),
+        "a file opened with the headroom free was not passed through"
+    );
+    // Fill the branch to below the headroom (about 4 MiB left): the next file's writes come
+    // here, and when it outgrows the branch it moves instead of failing.
+    fs::write(r.b("small", "filler"), vec![0u8; 8 << 20]).unwrap();
+    let counts = r.mount.as_ref().unwrap().counts();
+    let before = counts.get(cairn_fuse::Op::Write);
+    let data: Vec<u8> = (0..6_000_000u32).map(|i| (i % 253) as u8).collect();
+    {
+        let mut f = fs::File::create(r.m("grows")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert!(
+        counts.get(cairn_fuse::Op::Write) > before,
+        "passed through with less than the headroom free"
+    );
+    assert!(r.on("big", "grows") && !r.on("small", "grows"));
+    assert_eq!(fs::read(r.m("grows")).unwrap(), data);
+    // Without the option (the default), the same first file is never passed through.
+    fs::remove_file(r.m("grows")).unwrap();
+    fs::remove_file(r.b("small", "filler")).unwrap();
+    fs::remove_file(r.m("roomy")).unwrap();
+    r.unmount();
+    r.write_config(&cfg.replace("passthrough_headroom = \"6M\"", ""));
+    r.mount();
+    let (reads, writes) = big_file_roundtrip(&r, "roomy", "small");
+    assert!(
+        reads > 0 && writes > 0,
+        "an overflowable file passed through without passthrough_headroom"
+    );
+}
+
 /// A directory renamed over (or removed) while open: fstat of its descriptor still
 /// answers, with no links (generic/035), and a directory that is still there answers as
 /// before.
