@@ -464,18 +464,19 @@ impl Adapter {
     /// (which would tell the kernel the *name* is absent), and never another inode: the
     /// kernel compares the answer's generation with the handle's.
     fn lookup_by_number(&self, c: &Ctx, node: u64, name: &OsStr) -> cairn_vfs::Result<Attr> {
-        let stale = |e: FsError| match e.errno() {
-            cairn_vfs::Errno::ENOENT => FsError::Errno(cairn_vfs::Errno::ESTALE),
-            _ => e,
-        };
         let ino = self.ino_in(node);
         if name == "." {
-            self.fs.lookup_number(ino).map_err(stale)
-        } else if self.fs.stable_numbers() {
-            self.fs.lookup(c, ino, name).map_err(stale)
-        } else {
-            Err(FsError::Errno(cairn_vfs::Errno::ESTALE))
+            // ESTALE for a gone number is `lookup_number`'s own contract.
+            return self.fs.lookup_number(ino);
         }
+        if !self.fs.stable_numbers() {
+            return Err(FsError::Errno(cairn_vfs::Errno::ESTALE));
+        }
+        // `..` of a directory that is gone: ENOENT from the lookup, stale to the handle.
+        self.fs.lookup(c, ino, name).map_err(|e| match e.errno() {
+            cairn_vfs::Errno::ENOENT => FsError::Errno(cairn_vfs::Errno::ESTALE),
+            _ => e,
+        })
     }
 
     /// Forgets need no reply. Over /dev/fuse the binding splits BATCH_FORGET into one call

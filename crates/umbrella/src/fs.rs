@@ -1280,8 +1280,9 @@ impl Inner {
     /// ENOSPC instead of a move to the next branch: only a file that could not overflow
     /// anyway qualifies (its rule allows one branch, overflow is forbidden, or it already
     /// sits on the rule's last branch), or one whose branch has `passthrough_headroom`
-    /// free beyond `min_free` at open, when the configuration trades that for speed. And only on a branch whose calls run inline: the
-    /// kernel's own calls on an isolated branch's file would have no deadline. Migration on
+    /// free beyond `min_free` at open, when the configuration trades that for speed. And
+    /// only on a branch whose calls run inline: the kernel's own calls on an isolated
+    /// branch's file would have no deadline. Migration on
     /// last close is unaffected: release still comes here and reads the size from the
     /// branch file.
     pub(crate) fn backing_fd(&self, ino: Ino, fh: Fh) -> Option<OwnedFd> {
