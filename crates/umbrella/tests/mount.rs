@@ -570,6 +570,49 @@ branches = ["small", "big"]
     );
 }
 
+/// The trade `passthrough_headroom` makes, as the program sees it: a passed-through file
+/// whose branch fills while it is open gets ENOSPC from its write — an error it is told,
+/// not a write that vanishes — and what it wrote before stays in the file.
+#[test]
+fn a_passed_through_file_whose_branch_fills_gets_enospc_and_keeps_its_data() {
+    let cfg = r#"
+[umbrella]
+passthrough_headroom = "6M"
+[[branch]]
+name = "small"
+path = "small"
+[[branch]]
+name = "big"
+path = "big"
+[[rule]]
+name = "small first"
+branches = ["small", "big"]
+"#;
+    let r = Rig::with_tmpfs(&[("small", Some("16M")), ("big", None)], cfg);
+    let counts = r.mount.as_ref().unwrap().counts();
+    let before = counts.get(cairn_fuse::Op::Write);
+    let head: Vec<u8> = (0..1_000_000u32).map(|i| (i % 249) as u8).collect();
+    let mut f = fs::File::create(r.m("open")).unwrap();
+    f.write_all(&head).unwrap();
+    // Someone else fills the branch behind the layer while the file stays open.
+    let filler = fs::write(r.b("small", "filler"), vec![0u8; 15 << 20]);
+    assert!(filler.is_ok() || filler.unwrap_err().raw_os_error() == Some(libc::ENOSPC));
+    let e = f
+        .write_all(&vec![1u8; 4 << 20])
+        .and_then(|()| f.sync_all())
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert_eq!(
+        counts.get(cairn_fuse::Op::Write),
+        before,
+        "the file was not passed through"
+    );
+    drop(f);
+    let got = fs::read(r.m("open")).unwrap();
+    assert!(got.len() >= head.len() && got[..head.len()] == head[..]);
+    assert!(r.on("small", "open") && !r.on("big", "open"));
+}
+
 /// A directory renamed over (or removed) while open: fstat of its descriptor still
 /// answers, with no links (generic/035), and a directory that is still there answers as
 /// before.
