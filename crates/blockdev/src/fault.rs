@@ -181,6 +181,13 @@ impl BlockDevice for FaultDevice {
         self.inner.write_blocks(block, buf)
     }
 
+    /// A write, for the budget and the plans; passed on as a zero-range request.
+    fn zero_blocks(&self, block: u64, count: u64) -> io::Result<()> {
+        self.planned(FaultOp::Write)?;
+        self.admit()?;
+        self.inner.zero_blocks(block, count)
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.planned(FaultOp::Flush)?;
         self.admit()?;

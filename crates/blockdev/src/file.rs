@@ -137,6 +137,40 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    /// `fallocate(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)`: on an image file the host
+    /// file system marks the range unwritten (or writes zeros itself), on a block device
+    /// the kernel issues the block layer's zero-out (what the BLKZEROOUT ioctl does; a loop
+    /// device passes it on to its backing file as a zero range). Either way no buffer of
+    /// zeros crosses into the kernel. A file system or driver that refuses it
+    /// (`EOPNOTSUPP`, `EINVAL`) gets plain writes of zeros instead.
+    fn zero_blocks(&self, block: u64, count: u64) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let off = self.core.check_range(block, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let len = count * u64::from(self.core.block_size());
+        let (Ok(off_t), Ok(len_t)) = (libc::off_t::try_from(off), libc::off_t::try_from(len))
+        else {
+            return crate::write_zeros(self, block, count);
+        };
+        let at = self.core.now();
+        let flags = nix::fcntl::FallocateFlags::FALLOC_FL_ZERO_RANGE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        match nix::fcntl::fallocate(&self.file, flags, off_t, len_t) {
+            Ok(()) => {
+                self.core.done_zero(block, count, at);
+                Ok(())
+            }
+            Err(nix::errno::Errno::EOPNOTSUPP | nix::errno::Errno::EINVAL) => {
+                crate::write_zeros(self, block, count)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn flush(&self) -> io::Result<()> {
         let at = self.core.now();
         if !self.read_only {
@@ -273,6 +307,40 @@ mod tests {
         assert_eq!(FileDevice::open(&p, 512, true).unwrap().num_blocks(), 0);
     }
 
+    #[test]
+    fn zero_blocks_zeroes_the_range_alone_with_one_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let d = FileDevice::create(&p, 4096, 64 * 4096).unwrap();
+        d.write_blocks(0, &vec![0xa5; 64 * 4096]).unwrap();
+        let t = Arc::new(crate::VecTrace::new());
+        d.set_trace(Some(t.clone()));
+        let before = d.counters().snapshot();
+        d.zero_blocks(10, 40).unwrap();
+        let s = d.counters().snapshot().delta(&before);
+        assert_eq!((s.writes, s.zeroes, s.blocks_written), (1, 1, 40));
+        let ev = t.events();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            (ev[0].op, ev[0].block, ev[0].blocks),
+            (crate::TraceOp::Zero, 10, 40)
+        );
+        let mut back = vec![1; 64 * 4096];
+        d.read_blocks(0, &mut back).unwrap();
+        for (i, b) in back.chunks(4096).enumerate() {
+            let want = if (10..50).contains(&i) { 0 } else { 0xa5 };
+            assert!(b.iter().all(|&x| x == want), "block {i}");
+        }
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 64 * 4096);
+        assert!(d.zero_blocks(60, 5).is_err(), "past the end");
+        drop(d);
+        let ro = FileDevice::open(&p, 4096, true).unwrap();
+        assert_eq!(
+            ro.zero_blocks(0, 1).unwrap_err().raw_os_error(),
+            Some(libc::EROFS)
+        );
+    }
+
     /// Exercises the block-device path when a loop device can be set up (root with
     /// losetup); otherwise there is nothing to test and it returns early.
     #[test]
@@ -298,6 +366,9 @@ mod tests {
             let mut b = [0; 4096];
             d.read_blocks(255, &mut b)?;
             assert_eq!(b, [0xab; 4096]);
+            d.zero_blocks(254, 2)?;
+            d.read_blocks(255, &mut b)?;
+            assert_eq!(b, [0; 4096]);
             Ok(())
         })();
         let _ = std::process::Command::new("losetup")

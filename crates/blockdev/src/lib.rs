@@ -64,6 +64,19 @@ pub trait BlockDevice: Send + Sync {
     /// Writes `buf.len() / block_size` whole blocks starting at `block`; same rules as
     /// [`BlockDevice::read_blocks`].
     fn write_blocks(&self, block: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes blocks `block..block + count` read as zeros: a write of zeros, for every rule
+    /// above and below (ordering, durability at the next flush, tearing), but with no buffer
+    /// of zeros from the caller. Same range rules as [`BlockDevice::read_blocks`].
+    ///
+    /// The default writes zeros through [`BlockDevice::write_blocks`], a bounded buffer at a
+    /// time, so a wrapper that does not override it (a device model, a crash-state overlay)
+    /// sees, times and traces plain writes of zeros. [`FileDevice`] asks the kernel instead
+    /// (`FALLOC_FL_ZERO_RANGE`: unwritten extents on an image file, the block layer's
+    /// zero-out on a block device), [`MemDevice`] fills its memory; both trace it as one
+    /// [`TraceOp::Zero`].
+    fn zero_blocks(&self, block: u64, count: u64) -> io::Result<()> {
+        write_zeros(self, block, count)
+    }
     /// Durability barrier: every write that returned before this call is durable when it
     /// returns (fdatasync / BLKFLSBUF semantics).
     fn flush(&self) -> io::Result<()>;
@@ -76,6 +89,27 @@ pub trait BlockDevice: Send + Sync {
     fn disk_stats(&self) -> Option<disk::DiskStats> {
         None
     }
+}
+
+/// Largest buffer of zeros [`write_zeros`] writes at a time.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+/// [`BlockDevice::zero_blocks`] as plain writes of zeros, at most [`ZERO_CHUNK_BYTES`] (or
+/// one block, if larger) per write: the default, and the fallback of a device whose kernel
+/// call is refused.
+pub fn write_zeros<D: BlockDevice + ?Sized>(dev: &D, block: u64, count: u64) -> io::Result<()> {
+    let bs = u64::from(dev.block_size());
+    check_range(dev.num_blocks(), block, count)?;
+    let per = (ZERO_CHUNK_BYTES / bs).max(1).min(count.max(1));
+    let zeros = vec![0u8; (per * bs) as usize];
+    let mut at = block;
+    let end = block + count;
+    while at < end {
+        let n = per.min(end - at);
+        dev.write_blocks(at, &zeros[..(n * bs) as usize])?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// Cumulative I/O counters of a device.
@@ -98,6 +132,8 @@ pub struct DeviceCounters {
     blocks_written: AtomicU64,
     read_seeks: AtomicU64,
     write_seeks: AtomicU64,
+    /// Writes that were zero-range requests (also counted in `writes`).
+    zeroes: AtomicU64,
     /// The block right after the end of the previous access.
     next_block: AtomicU64,
 }
@@ -116,6 +152,7 @@ impl DeviceCounters {
             blocks_written: r(&self.blocks_written),
             read_seeks: r(&self.read_seeks),
             write_seeks: r(&self.write_seeks),
+            zeroes: r(&self.zeroes),
         }
     }
 
@@ -137,6 +174,13 @@ impl DeviceCounters {
         if self.moved(block, blocks) {
             self.write_seeks.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts one completed zero-range request of `blocks` blocks (`bytes` bytes) at
+    /// `block`: a write of that many blocks, and one zero request.
+    pub fn note_zero(&self, block: u64, blocks: u64, bytes: u64) {
+        self.note_write(block, blocks, bytes);
+        self.zeroes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one completed flush.
@@ -165,6 +209,10 @@ pub struct CounterSnapshot {
     pub blocks_written: u64,
     pub read_seeks: u64,
     pub write_seeks: u64,
+    /// Of `writes`, the zero-range requests ([`BlockDevice::zero_blocks`] done by the
+    /// device itself, with no buffer of zeros).
+    #[serde(default)]
+    pub zeroes: u64,
 }
 
 impl CounterSnapshot {
@@ -181,6 +229,7 @@ impl CounterSnapshot {
             blocks_written: self.blocks_written.saturating_sub(earlier.blocks_written),
             read_seeks: self.read_seeks.saturating_sub(earlier.read_seeks),
             write_seeks: self.write_seeks.saturating_sub(earlier.write_seeks),
+            zeroes: self.zeroes.saturating_sub(earlier.zeroes),
         }
     }
 }
@@ -190,6 +239,9 @@ impl CounterSnapshot {
 pub enum TraceOp {
     Read,
     Write,
+    /// A zero-range request ([`BlockDevice::zero_blocks`]): a write of zeros to `blocks`
+    /// blocks, traced with no data (a recorder logs a block of zeros for each).
+    Zero,
     Flush,
 }
 
@@ -212,7 +264,7 @@ pub struct TraceEvent {
 /// device.
 pub trait TraceSink: Send + Sync {
     /// `data` holds the written bytes for writes (so a crash recorder can log contents),
-    /// `None` for reads and flushes.
+    /// `None` for reads, flushes and zero-range writes (whose bytes are all zero).
     fn record(&self, ev: &TraceEvent, data: Option<&[u8]>);
 }
 
@@ -341,13 +393,8 @@ impl DeviceCore {
             )));
         }
         let blocks = len / bs;
-        match block.checked_add(blocks) {
-            Some(end) if end <= self.num_blocks => Ok((block * bs, blocks)),
-            _ => Err(invalid(format!(
-                "blocks {block}..+{blocks} out of range (device has {} blocks)",
-                self.num_blocks
-            ))),
-        }
+        check_range(self.num_blocks, block, blocks)?;
+        Ok((block * bs, blocks))
     }
 
     /// The current time relative to the device's opening, for [`TraceEvent::at`].
@@ -380,6 +427,27 @@ impl DeviceCore {
         self.trace(TraceOp::Write, block, blocks, at, Some(data));
     }
 
+    /// Counts and traces a completed zero-range write of `blocks` blocks that started at
+    /// `at`.
+    pub fn done_zero(&self, block: u64, blocks: u64, at: Duration) {
+        let bytes = blocks * u64::from(self.block_size);
+        self.counters.note_zero(block, blocks, bytes);
+        // An event counts its blocks in a u32: a larger range is traced in pieces.
+        let mut at_blk = block;
+        let end = block + blocks;
+        while at_blk < end {
+            let n = (end - at_blk).min(u64::from(u32::MAX));
+            self.trace(TraceOp::Zero, at_blk, n, at, None);
+            at_blk += n;
+        }
+    }
+
+    /// Validates a zero-range request of `count` blocks at `block`; its byte offset.
+    pub fn check_range(&self, block: u64, count: u64) -> io::Result<u64> {
+        check_range(self.num_blocks, block, count)?;
+        Ok(block * u64::from(self.block_size))
+    }
+
     /// Counts and traces a completed flush that started at `at`.
     pub fn done_flush(&self, at: Duration) {
         self.counters.note_flush();
@@ -402,6 +470,16 @@ impl DeviceCore {
             };
             sink.record(&ev, data);
         }
+    }
+}
+
+/// `InvalidInput` unless blocks `block..block + count` lie on a device of `num_blocks`.
+fn check_range(num_blocks: u64, block: u64, count: u64) -> io::Result<()> {
+    match block.checked_add(count) {
+        Some(end) if end <= num_blocks => Ok(()),
+        _ => Err(invalid(format!(
+            "blocks {block}..+{count} out of range (device has {num_blocks} blocks)"
+        ))),
     }
 }
 

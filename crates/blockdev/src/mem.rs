@@ -95,6 +95,18 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
 
+    fn zero_blocks(&self, block: u64, count: u64) -> io::Result<()> {
+        let off = self.core.check_range(block, count)? as usize;
+        if count == 0 {
+            return Ok(());
+        }
+        let at = self.core.now();
+        let len = count as usize * self.core.block_size() as usize;
+        self.bytes.write()[off..off + len].fill(0);
+        self.core.done_zero(block, count, at);
+        Ok(())
+    }
+
     fn flush(&self) -> io::Result<()> {
         let at = self.core.now();
         self.core.done_flush(at);
@@ -204,5 +216,78 @@ mod tests {
         assert_eq!(recs[1].1, None);
         assert!(recs[0].0.at <= recs[2].0.at);
         assert_eq!(d.counters().snapshot().flushes, 2);
+    }
+
+    #[test]
+    fn zero_blocks_is_one_traced_zero_request() {
+        let d = MemDevice::new(512, 8);
+        d.write_blocks(0, &[7; 8 * 512]).unwrap();
+        let t = Arc::new(VecTrace::with_data());
+        d.set_trace(Some(t.clone()));
+        d.zero_blocks(2, 3).unwrap();
+        d.zero_blocks(8, 0).unwrap();
+        assert!(d.zero_blocks(6, 3).is_err());
+        let recs = t.records();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(
+            (recs[0].0.op, recs[0].0.block, recs[0].0.blocks),
+            (TraceOp::Zero, 2, 3)
+        );
+        assert_eq!(recs[0].1, None);
+        let bytes = d.to_bytes();
+        assert!(bytes[..1024].iter().all(|&b| b == 7));
+        assert!(bytes[1024..2560].iter().all(|&b| b == 0));
+        assert!(bytes[2560..].iter().all(|&b| b == 7));
+        let s = d.counters().snapshot();
+        assert_eq!((s.zeroes, s.blocks_written), (1, 8 + 3));
+    }
+
+    /// A device that does not override `zero_blocks` gets plain writes of zeros, in
+    /// bounded pieces: what a device model or a crash overlay sees.
+    #[test]
+    fn the_default_zero_blocks_writes_zeros_in_bounded_pieces() {
+        struct Plain(MemDevice);
+        impl BlockDevice for Plain {
+            fn block_size(&self) -> u32 {
+                self.0.block_size()
+            }
+            fn num_blocks(&self) -> u64 {
+                self.0.num_blocks()
+            }
+            fn read_blocks(&self, b: u64, buf: &mut [u8]) -> io::Result<()> {
+                self.0.read_blocks(b, buf)
+            }
+            fn write_blocks(&self, b: u64, buf: &[u8]) -> io::Result<()> {
+                self.0.write_blocks(b, buf)
+            }
+            fn flush(&self) -> io::Result<()> {
+                self.0.flush()
+            }
+            fn counters(&self) -> &crate::DeviceCounters {
+                self.0.counters()
+            }
+            fn set_trace(&self, sink: Option<Arc<dyn crate::TraceSink>>) {
+                self.0.set_trace(sink)
+            }
+        }
+        let d = Plain(MemDevice::from_bytes(4096, vec![9; 600 * 4096]));
+        let t = Arc::new(VecTrace::with_data());
+        d.set_trace(Some(t.clone()));
+        d.zero_blocks(10, 300).unwrap();
+        let recs = t.records();
+        let ops: Vec<_> = recs
+            .iter()
+            .map(|(e, _)| (e.op, e.block, e.blocks))
+            .collect();
+        assert_eq!(
+            ops,
+            vec![(TraceOp::Write, 10, 256), (TraceOp::Write, 266, 44)]
+        );
+        assert!(
+            recs.iter()
+                .all(|(_, d)| d.as_ref().unwrap().iter().all(|&b| b == 0))
+        );
+        assert_eq!(d.counters().snapshot().zeroes, 0);
+        assert!(d.zero_blocks(599, 2).is_err());
     }
 }

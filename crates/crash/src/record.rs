@@ -412,7 +412,7 @@ impl TraceSink for SecondDevice {
         match ev.op {
             TraceOp::Read => {}
             TraceOp::Flush => self.rec.push(Event::LogFlush),
-            TraceOp::Write => {
+            TraceOp::Write | TraceOp::Zero => {
                 let moved = TraceEvent {
                     block: ev.block + self.offset,
                     ..ev.clone()
@@ -435,6 +435,17 @@ impl TraceSink for Recorder {
                     self.push(Event::Write {
                         block: ev.block + i as u64,
                         data: BlockData::from_slice(chunk),
+                        cont: i > 0,
+                    });
+                }
+            }
+            // A zero-range request is a write of zeros to each of its blocks, torn like
+            // any multi-block write: a crash state may hold any subset of them.
+            TraceOp::Zero => {
+                for i in 0..u64::from(ev.blocks) {
+                    self.push(Event::Write {
+                        block: ev.block + i,
+                        data: BlockData::Zero,
                         cont: i > 0,
                     });
                 }
@@ -779,6 +790,46 @@ mod tests {
         }
         assert_eq!(evs[3], Event::Flush);
         assert!(matches!(evs[4], Event::End { id: 1, .. }));
+    }
+
+    /// A zero-range request (fallocate's new blocks) is recorded as a write of zeros to
+    /// each block, over what the blocks held, on either device: a crash state may show any
+    /// subset of them, as for a multi-block write.
+    #[test]
+    fn recorder_sees_zero_range_writes_as_writes_of_zeros() {
+        let dev = MemDevice::new(512, 16);
+        let log = MemDevice::new(512, 8);
+        let rec = Arc::new(Recorder::new(512));
+        dev.set_trace(Some(rec.clone()));
+        log.set_trace(Some(rec.second_device(16)));
+        dev.write_blocks(4, &[7; 3 * 512]).unwrap();
+        dev.zero_blocks(4, 3).unwrap();
+        log.zero_blocks(1, 2).unwrap();
+        dev.flush().unwrap();
+        let writes: Vec<(u64, bool, bool)> = rec
+            .events()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Write { block, data, cont } => {
+                    Some((*block, *data == BlockData::Zero, *cont))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            vec![
+                (4, false, false),
+                (5, false, true),
+                (6, false, true),
+                (4, true, false),
+                (5, true, true),
+                (6, true, true),
+                (17, true, false),
+                (18, true, true),
+            ]
+        );
+        assert_eq!(rec.events().last(), Some(&Event::Flush));
     }
 
     #[test]

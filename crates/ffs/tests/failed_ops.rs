@@ -604,6 +604,11 @@ fn check_crash_states(
                         .push((e.block + i as u64, blk.to_vec()));
                 }
             }
+            TraceOp::Zero => {
+                for i in 0..u64::from(e.blocks) {
+                    epochs.last_mut().unwrap().push((e.block + i, vec![0; bs]));
+                }
+            }
             TraceOp::Flush => epochs.push(Vec::new()),
             TraceOp::Read => {}
         }

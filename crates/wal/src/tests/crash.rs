@@ -105,6 +105,7 @@ fn epochs(trace: &Trace, from: usize) -> Vec<Epoch> {
                 end: i,
             }),
             TraceOp::Read => {}
+            TraceOp::Zero => panic!("the log never issues a zero-range write"),
         }
     }
     out.push(Epoch {
