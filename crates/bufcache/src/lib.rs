@@ -254,6 +254,10 @@ pub struct CacheStats {
     pub dirty_buffers: u64,
     /// Cached buffers now.
     pub cached_buffers: u64,
+    /// Buffers put in the cache so far (a read's miss, a read-ahead, `get_new`, a rollback
+    /// putting one back): how many buffers an operation made, whatever was evicted since.
+    #[serde(default)]
+    pub insertions: u64,
     /// Bytes of cached contents now.
     pub cached_bytes: u64,
     /// The configured budget.
@@ -275,6 +279,8 @@ struct State {
     lru: BTreeMap<u64, BlockNo>,
     dirty: BTreeSet<BlockNo>,
     next_tick: u64,
+    /// Buffers ever put in the map (`CacheStats::insertions`).
+    inserted: u64,
 }
 
 impl State {
@@ -291,6 +297,7 @@ impl State {
     fn insert(&mut self, buf: BufRef) {
         let tick = self.next_tick;
         self.next_tick += 1;
+        self.inserted += 1;
         self.lru.insert(tick, buf.blkno());
         self.map.insert(buf.blkno(), Entry { buf, tick });
     }
@@ -552,6 +559,19 @@ impl BufferCache {
         self.dev.write_blocks(blk, data)
     }
 
+    /// Makes blocks `blk..blk + count` read as zeros on the device with one zero-range
+    /// request ([`BlockDevice::zero_blocks`]: no buffer of zeros, none cached): a file
+    /// system's new blocks whose initial contents are zeros. Same rules as
+    /// [`BufferCache::write_uncached`]: the blocks must not be cached, a write in flight of
+    /// a freed buffer of one of them is waited for first, a refused rollback's writes go
+    /// first, and an undo scope does not record it (the blocks must be free when the scope
+    /// began, so their contents do not matter to it). Not durable until a flush.
+    pub fn zero_uncached(&self, blk: BlockNo, count: u64) -> io::Result<()> {
+        self.wait_retiring_range(blk, count);
+        self.settle_undo()?;
+        self.dev.zero_blocks(blk, count)
+    }
+
     /// Device barrier, then the `after_flush` hook.
     pub fn flush_device(&self) -> io::Result<()> {
         self.settle_undo()?;
@@ -636,14 +656,30 @@ impl BufferCache {
         }
     }
 
+    /// [`BufferCache::wait_retiring`] for every block of `start..start + count`, without a
+    /// list of them (a zero range may cover a million blocks; few are ever retiring).
+    fn wait_retiring_range(&self, start: BlockNo, count: u64) {
+        let end = start.saturating_add(count);
+        let blks: Vec<BlockNo> = {
+            let r = self.retiring.lock();
+            r.keys()
+                .copied()
+                .filter(|b| (start..end).contains(b))
+                .collect()
+        };
+        if !blks.is_empty() {
+            self.wait_retiring(&blks, &[]);
+        }
+    }
+
     pub fn dirty_count(&self) -> usize {
         self.state.lock().dirty.len()
     }
 
     pub fn stats(&self) -> CacheStats {
-        let (dirty, cached) = {
+        let (dirty, cached, insertions) = {
             let st = self.state.lock();
-            (st.dirty.len() as u64, st.map.len() as u64)
+            (st.dirty.len() as u64, st.map.len() as u64, st.inserted)
         };
         let c = &self.counters;
         CacheStats {
@@ -656,6 +692,7 @@ impl BufferCache {
             write_errors: c.write_errors.load(Ordering::Relaxed),
             dirty_buffers: dirty,
             cached_buffers: cached,
+            insertions,
             cached_bytes: cached * self.block_size as u64,
             budget_bytes: self.cfg.budget_bytes,
         }

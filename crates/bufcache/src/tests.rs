@@ -1122,6 +1122,52 @@ fn write_uncached_waits_for_a_freed_buffer_in_flight() {
     assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
 }
 
+/// A zero range over a block freed while a write of it is in flight (fallocate's new
+/// blocks): the zeroing waits for the old write, so the device ends with zeros; it is one
+/// device request and puts no buffer in the cache.
+#[test]
+fn zero_uncached_waits_for_a_freed_buffer_in_flight_and_caches_nothing() {
+    let dev = mem(16);
+    dev.write_blocks(0, &[7; 16 * BS as usize]).unwrap();
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let hooks = Arc::new(Pause {
+        reached: Mutex::new(Some(reached_tx)),
+        release: Mutex::new(Some(release_rx)),
+    });
+    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
+    fill(&cache, &cache.get_new(6), 1);
+    let old_writer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.write_back_all())
+    };
+    reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
+    cache.invalidate(6);
+    let (inserted, before) = (cache.stats().insertions, dev.counters().snapshot());
+    let zeroer = {
+        let cache = Arc::clone(&cache);
+        std::thread::spawn(move || cache.zero_uncached(4, 6))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let waited = !zeroer.is_finished();
+    release_tx.send(()).unwrap();
+    old_writer.join().unwrap().unwrap();
+    zeroer.join().unwrap().unwrap();
+    assert!(waited, "the zeroing did not wait for the old write");
+    for blk in 0..16 {
+        let want = if (4..10).contains(&blk) { 0 } else { 7 };
+        assert_eq!(dev_block(&dev, blk), vec![want; BS as usize], "block {blk}");
+    }
+    let d = dev.counters().snapshot().delta(&before);
+    assert_eq!(
+        (d.zeroes, d.blocks_written),
+        (1, 6 + 1),
+        "one zero request, one old write"
+    );
+    assert_eq!(cache.stats().insertions, inserted, "no buffer made");
+    assert!(cache.lookup(5).is_none());
+}
+
 /// The touched mask names every 1/64th a change reached since it was last taken: all of a
 /// new buffer, the grains of each `write_range`, all after `write`, `write_untracked` or a
 /// rollback; taking it clears it.
