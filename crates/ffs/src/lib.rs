@@ -692,6 +692,11 @@ impl Ffs {
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
         &self.dev
     }
+
+    /// The buffer cache's counters (what `cairn stats` shows as `cache`).
+    pub fn cache_stats(&self) -> cairn_bufcache::CacheStats {
+        self.vol.cache.stats()
+    }
 }
 
 impl Drop for Ffs {

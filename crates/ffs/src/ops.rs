@@ -21,14 +21,18 @@ use cairn_vfs::{
 use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
-    AclMode, AllocDirect, Apply, AttrChange, BlockKind, FreeBlocks, FsyncReq, InoMapDep, InodePtr,
-    IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
+    AclMode, AllocDirect, Apply, AttrChange, BlockKind, DataZeroed, FreeBlocks, FsyncReq,
+    InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy, OpKind, SyncWhy,
 };
 use crate::{Ffs, State, corrupt_err};
 
 /// A write request at least this long is a stream: its whole blocks go straight to the
 /// device (see `do_write`).
 const STREAM_BYTES: u64 = 256 << 10;
+/// An fallocate that allocates at least this many bytes gives its new blocks their zeros on
+/// the device (`BufferCache::zero_uncached`, then a flush) rather than a buffer of zeros
+/// each: below it, a flush costs more than the buffers.
+const ZERO_ON_DEVICE_BYTES: u64 = 256 << 10;
 /// Largest single device write of a stream (1 MiB of 4 KiB blocks).
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
@@ -1241,9 +1245,7 @@ impl Ffs {
         let mut data_changed = true;
         match op {
             Falloc::Allocate { keep_size } => {
-                for lbn in offset / bs..end.div_ceil(bs) {
-                    self.alloc_zeroed(st, ino, lbn)?;
-                }
+                self.alloc_zeroed(st, ino, offset / bs, end.div_ceil(bs))?;
                 grow(st, keep_size)?;
                 data_changed = false;
             }
@@ -1251,10 +1253,7 @@ impl Ffs {
             Falloc::ZeroRange { keep_size } => {
                 // Every block the range touches is allocated (as by mode 0), and the range's
                 // bytes in it zeroed.
-                for lbn in offset / bs..end.div_ceil(bs) {
-                    let Some(p) = self.alloc_zeroed(st, ino, lbn)? else {
-                        continue;
-                    };
+                for (lbn, p) in self.alloc_zeroed(st, ino, offset / bs, end.div_ceil(bs))? {
                     let lo = offset.max(lbn * bs) - lbn * bs;
                     let hi = end.min((lbn + 1) * bs) - lbn * bs;
                     let b = self.bread(p, kind::DATA)?;
@@ -1279,16 +1278,58 @@ impl Ffs {
         Ok(())
     }
 
-    /// Maps logical block `lbn` of `ino`, a new block zeroed: the block if it was mapped
-    /// already (its bytes as they were), `None` if it is new.
-    fn alloc_zeroed(&self, st: &mut State, ino: u64, lbn: u64) -> Result<Option<u64>> {
-        let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
-        if !fresh {
-            return Ok(Some(p));
+    /// Maps logical blocks `from..to` of `ino`, each new block zeroed; returns the blocks
+    /// that were mapped already (their bytes as they were), as `(lbn, block)`.
+    ///
+    /// A large range (at least [`ZERO_ON_DEVICE_BYTES`]) makes no buffer for its new blocks:
+    /// once every block is mapped, their runs are zeroed on the device with one zero-range
+    /// request each and a flush, and the strategy is told that their initial contents are
+    /// durable (`DataZeroed`). A buffer per block — all of them held by the call's undo
+    /// scope until it ends — made a fallocate of 1 GiB cost 1 GiB of memory and then 1 GiB
+    /// of writes. The order is rule 1's: the pointers to the new blocks are in buffers that
+    /// no write takes before the call ends (`sync` writes data allocations' pointers at its
+    /// end, a journal logs them at its end after a flush, soft updates holds write passes
+    /// out of a call and rolls the pointers back until `DataZeroed`), so the zeros are
+    /// durable before any pointer to them can be. A new block that is cached (its buffer
+    /// outlived a free) is zeroed in its buffer, as a small range's are.
+    fn alloc_zeroed(
+        &self,
+        st: &mut State,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let bs = self.vol.geo.block_size as u64;
+        let on_device = to.saturating_sub(from).saturating_mul(bs) >= ZERO_ON_DEVICE_BYTES;
+        let mut mapped = Vec::new();
+        // Runs of new blocks contiguous on the device: (first block, count).
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for lbn in from..to {
+            let (p, fresh, _) = self.bmap_alloc(st, ino, lbn, BlockKind::Data, None)?;
+            if !fresh {
+                mapped.push((lbn, p));
+            } else if on_device && self.vol.cache.lookup(p).is_none() {
+                match runs.last_mut() {
+                    Some((first, n)) if *first + *n == p => *n += 1,
+                    _ => runs.push((p, 1)),
+                }
+            } else {
+                let b = self.bnew(p, kind::DATA);
+                self.vol.cache.mark_dirty(&b);
+            }
         }
-        let b = self.bnew(p, kind::DATA);
-        self.vol.cache.mark_dirty(&b);
-        Ok(None)
+        if runs.is_empty() {
+            return Ok(mapped);
+        }
+        for &(first, n) in &runs {
+            self.vol.cache.zero_uncached(first, n)?;
+        }
+        self.vol.cache.flush_device()?;
+        for &(first, count) in &runs {
+            let f = DataZeroed { ino, first, count };
+            self.fact(st, |s, tx| s.setup_data_zeroed(tx, &f))?;
+        }
+        Ok(mapped)
     }
 
     /// Stores inode `ino` and declares its attributes changed (`extra`: the xattr block it

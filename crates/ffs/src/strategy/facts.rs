@@ -135,6 +135,23 @@ pub struct AllocIndir<'a> {
     pub new_buf: Option<&'a BufRef>,
 }
 
+/// Data blocks `first..first + count`, each allocated to inode `ino` by the call in
+/// progress and declared by its `AllocDirect` or `AllocIndir` already, hold their initial
+/// contents — zeros — durably: the engine zeroed them on the device with a zero-range
+/// request and then flushed, where it would otherwise have made a buffer of zeros per block
+/// (fallocate of a large range). In FreeBSD's terms this is the new blocks' own write
+/// completing (what sets an allocdirect's or allocindir's COMPLETE,
+/// `handle_allocdirect_partdone`): rule 1's "the block's contents before the pointer to
+/// it" holds for these blocks from now on, and their pointers wait only for what else they
+/// wait for (the bitmap). The pointers cannot have reached disk before this fact: they are
+/// in buffers no write pass takes while the call is in progress, or behind the call's own
+/// barrier.
+pub struct DataZeroed {
+    pub ino: Ino,
+    pub first: Blk,
+    pub count: u64,
+}
+
 /// A new entry `name → ino` is in `buf` at byte `offset` of directory `dir`
 /// (`softdep_setup_directory_add`).
 pub struct DirAdd<'a> {

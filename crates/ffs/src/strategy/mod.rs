@@ -369,6 +369,14 @@ pub trait Strategy: Send + std::marker::Sync {
         let _ = (tx, f);
         Ok(())
     }
+    /// New data blocks' zeros are durable on the device ([`DataZeroed`]). A mode that
+    /// orders data before the pointers to it by waiting for each block's own write (soft
+    /// updates) counts this as that write; the others need nothing: their pointers reach
+    /// disk at the call's end or later, after the flush that made the zeros durable.
+    fn setup_data_zeroed(&self, tx: &mut Tx, f: &DataZeroed) -> Result<()> {
+        let _ = (tx, f);
+        Ok(())
+    }
     /// Inode `ino` was encoded into `buf` (FreeBSD: `softdep_update_inodeblock`); `was` is
     /// the size its slot held before (the size on disk when nothing encoded the inode since
     /// its block was read: a mode asking whether a size was raised need not read the device).

@@ -34,9 +34,9 @@ use cairn_vfs::{KernelCachePolicy, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::{
-    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
-    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel, LinkChange, LinkWhy,
-    ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
+    AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DataZeroed, DirAdd, DirChange,
+    DirRemove, Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, InodePtr, IoModel,
+    LinkChange, LinkWhy, ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, dir, kind};
 use deps::{Action, Cond, Deps, OpLog, PtrAt, What};
@@ -1251,6 +1251,23 @@ impl Strategy for SoftDep {
             f.old_blk,
             f.kind,
         )
+    }
+
+    /// The zero-range write of the new blocks is durable: for each block's allocation
+    /// record, the condition "the block written after the record was made" holds, exactly
+    /// as a durable write of a buffer of zeros would have made it hold (`on_durable` with a
+    /// sequence number above every record the call made).
+    fn setup_data_zeroed(&self, _tx: &mut Tx, f: &DataZeroed) -> Result<()> {
+        let mut d = self.inner.deps.lock();
+        let seq = d.next_seq();
+        for blk in f.first..f.first.saturating_add(f.count) {
+            d.on_durable(&deps::Written {
+                blk,
+                seq,
+                ..Default::default()
+            });
+        }
+        Ok(())
     }
 
     fn setup_directory_add(&self, tx: &mut Tx, f: &DirAdd) -> Result<()> {
