@@ -160,3 +160,25 @@ fn a_large_fallocate_that_fails_midway_changes_nothing() {
         }
     }
 }
+
+/// Soft updates counts the zero-range write as the new blocks' own durable write
+/// (`DataZeroed`), so an fsync right after a large fallocate finds their pointers safe and
+/// writes the block map and the inode in a wave each, rather than writing and flushing for
+/// blocks that have no buffer until a full sweep notices they are clean.
+#[test]
+fn soft_updates_fsync_after_a_large_fallocate_takes_few_flushes() {
+    let mem = mkfs();
+    let fs = mount(&mem, "softdep");
+    let c = Ctx::root();
+    let (f, fh) = fs.create(&c, 2, n("big"), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.fsync(f.ino, fh, false).unwrap();
+    fs.fallocate(f.ino, fh, 0, RANGE, 0).unwrap();
+    let before = fs.device().counters().snapshot();
+    fs.fsync(f.ino, fh, false).unwrap();
+    let flushes = fs.device().counters().snapshot().delta(&before).flushes;
+    assert!(flushes <= 4, "{flushes} flushes for the fsync");
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_eq!(fsck(&mem), "");
+}

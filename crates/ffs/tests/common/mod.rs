@@ -630,6 +630,8 @@ pub fn every_op() -> Vec<Op> {
         Op::Write("empty".into(), 0, data(13, 300 << 10)),
         Op::Write("a/h".into(), 100, data(14, 20_000)),
         Op::Fallocate("f".into(), 0, 200 << 10),
+        // Large enough for the new blocks to be zeroed on the device, not in buffers.
+        Op::Fallocate("f".into(), 200 << 10, 320 << 10),
         Op::Punch("g".into(), BS, 2 * BS),
         Op::Truncate("g".into(), 5000),
         Op::Truncate("f".into(), 1 << 20),
