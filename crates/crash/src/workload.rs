@@ -314,6 +314,18 @@ impl Driver {
         self.call(|d| d.fs.release(ino, fh))
     }
 
+    /// fallocate(2) of `len` bytes at `offset`, mode 0 (the file grows; the model only
+    /// knows its contents are zeros or its own from then on).
+    pub fn fallocate(&mut self, path: &str, offset: u64, len: u64) -> Result<(), FsError> {
+        self.call(|d| {
+            let a = d.stat(path)?;
+            let fh = d.fs.open(&d.ctx, a.ino, libc::O_WRONLY)?;
+            let r = d.fs.fallocate(a.ino, fh, offset, len, 0);
+            d.fs.release(a.ino, fh)?;
+            r
+        })
+    }
+
     pub fn fsync(&mut self, path: &str) -> Result<(), FsError> {
         self.call(|d| {
             let a = d.stat(path)?;
@@ -995,6 +1007,22 @@ pub fn scripted_set() -> Vec<Workload> {
                 d.fsync("a")?;
                 d.write("a", 96 << 10, 16 << 10)?;
                 d.fsync("a")
+            },
+        ),
+        // A fallocate large enough that its new blocks are zeroed on the device (no buffer
+        // each), over blocks a deleted file's data left: no crash state may show that data
+        // in the new file (the zeros are durable before any pointer to them).
+        scripted(
+            "fallocate-large",
+            |d| {
+                d.create("old")?;
+                d.write("old", 0, 512 << 10)?;
+                d.unlink("old")
+            },
+            |d| {
+                d.create("f")?;
+                d.fallocate("f", 0, 512 << 10)?;
+                d.create("g")
             },
         ),
         // A write's allocations are owed when a directory removal writes inode blocks.

@@ -60,6 +60,39 @@ fn sync_and_async_deliver_what_they_declare() {
     assert!(r.passed(), "{}", show(&r));
 }
 
+/// A fallocate whose new blocks are zeroed on the device by one zero-range request (no
+/// buffer each), over blocks a deleted file's tagged data left, in every ffs mode: the
+/// recorder logs the request as a write of zeros to each block, the crash states tear it
+/// like any write, and the modes promising no stale data never show the old file's bytes
+/// in the new one (its zeros are flushed before any pointer to them can be written); each
+/// mode's states are what it declares.
+#[test]
+fn a_large_fallocate_shows_no_stale_data_in_any_crash_state() {
+    let w = vec![workload::by_name("fallocate-large").unwrap()];
+    let modes = [
+        "sync",
+        "async",
+        "softdep",
+        "journal",
+        "journal-async",
+        "journal-group",
+    ];
+    let r = run(&modes, w, 3000, None);
+    assert!(r.states >= 1000, "only {} states", r.states);
+    let stale: Vec<_> = r
+        .cells
+        .iter()
+        .filter(|c| ["softdep", "journal", "journal-group"].contains(&c.mode.as_str()))
+        .map(|c| (c.mode.as_str(), c.stale))
+        .collect();
+    assert!(
+        stale.iter().all(|(_, n)| *n == 0),
+        "{stale:?}\n{}",
+        show(&r)
+    );
+    assert!(r.passed(), "{}", show(&r));
+}
+
 /// The log-structured format, recorded and checked through its registry entry: no
 /// corruption, and every state the one some prefix of the calls left, no shorter
 /// than the last returned fsync or sync.
