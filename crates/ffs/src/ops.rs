@@ -1283,7 +1283,7 @@ impl Ffs {
     ///
     /// A large range (at least [`ZERO_ON_DEVICE_BYTES`]) makes no buffer for its new blocks:
     /// once every block is mapped, their runs are zeroed on the device with one zero-range
-    /// request each and a flush, and the strategy is told that their initial contents are
+    /// request each and a flush (the strategy's `write_zeros`), and the strategy is told that their initial contents are
     /// durable (`DataZeroed`). A buffer per block — all of them held by the call's undo
     /// scope until it ends — made a fallocate of 1 GiB cost 1 GiB of memory and then 1 GiB
     /// of writes. The order is rule 1's: the pointers to the new blocks are in buffers that
@@ -1321,10 +1321,7 @@ impl Ffs {
         if runs.is_empty() {
             return Ok(mapped);
         }
-        for &(first, n) in &runs {
-            self.vol.cache.zero_uncached(first, n)?;
-        }
-        self.vol.cache.flush_device()?;
+        self.strategy.write_zeros(&self.io, ino, &runs)?;
         for &(first, count) in &runs {
             let f = DataZeroed { ino, first, count };
             self.fact(st, |s, tx| s.setup_data_zeroed(tx, &f))?;

@@ -92,6 +92,18 @@ impl Io {
         Ok(())
     }
 
+    /// Gives new data blocks their zeros on the device — one zero-range request per run
+    /// `(first, count)`, no buffer — and flushes: when this returns the zeros are durable
+    /// (what `DataZeroed` then declares). A write still in flight of a freed buffer of one
+    /// of the blocks is waited for first (`BufferCache::zero_uncached`).
+    pub fn write_zeros(&self, runs: &[(u64, u64)]) -> Result<()> {
+        for &(first, count) in runs {
+            self.cache.zero_uncached(first, count)?;
+            self.mark_written();
+        }
+        self.barrier()
+    }
+
     /// Writes every dirty group block (bitmaps, descriptors). A barrier comes first: a
     /// group block may carry freed bits whose cleared pointers were written but not yet
     /// flushed (rule 2: the bitmap may free a block only after no pointer to it is on disk).

@@ -319,6 +319,14 @@ pub trait Strategy: Send + std::marker::Sync {
         io.write_stream(blk, data)
     }
 
+    /// Gives new data blocks of inode `ino` their zeros on the device, durably: one
+    /// zero-range request per run `(first block, count)`, then a flush (a large fallocate,
+    /// inside its call, before it declares `DataZeroed`).
+    fn write_zeros(&self, io: &Io, ino: Ino, runs: &[(Blk, u64)]) -> Result<()> {
+        let _ = ino;
+        io.write_zeros(runs)
+    }
+
     // ---- per call -------------------------------------------------------------------
 
     /// A call of `kind` begins.
