@@ -127,6 +127,14 @@ mod tests {
     use super::*;
     use crate::{TraceOp, VecTrace};
 
+    /// The operation, first block and length of each traced event.
+    fn ops(t: &VecTrace) -> Vec<(TraceOp, u64, u32)> {
+        t.events()
+            .iter()
+            .map(|e| (e.op, e.block, e.blocks))
+            .collect()
+    }
+
     #[test]
     fn read_back_what_was_written() {
         let d = MemDevice::new(512, 8);
@@ -200,12 +208,8 @@ mod tests {
         d.set_trace(None);
         d.flush().unwrap();
         let recs = t.records();
-        let ops: Vec<_> = recs
-            .iter()
-            .map(|(e, _)| (e.op, e.block, e.blocks))
-            .collect();
         assert_eq!(
-            ops,
+            ops(&t),
             vec![
                 (TraceOp::Write, 1, 2),
                 (TraceOp::Read, 0, 1),
@@ -229,10 +233,7 @@ mod tests {
         assert!(d.zero_blocks(6, 3).is_err());
         let recs = t.records();
         assert_eq!(recs.len(), 1);
-        assert_eq!(
-            (recs[0].0.op, recs[0].0.block, recs[0].0.blocks),
-            (TraceOp::Zero, 2, 3)
-        );
+        assert_eq!(ops(&t), vec![(TraceOp::Zero, 2, 3)]);
         assert_eq!(recs[0].1, None);
         let bytes = d.to_bytes();
         assert!(bytes[..1024].iter().all(|&b| b == 7));
@@ -275,12 +276,8 @@ mod tests {
         d.set_trace(Some(t.clone()));
         d.zero_blocks(10, 300).unwrap();
         let recs = t.records();
-        let ops: Vec<_> = recs
-            .iter()
-            .map(|(e, _)| (e.op, e.block, e.blocks))
-            .collect();
         assert_eq!(
-            ops,
+            ops(&t),
             vec![(TraceOp::Write, 10, 256), (TraceOp::Write, 266, 44)]
         );
         assert!(

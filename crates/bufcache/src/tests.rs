@@ -1089,12 +1089,13 @@ fn rollback_waits_for_a_concurrent_write_back_of_a_changed_block() {
     assert_eq!(dev_block(&dev, 6), vec![1; BS as usize]);
 }
 
-/// A block freed while a write of it is in flight, then written straight to the device
-/// (a stream into the block's next owner): the direct write waits for the old one, so the
-/// device ends with the new contents.
-#[test]
-fn write_uncached_waits_for_a_freed_buffer_in_flight() {
-    let dev = mem(16);
+/// Block 6 of `dev` cached with 1s and written back, its write held in flight while the
+/// block is freed (`invalidate`) and `direct` runs on another thread; returns whether
+/// `direct` waited for the old write (it had not finished 100 ms later), once both are done.
+fn direct_after_a_freed_write_in_flight(
+    dev: &Arc<MemDevice>,
+    direct: impl FnOnce(&BufferCache) -> io::Result<()> + Send + 'static,
+) -> bool {
     let (reached_tx, reached_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel();
     let hooks = Arc::new(Pause {
@@ -1109,15 +1110,29 @@ fn write_uncached_waits_for_a_freed_buffer_in_flight() {
     };
     reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
     cache.invalidate(6);
-    let streamer = {
+    let inserted = cache.stats().insertions;
+    let direct = {
         let cache = Arc::clone(&cache);
-        std::thread::spawn(move || cache.write_uncached(6, &[2; BS as usize]))
+        std::thread::spawn(move || direct(&cache))
     };
     std::thread::sleep(Duration::from_millis(100));
-    let waited = !streamer.is_finished();
+    let waited = !direct.is_finished();
     release_tx.send(()).unwrap();
     old_writer.join().unwrap().unwrap();
-    streamer.join().unwrap().unwrap();
+    direct.join().unwrap().unwrap();
+    assert_eq!(cache.stats().insertions, inserted, "no buffer made");
+    assert!(cache.lookup(6).is_none());
+    waited
+}
+
+/// A block freed while a write of it is in flight, then written straight to the device
+/// (a stream into the block's next owner): the direct write waits for the old one, so the
+/// device ends with the new contents.
+#[test]
+fn write_uncached_waits_for_a_freed_buffer_in_flight() {
+    let dev = mem(16);
+    let waited =
+        direct_after_a_freed_write_in_flight(&dev, |c| c.write_uncached(6, &[2; BS as usize]));
     assert!(waited, "the direct write did not wait for the old one");
     assert_eq!(dev_block(&dev, 6), vec![2; BS as usize]);
 }
@@ -1129,30 +1144,8 @@ fn write_uncached_waits_for_a_freed_buffer_in_flight() {
 fn zero_uncached_waits_for_a_freed_buffer_in_flight_and_caches_nothing() {
     let dev = mem(16);
     dev.write_blocks(0, &[7; 16 * BS as usize]).unwrap();
-    let (reached_tx, reached_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let hooks = Arc::new(Pause {
-        reached: Mutex::new(Some(reached_tx)),
-        release: Mutex::new(Some(release_rx)),
-    });
-    let cache = BufferCache::new(dev.clone(), CacheConfig::default(), hooks);
-    fill(&cache, &cache.get_new(6), 1);
-    let old_writer = {
-        let cache = Arc::clone(&cache);
-        std::thread::spawn(move || cache.write_back_all())
-    };
-    reached_rx.recv().unwrap(); // the old image is copied; its write is in flight
-    cache.invalidate(6);
-    let (inserted, before) = (cache.stats().insertions, dev.counters().snapshot());
-    let zeroer = {
-        let cache = Arc::clone(&cache);
-        std::thread::spawn(move || cache.zero_uncached(4, 6))
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    let waited = !zeroer.is_finished();
-    release_tx.send(()).unwrap();
-    old_writer.join().unwrap().unwrap();
-    zeroer.join().unwrap().unwrap();
+    let before = dev.counters().snapshot();
+    let waited = direct_after_a_freed_write_in_flight(&dev, |c| c.zero_uncached(4, 6));
     assert!(waited, "the zeroing did not wait for the old write");
     for blk in 0..16 {
         let want = if (4..10).contains(&blk) { 0 } else { 7 };
@@ -1164,8 +1157,6 @@ fn zero_uncached_waits_for_a_freed_buffer_in_flight_and_caches_nothing() {
         (1, 6 + 1),
         "one zero request, one old write"
     );
-    assert_eq!(cache.stats().insertions, inserted, "no buffer made");
-    assert!(cache.lookup(5).is_none());
 }
 
 /// The touched mask names every 1/64th a change reached since it was last taken: all of a
