@@ -362,3 +362,36 @@ fn every_preset_parameter_is_cited_and_documented() {
         );
     }
 }
+
+/// A zero range under the model is what the disk would do for it: writes of zeros, timed
+/// like any write of that many sectors (the model does not override `zero_blocks`), and
+/// the wrapped device sees those writes, not a zero-range request.
+#[test]
+fn a_zero_range_is_modelled_as_writes_of_zeros() {
+    let (mem, d) = disk(frozen(toy(), false), 1000);
+    d.write_blocks(0, &vec![7; 300 * 4096]).unwrap();
+    let before = d.disk_stats().unwrap();
+    let t = Arc::new(VecTrace::with_data());
+    d.set_trace(Some(t.clone()));
+    d.zero_blocks(10, 280).unwrap();
+    let s = d.disk_stats().unwrap();
+    assert!(
+        s.write.busy_ns > before.write.busy_ns,
+        "the zeroing took no disk time"
+    );
+    assert_eq!(s.write.sectors - before.write.sectors, 280 * 8);
+    assert!(
+        t.events().iter().all(|e| e.op == TraceOp::Write),
+        "{:?}",
+        t.events()
+    );
+    let blocks: u64 = t.events().iter().map(|e| u64::from(e.blocks)).sum();
+    assert_eq!(blocks, 280);
+    assert_eq!(mem.counters().snapshot().zeroes, 0);
+    let mut b = vec![1; 300 * 4096];
+    d.read_blocks(0, &mut b).unwrap();
+    for (i, blk) in b.chunks(4096).enumerate() {
+        let want = if (10..290).contains(&i) { 0 } else { 7 };
+        assert!(blk.iter().all(|&x| x == want), "block {i}");
+    }
+}
