@@ -307,10 +307,20 @@ mod tests {
         assert_eq!(FileDevice::open(&p, 512, true).unwrap().num_blocks(), 0);
     }
 
-    #[test]
-    fn zero_blocks_zeroes_the_range_alone_with_one_request() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("img");
+    /// Whether the file system holding `dir` zeroes a range of a file itself
+    /// (`FALLOC_FL_ZERO_RANGE`: ext4, xfs, btrfs; not tmpfs).
+    fn zero_range_supported(dir: &Path) -> bool {
+        let f = File::create(dir.join("probe")).unwrap();
+        f.set_len(8192).unwrap();
+        let flags = nix::fcntl::FallocateFlags::FALLOC_FL_ZERO_RANGE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        nix::fcntl::fallocate(&f, flags, 0, 4096).is_ok()
+    }
+
+    /// Zeroes blocks 10..50 of a 64-block image in `dir` full of 0xa5; returns the device's
+    /// counters for the call and the traced operations.
+    fn zero_a_range(dir: &Path) -> (crate::CounterSnapshot, Vec<(crate::TraceOp, u64, u32)>) {
+        let p = dir.join("img");
         let d = FileDevice::create(&p, 4096, 64 * 4096).unwrap();
         d.write_blocks(0, &vec![0xa5; 64 * 4096]).unwrap();
         let t = Arc::new(crate::VecTrace::new());
@@ -318,13 +328,11 @@ mod tests {
         let before = d.counters().snapshot();
         d.zero_blocks(10, 40).unwrap();
         let s = d.counters().snapshot().delta(&before);
-        assert_eq!((s.writes, s.zeroes, s.blocks_written), (1, 1, 40));
-        let ev = t.events();
-        assert_eq!(ev.len(), 1);
-        assert_eq!(
-            (ev[0].op, ev[0].block, ev[0].blocks),
-            (crate::TraceOp::Zero, 10, 40)
-        );
+        let ops = t
+            .events()
+            .iter()
+            .map(|e| (e.op, e.block, e.blocks))
+            .collect();
         let mut back = vec![1; 64 * 4096];
         d.read_blocks(0, &mut back).unwrap();
         for (i, b) in back.chunks(4096).enumerate() {
@@ -339,6 +347,37 @@ mod tests {
             ro.zero_blocks(0, 1).unwrap_err().raw_os_error(),
             Some(libc::EROFS)
         );
+        (s, ops)
+    }
+
+    /// Where the host file system zeroes ranges itself, one request does it (traced as
+    /// one zero range); where it refuses (tmpfs), plain writes of zeros do.
+    #[test]
+    fn zero_blocks_zeroes_the_range_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, ops) = zero_a_range(dir.path());
+        if zero_range_supported(dir.path()) {
+            assert_eq!((s.writes, s.zeroes, s.blocks_written), (1, 1, 40));
+            assert_eq!(ops, vec![(crate::TraceOp::Zero, 10, 40)]);
+        } else {
+            assert_eq!((s.writes, s.zeroes, s.blocks_written), (1, 0, 40));
+            assert_eq!(ops, vec![(crate::TraceOp::Write, 10, 40)]);
+        }
+    }
+
+    /// The fallback on a file system that refuses zero ranges (tmpfs, when /dev/shm is
+    /// one; otherwise there is nothing to test).
+    #[test]
+    fn zero_blocks_falls_back_to_writes_of_zeros() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        if zero_range_supported(dir.path()) {
+            return;
+        }
+        let (s, ops) = zero_a_range(dir.path());
+        assert_eq!((s.writes, s.zeroes, s.blocks_written), (1, 0, 40));
+        assert_eq!(ops, vec![(crate::TraceOp::Write, 10, 40)]);
     }
 
     /// Exercises the block-device path when a loop device can be set up (root with
