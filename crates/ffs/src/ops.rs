@@ -1287,10 +1287,11 @@ impl Ffs {
     /// durable (`DataZeroed`). A buffer per block — all of them held by the call's undo
     /// scope until it ends — made a fallocate of 1 GiB cost 1 GiB of memory and then 1 GiB
     /// of writes. The order is rule 1's: the pointers to the new blocks are in buffers that
-    /// no write takes before the call ends (`sync` writes data allocations' pointers at its
-    /// end, a journal logs them at its end after a flush, soft updates holds write passes
-    /// out of a call and rolls the pointers back until `DataZeroed`), so the zeros are
-    /// durable before any pointer to them can be. A new block that is cached (its buffer
+    /// no write takes before the zeros are flushed (`sync` writes a new indirect block
+    /// while it is still empty and data pointers only at a later write-back; a journal logs
+    /// them at the call's end, after a flush; soft updates holds write passes out of a
+    /// call and rolls the pointers back until `DataZeroed`), so the zeros are durable
+    /// before any pointer to them can be. A new block that is cached (its buffer
     /// outlived a free) is zeroed in its buffer, as a small range's are.
     fn alloc_zeroed(
         &self,
