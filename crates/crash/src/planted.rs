@@ -31,7 +31,7 @@ use cairn_ffs::strategy::{
     Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, Io, LinkChange, LinkWhy, OpKind,
     OpState, Ordered, Release, StepWriter, Strategy, Sync, SyncWhy, Tx,
 };
-use cairn_vfs::{KernelCachePolicy, Result as FsResult};
+use cairn_vfs::Result as FsResult;
 use parking_lot::Mutex;
 
 use crate::declared::{self, Expectation};
@@ -400,8 +400,8 @@ impl Strategy for PlantedSync {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.inner.cache_policy()
+    fn commit_policy(&self) -> cairn_vfs::modes::Commit {
+        self.inner.commit_policy()
     }
     fn syncer_interval(&self) -> Duration {
         self.inner.syncer_interval()
@@ -841,8 +841,8 @@ impl Strategy for WriteBeforeLog {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.inner.cache_policy()
+    fn commit_policy(&self) -> cairn_vfs::modes::Commit {
+        self.inner.commit_policy()
     }
     fn syncer_interval(&self) -> Duration {
         self.inner.syncer_interval()

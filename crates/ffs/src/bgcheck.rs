@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, WriteHooks};
 use cairn_vfs::modes::AfterCrash;
-use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
+use cairn_vfs::{Errno, FsError, Result};
 use parking_lot::Mutex;
 
 use crate::format::{ROOT_INO, Superblock, bitmap, get_u64, kind};
@@ -154,8 +154,8 @@ impl Strategy for Marker<'_> {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        self.inner.cache_policy()
+    fn commit_policy(&self) -> cairn_vfs::modes::Commit {
+        self.inner.commit_policy()
     }
     fn syncer_interval(&self) -> Duration {
         self.inner.syncer_interval()

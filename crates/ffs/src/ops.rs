@@ -1521,7 +1521,7 @@ impl FileSystem for Ffs {
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
-        self.strategy.cache_policy()
+        KernelCachePolicy::for_commit(self.strategy.commit_policy())
     }
 
     fn statfs(&self) -> Result<StatFs> {

@@ -833,14 +833,14 @@ struct Deferring {
 mod deferring {
     use super::Deferring;
     use crate::strategy::*;
-    use cairn_vfs::{KernelCachePolicy, Result};
+    use cairn_vfs::Result;
 
     impl Strategy for Deferring {
         fn name(&self) -> &'static str {
             "deferring"
         }
-        fn cache_policy(&self) -> KernelCachePolicy {
-            self.inner.cache_policy()
+        fn commit_policy(&self) -> cairn_vfs::modes::Commit {
+            self.inner.commit_policy()
         }
         fn syncer_interval(&self) -> std::time::Duration {
             self.inner.syncer_interval()

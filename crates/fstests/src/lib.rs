@@ -99,6 +99,8 @@ pub struct Listed {
     pub durable: bool,
     /// Its design (`facts.family`: `ffs`, `soft_updates`, `journal`, `log_structured`).
     pub family: String,
+    /// When a call's metadata is durable (`facts.commit`: `sync`, `group`, `async`).
+    pub commit: String,
     /// What a crash asks for before the next mount (`fsck`, `mount`, `recover`).
     pub after_crash: String,
     /// The mode's own options (`options[].key`).
@@ -134,6 +136,10 @@ fn listed() -> &'static [Listed] {
                     format: v["type"].as_str().unwrap_or("ffs").to_string(),
                     durable: v["guarantees"]["metadata_on_return"] == serde_json::Value::Bool(true),
                     family: v["facts"]["family"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    commit: v["facts"]["commit"]
                         .as_str()
                         .unwrap_or_default()
                         .to_string(),

@@ -1841,16 +1841,118 @@ fn non_owner_write_clears_setuid_and_setgid() {
     });
 }
 
+/// A `security.capability` value: VFS_CAP_REVISION_2 with the effective bit, cap_setgid and
+/// cap_setuid permitted.
+const CAPS: [u8; 20] = [
+    1, 0, 0, 2, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// Any change of a file's data removes its capabilities, whoever makes it (root here, who
+/// keeps setuid) — a write, an append, a truncation, an open with O_TRUNC — as on ext4
+/// (`file_remove_privs`), so a modified program never keeps its privileges. cairn asks for
+/// FUSE_HANDLE_KILLPRIV_V2, with which the kernel checks a file's security xattrs once and
+/// then marks it S_NOSEC (no GETXATTR per write, below): each file gets capabilities twice,
+/// the second time after the kernel has seen it without them, which must not outlive the new
+/// setxattr.
+#[test]
+fn a_change_of_data_removes_capabilities_whoever_makes_it() {
+    type Change = fn(&Path);
+    let ways: [(&str, Change); 4] = [
+        ("write", |p| {
+            let f = OpenOptions::new().write(true).open(p).unwrap();
+            f.write_all_at(b"y", 1).unwrap();
+        }),
+        ("append", |p| {
+            let mut f = OpenOptions::new().append(true).open(p).unwrap();
+            f.write_all(b"z").unwrap();
+        }),
+        ("truncate", |p| {
+            let f = OpenOptions::new().write(true).open(p).unwrap();
+            f.set_len(1).unwrap();
+        }),
+        ("o_trunc", |p| {
+            OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(p)
+                .unwrap();
+        }),
+    ];
+    each("data-killcaps", |t, d| {
+        for (name, change) in ways {
+            let f = d.join(name);
+            write_file(&f, b"xx");
+            chmod(&f, 0o4755);
+            for round in ["first", "second"] {
+                if let Err(e) = sys::setxattr(&f, "security.capability", &CAPS, 0) {
+                    say!("{}: no security.capability here ({e}): skipped", t.name());
+                    return;
+                }
+                change(&f);
+                assert_eq!(
+                    sys::getxattr(&f, "security.capability")
+                        .map(|_| ())
+                        .map_err(|e| e.raw_os_error().unwrap_or(-1)),
+                    Err(ENODATA),
+                    "{}: the capabilities stayed after a {name} ({round} time)",
+                    t.name()
+                );
+            }
+            assert_eq!(
+                mode(&f) & 0o7777,
+                0o4755,
+                "{}: root's {name} kept setuid",
+                t.name()
+            );
+        }
+    });
+}
+
+/// A write(2) costs one request: the kernel sends no GETXATTR of `security.capability` before
+/// each (FUSE_HANDLE_KILLPRIV_V2 marks the mount SB_NOSEC; capabilities still go, above).
+/// Counted by the daemon (`cairn stats`): at most one GETXATTR
+/// for 64 writes, where a mount without it counts one per write.
+#[test]
+fn a_write_sends_no_getxattr_before_it() {
+    each("write-requests", |t, d| {
+        if !t.is_cairn() {
+            return;
+        }
+        let getxattrs = || {
+            let o = cairn_fstests::run(
+                std::process::Command::new(cairn_fstests::cairn_bin())
+                    .args(["stats", "--json"])
+                    .arg(t.root()),
+            );
+            assert!(o.status.success(), "cairn stats: {o:?}");
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            v["fuse"]["requests"]["getxattr"].as_u64().unwrap_or(0)
+        };
+        let f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(d.join("f"))
+            .unwrap();
+        let before = getxattrs();
+        for i in 0..64u64 {
+            f.write_all_at(&[7u8; 4096], i * 8192).unwrap();
+        }
+        let asked = getxattrs() - before;
+        assert!(
+            asked <= 1,
+            "{}: 64 writes sent {asked} GETXATTR requests",
+            t.name()
+        );
+    });
+}
+
 /// fallocate, punch and zero range by someone without CAP_FSETID clear setuid and setgid (with
 /// group-execute) as a write does, and a file's capabilities go with any fallocate, whoever
 /// makes it: the kernel removes `security.capability` itself, as the caller, who need not
 /// own the file (generic/683-685, 688).
 #[test]
 fn non_owner_fallocate_clears_setuid_setgid_and_capabilities() {
-    // VFS_CAP_REVISION_2 with the effective bit: cap_setgid and cap_setuid permitted.
-    const CAPS: [u8; 20] = [
-        1, 0, 0, 2, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ];
     each("falloc-killpriv", |t, d| {
         chmod(d, 0o777);
         let d = d.to_path_buf();

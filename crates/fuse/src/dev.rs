@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use cairn_vfs::{SetAttr, SetTime};
+use cairn_vfs::{SetAttr, SetTime, WritebackCache};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -106,6 +106,15 @@ impl fuser::Filesystem for DevFs {
             // The file system clears setuid/setgid on a write or truncation by someone
             // without CAP_FSETID; the kernel sends no mode change as the writer for it.
             want |= InitFlags::FUSE_HANDLE_KILLPRIV;
+            // The same promise in its second form (FUSE_WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID
+            // and FUSE_OPEN_KILL_SUIDGID say when; cairn's own rule, `perm::handle_flags`,
+            // already covers them), for what the kernel does with it: it marks the mount
+            // SB_NOSEC, so once it has found a file without security xattrs (removing its
+            // capabilities if it had them) it marks the inode S_NOSEC and stops asking for
+            // `security.capability` before every write — one GETXATTR per file instead of
+            // one per write(2). Setting a security xattr through the mount clears the mark,
+            // so a file given capabilities loses them at its next change as before.
+            want |= InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         }
         if a.fs.stable_numbers() {
             // File handles hold node ids, which are the file system's inode numbers: the
@@ -127,7 +136,11 @@ impl fuser::Filesystem for DevFs {
                 want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
             }
         }
-        let writeback = a.policy.writeback_cache && a.opts.writeback_cache;
+        let writeback = match (a.policy.writeback_cache, a.opts.writeback_cache) {
+            (WritebackCache::Default, None | Some(true)) => true,
+            (WritebackCache::OnRequest, Some(true)) => true,
+            _ => false,
+        };
         if writeback {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -173,12 +186,15 @@ impl fuser::Filesystem for DevFs {
         let page = 4096usize;
         let payload = (max_write.max(readahead) as usize).next_multiple_of(page);
         let uring = self.offer_uring(config, payload);
+        let killpriv_v2 = config
+            .capabilities()
+            .contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         a.set_negotiated(Negotiated {
             writeback,
             passthrough,
         });
         debug!(
-            "FUSE init: writeback cache {writeback}, passthrough {passthrough}, max_write {max_write}, io_uring asked {uring}"
+            "FUSE init: writeback cache {writeback}, passthrough {passthrough}, killpriv_v2 {killpriv_v2}, max_write {max_write}, io_uring asked {uring}"
         );
         Ok(())
     }

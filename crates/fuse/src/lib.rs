@@ -115,8 +115,9 @@ pub struct FuseOptions {
     pub atime: cairn_vfs::Atime,
     /// Largest WRITE (and readahead) the kernel may send, in bytes.
     pub max_write: u32,
-    /// Use the kernel's writeback cache when the file system's policy allows it.
-    pub writeback_cache: bool,
+    /// The kernel's writeback cache: `None` as the file system's policy has it by default,
+    /// `Some(true)` asked for (refused where the policy never allows it), `Some(false)` off.
+    pub writeback_cache: Option<bool>,
     pub readdirplus: ReaddirPlus,
     /// Pass O_TRUNC to open instead of a separate SETATTR (the vfs contract's `open`
     /// handles O_TRUNC).
@@ -145,7 +146,7 @@ impl Default for FuseOptions {
             noatime: false,
             atime: cairn_vfs::Atime::Relative,
             max_write: 1 << 20,
-            writeback_cache: true,
+            writeback_cache: None,
             readdirplus: ReaddirPlus::Auto,
             atomic_o_trunc: true,
             passthrough: true,
@@ -195,8 +196,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "writeback_cache",
         values: "yes|no",
-        default: "yes",
-        help: "the kernel's writeback cache, where the file system's policy allows it (no_writeback_cache turns it off)",
+        default: "the mode's",
+        help: "the kernel's page cache buffers write(2): faster small writes, but a write that finds the disk full fails at fsync or close, not at write(2) (docs/FUSE.md); refused in modes that make every call durable on return",
     },
     OptionSpec {
         key: "readdirplus",
@@ -338,8 +339,8 @@ impl FuseOptions {
                 }
                 self.max_write = n as u32;
             }
-            "writeback_cache" | "writeback" => self.writeback_cache = flag(value)?,
-            "no_writeback_cache" => self.writeback_cache = false,
+            "writeback_cache" | "writeback" => self.writeback_cache = Some(flag(value)?),
+            "no_writeback_cache" => self.writeback_cache = Some(false),
             "readdirplus" => {
                 self.readdirplus = match value.unwrap_or("auto") {
                     "auto" => ReaddirPlus::Auto,
@@ -376,6 +377,17 @@ impl Server {
         mountpoint: &Path,
         opts: &FuseOptions,
     ) -> io::Result<Server> {
+        if opts.writeback_cache == Some(true)
+            && fs.cache_policy().writeback_cache == cairn_vfs::WritebackCache::Never
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "writeback_cache=yes: this mode makes every write reach the file system before \
+                 write(2) returns (each call durable on return, or a layer that acts on a \
+                 write's ENOSPC); leave the option out, or use a mode whose calls are durable \
+                 on fsync (`cairn modes`)",
+            ));
+        }
         let counts = Arc::new(RequestCounts::default());
         let destroyed = DestroyResult::default();
         let adapter = Arc::new(Adapter::new(
@@ -771,7 +783,9 @@ mod tests {
         assert_eq!(o.set("readdirplus", Some("no")), Ok(true));
         assert_eq!(o.readdirplus, ReaddirPlus::Off);
         assert_eq!(o.set("writeback_cache", Some("off")), Ok(true));
-        assert!(!o.writeback_cache);
+        assert_eq!(o.writeback_cache, Some(false));
+        assert_eq!(o.set("writeback_cache", None), Ok(true));
+        assert_eq!(o.writeback_cache, Some(true));
         assert!(o.set("allow_other", Some("maybe")).is_err());
         assert_eq!(o.transport, Transport::Auto);
         assert_eq!(o.set("transport", Some("uring")), Ok(true));

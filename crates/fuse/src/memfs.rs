@@ -110,7 +110,7 @@ pub struct MemFs {
 impl Default for MemFs {
     fn default() -> Self {
         MemFs::new(KernelCachePolicy {
-            writeback_cache: true,
+            writeback_cache: cairn_vfs::WritebackCache::Default,
             entry_ttl: Duration::from_secs(1),
             attr_ttl: Duration::from_secs(1),
             negative_ttl: Duration::from_secs(1),

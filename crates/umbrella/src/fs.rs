@@ -1952,7 +1952,7 @@ impl FileSystem for Umbrella {
         // because ENOSPC must reach us at write time to overflow, and the branch file
         // system keeps the authoritative mtime.
         KernelCachePolicy {
-            writeback_cache: false,
+            writeback_cache: cairn_vfs::WritebackCache::Never,
             entry_ttl: Duration::from_secs(1),
             attr_ttl: Duration::from_secs(1),
             negative_ttl: Duration::from_secs(1),

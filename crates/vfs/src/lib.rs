@@ -191,14 +191,55 @@ pub struct StatFs {
 /// What the FUSE adapter may let the kernel cache for this file system, chosen by the mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelCachePolicy {
-    /// Let the kernel buffer writes in its page cache (FUSE writeback cache). Not for modes
-    /// that promise a write is on the device when write() returns.
-    pub writeback_cache: bool,
+    /// Whether the kernel may buffer writes in its page cache (FUSE writeback cache).
+    pub writeback_cache: WritebackCache,
     /// How long the kernel may trust entries and attributes it was given.
     pub entry_ttl: std::time::Duration,
     pub attr_ttl: std::time::Duration,
     /// How long the kernel may remember that a name does not exist.
     pub negative_ttl: std::time::Duration,
+}
+
+/// Whether the kernel may buffer write(2) in its page cache (the FUSE writeback cache) before
+/// the file system sees it.
+///
+/// The cost of the cache is where a failure surfaces: a write the kernel accepted into its
+/// cache reaches the file system later, so an ENOSPC or EFBIG it meets is reported at fsync,
+/// msync or close (and in the daemon's log), not by the write(2) that was told "written".
+/// The full-disk reserve (`FileSystem::set_writeback_reserve`) keeps room for everything the
+/// kernel holds dirty when the disk fills and gives opens made on a nearly full disk
+/// FOPEN_DIRECT_IO, so that loss needs a file opened while there was room and written past
+/// the reserve after the disk filled (docs/DESIGN.md, "A full disk").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritebackCache {
+    /// Never: every write must reach the file system before write(2) returns — a mode that
+    /// makes each call durable when it returns, or a layer that must see a write's ENOSPC to
+    /// act on it.
+    Never,
+    /// Only when the mount asks for it (`-o writeback_cache=yes`): the mode's promise
+    /// allows it (calls are durable on fsync), but by default write(2) itself reports ENOSPC,
+    /// as on a kernel file system.
+    OnRequest,
+    /// Unless the mount turns it off.
+    Default,
+}
+
+impl KernelCachePolicy {
+    /// The policy of a format whose calls are made durable as `commit` says, with entries and
+    /// attributes trusted for a minute (nothing but this mount changes the image): the
+    /// writeback cache on request where a write need not be durable when it returns.
+    pub fn for_commit(commit: modes::Commit) -> KernelCachePolicy {
+        let minute = std::time::Duration::from_secs(60);
+        KernelCachePolicy {
+            writeback_cache: match commit {
+                modes::Commit::Async => WritebackCache::OnRequest,
+                modes::Commit::Sync | modes::Commit::Group => WritebackCache::Never,
+            },
+            entry_ttl: minute,
+            attr_ttl: minute,
+            negative_ttl: minute,
+        }
+    }
 }
 
 /// When a read updates a file's access time: the mount's `relatime` (the default),

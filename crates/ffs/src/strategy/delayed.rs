@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use cairn_vfs::{KernelCachePolicy, Result};
+use cairn_vfs::Result;
+use cairn_vfs::modes::Commit;
 
 use super::{
     Apply, DirChange, DirRemove, Engine, FreeBlocks, FreeFile, IoModel, Release, Strategy, SyncWhy,
@@ -19,13 +20,8 @@ impl Strategy for Delayed {
     fn name(&self) -> &'static str {
         "async"
     }
-    fn cache_policy(&self) -> KernelCachePolicy {
-        KernelCachePolicy {
-            writeback_cache: false,
-            entry_ttl: Duration::from_secs(60),
-            attr_ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(60),
-        }
+    fn commit_policy(&self) -> Commit {
+        Commit::Async
     }
     fn syncer_interval(&self) -> Duration {
         Duration::from_secs(30)

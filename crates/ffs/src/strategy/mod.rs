@@ -38,7 +38,7 @@ use cairn_vfs::modes::{
     AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeSpec, OptionSpec,
     Recovery,
 };
-use cairn_vfs::{KernelCachePolicy, Result};
+use cairn_vfs::Result;
 
 use crate::format::Superblock;
 
@@ -203,8 +203,10 @@ pub trait Strategy: Send + std::marker::Sync {
         self.name()
     }
 
-    /// What the kernel may cache on top of us in this mode.
-    fn cache_policy(&self) -> KernelCachePolicy;
+    /// When a call's metadata is made durable, as the registry says of the mode this strategy
+    /// was made for (a journal's `commit=` option changes it). What the kernel may cache on
+    /// top of the file system follows from it (`KernelCachePolicy::for_commit`).
+    fn commit_policy(&self) -> Commit;
 
     /// How often the syncer writes dirty buffers by default.
     fn syncer_interval(&self) -> Duration;
@@ -596,4 +598,19 @@ pub fn make(
 /// Whether some mode parses mount option `key` itself.
 pub fn is_mode_option(key: &str) -> bool {
     MODES.iter().any(|m| m.options.iter().any(|o| o.key == key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A strategy's commit policy is the one the registry states for its mode (what the
+    /// kernel may cache follows from it): one fact, checked rather than trusted.
+    #[test]
+    fn every_mode_s_strategy_commits_as_the_registry_says() {
+        for m in modes() {
+            let s = make(m.name, &[]).unwrap();
+            assert_eq!(s.commit_policy(), m.facts.commit, "mode {}", m.name);
+        }
+    }
 }

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_bufcache::BufRef;
-use cairn_vfs::{KernelCachePolicy, Result};
+use cairn_vfs::Result;
+use cairn_vfs::modes::Commit;
 use parking_lot::Mutex;
 
 use super::{
@@ -229,16 +230,11 @@ impl Strategy for Sync {
         "sync"
     }
 
-    fn cache_policy(&self) -> KernelCachePolicy {
-        // No kernel writeback cache: with it, ENOSPC and EFBIG would surface only at
-        // writeback (after write() returned) and the kernel would own mtime. Writes are still
-        // delayed in our buffer cache, as in classic FFS.
-        KernelCachePolicy {
-            writeback_cache: false,
-            entry_ttl: Duration::from_secs(60),
-            attr_ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(60),
-        }
+    /// Every call's metadata by synchronous writes before it returns: the kernel may not
+    /// buffer writes either (ENOSPC, EFBIG and mtime are the file system's at write time).
+    /// Writes are still delayed in our buffer cache, as in classic FFS.
+    fn commit_policy(&self) -> Commit {
+        Commit::Sync
     }
 
     fn syncer_interval(&self) -> Duration {

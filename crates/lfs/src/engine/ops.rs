@@ -15,7 +15,6 @@ use cairn_vfs::{
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use super::{
     BS, Lfs, Node, ROOT_INO, State, corrupt, decode_xattrs, from_time, now, owned_blocks, to_time,
@@ -691,14 +690,10 @@ impl FileSystem for Lfs {
     }
 
     fn cache_policy(&self) -> KernelCachePolicy {
-        // As FFS's delayed modes: writes are buffered here, not in the kernel, so ENOSPC is
-        // reported by write() itself.
-        KernelCachePolicy {
-            writeback_cache: false,
-            entry_ttl: Duration::from_secs(60),
-            attr_ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(60),
-        }
+        // As FFS's delayed modes: calls are durable at the next checkpoint or fsync, so the
+        // kernel may buffer writes when the mount asks; by default they are buffered here,
+        // not in the kernel, so ENOSPC is reported by write() itself.
+        KernelCachePolicy::for_commit(cairn_vfs::modes::Commit::Async)
     }
 
     fn statfs(&self) -> Result<StatFs> {

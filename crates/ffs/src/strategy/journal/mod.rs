@@ -57,7 +57,7 @@ use cairn_vfs::modes::{
     AfterCrash, Allowed, Commit as VfsCommit, Facts, Family, Guarantees, LogPlacement, OptionSpec,
     Recovery,
 };
-use cairn_vfs::{Errno, FsError, KernelCachePolicy, Result};
+use cairn_vfs::{Errno, FsError, Result};
 use cairn_wal::{GroupWait, Lsn, Options as WalOptions, Region, Wal, WalError};
 use parking_lot::{Mutex, RwLock};
 
@@ -1287,12 +1287,11 @@ impl Strategy for Journal {
         }
     }
 
-    fn cache_policy(&self) -> KernelCachePolicy {
-        KernelCachePolicy {
-            writeback_cache: false,
-            entry_ttl: Duration::from_secs(60),
-            attr_ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(60),
+    fn commit_policy(&self) -> VfsCommit {
+        match self.commit {
+            Commit::Sync => VfsCommit::Sync,
+            Commit::Group => VfsCommit::Group,
+            Commit::Async => VfsCommit::Async,
         }
     }
 

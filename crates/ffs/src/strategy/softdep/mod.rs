@@ -30,7 +30,7 @@ use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
 use cairn_vfs::modes::{
     AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, OptionSpec, Recovery,
 };
-use cairn_vfs::{KernelCachePolicy, Result};
+use cairn_vfs::Result;
 use parking_lot::{Condvar, Mutex};
 
 use super::{
@@ -944,13 +944,8 @@ impl Strategy for SoftDep {
         self.name
     }
 
-    fn cache_policy(&self) -> KernelCachePolicy {
-        KernelCachePolicy {
-            writeback_cache: false,
-            entry_ttl: Duration::from_secs(60),
-            attr_ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(60),
-        }
+    fn commit_policy(&self) -> Commit {
+        Commit::Async
     }
 
     fn syncer_interval(&self) -> Duration {
