@@ -136,11 +136,10 @@ impl fuser::Filesystem for DevFs {
                 want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
             }
         }
-        let writeback = match (a.policy.writeback_cache, a.opts.writeback_cache) {
-            (WritebackCache::Default, None | Some(true)) => true,
-            (WritebackCache::OnRequest, Some(true)) => true,
-            _ => false,
-        };
+        let writeback = matches!(
+            (a.policy.writeback_cache, a.opts.writeback_cache),
+            (WritebackCache::Default, None | Some(true)) | (WritebackCache::OnRequest, Some(true))
+        );
         if writeback {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
