@@ -49,7 +49,7 @@ impl Ffs {
             return Ok(a.clone());
         }
         let d = ic.d.clone();
-        let a = find_acl(ino, &self.read_xattrs(&d)?, acl::Kind::Access)?.map(Arc::new);
+        let a = find_acl(ino, &self.read_xattrs(ino, &d)?, acl::Kind::Access)?.map(Arc::new);
         self.iget(st, ino)?.acl = Some(a.clone());
         Ok(a)
     }
@@ -86,7 +86,7 @@ impl Ffs {
         let default = if pd.xattr == 0 || mode & libc::S_IFMT == libc::S_IFLNK {
             None
         } else {
-            find_acl(parent, &self.read_xattrs(&pd)?, acl::Kind::Default)?
+            find_acl(parent, &self.read_xattrs(parent, &pd)?, acl::Kind::Default)?
         };
         let i = acl::inherit(default.as_ref(), mode, umask);
         Ok((i.mode, i.xattrs()))
@@ -113,7 +113,7 @@ impl Ffs {
             None => None,
         };
         let d = self.iget(st, ino)?.d.clone();
-        let mut attrs = self.read_xattrs(&d)?;
+        let mut attrs = self.read_xattrs(ino, &d)?;
         let before = attrs.clone();
         let mut mode = d.mode;
         match (kind, &acl) {
@@ -155,7 +155,7 @@ impl Ffs {
         if next == *a {
             return Ok(false);
         }
-        let mut attrs = self.read_xattrs(&d)?;
+        let mut attrs = self.read_xattrs(ino, &d)?;
         acl::put(&mut attrs, acl::Kind::Access, Some(&next));
         self.write_xattrs(st, ino, &attrs, XattrWrite::WithMode { old_mode })?;
         Ok(true)
@@ -164,7 +164,7 @@ impl Ffs {
     /// Stores inode `ino` with a new change time and declares it.
     pub(crate) fn touch_ctime(&self, st: &mut State, ino: u64) -> Result<()> {
         self.iget(st, ino)?.d.ctime = now_ns();
-        self.store_attrs(st, ino, None, None).map(drop)
+        self.store_attrs(st, ino, &[], None).map(drop)
     }
 
     /// `FS_IOC_SETFLAGS` of inode `ino` in the call in progress.

@@ -772,17 +772,22 @@ impl SoftDep {
         new_blk: Blk,
         old_blk: Blk,
         bk: super::BlockKind,
+        chain: &[Blk],
     ) -> Result<()> {
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
         let mut waits = Vec::new();
-        if let Some(groups) = d.blkmap.remove(&new_blk) {
-            for g in groups {
-                waits.extend(self.inner.cond_block(&d, g));
+        // The new block and the rest of its chain (an xattr chain's blocks name each
+        // other): every one's bitmap and contents before the pointer (rule 1).
+        for &b in std::iter::once(&new_blk).chain(chain) {
+            if let Some(groups) = d.blkmap.remove(&b) {
+                for g in groups {
+                    waits.extend(self.inner.cond_block(&d, g));
+                }
             }
+            // The new block's contents (data arrives after this fact, in the same call).
+            waits.push(Cond::Block(b, d.seq));
         }
-        // The new block's contents (data arrives after this fact, in the same call).
-        waits.push(Cond::Block(new_blk, d.seq));
         let mut old_blk = old_blk;
         if ptr == Some(InodePtr::Xattr) {
             // FreeBSD's allocdirect_merge: the xattr pointer replaced again while its last
@@ -1224,6 +1229,7 @@ impl Strategy for SoftDep {
     fn setup_allocdirect(&self, _tx: &mut Tx, f: &AllocDirect) -> Result<()> {
         let geo = self.geo()?;
         let (iblk, _) = geo.inode_location(f.ino);
+        let chain: Vec<Blk> = f.chain.iter().map(|b| b.blkno()).collect();
         self.alloc(
             f.ino,
             PtrAt::Inode { ptr: f.ptr, iblk },
@@ -1232,6 +1238,7 @@ impl Strategy for SoftDep {
             f.new_blk,
             f.old_blk,
             f.kind,
+            &chain,
         )
     }
 
@@ -1250,6 +1257,7 @@ impl Strategy for SoftDep {
             f.new_blk,
             f.old_blk,
             f.kind,
+            &[],
         )
     }
 
