@@ -115,7 +115,8 @@ pub struct AllocDirect<'a> {
     /// The block the pointer named before (0: none; cairn never reallocates in place).
     pub old_blk: Blk,
     /// Bytes of the new and the old block in use (cairn has no fragments: the block size
-    /// and 0), kept so fragments would need no new interface.
+    /// and 0), kept so fragments would need no new interface. For the xattr pointer: the
+    /// bytes of all the list's blocks (a chain's), the new list's and the old one's.
     pub new_size: u32,
     pub old_size: u32,
     pub kind: BlockKind,
