@@ -65,10 +65,28 @@ impl Ffs {
     ) -> Result<DiskInode> {
         let d = self.iget(st, ino)?.d.clone();
         if want.0 != 0 {
-            let a = self.access_acl(st, ino)?;
+            let a = self.deciding_acl(st, ctx, ino, &d)?;
             ctx.permission(owner(&d), a.as_deref(), want)?;
         }
         Ok(d)
+    }
+
+    /// The access ACL of inode `ino` (`d`) where it can decide `ctx`'s access, else `None`
+    /// without reading it. It decides only for a caller who is neither the owner nor root,
+    /// and only while the mask grants anything (`Ctx::permission`), so a damaged attribute
+    /// list (fsck's to repair, and what an `async` crash may leave) never hides a file from
+    /// its owner or root.
+    pub(crate) fn deciding_acl(
+        &self,
+        st: &mut State,
+        ctx: &Ctx,
+        ino: u64,
+        d: &DiskInode,
+    ) -> Result<Option<Arc<Acl>>> {
+        if ctx.is_root() || ctx.uid == d.uid || d.mode & 0o070 == 0 {
+            return Ok(None);
+        }
+        self.access_acl(st, ino)
     }
 
     /// What a new inode of `mode` (type and permission bits, umask not applied) made in
@@ -205,7 +223,7 @@ impl Ffs {
         victim: &DiskInode,
     ) -> Result<()> {
         let dd = self.iget(st, dir)?.d.clone();
-        let a = self.access_acl(st, dir)?;
+        let a = self.deciding_acl(st, ctx, dir, &dd)?;
         perm::may_delete(ctx, owner(&dd), a.as_deref(), owner(victim))
     }
 }

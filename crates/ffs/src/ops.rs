@@ -1881,7 +1881,7 @@ impl FileSystem for Ffs {
             if self.read_only && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EROFS.into());
             }
-            let acl = self.access_acl(st, ino)?;
+            let acl = self.deciding_acl(st, ctx, ino, &d)?;
             perm::may_open(ctx, owner(&d), acl.as_deref(), flags)?;
             if truncating && d.is_reg() && d.size > 0 {
                 self.set_size(st, ino, 0)?;

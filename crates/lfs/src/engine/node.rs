@@ -293,12 +293,15 @@ pub(crate) fn set_chain_next(b: &mut [u8], next: u64) {
     b[8..16].copy_from_slice(&next.to_le_bytes());
 }
 
+/// An inode's attributes, and the log blocks holding them (the head first).
+pub(crate) type XattrChain = (BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>);
+
 /// An inode's attributes and the log blocks holding them, from its xattr block `head` (a
 /// single block or a chain's head). Bounded: at most [`XATTR_CHAIN_MAX`] blocks, none twice.
 pub(crate) fn read_xattr_chain(
     head: u64,
     mut read: impl FnMut(u64) -> Result<Vec<u8>>,
-) -> Result<(BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>)> {
+) -> Result<XattrChain> {
     let first = read(head)?;
     if first.len() < 2 || u16::from_le_bytes([first[0], first[1]]) != CHAIN_MARK {
         return Ok((decode_xattrs(&first)?, vec![head]));
@@ -425,7 +428,7 @@ mod xattr_chain_tests {
         blocks
     }
 
-    fn read(blocks: &[Vec<u8>]) -> Result<(BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>)> {
+    fn read(blocks: &[Vec<u8>]) -> Result<XattrChain> {
         read_xattr_chain(100, |a| {
             blocks
                 .get((a - 100) as usize)

@@ -74,6 +74,19 @@ fn corruptions(dev: &MemDevice) -> Vec<String> {
     r.corruptions().map(|f| format!("{f:?}")).collect()
 }
 
+/// A read-only mount of a copy of `dev` as it is now: the image a crash would leave.
+fn crashed_read_only(dev: &MemDevice) -> Arc<Ffs> {
+    let img = MemDevice::from_bytes(4096, dev.to_bytes());
+    Ffs::mount_device(
+        Arc::new(img),
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 fn findings(dev: &MemDevice) -> Vec<String> {
     let img = MemDevice::from_bytes(4096, dev.to_bytes());
     let r = cairn_fsck::check(&img, cairn_fsck::CheckOptions::default()).unwrap();
@@ -559,15 +572,7 @@ fn fsync_of_a_new_xattr_chain_writes_every_block_of_it_first() {
     fs.fsync(f.ino, fh, false).unwrap();
     let bad = corruptions(&dev);
     assert!(bad.is_empty(), "{bad:?}");
-    let img = MemDevice::from_bytes(4096, dev.to_bytes());
-    let fs2 = Ffs::mount_device(
-        Arc::new(img),
-        &MountOptions {
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let fs2 = crashed_read_only(&dev);
     let ff = fs2.lookup(&c, ROOT_INO, n("f")).unwrap();
     assert_eq!(
         fs2.getxattr(&c, ff.ino, n("user.attribute_399")).unwrap(),
@@ -590,15 +595,7 @@ fn fsync_writes_the_file_and_its_names_not_everything() {
     fs.write(f.ino, fh, 0, &[7u8; 10_000]).unwrap();
     fs.fsync(f.ino, fh, false).unwrap();
     // A crash now: the fsynced file is there by its name, with its data.
-    let img = MemDevice::from_bytes(4096, dev.to_bytes());
-    let fs2 = Ffs::mount_device(
-        Arc::new(img),
-        &MountOptions {
-            read_only: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let fs2 = crashed_read_only(&dev);
     let dd = fs2.lookup(&c, ROOT_INO, n("d")).unwrap();
     let ff = fs2.lookup(&c, dd.ino, n("f")).unwrap();
     let mut buf = Vec::new();
