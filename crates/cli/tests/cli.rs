@@ -779,3 +779,72 @@ fn a_read_only_mount_of_a_crashed_journal_shows_what_its_log_made_durable() {
     assert_eq!(fs::read(e.mnt().join("d/f")).unwrap(), b"logged");
     e.ok(&["umount", "mnt"]);
 }
+
+/// (mode, format, mount options) of every mode `cairn modes --json` lists (not its variants).
+fn registered_modes() -> Vec<(String, String, String)> {
+    let o = Command::new(CAIRN)
+        .args(["modes", "--json"])
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let field = |k: &str| Some(v.get(k)?.as_str()?.to_string());
+            Some((field("mode")?, field("type")?, field("mount_options")?))
+        })
+        .collect()
+}
+
+/// What: in every mode, 1000 extended attributes `user.attribute_N` = `value_N` on one file
+/// and a 64 KiB value on another, set through the kernel, read back after an unmount, a
+/// clean `cairn fsck` and a mount, and a clean fsck again after they are all removed.
+/// Why: fstests generic/020 assumes this of any FUSE file system; an inode's attributes in
+/// one 4 KiB block held about 110.
+#[test]
+fn a_thousand_xattrs_survive_remount_and_fsck_in_every_mode() {
+    use cairn_fstests::sys::{getxattr, listxattr, removexattr, setxattr};
+    let modes = registered_modes();
+    assert!(modes.len() >= 7, "{modes:?}");
+    for (mode, format, options) in modes {
+        println!("=== {mode}");
+        let e = Env::new();
+        e.ok(&["mkfs", "--format", &format, "disk.img", "--size", "64M"]);
+        e.ok(&["mount", "-o", &options, "disk.img", "mnt"]);
+        let (f, g) = (e.mnt().join("f"), e.mnt().join("g"));
+        fs::write(&f, b"").unwrap();
+        fs::write(&g, b"").unwrap();
+        for i in 0..1000 {
+            setxattr(
+                &f,
+                &format!("user.attribute_{i}"),
+                format!("value_{i}").as_bytes(),
+                0,
+            )
+            .unwrap_or_else(|err| panic!("{mode}: attribute {i}: {err}"));
+        }
+        let long: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+        setxattr(&g, "user.long_attr", &long, 0)
+            .unwrap_or_else(|err| panic!("{mode}: 64 KiB value: {err}"));
+        e.ok(&["umount", "mnt"]);
+        e.ok(&["fsck", "disk.img"]);
+        e.ok(&["mount", "-o", &options, "disk.img", "mnt"]);
+        assert_eq!(listxattr(&f).unwrap().len(), 1000, "{mode}");
+        for i in [0, 1, 499, 998, 999] {
+            assert_eq!(
+                getxattr(&f, &format!("user.attribute_{i}")).unwrap(),
+                format!("value_{i}").into_bytes(),
+                "{mode}: attribute {i}"
+            );
+        }
+        assert_eq!(getxattr(&g, "user.long_attr").unwrap(), long, "{mode}");
+        for i in 0..1000 {
+            removexattr(&f, &format!("user.attribute_{i}"))
+                .unwrap_or_else(|err| panic!("{mode}: remove {i}: {err}"));
+        }
+        assert!(listxattr(&f).unwrap().is_empty(), "{mode}");
+        e.ok(&["umount", "mnt"]);
+        e.ok(&["fsck", "disk.img"]);
+    }
+}

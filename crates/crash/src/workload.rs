@@ -359,6 +359,20 @@ impl Driver {
         self.setattr(path, set)
     }
 
+    pub fn setxattr(&mut self, path: &str, name: &str, value: &[u8]) -> Result<(), FsError> {
+        self.call(|d| {
+            let a = d.stat(path)?;
+            d.fs.setxattr(&d.ctx, a.ino, OsStr::new(name), value, 0)
+        })
+    }
+
+    pub fn removexattr(&mut self, path: &str, name: &str) -> Result<(), FsError> {
+        self.call(|d| {
+            let a = d.stat(path)?;
+            d.fs.removexattr(&d.ctx, a.ino, OsStr::new(name))
+        })
+    }
+
     pub fn touch(&mut self, path: &str) -> Result<(), FsError> {
         let set = SetAttr {
             mtime: Some(SetTime::Now),
@@ -653,9 +667,22 @@ pub fn all() -> Vec<Workload> {
 ///   a file that is then fsynced: replay must skip the freed block's logged image (its
 ///   revoke), or it lands over that data;
 /// - `fsync-rename`: a file fsynced (its name durable), then renamed across directories
-///   (soft updates' rule 3: the new name on disk before the old one's removal).
+///   (soft updates' rule 3: the new name on disk before the old one's removal);
+/// - `xattr-chain`: a file's extended attributes grown past one block into a chain (each
+///   change of a chain writes the whole list to new blocks and switches the inode's
+///   pointer), a large value, a second file's chain allocated among the first's freed
+///   blocks, an fsync, then the list shrunk back to one block: every block of a chain and
+///   its bitmap on disk before the pointer, the old chain free only after it.
 pub fn designed() -> Vec<Workload> {
     vec![
+        scripted(
+            "xattr-chain",
+            |d| {
+                d.create("f")?;
+                d.create("g")
+            },
+            xattr_chain,
+        ),
         Workload {
             image_bytes: Some(SMALL_IMAGE),
             ..scripted(
@@ -698,6 +725,28 @@ pub fn designed() -> Vec<Workload> {
             },
         ),
     ]
+}
+
+/// `xattr-chain` (see `designed`).
+fn xattr_chain(d: &mut Driver) -> Result<(), FsError> {
+    for i in 0..240 {
+        d.setxattr(
+            "f",
+            &format!("user.attribute_{i}"),
+            format!("value_{i}").as_bytes(),
+        )?;
+    }
+    d.setxattr("g", "user.long", &[7u8; 9000])?;
+    d.write("g", 0, 8192)?;
+    d.fsync("g")?;
+    for i in (0..240).step_by(2) {
+        d.removexattr("f", &format!("user.attribute_{i}"))?;
+    }
+    d.setxattr("g", "user.more", &[9u8; 3000])?;
+    for i in (1..240).step_by(2).skip(10) {
+        d.removexattr("f", &format!("user.attribute_{i}"))?;
+    }
+    d.removexattr("g", "user.long")
 }
 
 /// `big` (past its direct blocks) truncated to nothing, then a one-block file that shifts

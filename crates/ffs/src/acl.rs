@@ -49,7 +49,7 @@ impl Ffs {
             return Ok(a.clone());
         }
         let d = ic.d.clone();
-        let a = find_acl(ino, &self.read_xattrs(&d)?, acl::Kind::Access)?.map(Arc::new);
+        let a = find_acl(ino, &self.read_xattrs(ino, &d)?, acl::Kind::Access)?.map(Arc::new);
         self.iget(st, ino)?.acl = Some(a.clone());
         Ok(a)
     }
@@ -65,10 +65,28 @@ impl Ffs {
     ) -> Result<DiskInode> {
         let d = self.iget(st, ino)?.d.clone();
         if want.0 != 0 {
-            let a = self.access_acl(st, ino)?;
+            let a = self.deciding_acl(st, ctx, ino, &d)?;
             ctx.permission(owner(&d), a.as_deref(), want)?;
         }
         Ok(d)
+    }
+
+    /// The access ACL of inode `ino` (`d`) where it can decide `ctx`'s access, else `None`
+    /// without reading it. It decides only for a caller who is neither the owner nor root,
+    /// and only while the mask grants anything (`Ctx::permission`), so a damaged attribute
+    /// list (fsck's to repair, and what an `async` crash may leave) never hides a file from
+    /// its owner or root.
+    pub(crate) fn deciding_acl(
+        &self,
+        st: &mut State,
+        ctx: &Ctx,
+        ino: u64,
+        d: &DiskInode,
+    ) -> Result<Option<Arc<Acl>>> {
+        if ctx.is_root() || ctx.uid == d.uid || d.mode & 0o070 == 0 {
+            return Ok(None);
+        }
+        self.access_acl(st, ino)
     }
 
     /// What a new inode of `mode` (type and permission bits, umask not applied) made in
@@ -86,7 +104,7 @@ impl Ffs {
         let default = if pd.xattr == 0 || mode & libc::S_IFMT == libc::S_IFLNK {
             None
         } else {
-            find_acl(parent, &self.read_xattrs(&pd)?, acl::Kind::Default)?
+            find_acl(parent, &self.read_xattrs(parent, &pd)?, acl::Kind::Default)?
         };
         let i = acl::inherit(default.as_ref(), mode, umask);
         Ok((i.mode, i.xattrs()))
@@ -113,7 +131,7 @@ impl Ffs {
             None => None,
         };
         let d = self.iget(st, ino)?.d.clone();
-        let mut attrs = self.read_xattrs(&d)?;
+        let mut attrs = self.read_xattrs(ino, &d)?;
         let before = attrs.clone();
         let mut mode = d.mode;
         match (kind, &acl) {
@@ -155,7 +173,7 @@ impl Ffs {
         if next == *a {
             return Ok(false);
         }
-        let mut attrs = self.read_xattrs(&d)?;
+        let mut attrs = self.read_xattrs(ino, &d)?;
         acl::put(&mut attrs, acl::Kind::Access, Some(&next));
         self.write_xattrs(st, ino, &attrs, XattrWrite::WithMode { old_mode })?;
         Ok(true)
@@ -164,7 +182,7 @@ impl Ffs {
     /// Stores inode `ino` with a new change time and declares it.
     pub(crate) fn touch_ctime(&self, st: &mut State, ino: u64) -> Result<()> {
         self.iget(st, ino)?.d.ctime = now_ns();
-        self.store_attrs(st, ino, None, None).map(drop)
+        self.store_attrs(st, ino, &[], None).map(drop)
     }
 
     /// `FS_IOC_SETFLAGS` of inode `ino` in the call in progress.
@@ -205,7 +223,7 @@ impl Ffs {
         victim: &DiskInode,
     ) -> Result<()> {
         let dd = self.iget(st, dir)?.d.clone();
-        let a = self.access_acl(st, dir)?;
+        let a = self.deciding_acl(st, ctx, dir, &dd)?;
         perm::may_delete(ctx, owner(&dd), a.as_deref(), owner(victim))
     }
 }

@@ -552,7 +552,15 @@ impl Ffs {
                 self.scan_tree(ino, root, level + 1, &mut data, scan, &mut count)?;
             }
         }
-        for &b in data.iter().chain((d.xattr != 0).then_some(&d.xattr)) {
+        let xattr_blocks = if d.xattr == 0 {
+            Vec::new()
+        } else {
+            // The attribute list's blocks: one, or a chain.
+            self.xattr_chain(ino, d.xattr)
+                .map_err(|e| damaged(e.to_string()))?
+                .blocks
+        };
+        for &b in data.iter().chain(&xattr_blocks) {
             if !geo.is_data_block(b) {
                 return Err(damaged(format!("inode {ino}: pointer {b} out of range")));
             }
@@ -805,7 +813,7 @@ impl Ffs {
                     let f = AttrChange {
                         ino,
                         inode_buf: &b,
-                        extra: None,
+                        extra: &[],
                         acl_mode: None,
                     };
                     self.fact(st, |s, tx| s.setup_attr_change(tx, &f))

@@ -191,6 +191,7 @@ impl Ffs {
                 old_size: 0,
                 kind,
                 new_buf: nb.as_ref(),
+                chain: &[],
             };
             self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
             leaf_buf = nb;
@@ -420,15 +421,21 @@ impl Ffs {
             base += span;
         }
         d.blocks = d.blocks.saturating_sub(to_free.len() as u64);
-        let freed_file = free_inode.then(|| {
-            if d.xattr != 0 {
-                to_free.push(d.xattr);
+        if free_inode && d.xattr != 0 {
+            // Every block of the attribute list; of a damaged chain, the blocks up to the
+            // damage (fsck reclaims the rest as a leak) rather than an inode never freed.
+            match self.xattr_chain(ino, d.xattr) {
+                Ok(c) => to_free.extend(c.blocks),
+                Err(e) => {
+                    log::error!("inode {ino}: freeing its extended attributes: {e}");
+                    to_free.push(d.xattr);
+                }
             }
-            FreeFile {
-                ino,
-                generation: d.generation,
-                is_dir: d.is_dir(),
-            }
+        }
+        let freed_file = free_inode.then(|| FreeFile {
+            ino,
+            generation: d.generation,
+            is_dir: d.is_dir(),
         });
         if free_inode {
             d = DiskInode {

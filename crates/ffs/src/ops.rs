@@ -18,7 +18,9 @@ use cairn_vfs::{
     KernelCachePolicy, Owner, RenameFlags, Result, SetAttr, SetTime, StatFs,
 };
 
-use crate::format::{DiskInode, FAST_SYMLINK_MAX, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr};
+use crate::format::{
+    DiskInode, FAST_SYMLINK_MAX, FormatError, MAX_NAME, ROOT_INO, dir, kind, put_u64, xattr,
+};
 use crate::inode::{now_ns, time_to_ns};
 use crate::strategy::{
     AclMode, AllocDirect, Apply, AttrChange, BlockKind, DataZeroed, FreeBlocks, FsyncReq,
@@ -462,18 +464,48 @@ impl Ffs {
         fh
     }
 
-    pub(crate) fn read_xattrs(&self, d: &DiskInode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub(crate) fn read_xattrs(&self, ino: u64, d: &DiskInode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if d.xattr == 0 {
             return Ok(Vec::new());
         }
-        let b = self.bread(d.xattr, kind::XATTR)?;
-        let v = xattr::decode(&b.read()).map_err(|e| corrupt_err(e.0))?;
-        Ok(v)
+        Ok(self.xattr_chain(ino, d.xattr)?.attrs)
+    }
+
+    /// Inode `ino`'s attribute list and blocks, from head block `head` (a single block or
+    /// a chain, `xattr::read_chain`).
+    pub(crate) fn xattr_chain(&self, ino: u64, head: u64) -> Result<xattr::Chain> {
+        let mut io_err = None;
+        let r = xattr::read_chain(ino, head, |blk| {
+            if !self.vol.geo.is_data_block(blk) {
+                return Err(FormatError(format!(
+                    "inode {ino}: extended-attribute block {blk} out of range"
+                )));
+            }
+            match self.bread(blk, kind::XATTR) {
+                Ok(b) => Ok(b.read().to_vec()),
+                Err(e) => {
+                    let msg = e.to_string();
+                    io_err = Some(e);
+                    Err(FormatError(msg))
+                }
+            }
+        });
+        match (r, io_err) {
+            (Ok(c), _) => Ok(c),
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(corrupt_err(format!("inode {ino}: {}", e.0))),
+        }
     }
 
     /// Writes inode `ino`'s extended attributes (all of them, `attrs`), with its change time,
     /// as one change of the call in progress; `how` says whether the block is rewritten in
     /// place or replaced together with the mode the in-core inode already carries.
+    ///
+    /// A list that fits one block keeps the single-block form (rewritten in place, as
+    /// always). One that needs a chain, or was one, is written whole to new blocks and the
+    /// inode's pointer switched to their head (one inode write, so a crash finds the old
+    /// list or the new one, never a mix); the old blocks are freed after the pointer
+    /// (rule 2), and the strategy sees every new block as the pointer's (rule 1).
     pub(crate) fn write_xattrs(
         &self,
         st: &mut State,
@@ -491,20 +523,27 @@ impl Ffs {
                 xattr_blk: blk,
             }),
         };
+        let old_blocks = if old == 0 {
+            Vec::new()
+        } else {
+            self.xattr_chain(ino, old)?.blocks
+        };
         if attrs.is_empty() {
             let ic = self.iget(st, ino)?;
             ic.d.ctime = now_ns();
             if old != 0 {
                 // The pointer goes in the same encoding as the mode: one step.
                 ic.d.xattr = 0;
-                ic.d.blocks -= 1;
+                ic.d.blocks -= old_blocks.len() as u64;
                 let ib = self.store(st, ino)?;
-                return self.free_xattr_block(st, ino, &ib, old);
+                return self.free_xattr_blocks(st, ino, &ib, &old_blocks);
             }
-            return self.store_attrs(st, ino, None, None).map(drop);
+            return self.store_attrs(st, ino, &[], None).map(drop);
         }
-        if xattr::encoded_size(attrs) > self.vol.geo.bs() {
-            return Err(Errno::ENOSPC.into());
+        let bs = self.vol.geo.bs();
+        let n = xattr::blocks_needed(attrs, bs).ok_or(Errno::ENOSPC)?;
+        if n > 1 || old_blocks.len() > 1 {
+            return self.write_xattr_chain(st, ino, attrs, n, &old_blocks, acl_mode);
         }
         let replace = old != 0 && how != XattrWrite::InPlace;
         let b = if old == 0 || replace {
@@ -529,6 +568,7 @@ impl Ffs {
                 old_size: if old == 0 { 0 } else { self.vol.geo.block_size },
                 kind: BlockKind::Xattr,
                 new_buf: Some(&b),
+                chain: &[],
             };
             self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
             b
@@ -539,21 +579,98 @@ impl Ffs {
             b
         };
         self.iget(st, ino)?.d.ctime = now_ns();
-        let ib = self.store_attrs(st, ino, Some(&b), acl_mode(b.blkno()))?;
+        let ib = self.store_attrs(st, ino, std::slice::from_ref(&b), acl_mode(b.blkno()))?;
         if replace {
-            self.free_xattr_block(st, ino, &ib, old)?;
+            self.free_xattr_blocks(st, ino, &ib, &old_blocks)?;
         }
         Ok(())
     }
 
-    /// Inode `ino`, encoded in `ib`, no longer points to xattr block `old`: freed once no
-    /// pointer to it can be on disk (rule 2).
-    fn free_xattr_block(&self, st: &mut State, ino: u64, ib: &BufRef, old: u64) -> Result<()> {
+    /// `write_xattrs` of a list in `n` blocks where a chain is involved (the new list's or
+    /// the old one's, `old_blocks`): all of it to new blocks, then the pointer.
+    fn write_xattr_chain(
+        &self,
+        st: &mut State,
+        ino: u64,
+        attrs: &[(Vec<u8>, Vec<u8>)],
+        n: usize,
+        old_blocks: &[u64],
+        acl_mode: impl Fn(u64) -> Option<AclMode>,
+    ) -> Result<()> {
+        if n > 1 {
+            self.want_xattr_chain(st)?;
+        }
+        st.alloc.reserve(0, n as u64)?;
+        let mut blks = Vec::with_capacity(n);
+        for _ in 0..n {
+            let pref = blks.last().copied().unwrap_or(0);
+            blks.push(self.alloc_block_for(st, pref, ino)?);
+        }
+        let bs = self.vol.geo.bs();
+        let images = xattr::encode_chain(attrs, ino, &blks, bs).ok_or(Errno::ENOSPC)?;
+        let bufs: Vec<BufRef> = blks
+            .iter()
+            .zip(images)
+            .map(|(&blk, image)| {
+                let b = self.bnew(blk, kind::XATTR);
+                b.write().copy_from_slice(&image);
+                self.vol.cache.mark_dirty(&b);
+                b
+            })
+            .collect();
+        let old = old_blocks.first().copied().unwrap_or(0);
+        let ic = self.iget(st, ino)?;
+        ic.d.xattr = blks[0];
+        ic.d.blocks = ic.d.blocks + n as u64 - old_blocks.len() as u64;
+        let f = AllocDirect {
+            ino,
+            ptr: InodePtr::Xattr,
+            lbn: 0,
+            new_blk: blks[0],
+            old_blk: old,
+            new_size: self.vol.geo.block_size * n as u32,
+            old_size: self.vol.geo.block_size * old_blocks.len() as u32,
+            kind: BlockKind::Xattr,
+            new_buf: Some(&bufs[0]),
+            chain: &bufs[1..],
+        };
+        self.fact(st, |s, tx| s.setup_allocdirect(tx, &f))?;
+        self.iget(st, ino)?.d.ctime = now_ns();
+        let ib = self.store_attrs(st, ino, &bufs, acl_mode(blks[0]))?;
+        if !old_blocks.is_empty() {
+            self.free_xattr_blocks(st, ino, &ib, old_blocks)?;
+        }
+        Ok(())
+    }
+
+    /// The image may hold attribute chains from now on: an image made before them gets
+    /// `FEATURE_INCOMPAT_XATTR_CHAIN` here, written durably before any chain can be on
+    /// disk (a cairn that does not know chains then refuses the image instead of reading a
+    /// chain's head as damage).
+    fn want_xattr_chain(&self, st: &mut State) -> Result<()> {
+        use crate::format::superblock::FEATURE_INCOMPAT_XATTR_CHAIN as CHAIN;
+        if st.sb.feature_incompat & CHAIN != 0 {
+            return Ok(());
+        }
+        if self.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        st.sb.feature_incompat |= CHAIN;
+        let b = self.bread(0, kind::SUPERBLOCK)?;
+        st.sb.encode(&mut b.write());
+        self.vol.cache.mark_dirty(&b);
+        log::info!("extended-attribute chains enabled on this image (feature_incompat {CHAIN:#x})");
+        self.strategy.write_superblock(self, &b)
+    }
+
+    /// Inode `ino`, encoded in `ib`, no longer points to xattr blocks `old`: freed once no
+    /// pointer to them can be on disk (rule 2).
+    fn free_xattr_blocks(&self, st: &mut State, ino: u64, ib: &BufRef, old: &[u64]) -> Result<()> {
         let f = FreeBlocks {
             ino,
             inode_buf: ib,
             from_lbn: 0,
-            freed: &[old],
+            freed: old,
             holders: &[],
             whole_file: false,
         };
@@ -1201,7 +1318,7 @@ impl Ffs {
         if n.mode & 0o777 != d.mode & 0o777 && self.chmod_acl(st, ino, d.mode)? {
             return self.attr(st, ino);
         }
-        self.store_attrs(st, ino, None, None)?;
+        self.store_attrs(st, ino, &[], None)?;
         self.attr(st, ino)
     }
 
@@ -1330,13 +1447,13 @@ impl Ffs {
         Ok(mapped)
     }
 
-    /// Stores inode `ino` and declares its attributes changed (`extra`: the xattr block it
+    /// Stores inode `ino` and declares its attributes changed (`extra`: the xattr blocks it
     /// rewrote; `acl_mode`: its mode changed with its access ACL); returns the inode block.
     pub(crate) fn store_attrs(
         &self,
         st: &mut State,
         ino: u64,
-        extra: Option<&BufRef>,
+        extra: &[BufRef],
         acl_mode: Option<AclMode>,
     ) -> Result<BufRef> {
         let b = self.store(st, ino)?;
@@ -1803,7 +1920,7 @@ impl FileSystem for Ffs {
             if self.read_only && flags & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EROFS.into());
             }
-            let acl = self.access_acl(st, ino)?;
+            let acl = self.deciding_acl(st, ctx, ino, &d)?;
             perm::may_open(ctx, owner(&d), acl.as_deref(), flags)?;
             if truncating && d.is_reg() && d.size > 0 {
                 self.set_size(st, ino, 0)?;
@@ -1814,7 +1931,7 @@ impl FileSystem for Ffs {
                 if !ctx.is_root() {
                     ic.d.mode = perm::kill_privileges(ic.d.mode);
                 }
-                self.store_attrs(st, ino, None, None)?;
+                self.store_attrs(st, ino, &[], None)?;
             }
             Ok(self.new_handle(st, ino, perm::handle_flags(ctx, flags, d.gid)))
         })
@@ -2021,7 +2138,7 @@ impl FileSystem for Ffs {
             if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
                 return self.set_acl(st, ctx, ino, kind, Some(value));
             }
-            let mut attrs = self.read_xattrs(&d)?;
+            let mut attrs = self.read_xattrs(ino, &d)?;
             let pos = attrs.iter().position(|(k, _)| k.as_slice() == n);
             match (pos, flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE)) {
                 (Some(_), libc::XATTR_CREATE) => return Err(Errno::EEXIST.into()),
@@ -2042,7 +2159,7 @@ impl FileSystem for Ffs {
             let d = self.iget(st, ino)?.d.clone();
             let acl = self.access_acl(st, ino)?;
             perm::xattr_access(ctx, owner(&d), acl.as_deref(), n, XattrOp::Get)?;
-            let attrs = self.read_xattrs(&d)?;
+            let attrs = self.read_xattrs(ino, &d)?;
             attrs
                 .into_iter()
                 .find(|(k, _)| k.as_slice() == n)
@@ -2055,7 +2172,7 @@ impl FileSystem for Ffs {
         self.op("listxattr", None, |st| {
             let d = self.iget(st, ino)?.d.clone();
             let mut out = Vec::new();
-            for (k, _) in self.read_xattrs(&d)? {
+            for (k, _) in self.read_xattrs(ino, &d)? {
                 if k.starts_with(b"trusted.") && !ctx.is_root() {
                     continue;
                 }
@@ -2077,7 +2194,7 @@ impl FileSystem for Ffs {
             if let Some(kind) = cairn_vfs::acl::Kind::of_xattr(n) {
                 return self.set_acl(st, ctx, ino, kind, None);
             }
-            let mut attrs = self.read_xattrs(&d)?;
+            let mut attrs = self.read_xattrs(ino, &d)?;
             let before = attrs.len();
             attrs.retain(|(k, _)| k.as_slice() != n);
             if attrs.len() == before {

@@ -256,6 +256,7 @@ impl Checker<'_> {
         ino: u64,
         d: &mut DiskInode,
         mut attrs: Vec<(Vec<u8>, Vec<u8>)>,
+        blocks: &[u64],
     ) -> Result<bool> {
         let a = acl::audit(d.mode, |k| {
             attrs
@@ -268,13 +269,72 @@ impl Checker<'_> {
         }
         if !a.drop.is_empty() {
             attrs.retain(|(n, _)| !a.drop.iter().any(|k| k.xattr() == n.as_slice()));
-            let mut b = vec![0u8; self.bs];
-            xattr::encode(&attrs, &mut b);
-            self.write_block(d.xattr, &b)?;
+            // Fewer attributes fit the same blocks (a chain's last ones may go empty).
+            if let Some(images) = xattr::encode_chain(&attrs, ino, blocks, self.bs) {
+                for (&b, image) in blocks.iter().zip(images) {
+                    self.write_block(b, &image)?;
+                }
+            }
         }
         let changed = a.mode != d.mode;
         d.mode = a.mode;
         Ok(changed)
+    }
+
+    /// Inode `ino`'s extended attributes, from the block its inode names: a single block or
+    /// a chain (`xattr::read_chain`: magic, checksum, owner and position of each block, at
+    /// most `xattr::CHAIN_MAX` blocks, no cycle, a stream that decodes), every block in range
+    /// and claimed by no other pointer. `None`: damaged, reported and dropped (its blocks
+    /// unclaimed again).
+    #[allow(clippy::type_complexity)]
+    fn xattrs(
+        &mut self,
+        ino: u64,
+        head: u64,
+    ) -> Result<Option<(Vec<(Vec<u8>, Vec<u8>)>, Vec<u64>)>> {
+        let mut claimed = Vec::new();
+        let mut io_err = None;
+        let r = xattr::read_chain(ino, head, |b| {
+            if let Err(why) = self.claim(b) {
+                return Err(cairn_ffs::format::FormatError(format!(
+                    "extended-attribute block {b} {why}"
+                )));
+            }
+            claimed.push(b);
+            self.read_block(b).map_err(|e| {
+                let msg = e.to_string();
+                io_err = Some(e);
+                cairn_ffs::format::FormatError(msg)
+            })
+        });
+        if let Some(e) = io_err {
+            return Err(e);
+        }
+        match r {
+            Ok(c) => {
+                let feature = cairn_ffs::format::superblock::FEATURE_INCOMPAT_XATTR_CHAIN;
+                if c.blocks.len() > 1 && self.sb.feature_incompat & feature == 0 {
+                    self.corrupt(
+                        Pass::Inodes,
+                        format!(
+                            "inode {ino}: extended-attribute chain on an image without the chain feature; feature set"
+                        ),
+                    );
+                    self.sb.feature_incompat |= feature;
+                    let mut buf = vec![0u8; self.bs];
+                    self.sb.encode(&mut buf);
+                    self.write_block(0, &buf)?;
+                }
+                Ok(Some((c.attrs, c.blocks)))
+            }
+            Err(e) => {
+                for b in claimed {
+                    self.used.set(b, false);
+                }
+                self.corrupt(Pass::Inodes, format!("inode {ino}: {}; dropped", e.0));
+                Ok(None)
+            }
+        }
     }
 
     fn put_inode(&self, ino: u64, d: &DiskInode) -> Result<()> {
@@ -579,37 +639,15 @@ impl Checker<'_> {
             );
         }
         if d.xattr != 0 {
-            let ok = match self.claim(d.xattr) {
-                Err(why) => {
-                    self.corrupt(
-                        Pass::Inodes,
-                        format!(
-                            "inode {ino}: extended-attribute block {} {why}; dropped",
-                            d.xattr
-                        ),
-                    );
-                    false
+            match self.xattrs(ino, d.xattr)? {
+                Some((attrs, blocks)) => {
+                    changed |= self.acls(ino, &mut d, attrs, &blocks)?;
+                    walk.count += blocks.len() as u64;
                 }
-                Ok(()) => {
-                    let b = self.read_block(d.xattr)?;
-                    match xattr::decode(&b) {
-                        Ok(attrs) => {
-                            changed |= self.acls(ino, &mut d, attrs)?;
-                            true
-                        }
-                        Err(e) => {
-                            self.used.set(d.xattr, false);
-                            self.corrupt(Pass::Inodes, format!("inode {ino}: {}; dropped", e.0));
-                            false
-                        }
-                    }
+                None => {
+                    d.xattr = 0;
+                    changed = true;
                 }
-            };
-            if ok {
-                walk.count += 1;
-            } else {
-                d.xattr = 0;
-                changed = true;
             }
         }
         let unknown = d.flags & !fileattr::SUPPORTED;
@@ -1234,9 +1272,21 @@ impl Checker<'_> {
     }
 
     /// Releases every block of an inode (re-reading its block map as repaired).
-    fn release_blocks(&mut self, d: &DiskInode) -> Result<()> {
+    fn release_blocks(&mut self, ino: u64, d: &DiskInode) -> Result<()> {
         if d.xattr != 0 && self.g.is_data_block(d.xattr) {
-            self.used.set(d.xattr, false);
+            // The list's blocks as pass 1 claimed them (only a list that read whole was
+            // kept; of anything else, the head).
+            let blocks = xattr::read_chain(ino, d.xattr, |b| {
+                if !self.g.is_data_block(b) {
+                    return Err(cairn_ffs::format::FormatError(String::new()));
+                }
+                self.read_block(b)
+                    .map_err(|e| cairn_ffs::format::FormatError(e.to_string()))
+            })
+            .map_or_else(|_| vec![d.xattr], |c| c.blocks);
+            for b in blocks {
+                self.used.set(b, false);
+            }
         }
         if d.fast_link.is_some() {
             return Ok(());
@@ -1465,7 +1515,7 @@ impl Checker<'_> {
             if self.repair
                 && let Some(di) = self.get_inode(d)?
             {
-                self.release_blocks(&di)?;
+                self.release_blocks(d, &di)?;
                 self.clear_inode(d, di.generation)?;
             }
             return Ok(());
@@ -1726,7 +1776,7 @@ impl Checker<'_> {
             if self.repair
                 && let Some(d) = self.get_inode(ino)?
             {
-                self.release_blocks(&d)?;
+                self.release_blocks(ino, &d)?;
                 self.clear_inode(ino, d.generation)?;
             }
             return Ok(());

@@ -83,6 +83,43 @@ pub fn xattr_block(data: &[u8]) {
     }
 }
 
+/// An extended-attribute chain (`xattr::read_chain`): `data` cut into blocks of 4 KiB read
+/// as inode 7's chain from its first; no panic, a bounded walk, and what decodes re-encodes
+/// over the same blocks to a chain that reads back equal.
+pub fn xattr_chain(data: &[u8]) {
+    const BS: usize = 4096;
+    let blocks: Vec<&[u8]> = data.chunks(BS).collect();
+    if blocks.is_empty() {
+        return;
+    }
+    let mut reads = 0;
+    let r = xattr::read_chain(7, 1, |b| {
+        reads += 1;
+        assert!(reads <= xattr::CHAIN_MAX, "unbounded walk");
+        let i = b.wrapping_sub(1) as usize;
+        let mut full = vec![0u8; BS];
+        let src = blocks
+            .get(i)
+            .ok_or_else(|| cairn_ffs::format::FormatError(format!("no block {b}")))?;
+        full[..src.len()].copy_from_slice(src);
+        Ok(full)
+    });
+    let Ok(c) = r else {
+        return;
+    };
+    let images = xattr::encode_chain(&c.attrs, 7, &c.blocks, BS).expect("fits where it was");
+    let again = xattr::read_chain(7, c.blocks[0], |b| {
+        let i = c
+            .blocks
+            .iter()
+            .position(|&x| x == b)
+            .expect("a block of the chain");
+        Ok(images[i].clone())
+    })
+    .expect("re-decode");
+    assert_eq!(again.attrs, c.attrs);
+}
+
 /// POSIX ACL decoding (`cairn_vfs::acl`): no panic; a value that decodes re-encodes to its
 /// canonical form, which decodes to the same ACL; the rules (mode, chmod, inheritance, the
 /// permission check, fsck's audit) run on it without panicking, and their results are ACLs
@@ -249,6 +286,20 @@ mod tests {
         let small = img.lookup(a, b"small").unwrap();
         let x = img.inode(small).xattr;
         mutate(&mut rng, &img.block(x)[..256], 3000, xattr_block);
+    }
+
+    #[test]
+    fn xattr_chain_fuzz() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed("xattr_chain"));
+        let attrs: Vec<(Vec<u8>, Vec<u8>)> = (0..300)
+            .map(|i| (format!("user.a{i}").into_bytes(), vec![i as u8; 20]))
+            .collect();
+        let n = xattr::blocks_needed(&attrs, 4096).unwrap();
+        let blks: Vec<u64> = (1..=n as u64).collect();
+        let valid: Vec<u8> = xattr::encode_chain(&attrs, 7, &blks, 4096)
+            .unwrap()
+            .concat();
+        mutate(&mut rng, &valid, 300, xattr_chain);
     }
 
     #[test]

@@ -405,9 +405,16 @@ impl Inspector {
         }
         if d.xattr != 0 {
             let _ = writeln!(o, "\nextended attributes (block {})", d.xattr);
-            match self.read_block(d.xattr).map(|b| xattr::decode(&b)) {
-                Ok(Ok(attrs)) => {
-                    for (n, v) in attrs {
+            let r = xattr::read_chain(ino, d.xattr, |b| {
+                self.read_block(b)
+                    .map_err(|e| cairn_ffs::format::FormatError(format!("unreadable: {e}")))
+            });
+            match r {
+                Ok(c) => {
+                    if c.blocks.len() > 1 {
+                        let _ = writeln!(o, "  chain of {} blocks: {:?}", c.blocks.len(), c.blocks);
+                    }
+                    for (n, v) in c.attrs {
                         let _ = writeln!(
                             o,
                             "  {} = {:?}",
@@ -416,11 +423,8 @@ impl Inspector {
                         );
                     }
                 }
-                Ok(Err(e)) => {
-                    let _ = writeln!(o, "  DAMAGED: {}", e.0);
-                }
                 Err(e) => {
-                    let _ = writeln!(o, "  unreadable: {e}");
+                    let _ = writeln!(o, "  DAMAGED: {}", e.0);
                 }
             }
         }

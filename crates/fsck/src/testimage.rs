@@ -401,6 +401,25 @@ impl Image {
         self.put_inode(ino, &d);
     }
 
+    /// Gives inode `ino` the attributes `attrs` as a chain (they must need one), with the
+    /// chain feature set; returns the chain's blocks.
+    pub fn set_xattr_chain(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u64> {
+        let bs = self.sb.block_size as usize;
+        let n = xattr::blocks_needed(attrs, bs).expect("fits a chain");
+        assert!(n > 1, "needs a chain");
+        let blks: Vec<u64> = (0..n).map(|_| self.alloc_block()).collect();
+        let images = xattr::encode_chain(attrs, ino, &blks, bs).expect("encodes");
+        for (&b, image) in blks.iter().zip(images) {
+            self.block_mut(b).copy_from_slice(&image);
+        }
+        let mut d = self.inode(ino);
+        d.xattr = blks[0];
+        d.blocks += n as u64;
+        self.put_inode(ino, &d);
+        self.sb.feature_incompat |= cairn_ffs::format::superblock::FEATURE_INCOMPAT_XATTR_CHAIN;
+        blks
+    }
+
     /// Recomputes the summaries (descriptors and superblock) from the bitmaps and writes
     /// the superblock into every group.
     pub fn finish(&mut self) {

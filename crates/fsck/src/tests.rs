@@ -350,6 +350,115 @@ fn bad_xattr_block() {
     assert_eq!(fixed.inode(n.small).xattr, 0);
 }
 
+/// A file of `populated()` with 400 attributes in a chain; returns (image, inode, blocks).
+fn chained() -> (Image, u64, Vec<u64>) {
+    let mut img = Image::populated();
+    let n = names(&img);
+    let attrs: Vec<(Vec<u8>, Vec<u8>)> = (0..400)
+        .map(|i| {
+            (
+                format!("user.attribute_{i}").into_bytes(),
+                format!("value_{i}").into_bytes(),
+            )
+        })
+        .collect();
+    let mut d = img.inode(n.medium);
+    d.xattr = 0;
+    img.put_inode(n.medium, &d);
+    let blocks = img.set_xattr_chain(n.medium, &attrs);
+    img.finish();
+    (img, n.medium, blocks)
+}
+
+/// Rewrites chain block `b` of inode `ino` (position `index`) with its `next` set to `next`,
+/// checksum recomputed: a well-formed block pointing somewhere it must not.
+fn relink(img: &mut Image, b: u64, next: u64) {
+    let blk = img.block_mut(b);
+    blk[8..16].copy_from_slice(&next.to_le_bytes());
+    let used = u32::from_le_bytes(blk[4..8].try_into().unwrap()) as usize;
+    let mut h = crc32c::crc32c(&blk[0..28]);
+    h = crc32c::crc32c_append(h, &blk[32..used]);
+    blk[28..32].copy_from_slice(&h.to_le_bytes());
+}
+
+#[test]
+fn a_chain_of_attribute_blocks_is_clean() {
+    let (img, ino, blocks) = chained();
+    assert!(blocks.len() > 1);
+    let (r, _) = run(&img.bytes, false);
+    assert!(r.is_clean(), "{:?}", r.findings);
+    // Without the feature bit, the chain is damage the repair resolves by setting it.
+    let mut img = img;
+    img.sb.feature_incompat = 0;
+    img.write_superblocks();
+    let fixed = case(&img, Class::Corruption, "without the chain feature");
+    assert_eq!(fixed.inode(ino).xattr, blocks[0]);
+}
+
+#[test]
+fn a_damaged_chain_block_drops_the_list_and_frees_its_blocks() {
+    let (mut img, ino, blocks) = chained();
+    img.block_mut(blocks[2])[100] ^= 1;
+    let fixed = case(&img, Class::Corruption, "chain block 2: checksum mismatch");
+    assert_eq!(fixed.inode(ino).xattr, 0);
+    for b in blocks {
+        assert!(
+            !fixed.block_used(b),
+            "block {b} of the dropped chain still in use"
+        );
+    }
+}
+
+#[test]
+fn a_chain_cycle_is_found() {
+    let (mut img, ino, blocks) = chained();
+    let last = *blocks.last().unwrap();
+    relink(&mut img, last, blocks[1]);
+    let fixed = case(&img, Class::Corruption, "cycle");
+    assert_eq!(fixed.inode(ino).xattr, 0);
+}
+
+#[test]
+fn a_chain_block_claimed_twice_is_found() {
+    let (mut img, _, blocks) = chained();
+    // Another file's data block named as the chain's next: claimed by two pointers.
+    let n = names(&img);
+    let data = img.inode(n.small).direct[0];
+    assert_ne!(data, 0);
+    relink(&mut img, blocks[0], data);
+    let fixed = case(&img, Class::Corruption, "already claimed");
+    // The data block stays with its file.
+    assert_eq!(fixed.inode(n.small).direct[0], data);
+}
+
+#[test]
+fn a_chain_longer_than_the_bound_is_found() {
+    let (mut img, ino, blocks) = chained();
+    // Extend the chain with empty blocks until it is one past the bound.
+    let mut prev = *blocks.last().unwrap();
+    let mut index = blocks.len() as u32;
+    while index as usize <= cairn_ffs::format::xattr::CHAIN_MAX {
+        let b = img.alloc_block();
+        let bs = img.bs();
+        let blk = img.block_mut(b);
+        blk.fill(0);
+        blk[0..4].copy_from_slice(b"CXA2");
+        blk[4..8].copy_from_slice(&32u32.to_le_bytes());
+        blk[16..24].copy_from_slice(&ino.to_le_bytes());
+        blk[24..28].copy_from_slice(&index.to_le_bytes());
+        assert!(bs >= 32);
+        relink(&mut img, b, 0);
+        relink(&mut img, prev, b);
+        prev = b;
+        index += 1;
+    }
+    let mut d = img.inode(ino);
+    d.blocks += u64::from(index) - blocks.len() as u64;
+    img.put_inode(ino, &d);
+    img.finish();
+    case(&img, Class::Corruption, "longer than");
+}
+
 #[test]
 fn free_inode_with_stale_contents() {
     let mut img = Image::populated();

@@ -170,10 +170,33 @@ fn walk(fs: &dyn FileSystem) -> BTreeMap<String, String> {
                 ),
                 _ => ("s", "-".to_string()),
             };
-            out.insert(
-                path,
-                format!("{kind} {:o} {} {} {detail}", a.perm, a.nlink, a.size),
-            );
+            let mut line = format!("{kind} {:o} {} {} {detail}", a.perm, a.nlink, a.size);
+            // Extended attributes, when there are any: their count and one checksum of
+            // every name and value (an inode's list in one block or a chain).
+            if kind != "l" {
+                let list = fs.listxattr(&ctx, a.ino).expect("listxattr");
+                let mut names: Vec<&[u8]> =
+                    list.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+                names.sort();
+                if !names.is_empty() {
+                    let mut all = Vec::new();
+                    for n in &names {
+                        let v = fs
+                            .getxattr(&ctx, a.ino, OsStr::from_bytes(n))
+                            .expect("getxattr");
+                        all.extend_from_slice(n);
+                        all.push(0);
+                        all.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                        all.extend_from_slice(&v);
+                    }
+                    line += &format!(
+                        " xattrs:{}:crc32c:{:08x}",
+                        names.len(),
+                        crc32c::crc32c(&all)
+                    );
+                }
+            }
+            out.insert(path, line);
         }
     }
     out

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cairn_blockdev::BlockDevice;
 use cairn_vfs::{FileSystem, Result};
 
-use crate::engine::{Lfs, MountOptions, ROOT_INO, decode_xattrs, owned_blocks};
+use crate::engine::{Lfs, MountOptions, ROOT_INO, owned_blocks, read_xattr_chain};
 use crate::format::BLOCK_SIZE;
 
 /// One finding.
@@ -173,7 +173,7 @@ fn audit(st: &mut crate::engine::State) -> Result<Audit> {
             );
         }
         if inode.xattr != 0 {
-            match st.read_block(inode.xattr).and_then(|b| decode_xattrs(&b)) {
+            match read_xattr_chain(inode.xattr, |a| st.read_block(a)).map(|c| c.0) {
                 Ok(x) => {
                     let a = cairn_vfs::acl::audit(inode.mode, |k| x.get(k.xattr()).map(|v| &v[..]));
                     for p in a.problems {

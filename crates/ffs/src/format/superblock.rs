@@ -33,6 +33,15 @@ pub const STATE_ERRORS: u32 = 2;
 /// reader refuses until fsck (or the journal) has run.
 pub const FEATURE_COMPAT_JOURNAL: u32 = 1;
 
+/// `feature_incompat`: an inode's extended attributes may span a chain of blocks
+/// (`xattr::CHAIN_MAGIC`, docs/FORMAT.md). Incompatible: a reader that knows only the
+/// one-block form would read the chain's head as damage. Set the first time an inode's
+/// attributes outgrow one block (mkfs does not set it: an image that never needs a chain
+/// stays readable by a cairn from before chains).
+pub const FEATURE_INCOMPAT_XATTR_CHAIN: u32 = 1;
+/// Every `feature_incompat` bit this build reads.
+pub const FEATURE_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_XATTR_CHAIN;
+
 /// The superblock. Dynamic fields (free counts, state, times) are exact in the primary copy
 /// only after a clean unmount; the group descriptors are authoritative while mounted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,10 +197,10 @@ impl Superblock {
         };
         sb.geometry()?;
         sb.journal_area()?;
-        if sb.feature_incompat != 0 {
+        if sb.feature_incompat & !FEATURE_INCOMPAT_KNOWN != 0 {
             return corrupt(format!(
                 "unknown incompatible features {:#x}",
-                sb.feature_incompat
+                sb.feature_incompat & !FEATURE_INCOMPAT_KNOWN
             ));
         }
         Ok(sb)

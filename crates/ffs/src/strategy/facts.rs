@@ -115,11 +115,16 @@ pub struct AllocDirect<'a> {
     /// The block the pointer named before (0: none; cairn never reallocates in place).
     pub old_blk: Blk,
     /// Bytes of the new and the old block in use (cairn has no fragments: the block size
-    /// and 0), kept so fragments would need no new interface.
+    /// and 0), kept so fragments would need no new interface. For the xattr pointer: the
+    /// bytes of all the list's blocks (a chain's), the new list's and the old one's.
     pub new_size: u32,
     pub old_size: u32,
     pub kind: BlockKind,
     pub new_buf: Option<&'a BufRef>,
+    /// New blocks the new block leads to (the rest of an extended-attribute chain, each
+    /// naming the next): initialized like `new_buf`, and each (its contents and its bitmap)
+    /// must reach disk before the pointer, as `new_buf` must. Empty for every other kind.
+    pub chain: &'a [BufRef],
 }
 
 /// A pointer in indirect block `indir` (slot `slot`, already written into the buffer) now
@@ -266,11 +271,11 @@ pub struct FreeFile {
 }
 
 /// Attributes of `ino` changed (chmod, chown, times, size, flags), encoded in
-/// `inode_buf`; `extra` is the xattr block when it was rewritten.
+/// `inode_buf`; `extra` are the xattr blocks when they were rewritten.
 pub struct AttrChange<'a> {
     pub ino: Ino,
     pub inode_buf: &'a BufRef,
-    pub extra: Option<&'a BufRef>,
+    pub extra: &'a [BufRef],
     /// The mode changed with the access ACL (set, or rewritten by chmod): see [`AclMode`].
     pub acl_mode: Option<AclMode>,
 }

@@ -290,6 +290,19 @@ impl Strategy for Sync {
     }
 
     fn setup_allocdirect(&self, tx: &mut Tx, f: &AllocDirect) -> Result<()> {
+        // An xattr chain's further blocks go to disk first, with their group blocks,
+        // before the head's step (which makes the pointer's step possible).
+        if !f.chain.is_empty() {
+            let mut bufs: Vec<BufRef> = f.chain.to_vec();
+            let mut op = self.op.lock();
+            for b in f.chain {
+                if let Some(i) = op.new_blocks.iter().position(|(x, _)| *x == b.blkno()) {
+                    bufs.extend(op.new_blocks.swap_remove(i).1);
+                }
+            }
+            drop(op);
+            self.step_initialized(tx.io, &bufs)?;
+        }
         self.alloc(tx, f.ino, f.new_blk, f.kind, f.new_buf, None)
     }
 
@@ -368,7 +381,7 @@ impl Strategy for Sync {
 
     fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> Result<()> {
         let mut bufs = std::mem::take(&mut self.op.lock().updates);
-        bufs.extend(f.extra.cloned());
+        bufs.extend(f.extra.iter().cloned());
         bufs.push(Arc::clone(f.inode_buf));
         self.step_ordered(tx.io, &bufs)
     }

@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::cleaner::policy::{self, Policy, SegmentState, SegmentUsage, Thresholds, UsageTable};
 use crate::engine::{
-    BS, CheckpointWrite, Lfs, RESERVE_SEGMENTS, State, corrupt, decode_xattrs, slot_of, slot_parent,
+    BS, CheckpointWrite, Lfs, RESERVE_SEGMENTS, State, corrupt, slot_of, slot_parent,
 };
 use crate::format::BLOCK_SIZE;
 use crate::format::inode;
@@ -200,11 +200,10 @@ impl State {
                             // copy: the parent is rewritten too (up to the inode).
                             w.slot_chain(e.ino, Some(e.lbn));
                             w.inodes.insert(e.ino);
-                        } else if e.kind == Kind::Xattr && n.inode.xattr == addr {
-                            let x = match &n.xattrs {
-                                Some(x) => x.clone(),
-                                None => decode_xattrs(blk)?,
-                            };
+                        } else if e.kind == Kind::Xattr && self.xattr_live(e.ino, addr)? {
+                            // Any block of the list moves the whole list (a chain's blocks
+                            // name each other).
+                            let x = self.load_xattrs(e.ino)?.clone();
                             w.xattrs.push((e.ino, x));
                             w.inodes.insert(e.ino);
                         }

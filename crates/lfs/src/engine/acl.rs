@@ -18,7 +18,12 @@ use cairn_vfs::falloc::Falloc;
 use cairn_vfs::{Access, Ctx, Result};
 
 use super::ops::owner;
-use super::{BS, State, corrupt, now, xattrs_size};
+use crate::format::summary::{Entry, Kind};
+
+use super::{
+    BS, State, corrupt, encode_xattr_blocks, now, read_xattr_chain, set_chain_next,
+    xattr_blocks_needed,
+};
 use crate::format::BLOCK_SIZE;
 use crate::format::inode::{self, Inode};
 use cairn_vfs::Errno;
@@ -112,7 +117,7 @@ impl State {
         mode: Option<u32>,
         touch: bool,
     ) -> Result<()> {
-        if xattrs_size(&next) > BLOCK_SIZE {
+        if xattr_blocks_needed(&next).is_none() {
             return Err(Errno::ENOSPC.into());
         }
         let same = self.load_xattrs(ino)? == &next;
@@ -131,6 +136,65 @@ impl State {
         node.inode.ctime = now();
         self.mark_dirty(ino);
         Ok(())
+    }
+
+    /// The flush's part for `ino`'s attributes when they changed: the whole list to the log
+    /// (a single block, or a chain written last block first, so each block names the
+    /// address its successor already has), the inode pointed at its head, the old blocks
+    /// dead. The inode record follows in the same flush, which roll-forward applies whole.
+    pub(crate) fn write_xattr_blocks(&mut self, ino: u64) -> Result<()> {
+        let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        if !n.xattr_dirty {
+            return Ok(());
+        }
+        n.xattr_dirty = false;
+        let x = n.xattrs.clone().unwrap_or_default();
+        let version = n.inode.version;
+        let old_head = n.inode.xattr;
+        let old = if old_head == 0 {
+            Vec::new()
+        } else {
+            read_xattr_chain(old_head, |a| self.read_block(a))?.1
+        };
+        let mut blocks = encode_xattr_blocks(&x);
+        if blocks.is_empty() && !x.is_empty() {
+            return Err(corrupt(format!(
+                "inode {ino}: attributes past what a chain holds"
+            )));
+        }
+        let mut next = 0;
+        for (i, mut b) in blocks.drain(..).enumerate().rev() {
+            if next != 0 {
+                set_chain_next(&mut b, next);
+            }
+            let e = Entry {
+                kind: Kind::Xattr,
+                version,
+                ino,
+                lbn: i as u64,
+            };
+            next = self.push(e, b, BLOCK_SIZE as u32)?;
+        }
+        let count = xattr_blocks_needed(&x).unwrap_or(0) as u64;
+        let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        n.inode.xattr = next;
+        n.inode.blocks = (n.inode.blocks + count).saturating_sub(old.len() as u64);
+        for a in old {
+            self.kill(a, BLOCK_SIZE as u32);
+        }
+        Ok(())
+    }
+
+    /// Whether log block `addr` holds part of `ino`'s attributes as the inode names them
+    /// (the cleaner's liveness test of an xattr block: the head or any block of its chain).
+    pub(crate) fn xattr_live(&mut self, ino: u64, addr: u64) -> Result<bool> {
+        let head = self.node(ino)?.inode.xattr;
+        if head == 0 || head == addr {
+            return Ok(head != 0);
+        }
+        Ok(read_xattr_chain(head, |a| self.read_block(a))?
+            .1
+            .contains(&addr))
     }
 
     /// chmod of `ino`, whose mode is already the new one: its access ACL (if any) takes

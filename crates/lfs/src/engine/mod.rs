@@ -64,8 +64,8 @@ pub(crate) use dirty::DirtySet;
 pub(crate) use handles::Handles;
 pub(crate) use imap::InodeMap;
 pub(crate) use node::{
-    Node, ReadAhead, T_TOP, decode_xattrs, encode_xattrs, load_map, owned_blocks, slot_level,
-    slot_of, slot_parent, slot_range, xattrs_size,
+    Node, ReadAhead, T_TOP, encode_xattr_blocks, load_map, owned_blocks, read_xattr_chain,
+    set_chain_next, slot_level, slot_of, slot_parent, slot_range, xattr_blocks_needed,
 };
 pub(crate) use readgate::{ReadGate, ReadPlan, Run};
 pub use usage::Usage;
@@ -718,7 +718,7 @@ impl State {
         let records = inodes.len() as u64;
         for i in inodes {
             if let Some(n) = self.nodes.get(&i) {
-                meta += n.dirty_slots.len() as u64 + n.xattr_dirty as u64;
+                meta += n.dirty_slots.len() as u64 + n.xattr_log_blocks();
             }
         }
         let pending = self.log_blocks(
@@ -1044,33 +1044,7 @@ impl State {
             }
             self.kill(old, BLOCK_SIZE as u32);
         }
-        let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        if n.xattr_dirty {
-            n.xattr_dirty = false;
-            let x = n.xattrs.clone().unwrap_or_default();
-            let version = n.inode.version;
-            let old = n.inode.xattr;
-            let new = if x.is_empty() {
-                0
-            } else {
-                let e = Entry {
-                    kind: Kind::Xattr,
-                    version,
-                    ino,
-                    lbn: 0,
-                };
-                self.push(e, encode_xattrs(&x), BLOCK_SIZE as u32)?
-            };
-            let n = self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-            n.inode.xattr = new;
-            match (old, new) {
-                (0, a) if a != 0 => n.inode.blocks += 1,
-                (o, 0) if o != 0 => n.inode.blocks = n.inode.blocks.saturating_sub(1),
-                _ => {}
-            }
-            self.kill(old, BLOCK_SIZE as u32);
-        }
-        Ok(())
+        self.write_xattr_blocks(ino)
     }
 
     /// A checkpoint (004 §4.1): flush, then the dirty inode map blocks and the usage table

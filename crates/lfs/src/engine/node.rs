@@ -83,6 +83,14 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Log blocks the next flush writes for this node's attributes (0 unless changed).
+    pub fn xattr_log_blocks(&self) -> u64 {
+        match (&self.xattrs, self.xattr_dirty) {
+            (Some(x), true) => xattr_blocks_needed(x).unwrap_or(XATTR_CHAIN_MAX) as u64,
+            _ => 0,
+        }
+    }
+
     /// A node whose every part is in memory (a new inode: nothing to load).
     pub fn fresh(inode: Inode) -> Node {
         Node {
@@ -205,14 +213,153 @@ pub(crate) fn load_map(
 /// Every log block an inode owns: data, indirect and xattr blocks.
 pub(crate) fn owned_blocks(
     inode: &Inode,
-    read: impl FnMut(u64) -> Result<Vec<u8>>,
+    mut read: impl FnMut(u64) -> Result<Vec<u8>>,
 ) -> Result<Vec<u64>> {
-    let (map, ind) = load_map(inode, read)?;
+    let (map, ind) = load_map(inode, &mut read)?;
     let mut v: Vec<u64> = map.into_values().chain(ind.into_values()).collect();
     if inode.xattr != 0 {
-        v.push(inode.xattr);
+        v.extend(read_xattr_chain(inode.xattr, read)?.1);
     }
     Ok(v)
+}
+
+/// First two bytes of a block of an xattr chain: a count no single block can have (an
+/// attribute takes at least 4 bytes of a 4 KiB block).
+const CHAIN_MARK: u16 = 0xffff;
+/// Header of a chain block: mark u16, index u16, used u32 (payload bytes), next u64.
+const CHAIN_HDR: usize = 16;
+/// Most blocks an inode's xattr chain may have (ffs's bound: fstests' 1000 attributes, or a
+/// 64 KiB value beside the rest).
+pub(crate) const XATTR_CHAIN_MAX: usize = 32;
+/// Stream header: count u32, length u32.
+const STREAM_HDR: usize = 8;
+
+fn stream_size(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
+    STREAM_HDR + x.iter().map(|(k, v)| 5 + k.len() + v.len()).sum::<usize>()
+}
+
+/// Does the list fit one block of the single-block form (every value under 64 KiB too)?
+fn fits_single(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> bool {
+    xattrs_size(x) <= BLOCK_SIZE && x.values().all(|v| v.len() <= u16::MAX as usize)
+}
+
+/// Log blocks the list takes: 0 when empty, 1 for a single block, more for a chain; `None`
+/// when a chain of [`XATTR_CHAIN_MAX`] blocks cannot hold it.
+pub(crate) fn xattr_blocks_needed(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> Option<usize> {
+    if x.is_empty() {
+        return Some(0);
+    }
+    if fits_single(x) {
+        return Some(1);
+    }
+    let n = stream_size(x).div_ceil(BLOCK_SIZE - CHAIN_HDR);
+    (n <= XATTR_CHAIN_MAX).then_some(n)
+}
+
+/// The list's blocks, the head first: one single block, or the blocks of a chain with their
+/// `next` still 0 (the log writes the last first and sets each predecessor's with
+/// [`set_chain_next`]). Empty when the list is, or when it does not fit.
+pub(crate) fn encode_xattr_blocks(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<Vec<u8>> {
+    match xattr_blocks_needed(x) {
+        Some(0) | None => Vec::new(),
+        Some(1) => vec![encode_xattrs(x)],
+        Some(_) => {
+            let mut s = Vec::with_capacity(stream_size(x));
+            s.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            s.extend_from_slice(&(stream_size(x) as u32).to_le_bytes());
+            for (k, v) in x {
+                s.push(k.len() as u8);
+                s.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                s.extend_from_slice(k);
+                s.extend_from_slice(v);
+            }
+            s.chunks(BLOCK_SIZE - CHAIN_HDR)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let mut b = vec![0u8; BLOCK_SIZE];
+                    b[0..2].copy_from_slice(&CHAIN_MARK.to_le_bytes());
+                    b[2..4].copy_from_slice(&(i as u16).to_le_bytes());
+                    b[4..8].copy_from_slice(&(piece.len() as u32).to_le_bytes());
+                    b[CHAIN_HDR..CHAIN_HDR + piece.len()].copy_from_slice(piece);
+                    b
+                })
+                .collect()
+        }
+    }
+}
+
+/// Sets a chain block's `next` (the log address of the block after it).
+pub(crate) fn set_chain_next(b: &mut [u8], next: u64) {
+    b[8..16].copy_from_slice(&next.to_le_bytes());
+}
+
+/// An inode's attributes, and the log blocks holding them (the head first).
+pub(crate) type XattrChain = (BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>);
+
+/// An inode's attributes and the log blocks holding them, from its xattr block `head` (a
+/// single block or a chain's head). Bounded: at most [`XATTR_CHAIN_MAX`] blocks, none twice.
+pub(crate) fn read_xattr_chain(
+    head: u64,
+    mut read: impl FnMut(u64) -> Result<Vec<u8>>,
+) -> Result<XattrChain> {
+    let first = read(head)?;
+    if first.len() < 2 || u16::from_le_bytes([first[0], first[1]]) != CHAIN_MARK {
+        return Ok((decode_xattrs(&first)?, vec![head]));
+    }
+    let mut blocks = vec![head];
+    let mut stream = Vec::new();
+    let mut b = first;
+    loop {
+        let index = blocks.len() - 1;
+        if b.len() < CHAIN_HDR
+            || u16::from_le_bytes([b[0], b[1]]) != CHAIN_MARK
+            || u16::from_le_bytes([b[2], b[3]]) as usize != index
+        {
+            return Err(corrupt(format!("xattr chain block {index}: bad header")));
+        }
+        let used = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
+        let piece = b
+            .get(CHAIN_HDR..CHAIN_HDR.saturating_add(used))
+            .ok_or_else(|| corrupt(format!("xattr chain block {index}: bad length")))?;
+        stream.extend_from_slice(piece);
+        let next = get_u64(&b, 8);
+        if next == 0 {
+            break;
+        }
+        if blocks.contains(&next) || blocks.len() == XATTR_CHAIN_MAX {
+            return Err(corrupt("xattr chain: a cycle, or longer than its bound"));
+        }
+        blocks.push(next);
+        b = read(next)?;
+    }
+    Ok((decode_stream(&stream)?, blocks))
+}
+
+fn decode_stream(s: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let bad = || corrupt("xattr chain: stream out of bounds");
+    let word = |o: usize| -> Result<usize> {
+        let w = s.get(o..o + 4).ok_or_else(bad)?;
+        Ok(u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+    };
+    let (count, len) = (word(0)?, word(4)?);
+    if len != s.len() {
+        return Err(corrupt(format!(
+            "xattr chain: {} bytes where its head says {len}",
+            s.len()
+        )));
+    }
+    let mut x = BTreeMap::new();
+    let mut o = STREAM_HDR;
+    for _ in 0..count {
+        let kl = *s.get(o).ok_or_else(bad)? as usize;
+        let vl = word(o + 1)?;
+        let k = s.get(o + 5..o + 5 + kl).ok_or_else(bad)?;
+        let end = (o + 5 + kl).checked_add(vl).ok_or_else(bad)?;
+        let v = s.get(o + 5 + kl..end).ok_or_else(bad)?;
+        x.insert(k.to_vec(), v.to_vec());
+        o = end;
+    }
+    Ok(x)
 }
 
 /// Extended attributes of one inode in one block: `count u16`, then per attribute
@@ -252,4 +399,75 @@ pub(crate) fn decode_xattrs(b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         o += 3 + kl + vl;
     }
     Ok(x)
+}
+
+#[cfg(test)]
+mod xattr_chain_tests {
+    use super::*;
+
+    fn many(n: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                (
+                    format!("user.attribute_{i}").into_bytes(),
+                    format!("value_{i}").into_bytes(),
+                )
+            })
+            .collect()
+    }
+
+    /// The blocks of `x` as the flush links them, at addresses 100, 101, ...
+    fn linked(x: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut blocks = encode_xattr_blocks(x);
+        let n = blocks.len();
+        for (i, b) in blocks.iter_mut().enumerate() {
+            if i + 1 < n {
+                set_chain_next(b, 101 + i as u64);
+            }
+        }
+        blocks
+    }
+
+    fn read(blocks: &[Vec<u8>]) -> Result<XattrChain> {
+        read_xattr_chain(100, |a| {
+            blocks
+                .get((a - 100) as usize)
+                .cloned()
+                .ok_or_else(|| corrupt("no such block"))
+        })
+    }
+
+    /// What: a small list stays one single block (the old form, byte for byte); 1000
+    /// attributes and a 64 KiB value make chains that read back equal; damage (a cycle, a
+    /// wrong position, a cut chain) and a list past the bound are refused.
+    #[test]
+    fn chain_roundtrip_and_damage() {
+        let small = many(3);
+        assert_eq!(encode_xattr_blocks(&small), vec![encode_xattrs(&small)]);
+        let mut long = BTreeMap::new();
+        long.insert(b"user.snrub".to_vec(), b"fish2\n".to_vec());
+        long.insert(b"user.long_attr".to_vec(), vec![0u8; 65536]);
+        for x in [many(1000), long] {
+            let blocks = linked(&x);
+            assert!(blocks.len() > 1 && blocks.len() <= XATTR_CHAIN_MAX);
+            let (y, addrs) = read(&blocks).unwrap();
+            assert_eq!(y, x);
+            assert_eq!(addrs, (100..100 + blocks.len() as u64).collect::<Vec<_>>());
+            // A cycle: the last block names the first again.
+            let mut cyc = blocks.clone();
+            let last = cyc.len() - 1;
+            set_chain_next(&mut cyc[last], 100);
+            assert!(read(&cyc).is_err());
+            // Two blocks swapped: their positions disagree.
+            let mut sw = blocks.clone();
+            sw.swap(1, 2);
+            assert!(read(&sw).is_err());
+            // Cut after the head: the stream is shorter than it says.
+            let mut cut = blocks.clone();
+            set_chain_next(&mut cut[0], 0);
+            assert!(read(&cut).is_err());
+        }
+        assert_eq!(xattr_blocks_needed(&many(5000)), None);
+        assert!(encode_xattr_blocks(&many(5000)).is_empty());
+    }
 }

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::{
-    BS, Lfs, Node, ROOT_INO, State, corrupt, decode_xattrs, from_time, now, owned_blocks, to_time,
+    BS, Lfs, Node, ROOT_INO, State, corrupt, from_time, now, owned_blocks, read_xattr_chain,
+    to_time,
 };
 use crate::format::BLOCK_SIZE;
 use crate::format::dirlog::{Op, Record};
@@ -322,7 +323,7 @@ impl State {
                 let mut v: Vec<u64> = m.values().copied().collect();
                 v.extend(n.ind.values().copied());
                 if inode.xattr != 0 {
-                    v.push(inode.xattr);
+                    v.extend(read_xattr_chain(inode.xattr, |a| self.read_block(a))?.1);
                 }
                 v
             }
@@ -567,7 +568,7 @@ impl State {
             let x = if a == 0 {
                 BTreeMap::new()
             } else {
-                decode_xattrs(&self.read_block(a)?)?
+                read_xattr_chain(a, |b| self.read_block(b))?.0
             };
             self.node(ino)?.xattrs = Some(x);
         }

@@ -1569,7 +1569,12 @@ impl Strategy for Journal {
         if let Some(b) = f.new_buf {
             Self::join(tx, &[b]);
         }
+        // An xattr chain's further blocks: logged as metadata in the same operation.
+        for b in f.chain {
+            Self::join(tx, &[b]);
+        }
         if let Some(op) = tx.state::<JOp>() {
+            op.fresh.extend(f.chain.iter().map(|b| b.blkno()));
             op.fresh.push(f.new_blk);
             if !f.kind.is_metadata() {
                 op.data.push(f.new_blk);
@@ -1676,7 +1681,7 @@ impl Strategy for Journal {
 
     fn setup_attr_change(&self, tx: &mut Tx, f: &AttrChange) -> Result<()> {
         Self::join(tx, &[f.inode_buf]);
-        if let Some(b) = f.extra {
+        for b in f.extra {
             Self::join(tx, &[b]);
         }
         Ok(())

@@ -101,6 +101,9 @@ pub(crate) enum What {
         cut: Option<u64>,
         new_blk: Blk,
         old_blk: Blk,
+        /// Blocks the inode's count shows more while the pointer is rolled back (an xattr
+        /// pointer: the old list's blocks less the new one's; 0 for every other pointer).
+        blocks_back: i64,
         #[allow(dead_code)]
         kind: BlockKind,
         applied: bool,
@@ -869,6 +872,7 @@ mod tests {
             cut: None,
             new_blk,
             old_blk: 0,
+            blocks_back: 0,
             kind: BlockKind::Data,
             applied: false,
         }

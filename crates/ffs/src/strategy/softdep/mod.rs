@@ -772,18 +772,24 @@ impl SoftDep {
         new_blk: Blk,
         old_blk: Blk,
         bk: super::BlockKind,
+        (chain, blocks_back): (&[Blk], i64),
     ) -> Result<()> {
         let geo = self.geo()?;
         let mut d = self.inner.deps.lock();
         let mut waits = Vec::new();
-        if let Some(groups) = d.blkmap.remove(&new_blk) {
-            for g in groups {
-                waits.extend(self.inner.cond_block(&d, g));
+        // The new block and the rest of its chain (an xattr chain's blocks name each
+        // other): every one's bitmap and contents before the pointer (rule 1).
+        for &b in std::iter::once(&new_blk).chain(chain) {
+            if let Some(groups) = d.blkmap.remove(&b) {
+                for g in groups {
+                    waits.extend(self.inner.cond_block(&d, g));
+                }
             }
+            // The new block's contents (data arrives after this fact, in the same call).
+            waits.push(Cond::Block(b, d.seq));
         }
-        // The new block's contents (data arrives after this fact, in the same call).
-        waits.push(Cond::Block(new_blk, d.seq));
         let mut old_blk = old_blk;
+        let mut blocks_back = blocks_back;
         if ptr == Some(InodePtr::Xattr) {
             // FreeBSD's allocdirect_merge: the xattr pointer replaced again while its last
             // replacement is not on disk. The block on disk is still the one before that
@@ -803,9 +809,14 @@ impl SoftDep {
                 )
             });
             if let Some(id) = pending
-                && let Some(What::Alloc { old_blk: o, .. }) = d.remove(id).map(|r| r.what)
+                && let Some(What::Alloc {
+                    old_blk: o,
+                    blocks_back: b,
+                    ..
+                }) = d.remove(id).map(|r| r.what)
             {
                 old_blk = o;
+                blocks_back += b;
             }
         }
         let cut = rollback::cut_of(&geo, bk, ptr, lbn);
@@ -816,6 +827,7 @@ impl SoftDep {
                 cut,
                 new_blk,
                 old_blk,
+                blocks_back,
                 kind: bk,
                 applied: false,
             },
@@ -1219,6 +1231,14 @@ impl Strategy for SoftDep {
     fn setup_allocdirect(&self, _tx: &mut Tx, f: &AllocDirect) -> Result<()> {
         let geo = self.geo()?;
         let (iblk, _) = geo.inode_location(f.ino);
+        let chain: Vec<Blk> = f.chain.iter().map(|b| b.blkno()).collect();
+        // The xattr pointer's blocks are its whole list's (`AllocDirect::new_size`): what
+        // the count shows more (or less) when the pointer rolls back to the old list.
+        let blocks_back = if f.ptr == InodePtr::Xattr {
+            (i64::from(f.old_size) - i64::from(f.new_size)) / i64::from(geo.block_size)
+        } else {
+            0
+        };
         self.alloc(
             f.ino,
             PtrAt::Inode { ptr: f.ptr, iblk },
@@ -1227,6 +1247,7 @@ impl Strategy for SoftDep {
             f.new_blk,
             f.old_blk,
             f.kind,
+            (&chain, blocks_back),
         )
     }
 
@@ -1245,6 +1266,7 @@ impl Strategy for SoftDep {
             f.new_blk,
             f.old_blk,
             f.kind,
+            (&[], 0),
         )
     }
 

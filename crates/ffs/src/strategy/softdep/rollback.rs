@@ -287,6 +287,7 @@ fn inode_block(
                     at,
                     cut: c,
                     old_blk,
+                    blocks_back,
                     applied,
                     ..
                 } = w
@@ -301,7 +302,12 @@ fn inode_block(
                         InodePtr::Indirect(l) => {
                             di.indirect[(l as usize).saturating_sub(1)] = *old_blk
                         }
-                        InodePtr::Xattr => di.xattr = *old_blk,
+                        InodePtr::Xattr => {
+                            // The count goes back with the list it counts: a shorter
+                            // chain's count beside the longer old chain would be damage.
+                            di.xattr = *old_blk;
+                            di.blocks = di.blocks.saturating_add_signed(*blocks_back);
+                        }
                     }
                 }
                 if let Some(c) = c {
