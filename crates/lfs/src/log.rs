@@ -15,6 +15,7 @@ use cairn_bufcache::BufferCache;
 use crate::format::BLOCK_SIZE;
 use crate::format::summary::{self, Entry, FLAG_COMMIT, FLAG_SKIP_REST, MAX_ENTRIES, Summary};
 use crate::format::superblock::Superblock;
+use crate::sequencer::Sequencer;
 
 /// Where the segments come from.
 pub trait Segments {
@@ -43,6 +44,11 @@ pub struct LogWriter {
     /// segment overwrites is dropped from it before the write, so a read never returns a
     /// copy from the segment's life before it was cleaned.
     pub cache: Option<Arc<BufferCache>>,
+    /// Where sealed partial segments go, if not straight to the device: the mount's
+    /// sequencer writes them without the engine's lock, in order (`sequencer.rs`). `None`
+    /// (mkfs, recovery, a mount without background writers: the engine's tests and the
+    /// crash harness's recordings) writes each at once, under the lock.
+    pub sequencer: Option<Arc<Sequencer>>,
 }
 
 impl LogWriter {
@@ -58,6 +64,7 @@ impl LogWriter {
             blocks_written: 0,
             segments_entered: 0,
             cache: None,
+            sequencer: None,
         }
     }
 
@@ -70,6 +77,22 @@ impl LogWriter {
     /// Blocks pushed and not yet written.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The bytes of block `addr` if it is in a sealed partial segment whose device write
+    /// has not completed (`sequencer.rs`): a read must take them from here.
+    pub fn in_flight(&self, addr: u64) -> Option<Vec<u8>> {
+        self.sequencer.as_ref().and_then(|q| q.block(addr))
+    }
+
+    /// Does a sealed partial segment in flight lie in segment `seg`?
+    pub fn holds(&self, seg: u32) -> bool {
+        self.sequencer.as_ref().is_some_and(|q| q.holds(seg))
+    }
+
+    /// Where a device flush that must cover every partial sealed so far waits first.
+    pub fn barrier(&self) -> Option<(Arc<Sequencer>, u64)> {
+        self.sequencer.as_ref().map(|q| (Arc::clone(q), q.sealed()))
     }
 
     /// The address the next pushed block gets, writing the current partial out first if it
@@ -179,12 +202,20 @@ impl LogWriter {
         s.seal(&buf[BLOCK_SIZE..]);
         buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
         let at = sb.seg_start(self.seg) + self.off as u64;
+        // Cached copies of the segment's earlier life go now, under the lock: no read asks
+        // the device for these blocks until their write is done (a read finds them in the
+        // sequencer meanwhile), so none comes back into the cache stale.
         if let Some(c) = &self.cache {
             for b in at..at + n as u64 + 1 {
                 c.invalidate(b);
             }
         }
-        dev.write_blocks(sb.seg_start(self.seg) + self.off as u64, &buf)?;
+        match &self.sequencer {
+            Some(q) => {
+                q.submit(at, self.seg, buf);
+            }
+            None => dev.write_blocks(at, &buf)?,
+        }
         self.partials_written += 1;
         self.blocks_written += n as u64 + 1;
         self.pending.clear();
