@@ -184,11 +184,7 @@ impl LogWriter {
         flags: u32,
     ) -> std::io::Result<()> {
         let n = self.pending.len();
-        let mut buf = vec![0u8; (n + 1) * BLOCK_SIZE];
-        for (i, (_, d)) in self.pending.iter().enumerate() {
-            buf[(i + 1) * BLOCK_SIZE..(i + 2) * BLOCK_SIZE].copy_from_slice(d);
-        }
-        let mut s = Summary {
+        let summary = Summary {
             serial: self.serial,
             data_crc: 0,
             data_hash: 0,
@@ -199,9 +195,13 @@ impl LogWriter {
             off: self.off,
             entries: self.pending.iter().map(|(e, _)| *e).collect(),
         };
-        s.seal(&buf[BLOCK_SIZE..]);
-        buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
         let at = sb.seg_start(self.seg) + self.off as u64;
+        let partial = Partial {
+            at,
+            seg: self.seg,
+            summary,
+            blocks: std::mem::take(&mut self.pending),
+        };
         // Cached copies of the segment's earlier life go now, under the lock: no read asks
         // the device for these blocks until their write is done (a read finds them in the
         // sequencer meanwhile), so none comes back into the cache stale.
@@ -210,15 +210,16 @@ impl LogWriter {
                 c.invalidate(b);
             }
         }
+        // With a sequencer the partial is handed over as it is — its blocks moved, not
+        // copied — and assembled and hashed by its writer, without the lock.
         match &self.sequencer {
             Some(q) => {
-                q.submit(at, self.seg, buf);
+                q.submit(partial);
             }
-            None => dev.write_blocks(at, &buf)?,
+            None => dev.write_blocks(at, &partial.bytes())?,
         }
         self.partials_written += 1;
         self.blocks_written += n as u64 + 1;
-        self.pending.clear();
         self.serial += 1;
         self.off += n as u32 + 1;
         // A segment with no room for a summary and one block is full: go on at once, so a
@@ -232,6 +233,43 @@ impl LogWriter {
             })?;
         }
         Ok(())
+    }
+}
+
+/// A partial segment as the log writer closed it: its place, its summary not yet sealed
+/// (the hash is over the blocks), and its blocks.
+pub struct Partial {
+    /// Its first block (the summary) and its segment.
+    pub at: u64,
+    pub seg: u32,
+    summary: Summary,
+    blocks: Vec<(Entry, Vec<u8>)>,
+}
+
+impl Partial {
+    /// Blocks, the summary included.
+    pub fn len(&self) -> usize {
+        self.blocks.len() + 1
+    }
+
+    /// The device write: the summary sealed over the blocks, then the blocks.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; self.len() * BLOCK_SIZE];
+        for (i, (_, d)) in self.blocks.iter().enumerate() {
+            buf[(i + 1) * BLOCK_SIZE..(i + 2) * BLOCK_SIZE].copy_from_slice(d);
+        }
+        let mut s = self.summary.clone();
+        s.seal(&buf[BLOCK_SIZE..]);
+        buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
+        buf
+    }
+
+    /// Block `i` of the write (0: the summary).
+    pub fn block(&self, i: usize) -> Option<Vec<u8>> {
+        match i {
+            0 => Some(self.bytes()[..BLOCK_SIZE].to_vec()),
+            i => self.blocks.get(i - 1).map(|(_, d)| d.clone()),
+        }
     }
 }
 

@@ -5,9 +5,10 @@
 //! engine points inodes, the inode map and the usage table at it at once, under its lock —
 //! so a block is *published* the moment it is pushed, and nothing is re-pointed when its
 //! device write ends. What the engine's lock no longer covers is that write: a full or
-//! committed partial segment is *sealed* under the lock (summary encoded and hashed over
-//! its blocks, the bytes taken, `Sequencer::submit`) and written later, by the mount's log
-//! writer thread or by whoever needs it on the device first (`Sequencer::wait`). A block
+//! committed partial segment is *sealed* under the lock — its place, serial and entries
+//! fixed, its blocks handed over, not copied (`Sequencer::submit`, `log::Partial`) — and
+//! assembled, hashed and written later, by the mount's log writer thread or by whoever
+//! needs it on the device first (`Sequencer::wait`). A block
 //! overwritten or freed while its old copy is in flight is simply no longer pointed at: the
 //! in-flight bytes are immutable, so nothing written late can bring an old copy back.
 //!
@@ -40,6 +41,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::format::BLOCK_SIZE;
+use crate::log::Partial;
 
 /// Bytes sealed and not yet written past which a call waits for the writer after letting
 /// the engine's lock go (`Sequencer::throttle`): two 8 MiB flushes and a cleaning pass's
@@ -50,11 +52,7 @@ pub(crate) const IN_FLIGHT_LIMIT: u64 = 32 << 20;
 struct Sealed {
     /// Position in seal order.
     seq: u64,
-    /// Its first block (the summary) and its segment.
-    at: u64,
-    seg: u32,
-    /// Summary then blocks, as the device write takes them.
-    buf: Vec<u8>,
+    partial: Partial,
 }
 
 #[derive(Default)]
@@ -113,15 +111,17 @@ impl Sequencer {
         })
     }
 
-    /// Hands over the partial segment `buf` (summary, then blocks) sealed for `at` in
-    /// segment `seg`; returns its place in seal order. Called under the engine's lock.
-    pub(crate) fn submit(&self, at: u64, seg: u32, buf: Vec<u8>) -> u64 {
+    /// Hands over a partial segment the log writer closed; returns its place in seal
+    /// order. Called under the engine's lock: its summary's hash, its assembly and its
+    /// device write are the writer's.
+    pub(crate) fn submit(&self, partial: Partial) -> u64 {
         let mut q = self.q.lock();
         let seq = q.sealed;
         q.sealed += 1;
-        q.bytes += buf.len() as u64;
-        *q.holds.entry(seg).or_insert(0) += 1;
-        let s = Arc::new(Sealed { seq, at, seg, buf });
+        q.bytes += (partial.len() * BLOCK_SIZE) as u64;
+        *q.holds.entry(partial.seg).or_insert(0) += 1;
+        let at = partial.at;
+        let s = Arc::new(Sealed { seq, partial });
         q.by_addr.insert(at, Arc::clone(&s));
         q.pending.push_back(s);
         drop(q);
@@ -141,8 +141,7 @@ impl Sequencer {
             return None;
         }
         let (&at, s) = q.by_addr.range(..=addr).next_back()?;
-        let i = (addr - at) as usize;
-        (i < s.buf.len() / BLOCK_SIZE).then(|| s.buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].to_vec())
+        s.partial.block((addr - at) as usize)
     }
 
     /// Is anything in flight at all (a read then looks its blocks up one by one)?
@@ -173,7 +172,9 @@ impl Sequencer {
                 None => return false,
             }
         };
-        let r = self.dev.write_blocks(s.at, &s.buf);
+        let (at, seg) = (s.partial.at, s.partial.seg);
+        let buf = s.partial.bytes();
+        let r = self.dev.write_blocks(at, &buf);
         let mut q = self.q.lock();
         match r {
             Ok(()) => {
@@ -184,21 +185,21 @@ impl Sequencer {
                 );
                 // Only this partial's entry: a later one sealed at the same address (its
                 // segment reused) stays readable until its own write.
-                if q.by_addr.get(&s.at).is_some_and(|x| Arc::ptr_eq(x, &s)) {
-                    q.by_addr.remove(&s.at);
+                if q.by_addr.get(&at).is_some_and(|x| Arc::ptr_eq(x, &s)) {
+                    q.by_addr.remove(&at);
                 }
-                if let Some(n) = q.holds.get_mut(&s.seg) {
+                if let Some(n) = q.holds.get_mut(&seg) {
                     *n -= 1;
                     if *n == 0 {
-                        q.holds.remove(&s.seg);
+                        q.holds.remove(&seg);
                     }
                 }
-                q.bytes -= s.buf.len() as u64;
+                q.bytes -= buf.len() as u64;
                 q.written = s.seq + 1;
             }
             Err(e) => {
-                ::log::error!("lfs: a log write at block {} failed: {e}", s.at);
-                q.failed = Some(format!("log write at block {}: {e}", s.at));
+                ::log::error!("lfs: a log write at block {at} failed: {e}");
+                q.failed = Some(format!("log write at block {at}: {e}"));
             }
         }
         drop(q);
