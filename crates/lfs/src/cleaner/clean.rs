@@ -350,26 +350,8 @@ impl State {
         policy: Policy,
         th: Thresholds,
         need: Gain,
-        prescans: Option<&mut Prescans>,
-    ) -> Result<Option<Pass>> {
-        match self.pass_select(policy, th, need, prescans)? {
-            Some(sel) => self.pass_apply(policy, sel),
-            None => Ok(None),
-        }
-    }
-
-    /// The first half of a pass, which changes nothing a call sees: the victims chosen
-    /// and their live blocks found against the state now (the room rule and the gain
-    /// counted). `None` when no pass pays for itself. The background pass lets the lock
-    /// go after it and takes it again for [`State::pass_apply`], so a call waits for one
-    /// half at most.
-    pub(crate) fn pass_select(
-        &mut self,
-        policy: Policy,
-        th: Thresholds,
-        need: Gain,
         mut prescans: Option<&mut Prescans>,
-    ) -> Result<Option<Selection>> {
+    ) -> Result<Option<Pass>> {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
         // write it anyway): the room below is then the pass's own.
@@ -385,12 +367,25 @@ impl State {
         // victim is read and its live blocks counted exactly before it is taken; one that
         // would not fit is left and the next one tried, so a nearly full first choice does
         // not hide emptier ones behind it.
+        let seg_blocks = self.sb.segment_blocks as u64;
         let clean = self.clean_segments() as u64;
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
         let mut victims = Vec::new();
         let mut scans = Vec::new();
         let mut work = Work::default();
-        let gains = |st: &State, victims: &[u32], work: &Work| st.pays(need, victims, work);
+        // A pass must give back more than it fills, or it only moves data around (every
+        // candidate full of live blocks): a segment more than it enters, or in the last
+        // resort any blocks more than it writes. Never fewer clean segments than before
+        // either way: the log enters at most as many segments as it frees.
+        let gains = |st: &State, victims: &[u32], work: &Work| -> bool {
+            let (total, entered) = st.pass_log(st.work_blocks(work, &Work::default()));
+            let v = victims.len() as u64;
+            !victims.is_empty()
+                && match need {
+                    Gain::Segment => v > entered,
+                    Gain::Blocks => v * seg_blocks > total && v >= entered,
+                }
+        };
         // The plan's victims first; then, while the pass would not pay for itself, more
         // segments, the least utilized first (004 §3.3: the cleaner "reads a number of
         // segments into memory, identifies the live data, and writes the live data back
@@ -447,68 +442,16 @@ impl State {
             self.cleaner.refused += 1;
             return Ok(None);
         }
-        let blocks_read = scans
-            .iter()
-            .flatten()
-            .map(|(s, _)| 1 + s.entries.len() as u64)
-            .sum::<u64>();
-        Ok(Some(Selection {
-            victims,
-            work,
-            blocks_read,
-            need,
-        }))
-    }
-
-    /// A pass must give back more than it fills, or it only moves data around (every
-    /// candidate full of live blocks): a segment more than it enters, or in the last
-    /// resort any blocks more than it writes. Never fewer clean segments than before
-    /// either way: the log enters at most as many segments as it frees.
-    fn pays(&self, need: Gain, victims: &[u32], work: &Work) -> bool {
-        let seg_blocks = self.sb.segment_blocks as u64;
-        let (total, entered) = self.pass_log(self.work_blocks(work, &Work::default()));
-        let v = victims.len() as u64;
-        !victims.is_empty()
-            && match need {
-                Gain::Segment => v > entered,
-                Gain::Blocks => v * seg_blocks > total && v >= entered,
-            }
-    }
-
-    /// The second half of a pass: what calls changed since [`State::pass_select`] taken
-    /// into account — their buffered data flushed first (the room is the pass's own), a
-    /// live block they overwrote or freed since dropped (its file no longer points at it:
-    /// moving it would bring the old copy back), files they deleted dropped, victims
-    /// another pass cleaned meanwhile dropped — the room rule and the gain counted again
-    /// on what is left (refused if either fails now), then the live blocks moved to the
-    /// log head and the checkpoint prepared. Under one hold of the lock with the select
-    /// before it, the state is the same and nothing is dropped.
-    pub(crate) fn pass_apply(&mut self, policy: Policy, sel: Selection) -> Result<Option<Pass>> {
-        let Selection {
-            mut victims,
-            mut work,
-            blocks_read,
-            need,
-        } = sel;
-        self.settle_checkpoint()?;
-        self.flush_inner()?;
-        if !crate::engine::planted!(self, NoRevalidation) {
-            self.revalidate(&mut work)?;
-        }
-        victims.retain(|&v| self.usage[v as usize].dirty);
-        let clean = self.clean_segments() as u64;
-        if self.pass_log(self.work_blocks(&work, &Work::default())).1 > clean
-            || !self.pays(need, &victims, &work)
-        {
-            self.cleaner.refused += 1;
-            return Ok(None);
-        }
         for &v in &victims {
             if self.usage[v as usize].live_bytes == 0 {
                 self.cleaner.empty_segments_cleaned += 1;
             }
         }
-        self.cleaner.blocks_read += blocks_read;
+        self.cleaner.blocks_read += scans
+            .iter()
+            .flatten()
+            .map(|(s, _)| 1 + s.entries.len() as u64)
+            .sum::<u64>();
         // What the room rule counted is what the pass writes (checked in tests, where a
         // wrong count would otherwise show only as a rare failed log write).
         let predicted = self.pass_log(self.work_blocks(&work, &Work::default()));
@@ -527,33 +470,6 @@ impl State {
             self.log.blocks_written - written0
         );
         Ok(Some(Pass { victims, cp }))
-    }
-
-    /// Drops from `w` what calls changed since it was collected: a data block whose file
-    /// no longer points at its address (overwritten, truncated, the file deleted — and,
-    /// buffered, flushed by the caller first), and the files no longer in use.
-    fn revalidate(&mut self, w: &mut Work) -> Result<()> {
-        let mut keep = Vec::with_capacity(w.moved.len());
-        // Without the recheck (`Planted::StaleSelection`) a block overwritten between the
-        // two halves comes back over its newer copy.
-        let stale = crate::engine::planted!(self, StaleSelection);
-        for m in std::mem::take(&mut w.moved) {
-            if stale && self.version_of(m.ino).is_some() {
-                keep.push(m);
-                continue;
-            }
-            let live = self.version_of(m.ino).is_some()
-                && !self.dirty.has_block(m.ino, m.lbn)
-                && self.map(m.ino)?.get(&m.lbn) == Some(&m.addr);
-            if live {
-                keep.push(m);
-            }
-        }
-        w.moved = keep;
-        w.slots.retain(|&(ino, _)| self.version_of(ino).is_some());
-        w.xattrs.retain(|(ino, _)| self.version_of(*ino).is_some());
-        w.inodes.retain(|&ino| self.version_of(ino).is_some());
-        Ok(())
     }
 
     /// Counts a pass whose checkpoint is durable: returns its victims now clean.
@@ -633,10 +549,7 @@ impl State {
             let addr = self.push(e, m.data, BLOCK_SIZE as u32)?;
             let old = self.set_map(m.ino, m.lbn, addr)?;
             #[cfg(any(test, feature = "planted"))]
-            let planted = matches!(
-                self.planted,
-                crate::engine::Planted::NoRevalidation | crate::engine::Planted::StaleSelection
-            );
+            let planted = self.planted == crate::engine::Planted::NoRevalidation;
             #[cfg(not(any(test, feature = "planted")))]
             let planted = false;
             debug_assert!(old == m.addr || planted, "moved {} over {old}", m.addr);
@@ -708,14 +621,7 @@ impl Lfs {
         let mut st = self.st.lock();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.pass_select(policy, th, Gain::Segment, Some(&mut pre));
-        let Some(sel) = st.note_log_result(r)? else {
-            return Ok(None);
-        };
-        // Calls get in between the pass's two halves.
-        drop(st);
-        let mut st = self.st.lock();
-        let r = st.pass_apply(policy, sel);
+        let r = st.clean_pass_prepare(policy, th, Gain::Segment, Some(&mut pre));
         let Some(mut pass) = st.note_log_result(r)? else {
             return Ok(None);
         };
@@ -736,15 +642,6 @@ const MAX_MISFITS: u32 = 8;
 
 /// An inode's extended attributes, as the xattr block holds them.
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// What the first half of a pass found ([`State::pass_select`]), for its second half.
-pub(crate) struct Selection {
-    victims: Vec<u32>,
-    work: Work,
-    /// Blocks of the victims read (summaries included), counted once the pass runs.
-    blocks_read: u64,
-    need: Gain,
-}
 
 /// A pass whose checkpoint's device writes are still to be made.
 pub(crate) struct Pass {

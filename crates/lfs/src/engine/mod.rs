@@ -33,7 +33,6 @@ macro_rules! planted {
         r
     }};
 }
-pub(crate) use planted;
 
 mod acl;
 mod checkpointer;
@@ -451,10 +450,6 @@ pub enum Planted {
     /// that address: a block overwritten while the pass read its victims (or any time
     /// before) comes back over the newer copy.
     NoRevalidation,
-    /// A background pass's second half moves what its first half found live without
-    /// checking again (`State::pass_apply`): a block a call overwrote or freed while the
-    /// lock was let go between the halves comes back over the newer copy.
-    StaleSelection,
     /// Reads ignore the partial segments sealed and not yet written (`sequencer.rs`) and
     /// ask the device (or the cache) for their blocks: a read of a block just flushed
     /// returns what the device held there before — zeros, or the segment's earlier life.
