@@ -328,7 +328,8 @@ impl State {
     }
 
     fn clean_pass_inner(&mut self, policy: Policy, th: Thresholds, need: Gain) -> Result<u32> {
-        let Some(mut pass) = self.clean_pass_prepare(policy, th, need, None)? else {
+        let Some(mut pass) = self.clean_pass_prepare(policy, th, need, &mut Prescans::default())?
+        else {
             return Ok(0);
         };
         if let Some(w) = pass.cp.take() {
@@ -338,9 +339,8 @@ impl State {
         Ok(self.pass_done(&pass.victims))
     }
 
-    /// A pass up to its checkpoint's device flushes: victims chosen (with `prescans`, the
-    /// background pass's, only among the segments it read without the lock — a device
-    /// read here would hold every call up for it; without, read here), their
+    /// A pass up to its checkpoint's device flushes: victims chosen (read from `prescans`
+    /// when the caller read them without the lock, from the device here otherwise), their
     /// live blocks found against the state now — a block is live only if the inode map or
     /// its file's pointer still names its address, so whatever calls overwrote while the
     /// victims were read is dropped — moved to the log head, and the checkpoint prepared.
@@ -350,7 +350,7 @@ impl State {
         policy: Policy,
         th: Thresholds,
         need: Gain,
-        mut prescans: Option<&mut Prescans>,
+        prescans: &mut Prescans,
     ) -> Result<Option<Pass>> {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
@@ -422,11 +422,9 @@ impl State {
                 misfits += (i >= planned) as u32;
                 continue;
             }
-            let scan = match prescans.as_deref_mut().map(|p| p.remove(&v)) {
+            let scan = match prescans.remove(&v) {
+                Some(scan) => scan,
                 None => self.scan_segment(v),
-                Some(Some(scan)) => scan,
-                // Not read before the lock: left for the next pass.
-                Some(None) => continue,
             };
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
@@ -621,7 +619,7 @@ impl Lfs {
         let mut st = self.st.lock();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.clean_pass_prepare(policy, th, Gain::Segment, Some(&mut pre));
+        let r = st.clean_pass_prepare(policy, th, Gain::Segment, &mut pre);
         let Some(mut pass) = st.note_log_result(r)? else {
             return Ok(None);
         };
