@@ -459,10 +459,6 @@ pub enum Planted {
     /// leaves it naming blocks the device never received, and one after fsync loses what
     /// it returned as durable.
     FlushBeforeLogWrites,
-    /// Cleaning passes and checkpoints ignore the segments a partial in flight lies in:
-    /// a pass may read such a segment before its write lands and miss (or misread) its
-    /// live blocks.
-    NoWriteHolds,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
@@ -1305,10 +1301,9 @@ impl State {
     pub(crate) fn release_checkpointed(&mut self, segs: impl IntoIterator<Item = u32>) {
         let gate = Arc::clone(&self.gate);
         let ignore = self.ignores_read_pins();
-        let writes = !planted!(self, NoWriteHolds);
         let log = &self.log;
         let kept = self.usage.release_empty(segs, log.seg, log.next_seg, |s| {
-            (!ignore && gate.pinned(s)) || (writes && log.holds(s))
+            (!ignore && gate.pinned(s)) || log.holds(s)
         });
         self.stats.releases_held += kept as u64;
     }
@@ -1322,7 +1317,7 @@ impl State {
     /// Does a partial segment sealed and not yet written lie in segment `s`? Such a
     /// segment is no victim (a pass would read it half-written) and is not released.
     pub(crate) fn write_holds(&self, s: u32) -> bool {
-        !planted!(self, NoWriteHolds) && self.log.holds(s)
+        self.log.holds(s)
     }
 
     fn ignores_read_pins(&self) -> bool {
