@@ -1726,8 +1726,11 @@ fn race_seed() -> u64 {
 
 #[test]
 fn reads_and_overwrites_race_background_cleaning() {
-    let stats = race_cleaning(Planted::None, race_seed(), false).unwrap();
-    assert!(stats.passes > 5 && stats.blocks_moved > 0, "{stats:?}");
+    // Log writes under the lock, then by a writer thread outside it (`sequencer.rs`).
+    for log_writer in [false, true] {
+        let stats = race_cleaning(Planted::None, race_seed(), log_writer).unwrap();
+        assert!(stats.passes > 5 && stats.blocks_moved > 0, "{stats:?}");
+    }
 }
 
 /// The broken variant: a pass that moves what its victims' summaries name without
@@ -1981,14 +1984,6 @@ fn fsync_and_checkpoints_flush_after_the_log_writes_they_cover() {
 fn a_flush_before_the_log_writes_is_caught() {
     let r = flushes_after_their_writes(Planted::FlushBeforeLogWrites, race_seed());
     assert!(r.is_err(), "the test cannot tell an early flush: {r:?}");
-}
-
-/// The race test with the log's writes outside the lock: a writer thread writing each
-/// partial segment after the lock is let go, on a slow device.
-#[test]
-fn reads_overwrites_and_cleaning_race_the_log_writer() {
-    let stats = race_cleaning(Planted::None, race_seed(), true).unwrap();
-    assert!(stats.passes > 5 && stats.blocks_moved > 0, "{stats:?}");
 }
 
 /// The broken variant: reads ask the device for blocks still in flight.
