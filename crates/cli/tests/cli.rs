@@ -339,7 +339,9 @@ fn writeback_cache_yes_buffers_writes_where_the_mode_allows_it() {
         e.ok(&["mount", "disk.img", "mnt"]);
         let got = fs::read(e.mnt().join("f")).unwrap();
         assert!(
-            got.chunks(4096).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)),
+            got.chunks(4096)
+                .enumerate()
+                .all(|(i, c)| c.iter().all(|&b| b == i as u8)),
             "{opts}: the file differs after a remount"
         );
         e.ok(&["umount", "mnt"]);
@@ -348,10 +350,19 @@ fn writeback_cache_yes_buffers_writes_where_the_mode_allows_it() {
     let plain = writes("mode=async");
     let cached = writes("mode=async,writeback_cache=yes");
     assert!(plain >= 64, "without the option: {plain} WRITE requests");
-    assert!(cached <= 16, "with writeback_cache=yes: {cached} WRITE requests");
+    assert!(
+        cached <= 16,
+        "with writeback_cache=yes: {cached} WRITE requests"
+    );
     let e = Env::new();
     e.image();
-    let o = e.cairn(&["mount", "-o", "mode=sync,writeback_cache=yes", "disk.img", "mnt"]);
+    let o = e.cairn(&[
+        "mount",
+        "-o",
+        "mode=sync,writeback_cache=yes",
+        "disk.img",
+        "mnt",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("writeback_cache=yes") && stderr(&o).contains("cairn modes"),

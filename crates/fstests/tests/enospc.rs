@@ -552,7 +552,11 @@ fn random_run_into_enospc_with(
         say!(
             "{}{}: 400 operations, {enospc} writes cut short by ENOSPC, {losses} writes reported lost",
             mode.mode,
-            if extra.is_empty() { String::new() } else { format!(" ({extra})") }
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!(" ({extra})")
+            }
         );
         assert!(
             enospc > 0,

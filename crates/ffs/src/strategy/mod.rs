@@ -34,11 +34,11 @@ use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{BufRef, Pressure, WriteHooks};
+use cairn_vfs::Result;
 use cairn_vfs::modes::{
     AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, ModeSpec, OptionSpec,
     Recovery,
 };
-use cairn_vfs::Result;
 
 use crate::format::Superblock;
 

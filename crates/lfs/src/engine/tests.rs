@@ -1568,9 +1568,8 @@ fn race_block(f: usize, blk: u64, v: u32) -> Vec<u8> {
 /// checkpoints written without it) and checkpoints. One thread overwrites and reads back
 /// its files against a model; one reads files nothing changes; one cleans and
 /// checkpoints without pause. Every read must show exactly the model. With `log_writer`,
-/// the log's partial segments are written by a writer thread, outside the lock, on a device
-/// whose writes take 200 µs (`sequencer.rs`): reads, overwrites and passes meet blocks in
-/// flight.
+/// the log's partial segments are written by a writer thread, outside the lock
+/// (`sequencer.rs`): reads, overwrites and passes meet blocks in flight.
 fn race_cleaning(
     planted: Planted,
     seed: u64,
@@ -1584,15 +1583,7 @@ fn race_cleaning(
         dirty_limit: 256 << 10,
         ..Default::default()
     };
-    let on: Arc<dyn BlockDevice> = if log_writer {
-        Arc::new(SlowWrites {
-            inner: dev.clone(),
-            delay: std::time::Duration::from_micros(200),
-        })
-    } else {
-        dev.clone()
-    };
-    let fs = Lfs::mount_device_planted(on, &o, planted).unwrap();
+    let fs = Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &o, planted).unwrap();
     if log_writer {
         attach_sequencer(&fs, true);
     }
@@ -1757,38 +1748,6 @@ fn attach_sequencer(fs: &Lfs, threaded: bool) -> Arc<crate::sequencer::Sequencer
     };
     st.log.sequencer = Some(Arc::clone(&q));
     q
-}
-
-/// A device whose writes take `delay` (a disk's service time): partial segments stay in
-/// flight long enough for other calls to run meanwhile.
-struct SlowWrites {
-    inner: Arc<MemDevice>,
-    delay: std::time::Duration,
-}
-
-impl BlockDevice for SlowWrites {
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn num_blocks(&self) -> u64 {
-        self.inner.num_blocks()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, buf: &[u8]) -> std::io::Result<()> {
-        std::thread::sleep(self.delay);
-        self.inner.write_blocks(block, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn counters(&self) -> &cairn_blockdev::DeviceCounters {
-        self.inner.counters()
-    }
-    fn set_trace(&self, sink: Option<Arc<dyn cairn_blockdev::TraceSink>>) {
-        self.inner.set_trace(sink)
-    }
 }
 
 /// Random writes, overwrites, truncates and unlinks of small files, flushed to the log

@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use cairn_blockdev::BlockDevice;
 use cairn_bufcache::{Buf, BufRef, BufferCache, Pressure, WriteHooks};
+use cairn_vfs::Result;
 use cairn_vfs::modes::{
     AfterCrash, Allowed, Commit, Facts, Family, Guarantees, LogPlacement, OptionSpec, Recovery,
 };
-use cairn_vfs::Result;
 use parking_lot::{Condvar, Mutex};
 
 use super::{
