@@ -23,6 +23,7 @@ pub mod fuzz;
 pub mod inspect;
 mod log;
 mod mkfs;
+mod sequencer;
 pub mod sim;
 
 #[cfg(any(test, feature = "planted"))]

@@ -15,6 +15,7 @@ use cairn_bufcache::BufferCache;
 use crate::format::BLOCK_SIZE;
 use crate::format::summary::{self, Entry, FLAG_COMMIT, FLAG_SKIP_REST, MAX_ENTRIES, Summary};
 use crate::format::superblock::Superblock;
+use crate::sequencer::Sequencer;
 
 /// Where the segments come from.
 pub trait Segments {
@@ -43,6 +44,11 @@ pub struct LogWriter {
     /// segment overwrites is dropped from it before the write, so a read never returns a
     /// copy from the segment's life before it was cleaned.
     pub cache: Option<Arc<BufferCache>>,
+    /// Where sealed partial segments go, if not straight to the device: the mount's
+    /// sequencer writes them without the engine's lock, in order (`sequencer.rs`). `None`
+    /// (mkfs, recovery, a mount without background writers: the engine's tests and the
+    /// crash harness's recordings) writes each at once, under the lock.
+    pub sequencer: Option<Arc<Sequencer>>,
 }
 
 impl LogWriter {
@@ -58,6 +64,7 @@ impl LogWriter {
             blocks_written: 0,
             segments_entered: 0,
             cache: None,
+            sequencer: None,
         }
     }
 
@@ -70,6 +77,22 @@ impl LogWriter {
     /// Blocks pushed and not yet written.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The bytes of block `addr` if it is in a sealed partial segment whose device write
+    /// has not completed (`sequencer.rs`): a read must take them from here.
+    pub fn in_flight(&self, addr: u64) -> Option<Vec<u8>> {
+        self.sequencer.as_ref().and_then(|q| q.block(addr))
+    }
+
+    /// Does a sealed partial segment in flight lie in segment `seg`?
+    pub fn holds(&self, seg: u32) -> bool {
+        self.sequencer.as_ref().is_some_and(|q| q.holds(seg))
+    }
+
+    /// Where a device flush that must cover every partial sealed so far waits first.
+    pub fn barrier(&self) -> Option<(Arc<Sequencer>, u64)> {
+        self.sequencer.as_ref().map(|q| (Arc::clone(q), q.sealed()))
     }
 
     /// The address the next pushed block gets, writing the current partial out first if it
@@ -161,11 +184,7 @@ impl LogWriter {
         flags: u32,
     ) -> std::io::Result<()> {
         let n = self.pending.len();
-        let mut buf = vec![0u8; (n + 1) * BLOCK_SIZE];
-        for (i, (_, d)) in self.pending.iter().enumerate() {
-            buf[(i + 1) * BLOCK_SIZE..(i + 2) * BLOCK_SIZE].copy_from_slice(d);
-        }
-        let mut s = Summary {
+        let summary = Summary {
             serial: self.serial,
             data_crc: 0,
             data_hash: 0,
@@ -176,18 +195,31 @@ impl LogWriter {
             off: self.off,
             entries: self.pending.iter().map(|(e, _)| *e).collect(),
         };
-        s.seal(&buf[BLOCK_SIZE..]);
-        buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
         let at = sb.seg_start(self.seg) + self.off as u64;
+        let partial = Partial {
+            at,
+            seg: self.seg,
+            summary,
+            blocks: std::mem::take(&mut self.pending),
+        };
+        // Cached copies of the segment's earlier life go now, under the lock: no read asks
+        // the device for these blocks until their write is done (a read finds them in the
+        // sequencer meanwhile), so none comes back into the cache stale.
         if let Some(c) = &self.cache {
             for b in at..at + n as u64 + 1 {
                 c.invalidate(b);
             }
         }
-        dev.write_blocks(sb.seg_start(self.seg) + self.off as u64, &buf)?;
+        // With a sequencer the partial is handed over as it is — its blocks moved, not
+        // copied — and assembled and hashed by its writer, without the lock.
+        match &self.sequencer {
+            Some(q) => {
+                q.submit(partial);
+            }
+            None => dev.write_blocks(at, &partial.bytes())?,
+        }
         self.partials_written += 1;
         self.blocks_written += n as u64 + 1;
-        self.pending.clear();
         self.serial += 1;
         self.off += n as u32 + 1;
         // A segment with no room for a summary and one block is full: go on at once, so a
@@ -201,6 +233,43 @@ impl LogWriter {
             })?;
         }
         Ok(())
+    }
+}
+
+/// A partial segment as the log writer closed it: its place, its summary not yet sealed
+/// (the hash is over the blocks), and its blocks.
+pub struct Partial {
+    /// Its first block (the summary) and its segment.
+    pub at: u64,
+    pub seg: u32,
+    summary: Summary,
+    blocks: Vec<(Entry, Vec<u8>)>,
+}
+
+impl Partial {
+    /// Blocks, the summary included.
+    pub fn len(&self) -> usize {
+        self.blocks.len() + 1
+    }
+
+    /// The device write: the summary sealed over the blocks, then the blocks.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; self.len() * BLOCK_SIZE];
+        for (i, (_, d)) in self.blocks.iter().enumerate() {
+            buf[(i + 1) * BLOCK_SIZE..(i + 2) * BLOCK_SIZE].copy_from_slice(d);
+        }
+        let mut s = self.summary.clone();
+        s.seal(&buf[BLOCK_SIZE..]);
+        buf[..BLOCK_SIZE].copy_from_slice(&s.encode());
+        buf
+    }
+
+    /// Block `i` of the write (0: the summary).
+    pub fn block(&self, i: usize) -> Option<Vec<u8>> {
+        match i {
+            0 => Some(self.bytes()[..BLOCK_SIZE].to_vec()),
+            i => self.blocks.get(i - 1).map(|(_, d)| d.clone()),
+        }
     }
 }
 

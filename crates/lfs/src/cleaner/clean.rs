@@ -502,6 +502,7 @@ impl State {
         out.retain(|&v| {
             v != head
                 && v != next
+                && !self.write_holds(v)
                 && self
                     .usage
                     .get(v as usize)

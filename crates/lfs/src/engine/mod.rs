@@ -22,6 +22,18 @@
 //!   moment its address is handed out, and taken off its old segment the moment nothing
 //!   points to the old copy.
 
+/// Is the deliberately broken variant `Planted::$p` planted in `$st` (a `State`)? Always
+/// false outside tests and the planted catalogue.
+macro_rules! planted {
+    ($st:expr, $p:ident) => {{
+        #[cfg(any(test, feature = "planted"))]
+        let r = $st.planted == crate::engine::Planted::$p;
+        #[cfg(not(any(test, feature = "planted")))]
+        let r = false;
+        r
+    }};
+}
+
 mod acl;
 mod checkpointer;
 mod dirs;
@@ -58,6 +70,7 @@ use crate::format::superblock::Superblock;
 use crate::format::tables::ImapEntry;
 use crate::format::{BLOCK_SIZE, put_u64};
 use crate::log::LogWriter;
+use crate::sequencer::Sequencer;
 pub(crate) use checkpointer::Checkpointer;
 pub(crate) use dirs::Directories;
 pub(crate) use dirty::DirtySet;
@@ -387,12 +400,19 @@ pub(crate) struct CheckpointWrite {
     region: Vec<u8>,
     /// Segments the region records with no live bytes.
     empties: Vec<u32>,
+    /// The log's partial segments sealed before the region was encoded, to be on the
+    /// device before its first flush (`sequencer.rs`; `None` when the log writes under the
+    /// lock).
+    barrier: Option<(Arc<Sequencer>, u64)>,
 }
 
 impl CheckpointWrite {
     /// A device flush (everything the region names is durable before the region is
     /// written), the region, a device flush. Needs nothing the engine's lock guards.
     pub(crate) fn write(&self, dev: &Arc<dyn BlockDevice>) -> Result<()> {
+        if let Some((q, upto)) = &self.barrier {
+            q.wait(*upto)?;
+        }
         dev.flush()?;
         dev.write_blocks(self.at, &self.region)?;
         dev.flush()?;
@@ -430,6 +450,15 @@ pub enum Planted {
     /// that address: a block overwritten while the pass read its victims (or any time
     /// before) comes back over the newer copy.
     NoRevalidation,
+    /// Reads ignore the partial segments sealed and not yet written (`sequencer.rs`) and
+    /// ask the device (or the cache) for their blocks: a read of a block just flushed
+    /// returns what the device held there before — zeros, or the segment's earlier life.
+    InFlightFromDevice,
+    /// Device flushes — a checkpoint's (then its region) and fsync's — do not wait for
+    /// the partial segments sealed before them (`sequencer.rs`): a crash after the region
+    /// leaves it naming blocks the device never received, and one after fsync loses what
+    /// it returned as durable.
+    FlushBeforeLogWrites,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
@@ -450,6 +479,13 @@ impl State {
     pub fn read_block(&self, addr: u64) -> Result<Vec<u8>> {
         if !self.sb.in_log(addr) {
             return Err(corrupt(format!("block address {addr} outside the log")));
+        }
+        // A block whose partial segment is still in flight is read from its bytes there:
+        // the device does not hold it yet.
+        if !planted!(self, InFlightFromDevice)
+            && let Some(b) = self.log.in_flight(addr)
+        {
+            return Ok(b);
         }
         Ok(self.cache.read(addr)?.read().to_vec())
     }
@@ -473,6 +509,10 @@ impl State {
         ahead: Option<(u64, u64)>,
     ) -> Result<ReadPlan> {
         let end = first.saturating_add(n);
+        // Blocks of partial segments sealed and not yet written are copied from there
+        // (`sequencer.rs`), never asked of the device or the cache.
+        let flying = !planted!(self, InFlightFromDevice)
+            && self.log.sequencer.as_ref().is_some_and(|q| q.any());
         let map = self.map(ino)?;
         // One walk of the block map for the whole request, not a search per block.
         let mut addrs: Vec<Option<u64>> = vec![None; n as usize];
@@ -491,6 +531,7 @@ impl State {
                 .filter(|&(l, _)| !self.dirty.has_block(ino, l))
                 .map(|(_, a)| a)
                 .filter(|&a| self.sb.in_log(a) && self.cache.lookup(a).is_none())
+                .filter(|&a| !flying || self.log.in_flight(a).is_none())
                 .collect();
         }
         // Filled block by block in order (appended, not zeroed first and copied over: the
@@ -510,6 +551,10 @@ impl State {
             };
             if !self.sb.in_log(a) {
                 return Err(corrupt(format!("block address {a} outside the log")));
+            }
+            if flying && let Some(b) = self.log.in_flight(a) {
+                out.extend_from_slice(&b);
+                continue;
             }
             if self.cache.lookup(a).is_some() {
                 out.extend_from_slice(&self.cache.read(a)?.read());
@@ -842,7 +887,10 @@ impl State {
     }
 
     pub fn check_log_ok(&self) -> Result<()> {
-        match &self.broken {
+        // A partial segment the sequencer failed to write broke the log as surely as a
+        // write under the lock.
+        let failed = self.log.sequencer.as_ref().and_then(|q| q.failed());
+        match self.broken.as_ref().or(failed.as_ref()) {
             None => Ok(()),
             Some(m) => Err(FsError::Io(std::io::Error::other(format!(
                 "an earlier log write failed ({m}); remount to recover"
@@ -1148,6 +1196,9 @@ impl State {
             self.log
                 .write_partial(&self.sb, &self.dev, &mut self.usage, true)
                 .map_err(io)?;
+            if let Some((q, upto)) = self.log.barrier() {
+                q.wait(upto)?;
+            }
             self.dev.flush()?;
             self.checkpoint_finish(w);
             return Ok(None);
@@ -1196,6 +1247,10 @@ impl State {
             at: self.sb.cp_start(slot),
             region: cp.encode(self.sb.cp_blocks),
             empties,
+            barrier: self
+                .log
+                .barrier()
+                .filter(|_| !planted!(self, FlushBeforeLogWrites)),
         }
     }
 
@@ -1220,24 +1275,27 @@ impl State {
     pub(crate) fn release_checkpointed(&mut self, segs: impl IntoIterator<Item = u32>) {
         let gate = Arc::clone(&self.gate);
         let ignore = self.ignores_read_pins();
-        let kept = self
-            .usage
-            .release_empty(segs, self.log.seg, self.log.next_seg, |s| {
-                !ignore && gate.pinned(s)
-            });
+        let log = &self.log;
+        let kept = self.usage.release_empty(segs, log.seg, log.next_seg, |s| {
+            (!ignore && gate.pinned(s)) || log.holds(s)
+        });
         self.stats.releases_held += kept as u64;
     }
 
-    /// Does a read outside the lock hold segment `s` (`readgate.rs`)?
+    /// Does a read outside the lock hold segment `s` (`readgate.rs`), or a partial
+    /// segment in flight lie in it (`sequencer.rs`)?
     pub(crate) fn read_holds(&self, s: u32) -> bool {
-        !self.ignores_read_pins() && self.gate.pinned(s)
+        (!self.ignores_read_pins() && self.gate.pinned(s)) || self.write_holds(s)
+    }
+
+    /// Does a partial segment sealed and not yet written lie in segment `s`? Such a
+    /// segment is no victim (a pass would read it half-written) and is not released.
+    pub(crate) fn write_holds(&self, s: u32) -> bool {
+        self.log.holds(s)
     }
 
     fn ignores_read_pins(&self) -> bool {
-        #[cfg(any(test, feature = "planted"))]
-        return self.planted == Planted::NoReadGate;
-        #[cfg(not(any(test, feature = "planted")))]
-        false
+        planted!(self, NoReadGate)
     }
 
     /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
@@ -1481,5 +1539,12 @@ impl Lfs {
 impl Drop for Lfs {
     fn drop(&mut self) {
         self.stop_syncer();
+        // The log writer thread writes what is sealed, then stops.
+        let q = self.st.lock().log.sequencer.clone();
+        if let Some(q) = q
+            && let Err(e) = q.shutdown()
+        {
+            ::log::warn!("lfs: {e}");
+        }
     }
 }

@@ -587,11 +587,18 @@ impl Lfs {
                 Err(e) => ::log::warn!("lfs flush: {e}"),
             }
         }
+        let seq = st.log.sequencer.clone();
         drop(st);
         if wake {
             // The background cleaner (`Lfs::clean_in_background`), at once rather than at
             // the syncer's next tick.
             self.stop.1.notify_one();
+        }
+        // A log writer far behind slows the calls (after the lock, so only this one).
+        if let Some(q) = seq
+            && let Err(e) = q.throttle()
+        {
+            ::log::warn!("lfs: {e}");
         }
         r
     }
@@ -1110,13 +1117,19 @@ impl FileSystem for Lfs {
         }
         // One committed flush of everything dirty and a device flush: roll-forward recovers
         // it without a checkpoint (004 §4.2).
-        // The device flush without the lock: the flush's writes are done when the lock
-        // is let go, and a device flush makes every completed write durable.
-        let dev = {
+        // The flush's partial segments sealed under the lock; their device writes (the
+        // sequencer's, `sequencer.rs`) and the device flush without it: a device flush
+        // makes every completed write durable.
+        let (dev, barrier) = {
             let mut st = self.st.lock();
             st.flush()?;
-            std::sync::Arc::clone(&st.dev)
+            let barrier = st.log.barrier();
+            let barrier = barrier.filter(|_| !planted!(st, FlushBeforeLogWrites));
+            (std::sync::Arc::clone(&st.dev), barrier)
         };
+        if let Some((q, upto)) = barrier {
+            q.wait(upto)?;
+        }
         dev.flush()?;
         Ok(())
     }

@@ -430,6 +430,13 @@ impl Lfs {
                 st.release_empty_segments();
             }
         }
+        // From here on (recovery and the mount's checkpoint wrote under the lock), the
+        // log's partial segments are written by the log writer thread, without the
+        // engine's lock, when the mount runs background writers at all; a mount without
+        // them (tests, the crash harness's recordings) writes each as it is sealed.
+        if opts.syncer && !opts.read_only {
+            st.log.sequencer = Some(crate::sequencer::Sequencer::start(Arc::clone(&st.dev)));
+        }
         let fs = Arc::new(Lfs {
             st: Mutex::new(st),
             opts: opts.clone(),

@@ -1567,10 +1567,16 @@ fn race_block(f: usize, blk: u64, v: u32) -> Vec<u8> {
 /// Reads and overwrites race background cleaning passes (victims read without the lock,
 /// checkpoints written without it) and checkpoints. One thread overwrites and reads back
 /// its files against a model; one reads files nothing changes; one cleans and
-/// checkpoints without pause. Every read must show exactly the model.
-fn race_cleaning(planted: Planted, seed: u64) -> std::result::Result<CleanerStats, String> {
+/// checkpoints without pause. Every read must show exactly the model. With `log_writer`,
+/// the log's partial segments are written by a writer thread, outside the lock
+/// (`sequencer.rs`): reads, overwrites and passes meet blocks in flight.
+fn race_cleaning(
+    planted: Planted,
+    seed: u64,
+    log_writer: bool,
+) -> std::result::Result<CleanerStats, String> {
     use std::sync::atomic::Ordering::SeqCst;
-    eprintln!("race_cleaning: seed {seed} ({planted:?})");
+    eprintln!("race_cleaning: seed {seed} ({planted:?}, log writer {log_writer})");
     let dev = image(4096);
     let o = MountOptions {
         syncer: false,
@@ -1578,6 +1584,9 @@ fn race_cleaning(planted: Planted, seed: u64) -> std::result::Result<CleanerStat
         ..Default::default()
     };
     let fs = Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &o, planted).unwrap();
+    if log_writer {
+        attach_sequencer(&fs, true);
+    }
     const FILES: usize = 48;
     const BLOCKS: u64 = 24;
     let c = Ctx::root();
@@ -1708,14 +1717,257 @@ fn race_seed() -> u64 {
 
 #[test]
 fn reads_and_overwrites_race_background_cleaning() {
-    let stats = race_cleaning(Planted::None, race_seed()).unwrap();
-    assert!(stats.passes > 5 && stats.blocks_moved > 0, "{stats:?}");
+    // Log writes under the lock, then by a writer thread outside it (`sequencer.rs`).
+    for log_writer in [false, true] {
+        let stats = race_cleaning(Planted::None, race_seed(), log_writer).unwrap();
+        assert!(stats.passes > 5 && stats.blocks_moved > 0, "{stats:?}");
+    }
 }
 
 /// The broken variant: a pass that moves what its victims' summaries name without
 /// checking the file still points there brings old blocks back.
 #[test]
 fn a_pass_without_revalidation_is_caught() {
-    let r = race_cleaning(Planted::NoRevalidation, race_seed());
+    let r = race_cleaning(Planted::NoRevalidation, race_seed(), false);
     assert!(r.is_err(), "the race test cannot tell stale blocks: {r:?}");
+}
+
+// ---- the log's writes outside the lock (`sequencer.rs`) -----------------------------------
+
+/// Gives a mount without background writers a sequencer (with or without its writer
+/// thread): from now on its partial segments are sealed under the lock and written
+/// outside it.
+fn attach_sequencer(fs: &Lfs, threaded: bool) -> Arc<crate::sequencer::Sequencer> {
+    use crate::sequencer::Sequencer;
+    let mut st = fs.st.lock();
+    let dev = Arc::clone(&st.dev);
+    let q = if threaded {
+        Sequencer::start(dev)
+    } else {
+        Sequencer::new(dev)
+    };
+    st.log.sequencer = Some(Arc::clone(&q));
+    q
+}
+
+/// Random writes, overwrites, truncates and unlinks of small files, flushed to the log
+/// every few calls, with the log writer stopped (`Sequencer::pause`): every block flushed
+/// is in flight, and every read — of a file just written, of one whose inode and indirect
+/// blocks must be loaded again — must see the model. Then the writes go out, a checkpoint,
+/// a remount: the same tree. `Err` names the first difference.
+fn reads_in_flight(planted: Planted, seed: u64) -> std::result::Result<(), String> {
+    eprintln!("reads_in_flight: seed {seed} ({planted:?})");
+    let dev = image(8192);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    let q = attach_sequencer(&fs, false);
+    let c = Ctx::root();
+    let mut rng = Xs(crate::sim::rng::Rng::new(seed));
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut inos: BTreeMap<String, u64> = BTreeMap::new();
+    let paused = q.pause();
+    for i in 0..400u32 {
+        let name = format!("f{}", rng.below(24));
+        match rng.below(8) {
+            0 if inos.contains_key(&name) => {
+                fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+                inos.remove(&name);
+                model.remove(&name);
+            }
+            1 if inos.contains_key(&name) => {
+                let ino = inos[&name];
+                let size = rng.below(20 * BS);
+                let set = cairn_vfs::SetAttr {
+                    size: Some(size),
+                    ..Default::default()
+                };
+                fs.setattr(&c, ino, set).unwrap();
+                model.get_mut(&name).unwrap().resize(size as usize, 0);
+            }
+            _ => {
+                let ino = match inos.get(&name) {
+                    Some(&ino) => ino,
+                    None => {
+                        let (a, fh) = fs
+                            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                            .unwrap();
+                        fs.release(a.ino, fh).unwrap();
+                        inos.insert(name.clone(), a.ino);
+                        model.insert(name.clone(), Vec::new());
+                        a.ino
+                    }
+                };
+                // Past the direct blocks now and then, so indirect blocks are in flight too.
+                let span = if rng.below(4) == 0 { 40 } else { 8 } * BS;
+                let off = rng.below(span);
+                let len = 1 + rng.below(3 * BS) as usize;
+                let data: Vec<u8> = (0..len).map(|k| (i as usize * 7 + k) as u8 | 1).collect();
+                let fh = fs.open(&c, ino, libc::O_RDWR).unwrap();
+                fs.write(ino, fh, off, &data).unwrap();
+                fs.release(ino, fh).unwrap();
+                let m = model.get_mut(&name).unwrap();
+                let end = off as usize + len;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[off as usize..end].copy_from_slice(&data);
+            }
+        }
+        if rng.below(4) == 0 {
+            fs.flush_log().unwrap();
+            // Inodes and block maps loaded again from the log: read through `read_block`.
+            if rng.below(2) == 0 {
+                let mut st = fs.st.lock();
+                let idle: Vec<u64> = st
+                    .nodes
+                    .iter()
+                    .filter(|(ino, n)| n.opens == 0 && **ino != ROOT_INO)
+                    .map(|(&ino, _)| ino)
+                    .filter(|ino| !st.dirty.inodes().any(|d| d == *ino))
+                    .collect();
+                for ino in idle {
+                    st.nodes.remove(&ino);
+                }
+            }
+        }
+        let name = format!("f{}", rng.below(24));
+        if let (Some(&ino), Some(want)) = (inos.get(&name), model.get(&name)) {
+            let mut got = Vec::new();
+            fs.read(ino, 0, 0, want.len() as u32 + 1, &mut got)
+                .map_err(|e| format!("read of {name}: {e} (seed {seed})"))?;
+            if &got != want {
+                return Err(format!(
+                    "{name} after call {i}: not the model (seed {seed})"
+                ));
+            }
+        }
+    }
+    assert!(q.any(), "nothing was in flight");
+    drop(paused);
+    fs.checkpoint().map_err(|e| format!("checkpoint: {e}"))?;
+    drop(fs);
+    let fs = mount(&dev);
+    let t: BTreeMap<String, Vec<u8>> = tree(&fs)
+        .into_iter()
+        .map(|(k, v)| (k.trim_start_matches('/').to_string(), v))
+        .collect();
+    if t != model {
+        return Err(format!("the remounted tree is not the model (seed {seed})"));
+    }
+    drop(fs);
+    assert_clean(&dev);
+    Ok(())
+}
+
+#[test]
+fn a_read_of_blocks_in_flight_is_served_from_memory() {
+    reads_in_flight(Planted::None, race_seed()).unwrap();
+}
+
+/// The broken variant: reads that ask the device for blocks still in flight get what the
+/// device held there before.
+#[test]
+fn a_read_of_blocks_in_flight_from_the_device_is_caught() {
+    let seed = race_seed();
+    assert!(
+        caught(|| reads_in_flight(Planted::InFlightFromDevice, seed)),
+        "the test cannot tell a block in flight (seed {seed})"
+    );
+}
+
+/// Random files written, some fsync'd, then a checkpoint, with a sequencer that has no
+/// writer thread: the partial segments reach the device only when a flush waits for them.
+/// The image as it is the moment fsync or the checkpoint returns — a crash then — must
+/// hold every fsync'd file and, after the checkpoint, the whole model.
+fn flushes_after_their_writes(planted: Planted, seed: u64) -> std::result::Result<(), String> {
+    eprintln!("flushes_after_their_writes: seed {seed} ({planted:?})");
+    let dev = image(8192);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    attach_sequencer(&fs, false);
+    let c = Ctx::root();
+    let mut rng = Xs(crate::sim::rng::Rng::new(seed));
+    let crash = || -> std::result::Result<Arc<Lfs>, String> {
+        let img = Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, dev.to_bytes()));
+        Lfs::mount_device(img as Arc<dyn BlockDevice>, &opts()).map_err(|e| format!("mount: {e}"))
+    };
+    let mut model = BTreeMap::new();
+    for round in 0..6 {
+        let mut synced = Vec::new();
+        for k in 0..1 + rng.below(6) {
+            let name = format!("r{round}f{k}");
+            let len = 1 + rng.below(30 * BS) as usize;
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 + round * 7) as u8).collect();
+            let (a, fh) = fs
+                .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(a.ino, fh, 0, &data).unwrap();
+            if rng.below(2) == 0 {
+                fs.fsync(a.ino, fh, false).unwrap();
+                synced.push(name.clone());
+            }
+            fs.release(a.ino, fh).unwrap();
+            model.insert(name, data);
+        }
+        let after = crash()?;
+        let t = tree(&after);
+        for name in &synced {
+            if t.get(&format!("/{name}")) != model.get(name) {
+                return Err(format!("{name}: fsync'd, not on the device (seed {seed})"));
+            }
+        }
+        if rng.below(2) == 0 {
+            fs.checkpoint().map_err(|e| format!("checkpoint: {e}"))?;
+            let after = crash()?;
+            let t: BTreeMap<String, Vec<u8>> = tree(&after)
+                .into_iter()
+                .map(|(k, v)| (k.trim_start_matches('/').to_string(), v))
+                .collect();
+            if t != model {
+                return Err(format!(
+                    "after checkpoint {round}: not the model (seed {seed})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fsync_and_checkpoints_flush_after_the_log_writes_they_cover() {
+    flushes_after_their_writes(Planted::None, race_seed()).unwrap();
+}
+
+/// The broken variant: a device flush that does not wait for the writes sealed before it.
+#[test]
+fn a_flush_before_the_log_writes_is_caught() {
+    let r = flushes_after_their_writes(Planted::FlushBeforeLogWrites, race_seed());
+    assert!(r.is_err(), "the test cannot tell an early flush: {r:?}");
+}
+
+/// The broken variant: reads ask the device for blocks still in flight.
+#[test]
+fn a_read_of_blocks_in_flight_racing_the_log_writer_is_caught() {
+    let seed = race_seed();
+    assert!(
+        caught(|| race_cleaning(Planted::InFlightFromDevice, seed, true).map(drop)),
+        "the race test cannot tell a block in flight (seed {seed})"
+    );
+}
+
+/// Did a run of a test body with a planted variant fail — with an error, or with a failed
+/// assertion or an unexpected error from a call (what a variant that corrupts a directory
+/// block read back gives)?
+fn caught(body: impl FnOnce() -> std::result::Result<(), String>) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => false,
+        Ok(Err(e)) => {
+            eprintln!("caught: {e}");
+            true
+        }
+        Err(_) => {
+            eprintln!("caught: a panic");
+            true
+        }
+    }
 }
