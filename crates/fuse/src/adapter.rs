@@ -701,7 +701,8 @@ impl Adapter {
                         self.counts.write_back_lost();
                         error!(
                             "inode {ino}: the kernel's write-back of {} bytes at offset {offset} \
-                             failed ({e}); the data a program wrote through a shared mapping \
+                             failed ({e}); the data a program wrote through the kernel's page \
+                             cache (a shared mapping, or write(2) with writeback_cache=yes) \
                              is lost, and msync, fsync and close of the file report it \
                              (find MOUNTPOINT -inum {ino} names it)",
                             data.len()
