@@ -196,8 +196,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "writeback_cache",
         values: "yes|no",
-        default: "the mode's",
-        help: "the kernel's page cache buffers write(2): faster small writes, but a write that finds the disk full fails at fsync or close, not at write(2) (docs/FUSE.md); refused in modes that make every call durable on return",
+        default: "",
+        help: "off unless asked for, and refused in modes that make every call durable on return: the kernel's page cache buffers write(2), so small writes are faster, but a write that finds the disk full fails at fsync or close instead of at write(2) (docs/FUSE.md)",
     },
     OptionSpec {
         key: "readdirplus",
