@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use cairn_vfs::{SetAttr, SetTime, WritebackCache};
+use cairn_vfs::{SetAttr, SetTime};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -136,10 +136,12 @@ impl fuser::Filesystem for DevFs {
                 want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
             }
         }
-        let writeback = matches!(
-            (a.policy.writeback_cache, a.opts.writeback_cache),
-            (WritebackCache::Default, None | Some(true)) | (WritebackCache::OnRequest, Some(true))
-        );
+        // Refused before the mount if asked where the policy never allows it.
+        let writeback = a
+            .policy
+            .writeback_cache
+            .decide(a.opts.writeback_cache)
+            .unwrap_or(false);
         if writeback {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }

@@ -377,8 +377,11 @@ impl Server {
         mountpoint: &Path,
         opts: &FuseOptions,
     ) -> io::Result<Server> {
-        if opts.writeback_cache == Some(true)
-            && fs.cache_policy().writeback_cache == cairn_vfs::WritebackCache::Never
+        if fs
+            .cache_policy()
+            .writeback_cache
+            .decide(opts.writeback_cache)
+            .is_none()
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -224,6 +224,20 @@ pub enum WritebackCache {
     Default,
 }
 
+impl WritebackCache {
+    /// Whether the cache is on for a mount that asked `asked` (`-o writeback_cache=`, `None`
+    /// when not given); `None` when it asked for it where the policy never allows it (the
+    /// mount is refused).
+    pub fn decide(self, asked: Option<bool>) -> Option<bool> {
+        match (self, asked) {
+            (WritebackCache::Never, Some(true)) => None,
+            (WritebackCache::Default, None | Some(true))
+            | (WritebackCache::OnRequest, Some(true)) => Some(true),
+            _ => Some(false),
+        }
+    }
+}
+
 impl KernelCachePolicy {
     /// The policy of a format whose calls are made durable as `commit` says, with entries and
     /// attributes trusted for a minute (nothing but this mount changes the image): the

@@ -533,22 +533,18 @@ impl Deps {
         // work waits on every dirty block of a file — and each write of one of them comes
         // here: comparing the lists pairwise, or re-adding every block each time, made an
         // fsync after n random overwrites cost O(n^2) per write (44 s for 6,400 blocks).
+        // The common change, conditions met by a write, goes through `drop_conds` in place;
+        // this is for the rest (replaced or added conditions).
         let new = &rec.waits;
-        // The common change drops conditions and keeps the rest in order (`drop_conds`):
-        // one pass finds what left, and nothing joined.
-        let mut kept = 0;
-        let mut left = Vec::new();
-        for c in &old {
-            if kept < new.len() && new[kept] == *c {
-                kept += 1;
-            } else {
-                left.push(c.blk());
+        if old.len().saturating_mul(new.len()) <= 64 {
+            for c in &old {
+                if !new.iter().any(|n| n.blk() == c.blk()) {
+                    waiting.drop_id(c.blk(), id);
+                }
             }
-        }
-        if kept == new.len() {
-            for b in left {
-                if !new.iter().any(|n| n.blk() == b) {
-                    waiting.drop_id(b, id);
+            for c in new {
+                if !old.iter().any(|o| o.blk() == c.blk()) {
+                    waiting.add(c.blk(), id);
                 }
             }
             return;
