@@ -35,10 +35,16 @@ xml=$results/raw/result.xml
                 else if (line ~ /[0-9]+s$/) { n = split(line, w, " "); s = w[n]; sub(/s$/, "", s); print $1 "\tpass\t" s "\t" }
             }' "$results/check.out"
     fi
-    # Excluded tests, with the reason the exclusion file gives.
-    if [ "$mode" != ext4 ]; then
-        sed -n 's/^\([a-z0-9]*\/[0-9]*\)[[:space:]]*#[[:space:]]*\(.*\)$/\1\texcluded\t\t\2/p' "$exclude"
-    fi
+    # Tests left out of this run (`check` prints them "[expunged]"; only those the run was
+    # asked for): the ones this machine cannot run (run.sh, scripts/fstests/machine), on
+    # every target, then the excluded ones with the reason the exclusion file gives.
+    {
+        [ -s "$results/machine-notrun.tsv" ] && cat "$results/machine-notrun.tsv"
+        if [ "$mode" != ext4 ]; then
+            sed -n 's/^\([a-z0-9]*\/[0-9]*\)[[:space:]]*#[[:space:]]*\(.*\)$/\1\texcluded\t\t\2/p' "$exclude"
+        fi
+    } | awk -F'\t' 'NR == FNR { left[$1] = 1; next } $1 in left' \
+        <(awk '$2 == "[expunged]" { print $1 }' "$results/check.out" 2>/dev/null) -
 } | sort -u -t$'\t' -k1,1 >"$tsv"
 
 # A test the console shows failing by the file system check after its body passed.

@@ -1,0 +1,96 @@
+//! The fstests run's summary (`scripts/fstests/summarize.sh`): every test the run was asked
+//! for appears once with its status and reason — passed, failed, not run by the suite, not
+//! run because this machine lacks what the test needs (`scripts/fstests/machine`, left out
+//! on every target, ext4 included), excluded with the exclusion file's reason — and the
+//! counts line says the same.
+
+use std::fs;
+use std::process::Command;
+
+use cairn_fstests::{Workdir, workspace_root};
+
+const XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="xfstests" failures="1" skipped="1" tests="3">
+	<testcase classname="xfstests.global" name="generic/001" time="4">
+	</testcase>
+	<testcase classname="xfstests.global" name="generic/002" time="0">
+		<skipped message="no O_TMPFILE" />
+	</testcase>
+	<testcase classname="xfstests.global" name="generic/003" time="2">
+		<failure message="- output mismatch" type="TestFail" />
+	</testcase>
+</testsuite>
+"#;
+
+fn summarize(mode: &str, machine: &str) -> (String, String) {
+    let w = Workdir::new();
+    let results = w.p("results");
+    fs::create_dir_all(results.join("raw")).unwrap();
+    fs::write(results.join("raw/result.xml"), XML).unwrap();
+    fs::write(results.join("machine-notrun.tsv"), machine).unwrap();
+    // `check` names every test it left out; generic/564 (a machine need too) and 010 (an
+    // exclusion) were not asked for, so the summary does not count them.
+    fs::write(
+        results.join("check.out"),
+        "generic/001 4s\ngeneric/009        [expunged]\ngeneric/394        [expunged]\n\
+         generic/564        [expunged]\n",
+    )
+    .unwrap();
+    let exclude = w.p("exclude");
+    fs::write(
+        &exclude,
+        "# header\ngeneric/009  # the kernel's FUSE has no such ioctl\ngeneric/010  # another\n",
+    )
+    .unwrap();
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/fstests/summarize.sh"))
+        .arg(&results)
+        .arg(&exclude)
+        .arg(mode)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        fs::read_to_string(results.join("summary.tsv")).unwrap(),
+        fs::read_to_string(results.join("summary.txt")).unwrap(),
+    )
+}
+
+#[test]
+fn every_test_is_counted_once_with_its_reason() {
+    let machine = "generic/394\tnotrun\t\tthis machine: root lacks CAP_SYS_RESOURCE (x)\n\
+                   generic/718\tnotrun\t\tthis machine: not asked for\n";
+    let (tsv, txt) = summarize("softdep", machine);
+    let lines: Vec<&str> = tsv.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "generic/001\tpass\t4\t",
+            "generic/002\tnotrun\t0\tno O_TMPFILE",
+            "generic/003\tfail\t2\t- output mismatch",
+            "generic/009\texcluded\t\tthe kernel's FUSE has no such ioctl",
+            "generic/394\tnotrun\t\tthis machine: root lacks CAP_SYS_RESOURCE (x)",
+        ],
+        "{tsv}"
+    );
+    assert!(
+        txt.starts_with("fstests on softdep: 1 passed, 1 failed, 2 not run, 1 excluded\n"),
+        "{txt}"
+    );
+}
+
+#[test]
+fn the_machine_s_limits_count_on_ext4_too_but_cairn_s_exclusions_do_not() {
+    let machine = "generic/564\tnotrun\t\tthis machine: root lacks CAP_SYS_RESOURCE (x)\n";
+    let (tsv, txt) = summarize("ext4", machine);
+    assert!(tsv.contains("generic/564\tnotrun\t"), "{tsv}");
+    assert!(!tsv.contains("generic/009"), "{tsv}");
+    assert!(
+        txt.starts_with("fstests on ext4: 1 passed, 1 failed, 2 not run, 0 excluded\n"),
+        "{txt}"
+    );
+}
