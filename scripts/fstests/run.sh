@@ -248,21 +248,28 @@ if [ "$kind" = ext4 ]; then
 else
     sed 's/#.*//; s/[[:space:]]*$//; /^$/d' "$here/exclude" >"$RESULTS/exclude.list"
 fi
-# Tests that need a capability this machine's root lacks (scripts/fstests/machine): left
-# out on every target, ext4 too, and counted "not run" with the reason in the summary.
-cap_bit() {
+# Tests that need something this machine's root lacks (scripts/fstests/machine): left out
+# on every target, ext4 too, and counted "not run" with the reason in the summary.
+cap_eff=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
+has_cap() { (((16#$cap_eff >> $1) & 1)); }
+machine_has() {
     case $1 in
-        CAP_SYS_RESOURCE) echo 24 ;;
+        CAP_SYS_RESOURCE) has_cap 24 ;;
+        # Either the capability, or a hard limit already that high.
+        NOFILE\>=*) has_cap 24 || [ "$(ulimit -Hn)" = unlimited ] || [ "$(ulimit -Hn)" -ge "${1#NOFILE>=}" ] ;;
         *) die "scripts/fstests/machine names $1, which run.sh does not know" ;;
     esac
 }
-cap_eff=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
 : >"$RESULTS/machine-notrun.tsv"
-while IFS=$'\t' read -r t cap why; do
+while IFS=$'\t' read -r t need why; do
     case $t in '' | '#'*) continue ;; esac
-    if (((16#$cap_eff >> $(cap_bit "$cap")) & 1)); then continue; fi
+    machine_has "$need" && continue
     echo "$t" >>"$RESULTS/exclude.list"
-    printf '%s\tnotrun\t\tthis machine: root lacks %s (%s)\n' "$t" "$cap" "$why" >>"$RESULTS/machine-notrun.tsv"
+    case $need in
+        NOFILE*) lacks="open files' hard limit $(ulimit -Hn) < ${need#NOFILE>=} and root lacks CAP_SYS_RESOURCE" ;;
+        *) lacks="root lacks $need" ;;
+    esac
+    printf '%s\tnotrun\t\tthis machine: %s (%s)\n' "$t" "$lacks" "$why" >>"$RESULTS/machine-notrun.tsv"
 done <"$here/machine"
 [ -s "$RESULTS/machine-notrun.tsv" ] && say "not run on this machine (scripts/fstests/machine): $(cut -f1 "$RESULTS/machine-notrun.tsv" | xargs)"
 
