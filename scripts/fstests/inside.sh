@@ -108,6 +108,13 @@ esac
 cat >>"$work/local.config" <<EOF
 export RESULT_BASE=$RESULTS/raw
 EOF
+# The times a cairn mount keeps (the umbrella's too: the adapter clamps for every file
+# system), from the registry, for the suite's timestamp-range tests (patch 0003).
+if [ "$kind" != ext4 ]; then
+    range=$("$CAIRN_BIN" modes --json | sed -n '1s/.*"time_range":\[\(-\{0,1\}[0-9]*\),\(-\{0,1\}[0-9]*\)\].*/\1 \2/p')
+    [ -n "$range" ] || { echo "fstests: cairn modes --json gives no time_range" >&2; exit 1; }
+    echo "export FUSE_TIMESTAMP_RANGE=\"$range\"" >>"$work/local.config"
+fi
 cp "$work/local.config" "$RESULTS/local.config"
 
 # No test may hang the run: scripts/fstests/watchdog.sh kills one still running after

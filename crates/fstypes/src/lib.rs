@@ -223,6 +223,8 @@ impl Mode {
             "options": self.spec.options,
             "guarantees": self.spec.guarantees,
             "facts": self.spec.facts,
+            // The times a mount keeps, in whole seconds (fstests' timestamp range).
+            "time_range": [cairn_vfs::TIME_MIN_SECS, cairn_vfs::TIME_MAX_SECS],
         })
     }
 }

@@ -494,7 +494,12 @@ impl Adapter {
 
     pub(crate) fn setattr(&self, c: &Ctx, ino: u64, set: SetAttr, reply: impl AttrReply) {
         self.serve(Op::Setattr, || {
-            match self.fs.setattr(c, self.ino_in(ino), set) {
+            // Clamped here, for every transport and file system, as the kernel clamps to
+            // a superblock's time range: a FUSE superblock's is unbounded.
+            match self
+                .fs
+                .setattr(c, self.ino_in(ino), set.with_times_clamped())
+            {
                 Ok(a) => reply.attr(&self.policy.attr_ttl, &self.attr_out(&a)),
                 Err(e) => reply.error(self.err(Op::Setattr, e)),
             }

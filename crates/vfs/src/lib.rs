@@ -28,6 +28,8 @@ pub mod perm;
 pub mod size;
 pub mod time;
 
+pub use time::{TIME_MAX_SECS, TIME_MIN_SECS, clamp_time};
+
 pub use error::{Errno, FsError, Result};
 pub use perm::{Access, Ctx, Owner};
 pub use perm::{LINK_MAX, NAME_MAX};
@@ -136,6 +138,23 @@ pub struct SetAttr {
     /// The handle the change was made through, if any (ftruncate): permission to truncate
     /// was checked at open time.
     pub fh: Option<Fh>,
+}
+
+impl SetAttr {
+    /// The same change with every time it sets brought into the range cairn keeps
+    /// ([`clamp_time`]).
+    pub fn with_times_clamped(self) -> SetAttr {
+        let at = |t: Option<SetTime>| match t {
+            Some(SetTime::At(t)) => Some(SetTime::At(clamp_time(t))),
+            t => t,
+        };
+        SetAttr {
+            atime: at(self.atime),
+            mtime: at(self.mtime),
+            ctime: self.ctime.map(clamp_time),
+            ..self
+        }
+    }
 }
 
 /// rename(2) / renameat2(2) flags.
