@@ -71,6 +71,7 @@ pub use crate::reply::ReplyLseek;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
@@ -851,6 +852,44 @@ pub trait Filesystem: Send + Sync + 'static {
         warn!(
             "[Not Implemented] create(parent: {parent:#x?}, name: {name:?}, mode: {mode}, \
             umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Create an unnamed file, open (O_TMPFILE; cairn patch). Answered like `create`: the
+    /// new inode has no name (nlink 0) until a link gives it one, and is freed when its last
+    /// open ends. ENOSYS makes the kernel answer EOPNOTSUPP from now on.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Get file attributes with statx (cairn patch): `mask` is the `STATX_*` fields asked
+    /// for, `flags` the caller's `AT_STATX_*` flags. ENOSYS makes the kernel send GETATTR
+    /// from now on.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x}, \
+            mask: {mask:#x})"
         );
         reply.error(Errno::ENOSYS);
     }

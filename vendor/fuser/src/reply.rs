@@ -306,6 +306,40 @@ impl ReplyAttr {
 }
 
 ///
+/// Statx Reply (cairn patch)
+///
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with the basic stats and birth time of `attr`, and the `STATX_ATTR_*` bits in
+    /// `attributes`, each meaningful only where `attributes_mask` has it.
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(
+            ttl,
+            attr,
+            attributes,
+            attributes_mask,
+        ));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
+///
 /// XTimes Reply
 ///
 #[cfg(target_os = "macos")]

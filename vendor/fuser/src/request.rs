@@ -385,6 +385,27 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            // cairn patch.
+            ll::Operation::TmpFile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::GetLk(x) => {
                 filesystem.getlk(
                     self.request_header(),

@@ -229,6 +229,59 @@ impl ResponseStruct<abi::fuse_create_out> {
     }
 }
 
+// cairn patch: the reply to FUSE_STATX.
+/// `STATX_BASIC_STATS` and `STATX_BTIME` of the kernel's uapi stat.h.
+const STATX_BASIC_STATS: u32 = 0x7ff;
+const STATX_BTIME: u32 = 0x800;
+
+impl ResponseStruct<abi::fuse_statx_out> {
+    /// The basic stats and the birth time of `attr`, with the `STATX_ATTR_*` bits given.
+    pub(crate) fn new_statx(
+        ttl: &Duration,
+        attr: &crate::FileAttr,
+        attributes: u64,
+        attributes_mask: u64,
+    ) -> Self {
+        let sx_time = |t: &std::time::SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time {
+                tv_sec,
+                tv_nsec,
+                reserved: 0,
+            }
+        };
+        // The kernel's fuse_attr carries rdev in new_encode_dev() form; statx carries it
+        // split (the kernel joins the halves again with MKDEV).
+        let rdev = attr.rdev;
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: STATX_BASIC_STATS | STATX_BTIME,
+                blksize: attr.blksize,
+                attributes,
+                nlink: attr.nlink,
+                uid: attr.uid,
+                gid: attr.gid,
+                mode: mode_from_kind_and_perm(attr.kind, attr.perm) as u16,
+                ino: attr.ino.0,
+                size: attr.size,
+                blocks: attr.blocks,
+                attributes_mask,
+                atime: sx_time(&attr.atime),
+                btime: sx_time(&attr.crtime),
+                ctime: sx_time(&attr.ctime),
+                mtime: sx_time(&attr.mtime),
+                rdev_major: (rdev & 0xfff00) >> 8,
+                rdev_minor: (rdev & 0xff) | ((rdev >> 12) & 0xfff00),
+                ..Default::default()
+            },
+        })
+    }
+}
+
 impl ResponseStruct<abi::fuse_poll_out> {
     pub(crate) fn new_poll(revents: PollEvents) -> Self {
         ResponseStruct(abi::fuse_poll_out {

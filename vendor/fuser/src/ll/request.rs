@@ -1521,6 +1521,34 @@ mod op {
         }
     }
 
+    /// cairn patch: get file attributes with statx (FUSE_STATX). The kernel sends it instead
+    /// of GETATTR when the caller asks for more than the basic stats (btime).
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+    impl Statx<'_> {
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            if GetattrFlags::from_bits_retain(self.arg.getattr_flags)
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+            {
+                Some(FileHandle(self.arg.fh))
+            } else {
+                None
+            }
+        }
+        /// The `AT_STATX_*` sync flags of the caller.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields the caller asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// Copy the specified range from the source inode to the destination inode
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct CopyFileRangeFile {
@@ -1852,6 +1880,16 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // cairn patch: TMPFILE carries CREATE's arguments (the name is the kernel's "/").
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1926,6 +1964,9 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+    // cairn patch.
+    TmpFile(Create<'a>),
+    Statx(Statx<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2101,6 +2142,20 @@ impl fmt::Display for Operation<'_> {
                 x.src(),
                 x.dest(),
                 x.len()
+            ),
+            Operation::TmpFile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, umask {:#05o}, flags {:#x}",
+                x.mode(),
+                x.umask(),
+                x.flags()
+            ),
+            Operation::Statx(x) => write!(
+                f,
+                "STATX fh {:?}, flags {:#x}, mask {:#x}",
+                x.file_handle(),
+                x.flags(),
+                x.mask()
             ),
 
             #[cfg(target_os = "macos")]
@@ -2332,5 +2387,72 @@ mod tests {
             }
             _ => panic!("Unexpected request operation"),
         }
+    }
+
+    // cairn patch: FUSE_STATX and FUSE_TMPFILE.
+    use crate::ll::fuse_abi::{fuse_statx, fuse_statx_in, fuse_statx_out};
+    use std::mem::offset_of;
+    #[cfg(target_endian = "little")]
+    const STATX_REQUEST: AlignedData<[u8; 64]> = AlignedData([
+        0x40, 0x00, 0x00, 0x00, 0x34, 0x00, 0x00, 0x00, // len, opcode 52
+        0x0d, 0xf0, 0xad, 0xba, 0xef, 0xbe, 0xad, 0xde, // unique
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, // nodeid
+        0x0d, 0xd0, 0x01, 0xc0, 0xfe, 0xca, 0x01, 0xc0, // uid, gid
+        0x5e, 0xba, 0xde, 0xc0, 0x00, 0x00, 0x00, 0x00, // pid, padding
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // getattr_flags (FH), reserved
+        0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // fh
+        0x00, 0x20, 0x00, 0x00, 0xff, 0x0f, 0x00, 0x00, // sx_flags, sx_mask
+    ]);
+
+    #[cfg(target_endian = "little")]
+    const TMPFILE_REQUEST: AlignedData<[u8; 58]> = AlignedData([
+        0x3a, 0x00, 0x00, 0x00, 0x33, 0x00, 0x00, 0x00, // len, opcode 51
+        0x0d, 0xf0, 0xad, 0xba, 0xef, 0xbe, 0xad, 0xde, // unique
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, // nodeid
+        0x0d, 0xd0, 0x01, 0xc0, 0xfe, 0xca, 0x01, 0xc0, // uid, gid
+        0x5e, 0xba, 0xde, 0xc0, 0x00, 0x00, 0x00, 0x00, // pid, padding
+        0x02, 0x00, 0x41, 0x00, 0xa4, 0x81, 0x00, 0x00, // flags, mode
+        0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // umask, open_flags
+        0x2f, 0x00, // name "/"
+    ]);
+
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn statx() {
+        let req = AnyRequest::try_from(&STATX_REQUEST[..]).unwrap();
+        assert_eq!(req.nodeid(), INodeNo(0x1122_3344_5566_7788));
+        match req.operation().unwrap() {
+            Operation::Statx(x) => {
+                assert_eq!(x.file_handle(), Some(FileHandle(42)));
+                assert_eq!(x.flags(), 0x2000);
+                assert_eq!(x.mask(), 0xfff);
+            }
+            _ => panic!("Unexpected request operation"),
+        }
+    }
+
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn tmpfile() {
+        let req = AnyRequest::try_from(&TMPFILE_REQUEST[..]).unwrap();
+        match req.operation().unwrap() {
+            Operation::TmpFile(x) => {
+                assert_eq!(x.flags(), 0x0041_0002);
+                assert_eq!(x.mode(), 0o100_644);
+                assert_eq!(x.umask(), 0o22);
+            }
+            _ => panic!("Unexpected request operation"),
+        }
+    }
+
+    #[test]
+    fn statx_layout() {
+        // The sizes of the kernel's uapi structures (a mismatch is a garbled reply).
+        assert_eq!(size_of::<fuse_statx_in>(), 24);
+        assert_eq!(size_of::<fuse_statx>(), 256);
+        assert_eq!(size_of::<fuse_statx_out>(), 32 + 256);
+        assert_eq!(offset_of!(fuse_statx, attributes_mask), 56);
+        assert_eq!(offset_of!(fuse_statx, btime), 80);
+        assert_eq!(offset_of!(fuse_statx, rdev_major), 128);
     }
 }
