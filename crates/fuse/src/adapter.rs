@@ -34,7 +34,7 @@ use crate::FuseOptions;
 use crate::counters::{Op, RequestCounts};
 use crate::reply::{
     AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
-    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, StatxReply, WriteReply, XattrReply,
 };
 
 /// The kernel's fixed root inode number.
@@ -489,6 +489,36 @@ impl Adapter {
         self.serve(Op::Getattr, || match self.fs.getattr(self.ino_in(ino)) {
             Ok(a) => reply.attr(&self.policy.attr_ttl, &self.attr_out(&a)),
             Err(e) => reply.error(self.err(Op::Getattr, e)),
+        });
+    }
+
+    /// FUSE_STATX: getattr's attributes, plus `stx_attributes` from the inode's flags
+    /// ([`fileattr::statx_attributes`]). The kernel sends it instead of GETATTR when its
+    /// cached attributes are stale and the caller asked for more than the basic stats
+    /// (`fuse_update_get_attr`). A file system that keeps no flags, or cannot say for this
+    /// inode (a POSIX error from `get_flags`: ENOTTY, EOPNOTSUPP...), answers with an empty
+    /// mask, which tells the caller "unknown", never "not set"; a device error or
+    /// corruption fails the request.
+    pub(crate) fn statx(&self, c: &Ctx, ino: u64, reply: impl StatxReply) {
+        self.serve(Op::Statx, || {
+            let ino = self.ino_in(ino);
+            let r = self.fs.getattr(ino).and_then(|a| {
+                let attributes = match self.fs.get_flags(c, ino) {
+                    Ok(f) => fileattr::statx_attributes(f),
+                    Err(FsError::Errno(e)) => {
+                        debug!("statx: no inode flags for {ino} ({e})");
+                        (0, 0)
+                    }
+                    Err(e) => return Err(e),
+                };
+                Ok((a, attributes))
+            });
+            match r {
+                Ok((a, (set, mask))) => {
+                    reply.statx(&self.policy.attr_ttl, &self.attr_out(&a), set, mask)
+                }
+                Err(e) => reply.error(self.err(Op::Statx, e)),
+            }
         });
     }
 

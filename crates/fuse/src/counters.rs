@@ -69,6 +69,7 @@ ops! {
     Fallocate => "fallocate",
     Lseek => "lseek",
     CopyFileRange => "copy_file_range",
+    Statx => "statx",
 }
 
 impl Op {

@@ -221,6 +221,18 @@ impl fuser::Filesystem for DevFs {
         self.a().getattr(ino.0, reply)
     }
 
+    fn statx(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: fuser::ReplyStatx,
+    ) {
+        self.a().statx(&ctx(req), ino.0, reply)
+    }
+
     fn setattr(
         &self,
         req: &Request,

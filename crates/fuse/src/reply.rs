@@ -42,6 +42,11 @@ pub(crate) trait AttrReply: Reply {
     fn attr(self, ttl: &Duration, attr: &FileAttr);
 }
 
+/// FUSE_STATX's answer: the attributes and the `STATX_ATTR_*` bits with their mask.
+pub(crate) trait StatxReply: Reply {
+    fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64);
+}
+
 pub(crate) trait EmptyReply: Reply {
     fn ok(self);
 }
@@ -135,6 +140,7 @@ macro_rules! dev_error {
 dev_error!(
     fuser::ReplyEntry,
     fuser::ReplyAttr,
+    fuser::ReplyStatx,
     fuser::ReplyEmpty,
     fuser::ReplyData,
     fuser::ReplyWrite,
@@ -160,6 +166,12 @@ impl EntryReply for fuser::ReplyEntry {
 impl AttrReply for fuser::ReplyAttr {
     fn attr(self, ttl: &Duration, attr: &FileAttr) {
         fuser::ReplyAttr::attr(self, ttl, attr)
+    }
+}
+
+impl StatxReply for fuser::ReplyStatx {
+    fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        fuser::ReplyStatx::statx(self, ttl, attr, attributes, attributes_mask)
     }
 }
 

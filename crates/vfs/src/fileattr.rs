@@ -89,6 +89,22 @@ pub fn from_xflags(xflags: u32) -> Result<u32> {
         .fold(0, |f, (fl, _)| f | fl))
 }
 
+/// `STATX_ATTR_*` bits of statx(2) for the flags that have one.
+const STATX_ATTRS: [(u32, u64); 3] = [
+    (IMMUTABLE, libc::STATX_ATTR_IMMUTABLE as u64),
+    (APPEND, libc::STATX_ATTR_APPEND as u64),
+    (NODUMP, libc::STATX_ATTR_NODUMP as u64),
+];
+
+/// statx(2)'s `stx_attributes` and `stx_attributes_mask` for an inode whose flags are
+/// `flags`: the mask names every attribute cairn keeps (set or not), so a program can tell
+/// "not immutable" from "cannot say".
+pub fn statx_attributes(flags: u32) -> (u64, u64) {
+    STATX_ATTRS.iter().fold((0, 0), |(set, mask), &(f, sx)| {
+        (if flags & f != 0 { set | sx } else { set }, mask | sx)
+    })
+}
+
 /// lsattr's letters for the flags cairn keeps, in lsattr's order (`----ia-A--` style is
 /// lsattr's; this is the short form: `iadA` letters present, for messages and fsck).
 pub fn letters(flags: u32) -> String {
@@ -106,6 +122,19 @@ pub fn letters(flags: u32) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn statx_attributes_name_each_kept_flag() {
+        use super::*;
+        let all =
+            (libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP) as u64;
+        assert_eq!(statx_attributes(0), (0, all));
+        assert_eq!(
+            statx_attributes(APPEND | NOATIME),
+            (libc::STATX_ATTR_APPEND as u64, all)
+        );
+        assert_eq!(statx_attributes(IMMUTABLE | APPEND | NODUMP), (all, all));
+    }
+
     use super::*;
 
     fn file(uid: u32, flags: u32) -> Owner {

@@ -131,6 +131,7 @@ pub(crate) const READDIRPLUS: u32 = 44;
 pub(crate) const RENAME2: u32 = 45;
 pub(crate) const LSEEK: u32 = 46;
 pub(crate) const COPY_FILE_RANGE: u32 = 47;
+pub(crate) const STATX: u32 = 52;
 
 // fuse_setattr_in.valid bits.
 pub(crate) const FATTR_MODE: u32 = 1 << 0;
@@ -397,6 +398,47 @@ pub(crate) struct AttrOut {
     pub attr: FuseAttr,
 }
 
+/// `struct fuse_sx_time` (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
+pub(crate) struct SxTime {
+    pub tv_sec: i64,
+    pub tv_nsec: u32,
+    pub reserved: i32,
+}
+
+/// `struct fuse_statx_out` with its `struct fuse_statx` (32 + 256 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
+pub(crate) struct StatxOut {
+    pub attr_valid: u64,
+    pub attr_valid_nsec: u32,
+    pub flags: u32,
+    pub spare: [u64; 2],
+    // struct fuse_statx:
+    pub mask: u32,
+    pub blksize: u32,
+    pub attributes: u64,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u16,
+    pub spare0: u16,
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub attributes_mask: u64,
+    pub atime: SxTime,
+    pub btime: SxTime,
+    pub ctime: SxTime,
+    pub mtime: SxTime,
+    pub rdev_major: u32,
+    pub rdev_minor: u32,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub spare2: [u64; 14],
+}
+
 /// `struct fuse_open_out` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
@@ -483,6 +525,9 @@ mod tests {
         assert_eq!(size_of::<FuseAttr>(), 88);
         assert_eq!(size_of::<EntryOut>(), 128);
         assert_eq!(size_of::<AttrOut>(), 104);
+        assert_eq!(size_of::<StatxOut>(), 32 + 256);
+        assert_eq!(std::mem::offset_of!(StatxOut, attributes_mask), 32 + 56);
+        assert_eq!(std::mem::offset_of!(StatxOut, rdev_major), 32 + 128);
         assert_eq!(size_of::<OpenOut>(), 16);
         assert_eq!(size_of::<StatfsOut>(), 80);
         assert_eq!(size_of::<DirentHead>(), 24);

@@ -19,11 +19,11 @@ use zerocopy::IntoBytes;
 use super::RingBacking;
 use super::abi::{
     AttrOut, DirentHead, EntryOut, FuseAttr, GetxattrOut, IoctlOut, LseekOut, OpenOut, StatfsOut,
-    WriteOut,
+    StatxOut, SxTime, WriteOut,
 };
 use crate::reply::{
     AttrReply, Backing, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply,
-    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+    IoctlReply, LseekReply, OpenReply, Reply, StatfsReply, StatxReply, WriteReply, XattrReply,
 };
 
 /// Where a reply body goes.
@@ -307,6 +307,47 @@ impl AttrReply for RingReply<'_, '_> {
     }
 }
 
+/// `STATX_BASIC_STATS | STATX_BTIME`: the fields a statx answer fills.
+const STATX_FILLED: u32 = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+
+impl StatxReply for RingReply<'_, '_> {
+    fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        let sx = |t: &SystemTime| {
+            let (tv_sec, tv_nsec) = time_out(t);
+            SxTime {
+                tv_sec,
+                tv_nsec,
+                reserved: 0,
+            }
+        };
+        let a = attr_out(attr);
+        let s = StatxOut {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            mask: STATX_FILLED,
+            blksize: a.blksize,
+            attributes,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            mode: a.mode as u16,
+            ino: a.ino,
+            size: a.size,
+            blocks: a.blocks,
+            attributes_mask,
+            atime: sx(&attr.atime),
+            btime: sx(&attr.crtime),
+            ctime: sx(&attr.ctime),
+            mtime: sx(&attr.mtime),
+            // fuse_attr's rdev is in new_encode_dev() form; statx's is split.
+            rdev_major: (a.rdev & 0xfff00) >> 8,
+            rdev_minor: (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00),
+            ..Default::default()
+        };
+        self.body(s.as_bytes())
+    }
+}
+
 impl EmptyReply for RingReply<'_, '_> {
     fn ok(self) {
         self.body(&[])
@@ -562,5 +603,53 @@ mod tests {
         let t = UNIX_EPOCH - Duration::new(1, 250_000_000);
         assert_eq!(time_out(&t), (-2, 750_000_000));
         assert_eq!(time_out(&(UNIX_EPOCH + Duration::new(3, 5))), (3, 5));
+    }
+}
+
+#[cfg(test)]
+mod statx_tests {
+    use super::*;
+
+    /// The statx answer carries the attributes, their mask, the birth time and the split
+    /// rdev where the kernel's `struct fuse_statx_out` has them.
+    #[test]
+    fn statx_answer_layout() {
+        let dev = Arc::new(std::fs::File::open("/dev/null").unwrap());
+        let mut buf = vec![0u8; 512];
+        let mut ans = Answer::new(Sink::Direct(&mut buf), &dev);
+        let t = |s| UNIX_EPOCH + Duration::from_secs(s);
+        let attr = FileAttr {
+            ino: INodeNo(7),
+            size: 5,
+            blocks: 8,
+            atime: t(1),
+            mtime: t(2),
+            ctime: t(3),
+            crtime: t(4),
+            kind: FileType::CharDevice,
+            perm: 0o644,
+            nlink: 1,
+            uid: 10,
+            gid: 20,
+            // new_encode_dev(8, 0x23401).
+            rdev: 1 | (8 << 8) | (0x23400 << 12),
+            blksize: 4096,
+            flags: 0,
+        };
+        RingReply::new(&mut ans).statx(&Duration::from_secs(1), &attr, 0x20, 0x70);
+        assert_eq!(ans.result(), (0, 32 + 256));
+        let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(buf[o..o + 8].try_into().unwrap());
+        let sx = 32;
+        assert_eq!(u32_at(sx), libc::STATX_BASIC_STATS | libc::STATX_BTIME);
+        assert_eq!(u64_at(sx + 8), 0x20, "stx_attributes");
+        assert_eq!(u64_at(sx + 56), 0x70, "stx_attributes_mask");
+        assert_eq!(u64_at(sx + 32), 7, "ino");
+        assert_eq!(
+            u32::from(u16::from_le_bytes([buf[sx + 28], buf[sx + 29]])),
+            libc::S_IFCHR | 0o644
+        );
+        assert_eq!(u64_at(sx + 80), 4, "btime");
+        assert_eq!((u32_at(sx + 128), u32_at(sx + 132)), (8, 0x23401), "rdev");
     }
 }

@@ -169,6 +169,7 @@ fn handle(a: &Adapter, h: &InHeader, arg0: &[u8], input: &[u8], ans: &mut Answer
             a.lookup(&c, ino, name, r)
         }
         GETATTR => a.getattr(ino, r),
+        STATX => a.statx(&c, ino, r),
         SETATTR => {
             let s = arg!(SetattrIn, Op::Setattr);
             match setattr_in(&s) {
