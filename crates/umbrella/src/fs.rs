@@ -46,7 +46,7 @@ use std::time::{Duration, SystemTime};
 
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
-    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs,
+    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs, perm,
 };
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -85,6 +85,10 @@ pub(crate) struct Nodes {
 pub(crate) struct Handle {
     pub ino: Ino,
     pub flags: i32,
+    /// Who opened it, as the privilege rule needs it: `perm::handle_flags` of the opener
+    /// (`O_KILL_PRIVILEGES`, `O_KILL_SGID`), kept apart from `flags`, which reopen the
+    /// branch file when it moves.
+    pub kill: i32,
     pub fd: RwLock<HostFd>,
 }
 
@@ -114,6 +118,29 @@ impl Handle {
         let g = self.fd.try_read()?;
         let fd = g.fd.clone();
         Some(g.branch.run(move || f(&fd)))
+    }
+
+    /// Before a change of the file's data through this handle (a write, any fallocate):
+    /// clears what the kernel's FUSE client leaves to us. The client itself clears setuid,
+    /// and setgid with group-execute, by a SETATTR as the writer (`fuse_setattr` without
+    /// FUSE_HANDLE_KILLPRIV), on every path including passthrough; it never clears setgid
+    /// without group-execute, which `setattr_should_drop_sgid` drops when the writer is
+    /// outside the file's group. So only such a handle (`O_KILL_SGID`) costs an fstat here;
+    /// the branch file system would not do it, since the daemon writes with CAP_FSETID.
+    /// Returns whether the mode changed (the kernel's cached attributes are then stale).
+    fn remove_privs(&self) -> io::Result<bool> {
+        if self.kill & perm::O_KILL_SGID == 0 {
+            return Ok(false);
+        }
+        let kill = self.kill;
+        self.io(move |fd| {
+            let st = sys::fstat(fd.as_fd())?;
+            let m = perm::mode_after_data_change(kill, st.st_mode);
+            if m == st.st_mode {
+                return Ok(false);
+            }
+            sys::fchmod(fd.as_fd(), m & 0o7777).map(|()| true)
+        })
     }
 }
 
@@ -1220,11 +1247,13 @@ impl Inner {
         Ok((sys::attr_from(&st, ino), fd))
     }
 
-    fn new_handle(&self, ino: Ino, flags: i32, fd: OwnedFd, b: BranchId) -> Result<Fh> {
+    /// `kill`: the opener's `perm::handle_flags` (see [`Handle::kill`]).
+    fn new_handle(&self, ino: Ino, flags: i32, kill: i32, fd: OwnedFd, b: BranchId) -> Result<Fh> {
         let branch = self.branch(b)?;
         let h = Arc::new(Handle {
             ino,
             flags,
+            kill,
             fd: RwLock::new(HostFd {
                 fd: Arc::new(fd),
                 branch,
@@ -1297,6 +1326,12 @@ impl Inner {
         }
         let st = sys::fstat(fd.as_fd()).ok()?;
         if sys::kind_of(st.st_mode) != FileKind::RegularFile {
+            return None;
+        }
+        // A setgid file without group-execute loses setgid when someone outside its group
+        // writes it; through passthrough nobody would clear it (`Handle::remove_privs`), and
+        // this first open decides for every later open of the inode, whoever makes it.
+        if st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID {
             return None;
         }
         let (b, Some((d, n))) = self.file_loc(ino).ok()? else {
@@ -1398,7 +1433,8 @@ impl Inner {
         let fd = br
             .run(move || sys::openat(pfd.as_fd(), &name, f, 0))
             .map_err(ioerr)?;
-        self.new_handle(ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd, b)
+        let kill = perm::handle_flags(ctx, 0, st.st_gid);
+        self.new_handle(ino, flags & KEEP_FLAGS & !libc::O_TRUNC, kill, fd, b)
     }
 
     /// One write through a handle: inline on the caller's buffer, or a copy of it on the
@@ -1583,6 +1619,21 @@ impl Inner {
                 if nm != m {
                     mode = Some(nm);
                 }
+            }
+        }
+        // A truncation (truncate, ftruncate, open with O_TRUNC: a size here) by a caller
+        // without CAP_FSETID clears privileges as a write does. The kernel's client sends
+        // the clearing of setuid, and of setgid with group-execute, in this same request;
+        // setgid without group-execute is ours to clear when the caller is outside the
+        // file's group (see `Handle::remove_privs`).
+        if set.size.is_some() && cur.kind == FileKind::RegularFile {
+            let m = mode.unwrap_or(cur.perm as u32 & 0o7777);
+            let after = perm::mode_after_data_change(
+                perm::handle_flags(ctx, 0, cur.gid),
+                libc::S_IFREG | m,
+            ) & 0o7777;
+            if after != m {
+                mode = Some(after);
             }
         }
         if let Some(mut m) = mode {
@@ -2316,7 +2367,8 @@ impl FileSystem for Umbrella {
             Ok((a, fd)) => {
                 let fd = fd.ok_or_else(|| err(libc::EIO))?;
                 let (b, _) = i.file_loc(a.ino)?;
-                let fh = i.new_handle(a.ino, flags & KEEP_FLAGS & !libc::O_TRUNC, fd, b)?;
+                let kill = perm::handle_flags(ctx, 0, a.gid);
+                let fh = i.new_handle(a.ino, flags & KEEP_FLAGS & !libc::O_TRUNC, kill, fd, b)?;
                 Ok((a, fh))
             }
             Err(e) if e.errno().0 == libc::EEXIST && flags & libc::O_EXCL == 0 => {
@@ -2349,6 +2401,7 @@ impl FileSystem for Umbrella {
 
     fn write(&self, _ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.inner.handle(fh)?;
+        h.remove_privs().map_err(ioerr)?;
         self.inner.write_overflowing(&h, offset, data)
     }
 
@@ -2531,6 +2584,7 @@ impl FileSystem for Umbrella {
         mode: FallocMode,
     ) -> Result<()> {
         let h = self.inner.handle(fh)?;
+        h.remove_privs().map_err(ioerr)?;
         let r = h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
         match r {
             Ok(()) => Ok(()),
