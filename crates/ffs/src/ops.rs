@@ -1993,8 +1993,27 @@ impl FileSystem for Ffs {
     }
 
     fn room_is_short(&self) -> bool {
-        let mut st = self.st.lock();
-        st.alloc.usable_blocks() < st.alloc.writeback_reserve()
+        let short = || {
+            let mut st = self.st.lock();
+            st.alloc.usable_blocks() < st.alloc.writeback_reserve()
+        };
+        if !short() {
+            return false;
+        }
+        // Frees the mode still holds back (soft updates' worklist, rule 2: an `rm`'s blocks
+        // return only once its removal is on disk) are room on its way. As a call short of
+        // room does (`locked_op`), have them made — a full sync with the lock released —
+        // and look again: otherwise every open after an `rm` on a nearly full disk would get
+        // no page cache, and be refused a shared mapping, until the syncer's next round.
+        // Only on a nearly full disk with frees pending does an open pay for it.
+        if !self.strategy.has_pending_frees() {
+            return true;
+        }
+        if let Err(e) = self.sync_as(SyncWhy::All) {
+            log::warn!("making pending frees before an open on a nearly full disk: {e}");
+            return true;
+        }
+        short()
     }
 
     /// Nothing to do at close(2): writes reach the buffer cache when write() is called (no

@@ -233,6 +233,38 @@ fn the_mmap_reproducer_in_every_mode() {
     }
 }
 
+/// Space on its way back is room: once the files that filled the disk are removed, a new
+/// file gets the page cache again — a shared mapping of it is allowed and its pages are
+/// stored — in every mode, though soft updates still holds the removed files' blocks until
+/// their inodes reach the disk (rule 2): a call short of room has those frees made first,
+/// so the kernel's write-back finds them. (generic/511 met ENODEV at mmap there.)
+#[test]
+fn space_on_its_way_back_is_room_for_the_page_cache() {
+    for mode in mode_list() {
+        let w = Workdir::new();
+        mounted(&w, &mode);
+        let mnt = w.p("mnt");
+        let filled = fill(&mnt, 3);
+        for name in filled.keys() {
+            fs::remove_file(mnt.join(name)).unwrap();
+        }
+        let data = pattern(78, 4 << 20);
+        let outcome = write_mapped(&mnt.join("after"), &data, Style::Careful);
+        assert_eq!(
+            outcome,
+            Mapped::Accepted,
+            "{}: 4 MiB through a shared mapping right after the removes",
+            mode.mode
+        );
+        remount(&w, &mode);
+        assert!(
+            fs::read(mnt.join("after")).unwrap() == data,
+            "{}: the mapped file differs after remount",
+            mode.mode
+        );
+    }
+}
+
 /// `mapped`, `len` bytes, opened while there is room (so the open gets the page cache), then
 /// the disk filled (`fill` with `fill_seed`), then `len` bytes of `pattern(seed)` written
 /// through a shared mapping of it: what the program was told, the data, and the files that
