@@ -557,21 +557,14 @@ fn small_segments_nearly_full_stay_writable_wall_clock() {
 }
 
 /// A pass takes more segments than the plan's when those alone would not pay (004 §3.3).
-/// Forty files of 12 blocks on a disk of 16-block segments, a quarter of each then
-/// overwritten: the plan, which counts live blocks only, takes the least utilized segment
-/// alone for one more clean segment (its live blocks fit the log's head), but with the
-/// inode, inode map and usage table blocks and summaries written again the pass spills
-/// into a new segment and gives nothing back: refused. Taking the next least utilized
-/// segment too, the same writes serve both, and the pass frees two segments for one.
-#[test]
-fn a_pass_takes_several_victims_when_one_does_not_pay() {
-    let dev = image(1024);
-    let fs = mount(&dev);
+/// Forty files of 12 blocks, checkpointed, then the first quarter of each overwritten and
+/// checkpointed again: on 16-block segments, victims about 75% live.
+fn forty_files_a_quarter_overwritten(fs: &Lfs) {
     let c = Ctx::root();
     let mut inos = Vec::new();
     for i in 0..40 {
         inos.push(write_file(
-            &fs,
+            fs,
             ROOT_INO,
             &format!("f{i}"),
             &[i as u8; 48 << 10],
@@ -584,6 +577,19 @@ fn a_pass_takes_several_victims_when_one_does_not_pay() {
         fs.release(ino, fh).unwrap();
     }
     fs.checkpoint().unwrap();
+}
+
+/// Forty files of 12 blocks on a disk of 16-block segments, a quarter of each then
+/// overwritten: the plan, which counts live blocks only, takes the least utilized segment
+/// alone for one more clean segment (its live blocks fit the log's head), but with the
+/// inode, inode map and usage table blocks and summaries written again the pass spills
+/// into a new segment and gives nothing back: refused. Taking the next least utilized
+/// segment too, the same writes serve both, and the pass frees two segments for one.
+#[test]
+fn a_pass_takes_several_victims_when_one_does_not_pay() {
+    let dev = image(1024);
+    let fs = mount(&dev);
+    forty_files_a_quarter_overwritten(&fs);
     let before = fs.clean_segments();
     let cleaned = fs.clean_now(before + 1).unwrap();
     let cs = fs.cleaner_stats();
@@ -1745,23 +1751,7 @@ fn calls_between_slices(planted: Planted) -> (std::result::Result<u32, String>, 
     let dev = image(1024);
     let fs =
         Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
-    let c = Ctx::root();
-    let mut inos = Vec::new();
-    for i in 0..40 {
-        inos.push(write_file(
-            &fs,
-            ROOT_INO,
-            &format!("f{i}"),
-            &[i as u8; 48 << 10],
-        ));
-    }
-    fs.checkpoint().unwrap();
-    for (i, &ino) in inos.iter().enumerate() {
-        let fh = fs.open(&c, ino, libc::O_RDWR).unwrap();
-        fs.write(ino, fh, 0, &[!(i as u8); 12 << 10]).unwrap();
-        fs.release(ino, fh).unwrap();
-    }
-    fs.checkpoint().unwrap();
+    forty_files_a_quarter_overwritten(&fs);
     let weak = Arc::downgrade(&fs);
     let written = Arc::new(Mutex::new(0u64));
     let w2 = written.clone();
