@@ -20,6 +20,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::MutexGuard;
 
 use cairn_blockdev::BlockDevice;
 use cairn_vfs::{Errno, Result};
@@ -78,6 +81,38 @@ pub struct CleanerStats {
     pub greedy_fallbacks: u64,
     /// Passes refused: the victims would not give back a segment more than they fill.
     pub refused: u64,
+    /// Background passes whose moves ran in slices, calls between (the rest ran in one
+    /// hold: too few clean segments to reserve their room).
+    pub split_passes: u64,
+    /// The longest hold of the engine's lock by a background pass, in microseconds of
+    /// wall time, by what it did: loading the inodes its victims name, choosing victims
+    /// and finding their live blocks, moving a slice of them, preparing its checkpoint.
+    pub longest_load_hold_us: u64,
+    pub longest_choose_hold_us: u64,
+    pub longest_move_hold_us: u64,
+    pub longest_checkpoint_hold_us: u64,
+}
+
+/// Which lock hold of a background pass a time is for (`CleanerStats`).
+#[derive(Clone, Copy)]
+enum Hold {
+    Load,
+    Choose,
+    Move,
+    Checkpoint,
+}
+
+impl CleanerStats {
+    fn held(&mut self, hold: Hold, since: std::time::Instant) {
+        let us = since.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        let m = match hold {
+            Hold::Load => &mut self.longest_load_hold_us,
+            Hold::Choose => &mut self.longest_choose_hold_us,
+            Hold::Move => &mut self.longest_move_hold_us,
+            Hold::Checkpoint => &mut self.longest_checkpoint_hold_us,
+        };
+        *m = (*m).max(us);
+    }
 }
 
 /// A segment's partial segments: each summary with its blocks.
@@ -127,6 +162,8 @@ pub(crate) fn scan_segment(sb: &Superblock, dev: &Arc<dyn BlockDevice>, seg: u32
 /// A live data block found in a victim.
 pub(crate) struct Moved {
     ino: u64,
+    /// The inode's version the summary named (re-checked when the block is moved).
+    version: u32,
     lbn: u64,
     addr: u64,
     mtime: u64,
@@ -183,6 +220,7 @@ impl State {
                         w.inodes.insert(e.ino);
                         w.moved.push(Moved {
                             ino: e.ino,
+                            version: e.version,
                             lbn: e.lbn,
                             addr,
                             mtime,
@@ -338,12 +376,9 @@ impl State {
         Ok(self.pass_done(&pass.victims))
     }
 
-    /// A pass up to its checkpoint's device flushes: victims chosen (read from `prescans`
-    /// when the caller read them without the lock, from the device here otherwise), their
-    /// live blocks found against the state now — a block is live only if the inode map or
-    /// its file's pointer still names its address, so whatever calls overwrote while the
-    /// victims were read is dropped — moved to the log head, and the checkpoint prepared.
-    /// `None` when no pass pays for itself.
+    /// A pass up to its checkpoint's device flushes, in one hold of the lock: victims
+    /// chosen ([`State::clean_pass_choose`]), their live blocks moved to the log head, and
+    /// the checkpoint prepared. `None` when no pass pays for itself.
     pub(crate) fn clean_pass_prepare(
         &mut self,
         policy: Policy,
@@ -351,6 +386,46 @@ impl State {
         need: Gain,
         prescans: &mut Prescans,
     ) -> Result<Option<Pass>> {
+        let Some(c) = self.clean_pass_choose(policy, th, need, prescans)? else {
+            return Ok(None);
+        };
+        // What the room rule counted is what the pass writes (checked in tests, where a
+        // wrong count would otherwise show only as a rare failed log write).
+        let predicted = self.pass_log(c.payload);
+        let (seg0, off0, entered0) = (self.log.seg, self.log.off, self.log.segments_entered);
+        let written0 = self.log.blocks_written;
+        let mut moved = self.apply_marks(policy, c.work)?.into_iter();
+        self.move_live(&mut moved, usize::MAX)?;
+        let cp = self.checkpoint_prepare()?;
+        let entered = self.log.segments_entered - entered0;
+        debug_assert!(
+            entered <= predicted.1,
+            "pass entered {entered} segments, counted {predicted:?} (from {seg0}:{off0})"
+        );
+        debug_assert!(
+            self.log.blocks_written - written0 <= predicted.0,
+            "pass wrote {} blocks, counted {predicted:?}",
+            self.log.blocks_written - written0
+        );
+        Ok(Some(Pass {
+            victims: c.victims,
+            cp,
+        }))
+    }
+
+    /// A pass's choice: what is buffered flushed first, victims chosen (read from
+    /// `prescans` when the caller read them without the lock, from the device here
+    /// otherwise) and their live blocks found against the state now — a block is live only
+    /// if the inode map or its file's pointer still names its address, so whatever calls
+    /// overwrote while the victims were read is dropped — within the room rule. Nothing
+    /// is moved yet. `None` when no pass pays for itself.
+    pub(crate) fn clean_pass_choose(
+        &mut self,
+        policy: Policy,
+        th: Thresholds,
+        need: Gain,
+        prescans: &mut Prescans,
+    ) -> Result<Option<Chosen>> {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
         // write it anyway): the room below is then the pass's own.
@@ -366,8 +441,10 @@ impl State {
         // victim is read and its live blocks counted exactly before it is taken; one that
         // would not fit is left and the next one tried, so a nearly full first choice does
         // not hide emptier ones behind it.
+        // The segments a background pass between its lock holds has reserved are not
+        // this pass's room.
         let seg_blocks = self.sb.segment_blocks as u64;
-        let clean = self.clean_segments() as u64;
+        let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
         let mut victims = Vec::new();
         let mut scans = Vec::new();
@@ -449,24 +526,12 @@ impl State {
             .flatten()
             .map(|(s, _)| 1 + s.entries.len() as u64)
             .sum::<u64>();
-        // What the room rule counted is what the pass writes (checked in tests, where a
-        // wrong count would otherwise show only as a rare failed log write).
-        let predicted = self.pass_log(self.work_blocks(&work, &Work::default()));
-        let (seg0, off0, entered0) = (self.log.seg, self.log.off, self.log.segments_entered);
-        let written0 = self.log.blocks_written;
-        self.apply_work(policy, work)?;
-        let cp = self.checkpoint_prepare()?;
-        let entered = self.log.segments_entered - entered0;
-        debug_assert!(
-            entered <= predicted.1,
-            "pass entered {entered} segments, counted {predicted:?} (from {seg0}:{off0})"
-        );
-        debug_assert!(
-            self.log.blocks_written - written0 <= predicted.0,
-            "pass wrote {} blocks, counted {predicted:?}",
-            self.log.blocks_written - written0
-        );
-        Ok(Some(Pass { victims, cp }))
+        let payload = self.work_blocks(&work, &Work::default());
+        Ok(Some(Chosen {
+            victims,
+            work,
+            payload,
+        }))
     }
 
     /// Counts a pass whose checkpoint is durable: returns its victims now clean.
@@ -511,9 +576,10 @@ impl State {
         out
     }
 
-    /// Moves the data blocks of `w` to the log head in the policy's grouping and marks
-    /// the rest for the checkpoint to rewrite.
-    fn apply_work(&mut self, policy: Policy, w: Work) -> Result<()> {
+    /// Marks what `w` found live besides data blocks for the checkpoint (or an earlier
+    /// flush) to rewrite, and returns its data blocks in the policy's grouping, to be moved
+    /// ([`State::move_live`]). Called in the hold that found them: nothing changed since.
+    fn apply_marks(&mut self, policy: Policy, w: Work) -> Result<Vec<Moved>> {
         let Work {
             mut moved,
             slots,
@@ -536,19 +602,35 @@ impl State {
             self.imap.mark_block_dirty(i);
         }
         policy.grouping.arrange(&mut moved, |m| m.mtime);
-        for m in moved {
+        Ok(moved)
+    }
+
+    /// Moves up to `n` of the live data blocks `moved` (from [`State::apply_marks`]) to the
+    /// log head, each re-checked first: with calls run since it was found live (a pass
+    /// moving in slices, `Lfs::clean_pass_unlocked`), a block the file no longer points
+    /// at — overwritten, buffered anew, truncated, the file deleted — is dropped, as a
+    /// block overwritten while the victims were read is by `collect_live`.
+    fn move_live(&mut self, moved: &mut impl Iterator<Item = Moved>, n: usize) -> Result<()> {
+        #[cfg(any(test, feature = "planted"))]
+        let planted = self.planted == crate::engine::Planted::NoRevalidation;
+        #[cfg(not(any(test, feature = "planted")))]
+        let planted = false;
+        for m in moved.by_ref().take(n) {
+            if !planted
+                && (self.version_of(m.ino) != Some(m.version)
+                    || self.dirty.has_block(m.ino, m.lbn)
+                    || self.map(m.ino)?.get(&m.lbn) != Some(&m.addr))
+            {
+                continue;
+            }
             let e = Entry {
                 kind: Kind::Data,
-                version: self.version_of(m.ino).unwrap_or(0),
+                version: m.version,
                 ino: m.ino,
                 lbn: m.lbn,
             };
             let addr = self.push(e, m.data, BLOCK_SIZE as u32)?;
             let old = self.set_map(m.ino, m.lbn, addr)?;
-            #[cfg(any(test, feature = "planted"))]
-            let planted = self.planted == crate::engine::Planted::NoRevalidation;
-            #[cfg(not(any(test, feature = "planted")))]
-            let planted = false;
             debug_assert!(old == m.addr || planted, "moved {} over {old}", m.addr);
             self.kill(old, BLOCK_SIZE as u32);
             self.mark_dirty(m.ino);
@@ -615,19 +697,166 @@ impl Lfs {
         if let Some(h) = &*self.clean_hook.lock() {
             h();
         }
+        self.load_named_inodes(&pre)?;
         let mut st = self.st.lock();
+        let t = Instant::now();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.clean_pass_prepare(policy, th, Gain::Segment, &mut pre);
-        let Some(mut pass) = st.note_log_result(r)? else {
+        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre);
+        let Some(c) = st.note_log_result(r)? else {
+            st.cleaner.held(Hold::Choose, t);
             return Ok(None);
         };
-        if let Some(w) = pass.cp.take() {
+        // The pass's room, reserved before any call runs between its holds (the room
+        // rule counted it against the clean segments now): everything it still writes,
+        // with a summary more per slice (a flush between two slices closes the partial
+        // segment the pass was filling) and a segment more (calls' data may leave the log
+        // at the start of a segment the count began in the middle of).
+        let (payload, total) = (c.payload, c.work.moved.len());
+        let slices = total.div_ceil(MOVE_SLICE) as u64;
+        let reserve = st.pass_log(payload + slices + 1).1 as u32 + 1;
+        #[cfg(any(test, feature = "planted"))]
+        let reserve = if st.planted == crate::engine::Planted::NoPassReserve {
+            0
+        } else {
+            reserve
+        };
+        let victims = c.victims.clone();
+        let mut moved = match st.apply_marks(policy, c.work) {
+            Ok(m) => m.into_iter(),
+            Err(e) => return st.note_log_result(Err(e)),
+        };
+        if reserve <= st.clean_segments() {
+            // Calls run between the slices. The invariant: while they do, the pass's own
+            // writes fit in the clean segments it reserved; calls are admitted only beyond
+            // them (`State::space_left`), other passes do not count them, and no
+            // checkpoint releases a victim before the pass's own (they stay pinned).
+            st.pass_reserve = reserve;
+            st.cleaner.split_passes += 1;
+            let held = st.gate.pin(victims.clone());
+            st.cleaner.held(Hold::Choose, t);
+            let r = loop {
+                // Handed to a call waiting for it, if any: on the one CPU the pass may
+                // share with the calls, a plain unlock lets this thread take the lock
+                // back before the woken call runs, and the slices would stop calls as
+                // one hold did.
+                MutexGuard::unlock_fair(st);
+                #[cfg(test)]
+                if let Some(h) = &*self.slice_hook.lock() {
+                    h();
+                }
+                st = self.st.lock();
+                let t = Instant::now();
+                // The slice's blocks leave the log writer before the lock does: a read
+                // planned between two slices finds every block a file points at on the
+                // device, in the sequencer or in the cache — never in a partial segment
+                // still being filled (the summary this costs is in the reservation).
+                let r = st
+                    .check_log_ok()
+                    .and_then(|()| st.move_live(&mut moved, MOVE_SLICE))
+                    .and_then(|()| st.close_partial());
+                // What is left to write needs less room: the reservation shrinks with
+                // each slice (never grows: the first count allowed for calls moving the
+                // head), and writes waiting for room look again.
+                let left = payload.saturating_sub((total - moved.len()) as u64);
+                let slices = moved.len().div_ceil(MOVE_SLICE) as u64;
+                let now = st.pass_log(left + slices + 1).1 as u32 + 1;
+                st.pass_reserve = st.pass_reserve.min(now);
+                st.cleaner.held(Hold::Move, t);
+                if r.is_err() || moved.len() == 0 {
+                    break r;
+                }
+                MutexGuard::unlock_fair(st);
+                let (m, cv) = &self.passes;
+                *m.lock() += 1;
+                cv.notify_all();
+                st = self.st.lock();
+            };
+            st.pass_reserve = 0;
+            drop(held);
+            st.note_log_result(r)?;
+            let t = Instant::now();
+            let r = st
+                .settle_checkpoint()
+                .and_then(|()| st.checkpoint_prepare());
+            let cp = st.note_log_result(r);
+            st.cleaner.held(Hold::Checkpoint, t);
+            if let Some(w) = cp? {
+                st = self.write_checkpoint(st, w)?;
+            }
+            return Ok(Some(st.pass_done(&victims)));
+        }
+        // Too little room to reserve: in this hold, as a pass in the foreground.
+        let r = st
+            .move_live(&mut moved, usize::MAX)
+            .and_then(|()| st.checkpoint_prepare());
+        let cp = st.note_log_result(r);
+        st.cleaner.held(Hold::Choose, t);
+        if let Some(w) = cp? {
             st = self.write_checkpoint(st, w)?;
         }
-        Ok(Some(st.pass_done(&pass.victims)))
+        Ok(Some(st.pass_done(&victims)))
+    }
+
+    /// Loads the inodes (with their block maps) of the files the victims' summaries name
+    /// and of the inode records they hold, a few per hold of the lock, so that the hold
+    /// finding the live blocks reads no inode or indirect block. What it loads is only a
+    /// cache: the pass checks every block against the state of that later hold.
+    fn load_named_inodes(&self, pre: &Prescans) -> Result<()> {
+        let mut inos: Vec<(u64, Option<u32>)> = Vec::new();
+        for (s, data) in pre.values().flatten() {
+            for (i, e) in s.entries.iter().enumerate() {
+                match e.kind {
+                    Kind::Data | Kind::Indirect | Kind::Xattr => {
+                        inos.push((e.ino, Some(e.version)));
+                    }
+                    Kind::Inode => {
+                        let blk = &data[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
+                        for r in inode::decode_block(blk).map_err(corrupt)? {
+                            if r.mode != 0 {
+                                inos.push((r.ino, None));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        inos.sort_unstable();
+        inos.dedup_by_key(|x| x.0);
+        for chunk in inos.chunks(LOAD_BATCH) {
+            let mut st = self.st.lock();
+            let t = Instant::now();
+            st.check_log_ok()?;
+            for &(ino, version) in chunk {
+                if st.nodes.get(&ino).is_some_and(|n| n.map.is_some()) {
+                    continue;
+                }
+                let live = match version {
+                    Some(v) => st.version_of(ino) == Some(v),
+                    None => st.imap.get(ino).is_some_and(|e| e.addr != 0),
+                };
+                // A file gone meanwhile is the later hold's to skip; an error reading
+                // it, that hold's to report.
+                if live {
+                    let _ = st.map(ino);
+                }
+            }
+            st.cleaner.held(Hold::Load, t);
+            // Handed over fairly, as between the slices of the moves.
+            MutexGuard::unlock_fair(st);
+        }
+        Ok(())
     }
 }
+
+/// Live data blocks a background pass moves per hold of the lock, calls running between
+/// (each block a liveness re-check and a push: a few µs).
+const MOVE_SLICE: usize = if cfg!(test) { 16 } else { 128 };
+
+/// Inodes a background pass loads per hold of the lock (each may read an inode block and
+/// the file's indirect blocks).
+const LOAD_BATCH: usize = 4;
 
 /// Segments beyond the plan's victims the background pass reads before taking the lock
 /// (the pass reads any further ones it needs under the lock).
@@ -639,6 +868,14 @@ const MAX_MISFITS: u32 = 8;
 
 /// An inode's extended attributes, as the xattr block holds them.
 type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A pass's victims and what it writes for them (`State::clean_pass_choose`): `payload`
+/// blocks before the usage table, as the room rule counted them.
+pub(crate) struct Chosen {
+    victims: Vec<u32>,
+    work: Work,
+    payload: u64,
+}
 
 /// A pass whose checkpoint's device writes are still to be made.
 pub(crate) struct Pass {
@@ -767,6 +1004,13 @@ impl State {
         // background passes write anyway, outside it. A write waits for the background passes
         // instead (`Lfs::write_as`, with a deadline), unless the last run gave nothing
         // back; other calls clean here as before.
+        // Short only of what a background pass between its lock holds reserved: the
+        // write waits for the pass to end (`Lfs::write_as`) — the room comes back then,
+        // with what the pass freed — rather than cleaning beside it.
+        if self.pass_reserve > 0 && self.may_wait_for_pass {
+            self.cleaner_deferred = true;
+            return Err(Errno::ENOSPC.into());
+        }
         if self.may_wait_for_cleaner && !self.bg_stuck && (self.bg_run || self.cleaning_wanted()) {
             self.cleaner_deferred = true;
             return Err(Errno::ENOSPC.into());

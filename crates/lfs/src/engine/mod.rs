@@ -370,8 +370,16 @@ pub(crate) struct State {
     /// Set for the length of a write that can wait for that pass rather than clean in
     /// the foreground (`Lfs::write_as`) ...
     pub may_wait_for_cleaner: bool,
-    /// ... and set by `ensure_space` when it refused the write for that reason.
+    /// Set for the length of a write that can wait (any mount, up to `CLEANER_WAIT`) for a
+    /// background pass holding a reservation (`pass_reserve`) to end ...
+    pub may_wait_for_pass: bool,
+    /// ... and set by `ensure_space` when it refused the write for either reason.
     pub cleaner_deferred: bool,
+    /// Clean segments a background cleaning pass has reserved for what it still writes
+    /// while calls run between its lock holds (`Lfs::clean_pass_unlocked`): calls are
+    /// admitted only beyond them and `RESERVE_SEGMENTS` ([`State::space_left`]), and
+    /// other passes do not count them as room. 0 outside such a pass.
+    pub pass_reserve: u32,
     /// Inodes with no link that were open when the system stopped: the checkpoint's orphan
     /// list, then what roll-forward finds written with no link (or with links again); a
     /// read-write mount frees them once roll-forward is done.
@@ -450,6 +458,10 @@ pub enum Planted {
     /// that address: a block overwritten while the pass read its victims (or any time
     /// before) comes back over the newer copy.
     NoRevalidation,
+    /// A background pass lets calls in between its lock holds without reserving the clean
+    /// segments the rest of its writes need (`State::pass_reserve`): calls take them, and
+    /// the pass runs out of room half-way (its log write fails: ENOSPC).
+    NoPassReserve,
     /// Reads ignore the partial segments sealed and not yet written (`sequencer.rs`) and
     /// ask the device (or the cache) for their blocks: a read of a block just flushed
     /// returns what the device held there before — zeros, or the segment's earlier life.
@@ -746,11 +758,12 @@ impl State {
     /// this count ([`State::admissible_bytes`]), falls by at least what a write takes.
     pub fn space_left(&self) -> u64 {
         let clean = self.clean_segments();
-        if clean < RESERVE_SEGMENTS {
+        let kept = self.kept_segments();
+        if clean < kept {
             return 0;
         }
         let seg = self.sb.segment_blocks as u64;
-        let beyond = (clean - RESERVE_SEGMENTS) as u64;
+        let beyond = (clean - kept) as u64;
         let in_head = (seg - self.log.off as u64).saturating_sub(2);
         // What the next flush writes for the buffered changes (`write_dirty`): a data block
         // twice (itself and an indirect block naming it: a random overwrite of a large file
@@ -781,6 +794,13 @@ impl State {
         data * BS
     }
 
+    /// Clean segments no call's data may take: the standing reserve (`RESERVE_SEGMENTS`,
+    /// the next pass's and checkpoint's room) and what a background pass between its lock
+    /// holds has reserved for the rest of its own writes (`pass_reserve`).
+    pub(crate) fn kept_segments(&self) -> u32 {
+        RESERVE_SEGMENTS + self.pass_reserve
+    }
+
     /// Entries a partial segment holds: a summary's worth, or a segment's less its summary.
     fn per_partial(&self) -> u64 {
         (crate::format::summary::MAX_ENTRIES as u64)
@@ -802,7 +822,7 @@ impl State {
     /// fallocates what df shows, less a little) nor hides room a write would get.
     pub fn admissible_bytes(&self) -> u64 {
         // With the reserve short, no write is admitted, whatever cleaning could give.
-        if self.clean_segments() < RESERVE_SEGMENTS {
+        if self.clean_segments() < self.kept_segments() {
             return 0;
         }
         (self.space_left() + self.collectible_blocks() * BS).saturating_sub(self.writeback_reserve)
@@ -865,6 +885,15 @@ impl State {
     }
 
     // ---- flush and checkpoint (004 §4.1) --------------------------------------------------
+
+    /// Closes the partial segment being filled (no commit): written, or sealed for the
+    /// sequencer. A background pass does so at the end of each slice of its moves, so no
+    /// block a file points at waits in the log writer while the lock is free.
+    pub(crate) fn close_partial(&mut self) -> Result<()> {
+        self.log
+            .write_partial(&self.sb, &self.dev, &mut self.usage, false)
+            .map_err(io)
+    }
 
     /// Writes everything dirty to the log as one committed flush.
     pub fn flush(&mut self) -> Result<()> {
@@ -1340,6 +1369,9 @@ pub struct Lfs {
     /// lock again (tests).
     #[cfg(test)]
     pub(crate) clean_hook: Mutex<Option<TestHook>>,
+    /// Called by a background cleaning pass between two slices of its moves (tests).
+    #[cfg(test)]
+    pub(crate) slice_hook: Mutex<Option<TestHook>>,
     pub(crate) stop: Arc<(Mutex<bool>, Condvar)>,
     /// Background cleaning passes ended (what a write short of room waits on).
     pub(crate) passes: (Mutex<u64>, Condvar),

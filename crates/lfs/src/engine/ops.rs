@@ -376,7 +376,7 @@ impl State {
         Ok(())
     }
 
-    fn do_write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    pub(crate) fn do_write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > inode::MAX_BLOCKS * BS {
             return Err(Errno::EFBIG.into());
@@ -616,18 +616,22 @@ impl Lfs {
     /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
     /// (`back`: true, which may use the write-back reserve).
     fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
-        // Short of room while a background cleaning pass runs, a write waits for the pass
-        // to end and tries again, up to `CLEANER_WAIT`; then it cleans in the foreground.
+        // Short of room while a background cleaning pass runs (or holds the room it
+        // reserved between its lock holds), a write waits for the pass to end and tries
+        // again, up to `CLEANER_WAIT`; then it cleans in the foreground.
         let deadline = std::time::Instant::now() + CLEANER_WAIT;
         loop {
             let seen = *self.passes.0.lock();
             let wait =
                 self.opts.syncer && !self.opts.read_only && std::time::Instant::now() < deadline;
             let deferred = std::cell::Cell::new(false);
+            let pass = !self.opts.read_only && std::time::Instant::now() < deadline;
             let r = self.run_rw(|st| {
                 st.may_wait_for_cleaner = wait;
+                st.may_wait_for_pass = pass;
                 let r = self.write_locked(st, ino, fh, offset, data, back);
                 st.may_wait_for_cleaner = false;
+                st.may_wait_for_pass = false;
                 deferred.set(std::mem::take(&mut st.cleaner_deferred));
                 r
             });

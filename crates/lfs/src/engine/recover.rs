@@ -100,6 +100,8 @@ impl State {
             bg_run: false,
             bg_stuck: false,
             may_wait_for_cleaner: false,
+            pass_reserve: 0,
+            may_wait_for_pass: false,
             cleaner_deferred: false,
             orphans: BTreeSet::new(),
             gate: Arc::default(),
@@ -449,6 +451,8 @@ impl Lfs {
             read_hook: Mutex::new(None),
             #[cfg(test)]
             clean_hook: Mutex::new(None),
+            #[cfg(test)]
+            slice_hook: Mutex::new(None),
         });
         fs.start_syncer();
         Ok(fs)
