@@ -293,6 +293,14 @@ pub fn mknod(ctx: &Ctx, mode: u32, rdev: u32) -> std::result::Result<Mknod, Mkno
     })
 }
 
+/// The whiteout renameat2(RENAME_WHITEOUT) leaves at the old name: a character device 0/0
+/// with no permission bits, which only someone with CAP_MKNOD (root) may make — the same
+/// refusal as `mknod` of a device (EPERM). Its owner is the caller's, as `new_inode_owner`
+/// gives any new inode.
+pub fn whiteout(ctx: &Ctx) -> std::result::Result<Mknod, MknodError> {
+    mknod(ctx, crate::WHITEOUT_MODE, 0)
+}
+
 /// A name for a new or looked-up entry: not too long (ENAMETOOLONG), not empty and without
 /// `/` or NUL (EINVAL).
 pub fn check_name(name: &OsStr) -> Result<&[u8]> {
