@@ -1524,4 +1524,12 @@ fn whiteout_renames_settle_and_leave_a_clean_image() {
     fs.mkdir(&c, e, n("sub2"), 0o755, 0).unwrap();
     fs.rename(&c, e, n("sub2"), e, n("sub3"), wo).unwrap();
     settled("a new directory within its parent");
+    // A directory on disk: its old name's change drops it by one (not by two, as a
+    // directory replaced by a rename would), and its old parent by one for its `..`.
+    fs.mkdir(&c, d, n("old"), 0o755, 0).unwrap();
+    fs.sync_all().unwrap();
+    fs.rename(&c, d, n("old"), e, n("old"), wo).unwrap();
+    settled("a directory on disk to another parent");
+    fs.rename(&c, e, n("old"), e, n("old2"), wo).unwrap();
+    settled("a directory on disk within its parent");
 }
