@@ -351,14 +351,8 @@ impl Ffs {
     /// encoded — rule 1: on disk before any entry names it. Returns its number and, for a
     /// directory, its first block (the entry's `mkdir_body`).
     fn new_inode(&self, st: &mut State, ctx: &Ctx, n: NewInode) -> Result<(u64, Option<BufRef>)> {
-        let NewInode {
-            parent,
-            mode,
-            umask,
-            rdev,
-            link_target,
-            name_blocks,
-        } = n;
+        let (parent, mode, umask, rdev) = (n.parent, n.mode, n.umask, n.rdev);
+        let (link_target, name_blocks) = (n.link_target, n.name_blocks);
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
         let pd = self.iget(st, parent)?.d.clone();
         let (mode, inherited) = self.inherit(st, parent, mode, umask)?;
@@ -749,15 +743,7 @@ impl Ffs {
         if perm::is_dot(name) || perm::is_dot(nname) {
             return Err(Errno::EINVAL.into());
         }
-        if flags.exchange && (flags.noreplace || flags.whiteout) {
-            return Err(Errno::EINVAL.into());
-        }
-        // do_renameat2: a whiteout needs CAP_MKNOD, asked before any lookup.
-        let whiteout = if flags.whiteout {
-            Some(perm::whiteout(ctx)?)
-        } else {
-            None
-        };
+        let whiteout = perm::rename_flags(ctx, flags)?;
         // vfs_rename's checks: the source may be removed from its directory; the target,
         // if any, from its own, else a name may be added there.
         self.dir_for_remove(st, ctx, parent)?;

@@ -866,8 +866,15 @@ fn rename_whiteout() {
         assert!(is_whiteout("b"));
         // With NOREPLACE.
         let nrwo = wo | RenameFlags::RENAME_NOREPLACE;
-        expect_err(rename2(&p("c"), &p("b"), nrwo), EEXIST, "NOREPLACE|WHITEOUT");
-        expect_ok(rename2(&p("c"), &p("e"), nrwo), "NOREPLACE|WHITEOUT new name");
+        expect_err(
+            rename2(&p("c"), &p("b"), nrwo),
+            EEXIST,
+            "NOREPLACE|WHITEOUT",
+        );
+        expect_ok(
+            rename2(&p("c"), &p("e"), nrwo),
+            "NOREPLACE|WHITEOUT new name",
+        );
         assert!(is_whiteout("c"));
         expect_err(
             rename2(&p("e"), &p("a"), wo | RenameFlags::RENAME_EXCHANGE),
@@ -879,7 +886,10 @@ fn rename_whiteout() {
         fs::create_dir_all(p("p/sub")).unwrap();
         fs::create_dir(p("q")).unwrap();
         let isub = ino(&p("p/sub"));
-        expect_ok(rename2(&p("p/sub"), &p("q/sub"), wo), "WHITEOUT of a directory");
+        expect_ok(
+            rename2(&p("p/sub"), &p("q/sub"), wo),
+            "WHITEOUT of a directory",
+        );
         assert!(is_whiteout("p/sub"));
         assert_eq!((nlink(&p("p")), nlink(&p("q"))), (2, 3));
         assert_eq!(ino(&p("q/sub")), isub);

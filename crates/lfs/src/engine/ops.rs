@@ -458,15 +458,7 @@ impl State {
         if perm::is_dot(n) || perm::is_dot(nn) {
             return Err(Errno::EINVAL.into());
         }
-        if flags.exchange && (flags.noreplace || flags.whiteout) {
-            return Err(Errno::EINVAL.into());
-        }
-        // do_renameat2: a whiteout needs CAP_MKNOD, asked before any lookup.
-        let whiteout = if flags.whiteout {
-            Some(perm::whiteout(ctx)?)
-        } else {
-            None
-        };
+        let whiteout = perm::rename_flags(ctx, flags)?;
         // vfs_rename's checks: the source may be removed from its directory; the target,
         // if any, from its own, else a name may be added there.
         self.dir_checked(ctx, parent, Access::X)?;
