@@ -243,6 +243,10 @@ impl FileSystem for RecordingFs {
         )
     }
 
+    fn supports_whiteout(&self) -> bool {
+        self.inner.supports_whiteout()
+    }
+
     fn rename(
         &self,
         ctx: &Ctx,
@@ -254,7 +258,7 @@ impl FileSystem for RecordingFs {
     ) -> Result<()> {
         let (from, to) = (self.path(parent, name), self.path(new_parent, new_name));
         let op = match (&from, &to) {
-            (Some(f), Some(t)) if !flags.exchange => Op::Rename {
+            (Some(f), Some(t)) if !flags.exchange && !flags.whiteout => Op::Rename {
                 from: f.clone(),
                 to: t.clone(),
             },

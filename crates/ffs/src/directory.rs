@@ -390,6 +390,33 @@ impl Ffs {
         ino: u64,
         dtype: u8,
     ) -> Result<Apply> {
+        self.repoint(st, dino, name, ino, dtype, false)
+    }
+
+    /// A rename's old `name` in `dino` re-pointed to the whiteout `wh` the call made
+    /// (RENAME_WHITEOUT): one entry write takes the name from the moved inode and gives it
+    /// to the whiteout, so no state has the old name missing. Declared as a `DirChange`
+    /// flagged `whiteout` (the moved inode loses one name, nothing else: a directory keeps
+    /// its `.`, its `..` moves on its own). Returns whether that drop may apply now.
+    pub(crate) fn dir_whiteout(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+        wh: u64,
+    ) -> Result<Apply> {
+        self.repoint(st, dino, name, wh, libc::DT_CHR, true)
+    }
+
+    fn repoint(
+        &self,
+        st: &mut State,
+        dino: u64,
+        name: &[u8],
+        ino: u64,
+        dtype: u8,
+        whiteout: bool,
+    ) -> Result<Apply> {
         st.dirs.touch(dino);
         let slot = self.dir_lookup(st, dino, name)?.ok_or(Errno::ENOENT)?;
         let b = self.dir_block(st, dino, slot.lbn)?;
@@ -409,9 +436,11 @@ impl Ffs {
             old_ino: slot.ino,
             new_ino: ino,
             dtype,
+            old_dtype: slot.dtype,
             name,
-            old_is_dir: slot.dtype == libc::DT_DIR,
+            old_is_dir: slot.dtype == libc::DT_DIR && !whiteout,
             dotdot: name == b"..",
+            whiteout,
         };
         self.fact(st, |s, tx| s.setup_directory_change(tx, &f))
     }

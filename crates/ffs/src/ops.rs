@@ -39,6 +39,17 @@ const ZERO_ON_DEVICE_BYTES: u64 = 256 << 10;
 const STREAM_RUN_BLOCKS: usize = 256;
 const XATTR_SIZE_MAX: usize = 65_536;
 
+/// What `Ffs::new_inode` makes: the type and permission bits asked for (before the umask),
+/// the directory it will be named in, and the blocks that name needs (for the preflight).
+struct NewInode<'a> {
+    parent: u64,
+    mode: u32,
+    umask: u32,
+    rdev: u32,
+    link_target: Option<&'a [u8]>,
+    name_blocks: u64,
+}
+
 /// A write request as its first pass mapped it (`write_map`).
 struct WritePlan {
     offset: u64,
@@ -303,7 +314,7 @@ impl Ffs {
         link_target: Option<&[u8]>,
     ) -> Result<u64> {
         let name = perm::check_name(name)?;
-        let pd = self.dir_for_change(st, ctx, parent)?;
+        self.dir_for_change(st, ctx, parent)?;
         if perm::is_dot(name) || self.dir_lookup(st, parent, name)?.is_some() {
             return Err(Errno::EEXIST.into());
         }
@@ -311,15 +322,47 @@ impl Ffs {
         if is_dir && self.iget(st, parent)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
+        let name_blocks = self.dir_add_blocks(st, parent, name)?;
+        let (ino, body) = self.new_inode(
+            st,
+            ctx,
+            NewInode {
+                parent,
+                mode,
+                umask,
+                rdev,
+                link_target,
+                name_blocks,
+            },
+        )?;
+        // Now the name. (If anything fails from here on, the operation's undo scope takes
+        // back the inode, its block and the parent's link count.)
+        self.touch_dir(st, parent)?;
+        let mode = self.iget(st, ino)?.d.mode;
+        self.dir_add(st, parent, name, ino, dtype_of(mode), true, body.as_ref())?;
+        if is_dir {
+            self.dir_index(st, ino)?;
+        }
+        Ok(ino)
+    }
+
+    /// A new inode for `make_node` or a rename's whiteout, not yet named: allocated,
+    /// initialized (a directory's or slow symlink's first block, inherited ACLs) and
+    /// encoded — rule 1: on disk before any entry names it. Returns its number and, for a
+    /// directory, its first block (the entry's `mkdir_body`).
+    fn new_inode(&self, st: &mut State, ctx: &Ctx, n: NewInode) -> Result<(u64, Option<BufRef>)> {
+        let (parent, mode, umask, rdev) = (n.parent, n.mode, n.umask, n.rdev);
+        let (link_target, name_blocks) = (n.link_target, n.name_blocks);
+        let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
+        let pd = self.iget(st, parent)?.d.clone();
         let (mode, inherited) = self.inherit(st, parent, mode, umask)?;
         let (mode, gid) = perm::new_inode_owner(ctx, owner(&pd), mode);
         // Preflight: the inode, the first block of a directory or slow symlink, an xattr
         // block for inherited ACLs, and what the name needs if the parent must grow, or
         // ENOSPC before anything changes.
         let slow_link = link_target.is_some_and(|t| t.len() > FAST_SYMLINK_MAX);
-        let blocks = u64::from(is_dir || slow_link)
-            + u64::from(!inherited.is_empty())
-            + self.dir_add_blocks(st, parent, name)?;
+        let blocks =
+            u64::from(is_dir || slow_link) + u64::from(!inherited.is_empty()) + name_blocks;
         st.alloc.reserve(1, blocks)?;
         let (ino, old_generation, cg) = st.alloc.alloc_inode(&self.vol, parent, is_dir)?;
         let f = InoMapDep {
@@ -380,14 +423,7 @@ impl Ffs {
             // encoding with the xattr block's pointer is on disk.
             self.write_xattrs(st, ino, &inherited, XattrWrite::InPlace)?;
         }
-        // Now the name. (If anything fails from here on, the operation's undo scope takes
-        // back the inode, its block and the parent's link count.)
-        self.touch_dir(st, parent)?;
-        self.dir_add(st, parent, name, ino, dtype_of(mode), true, body.as_ref())?;
-        if is_dir {
-            self.dir_index(st, ino)?;
-        }
-        Ok(ino)
+        Ok((ino, body))
     }
 
     fn entry_attr(&self, st: &mut State, ino: u64) -> Result<Attr> {
@@ -707,6 +743,7 @@ impl Ffs {
         if perm::is_dot(name) || perm::is_dot(nname) {
             return Err(Errno::EINVAL.into());
         }
+        let whiteout = perm::rename_flags(ctx, flags)?;
         // vfs_rename's checks: the source may be removed from its directory; the target,
         // if any, from its own, else a name may be added there.
         self.dir_for_remove(st, ctx, parent)?;
@@ -767,10 +804,28 @@ impl Ffs {
         } else if src_dir && np != parent && self.iget(st, np)?.effnlink >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
-        if dst.is_none() {
-            let blocks = self.dir_add_blocks(st, np, nname)?;
-            st.alloc.reserve(0, blocks)?;
-        }
+        let name_blocks = match dst {
+            None => self.dir_add_blocks(st, np, nname)?,
+            Some(_) => 0,
+        };
+        st.alloc
+            .reserve(u64::from(whiteout.is_some()), name_blocks)?;
+        // 0. RENAME_WHITEOUT: the whiteout's inode, owned by the caller, not yet named
+        //    (rule 1: on disk before the old name names it, as mknod's is).
+        let wh = match whiteout {
+            Some(m) => {
+                let n = NewInode {
+                    parent,
+                    mode: m.mode,
+                    umask: 0,
+                    rdev: m.rdev,
+                    link_target: None,
+                    name_blocks,
+                };
+                Some(self.new_inode(st, ctx, n)?.0)
+            }
+            None => None,
+        };
         let now = now_ns();
         let moves_dir = src_dir && np != parent;
         // 1. Link count up before the second name exists (link count >= references).
@@ -800,8 +855,14 @@ impl Ffs {
         } else {
             None
         };
+        //    With RENAME_WHITEOUT the old name is not removed but re-pointed to the
+        //    whiteout: one entry write, after the new name (rule 3), so every state shows
+        //    the old name naming the moved inode or the whiteout, never nothing.
         self.touch_dir(st, parent)?;
-        let (_, removed) = self.dir_remove(st, parent, name, false)?;
+        let removed = match wh {
+            Some(wh) => self.dir_whiteout(st, parent, name, wh)?,
+            None => self.dir_remove(st, parent, name, false)?.1,
+        };
         // 4. Link counts down: the moved inode back to its count, a moved directory's old
         //    parent loses the ".." reference, a replaced inode loses its name (a replaced
         //    directory its "." too, and the new parent its "..").
@@ -1855,6 +1916,12 @@ impl FileSystem for Ffs {
             )?;
             self.entry_attr(st, ino)
         })
+    }
+
+    /// Every mode: the whiteout is a new inode taking the old name in the rename's own
+    /// call, which each strategy orders as a rename plus a mknod.
+    fn supports_whiteout(&self) -> bool {
+        true
     }
 
     fn rename(

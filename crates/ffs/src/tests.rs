@@ -152,6 +152,7 @@ fn rename_replace_and_exchange() {
     let nr = RenameFlags {
         noreplace: true,
         exchange: false,
+        ..Default::default()
     };
     assert_eq!(
         errno(fs.rename(&c, 2, n("a"), 2, n("b"), nr)),
@@ -160,6 +161,7 @@ fn rename_replace_and_exchange() {
     let ex = RenameFlags {
         noreplace: false,
         exchange: true,
+        ..Default::default()
     };
     fs.rename(&c, 2, n("a"), 2, n("b"), ex).unwrap();
     assert_eq!(fs.lookup(&c, 2, n("a")).unwrap().ino, b.ino);
@@ -392,10 +394,23 @@ fn sync_flushes_per_operation() {
             RenameFlags {
                 noreplace: false,
                 exchange: true,
+                ..Default::default()
             },
         )
         .unwrap()
     });
+    check(
+        "rename with a whiteout: the whiteout's inode, count up, new name, old name given \
+         to the whiteout",
+        4,
+        &mut || {
+            let wo = RenameFlags {
+                whiteout: true,
+                ..Default::default()
+            };
+            fs.rename(&c, root, n("other"), root, n("wo"), wo).unwrap()
+        },
+    );
     check(
         "mkdir: first block and parent's count, inode, entry",
         3,
@@ -1266,6 +1281,137 @@ fn read_during_stream_sees_old_or_new_never_foreign() {
             );
         }
         fs.release(f.ino, fh).unwrap();
+        fs.unmount().unwrap();
+    }
+}
+
+/// renameat2(RENAME_WHITEOUT) in every mode: the old name names a new whiteout (a character
+/// device 0/0, no permission bits, owned by the caller) and the moved inode keeps its link
+/// count; a replaced target goes as in a rename; a directory's parents count its `..` as
+/// in a rename (a whiteout is no subdirectory); NOREPLACE is allowed with it, EXCHANGE is
+/// not; without CAP_MKNOD nothing changes (EPERM). fsck finds the image clean and the
+/// whiteouts are still there after a remount.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
+    use cairn_vfs::FileKind;
+    for mode in ["sync", "async", "softdep", "journal"] {
+        // With a log area after the groups (journal's `log=file`; the others leave it be).
+        let dev = MemDevice::new(4096, 4096 + 1024);
+        mkfs_device(
+            &dev,
+            &MkfsOptions {
+                blocks_per_group: Some(2048),
+                journal_size: Some(1024 * 4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let fs = mount(&dev, mode);
+        let c = Ctx {
+            gid: 7,
+            ..Ctx::root()
+        };
+        let wo = RenameFlags {
+            whiteout: true,
+            ..Default::default()
+        };
+        let is_whiteout = |fs: &Ffs, dir: u64, name: &str| {
+            let w = fs.lookup(&c, dir, n(name)).unwrap();
+            (w.kind, w.rdev, w.perm, w.nlink, w.uid, w.gid, w.size)
+                == (FileKind::CharDevice, 0, 0, 1, 0, 7, 0)
+        };
+        let d = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap().ino;
+        let e = fs.mkdir(&c, 2, n("e"), 0o777, 0).unwrap().ino;
+        let a = fs
+            .mknod(&c, d, n("a"), libc::S_IFREG | 0o644, 0, 0)
+            .unwrap();
+        let size = |dir: u64| fs.getattr(dir).unwrap().size;
+        let (dsize, esize) = (size(d), size(e));
+        // A file to another directory.
+        fs.rename(&c, d, n("a"), e, n("a2"), wo).unwrap();
+        assert!(is_whiteout(&fs, d, "a"), "{mode}");
+        let w = fs.lookup(&c, d, n("a")).unwrap().ino;
+        assert_ne!(w, a.ino);
+        assert_eq!(fs.lookup(&c, e, n("a2")).unwrap().ino, a.ino);
+        assert_eq!(fs.getattr(a.ino).unwrap().nlink, 1, "{mode}");
+        assert_eq!((size(d), size(e)), (dsize, esize));
+        // Over an existing target: the target goes as in a rename.
+        let b = fs
+            .mknod(&c, e, n("b"), libc::S_IFREG | 0o644, 0, 0)
+            .unwrap();
+        fs.rename(&c, e, n("a2"), e, n("b"), wo).unwrap();
+        assert_eq!(fs.lookup(&c, e, n("b")).unwrap().ino, a.ino);
+        assert!(is_whiteout(&fs, e, "a2"), "{mode}");
+        assert_eq!(
+            fs.getattr(b.ino).unwrap().nlink,
+            0,
+            "{mode}: the victim's name went"
+        );
+        fs.forget(b.ino, 1);
+        assert_eq!(
+            errno(fs.getattr(b.ino)),
+            Errno::ENOENT,
+            "{mode}: victim freed"
+        );
+        // NOREPLACE with WHITEOUT: EEXIST over a name, a whiteout onto a free one.
+        let nrwo = RenameFlags {
+            noreplace: true,
+            ..wo
+        };
+        assert_eq!(
+            errno(fs.rename(&c, e, n("b"), e, n("a2"), nrwo)),
+            Errno::EEXIST
+        );
+        fs.rename(&c, e, n("b"), d, n("c"), nrwo).unwrap();
+        assert!(is_whiteout(&fs, e, "b"), "{mode}");
+        // EXCHANGE with WHITEOUT: EINVAL, nothing changed.
+        let exwo = RenameFlags {
+            exchange: true,
+            ..wo
+        };
+        assert_eq!(
+            errno(fs.rename(&c, d, n("c"), e, n("b"), exwo)),
+            Errno::EINVAL
+        );
+        assert_eq!(fs.lookup(&c, d, n("c")).unwrap().ino, a.ino);
+        // A directory to another parent: the counts of a rename; the whiteout is none.
+        let sub = fs.mkdir(&c, d, n("sub"), 0o755, 0).unwrap().ino;
+        let links = |dir: u64| fs.getattr(dir).unwrap().nlink;
+        assert_eq!((links(d), links(e)), (3, 2));
+        fs.rename(&c, d, n("sub"), e, n("sub"), wo).unwrap();
+        assert_eq!((links(d), links(e), links(sub)), (2, 3, 2), "{mode}");
+        assert_eq!(fs.lookup(&c, sub, n("..")).unwrap().ino, e);
+        assert!(is_whiteout(&fs, d, "sub"), "{mode}");
+        // Within one parent.
+        fs.rename(&c, e, n("sub"), e, n("sub2"), wo).unwrap();
+        assert_eq!((links(e), links(sub)), (3, 2), "{mode}");
+        assert!(is_whiteout(&fs, e, "sub"), "{mode}");
+        // Without CAP_MKNOD: EPERM, nothing changed.
+        let u = Ctx::user(1000, 1000);
+        let f = fs
+            .mknod(&u, e, n("u"), libc::S_IFREG | 0o644, 0, 0)
+            .unwrap();
+        assert_eq!(
+            errno(fs.rename(&u, e, n("u"), e, n("u2"), wo)),
+            Errno::EPERM
+        );
+        assert_eq!(fs.lookup(&c, e, n("u")).unwrap().ino, f.ino);
+        assert_eq!(errno(fs.lookup(&c, e, n("u2"))), Errno::ENOENT);
+        fs.self_check().unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        let report = cairn_fsck::check(
+            &dev.with_block_size(4096),
+            cairn_fsck::CheckOptions::default(),
+        )
+        .unwrap();
+        assert!(report.findings.is_empty(), "{mode}: {:?}", report.findings);
+        let fs = mount(&dev, mode);
+        for (dir, name) in [(d, "a"), (e, "a2"), (e, "b"), (d, "sub"), (e, "sub")] {
+            assert!(is_whiteout(&fs, dir, name), "{mode}: {name} after remount");
+        }
+        assert_eq!(fs.getattr(d).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(e).unwrap().nlink, 3);
         fs.unmount().unwrap();
     }
 }

@@ -830,6 +830,85 @@ fn rename_cases() {
     });
 }
 
+/// renameat2(RENAME_WHITEOUT) through the kernel: the old name is a whiteout (a character
+/// device 0/0, no permission bits, the caller's, one link) and the moved file keeps its
+/// link count and contents; over a target, with NOREPLACE, a directory across parents (the
+/// parents' link counts as in a rename, its `..` follows); EXCHANGE with it is EINVAL and a
+/// caller without CAP_MKNOD gets EPERM. A host file system without whiteouts is skipped.
+#[test]
+fn rename_whiteout() {
+    use std::os::unix::fs::FileTypeExt;
+    each("rename_whiteout", |t, d| {
+        let wo = RenameFlags::RENAME_WHITEOUT;
+        let p = |n: &str| d.join(n);
+        let is_whiteout = |n: &str| {
+            let m = lstat(&p(n)).unwrap();
+            m.file_type().is_char_device()
+                && (m.rdev(), m.mode() & 0o7777, m.nlink(), m.uid(), m.size()) == (0, 0, 1, 0, 0)
+        };
+        write_file(&p("a"), b"A");
+        let ia = ino(&p("a"));
+        match rename2(&p("a"), &p("b"), wo) {
+            Err(nix::errno::Errno::EINVAL) if !t.is_cairn() => {
+                say!("{}: no whiteouts here, skipped", t.name());
+                return;
+            }
+            r => expect_ok(r, "WHITEOUT"),
+        }
+        assert!(is_whiteout("a"), "{}: a is a whiteout", t.name());
+        assert_eq!(ino(&p("b")), ia);
+        assert_eq!(nlink(&p("b")), 1);
+        assert_eq!(fs::read(p("b")).unwrap(), b"A");
+        // Over a target.
+        write_file(&p("c"), b"C");
+        expect_ok(rename2(&p("b"), &p("c"), wo), "WHITEOUT over a target");
+        assert_eq!(fs::read(p("c")).unwrap(), b"A");
+        assert!(is_whiteout("b"));
+        // With NOREPLACE.
+        let nrwo = wo | RenameFlags::RENAME_NOREPLACE;
+        expect_err(
+            rename2(&p("c"), &p("b"), nrwo),
+            EEXIST,
+            "NOREPLACE|WHITEOUT",
+        );
+        expect_ok(
+            rename2(&p("c"), &p("e"), nrwo),
+            "NOREPLACE|WHITEOUT new name",
+        );
+        assert!(is_whiteout("c"));
+        expect_err(
+            rename2(&p("e"), &p("a"), wo | RenameFlags::RENAME_EXCHANGE),
+            EINVAL,
+            "EXCHANGE|WHITEOUT",
+        );
+        assert_eq!(ino(&p("e")), ia);
+        // A directory across parents.
+        fs::create_dir_all(p("p/sub")).unwrap();
+        fs::create_dir(p("q")).unwrap();
+        let isub = ino(&p("p/sub"));
+        expect_ok(
+            rename2(&p("p/sub"), &p("q/sub"), wo),
+            "WHITEOUT of a directory",
+        );
+        assert!(is_whiteout("p/sub"));
+        assert_eq!((nlink(&p("p")), nlink(&p("q"))), (2, 3));
+        assert_eq!(ino(&p("q/sub")), isub);
+        assert_eq!(dirent_ino(&p("q/sub"), b".."), ino(&p("q")));
+        // Without CAP_MKNOD.
+        write_file(&p("u"), b"U");
+        chmod(d, 0o777);
+        let dd = d.to_path_buf();
+        as_user(UB, UB, &[UB], "rename with a whiteout", move |c| {
+            c.err(
+                rename2(&dd.join("u"), &dd.join("u2"), RenameFlags::RENAME_WHITEOUT),
+                EPERM,
+                "WHITEOUT without CAP_MKNOD",
+            );
+            c.check(lstat(&dd.join("u")).is_ok(), "the source kept its name");
+        });
+    });
+}
+
 /// The inode number readdir reports for `name` in `dir`.
 fn dirent_ino(dir: &Path, name: &[u8]) -> u64 {
     let fh = OpenOptions::new()

@@ -618,6 +618,11 @@ impl Adapter {
     ) {
         self.serve(Op::Rename, || {
             let r = RenameFlags::from_bits(flags).and_then(|f| {
+                // A file system without whiteouts is never handed the flag (it would
+                // otherwise be a plain rename that leaves nothing at the old name).
+                if f.whiteout && !self.fs.supports_whiteout() {
+                    return Err(FsError::Errno(cairn_vfs::Errno::EINVAL));
+                }
                 self.fs.rename(
                     c,
                     self.ino_in(parent),

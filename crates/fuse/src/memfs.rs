@@ -550,6 +550,10 @@ impl FileSystem for MemFs {
         new_name: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
+        if flags.whiteout {
+            // No whiteouts here (`supports_whiteout` is false): never a plain rename.
+            return err(Errno::EINVAL);
+        }
         let mut g = self.inner.lock();
         if new_name.len() > NAME_MAX {
             return err(Errno::ENAMETOOLONG);

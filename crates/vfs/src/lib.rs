@@ -162,20 +162,33 @@ impl SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// RENAME_WHITEOUT: the old name is left naming a new whiteout (a character device
+    /// 0/0, [`WHITEOUT_MODE`], owned by the caller) in the same atomic step — what overlay
+    /// file systems leave where a lower file was. Needs CAP_MKNOD ([`perm::whiteout`]). A
+    /// file system that does not make whiteouts says so in
+    /// [`FileSystem::supports_whiteout`] and is never handed this flag by the adapter.
+    pub whiteout: bool,
 }
 
+/// A whiteout's mode: a character device with no permission bits (the kernel's
+/// `S_IFCHR | WHITEOUT_MODE`); its device number is 0/0 (`WHITEOUT_DEV`).
+pub const WHITEOUT_MODE: u32 = libc::S_IFCHR;
+
 impl RenameFlags {
-    /// Decodes the `RENAME_*` bits; unknown bits are EINVAL.
+    /// Decodes the `RENAME_*` bits as `do_renameat2` does: unknown bits are EINVAL, and so
+    /// are NOREPLACE or WHITEOUT with EXCHANGE (an exchange removes no name to leave a
+    /// whiteout at, and replaces by definition). WHITEOUT with NOREPLACE is allowed.
     pub fn from_bits(bits: u32) -> Result<RenameFlags> {
-        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
         if bits & !known != 0 {
             return Err(FsError::Errno(Errno::EINVAL));
         }
         let f = RenameFlags {
             noreplace: bits & libc::RENAME_NOREPLACE != 0,
             exchange: bits & libc::RENAME_EXCHANGE != 0,
+            whiteout: bits & libc::RENAME_WHITEOUT != 0,
         };
-        if f.noreplace && f.exchange {
+        if f.exchange && (f.noreplace || f.whiteout) {
             return Err(FsError::Errno(Errno::EINVAL));
         }
         Ok(f)
@@ -391,6 +404,13 @@ pub trait FileSystem: Send + Sync {
 
     fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr>;
 
+    /// Whether `rename` honours [`RenameFlags::whiteout`]. A file system that does not is
+    /// never handed the flag: the FUSE adapter answers EINVAL, as Linux does for a file
+    /// system without whiteouts, so the flag is never ignored into a plain rename.
+    fn supports_whiteout(&self) -> bool {
+        false
+    }
+
     fn rename(
         &self,
         ctx: &Ctx,
@@ -558,5 +578,34 @@ pub trait FileSystem: Send + Sync {
             Errno::EOPNOTSUPP,
             "this file system has no background check".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `do_renameat2`'s flag rules: WHITEOUT alone or with NOREPLACE; never with EXCHANGE.
+    #[test]
+    fn rename_flags_decode_as_linux() {
+        let (nr, ex, wo) = (
+            libc::RENAME_NOREPLACE,
+            libc::RENAME_EXCHANGE,
+            libc::RENAME_WHITEOUT,
+        );
+        let f = RenameFlags::from_bits(wo).unwrap();
+        assert!(f.whiteout && !f.noreplace && !f.exchange);
+        let f = RenameFlags::from_bits(wo | nr).unwrap();
+        assert!(f.whiteout && f.noreplace);
+        for bad in [wo | ex, nr | ex, wo | nr | ex, 1 << 3] {
+            assert!(
+                matches!(
+                    RenameFlags::from_bits(bad),
+                    Err(FsError::Errno(Errno::EINVAL))
+                ),
+                "{bad:#x}"
+            );
+        }
+        assert!(!RenameFlags::from_bits(0).unwrap().whiteout);
     }
 }

@@ -293,6 +293,28 @@ pub fn mknod(ctx: &Ctx, mode: u32, rdev: u32) -> std::result::Result<Mknod, Mkno
     })
 }
 
+/// `do_renameat2`'s checks of its flags, before any lookup: EXCHANGE with NOREPLACE or
+/// WHITEOUT is EINVAL (for callers that built the flags themselves), a whiteout without
+/// CAP_MKNOD is EPERM. Returns the whiteout to make, if any.
+pub fn rename_flags(ctx: &Ctx, flags: crate::RenameFlags) -> Result<Option<Mknod>> {
+    if flags.exchange && (flags.noreplace || flags.whiteout) {
+        return Err(Errno::EINVAL.into());
+    }
+    Ok(if flags.whiteout {
+        Some(whiteout(ctx)?)
+    } else {
+        None
+    })
+}
+
+/// The whiteout renameat2(RENAME_WHITEOUT) leaves at the old name: a character device 0/0
+/// with no permission bits, which only someone with CAP_MKNOD (root) may make — the same
+/// refusal as `mknod` of a device (EPERM). Its owner is the caller's, as `new_inode_owner`
+/// gives any new inode.
+pub fn whiteout(ctx: &Ctx) -> std::result::Result<Mknod, MknodError> {
+    mknod(ctx, crate::WHITEOUT_MODE, 0)
+}
+
 /// A name for a new or looked-up entry: not too long (ENAMETOOLONG), not empty and without
 /// `/` or NUL (EINVAL).
 pub fn check_name(name: &OsStr) -> Result<&[u8]> {

@@ -194,11 +194,20 @@ pub struct DirChange<'a> {
     pub old_ino: Ino,
     pub new_ino: Ino,
     pub dtype: u8,
+    /// The type the entry recorded before the change.
+    pub old_dtype: u8,
     pub name: &'a [u8],
-    /// The entry named a directory (a directory renamed over an empty one).
+    /// The entry named a directory that loses it for good (a directory renamed over an
+    /// empty one): it loses its name and its `.`, the directory its `..`.
     pub old_is_dir: bool,
     /// This is a moved directory's `..`.
     pub dotdot: bool,
+    /// A rename's old name, now naming the whiteout (`new_ino`) the call allocated
+    /// (RENAME_WHITEOUT): like a `DirAdd` with `new_inode`, the whiteout's inode must be on
+    /// disk first (rule 1), and like the old name's `DirRemove` in a rename, the new name
+    /// must be there first too (rule 3). The moved inode (`old_ino`) drops by 1, a
+    /// directory included (it keeps its `.`; its `..` changes by its own fact).
+    pub whiteout: bool,
 }
 
 /// Why a link count was raised.

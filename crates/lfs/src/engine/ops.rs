@@ -255,6 +255,26 @@ impl State {
         umask: u32,
         rdev: u32,
     ) -> Result<u64> {
+        let ino = self.new_inode(ctx, parent, mode, umask, rdev)?;
+        self.log_op(Op::Create, false, parent, ino, name);
+        let mode = self.inode(ino)?.mode;
+        self.dir_add(parent, name, ino, dtype(mode))?;
+        self.touch_dir(parent)?;
+        Ok(ino)
+    }
+
+    /// A new inode for `new_node` or a rename's whiteout, not yet named: allocated and
+    /// initialized (a directory's first block and its parent's raised count, inherited
+    /// ACLs). Nothing reaches the log before the call's entries do: the whole call is one
+    /// log write.
+    fn new_inode(
+        &mut self,
+        ctx: &Ctx,
+        parent: u64,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<u64> {
         let p = self.inode(parent)?.clone();
         let (mode, inherited) = self.inherit(parent, mode, umask)?;
         let (mode, gid) = perm::new_inode_owner(ctx, owner(&p), mode);
@@ -289,9 +309,6 @@ impl State {
             self.inode(ino)?.size = BS;
             self.inode(parent)?.nlink += 1;
         }
-        self.log_op(Op::Create, false, parent, ino, name);
-        self.dir_add(parent, name, ino, dtype(mode))?;
-        self.touch_dir(parent)?;
         Ok(ino)
     }
 
@@ -441,6 +458,7 @@ impl State {
         if perm::is_dot(n) || perm::is_dot(nn) {
             return Err(Errno::EINVAL.into());
         }
+        let whiteout = perm::rename_flags(ctx, flags)?;
         // vfs_rename's checks: the source may be removed from its directory; the target,
         // if any, from its own, else a name may be added there.
         self.dir_checked(ctx, parent, Access::X)?;
@@ -525,12 +543,22 @@ impl State {
                 return Err(Errno::EMLINK.into());
             }
         }
-        if dst.is_none() {
+        if dst.is_none() || whiteout.is_some() {
             self.ensure_space(2 * BS)?;
         }
+        // RENAME_WHITEOUT: the whiteout's inode (owned by the caller), named below by the
+        // old name in place of its removal; the call is one log write, so a crash shows
+        // the rename with its whiteout or neither.
+        let wh = match whiteout {
+            Some(m) => Some(self.new_inode(ctx, parent, m.mode, 0, m.rdev)?),
+            None => None,
+        };
         // The record first (004 §4.2), then the entries.
         self.log_op(Op::Rename, true, parent, src.ino, n);
         self.log_op(Op::Rename, false, np, src.ino, nn);
+        if let Some(wh) = wh {
+            self.log_op(Op::Create, false, parent, wh, n);
+        }
         let t = now();
         if let Some(d) = dst {
             self.dir_repoint(np, nn, src.ino, dtype(s.mode))?;
@@ -546,7 +574,10 @@ impl State {
         } else {
             self.dir_add(np, nn, src.ino, dtype(s.mode))?;
         }
-        self.dir_remove(parent, n)?;
+        match wh {
+            Some(wh) => self.dir_repoint(parent, n, wh, libc::DT_CHR)?,
+            None => self.dir_remove(parent, n)?,
+        }
         if is_dir(&s) && parent != np {
             self.dir_repoint(src.ino, b"..", np, libc::DT_DIR)?;
             self.inode(parent)?.nlink -= 1;
@@ -933,6 +964,11 @@ impl FileSystem for Lfs {
             st.inode(ino)?.size = target.len() as u64;
             st.attr(ino)
         })
+    }
+
+    /// The whiteout is a new inode taking the old name in the rename's own log write.
+    fn supports_whiteout(&self) -> bool {
+        true
     }
 
     fn rename(

@@ -71,6 +71,10 @@ fn tree(fs: &Lfs) -> BTreeMap<String, Vec<u8>> {
                 cairn_vfs::FileKind::Symlink => {
                     out.insert(format!("{p}@"), fs.readlink(ino).unwrap());
                 }
+                cairn_vfs::FileKind::CharDevice => {
+                    let a = fs.getattr(ino).unwrap();
+                    out.insert(format!("{p}%"), format!("{}:{:o}", a.rdev, a.perm).into());
+                }
                 _ => {
                     let size = fs.getattr(ino).unwrap().size;
                     let mut buf = Vec::new();
@@ -281,6 +285,15 @@ fn crash_cuts(broken: bool) -> std::result::Result<usize, String> {
                     let (at, fh) = fs.create(&c, a, n(&name), 0o644, 0, 0).unwrap();
                     fs.release(at.ino, fh).unwrap();
                 }
+            }),
+            // RENAME_WHITEOUT: the rename and its whiteout in one log write.
+            Box::new(|fs| {
+                let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
+                let wo = RenameFlags {
+                    whiteout: true,
+                    ..Default::default()
+                };
+                fs.rename(&c, ROOT_INO, n("x2"), a, n("x3"), wo).unwrap();
             }),
             Box::new(|fs| {
                 let a = fs.lookup(&c, ROOT_INO, n("a")).unwrap().ino;
@@ -2229,4 +2242,97 @@ fn caught(body: impl FnOnce() -> std::result::Result<(), String>) -> bool {
             true
         }
     }
+}
+
+/// renameat2(RENAME_WHITEOUT): the old name names a new whiteout (a character device 0/0,
+/// no permission bits, the caller's), the moved inode keeps its link count, a replaced
+/// target goes, a moved directory's parents count its `..` as in a rename; NOREPLACE is
+/// allowed with it, EXCHANGE is not (EINVAL); without CAP_MKNOD, EPERM and nothing
+/// changes. The check finds the image clean, and the whiteouts are there after a remount.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
+    use cairn_vfs::{Errno, FileKind};
+    let dev = image(1024);
+    let fs = mount(&dev);
+    let c = Ctx {
+        gid: 7,
+        ..Ctx::root()
+    };
+    let wo = RenameFlags {
+        whiteout: true,
+        ..Default::default()
+    };
+    let errno = |r: cairn_vfs::Result<()>| r.unwrap_err().errno();
+    let is_whiteout = |fs: &Lfs, dir: u64, name: &str| {
+        let w = fs.lookup(&c, dir, n(name)).unwrap();
+        (w.kind, w.rdev, w.perm, w.nlink, w.uid, w.gid, w.size)
+            == (FileKind::CharDevice, 0, 0, 1, 0, 7, 0)
+    };
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let e = fs.mkdir(&c, ROOT_INO, n("e"), 0o777, 0).unwrap().ino;
+    let a = write_file(&fs, d, "a", b"contents");
+    let size = |dir: u64| fs.getattr(dir).unwrap().size;
+    let links = |dir: u64| fs.getattr(dir).unwrap().nlink;
+    let (dsize, esize) = (size(d), size(e));
+    fs.rename(&c, d, n("a"), e, n("a2"), wo).unwrap();
+    assert!(is_whiteout(&fs, d, "a"));
+    assert_eq!(fs.lookup(&c, e, n("a2")).unwrap().ino, a);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 1);
+    assert_eq!((size(d), size(e)), (dsize, esize));
+    // Over an existing target.
+    let b = write_file(&fs, e, "b", b"victim");
+    fs.rename(&c, e, n("a2"), e, n("b"), wo).unwrap();
+    assert_eq!(fs.lookup(&c, e, n("b")).unwrap().ino, a);
+    assert!(is_whiteout(&fs, e, "a2"));
+    assert!(fs.getattr(b).is_err(), "the victim is freed");
+    // NOREPLACE with WHITEOUT; EXCHANGE with WHITEOUT.
+    let nrwo = RenameFlags {
+        noreplace: true,
+        ..wo
+    };
+    assert_eq!(
+        errno(fs.rename(&c, e, n("b"), e, n("a2"), nrwo)),
+        Errno::EEXIST
+    );
+    fs.rename(&c, e, n("b"), d, n("c"), nrwo).unwrap();
+    assert!(is_whiteout(&fs, e, "b"));
+    let exwo = RenameFlags {
+        exchange: true,
+        ..wo
+    };
+    assert_eq!(
+        errno(fs.rename(&c, d, n("c"), e, n("b"), exwo)),
+        Errno::EINVAL
+    );
+    assert_eq!(fs.lookup(&c, d, n("c")).unwrap().ino, a);
+    // A directory to another parent, then within one.
+    let sub = fs.mkdir(&c, d, n("sub"), 0o755, 0).unwrap().ino;
+    assert_eq!((links(d), links(e)), (3, 2));
+    fs.rename(&c, d, n("sub"), e, n("sub"), wo).unwrap();
+    assert_eq!((links(d), links(e), links(sub)), (2, 3, 2));
+    assert_eq!(fs.lookup(&c, sub, n("..")).unwrap().ino, e);
+    assert!(is_whiteout(&fs, d, "sub"));
+    fs.rename(&c, e, n("sub"), e, n("sub2"), wo).unwrap();
+    assert_eq!(links(e), 3);
+    assert!(is_whiteout(&fs, e, "sub"));
+    // Without CAP_MKNOD.
+    let u = Ctx::user(1000, 1000);
+    let f = fs
+        .mknod(&u, e, n("u"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    assert_eq!(
+        errno(fs.rename(&u, e, n("u"), e, n("u2"), wo)),
+        Errno::EPERM
+    );
+    assert_eq!(fs.lookup(&c, e, n("u")).unwrap().ino, f.ino);
+    assert!(fs.lookup(&c, e, n("u2")).is_err());
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    for (dir, name) in [(d, "a"), (e, "a2"), (e, "b"), (d, "sub"), (e, "sub")] {
+        assert!(is_whiteout(&fs, dir, name), "{name} after remount");
+    }
+    assert_eq!(fs.getattr(e).unwrap().nlink, 3);
+    fs.destroy().unwrap();
 }

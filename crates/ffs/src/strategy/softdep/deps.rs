@@ -312,6 +312,9 @@ pub(crate) struct OpLog {
     pub dotdot: Option<u64>,
     /// A directory's name the call removed (renamed): where it was.
     pub dir_names_gone: Vec<(Blk, u32)>,
+    /// A directory's old name the call gave to a whiteout (RENAME_WHITEOUT): settled as
+    /// a removed name is.
+    pub dir_whiteout: bool,
     pub nesting: u32,
 }
 

@@ -852,6 +852,43 @@ impl SoftDep {
         }
     }
 
+    /// The records that waited for the pending entry at `at` (naming `ino`) to reach disk,
+    /// once a removal — or a whiteout taking the name — cancelled it: a drop of the inode
+    /// it replaced now waits for `removal`; an earlier rename's old name, put back until
+    /// this name was there, waits for the inode's other names still on their way (this
+    /// rename's new ones among them: the file keeps a name on disk throughout; none when it
+    /// has no other name left, or only names already on disk); entries (and a `..`) waiting
+    /// for it to reach the directory it names wait for this rename's new names, or, when
+    /// the directory's name is unlinked, no more.
+    fn rewire_cancelled_entry(
+        d: &mut Deps,
+        (blk, off): (Blk, u32),
+        ino: Ino,
+        removal: Option<Cond>,
+        new_names: &[Cond],
+    ) {
+        let seq = d.seq;
+        let others = d.entry_conds(d.entries_naming(ino));
+        let at =
+            |c: &Cond| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off);
+        for w in d.waiting_on(blk) {
+            let extra: Vec<Cond> = match d.recs.get(&w).map(|r| &r.what) {
+                Some(What::Work(Action::Drop(..))) => removal.into_iter().collect(),
+                Some(What::Removed { .. }) => others.clone(),
+                Some(What::Entry { blk: b, off: o, .. }) => {
+                    let me = Cond::Entry {
+                        blk: *b,
+                        off: *o,
+                        seq,
+                    };
+                    new_names.iter().copied().filter(|c| *c != me).collect()
+                }
+                _ => new_names.to_vec(),
+            };
+            d.replace_conds(w, at, &extra);
+        }
+    }
+
     /// The entries the call in progress added or changed, as conditions: written (durably,
     /// not rolled back) after now. A rename's old name waits for them (rule 3).
     fn op_entry_conds(&self, d: &Deps) -> Vec<Cond> {
@@ -875,7 +912,7 @@ impl SoftDep {
             let Some(op) = d.op.as_ref().filter(|o| o.nesting == 0) else {
                 return Ok(());
             };
-            if op.dir_names_gone.is_empty() && op.dotdot.is_none() {
+            if op.dir_names_gone.is_empty() && op.dotdot.is_none() && !op.dir_whiteout {
                 return Ok(());
             }
             let seq = d.seq;
@@ -1361,12 +1398,37 @@ impl Strategy for SoftDep {
         let old_dtype = if f.old_is_dir || f.dotdot {
             libc::DT_DIR
         } else {
-            self.dtype_of(&geo, f.old_ino, f.dtype)
+            self.dtype_of(&geo, f.old_ino, f.old_dtype)
         };
         let drops = Self::removal_drops(tx.kind, f);
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.new_ino);
         waits.extend(self.reachable_waits(&d, f.dir));
+        let mut new_names = Vec::new();
+        if f.whiteout {
+            // A rename's old name given to the whiteout the call made: the whiteout's
+            // inode first, as for mknod's entry (rule 1), and the rename's new names
+            // first, as for its old name's removal (rule 3). A directory's old name is
+            // settled when the call ends, as a renamed directory's removed name is.
+            if !waits
+                .iter()
+                .any(|c| matches!(c, Cond::Inode { ino, .. } if *ino == f.new_ino))
+            {
+                let (iblk, _) = geo.inode_location(f.new_ino);
+                waits.push(Cond::Inode {
+                    ino: f.new_ino,
+                    blk: iblk,
+                    seq: d.seq,
+                });
+            }
+            new_names = self.op_entry_conds(&d);
+            waits.extend(new_names.iter().copied());
+            if old_dtype == libc::DT_DIR
+                && let Some(op) = d.op.as_mut()
+            {
+                op.dir_whiteout = true;
+            }
+        }
         if f.old_is_dir && !f.dotdot {
             // A rename over an empty directory: its name goes as rmdir's would.
             let emptied = self.emptied_waits(&mut d, f.old_ino);
@@ -1387,11 +1449,32 @@ impl Strategy for SoftDep {
                     _ => None,
                 };
                 d.remove(id);
+                if f.whiteout {
+                    // The old name is leaving the moved inode, as a rename's removal
+                    // would take it: what waited for it waits as it would then, a drop
+                    // for the whiteout's entry itself.
+                    let removal = Cond::Entry {
+                        blk,
+                        off,
+                        seq: d.seq,
+                    };
+                    Self::rewire_cancelled_entry(
+                        &mut d,
+                        (blk, off),
+                        f.old_ino,
+                        Some(removal),
+                        &new_names,
+                    );
+                }
                 prev.unwrap_or(Some((f.old_ino as u32, old_dtype)))
             }
             None => Some((f.old_ino as u32, old_dtype)),
         };
         let on_disk = old.is_some();
+        if f.whiteout && !on_disk && old_dtype == libc::DT_DIR && !d.named_by_put_back(f.old_ino) {
+            // A moved directory whose old name never reached disk: its new `..` first.
+            self.dotdot_first(&mut d, f.old_ino);
+        }
         let id = d.insert(
             What::Entry {
                 dir: f.dir,
@@ -1473,24 +1556,7 @@ impl Strategy for SoftDep {
             // when it has no other name left, or only names already on disk); entries (and a
             // `..`) waiting for it to reach the directory it names wait for this rename's
             // new names, or, when the directory's name is unlinked, no more.
-            let others = d.entry_conds(d.entries_naming(f.ino));
-            let at = |c: &Cond| matches!(c, Cond::Entry { blk: b, off: o, .. } if *b == blk && *o == off);
-            for w in d.waiting_on(blk) {
-                let extra: Vec<Cond> = match d.recs.get(&w).map(|r| &r.what) {
-                    Some(What::Work(Action::Drop(..))) => removal.into_iter().collect(),
-                    Some(What::Removed { .. }) => others.clone(),
-                    Some(What::Entry { blk: b, off: o, .. }) => {
-                        let me = Cond::Entry {
-                            blk: *b,
-                            off: *o,
-                            seq,
-                        };
-                        new_names.iter().copied().filter(|c| *c != me).collect()
-                    }
-                    _ => new_names.clone(),
-                };
-                d.replace_conds(w, at, &extra);
-            }
+            Self::rewire_cancelled_entry(&mut d, (blk, off), f.ino, removal, &new_names);
         }
         if rename && disk.is_none() && !d.named_by_put_back(f.ino) {
             self.dotdot_first(&mut d, f.ino);

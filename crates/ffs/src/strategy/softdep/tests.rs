@@ -234,8 +234,12 @@ fn any_write_order_leaves_a_consistent_image() {
                     let to = dirs[rng.random_range(0..dirs.len())];
                     let new = format!("r{step}");
                     let (d, name, ino) = files[i].clone();
-                    fs.rename(&c, d, n(&name), to, n(&new), RenameFlags::default())
-                        .unwrap();
+                    // Every other rename leaves a whiteout at the old name.
+                    let flags = RenameFlags {
+                        whiteout: rng.random_range(0..2) == 0,
+                        ..Default::default()
+                    };
+                    fs.rename(&c, d, n(&name), to, n(&new), flags).unwrap();
                     files[i] = (to, new, ino);
                 }
                 7 if !files.is_empty() => {
@@ -1482,4 +1486,50 @@ fn a_write_back_batch_holds_the_gate_a_slice_at_a_time() {
         "holds of the gate for {dirty} buffers"
     );
     fs.unmount().unwrap();
+}
+
+/// RENAME_WHITEOUT's old name is a changed entry, not a removal: what waited for that name
+/// (a new directory's `..` waiting for its name to reach disk) must wait for the new names
+/// instead, or the whiteout and the `..` wait for each other and nothing is written. After
+/// each rename and a sync, no record is left and fsck finds the image clean.
+#[test]
+fn whiteout_renames_settle_and_leave_a_clean_image() {
+    let (dev, fs) = fresh(4096);
+    let c = Ctx::root();
+    let wo = RenameFlags {
+        whiteout: true,
+        ..Default::default()
+    };
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    let e = fs.mkdir(&c, ROOT_INO, n("e"), 0o777, 0).unwrap().ino;
+    fs.mknod(&c, d, n("a"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    let settled = |what: &str| {
+        fs.sync_all().unwrap();
+        assert_eq!(outstanding(&fs), 0, "{what}");
+        assert!(findings(&dev).is_empty(), "{what}: {:?}", findings(&dev));
+    };
+    fs.rename(&c, d, n("a"), e, n("a2"), wo).unwrap();
+    settled("a file to another directory");
+    let b = fs
+        .mknod(&c, e, n("b"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+    fs.rename(&c, e, n("a2"), e, n("b"), wo).unwrap();
+    fs.forget(b.ino, 1);
+    settled("over a target");
+    // Directories whose names never reached disk before they moved.
+    fs.mkdir(&c, d, n("sub"), 0o755, 0).unwrap();
+    fs.rename(&c, d, n("sub"), e, n("sub"), wo).unwrap();
+    settled("a new directory to another parent");
+    fs.mkdir(&c, e, n("sub2"), 0o755, 0).unwrap();
+    fs.rename(&c, e, n("sub2"), e, n("sub3"), wo).unwrap();
+    settled("a new directory within its parent");
+    // A directory on disk: its old name's change drops it by one (not by two, as a
+    // directory replaced by a rename would), and its old parent by one for its `..`.
+    fs.mkdir(&c, d, n("old"), 0o755, 0).unwrap();
+    fs.sync_all().unwrap();
+    fs.rename(&c, d, n("old"), e, n("old"), wo).unwrap();
+    settled("a directory on disk to another parent");
+    fs.rename(&c, e, n("old"), e, n("old2"), wo).unwrap();
+    settled("a directory on disk within its parent");
 }
