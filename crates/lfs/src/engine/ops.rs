@@ -647,9 +647,16 @@ impl Lfs {
     /// `write(2)` (`back`: false) or the kernel's write-back of pages it already accepted
     /// (`back`: true, which may use the write-back reserve).
     fn write_as(&self, ino: Ino, fh: Fh, offset: u64, data: &[u8], back: bool) -> Result<u32> {
-        // Short of room while a background cleaning pass runs (or holds the room it
-        // reserved between its lock holds), a write waits for the pass to end and tries
-        // again, up to `CLEANER_WAIT`; then it cleans in the foreground.
+        self.run_making_room(|st| self.write_locked(st, ino, fh, offset, data, back))
+    }
+
+    /// Runs `f` — a call that asks for room (`State::ensure_space`) — as a write short of
+    /// room must: while a background cleaning pass runs (or holds the room it reserved
+    /// between its lock holds), the call waits for the pass to end and tries again, up to
+    /// `CLEANER_WAIT`; then it cleans in the foreground. The one rule for every caller that
+    /// needs room, so an open's question "is the room short?" gets the answer a write
+    /// would.
+    fn run_making_room<T>(&self, f: impl Fn(&mut State) -> Result<T>) -> Result<T> {
         let deadline = std::time::Instant::now() + CLEANER_WAIT;
         loop {
             let seen = *self.passes.0.lock();
@@ -660,7 +667,7 @@ impl Lfs {
             let r = self.run_rw(|st| {
                 st.may_wait_for_cleaner = wait;
                 st.may_wait_for_pass = pass;
-                let r = self.write_locked(st, ino, fh, offset, data, back);
+                let r = f(st);
                 st.may_wait_for_cleaner = false;
                 st.may_wait_for_pass = false;
                 deferred.set(std::mem::take(&mut st.cleaner_deferred));
@@ -1134,8 +1141,26 @@ impl FileSystem for Lfs {
     }
 
     fn room_is_short(&self) -> bool {
-        let st = self.st.lock();
-        st.space_left() < 2 * st.writeback_reserve
+        let short = {
+            let st = self.st.lock();
+            st.space_left() < 2 * st.writeback_reserve
+        };
+        if !short || self.opts.read_only {
+            return short;
+        }
+        // The clean segments alone are short; the room may still be on its way: segments
+        // whose blocks all died (an `rm`) are clean once a checkpoint records them so, and
+        // dead blocks in partly live ones once a pass cleans them. Ask as a write of the
+        // reserve would (`ensure_space`, which adds the reserve itself: twice the reserve
+        // in all), checkpointing, waiting for the background cleaner or cleaning: otherwise
+        // every open after an `rm` on a nearly full disk would get no page cache, and be
+        // refused a shared mapping, until the syncer's next round. Only on a nearly full
+        // disk does an open pay for it.
+        self.run_making_room(|st| {
+            let reserve = st.writeback_reserve;
+            st.ensure_space(reserve)
+        })
+        .is_err()
     }
 
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
