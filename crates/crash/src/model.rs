@@ -146,7 +146,19 @@ impl Model {
             Op::Rmdir { path } => {
                 self.remove_tree(path);
             }
-            Op::Rename { from, to } => self.rename(from, to),
+            Op::Rename { from, to, whiteout } => {
+                self.rename(from, to);
+                // The old name now names the whiteout, an inode the call does not report.
+                if *whiteout && from != to && !under(to, from) {
+                    self.paths.insert(
+                        from.clone(),
+                        Node {
+                            kind: Kind::Special,
+                            ino: None,
+                        },
+                    );
+                }
+            }
             Op::Write {
                 ino: i,
                 offset,
@@ -310,6 +322,7 @@ mod tests {
             &Op::Rename {
                 from: "a".into(),
                 to: "c".into(),
+                whiteout: false,
             },
             Some(&ok(0)),
         );
@@ -319,6 +332,7 @@ mod tests {
             &Op::Rename {
                 from: "ab".into(),
                 to: "c/b/f".into(),
+                whiteout: false,
             },
             Some(&ok(0)),
         );

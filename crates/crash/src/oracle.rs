@@ -424,7 +424,9 @@ fn victims(m: &Model, op: &Op) -> Vec<u64> {
     let at = |p: &str| m.paths.get(p).and_then(|n| n.ino);
     match op {
         Op::Unlink { path } | Op::Rmdir { path } => at(path).into_iter().collect(),
-        Op::Rename { from, to } if from != to && !under(to, from) => at(to).into_iter().collect(),
+        Op::Rename { from, to, .. } if from != to && !under(to, from) => {
+            at(to).into_iter().collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -643,7 +645,7 @@ impl Timeline {
                     let mut l = label.clone();
                     l.push(format!("{} #{} done", o.op.kind(), o.id));
                     next.push((l, done));
-                    if let Op::Rename { from, to } = &o.op {
+                    if let Op::Rename { from, to, .. } = &o.op {
                         for half in m.rename_midway(from, to) {
                             let mut l = label.clone();
                             l.push(format!("rename #{} half done (both names)", o.id));
@@ -936,7 +938,7 @@ impl Timeline {
             .rev()
             .filter(|o| o.end.is_some_and(|e| e < cp))
             .find(|o| match &o.op {
-                Op::Rename { from, to } => near(from) || near(to),
+                Op::Rename { from, to, .. } => near(from) || near(to),
                 op => named_path(op).is_some_and(near),
             })
     }
@@ -1290,7 +1292,7 @@ fn named_path(op: &Op) -> Option<&str> {
 /// The names an operation may change (a directory's whole subtree is under its name).
 fn touched_paths(op: &Op) -> Vec<String> {
     match op {
-        Op::Rename { from, to } => vec![from.clone(), to.clone()],
+        Op::Rename { from, to, .. } => vec![from.clone(), to.clone()],
         op => named_path(op).map(str::to_string).into_iter().collect(),
     }
 }
@@ -1677,6 +1679,7 @@ mod tests {
                         Op::Rename {
                             from: "p/f".into(),
                             to: "q/f".into(),
+                            whiteout: false,
                         },
                     ),
                     Event::Flush,
@@ -1865,6 +1868,7 @@ mod tests {
                         Op::Rename {
                             from: "p/f".into(),
                             to: "q/f".into(),
+                            whiteout: false,
                         },
                     ),
                     Event::Flush,

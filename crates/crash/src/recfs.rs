@@ -258,9 +258,10 @@ impl FileSystem for RecordingFs {
     ) -> Result<()> {
         let (from, to) = (self.path(parent, name), self.path(new_parent, new_name));
         let op = match (&from, &to) {
-            (Some(f), Some(t)) if !flags.exchange && !flags.whiteout => Op::Rename {
+            (Some(f), Some(t)) if !flags.exchange => Op::Rename {
                 from: f.clone(),
                 to: t.clone(),
+                whiteout: flags.whiteout,
             },
             _ => Op::Unknown {
                 what: format!("rename #{parent}/{name:?} -> #{new_parent}/{new_name:?}"),

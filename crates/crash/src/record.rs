@@ -89,6 +89,10 @@ pub enum Op {
     Rename {
         from: String,
         to: String,
+        /// RENAME_WHITEOUT: `from` is left naming a new whiteout (a 0/0 character device)
+        /// in the same call. Absent in recordings made before whiteouts (false).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        whiteout: bool,
     },
     /// Data written at `offset` (kept so the oracle knows what an fsynced file must hold).
     Write {
@@ -171,7 +175,12 @@ impl Op {
             | Op::Unlink { path }
             | Op::Rmdir { path }
             | Op::Fsyncdir { path } => path.clone(),
-            Op::Rename { from, to } => format!("{from} -> {to}"),
+            Op::Rename { from, to, whiteout } => {
+                format!(
+                    "{from} -> {to}{}",
+                    if *whiteout { " (whiteout)" } else { "" }
+                )
+            }
             Op::Write { ino, .. }
             | Op::Truncate { ino, .. }
             | Op::Chmod { ino, .. }

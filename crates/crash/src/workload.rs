@@ -259,6 +259,19 @@ impl Driver {
         })
     }
 
+    /// rename(2) with RENAME_WHITEOUT: `from` is left naming a whiteout.
+    pub fn rename_whiteout(&mut self, from: &str, to: &str) -> Result<(), FsError> {
+        self.call(|d| {
+            let (p, n) = d.victim(from)?;
+            let (q, m) = d.victim(to)?;
+            let flags = cairn_vfs::RenameFlags {
+                whiteout: true,
+                ..Default::default()
+            };
+            d.fs.rename(&d.ctx, p, &n, q, &m, flags)
+        })
+    }
+
     pub fn link(&mut self, existing: &str, new: &str) -> Result<(), FsError> {
         self.call(|d| {
             let a = d.stat(existing)?;
@@ -960,6 +973,24 @@ pub fn scripted_set() -> Vec<Workload> {
             |d| {
                 d.rename("a", "b")?;
                 d.rename("x", "y")
+            },
+        ),
+        // RENAME_WHITEOUT: the old name re-pointed to a new whiteout inode in the rename's
+        // own call (rule 1 for the whiteout's inode, rule 3 for the moved file's new name),
+        // across directories, a rename over a whiteout, and a whiteout removed.
+        scripted(
+            "rename-whiteout",
+            |d| {
+                d.mkdir("d")?;
+                d.create("a")?;
+                d.write("a", 0, 4096)?;
+                d.create("b")
+            },
+            |d| {
+                d.rename_whiteout("a", "d/a")?;
+                d.rename_whiteout("b", "a")?;
+                d.unlink("b")?;
+                d.rename_whiteout("d/a", "c")
             },
         ),
         scripted(
