@@ -984,13 +984,25 @@ pub fn scripted_set() -> Vec<Workload> {
                 d.mkdir("d")?;
                 d.create("a")?;
                 d.write("a", 0, 4096)?;
-                d.create("b")
+                d.create("b")?;
+                d.create("g")
             },
             |d| {
+                // A durable name into a directory made in the same epoch: the new name is
+                // reachable only once the directory's own name is on disk, which waits for
+                // its inode; the old name's whiteout must wait for all of it (rule 3), not
+                // only for its own inode (rule 1).
+                d.mkdir("f")?;
+                d.rename_whiteout("g", "f/g")?;
                 d.rename_whiteout("a", "d/a")?;
                 d.rename_whiteout("b", "a")?;
                 d.unlink("b")?;
-                d.rename_whiteout("d/a", "c")
+                d.rename_whiteout("d/a", "c")?;
+                // A name that never reached disk, renamed into a new directory: what keeps
+                // the file named on disk is its durable name's record (`a`'s, now naming
+                // `b`), which must wait for the names the file moves through.
+                d.mkdir("e")?;
+                d.rename_whiteout("c", "e/c")
             },
         ),
         scripted(

@@ -1482,6 +1482,19 @@ impl Strategy for SoftDep {
             }
             None => Some((f.old_ino as u32, old_dtype)),
         };
+        // The disk still names, here, an inode other than the one this call replaces or
+        // puts here: an earlier call's change of this entry (a rename over it, a whiteout
+        // left by a rename) never reached disk, and this one takes its place. Writing it
+        // takes that inode's durable name away as the earlier change would have, so it
+        // waits as that one did (rule 3) for the inode's names still on their way — else a
+        // file renamed away, then its old name renamed over, could reach disk with no name
+        // at all (the crash workload `rename-whiteout` found it).
+        if let Some((x, _)) = old
+            && Ino::from(x) != f.old_ino
+            && Ino::from(x) != f.new_ino
+        {
+            waits.extend(d.entry_conds(d.entries_naming(Ino::from(x))));
+        }
         let on_disk = old.is_some();
         if f.whiteout && !on_disk && old_dtype == libc::DT_DIR && !d.named_by_put_back(f.old_ino) {
             // A moved directory whose old name never reached disk: its new `..` first.
@@ -1544,10 +1557,17 @@ impl Strategy for SoftDep {
         // 002 Fig. 1: a name that never reached disk need not be removed there before the
         // count drops (FreeBSD cancels the diradd against the dirrem).
         let never = disk.is_none();
+        // The disk still names, here, an inode other than the one removed: an earlier
+        // call's change of this entry (a rename over it, a whiteout left by a rename) never
+        // reached disk. Removing the entry takes that inode's durable name away, as the
+        // earlier change would have: it waits as that one did (rule 3) for the inode's names
+        // still on their way (the crash workload `rename-whiteout`: a file renamed away
+        // leaving a whiteout, the whiteout unlinked, the file left with no name on disk).
+        let earlier = disk.map(|(i, _)| i).filter(|&i| i != f.ino);
         // The old name of a rename, and the name of a removed directory, stay on disk until
         // what they wait for is (rule 3; an emptied directory's removals): their removal is
         // put back at write time until then. Other removals go with their block's next write.
-        let restorable = !never && (rename || f.rmdir);
+        let restorable = !never && (rename || f.rmdir || earlier.is_some());
         let seq = d.seq;
         let removal = if restorable {
             Some(Cond::Removed { blk, off, seq })
@@ -1592,7 +1612,10 @@ impl Strategy for SoftDep {
             op.dir_names_gone.push((blk, off));
         }
         if restorable && let Some((ino, dtype)) = disk {
-            let waits = if rename { new_names } else { emptied };
+            let mut waits = if rename { new_names } else { emptied };
+            if let Some(x) = earlier {
+                waits.extend(d.entry_conds(d.entries_naming(x)));
+            }
             d.insert(
                 What::Removed {
                     dir: f.dir,
