@@ -1005,6 +1005,18 @@ pub fn scripted_set() -> Vec<Workload> {
                 d.rename_whiteout("c", "e/c")
             },
         ),
+        // A directory made and renamed within its parent before either name reached disk,
+        // then a file in it fsynced: the fsync writes the parent's directory block, whose
+        // new name must wait for the parent's raised link count (its `..`), though the
+        // rename raised nothing and the mkdir's entry (which waited for it) is gone.
+        scripted("mkdir-rename-fsync", nothing, |d| {
+            d.mkdir("d")?;
+            d.create("d/f")?;
+            d.rename("d", "m")?;
+            d.create("m/g")?;
+            d.write("m/g", 0, 4096)?;
+            d.fsync("m/g")
+        }),
         scripted(
             "rename-across",
             |d| {

@@ -749,6 +749,33 @@ impl SoftDep {
         d.entry_conds(d.entries_naming(dir))
     }
 
+    /// An entry naming a directory makes that directory's `..` a reference to `parent`:
+    /// the parent's link count on disk must count it first (link count >= references).
+    /// mkdir and a move to another parent raise the count in the call (`entry_waits`);
+    /// a directory renamed within its parent raises nothing, but its earlier name may
+    /// never have reached disk — the mkdir's entry cancelled by this rename, and with it
+    /// the wait for the parent's raised count (MKDIR_PARENT). So the entry waits for the
+    /// parent's inode as it is now, unless `waits` already does. (The crash campaign's
+    /// `random-12:400`: mkdir d5, rename d5 m18, an fsync writing the parent's directory
+    /// block: the root's count on disk one short of its references.)
+    fn parent_count_wait(
+        &self,
+        d: &Deps,
+        geo: &Geometry,
+        parent: Ino,
+        dtype: u8,
+        waits: &[Cond],
+    ) -> Option<Cond> {
+        if dtype != libc::DT_DIR
+            || waits
+                .iter()
+                .any(|c| matches!(c, Cond::Inode { ino, .. } if *ino == parent))
+        {
+            return None;
+        }
+        self.inner.cond_inode(d, geo, parent)
+    }
+
     /// The type of inode `ino` as a directory entry records it, from its cached block.
     fn dtype_of(&self, geo: &Geometry, ino: Ino, fallback: u8) -> u8 {
         let (blk, off) = geo.inode_location(ino);
@@ -1355,6 +1382,7 @@ impl Strategy for SoftDep {
         // An entry in a directory whose own name is not on disk yet waits for that name:
         // a non-empty directory no entry reaches is damage, not a leak.
         waits.extend(self.reachable_waits(&d, f.dir));
+        waits.extend(self.parent_count_wait(&d, &geo, f.dir, f.dtype, &waits));
         let blk = f.buf.blkno();
         let off = f.offset;
         if let Some(old) = d.entries.get(&(blk, off)).copied() {
@@ -1416,6 +1444,9 @@ impl Strategy for SoftDep {
         let mut d = self.inner.deps.lock();
         let mut waits = self.entry_waits(&d, &geo, f.new_ino);
         waits.extend(self.reachable_waits(&d, f.dir));
+        if !f.dotdot {
+            waits.extend(self.parent_count_wait(&d, &geo, f.dir, f.dtype, &waits));
+        }
         let mut new_names = Vec::new();
         if f.whiteout {
             // A rename's old name given to the whiteout the call made: the whiteout's
