@@ -283,7 +283,7 @@ fn print_background(name: &str, s: &Value, took: Duration) {
         ("inodes freed", num(s, "inodes_freed")),
         ("  with their blocks", num(s, "blocks_freed_with_inodes")),
         ("link counts lowered", num(s, "link_counts_fixed")),
-        ("block counts lowered", num(s, "block_counts_fixed")),
+        ("block counts set", num(s, "block_counts_fixed")),
         ("group summaries fixed", num(s, "summaries_fixed")),
         (
             "skipped: changed during the scan",

@@ -3,7 +3,9 @@
 //! After a crash a soft-updates image mounts at once: rules 1–3 held on disk at every
 //! instant, so what a crash can leave is only *leaks* — blocks and inodes marked allocated
 //! that nothing references, link counts above the names pointing at an inode, inodes that
-//! were open and unlinked, a block count or a group summary above the truth. This module
+//! were open and unlinked, a group summary above the truth, and a block count that lags
+//! its blocks (above them, or below by blocks an index block names: an index block and the
+//! inode counting its new pointers reach disk in either order). This module
 //! reclaims them while applications keep calling (`cairn fsck --background MOUNTPOINT`).
 //!
 //! **The epoch rule.** While the check runs, every fact the engine declares and every
@@ -777,7 +779,10 @@ impl Ffs {
                 // holds the `..` of a child left alone.
                 continue;
             }
-            let fix_blocks = seen.blocks < seen.blocks_field;
+            // Above the truth (the inode reached disk before the index block with its
+            // newest pointers) or below it (the index block first: soft updates orders
+            // neither way, as FreeBSD's does not); either is a count to set, nothing lost.
+            let fix_blocks = seen.blocks != seen.blocks_field;
             if names == seen.nlink && !fix_blocks {
                 continue;
             }

@@ -580,6 +580,7 @@ impl Checker<'_> {
                 u64::MAX
             },
             past_eof: 0,
+            under_index: 0,
         };
         let has_tree = matches!(kind, K_DIR | K_REG) || (kind == K_LNK && d.fast_link.is_none());
         if has_tree {
@@ -596,9 +597,16 @@ impl Checker<'_> {
             for level in 1..=3u32 {
                 span = span.saturating_mul(ppb);
                 let p = d.indirect[level as usize - 1];
-                if p != 0 && !self.indirect(&mut walk, p, level, base)? {
-                    d.indirect[level as usize - 1] = 0;
-                    changed = true;
+                let before = walk.count;
+                if p != 0 {
+                    if self.indirect(&mut walk, p, level, base)? {
+                        // What the index block points to (not the block itself, which the
+                        // inode names beside its count).
+                        walk.under_index += walk.count.saturating_sub(before + 1);
+                    } else {
+                        d.indirect[level as usize - 1] = 0;
+                        changed = true;
+                    }
                 }
                 base = base.saturating_add(span);
             }
@@ -694,13 +702,16 @@ impl Checker<'_> {
             // A count above the blocks found is what a crash leaves when the inode reached
             // disk before the indirect block holding its newest pointers: the blocks are
             // allocated but unreferenced (a leak, reclaimed in pass 5). A count below them by
-            // no more than the blocks past the end of a regular file is the other order, the
-            // one fsync uses (data, then indirect blocks, then the inode): an indirect block
-            // reached disk with pointers to the new data before the inode that grows the
-            // size and the count over them; the blocks are allocated and referenced, only
-            // the count lags (FFS fsck corrects it in preen mode). Any other count below is
-            // corruption.
-            let lagging = d.blocks < walk.count && walk.count - d.blocks <= walk.past_eof;
+            // no more than the blocks the inode's index blocks point to (or the blocks past
+            // the end of a regular file) is the other order, the one fsync and soft updates
+            // use (data, then indirect blocks, then the inode): an indirect block reached
+            // disk with pointers to new data — past the end, or filling a hole — before the
+            // inode whose count covers them; the blocks are allocated and referenced, only
+            // the count lags (FFS fsck corrects it in preen mode, and FreeBSD's background
+            // fsck adjusts it). A count below the blocks the inode itself names (its direct
+            // pointers and index blocks, written with the count) is corruption.
+            let lagging = d.blocks < walk.count
+                && walk.count - d.blocks <= walk.past_eof.max(walk.under_index);
             let class = if d.blocks > walk.count || lagging {
                 Class::Leak
             } else {
@@ -2006,6 +2017,8 @@ struct Walk {
     /// Blocks kept that lie wholly past that end (data blocks, and index blocks whose whole
     /// range does).
     past_eof: u64,
+    /// Blocks kept that the inode's index blocks point to (below its own pointers).
+    under_index: u64,
 }
 
 fn new_dir(perm: u32, size: u64, block: u64) -> DiskInode {
