@@ -380,16 +380,16 @@ impl Checker<'_> {
 
     /// Claims a data block for an inode: it must be in range, outside group metadata and
     /// not already claimed.
-    fn claim(&mut self, p: u64) -> std::result::Result<(), &'static str> {
+    fn claim(&mut self, p: u64) -> std::result::Result<(), Unclaimable> {
         if !self.g.is_data_block(p) {
             return Err(if p >= self.g.total_blocks {
-                "out of range"
+                Unclaimable::OutOfRange
             } else {
-                "inside group metadata"
+                Unclaimable::GroupMetadata
             });
         }
         if self.used.get(p) {
-            return Err("already claimed by another inode or another pointer");
+            return Err(Unclaimable::Claimed);
         }
         self.used.set(p, true);
         Ok(())
@@ -761,12 +761,12 @@ impl Checker<'_> {
                 w.beyond += 1;
                 false
             }
-            Err(why) => {
-                if why.starts_with("already") {
-                    w.dups += 1
-                } else {
-                    w.bad += 1
-                }
+            Err(Unclaimable::Claimed) => {
+                w.dups += 1;
+                false
+            }
+            Err(_) => {
+                w.bad += 1;
                 false
             }
         }
@@ -776,10 +776,9 @@ impl Checker<'_> {
     /// pointer to it must be dropped.
     fn indirect(&mut self, w: &mut Walk, p: u64, level: u32, base: u64) -> Result<bool> {
         if let Err(why) = self.claim(p) {
-            if why.starts_with("already") {
-                w.dups += 1
-            } else {
-                w.bad += 1
+            match why {
+                Unclaimable::Claimed => w.dups += 1,
+                Unclaimable::OutOfRange | Unclaimable::GroupMetadata => w.bad += 1,
             }
             return Ok(false);
         }
@@ -2019,6 +2018,25 @@ struct Walk {
     past_eof: u64,
     /// Blocks kept that the inode's index blocks point to (below its own pointers).
     under_index: u64,
+}
+
+/// Why a block pointer cannot be claimed for the inode being walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unclaimable {
+    OutOfRange,
+    GroupMetadata,
+    /// Claimed already, by another inode or another pointer (a duplicate).
+    Claimed,
+}
+
+impl std::fmt::Display for Unclaimable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unclaimable::OutOfRange => "out of range",
+            Unclaimable::GroupMetadata => "inside group metadata",
+            Unclaimable::Claimed => "already claimed by another inode or another pointer",
+        })
+    }
 }
 
 fn new_dir(perm: u32, size: u64, block: u64) -> DiskInode {
