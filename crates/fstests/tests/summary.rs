@@ -94,3 +94,50 @@ fn the_machine_s_limits_count_on_ext4_too_but_cairn_s_exclusions_do_not() {
         "{txt}"
     );
 }
+
+/// `table.sh` reads runs — finished, cut short or still going — and writes nothing into
+/// them: a run without a summary yet is summarized into a directory of its own.
+#[test]
+fn the_table_writes_nothing_into_the_runs_it_reads() {
+    let w = Workdir::new();
+    let (ext4, live) = (w.p("ext4"), w.p("softdep"));
+    for (d, out) in [
+        (
+            &ext4,
+            "generic/001 4s\ngeneric/002 [not run] no O_TMPFILE\n",
+        ),
+        (
+            &live,
+            "generic/001 3s\ngeneric/002 - output mismatch (see x)\n",
+        ),
+    ] {
+        fs::create_dir_all(d).unwrap();
+        fs::write(d.join("check.out"), out).unwrap();
+    }
+    let listing = |d: &std::path::Path| {
+        let mut v: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = (listing(&ext4), listing(&live));
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/fstests/table.sh"))
+        .arg(&ext4)
+        .arg(&live)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("| softdep | 2 | 1 | 1 | 0 | 1 / 0 / 1 | 002 |"),
+        "{table}"
+    );
+    assert_eq!((listing(&ext4), listing(&live)), before, "nothing written");
+}
