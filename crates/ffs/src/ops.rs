@@ -2314,6 +2314,13 @@ impl FileSystem for Ffs {
         self.op("getflags", None, |st| Ok(self.iget(st, ino)?.d.flags))
     }
 
+    fn getattr_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<(Attr, Result<u32>)> {
+        self.op("getattr", None, |st| {
+            let a = self.attr(st, ino)?;
+            Ok((a, Ok(self.iget(st, ino)?.d.flags)))
+        })
+    }
+
     fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<()> {
         self.op("setflags", Some(OpKind::Setattr), |st| {
             self.set_inode_flags(st, ctx, ino, flags)

@@ -503,6 +503,15 @@ pub trait FileSystem: Send + Sync {
         Err(FsError::Errno(Errno(libc::ENOTTY)))
     }
 
+    /// The inode's attributes with its flags (the answer [`FileSystem::get_flags`] would
+    /// give, kept apart: no flags is no error), for statx, which reports both: a file
+    /// system that holds them in one inode answers with one look at it. The default asks
+    /// for each.
+    fn getattr_flags(&self, ctx: &Ctx, ino: Ino) -> Result<(Attr, Result<u32>)> {
+        let a = self.getattr(ino)?;
+        Ok((a, self.get_flags(ctx, ino)))
+    }
+
     /// Sets the inode's flags (`FS_IOC_SETFLAGS`, chattr) under [`fileattr::set_flags`]'s
     /// rules.
     fn set_flags(&self, _ctx: &Ctx, _ino: Ino, _flags: u32) -> Result<()> {
