@@ -594,6 +594,34 @@ pub trait FileSystem: Send + Sync {
 mod tests {
     use super::*;
 
+    /// Every time a setattr sets (atime, mtime, ctime) is clamped; "now" and the other
+    /// fields are left as asked.
+    #[test]
+    fn a_setattr_s_times_are_clamped() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let late = UNIX_EPOCH + Duration::from_secs(TIME_MAX_SECS as u64 + 100);
+        let early = UNIX_EPOCH - Duration::from_secs(TIME_MIN_SECS.unsigned_abs() + 100);
+        let set = SetAttr {
+            size: Some(7),
+            atime: Some(SetTime::At(late)),
+            mtime: Some(SetTime::At(early)),
+            ctime: Some(late),
+            ..SetAttr::default()
+        };
+        let c = set.with_times_clamped();
+        assert_eq!(c.atime, Some(SetTime::At(clamp_time(late))));
+        assert_eq!(c.mtime, Some(SetTime::At(clamp_time(early))));
+        assert_eq!(c.ctime, Some(clamp_time(late)));
+        assert_ne!(clamp_time(late), late, "the range ends before");
+        assert_ne!(clamp_time(early), early, "and starts after");
+        assert_eq!(c.size, Some(7));
+        let now = SetAttr {
+            atime: Some(SetTime::Now),
+            ..SetAttr::default()
+        };
+        assert_eq!(now.with_times_clamped(), now);
+    }
+
     /// `do_renameat2`'s flag rules: WHITEOUT alone or with NOREPLACE; never with EXCHANGE.
     #[test]
     fn rename_flags_decode_as_linux() {
