@@ -22,6 +22,21 @@ const XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </testsuite>
 "#;
 
+/// Runs `scripts/fstests/NAME ARGS...`, which must succeed; its standard output.
+fn script(name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/fstests").join(name))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn summarize(mode: &str, machine: &str) -> (String, String) {
     let w = Workdir::new();
     let results = w.p("results");
@@ -42,17 +57,9 @@ fn summarize(mode: &str, machine: &str) -> (String, String) {
         "# header\ngeneric/009  # the kernel's FUSE has no such ioctl\ngeneric/010  # another\n",
     )
     .unwrap();
-    let out = Command::new("bash")
-        .arg(workspace_root().join("scripts/fstests/summarize.sh"))
-        .arg(&results)
-        .arg(&exclude)
-        .arg(mode)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    script(
+        "summarize.sh",
+        &[results.as_os_str(), exclude.as_os_str(), mode.as_ref()],
     );
     (
         fs::read_to_string(results.join("summary.tsv")).unwrap(),
@@ -123,18 +130,7 @@ fn the_table_writes_nothing_into_the_runs_it_reads() {
         v
     };
     let before = (listing(&ext4), listing(&live));
-    let out = Command::new("bash")
-        .arg(workspace_root().join("scripts/fstests/table.sh"))
-        .arg(&ext4)
-        .arg(&live)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = script("table.sh", &[ext4.as_os_str(), live.as_os_str()]);
     assert!(
         table.contains("| softdep | 2 | 1 | 1 | 0 | 1 / 0 / 1 | 002 |"),
         "{table}"
