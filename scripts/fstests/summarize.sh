@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# summarize.sh RESULTS EXCLUDE MODE: turns one fstests run into RESULTS/summary.tsv
+# summarize.sh RESULTS EXCLUDE MODE [OUT]: turns one fstests run into OUT/summary.tsv
 # (test, status, seconds, reason; status is pass, fail, notrun or excluded) and
-# RESULTS/summary.txt (the counts and the failures), from the suite's xunit report
+# OUT/summary.txt (the counts and the failures), from the suite's xunit report
 # (RESULTS/raw/result.xml) or, when the run was cut short before writing it, from its
-# console output (RESULTS/check.out).
+# console output (RESULTS/check.out). OUT is RESULTS unless given: a reader of someone
+# else's run, live or finished, gives a directory of its own and writes nothing into it.
 set -euo pipefail
-results=$1 exclude=$2 mode=$3
-tsv=$results/summary.tsv
+results=$1 exclude=$2 mode=$3 out=${4:-$1}
+tsv=$out/summary.tsv
 xml=$results/raw/result.xml
 
 {
@@ -70,4 +71,4 @@ count() { awk -F'\t' -v s="$1" '$2 == s' "$tsv" | wc -l; }
         echo "failed:"
         awk -F'\t' '$2 == "fail" { print "  " $1 "  " $4 }' "$tsv"
     fi
-} | tee "$results/summary.txt"
+} | tee "$out/summary.txt"

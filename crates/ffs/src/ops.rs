@@ -171,14 +171,14 @@ impl Ffs {
                 }
             };
             let out_of_space = matches!(&r, Err(e) if e.errno() == Errno::ENOSPC);
-            if !mutating || retried || !out_of_space || !self.strategy.has_pending_frees() {
+            if !mutating
+                || retried
+                || !out_of_space
+                || !self.make_held_frees("for a call out of space")
+            {
                 break r;
             }
             retried = true;
-            if let Err(e) = self.sync_as(SyncWhy::All) {
-                log::warn!("making pending frees for a call out of space: {e}");
-                break r;
-            }
         };
         // The call's last step, with the engine's lock released: a journal forces the
         // call's log records here (commit=group), so calls ending together share a flush.
@@ -193,6 +193,24 @@ impl Ffs {
             }
         }
         r
+    }
+
+    /// Frees the mode still holds back (soft updates' worklist, rule 2: an `rm`'s blocks
+    /// return only once its removal is on disk) are room on its way: whoever is short of
+    /// room has them made — a full sync, with the engine's lock released — and looks again.
+    /// Returns whether looking again can help: false when none are pending or the sync
+    /// failed (logged, saying `for_what`).
+    fn make_held_frees(&self, for_what: &str) -> bool {
+        if !self.strategy.has_pending_frees() {
+            return false;
+        }
+        match self.sync_as(SyncWhy::All) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("making pending frees {for_what}: {e}");
+                false
+            }
+        }
     }
 
     /// Keeps dirty buffers under half the cache budget by writing back in the mode's order
@@ -2067,17 +2085,10 @@ impl FileSystem for Ffs {
         if !short() {
             return false;
         }
-        // Frees the mode still holds back (soft updates' worklist, rule 2: an `rm`'s blocks
-        // return only once its removal is on disk) are room on its way. As a call short of
-        // room does (`locked_op`), have them made — a full sync with the lock released —
-        // and look again: otherwise every open after an `rm` on a nearly full disk would get
-        // no page cache, and be refused a shared mapping, until the syncer's next round.
-        // Only on a nearly full disk with frees pending does an open pay for it.
-        if !self.strategy.has_pending_frees() {
-            return true;
-        }
-        if let Err(e) = self.sync_as(SyncWhy::All) {
-            log::warn!("making pending frees before an open on a nearly full disk: {e}");
+        // Without the held-back frees made, every open after an `rm` on a nearly full disk
+        // would get no page cache, and be refused a shared mapping, until the syncer's next
+        // round. Only on a nearly full disk with frees pending does an open pay for it.
+        if !self.make_held_frees("before an open on a nearly full disk") {
             return true;
         }
         short()
@@ -2301,6 +2312,13 @@ impl FileSystem for Ffs {
 
     fn get_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<u32> {
         self.op("getflags", None, |st| Ok(self.iget(st, ino)?.d.flags))
+    }
+
+    fn getattr_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<(Attr, Result<u32>)> {
+        self.op("getattr", None, |st| {
+            let a = self.attr(st, ino)?;
+            Ok((a, Ok(self.iget(st, ino)?.d.flags)))
+        })
     }
 
     fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<()> {

@@ -22,6 +22,21 @@ const XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </testsuite>
 "#;
 
+/// Runs `scripts/fstests/NAME ARGS...`, which must succeed; its standard output.
+fn script(name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/fstests").join(name))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn summarize(mode: &str, machine: &str) -> (String, String) {
     let w = Workdir::new();
     let results = w.p("results");
@@ -42,17 +57,9 @@ fn summarize(mode: &str, machine: &str) -> (String, String) {
         "# header\ngeneric/009  # the kernel's FUSE has no such ioctl\ngeneric/010  # another\n",
     )
     .unwrap();
-    let out = Command::new("bash")
-        .arg(workspace_root().join("scripts/fstests/summarize.sh"))
-        .arg(&results)
-        .arg(&exclude)
-        .arg(mode)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    script(
+        "summarize.sh",
+        &[results.as_os_str(), exclude.as_os_str(), mode.as_ref()],
     );
     (
         fs::read_to_string(results.join("summary.tsv")).unwrap(),
@@ -93,4 +100,40 @@ fn the_machine_s_limits_count_on_ext4_too_but_cairn_s_exclusions_do_not() {
         txt.starts_with("fstests on ext4: 1 passed, 1 failed, 2 not run, 0 excluded\n"),
         "{txt}"
     );
+}
+
+/// `table.sh` reads runs — finished, cut short or still going — and writes nothing into
+/// them: a run without a summary yet is summarized into a directory of its own.
+#[test]
+fn the_table_writes_nothing_into_the_runs_it_reads() {
+    let w = Workdir::new();
+    let (ext4, live) = (w.p("ext4"), w.p("softdep"));
+    for (d, out) in [
+        (
+            &ext4,
+            "generic/001 4s\ngeneric/002 [not run] no O_TMPFILE\n",
+        ),
+        (
+            &live,
+            "generic/001 3s\ngeneric/002 - output mismatch (see x)\n",
+        ),
+    ] {
+        fs::create_dir_all(d).unwrap();
+        fs::write(d.join("check.out"), out).unwrap();
+    }
+    let listing = |d: &std::path::Path| {
+        let mut v: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = (listing(&ext4), listing(&live));
+    let table = script("table.sh", &[ext4.as_os_str(), live.as_os_str()]);
+    assert!(
+        table.contains("| softdep | 2 | 1 | 1 | 0 | 1 / 0 / 1 | 002 |"),
+        "{table}"
+    );
+    assert_eq!((listing(&ext4), listing(&live)), before, "nothing written");
 }

@@ -493,17 +493,19 @@ impl Adapter {
     }
 
     /// FUSE_STATX: getattr's attributes, plus `stx_attributes` from the inode's flags
-    /// ([`fileattr::statx_attributes`]). The kernel sends it instead of GETATTR when its
-    /// cached attributes are stale and the caller asked for more than the basic stats
-    /// (`fuse_update_get_attr`). A file system that keeps no flags, or cannot say for this
-    /// inode (a POSIX error from `get_flags`: ENOTTY, EOPNOTSUPP...), answers with an empty
-    /// mask, which tells the caller "unknown", never "not set"; a device error or
-    /// corruption fails the request.
+    /// ([`fileattr::statx_attributes`]), both from one call (`getattr_flags`). The kernel
+    /// sends it instead of GETATTR when its cached attributes are stale and the caller asked
+    /// for more than the basic stats (`fuse_update_get_attr`); its mask is fixed
+    /// (`STATX_BASIC_STATS | STATX_BTIME`, whatever the caller asked) and `stx_attributes`
+    /// has no mask bit, so the flags are always part of the answer. A file system that keeps
+    /// no flags, or cannot say for this inode (a POSIX error: ENOTTY, EOPNOTSUPP...),
+    /// answers with an empty mask, which tells the caller "unknown", never "not set"; a
+    /// device error or corruption fails the request.
     pub(crate) fn statx(&self, c: &Ctx, ino: u64, reply: impl StatxReply) {
         self.serve(Op::Statx, || {
             let ino = self.ino_in(ino);
-            let r = self.fs.getattr(ino).and_then(|a| {
-                let attributes = match self.fs.get_flags(c, ino) {
+            let r = self.fs.getattr_flags(c, ino).and_then(|(a, flags)| {
+                let attributes = match flags {
                     Ok(f) => fileattr::statx_attributes(f),
                     Err(FsError::Errno(e)) => {
                         debug!("statx: no inode flags for {ino} ({e})");

@@ -211,6 +211,33 @@ fn create_write_read_append_truncate(t: Transport) {
     m.unmount().unwrap();
 }
 
+/// A time past what every cairn file system keeps is clamped by the adapter, for every
+/// file system, as the kernel clamps to a superblock's range (a FUSE superblock's is
+/// unbounded): what stat shows is what was stored. A directory: of a regular file the
+/// kernel's writeback cache keeps the mtime it was asked for, not the answer's.
+fn times_out_of_range_are_clamped(t: Transport) {
+    use nix::sys::stat::{UtimensatFlags, utimensat};
+    use nix::sys::time::TimeSpec;
+    let m = Mnt::new(t);
+    let p = m.p("dir");
+    fs::create_dir(&p).unwrap();
+    let (max, min) = (cairn_vfs::TIME_MAX_SECS, cairn_vfs::TIME_MIN_SECS);
+    let late = TimeSpec::new(max + 100, 0);
+    let early = TimeSpec::new(min - 100, 0);
+    utimensat(
+        nix::fcntl::AT_FDCWD,
+        &p,
+        &late,
+        &early,
+        UtimensatFlags::FollowSymlink,
+    )
+    .unwrap();
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (max, 854_775_807));
+    assert_eq!((md.mtime(), md.mtime_nsec()), (min, 0));
+    m.unmount().unwrap();
+}
+
 fn errnos_cross_intact(t: Transport) {
     let m = Mnt::new(t);
     assert_eq!(errno(fs::metadata(m.p("missing"))), libc::ENOENT);
@@ -600,6 +627,7 @@ macro_rules! over_both_transports {
 over_both_transports!(
     root_is_inode_1_to_the_kernel_and_2_to_the_fs,
     create_write_read_append_truncate,
+    times_out_of_range_are_clamped,
     errnos_cross_intact,
     negative_lookups_are_cached_by_the_kernel,
     readdir_offsets_survive_concurrent_unlinks,

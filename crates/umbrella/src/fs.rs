@@ -40,13 +40,13 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use cairn_vfs::{
     Access, Attr, Ctx, DirEntry, Errno, FallocMode, Fh, FileKind, FileSystem, FsError, Ino,
-    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs, perm,
+    KernelCachePolicy, RenameFlags, Result, SetAttr, SetTime, StatFs, fileattr, perm,
 };
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -89,6 +89,12 @@ pub(crate) struct Handle {
     /// (`O_KILL_PRIVILEGES`, `O_KILL_SGID`), kept apart from `flags`, which reopen the
     /// branch file when it moves.
     pub kill: i32,
+    /// The file's restricting flags (`fileattr::RESTRICTING`) as set through this mount
+    /// while the handle is open. The branch refuses a new open for writing of an immutable
+    /// or append-only file, but not a write, truncation or copy through a descriptor opened
+    /// before (tmpfs, like most file systems, checks the flags at open only; ext4 checks
+    /// them on every change), so the layer refuses those itself (generic/553).
+    pub restrict: AtomicU32,
     pub fd: RwLock<HostFd>,
 }
 
@@ -118,6 +124,17 @@ impl Handle {
         let g = self.fd.try_read()?;
         let fd = g.fd.clone();
         Some(g.branch.run(move || f(&fd)))
+    }
+
+    /// Refuses (EPERM) a change of the file's data through this handle while the file is
+    /// immutable, or append-only unless the change only `appends` (a write through an
+    /// O_APPEND handle, an fallocate that keeps the size) — the kernel's rules.
+    fn may_change(&self, appends: bool) -> Result<()> {
+        let f = self.restrict.load(Ordering::Relaxed);
+        if f & fileattr::IMMUTABLE != 0 || (f & fileattr::APPEND != 0 && !appends) {
+            return Err(err(libc::EPERM));
+        }
+        Ok(())
     }
 
     /// Before a change of the file's data through this handle (a write, any fallocate):
@@ -1254,6 +1271,7 @@ impl Inner {
             ino,
             flags,
             kill,
+            restrict: AtomicU32::new(0),
             fd: RwLock::new(HostFd {
                 fd: Arc::new(fd),
                 branch,
@@ -1270,6 +1288,19 @@ impl Inner {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open.lock().insert(fh, Open::File(h));
         Ok(fh)
+    }
+
+    /// The restricting flags of `ino` are now `flags` (set through this mount): every open
+    /// handle of it refuses from now on what they forbid ([`Handle::restrict`]).
+    pub(crate) fn flags_set(&self, ino: Ino, flags: u32) {
+        let nodes = self.nodes.lock();
+        let Some(n) = nodes.files.get(&ino) else {
+            return;
+        };
+        for h in n.handles.iter().filter_map(Weak::upgrade) {
+            h.restrict
+                .store(flags & fileattr::RESTRICTING, Ordering::Relaxed);
+        }
     }
 
     fn handle(&self, fh: Fh) -> Result<Arc<Handle>> {
@@ -1588,9 +1619,11 @@ impl Inner {
                 return Err(err(libc::EINVAL));
             }
             match &handle {
-                Some(h) if h.flags & libc::O_ACCMODE != libc::O_RDONLY => h
-                    .io(move |fd| sys::ftruncate(fd.as_fd(), size))
-                    .map_err(ioerr)?,
+                Some(h) if h.flags & libc::O_ACCMODE != libc::O_RDONLY => {
+                    h.may_change(false)?;
+                    h.io(move |fd| sys::ftruncate(fd.as_fd(), size))
+                        .map_err(ioerr)?
+                }
                 _ if loc.is_some() => by(Box::new(move |pfd, n| {
                     let fd = sys::openat(pfd.as_fd(), n.unwrap_or_default(), libc::O_WRONLY, 0)?;
                     sys::ftruncate(fd.as_fd(), size)
@@ -2401,6 +2434,7 @@ impl FileSystem for Umbrella {
 
     fn write(&self, _ino: Ino, fh: Fh, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.inner.handle(fh)?;
+        h.may_change(h.flags & libc::O_APPEND != 0)?;
         h.remove_privs().map_err(ioerr)?;
         self.inner.write_overflowing(&h, offset, data)
     }
@@ -2584,6 +2618,7 @@ impl FileSystem for Umbrella {
         mode: FallocMode,
     ) -> Result<()> {
         let h = self.inner.handle(fh)?;
+        h.may_change(mode & !libc::FALLOC_FL_KEEP_SIZE == 0)?;
         h.remove_privs().map_err(ioerr)?;
         let r = h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
         match r {

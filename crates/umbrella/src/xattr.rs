@@ -326,9 +326,10 @@ pub fn set_flags(i: &Inner, ctx: &Ctx, ino: Ino, want: u32) -> Result<()> {
     let flags = fileattr::set_flags(ctx, owner, want)?;
     let is_dir = i.ns.read().dirs.contains_key(&ino);
     if !is_dir {
-        return br
-            .run(move || set_flags_at(&pfd, name.as_deref(), flags))
-            .map_err(ioerr);
+        br.run(move || set_flags_at(&pfd, name.as_deref(), flags))
+            .map_err(ioerr)?;
+        i.flags_set(ino, flags);
+        return Ok(());
     }
     let (rel, branches) = {
         let ns = i.ns.read();

@@ -249,6 +249,59 @@ fn inode_flags_move_with_their_file() {
     chattr(&f, 0);
 }
 
+/// A file open for writing when it becomes immutable takes no more writes, truncations,
+/// allocations or copies through that descriptor (the branch checks the flag at open only);
+/// append-only, only appends (generic/553). The branches are tmpfs, which checks the flags
+/// at open only (ext4 would refuse the immutable half itself).
+#[test]
+fn restricting_flags_bind_descriptors_opened_before() {
+    let r = Rig::with_tmpfs(&[("near", Some("64M")), ("far", Some("64M"))], CONFIG);
+    let f = r.m("held");
+    let src = r.m("src");
+    fs::write(&src, [b's'; 4096]).unwrap();
+    let mut w = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&f)
+        .unwrap();
+    w.write_all(b"before").unwrap();
+    let mut a = OpenOptions::new().append(true).open(&f).unwrap();
+    let from = File::open(&src).unwrap();
+    let eperm = |r: std::io::Result<()>, what: &str| {
+        assert_eq!(
+            r.map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EPERM)),
+            "{what}"
+        );
+    };
+    let copy = |to: &File| {
+        let mut at = 0;
+        nix::fcntl::copy_file_range(&from, None, to, Some(&mut at), 1024)
+            .map(drop)
+            .map_err(std::io::Error::from)
+    };
+    chattr(&f, IMMUTABLE);
+    eperm(w.write_all(b"x"), "write");
+    eperm(a.write_all(b"x"), "append");
+    eperm(w.set_len(1), "ftruncate");
+    let alloc = nix::fcntl::fallocate(&w, nix::fcntl::FallocateFlags::empty(), 0, 8192);
+    eperm(alloc.map_err(std::io::Error::from), "fallocate");
+    eperm(copy(&w), "copy_file_range");
+    assert_eq!(
+        fs::read(&f).unwrap(),
+        b"before",
+        "nothing reached the branch"
+    );
+    chattr(&f, APPEND);
+    eperm(w.write_all(b"x"), "a write that is not an append");
+    eperm(w.set_len(1), "ftruncate of an append-only file");
+    a.write_all(b"+after").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"before+after");
+    chattr(&f, 0);
+    w.write_all(b"!").unwrap();
+}
+
 /// ramfs keeps no extended attributes at all (EOPNOTSUPP): a stand-in for any branch file
 /// system without ACLs.
 fn ramfs(p: &Path) {

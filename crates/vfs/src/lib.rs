@@ -503,6 +503,15 @@ pub trait FileSystem: Send + Sync {
         Err(FsError::Errno(Errno(libc::ENOTTY)))
     }
 
+    /// The inode's attributes with its flags (the answer [`FileSystem::get_flags`] would
+    /// give, kept apart: no flags is no error), for statx, which reports both: a file
+    /// system that holds them in one inode answers with one look at it. The default asks
+    /// for each.
+    fn getattr_flags(&self, ctx: &Ctx, ino: Ino) -> Result<(Attr, Result<u32>)> {
+        let a = self.getattr(ino)?;
+        Ok((a, self.get_flags(ctx, ino)))
+    }
+
     /// Sets the inode's flags (`FS_IOC_SETFLAGS`, chattr) under [`fileattr::set_flags`]'s
     /// rules.
     fn set_flags(&self, _ctx: &Ctx, _ino: Ino, _flags: u32) -> Result<()> {
@@ -584,6 +593,34 @@ pub trait FileSystem: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every time a setattr sets (atime, mtime, ctime) is clamped; "now" and the other
+    /// fields are left as asked.
+    #[test]
+    fn a_setattr_s_times_are_clamped() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let late = UNIX_EPOCH + Duration::from_secs(TIME_MAX_SECS as u64 + 100);
+        let early = UNIX_EPOCH - Duration::from_secs(TIME_MIN_SECS.unsigned_abs() + 100);
+        let set = SetAttr {
+            size: Some(7),
+            atime: Some(SetTime::At(late)),
+            mtime: Some(SetTime::At(early)),
+            ctime: Some(late),
+            ..SetAttr::default()
+        };
+        let c = set.with_times_clamped();
+        assert_eq!(c.atime, Some(SetTime::At(clamp_time(late))));
+        assert_eq!(c.mtime, Some(SetTime::At(clamp_time(early))));
+        assert_eq!(c.ctime, Some(clamp_time(late)));
+        assert_ne!(clamp_time(late), late, "the range ends before");
+        assert_ne!(clamp_time(early), early, "and starts after");
+        assert_eq!(c.size, Some(7));
+        let now = SetAttr {
+            atime: Some(SetTime::Now),
+            ..SetAttr::default()
+        };
+        assert_eq!(now.with_times_clamped(), now);
+    }
 
     /// `do_renameat2`'s flag rules: WHITEOUT alone or with NOREPLACE; never with EXCHANGE.
     #[test]

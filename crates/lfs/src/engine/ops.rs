@@ -1363,6 +1363,10 @@ impl FileSystem for Lfs {
         self.run(|st| Ok(st.inode(ino)?.flags))
     }
 
+    fn getattr_flags(&self, _ctx: &Ctx, ino: Ino) -> Result<(Attr, Result<u32>)> {
+        self.run(|st| Ok((st.attr(ino)?, Ok(st.inode(ino)?.flags))))
+    }
+
     fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<()> {
         self.run_rw(|st| st.set_flags(ctx, ino, flags))
     }
