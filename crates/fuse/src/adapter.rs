@@ -970,9 +970,8 @@ impl Adapter {
     }
 
     /// FUSE_TMPFILE (open(2) with O_TMPFILE): served as a create without a name. The
-    /// kernel counts the new inode's link down once itself (`d_tmpfile`, as every local
-    /// file system's `->tmpfile` does after making it with one link), so the reply shows
-    /// the one link the file system's count of 0 will be after that.
+    /// reply shows the inode as it is, link count 0: the kernel takes the count it is
+    /// given (fstat on the descriptor shows it) and counts nothing down itself.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tmpfile(
         &self,
@@ -987,11 +986,7 @@ impl Adapter {
             let flags = self.creator_flags(flags);
             let r = self
                 .fs
-                .tmpfile(c, self.ino_in(parent), mode, umask, flags)
-                .map(|(mut a, fh)| {
-                    a.nlink = a.nlink.max(1);
-                    (a, fh)
-                });
+                .tmpfile(c, self.ino_in(parent), mode, umask, flags);
             self.reply_created(Op::Tmpfile, flags, r, reply);
         });
     }
