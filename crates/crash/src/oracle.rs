@@ -519,9 +519,7 @@ impl Timeline {
             }
             if o.result.as_ref().is_some_and(|r| r.ok()) {
                 let changed = match &o.op {
-                    Op::Create { .. } | Op::Tmpfile { .. } => {
-                        o.result.as_ref().and_then(|r| r.ino)
-                    }
+                    Op::Create { .. } | Op::Tmpfile { .. } => o.result.as_ref().and_then(|r| r.ino),
                     Op::Write { ino, .. } | Op::Truncate { ino, .. } => Some(*ino),
                     Op::Fsync { ino } => {
                         fsync_ends.entry(*ino).or_default().push(end);

@@ -326,7 +326,8 @@ impl Driver {
     pub fn tmpfile(&mut self, dir: &str, extra: i32) -> Result<(Attr, cairn_vfs::Fh), FsError> {
         self.call(|d| {
             let p = d.dir(dir)?;
-            let (a, fh) = d.fs.tmpfile(&d.ctx, p, 0o644, 0o022, libc::O_RDWR | extra)?;
+            let (a, fh) =
+                d.fs.tmpfile(&d.ctx, p, 0o644, 0o022, libc::O_RDWR | extra)?;
             Ok((d.hold(a), fh))
         })
     }
@@ -679,7 +680,11 @@ pub fn all() -> Vec<Workload> {
     // O_TMPFILE: one linked and fsynced (it must be there with its data), one held open
     // while another file is fsynced (an inode with no name and no link, as `unlink-open`
     // leaves, for the mount or fsck to free), and an O_EXCL one, never linkable.
-    v.push(scripted("tmpfile", |d| d.mkdir("d"), tmpfile_link_and_orphan));
+    v.push(scripted(
+        "tmpfile",
+        |d| d.mkdir("d"),
+        tmpfile_link_and_orphan,
+    ));
     // Not in the scripted set either (a journal's planted bug, `journal-async-reuse-before-
     // log`, is caught here): a file past its direct blocks, home, is truncated to nothing;
     // a one-block file then shifts the next file's data by one block over the freed ones,

@@ -79,6 +79,9 @@ fn a_tmpfile_linked_keeps_its_data_across_a_remount() {
         assert_eq!(fs.write(a.ino, fh, 100, &data()).unwrap(), 60_000);
         let l = fs.link(&c, a.ino, 2, n("named")).unwrap();
         assert_eq!((l.ino, l.nlink), (a.ino, 1), "{}", m.name);
+        // Named, it is no orphan (statfs would count it as free space).
+        fs.self_check()
+            .unwrap_or_else(|e| panic!("{}: after the link: {e}", m.name));
         // Linked once, it is an ordinary file: unlinked again, no second link.
         fs.link(&c, a.ino, 2, n("second")).unwrap();
         fs.unlink(&c, 2, n("second")).unwrap();
@@ -113,7 +116,12 @@ fn a_tmpfile_closed_without_a_link_is_freed() {
         fs.fsync(a.ino, fh, false).unwrap();
         assert_eq!(fs.getattr(a.ino).unwrap().nlink, 0, "{}", m.name);
         close_and_forget(&fs, a.ino, fh);
-        assert!(fs.getattr(a.ino).is_err(), "{}: inode {} freed", m.name, a.ino);
+        assert!(
+            fs.getattr(a.ino).is_err(),
+            "{}: inode {} freed",
+            m.name,
+            a.ino
+        );
         fs.sync_all().unwrap();
         let after = fs.statfs().unwrap();
         assert_eq!(

@@ -20,7 +20,11 @@ use nix::unistd::linkat;
 
 /// open(dir, O_TMPFILE | O_RDWR | extra, 0o600).
 fn tmpfile(dir: &Path, extra: OFlag) -> std::io::Result<File> {
-    let fd = open(dir, OFlag::O_TMPFILE | OFlag::O_RDWR | extra, Mode::from_bits_truncate(0o600))?;
+    let fd = open(
+        dir,
+        OFlag::O_TMPFILE | OFlag::O_RDWR | extra,
+        Mode::from_bits_truncate(0o600),
+    )?;
     Ok(File::from(fd))
 }
 
@@ -28,7 +32,13 @@ fn tmpfile(dir: &Path, extra: OFlag) -> std::io::Result<File> {
 /// /proc/self/fd link, followed.
 fn flink(f: &File, to: &Path) -> std::io::Result<()> {
     let from = format!("/proc/self/fd/{}", f.as_raw_fd());
-    linkat(AT_FDCWD, from.as_str(), AT_FDCWD, to, AtFlags::AT_SYMLINK_FOLLOW)?;
+    linkat(
+        AT_FDCWD,
+        from.as_str(),
+        AT_FDCWD,
+        to,
+        AtFlags::AT_SYMLINK_FOLLOW,
+    )?;
     Ok(())
 }
 
@@ -66,7 +76,8 @@ fn tmpfiles_are_unnamed_linkable_once_and_freed_at_close() {
         let free0 = files_free(&d);
         let data = pattern(34, 200_000);
         // Named: written, linked, kept.
-        let mut f = tmpfile(&d, OFlag::empty()).unwrap_or_else(|e| panic!("{}: O_TMPFILE: {e}", t.name()));
+        let mut f =
+            tmpfile(&d, OFlag::empty()).unwrap_or_else(|e| panic!("{}: O_TMPFILE: {e}", t.name()));
         assert_eq!(nlink(&f), 0, "{}: a tmpfile has no link", t.name());
         f.write_all(&data).unwrap();
         flink(&f, &d.join("named")).unwrap();
@@ -78,11 +89,19 @@ fn tmpfiles_are_unnamed_linkable_once_and_freed_at_close() {
         // O_EXCL: never named.
         let x = tmpfile(&d, OFlag::O_EXCL).unwrap();
         assert_eq!(nlink(&x), 0, "{}: an O_EXCL tmpfile has no link", t.name());
-        expect_err(flink(&x, &d.join("x")), libc::ENOENT, "link of an O_EXCL tmpfile");
+        expect_err(
+            flink(&x, &d.join("x")),
+            libc::ENOENT,
+            "link of an O_EXCL tmpfile",
+        );
         // A file unlinked while open is not named again either.
         let o = File::create(d.join("o")).unwrap();
         fs::remove_file(d.join("o")).unwrap();
-        expect_err(flink(&o, &d.join("o2")), libc::ENOENT, "link of an unlinked file");
+        expect_err(
+            flink(&o, &d.join("o2")),
+            libc::ENOENT,
+            "link of an unlinked file",
+        );
         drop((x, o));
         // Closed with no name: nothing left, only "named" counts against the files free.
         let mut g = tmpfile(&d, OFlag::empty()).unwrap();
@@ -107,7 +126,11 @@ fn tmpfiles_are_unnamed_linkable_once_and_freed_at_close() {
             .unwrap()
             .read_to_end(&mut back)
             .unwrap();
-        assert!(back == data, "{}: the linked tmpfile's data after a remount", t.name());
+        assert!(
+            back == data,
+            "{}: the linked tmpfile's data after a remount",
+            t.name()
+        );
         assert_eq!(fs::metadata(d.join("named")).unwrap().nlink(), 1);
     }
 }
@@ -122,5 +145,9 @@ fn the_umbrella_refuses_tmpfiles() {
     let t = Target::umbrella_sized("512M");
     let d = t.path("tmp");
     fs::create_dir(&d).unwrap();
-    expect_err(tmpfile(&d, OFlag::empty()), libc::EOPNOTSUPP, "umbrella O_TMPFILE");
+    expect_err(
+        tmpfile(&d, OFlag::empty()),
+        libc::EOPNOTSUPP,
+        "umbrella O_TMPFILE",
+    );
 }

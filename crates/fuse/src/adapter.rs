@@ -984,9 +984,7 @@ impl Adapter {
     ) {
         self.serve(Op::Tmpfile, || {
             let flags = self.creator_flags(flags);
-            let r = self
-                .fs
-                .tmpfile(c, self.ino_in(parent), mode, umask, flags);
+            let r = self.fs.tmpfile(c, self.ino_in(parent), mode, umask, flags);
             self.reply_created(Op::Tmpfile, flags, r, reply);
         });
     }

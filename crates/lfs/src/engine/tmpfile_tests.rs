@@ -34,7 +34,9 @@ fn a_tmpfile_linked_keeps_its_data_across_a_remount() {
     let dev = image(2048);
     let fs = mount(&dev);
     let c = Ctx::root();
-    let (a, fh) = fs.tmpfile(&c, ROOT_INO, 0o640, 0o022, libc::O_RDWR).unwrap();
+    let (a, fh) = fs
+        .tmpfile(&c, ROOT_INO, 0o640, 0o022, libc::O_RDWR)
+        .unwrap();
     assert_eq!((a.nlink, a.perm), (0, 0o640));
     fs.write(a.ino, fh, 100, &data()).unwrap();
     let l = fs.link(&c, a.ino, ROOT_INO, n("named")).unwrap();
@@ -133,9 +135,15 @@ fn a_crash_frees_an_open_tmpfile_and_keeps_a_linked_one() {
         let img = crashed(&dev);
         drop(fs);
         let r = check(&img);
-        assert!(r.is_clean() && r.pending_orphans == 1, "{checkpointed}: {r:?}");
+        assert!(
+            r.is_clean() && r.pending_orphans == 1,
+            "{checkpointed}: {r:?}"
+        );
         let fs = mount(&img);
-        assert!(fs.getattr(a.ino).is_err(), "{checkpointed}: the open one freed");
+        assert!(
+            fs.getattr(a.ino).is_err(),
+            "{checkpointed}: the open one freed"
+        );
         let f = fs.lookup(&c, ROOT_INO, n("kept")).unwrap();
         assert_eq!((f.ino, f.size), (k.ino, 60_000));
         let mut buf = Vec::new();
@@ -146,6 +154,9 @@ fn a_crash_frees_an_open_tmpfile_and_keeps_a_linked_one() {
         fs.destroy().unwrap();
         drop(fs);
         let r = check(&img);
-        assert!(r.is_clean() && r.pending_orphans == 0, "{checkpointed}: {r:?}");
+        assert!(
+            r.is_clean() && r.pending_orphans == 0,
+            "{checkpointed}: {r:?}"
+        );
     }
 }
