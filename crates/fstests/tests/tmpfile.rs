@@ -63,8 +63,10 @@ fn settled_files_free(p: &Path, want: u64) -> u64 {
     }
 }
 
+/// The link count fstat(2) shows: the kernel's copy, which it fills from the reply to the
+/// open (statx asking for the birth time would go to the file system instead).
 fn nlink(f: &File) -> u64 {
-    f.metadata().unwrap().nlink()
+    nix::sys::stat::fstat(f).unwrap().st_nlink
 }
 
 #[test]
