@@ -209,8 +209,10 @@ fn a_tmpfile_inherits_a_setgid_directory_s_group() {
         let fs = mount(&dev, m);
         let c = Ctx::root();
         let d = fs.mkdir(&c, 2, n("g"), 0o2777, 0).unwrap();
-        let mut set = cairn_vfs::SetAttr::default();
-        set.gid = Some(50);
+        let set = cairn_vfs::SetAttr {
+            gid: Some(50),
+            ..Default::default()
+        };
         fs.setattr(&c, d.ino, set).unwrap();
         let u = Ctx::user(1000, 1000);
         let (a, fh) = fs.tmpfile(&u, d.ino, 0o644, 0, libc::O_RDWR).unwrap();
