@@ -10,26 +10,11 @@ use cairn_vfs::modes::AfterCrash;
 use cairn_vfs::{Ctx, Errno, FileSystem};
 
 use crate::strategy::{ModeInfo, modes};
-use crate::{Ffs, MkfsOptions, MountOptions, mkfs_device};
+use crate::tests::fresh_with_log as fresh;
+use crate::{Ffs, MountOptions};
 
 fn n(s: &str) -> &OsStr {
     OsStr::new(s)
-}
-
-/// A fresh image with a log area after the groups (journal's `log=file`; the other modes
-/// leave it be).
-fn fresh() -> MemDevice {
-    let dev = MemDevice::new(4096, 4096 + 1024);
-    mkfs_device(
-        &dev,
-        &MkfsOptions {
-            blocks_per_group: Some(2048),
-            journal_size: Some(1024 * 4096),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    dev
 }
 
 fn mount(dev: &MemDevice, m: &ModeInfo) -> Arc<Ffs> {
@@ -57,6 +42,16 @@ fn fsck(dev: &MemDevice, repair: bool) -> cairn_fsck::Report {
 
 fn data() -> Vec<u8> {
     (0..60_000u32).map(|i| (i * 13 + 1) as u8).collect()
+}
+
+/// Consistent in memory, unmounted, and clean to fsck.
+fn unmount_clean(fs: Arc<Ffs>, dev: &MemDevice, m: &ModeInfo) {
+    fs.self_check()
+        .unwrap_or_else(|e| panic!("{}: {e}", m.name));
+    fs.unmount().unwrap();
+    drop(fs);
+    let r = fsck(dev, false);
+    assert!(r.is_clean(), "{}: {:?}", m.name, r.findings);
 }
 
 /// What a kernel does with a file it let go of: the last close, then the forget.
@@ -87,11 +82,7 @@ fn a_tmpfile_linked_keeps_its_data_across_a_remount() {
         fs.unlink(&c, 2, n("second")).unwrap();
         close_and_forget(&fs, a.ino, fh);
         fs.forget(a.ino, 2);
-        fs.self_check().unwrap();
-        fs.unmount().unwrap();
-        drop(fs);
-        let r = fsck(&dev, false);
-        assert!(r.is_clean(), "{}: {:?}", m.name, r.findings);
+        unmount_clean(fs, &dev, m);
         let fs = mount(&dev, m);
         let f = fs.lookup(&c, 2, n("named")).unwrap();
         assert_eq!((f.ino, f.nlink, f.size), (a.ino, 1, 60_100), "{}", m.name);
@@ -130,11 +121,7 @@ fn a_tmpfile_closed_without_a_link_is_freed() {
             "{}",
             m.name
         );
-        fs.self_check().unwrap();
-        fs.unmount().unwrap();
-        drop(fs);
-        let r = fsck(&dev, false);
-        assert!(r.is_clean(), "{}: {:?}", m.name, r.findings);
+        unmount_clean(fs, &dev, m);
     }
 }
 
@@ -193,11 +180,7 @@ fn only_a_linkable_tmpfile_is_linked_from_no_link() {
         close_and_forget(&fs, x.ino, xfh);
         fs.release(t.ino, tfh).unwrap();
         fs.forget(t.ino, 2);
-        fs.self_check().unwrap();
-        fs.unmount().unwrap();
-        drop(fs);
-        let r = fsck(&dev, false);
-        assert!(r.is_clean(), "{}: {:?}", m.name, r.findings);
+        unmount_clean(fs, &dev, m);
     }
 }
 

@@ -25,6 +25,14 @@ fn check(dev: &Arc<MemDevice>) -> CheckReport {
     check_device(dev.clone() as Arc<dyn BlockDevice>).unwrap()
 }
 
+/// Unmounted, and clean to the check with no orphan left.
+fn unmount_clean(fs: Arc<Lfs>, dev: &Arc<MemDevice>) {
+    fs.destroy().unwrap();
+    drop(fs);
+    let r = check(dev);
+    assert!(r.is_clean() && r.pending_orphans == 0, "{r:?}");
+}
+
 fn crashed(dev: &Arc<MemDevice>) -> Arc<MemDevice> {
     Arc::new(MemDevice::from_bytes(BLOCK_SIZE as u32, dev.to_bytes()))
 }
@@ -67,10 +75,7 @@ fn a_tmpfile_closed_without_a_link_is_freed() {
     fs.release(a.ino, fh).unwrap();
     assert!(fs.getattr(a.ino).is_err(), "inode {} freed", a.ino);
     assert_eq!(fs.statfs().unwrap().ffree, before);
-    fs.destroy().unwrap();
-    drop(fs);
-    let r = check(&dev);
-    assert!(r.is_clean() && r.pending_orphans == 0, "{r:?}");
+    unmount_clean(fs, &dev);
 }
 
 /// Only a tmpfile made without O_EXCL, and not linked since, is linked from no link.
@@ -106,10 +111,7 @@ fn only_a_linkable_tmpfile_is_linked_from_no_link() {
     for (ino, fh) in [(o.ino, ofh), (x.ino, xfh), (t.ino, tfh)] {
         fs.release(ino, fh).unwrap();
     }
-    fs.destroy().unwrap();
-    drop(fs);
-    let r = check(&dev);
-    assert!(r.is_clean() && r.pending_orphans == 0, "{r:?}");
+    unmount_clean(fs, &dev);
 }
 
 /// A crash while a tmpfile is open, found by roll-forward (written after the checkpoint)
