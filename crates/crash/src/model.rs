@@ -102,8 +102,11 @@ impl Model {
             m.paths.insert(path.to_string(), Node { kind, ino });
         };
         match op {
-            Op::Create { path } => {
-                add(self, path, Kind::File);
+            Op::Create { .. } | Op::Tmpfile { .. } => {
+                // A tmpfile is a file with no name: a link may name it later.
+                if let Op::Create { path } = op {
+                    add(self, path, Kind::File);
+                }
                 if let Some(i) = ino {
                     self.files.insert(
                         i,

@@ -519,7 +519,7 @@ impl Timeline {
             }
             if o.result.as_ref().is_some_and(|r| r.ok()) {
                 let changed = match &o.op {
-                    Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino),
+                    Op::Create { .. } | Op::Tmpfile { .. } => o.result.as_ref().and_then(|r| r.ino),
                     Op::Write { ino, .. } | Op::Truncate { ino, .. } => Some(*ino),
                     Op::Fsync { ino } => {
                         fsync_ends.entry(*ino).or_default().push(end);
@@ -539,7 +539,7 @@ impl Timeline {
                         end,
                         content: c.clone(),
                         generation: f.generation,
-                        created: matches!(o.op, Op::Create { .. }),
+                        created: matches!(o.op, Op::Create { .. } | Op::Tmpfile { .. }),
                     });
                 }
             }
@@ -951,7 +951,9 @@ impl Timeline {
             .filter(|o| o.end.is_some_and(|e| e < cp))
             .find(|o| match &o.op {
                 Op::Truncate { ino: i, .. } | Op::Fsync { ino: i } => *i == ino,
-                Op::Create { .. } => o.result.as_ref().and_then(|r| r.ino) == Some(ino),
+                Op::Create { .. } | Op::Tmpfile { .. } => {
+                    o.result.as_ref().and_then(|r| r.ino) == Some(ino)
+                }
                 Op::SyncAll | Op::Unmount => true,
                 _ => false,
             })
@@ -977,9 +979,11 @@ impl Timeline {
             )
         });
         let by_ino = by_ino(obs);
+        // A file no name reaches (an O_TMPFILE never linked) is nowhere to be found.
+        let named: HashSet<u64> = returned.paths.values().filter_map(|n| n.ino).collect();
         for (&ino, f) in &returned.files {
             let Some(want) = &f.fsynced else { continue };
-            if f.name_lost_since_fsync || busy.contains(&ino) {
+            if f.name_lost_since_fsync || busy.contains(&ino) || !named.contains(&ino) {
                 continue;
             }
             match by_ino.get(&ino) {

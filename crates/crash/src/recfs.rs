@@ -329,6 +329,30 @@ impl FileSystem for RecordingFs {
         Ok((a, fh))
     }
 
+    fn tmpfile(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        let dir = self.dirs.lock().get(&parent).cloned();
+        let op = match dir {
+            Some(dir) => Op::Tmpfile { dir },
+            None => Op::Unknown {
+                what: format!("tmpfile in #{parent}"),
+            },
+        };
+        let (a, fh) = self.run(
+            op,
+            || self.inner.tmpfile(ctx, parent, mode, umask, flags),
+            |(a, _)| of_attr(a),
+        )?;
+        self.note_flags(fh, flags);
+        Ok((a, fh))
+    }
+
     fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         self.inner.read(ino, fh, offset, size, buf)
     }

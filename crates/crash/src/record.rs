@@ -66,6 +66,11 @@ pub enum Op {
     Create {
         path: String,
     },
+    /// An unnamed file made in directory `dir` (open(2) with O_TMPFILE): no name until a
+    /// link gives it one.
+    Tmpfile {
+        dir: String,
+    },
     Mkdir {
         path: String,
     },
@@ -143,6 +148,7 @@ impl Op {
     pub fn kind(&self) -> &'static str {
         match self {
             Op::Create { .. } => "create",
+            Op::Tmpfile { .. } => "tmpfile",
             Op::Mkdir { .. } => "mkdir",
             Op::Mknod { .. } => "mknod",
             Op::Symlink { .. } => "symlink",
@@ -174,7 +180,8 @@ impl Op {
             | Op::Link { path, .. }
             | Op::Unlink { path }
             | Op::Rmdir { path }
-            | Op::Fsyncdir { path } => path.clone(),
+            | Op::Fsyncdir { path }
+            | Op::Tmpfile { dir: path } => path.clone(),
             Op::Rename { from, to, whiteout } => {
                 format!(
                     "{from} -> {to}{}",

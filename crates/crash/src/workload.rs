@@ -322,6 +322,47 @@ impl Driver {
         })
     }
 
+    /// open(`dir`, O_TMPFILE | O_RDWR | `extra`): an unnamed file, kept open.
+    pub fn tmpfile(&mut self, dir: &str, extra: i32) -> Result<(Attr, cairn_vfs::Fh), FsError> {
+        self.call(|d| {
+            let p = d.dir(dir)?;
+            let (a, fh) =
+                d.fs.tmpfile(&d.ctx, p, 0o644, 0o022, libc::O_RDWR | extra)?;
+            Ok((d.hold(a), fh))
+        })
+    }
+
+    /// Writes `len` bytes (a multiple of 16) of tagged data at `offset` through an open
+    /// handle (a file that may have no name).
+    pub fn write_open(
+        &mut self,
+        a: &Attr,
+        fh: cairn_vfs::Fh,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), FsError> {
+        self.call(|d| {
+            d.seq += 1;
+            let data = tag_data(a.ino, a.generation, d.seq, len);
+            d.fs.write(a.ino, fh, offset, &data).map(|_| ())
+        })
+    }
+
+    /// fsync(2) of an open handle.
+    pub fn fsync_open(&mut self, ino: Ino, fh: cairn_vfs::Fh) -> Result<(), FsError> {
+        self.call(|d| d.fs.fsync(ino, fh, false))
+    }
+
+    /// linkat(2) of an open file (`/proc/self/fd/N`, AT_SYMLINK_FOLLOW) to `new`.
+    pub fn link_open(&mut self, ino: Ino, new: &str) -> Result<(), FsError> {
+        self.call(|d| {
+            let (q, m) = d.parent(new)?;
+            let a = d.fs.link(&d.ctx, ino, q, &m)?;
+            d.hold(a);
+            Ok(())
+        })
+    }
+
     /// Closes a handle [`Driver::open_keep`] returned (its last close may free the inode).
     pub fn close(&mut self, ino: Ino, fh: cairn_vfs::Fh) -> Result<(), FsError> {
         self.call(|d| d.fs.release(ino, fh))
@@ -636,6 +677,14 @@ pub fn all() -> Vec<Workload> {
     // program holds it open, with an fsync of another file while it is: the states after
     // that fsync hold an inode with no name and no link (what the mount or fsck must free).
     v.push(scripted("unlink-open", open_setup, unlink_open));
+    // O_TMPFILE: one linked and fsynced (it must be there with its data), one held open
+    // while another file is fsynced (an inode with no name and no link, as `unlink-open`
+    // leaves, for the mount or fsck to free), and an O_EXCL one, never linkable.
+    v.push(scripted(
+        "tmpfile",
+        |d| d.mkdir("d"),
+        tmpfile_link_and_orphan,
+    ));
     // Not in the scripted set either (a journal's planted bug, `journal-async-reuse-before-
     // log`, is caught here): a file past its direct blocks, home, is truncated to nothing;
     // a one-block file then shifts the next file's data by one block over the freed ones,
@@ -1219,6 +1268,28 @@ fn unlink_open(d: &mut Driver) -> Result<(), FsError> {
     d.write("b", 4096, 4096)?;
     d.fsync("b")?;
     d.close(ino, fh)
+}
+
+fn tmpfile_link_and_orphan(d: &mut Driver) -> Result<(), FsError> {
+    let (t, tfh) = d.tmpfile("d", 0)?;
+    d.write_open(&t, tfh, 0, 8192)?;
+    d.link_open(t.ino, "d/t")?;
+    d.fsync_open(t.ino, tfh)?;
+    d.close(t.ino, tfh)?;
+    let (u, ufh) = d.tmpfile("d", 0)?;
+    d.write_open(&u, ufh, 0, 8192)?;
+    d.fsync_open(u.ino, ufh)?;
+    d.create("d/b")?;
+    d.write("d/b", 0, 4096)?;
+    d.fsync("d/b")?;
+    d.close(u.ino, ufh)?;
+    let (x, xfh) = d.tmpfile("d", libc::O_EXCL)?;
+    d.write_open(&x, xfh, 0, 4096)?;
+    match d.link_open(x.ino, "d/x") {
+        Err(e) if e.errno() == cairn_vfs::Errno::ENOENT => {}
+        r => panic!("link of an O_EXCL tmpfile: {r:?}, not ENOENT"),
+    }
+    d.close(x.ino, xfh)
 }
 
 /// A seeded random sequence of operations on a small namespace. Calls may fail (a rename of

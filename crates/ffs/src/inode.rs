@@ -51,6 +51,10 @@ pub(crate) struct InCore {
     /// change of the block drops it (`Ffs::write_xattrs`), and an undo puts back the
     /// in-core inode whole, so it always says what the block says.
     pub acl: Option<Option<Arc<Acl>>>,
+    /// Made by O_TMPFILE without O_EXCL and not linked since (Linux's `I_LINKABLE`): the
+    /// one inode with no link that `link` may name. Never on disk: after a crash the inode
+    /// is an orphan, and recovery frees it.
+    pub linkable: bool,
 }
 
 impl InCore {
@@ -63,6 +67,7 @@ impl InCore {
             writing: 0,
             undo_scope: 0,
             acl: None,
+            linkable: false,
         }
     }
 

@@ -37,6 +37,8 @@ mod mkfs;
 mod ops;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tmpfile_tests;
 mod undo;
 mod volume;
 mod worker;

@@ -1976,11 +1976,15 @@ impl FileSystem for Ffs {
             if perm::is_dot(n) || self.dir_lookup(st, np, n)?.is_some() {
                 return Err(Errno::EEXIST.into());
             }
-            let links = self.iget(st, ino)?.effnlink;
+            let (links, linkable) = {
+                let ic = self.iget(st, ino)?;
+                (ic.effnlink, ic.linkable)
+            };
             if links >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
-            if links == 0 {
+            // An inode with no name is linked only if O_TMPFILE made it so (vfs_link).
+            if links == 0 && !linkable {
                 return Err(Errno::ENOENT.into());
             }
             let blocks = self.dir_add_blocks(st, np, n)?;
@@ -1988,6 +1992,12 @@ impl FileSystem for Ffs {
             // The count goes up on disk before the new name exists (count ≥ references).
             self.iget(st, ino)?.d.ctime = now_ns();
             self.raise_link(st, ino, LinkWhy::Link)?;
+            if links == 0 {
+                // A tmpfile named: no longer an orphan, and linkable no more (a later
+                // unlink makes it an ordinary unlinked-while-open file).
+                st.inodes.remove_orphan(ino);
+                self.iget(st, ino)?.linkable = false;
+            }
             self.touch_dir(st, np)?;
             self.dir_add(st, np, n, ino, dtype_of(d.mode), false, None)?;
             self.entry_attr(st, ino)
@@ -2034,6 +2044,38 @@ impl FileSystem for Ffs {
         self.op("create", Some(OpKind::Create), |st| {
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = self.make_node(st, ctx, parent, name, m, umask, 0, None)?;
+            let attr = self.entry_attr(st, ino)?;
+            let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags, attr.gid));
+            Ok((attr, fh))
+        })
+    }
+
+    /// A file created and unlinked in one call: to every strategy it is then what a file
+    /// unlinked while open is (the journal's orphan record; an unreferenced inode with no
+    /// link to fsck and the background check), and it never reaches disk with a link it
+    /// does not have. `link` names it with the raise a hard link makes, so each mode orders
+    /// the inode before the name as it does for link(2).
+    fn tmpfile(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        self.op("tmpfile", Some(OpKind::Create), |st| {
+            self.dir_for_change(st, ctx, parent)?;
+            let n = NewInode {
+                parent,
+                mode: libc::S_IFREG | (mode & 0o7777),
+                umask,
+                rdev: 0,
+                link_target: None,
+                name_blocks: 0,
+            };
+            let (ino, _) = self.new_inode(st, ctx, n)?;
+            self.drop_link(st, ino, 1, Apply::Now)?;
+            self.iget(st, ino)?.linkable = flags & libc::O_EXCL == 0;
             let attr = self.entry_attr(st, ino)?;
             let fh = self.new_handle(st, ino, perm::handle_flags(ctx, flags, attr.gid));
             Ok((attr, fh))

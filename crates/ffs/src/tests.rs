@@ -44,6 +44,22 @@ fn fresh(blocks: u64, mode: &str) -> (MemDevice, Arc<Ffs>) {
     (dev, fs)
 }
 
+/// A fresh image with a log area after the groups (journal's `log=file`; the other modes
+/// leave it be): one image every mode mounts.
+pub(crate) fn fresh_with_log() -> MemDevice {
+    let dev = MemDevice::new(4096, 4096 + 1024);
+    mkfs_device(
+        &dev,
+        &MkfsOptions {
+            blocks_per_group: Some(2048),
+            journal_size: Some(1024 * 4096),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    dev
+}
+
 fn mount(dev: &MemDevice, mode: &str) -> Arc<Ffs> {
     let d: Arc<dyn BlockDevice> = Arc::new(dev.with_block_size(4096));
     Ffs::mount_device(
@@ -1295,17 +1311,7 @@ fn read_during_stream_sees_old_or_new_never_foreign() {
 fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     use cairn_vfs::FileKind;
     for mode in ["sync", "async", "softdep", "journal"] {
-        // With a log area after the groups (journal's `log=file`; the others leave it be).
-        let dev = MemDevice::new(4096, 4096 + 1024);
-        mkfs_device(
-            &dev,
-            &MkfsOptions {
-                blocks_per_group: Some(2048),
-                journal_size: Some(1024 * 4096),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let dev = fresh_with_log();
         let fs = mount(&dev, mode);
         let c = Ctx {
             gid: 7,

@@ -963,18 +963,59 @@ impl Adapter {
         reply: impl CreateReply,
     ) {
         self.serve(Op::Create, || {
-            let mut flags = self.fs_open_flags(flags);
-            if self.writeback() && flags & libc::O_ACCMODE == libc::O_WRONLY {
-                // The creator may always access the file it creates, whatever its mode;
-                // read access lets the kernel fill partial pages through this handle.
-                flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-            }
-            let (a, fh) = match self
+            let flags = self.creator_flags(flags);
+            let r = self
                 .fs
-                .create(c, self.ino_in(parent), name, mode, umask, flags)
-            {
+                .create(c, self.ino_in(parent), name, mode, umask, flags);
+            self.reply_created(Op::Create, flags, r, reply);
+        });
+    }
+
+    /// FUSE_TMPFILE (open(2) with O_TMPFILE): served as a create without a name. The
+    /// reply shows the inode as it is, link count 0: the kernel takes the count it is
+    /// given (fstat on the descriptor shows it) and counts nothing down itself.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn tmpfile(
+        &self,
+        c: &Ctx,
+        parent: u64,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: impl CreateReply,
+    ) {
+        self.serve(Op::Tmpfile, || {
+            let flags = self.creator_flags(flags);
+            let r = self.fs.tmpfile(c, self.ino_in(parent), mode, umask, flags);
+            self.reply_created(Op::Tmpfile, flags, r, reply);
+        });
+    }
+
+    /// The open flags a creating call hands the file system: the creator may always access
+    /// the file it creates, whatever its mode; with the writeback cache a write-only one is
+    /// opened for reading too, so the kernel can fill partial pages through this handle.
+    fn creator_flags(&self, flags: i32) -> i32 {
+        let flags = self.fs_open_flags(flags);
+        if self.writeback() && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
+    }
+
+    /// The reply to a create or tmpfile: the new inode's entry and its open handle (plain
+    /// or passed through); a handle that cannot be set up is released again.
+    fn reply_created(
+        &self,
+        op: Op,
+        flags: i32,
+        r: Result<(cairn_vfs::Attr, u64), FsError>,
+        reply: impl CreateReply,
+    ) {
+        {
+            let (a, fh) = match r {
                 Ok(r) => r,
-                Err(e) => return reply.error(self.err(Op::Create, e)),
+                Err(e) => return reply.error(self.err(op, e)),
             };
             let mut opens = self.opens.lock();
             let mode = self.open_mode(&mut opens, a.ino, fh, flags, |fd| reply.open_backing(fd));
@@ -1002,10 +1043,10 @@ impl Adapter {
                 Err(e) => {
                     drop(opens);
                     let _ = self.fs.release(a.ino, fh);
-                    reply.error(self.err(Op::Create, e))
+                    reply.error(self.err(op, e))
                 }
             }
-        });
+        }
     }
 
     /// FUSE_IOCTL. The kernel sends the file-attribute ioctls of chattr and lsattr here

@@ -70,6 +70,7 @@ ops! {
     Lseek => "lseek",
     CopyFileRange => "copy_file_range",
     Statx => "statx",
+    Tmpfile => "tmpfile",
 }
 
 impl Op {
@@ -300,6 +301,8 @@ pub fn is_negative_answer(op: Op, errno: i32) -> bool {
         (Op::Lookup, libc::ENOENT)
             | (Op::Getxattr | Op::Removexattr, libc::ENODATA)
             | (Op::Flush, libc::ENOSYS)
+            // A file system without O_TMPFILE: programs fall back to a named file.
+            | (Op::Tmpfile, libc::EOPNOTSUPP)
     )
 }
 

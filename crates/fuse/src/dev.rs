@@ -517,6 +517,19 @@ impl fuser::Filesystem for DevFs {
             .create(&ctx(req), parent.0, name, mode, umask, flags, reply)
     }
 
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.a()
+            .tmpfile(&ctx(req), parent.0, mode, umask, flags, reply)
+    }
+
     fn getlk(
         &self,
         _req: &Request,

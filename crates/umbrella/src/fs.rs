@@ -2413,6 +2413,20 @@ impl FileSystem for Umbrella {
         }
     }
 
+    /// Refused (EOPNOTSUPP): every file of the layer is a name on a branch, which is how
+    /// it finds, places, moves and recovers files; an unnamed one would be a node that no
+    /// rule, migration or recovery could handle (docs/UMBRELLA.md).
+    fn tmpfile(
+        &self,
+        _ctx: &Ctx,
+        _parent: Ino,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        Err(err(libc::EOPNOTSUPP))
+    }
+
     fn read(&self, _ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         let h = self.inner.handle(fh)?;
         let g = h.fd.read();

@@ -437,6 +437,28 @@ pub trait FileSystem: Send + Sync {
         flags: i32,
     ) -> Result<(Attr, Fh)>;
 
+    /// open(2) with O_TMPFILE: creates and opens a regular file in `parent`'s file system
+    /// that no name reaches (link count 0), checked and owned as `create` would (write and
+    /// search permission on `parent`, its setgid bit and default ACL inherited). The inode
+    /// lives while a handle or kernel reference holds it and is freed then, unless a link
+    /// named it meanwhile; a crash while it is open leaves nothing behind after recovery.
+    /// It may be linked (`link` of a count-0 inode) only if `flags` lacks O_EXCL (Linux's
+    /// I_LINKABLE), and only until its first link: any other inode with no link stays
+    /// ENOENT to `link`. The attributes returned are the new inode's (link count 0).
+    ///
+    /// The default is EOPNOTSUPP, which the kernel hands to open(2) as it is: programs
+    /// that try O_TMPFILE fall back to a named temporary file on it.
+    fn tmpfile(
+        &self,
+        _ctx: &Ctx,
+        _parent: Ino,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        Err(FsError::Errno(Errno::EOPNOTSUPP))
+    }
+
     /// Reads up to `size` bytes at `offset` into `buf` (cleared first); short at end of file.
     fn read(&self, ino: Ino, fh: Fh, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
 

@@ -131,6 +131,7 @@ pub(crate) const READDIRPLUS: u32 = 44;
 pub(crate) const RENAME2: u32 = 45;
 pub(crate) const LSEEK: u32 = 46;
 pub(crate) const COPY_FILE_RANGE: u32 = 47;
+pub(crate) const TMPFILE: u32 = 51;
 pub(crate) const STATX: u32 = 52;
 
 // fuse_setattr_in.valid bits.

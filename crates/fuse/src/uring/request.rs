@@ -39,6 +39,7 @@ fn input_in_payload(opcode: u32) -> bool {
             | GETXATTR
             | REMOVEXATTR
             | CREATE
+            | TMPFILE
             | IOCTL
     )
 }
@@ -299,6 +300,11 @@ fn handle(a: &Adapter, h: &InHeader, arg0: &[u8], input: &[u8], ans: &mut Answer
             let x = arg!(CreateIn, Op::Create);
             let (name, _) = name!(input, Op::Create);
             a.create(&c, ino, name, x.mode, x.umask, x.flags as i32, r)
+        }
+        TMPFILE => {
+            // The same arguments as CREATE; the name the kernel adds ("/") is not used.
+            let x = arg!(CreateIn, Op::Tmpfile);
+            a.tmpfile(&c, ino, x.mode, x.umask, x.flags as i32, r)
         }
         GETLK => a.unsupported(Op::Getlk, Errno::ENOSYS, r),
         SETLK | SETLKW => a.unsupported(Op::Setlk, Errno::ENOSYS, r),

@@ -46,6 +46,8 @@ mod readgate;
 mod recover;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tmpfile_tests;
 mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -646,6 +648,7 @@ impl State {
                     xattr_dirty: false,
                     opens: 0,
                     ra: ReadAhead::default(),
+                    linkable: false,
                 },
             );
         }

@@ -80,6 +80,10 @@ pub(crate) struct Node {
     pub xattr_dirty: bool,
     pub opens: u32,
     pub ra: ReadAhead,
+    /// Made by O_TMPFILE without O_EXCL and not linked since (Linux's `I_LINKABLE`): the
+    /// one inode with no link that `link` may name. Kept in memory only: after a crash the
+    /// inode is an orphan, which the next read-write mount frees.
+    pub linkable: bool,
 }
 
 impl Node {
@@ -102,6 +106,7 @@ impl Node {
             xattr_dirty: false,
             opens: 0,
             ra: ReadAhead::default(),
+            linkable: false,
         }
     }
 }

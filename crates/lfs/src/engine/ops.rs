@@ -1003,7 +1003,8 @@ impl FileSystem for Lfs {
             if v.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
             }
-            if v.nlink == 0 {
+            // An inode with no name is linked only if O_TMPFILE made it so (vfs_link).
+            if v.nlink == 0 && !st.node(ino)?.linkable {
                 return Err(Errno::ENOENT.into());
             }
             let vn = st.inode(ino)?;
@@ -1013,6 +1014,8 @@ impl FileSystem for Lfs {
             st.log_op(Op::Link, false, new_parent, ino, &n);
             st.dir_add(new_parent, &n, ino, dtype(v.mode))?;
             st.touch_dir(new_parent)?;
+            // Named once, a tmpfile is an ordinary file: unlinked again, it stays so.
+            st.node(ino)?.linkable = false;
             st.attr(ino)
         })
     }
@@ -1057,6 +1060,36 @@ impl FileSystem for Lfs {
             let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
             st.node(ino)?.opens += 1;
             let gid = st.attr(ino)?.gid;
+            let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, gid));
+            Ok((st.attr(ino)?, fh))
+        })
+    }
+
+    /// A new inode with no link, written to the log as any changed inode is: no directory
+    /// operation names it, so roll-forward and the checkpoint's orphan list see what they
+    /// see of a file unlinked while open, and the next read-write mount frees it after a
+    /// crash. `link` names it as a hard link would (its operation record and the inode's
+    /// raised count in one log write).
+    fn tmpfile(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Fh)> {
+        self.run_rw(|st| {
+            st.dir_checked(ctx, parent, Access::WX)?;
+            if st.inode(parent)?.nlink == 0 {
+                return Err(Errno::ENOENT.into());
+            }
+            st.ensure_space(2 * BS)?;
+            let ino = st.new_inode(ctx, parent, libc::S_IFREG | (mode & 0o7777), umask, 0)?;
+            let node = st.node(ino)?;
+            node.inode.nlink = 0;
+            node.opens += 1;
+            node.linkable = flags & libc::O_EXCL == 0;
+            let gid = node.inode.gid;
             let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, gid));
             Ok((st.attr(ino)?, fh))
         })

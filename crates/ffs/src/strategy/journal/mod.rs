@@ -1621,14 +1621,16 @@ impl Strategy for Journal {
     }
 
     /// A count reaching 0 makes the inode an orphan until it is freed: a crash in between
-    /// leaves it to the next mount to free.
+    /// leaves it to the next mount to free. A count leaving 0 (an O_TMPFILE's first link)
+    /// makes it an orphan no more.
     fn change_linkcnt(&self, tx: &mut Tx, f: &LinkChange) -> Result<()> {
         Self::join(tx, &[f.inode_buf]);
-        if f.after == 0
-            && f.before > 0
-            && let Some(op) = tx.state::<JOp>()
-        {
-            op.orphan.push(f.ino);
+        if let Some(op) = tx.state::<JOp>() {
+            if f.after == 0 && f.before > 0 {
+                op.orphan.push(f.ino);
+            } else if f.before == 0 && f.after > 0 {
+                op.orphan_gone.push(f.ino);
+            }
         }
         Ok(())
     }
