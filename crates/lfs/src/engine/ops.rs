@@ -654,8 +654,10 @@ impl Lfs {
     /// room must: while a background cleaning pass runs (or holds the room it reserved
     /// between its lock holds), the call waits for the pass to end and tries again, up to
     /// `CLEANER_WAIT`; then it cleans in the foreground. The one rule for every caller that
-    /// needs room, so an open's question "is the room short?" gets the answer a write
-    /// would.
+    /// needs room — writes, the calls that make a name (create, mkdir, mknod, symlink,
+    /// link), an open's question "is the room short?" — so none fails with ENOSPC while a
+    /// background pass holds the room it is about to give back (a create right after an
+    /// `rm` on a nearly full disk did, under load).
     fn run_making_room<T>(&self, f: impl Fn(&mut State) -> Result<T>) -> Result<T> {
         let deadline = std::time::Instant::now() + CLEANER_WAIT;
         loop {
@@ -878,7 +880,7 @@ impl FileSystem for Lfs {
         umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             // The one check both formats share (type 0 is a regular file, rdev kept for
             // devices only, devices made by root only).
             let node = cairn_vfs::perm::mknod(ctx, mode, rdev)?;
@@ -889,7 +891,7 @@ impl FileSystem for Lfs {
     }
 
     fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &OsStr, mode: u32, umask: u32) -> Result<Attr> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             let n = st.check_new(ctx, parent, name)?;
             if st.inode(parent)?.nlink >= LINK_MAX {
                 return Err(Errno::EMLINK.into());
@@ -954,7 +956,7 @@ impl FileSystem for Lfs {
     }
 
     fn symlink(&self, ctx: &Ctx, parent: Ino, name: &OsStr, target: &[u8]) -> Result<Attr> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             if target.is_empty() || target.len() >= BLOCK_SIZE {
                 return Err(if target.is_empty() {
                     Errno::ENOENT
@@ -991,7 +993,7 @@ impl FileSystem for Lfs {
     }
 
     fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             let v = st.inode(ino)?.clone();
             // may_linkat (protected hard links), then vfs_link's rules.
             let acl = st.acl_of(ino, cairn_vfs::acl::Kind::Access)?;
@@ -1054,7 +1056,7 @@ impl FileSystem for Lfs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Fh)> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             let n = st.check_new(ctx, parent, name)?;
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
