@@ -1080,7 +1080,7 @@ impl FileSystem for Lfs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Fh)> {
-        self.run_rw(|st| {
+        self.run_making_room(|st| {
             st.dir_checked(ctx, parent, Access::WX)?;
             if st.inode(parent)?.nlink == 0 {
                 return Err(Errno::ENOENT.into());
