@@ -966,10 +966,19 @@ impl State {
     /// into; writes left to take them all would leave every pass too little room (the
     /// room rule refuses it) and the disk full of dead blocks.
     fn throttled(&self) -> bool {
-        self.may_wait_for_cleaner
-            && !self.bg_stuck
-            && (self.bg_run || self.cleaning_wanted())
+        self.background_run_awaited()
             && self.clean_ahead() < (self.thresholds.start_below() / 2).max(RESERVE_SEGMENTS + 2)
+    }
+
+    /// May a call short of room wait for the background cleaner: a run is under way, or
+    /// one is wanted and the last did not end having given nothing back (`bg_stuck`)?
+    /// A run under way is waited for whatever the last one found: it pins the victims it
+    /// reads (`readgate.rs`) — after an `rm`, the segments whose blocks all died — so no
+    /// checkpoint beside it frees them and no foreground pass may take them, and a call
+    /// that cleaned beside it on the strength of the last run's `bg_stuck` found nothing
+    /// and failed with ENOSPC while the room was a pass away.
+    fn background_run_awaited(&self) -> bool {
+        self.may_wait_for_cleaner && (self.bg_run || (!self.bg_stuck && self.cleaning_wanted()))
     }
 
     /// A greedy pass after the mount's policy found nothing worth cleaning.
@@ -1011,7 +1020,7 @@ impl State {
             self.cleaner_deferred = true;
             return Err(Errno::ENOSPC.into());
         }
-        if self.may_wait_for_cleaner && !self.bg_stuck && (self.bg_run || self.cleaning_wanted()) {
+        if self.background_run_awaited() {
             self.cleaner_deferred = true;
             return Err(Errno::ENOSPC.into());
         }

@@ -2382,3 +2382,56 @@ fn removed_files_are_room_for_the_page_cache_before_any_checkpoint() {
     drop(fs);
     assert_clean(&dev);
 }
+
+/// A call short of room waits for a background run under way even when the last run ended
+/// having given nothing back (`bg_stuck`, set while the disk was full of live data): the
+/// run under way pins the victims it reads — after an `rm`, the segments whose blocks all
+/// died — so a call cleaning beside it finds nothing (CI saw `create` fail with ENOSPC
+/// right after the removes, `space_on_its_way_back_is_room_for_the_page_cache`). Here the
+/// call must defer to the run (`cleaner_deferred`), not clean beside it.
+#[test]
+fn a_run_under_way_is_waited_for_though_the_last_was_stuck() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    fs.set_writeback_reserve(1 << 20);
+    let c = Ctx::root();
+    let mut names = Vec::new();
+    'fill: for i in 0.. {
+        let name = format!("f{i}");
+        let Ok((a, fh)) = fs.create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR) else {
+            break;
+        };
+        names.push(name);
+        for k in 0..8u64 {
+            if fs
+                .write(a.ino, fh, k * (64 << 10), &[i as u8; 64 << 10])
+                .is_err()
+            {
+                fs.release(a.ino, fh).unwrap();
+                break 'fill;
+            }
+        }
+        fs.release(a.ino, fh).unwrap();
+    }
+    for name in &names {
+        fs.unlink(&c, ROOT_INO, n(name)).unwrap();
+    }
+    let mut st = fs.st.lock();
+    st.bg_stuck = true;
+    st.bg_run = true;
+    st.may_wait_for_cleaner = true;
+    let reserve = st.writeback_reserve;
+    let r = st.ensure_space(reserve);
+    let deferred = std::mem::take(&mut st.cleaner_deferred);
+    st.may_wait_for_cleaner = false;
+    st.bg_run = false;
+    assert!(
+        r.is_err() && deferred,
+        "with a run under way, a call short of room cleaned beside it: {r:?}"
+    );
+    drop(st);
+    assert!(!fs.room_is_short(), "the removed files are still not room");
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
