@@ -2337,18 +2337,8 @@ fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     fs.destroy().unwrap();
 }
 
-/// Space on its way back is room for the page cache: after the files filling a disk are
-/// removed, their segments hold nothing live but are clean only once a checkpoint records
-/// them so (and partly dead ones once a pass cleans them). An open asking whether the room
-/// is short must count them — make the checkpoint, or clean, as a write short of room would —
-/// not answer from the clean segments alone: otherwise the open gets no page cache and a
-/// shared mapping is refused (ENODEV) until the syncer's next round, which under load came
-/// after the open (CI saw it: `space_on_its_way_back_is_room_for_the_page_cache`).
-#[test]
-fn removed_files_are_room_for_the_page_cache_before_any_checkpoint() {
-    let dev = image(4096);
-    let fs = mount(&dev);
-    fs.set_writeback_reserve(1 << 20);
+/// Files of 512 KiB written until a write fails for room: their names.
+fn fill_with_files(fs: &Lfs) -> Vec<String> {
     let c = Ctx::root();
     let mut names = Vec::new();
     'fill: for i in 0.. {
@@ -2368,6 +2358,23 @@ fn removed_files_are_room_for_the_page_cache_before_any_checkpoint() {
         }
         fs.release(a.ino, fh).unwrap();
     }
+    names
+}
+
+/// Space on its way back is room for the page cache: after the files filling a disk are
+/// removed, their segments hold nothing live but are clean only once a checkpoint records
+/// them so (and partly dead ones once a pass cleans them). An open asking whether the room
+/// is short must count them — make the checkpoint, or clean, as a write short of room would —
+/// not answer from the clean segments alone: otherwise the open gets no page cache and a
+/// shared mapping is refused (ENODEV) until the syncer's next round, which under load came
+/// after the open (CI saw it: `space_on_its_way_back_is_room_for_the_page_cache`).
+#[test]
+fn removed_files_are_room_for_the_page_cache_before_any_checkpoint() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    fs.set_writeback_reserve(1 << 20);
+    let c = Ctx::root();
+    let names = fill_with_files(&fs);
     assert!(fs.room_is_short(), "the disk never filled");
     for name in &names {
         fs.unlink(&c, ROOT_INO, n(name)).unwrap();
@@ -2395,24 +2402,7 @@ fn a_run_under_way_is_waited_for_though_the_last_was_stuck() {
     let fs = mount(&dev);
     fs.set_writeback_reserve(1 << 20);
     let c = Ctx::root();
-    let mut names = Vec::new();
-    'fill: for i in 0.. {
-        let name = format!("f{i}");
-        let Ok((a, fh)) = fs.create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR) else {
-            break;
-        };
-        names.push(name);
-        for k in 0..8u64 {
-            if fs
-                .write(a.ino, fh, k * (64 << 10), &[i as u8; 64 << 10])
-                .is_err()
-            {
-                fs.release(a.ino, fh).unwrap();
-                break 'fill;
-            }
-        }
-        fs.release(a.ino, fh).unwrap();
-    }
+    let names = fill_with_files(&fs);
     for name in &names {
         fs.unlink(&c, ROOT_INO, n(name)).unwrap();
     }
