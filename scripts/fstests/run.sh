@@ -105,20 +105,26 @@ src=$(build_suite "$CACHE")
 say "suite: $src"
 
 # --- 3. users -----------------------------------------------------------------------------
+# The smoke list runs several modes at once: on a fresh machine each finds the users
+# missing, and the second useradd of one failed the run. One run adds them at a time (a
+# lock), and a user another run added meanwhile is no failure.
 ensure_users() {
     local u
     for u in fsgqa fsgqa2 123456-fsgqa; do
         if ! getent passwd "$u" >/dev/null; then
             say "adding user $u (the suite runs commands as it)"
-            useradd -m "$u"
+            useradd -m "$u" || getent passwd "$u" >/dev/null
         fi
     done
     if ! getent group fsgqa >/dev/null; then
         say "adding group fsgqa"
-        groupadd fsgqa
+        groupadd fsgqa || getent group fsgqa >/dev/null
     fi
 }
-ensure_users
+(
+    flock 9
+    ensure_users
+) 9>/tmp/cairn-fstests-users.lock
 
 # --- 4. devices ---------------------------------------------------------------------------
 stamp=$(date +%Y%m%d-%H%M%S)
