@@ -107,18 +107,18 @@ say "suite: $src"
 # --- 3. users -----------------------------------------------------------------------------
 # The smoke list runs several modes at once: on a fresh machine each finds the users
 # missing, and the second useradd of one failed the run. One run adds them at a time (a
-# lock), and a user another run added meanwhile is no failure.
+# lock); the next finds them there.
 ensure_users() {
     local u
     for u in fsgqa fsgqa2 123456-fsgqa; do
         if ! getent passwd "$u" >/dev/null; then
             say "adding user $u (the suite runs commands as it)"
-            useradd -m "$u" || getent passwd "$u" >/dev/null
+            useradd -m "$u"
         fi
     done
     if ! getent group fsgqa >/dev/null; then
         say "adding group fsgqa"
-        groupadd fsgqa || getent group fsgqa >/dev/null
+        groupadd fsgqa
     fi
 }
 (
