@@ -77,6 +77,11 @@ impl DirtySet {
             .div_ceil(crate::format::BLOCK_SIZE as u64 / 2)
     }
 
+    /// Inode numbers freed since the last flush (each a free record in it).
+    pub fn freed_count(&self) -> usize {
+        self.freed.len()
+    }
+
     /// Data blocks buffered, all files.
     pub fn data_blocks(&self) -> u64 {
         self.data.len() as u64

@@ -768,33 +768,40 @@ impl State {
         let seg = self.sb.segment_blocks as u64;
         let beyond = (clean - kept) as u64;
         let in_head = (seg - self.log.off as u64).saturating_sub(2);
-        // What the next flush writes for the buffered changes (`write_dirty`): a data block
-        // twice (itself and an indirect block naming it: a random overwrite of a large file
-        // dirties one per block), the indirect blocks earlier changes (a truncate, a
-        // cleaning pass) left to rewrite, xattr blocks, inodes 16 to a block, the directory
-        // operation log, and a block to spare. Not the free records of inodes just freed:
-        // a delete must not make `df` fall until the flush (the reserve takes them).
-        let mut meta = 0;
-        let inodes = self.dirty.inodes();
-        let records = inodes.len() as u64;
-        for i in inodes {
-            if let Some(n) = self.nodes.get(&i) {
-                meta += n.dirty_slots.len() as u64 + n.xattr_log_blocks();
-            }
-        }
-        let pending = self.log_blocks(
-            2 * self.dirty.data_blocks()
-                + meta
-                + records.div_ceil(inode::PER_BLOCK as u64)
-                + self.dirty.dirlog_blocks()
-                + !self.dirty.is_empty() as u64,
-        );
+        // Not the free records of inodes just freed: a delete must not make `df` fall until
+        // the flush (the reserve takes them).
+        let pending = self.log_blocks(self.buffered_blocks(false));
         let room = (beyond * seg + in_head).saturating_sub(pending);
         // The most data `d` with `log_blocks(d + d / PTRS + 4) <= room`, from below.
         let payload = room - room.div_ceil(self.per_partial() + 1);
         let meta = payload.saturating_sub(4);
         let data = meta - meta.div_ceil(inode::PTRS + 1);
         data * BS
+    }
+
+    /// Blocks the next flush writes for the buffered changes (`write_dirty`), summaries
+    /// not counted, from above: a data block twice (itself and an indirect block naming
+    /// it: a random overwrite of a large file dirties one per block), the indirect blocks
+    /// earlier changes (a truncate, a cleaning pass) left to rewrite, xattr blocks, inodes
+    /// 16 to a block — with the free records of inodes freed since if `freed` — the
+    /// directory operation log, and a block to spare.
+    pub(crate) fn buffered_blocks(&self, freed: bool) -> u64 {
+        let mut meta = 0;
+        let inodes = self.dirty.inodes();
+        let mut records = inodes.len() as u64;
+        for i in inodes {
+            if let Some(n) = self.nodes.get(&i) {
+                meta += n.dirty_slots.len() as u64 + n.xattr_log_blocks();
+            }
+        }
+        if freed {
+            records += self.dirty.freed_count() as u64;
+        }
+        2 * self.dirty.data_blocks()
+            + meta
+            + records.div_ceil(inode::PER_BLOCK as u64)
+            + self.dirty.dirlog_blocks()
+            + !self.dirty.is_empty() as u64
     }
 
     /// Clean segments no call's data may take: the standing reserve (`RESERVE_SEGMENTS`,
@@ -898,11 +905,59 @@ impl State {
             .map_err(io)
     }
 
-    /// Writes everything dirty to the log as one committed flush.
+    /// Writes everything dirty to the log as one committed flush — a call's (fsync, the
+    /// syncer, a full dirty set): if the log cannot take it, nothing is written and the
+    /// call gets ENOSPC with the changes still buffered and the log intact
+    /// ([`State::room_for_flush`]). A cleaning pass flushes with `flush_inner`: its room
+    /// rule counted what it writes.
     pub fn flush(&mut self) -> Result<()> {
         self.check_log_ok()?;
+        self.room_for_flush()?;
         let r = self.flush_inner();
         self.note_log_result(r)
+    }
+
+    /// Is there room for a flush of the buffered changes — and for the checkpoint after
+    /// it? The log writer takes a clean segment the moment it enters one (`log.rs`): a
+    /// flush that enters more than are clean fails half-way, its dirty sets already taken,
+    /// and the log must refuse every change until remount. And a log left with no room
+    /// for the inode map and usage table can never checkpoint again, so never free a
+    /// segment. So the flush is counted first, by the log writer's own rules
+    /// ([`State::pass_log`]): the buffered changes from above (free records included) and
+    /// every inode map block, against the clean segments less a pass's reservation.
+    ///
+    /// Short, it is usually waiting on one thing: a checkpoint whose device writes run
+    /// without the lock (a background pass's or the syncer's, `Lfs::write_checkpoint`)
+    /// holds back the segments it empties — a pass's victims — until it is recorded, and
+    /// the pass may have entered the standing reserve to move their live blocks (its room
+    /// rule counts every clean segment). The room is a record away: settle it, which
+    /// waits at most for those device writes, and count again. Still short, ENOSPC;
+    /// a call that may wait for a pass holding a reservation (`may_wait_for_pass`) is
+    /// told to (`cleaner_deferred`, `Lfs::run_making_room`).
+    pub(crate) fn room_for_flush(&mut self) -> Result<()> {
+        if self.read_only || self.dirty.is_empty() || self.flush_fits() {
+            return Ok(());
+        }
+        if self.cp_flight.is_some() {
+            self.settle_checkpoint()?;
+            if self.flush_fits() {
+                return Ok(());
+            }
+        }
+        if self.pass_reserve > 0 && self.may_wait_for_pass {
+            self.cleaner_deferred = true;
+        }
+        Err(Errno::ENOSPC.into())
+    }
+
+    /// Would the log take the buffered changes and a checkpoint after them
+    /// ([`State::room_for_flush`])? `pass_log` runs the log writer's rules on counts: the
+    /// payload, then the usage table in one partial segment; the inode map blocks and the
+    /// flush's own commit summary are added to the payload.
+    fn flush_fits(&self) -> bool {
+        let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
+        let imap = self.imap.block_addrs().len() as u64;
+        self.pass_log(self.buffered_blocks(true) + imap + 1).1 <= clean
     }
 
     /// A log write that failed half-way left the in-memory state ahead of anything the log
@@ -1375,6 +1430,10 @@ pub struct Lfs {
     /// Called by a background cleaning pass between two slices of its moves (tests).
     #[cfg(test)]
     pub(crate) slice_hook: Mutex<Option<TestHook>>,
+    /// Called by a checkpoint written without the lock once its device writes are done,
+    /// before it is recorded (tests).
+    #[cfg(test)]
+    pub(crate) cp_hook: Mutex<Option<TestHook>>,
     pub(crate) stop: Arc<(Mutex<bool>, Condvar)>,
     /// Background cleaning passes ended (what a write short of room waits on).
     pub(crate) passes: (Mutex<u64>, Condvar),
@@ -1549,6 +1608,10 @@ impl Lfs {
             drop(st);
             let r = w.write(&dev);
             *out = Some(r.map(|()| w).map_err(|e| e.to_string()));
+        }
+        #[cfg(test)]
+        if let Some(h) = &*self.cp_hook.lock() {
+            h();
         }
         let mut st = self.st.lock();
         if st

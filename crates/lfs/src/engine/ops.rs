@@ -1220,13 +1220,14 @@ impl FileSystem for Lfs {
         // The flush's partial segments sealed under the lock; their device writes (the
         // sequencer's, `sequencer.rs`) and the device flush without it: a device flush
         // makes every completed write durable.
-        let (dev, barrier) = {
-            let mut st = self.st.lock();
+        // Short of room only while a cleaning pass holds what it reserved, the flush waits
+        // for the pass as a write does (`State::room_for_flush`).
+        let (dev, barrier) = self.run_making_room(|st| {
             st.flush()?;
             let barrier = st.log.barrier();
             let barrier = barrier.filter(|_| !planted!(st, FlushBeforeLogWrites));
-            (std::sync::Arc::clone(&st.dev), barrier)
-        };
+            Ok((std::sync::Arc::clone(&st.dev), barrier))
+        })?;
         if let Some((q, upto)) = barrier {
             q.wait(upto)?;
         }

@@ -453,6 +453,8 @@ impl Lfs {
             clean_hook: Mutex::new(None),
             #[cfg(test)]
             slice_hook: Mutex::new(None),
+            #[cfg(test)]
+            cp_hook: Mutex::new(None),
         });
         fs.start_syncer();
         Ok(fs)

@@ -2425,3 +2425,64 @@ fn a_run_under_way_is_waited_for_though_the_last_was_stuck() {
     drop(fs);
     assert_clean(&dev);
 }
+
+/// A checkpoint written without the lock (the syncer's, a background pass's) holds back
+/// the segments it empties until it is recorded; meanwhile the clean segments may be
+/// gone — a pass moving its victims' live blocks may enter every one, the standing
+/// reserve included. A call's flush that would enter a segment then must record that
+/// checkpoint and go on, never take the log past its last clean segment: CI under load
+/// saw an fsync find none, the log writer fail half-way ("log: no clean segment") and the
+/// mount refuse every change (EIO) until remount. Here the checkpoint's device writes are
+/// done, its record not yet made; a file of a segment and a half is written, the clean
+/// segments are taken as such a pass would have taken them, and the file is fsynced.
+#[test]
+fn a_flush_short_of_room_records_the_checkpoint_in_flight() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    for i in 0..10u8 {
+        let name = format!("old{i}");
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[i; 16 * BLOCK_SIZE]).unwrap();
+        fs.release(a.ino, fh).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    for i in 0..10u8 {
+        fs.unlink(&c, ROOT_INO, n(&format!("old{i}"))).unwrap();
+    }
+    let data: Vec<u8> = (0..24 * BLOCK_SIZE).map(|i| (i % 253) as u8).collect();
+    let weak = Arc::downgrade(&fs);
+    let outcome = Arc::new(Mutex::new(None));
+    let (d2, o2) = (data.clone(), outcome.clone());
+    *fs.cp_hook.lock() = Some(Box::new(move || {
+        let fs = weak.upgrade().unwrap();
+        let c = Ctx::root();
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, n("x"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &d2).unwrap();
+        {
+            let mut st = fs.st.lock();
+            let (head, next) = (st.log.seg, st.log.next_seg);
+            while crate::log::Segments::take_clean(&mut st.usage, &[head, next]).is_some() {}
+        }
+        *o2.lock() = Some((a.ino, fs.fsync(a.ino, fh, false).map_err(|e| e.to_string())));
+        fs.release(a.ino, fh).unwrap();
+    }));
+    fs.checkpoint().unwrap();
+    *fs.cp_hook.lock() = None;
+    let (ino, r) = outcome.lock().take().expect("the hook ran");
+    assert!(
+        r.is_ok(),
+        "the fsync beside the checkpoint in flight: {r:?}"
+    );
+    fs.st.lock().check_log_ok().unwrap();
+    let mut got = Vec::new();
+    fs.read(ino, 0, 0, data.len() as u32, &mut got).unwrap();
+    assert!(got == data, "the file read back differs");
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
