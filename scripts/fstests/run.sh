@@ -283,6 +283,7 @@ done <"$here/machine"
 export MODE kind format mount_options CAIRN_BIN src work RESULTS test_dev scratch_dev here
 export test_log=${test_log:-} scratch_log=${scratch_log:-}
 export FSTESTS_TEST_TIMEOUT=${FSTESTS_TEST_TIMEOUT:-1800}
+export FSTESTS_UMBRELLA_BRANCH_OPTS=${FSTESTS_UMBRELLA_BRANCH_OPTS:-}
 export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"
 t0=$SECONDS

@@ -245,6 +245,10 @@ pub(crate) struct Inner {
     /// The mount keeps and enforces POSIX ACLs: every branch's file system keeps them
     /// (decided at mount; a branch that cannot keep them does not join such a mount).
     pub acls: bool,
+    /// The mount's access-time rule (`noatime`, `relatime`, `strictatime`; set at mount,
+    /// [`FileSystem::set_atime`]): the layer applies it at open on top of the branch's
+    /// own ([`Inner::open_flags_for_atime`]).
+    pub atime: Mutex<cairn_vfs::Atime>,
 }
 
 /// How long a directory's attributes wait for further copies once one has answered.
@@ -351,6 +355,7 @@ impl Umbrella {
             tuning: Mutex::new(tuning),
             conflict_list: Mutex::new(Vec::new()),
             acls,
+            atime: Mutex::new(cairn_vfs::Atime::default()),
         });
         // Any record means the saved index may not describe the branches any more.
         let recovered = inner.recover_moves();
@@ -1355,6 +1360,13 @@ impl Inner {
         if isolated {
             return None;
         }
+        // The kernel opens the backing file with the program's open flags, not this
+        // descriptor's O_NOATIME: passed through, reads move the atime by the branch's
+        // own rule. So only where that is no stricter than the mount's (`Inner::atime_due`).
+        let v = sys::fstatvfs(fd.as_fd()).ok()?;
+        if atime_rank(branch_atime(v.flag)) > atime_rank(*self.atime.lock()) {
+            return None;
+        }
         let st = sys::fstat(fd.as_fd()).ok()?;
         if sys::kind_of(st.st_mode) != FileKind::RegularFile {
             return None;
@@ -1461,11 +1473,57 @@ impl Inner {
         }
         let br = self.branch(b)?;
         let f = flags & KEEP_FLAGS;
+        let due = self.atime_due(&st, f);
+        // Every read through the descriptor moves the atime by the branch's rule unless it
+        // is O_NOATIME: so it is, but under `strictatime` (every read counts, and the
+        // branch's rule is the mount's at best). O_NOATIME is the owner's (or
+        // CAP_FOWNER's): a daemon without it on a file it does not own opens without.
+        let quiet = *self.atime.lock() != cairn_vfs::Atime::Strict;
         let fd = br
-            .run(move || sys::openat(pfd.as_fd(), &name, f, 0))
+            .run(move || {
+                let fd = match quiet {
+                    true => sys::openat(pfd.as_fd(), &name, f | libc::O_NOATIME, 0)
+                        .or_else(|_| sys::openat(pfd.as_fd(), &name, f, 0))?,
+                    false => sys::openat(pfd.as_fd(), &name, f, 0)?,
+                };
+                if due {
+                    // A failed touch is no reason to refuse the open.
+                    let _ = sys::touch_atime(fd.as_fd());
+                }
+                Ok(fd)
+            })
             .map_err(ioerr)?;
         let kill = perm::handle_flags(ctx, 0, st.st_gid);
         self.new_handle(ino, flags & KEEP_FLAGS & !libc::O_TRUNC, kill, fd, b)
+    }
+
+    /// Whether an open with `flags` of the branch file `st` moves its access time by the
+    /// mount's rule. The kernel leaves a FUSE file's atime to the daemon, and the daemon
+    /// reads branch files as any program, so without this every read would move the atime
+    /// by the *branch's* mount options whatever the layer was mounted with (fstests
+    /// generic/003). The layer judges once, at open — passthrough reads never reach it,
+    /// and reads the kernel's page cache answers never do — and the branch does the
+    /// update: the handle reads through O_NOATIME (but under `strictatime`), and an open
+    /// that is due reads a byte at once without it (`sys::touch_atime`), so the branch
+    /// moves the atime as a program's read would. Not a futimens: that moves the change
+    /// time too, which a read never does. The cost: an open for reading that never reads
+    /// still counts as an access. What the branch's rule cannot give — strictatime's
+    /// second read on a relatime branch — the layer cannot either
+    /// ([`Umbrella::set_atime`] says so at mount).
+    fn atime_due(&self, st: &libc::stat, flags: i32) -> bool {
+        if flags & libc::O_NOATIME != 0 || flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return false;
+        }
+        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        self.atime.lock().updates(
+            ns(st.st_atime, st.st_atime_nsec),
+            ns(st.st_mtime, st.st_mtime_nsec),
+            ns(st.st_ctime, st.st_ctime_nsec),
+            now,
+        )
     }
 
     /// One write through a handle: inline on the caller's buffer, or a copy of it on the
@@ -2047,6 +2105,39 @@ impl FileSystem for Umbrella {
         self.inner.acls
     }
 
+    /// The mount's rule, applied at open ([`Inner::atime_due`]). The branch makes each
+    /// update, so a branch whose own rule updates less often than the mount's (a
+    /// `relatime` branch under a `strictatime` mount, any rule on a `noatime` branch)
+    /// gives the mount its own rule only: said here once per branch, with the way out.
+    fn set_atime(&self, policy: cairn_vfs::Atime) {
+        *self.inner.atime.lock() = policy;
+        for br in self.inner.branches.read().iter() {
+            let root = br.root();
+            let Ok(v) = br.run_quick(move || sys::fstatvfs(root.as_fd()), Duration::from_secs(1))
+            else {
+                continue;
+            };
+            let own = branch_atime(v.flag);
+            if atime_rank(own) < atime_rank(policy) {
+                warn!(
+                    "branch {}: mounted with {own:?} access times, which is all this mount \
+                     can give for its files there, not {policy:?}; remount the branch with \
+                     a rule at least as strict (`mount -o remount,strictatime`) for the \
+                     mount's own",
+                    br.name
+                );
+            } else if atime_rank(own) > atime_rank(policy) {
+                info!(
+                    "branch {}: mounted with {own:?} access times, stricter than this \
+                     mount's {policy:?}: its files are not passed through to the kernel \
+                     (their reads would move access times by the branch's rule); remount \
+                     the branch with this mount's rule to have both",
+                    br.name
+                );
+            }
+        }
+    }
+
     fn statfs(&self) -> Result<StatFs> {
         let i = &self.inner;
         let errors = i.policy().errors;
@@ -2387,6 +2478,14 @@ impl FileSystem for Umbrella {
         flags: i32,
     ) -> Result<(Attr, Fh)> {
         let i = &self.inner;
+        // Under `noatime` no read through the new file's handle moves its atime (the
+        // daemon made the file, so O_NOATIME is allowed on it). Under the other rules a
+        // new file's first read is due anyway: its atime is its mtime.
+        let host_flags = if *i.atime.lock() == cairn_vfs::Atime::Never {
+            flags | libc::O_NOATIME
+        } else {
+            flags
+        };
         let r = i.make_node(
             ctx,
             parent,
@@ -2394,7 +2493,7 @@ impl FileSystem for Umbrella {
             FileKind::RegularFile,
             mode & 0o7777,
             umask,
-            Make::File(flags),
+            Make::File(host_flags),
         );
         match r {
             Ok((a, fd)) => {
@@ -2686,6 +2785,26 @@ impl FileSystem for Umbrella {
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; the count read (short at end of file).
+/// The access-time rule a file system mounted with `flag` (statvfs's `f_flag`) applies.
+fn branch_atime(flag: u64) -> cairn_vfs::Atime {
+    if flag & libc::ST_NOATIME != 0 {
+        cairn_vfs::Atime::Never
+    } else if flag & libc::ST_RELATIME != 0 {
+        cairn_vfs::Atime::Relative
+    } else {
+        cairn_vfs::Atime::Strict
+    }
+}
+
+/// Rules by how often they move an access time: each moves it whenever the one before does.
+fn atime_rank(a: cairn_vfs::Atime) -> u8 {
+    match a {
+        cairn_vfs::Atime::Never => 0,
+        cairn_vfs::Atime::Relative => 1,
+        cairn_vfs::Atime::Strict => 2,
+    }
+}
+
 fn read_into(fd: &OwnedFd, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut done = 0usize;
     while done < buf.len() {

@@ -444,6 +444,27 @@ pub fn copy_file_range(
     } as libc::ssize_t)
 }
 
+/// Reads one byte of `fd` without O_NOATIME, so the file system moves the file's access
+/// time by its own rule as a program's read would (at EOF too: Linux counts the access
+/// either way), then restores the descriptor's O_NOATIME if it had it. The flag belongs
+/// to the open file description: no read through it runs meanwhile (the layer touches a
+/// descriptor only at open, before anyone else has it).
+pub fn touch_atime(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: valid descriptor; F_GETFL and F_SETFL take and return plain flags.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    let quiet = fl & libc::O_NOATIME != 0;
+    if quiet {
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NOATIME) })?;
+    }
+    let r = pread(fd, &mut [0u8; 1], 0);
+    if quiet {
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl) })?;
+    }
+    r.map(drop)
+}
+
 pub struct StatVfs {
     pub frsize: u64,
     pub blocks: u64,
@@ -452,6 +473,8 @@ pub struct StatVfs {
     pub files: u64,
     pub ffree: u64,
     pub namemax: u64,
+    /// Mount flags (`ST_RDONLY`, `ST_NOATIME`, `ST_RELATIME`, ...).
+    pub flag: u64,
 }
 
 pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<StatVfs> {
@@ -466,6 +489,7 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<StatVfs> {
         files: s.f_files,
         ffree: s.f_ffree,
         namemax: s.f_namemax,
+        flag: s.f_flag,
     })
 }
 

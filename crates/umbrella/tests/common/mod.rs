@@ -89,6 +89,11 @@ impl Rig {
     }
 
     pub fn mount_with(&mut self, passthrough: bool) {
+        self.mount_opts(passthrough, cairn_vfs::Atime::default());
+    }
+
+    /// Mounted with `passthrough` and the access-time rule `atime`.
+    pub fn mount_opts(&mut self, passthrough: bool, atime: cairn_vfs::Atime) {
         let _ = env_logger::builder().is_test(true).try_init();
         let cfg = Config::load(&self.dir.path().join("u.toml")).unwrap();
         let fs = Arc::new(Umbrella::mount(&cfg).unwrap());
@@ -96,6 +101,7 @@ impl Rig {
             fsname: "umbrella-test".into(),
             subtype: "umbrella".into(),
             passthrough,
+            atime,
             ..Default::default()
         };
         self.mount =
