@@ -284,6 +284,7 @@ export MODE kind format mount_options CAIRN_BIN src work RESULTS test_dev scratc
 export test_log=${test_log:-} scratch_log=${scratch_log:-}
 export FSTESTS_TEST_TIMEOUT=${FSTESTS_TEST_TIMEOUT:-1800}
 export FSTESTS_UMBRELLA_BRANCH_OPTS=${FSTESTS_UMBRELLA_BRANCH_OPTS:-}
+export FSTESTS_SLOW_TESTS=${FSTESTS_SLOW_TESTS:-}
 export -f say
 say "mode $MODE: ${selection[*]} (results in $RESULTS)"
 t0=$SECONDS

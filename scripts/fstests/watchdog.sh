@@ -22,6 +22,9 @@
 #   WATCHDOG_PIDS      the cairn runtime directory holding the daemons' pid files
 #   WATCHDOG_RECORD    the file the timeouts are appended to
 #   WATCHDOG_INTERVAL  seconds between looks (default 20)
+#   WATCHDOG_SLOW      tests given a multiple of the limit, space-separated TEST=N
+#                      (`generic/748=3`): tests slow on every target, ext4 included,
+#                      which need time, not a fix (docs/CONFORMANCE.md)
 #
 # Nothing here may end the loop: no `set -e` (a test that ends between two looks makes a
 # `ps` fail — under `set -e` that silently ended the old watchdog, and generic/069 then ran
@@ -74,6 +77,16 @@ cut_off() {
     done
 }
 
+# limit_of TEST: its limit in seconds, WATCHDOG_LIMIT times its WATCHDOG_SLOW multiple.
+limit_of() {
+    local e n=1
+    for e in ${WATCHDOG_SLOW:-}; do
+        [ "${e%%=*}" = "$1" ] && n=${e#*=}
+    done
+    case $n in '' | *[!0-9]*) n=1 ;; esac
+    echo $((WATCHDOG_LIMIT * n))
+}
+
 watchdog() {
     local interval=${WATCHDOG_INTERVAL:-20} pid age t m pids
     while sleep "$interval"; do
@@ -84,6 +97,7 @@ watchdog() {
         [ -n "$age" ] && [ "$age" -gt "$WATCHDOG_LIMIT" ] || continue
         t=$(ps -o args= -p "$pid" 2>/dev/null | sed 's|.*/tests/||')
         [ -n "$t" ] || continue  # it ended just now
+        [ "$age" -gt "$(limit_of "$t")" ] || continue
         echo "$t timed out after $age s" >>"$WATCHDOG_RECORD"
         mapfile -t pids < <(descendants "$pid")
         kill_tree "$pid"

@@ -168,3 +168,42 @@ fn a_test_past_its_deadline_is_killed_recorded_and_its_mount_cut_off() {
     );
     drop(watchdog);
 }
+
+/// A test named in WATCHDOG_SLOW gets its multiple of the limit (generic/748, slow on every
+/// target): one running past the plain limit but within its own is left alone, while the
+/// same test without the entry is killed and recorded.
+#[test]
+fn a_slow_test_gets_its_multiple_of_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().canonicalize().unwrap();
+    let slow = suite.join("tests/generic/903");
+    script(&slow, "sleep 4");
+    for (entry, killed) in [("generic/903=5", false), ("generic/904=5", true)] {
+        let record = suite.join(format!("timeouts-{killed}.txt"));
+        let _watchdog = Reaped(
+            Command::new("bash")
+                .arg(workspace_root().join("scripts/fstests/watchdog.sh"))
+                .env("WATCHDOG_LIMIT", "1")
+                .env("WATCHDOG_INTERVAL", "0.2")
+                .env("WATCHDOG_SLOW", format!("generic/001=2 {entry}"))
+                .env(
+                    "WATCHDOG_MATCH",
+                    format!("^/bin/bash {}/tests/[a-z]+/[0-9]+$", suite.display()),
+                )
+                .env("WATCHDOG_NS_PID", std::process::id().to_string())
+                .env("WATCHDOG_MOUNTS", "")
+                .env("WATCHDOG_PIDS", suite.as_os_str())
+                .env("WATCHDOG_RECORD", &record)
+                .spawn()
+                .expect("start watchdog.sh"),
+        );
+        let s = Command::new("/bin/bash").arg(&slow).status().unwrap();
+        let recorded = fs::read_to_string(&record).unwrap_or_default();
+        assert_eq!(
+            (s.success(), recorded.contains("generic/903 timed out")),
+            (!killed, killed),
+            "WATCHDOG_SLOW={entry}: exit {s}, recorded {recorded:?}"
+        );
+    }
+    say!("a test named in WATCHDOG_SLOW runs past the plain limit");
+}
