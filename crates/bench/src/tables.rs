@@ -476,30 +476,7 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
     }
 
     if has(meta, records, "sdet") {
-        let ls: Vec<String> = labels(records, "sdet");
-        let n = normalize(meta, records, "sdet", &rate_columns(&ls, false));
-        let _ = writeln!(s, "\n### {}\n\nScripts per hour:\n", title("sdet"));
-        absolute_table(&mut s, &n, "scripts/hour", &|v| fmt_rate(v * 3600.0));
-        let _ = writeln!(s, "\nNormalized:\n");
-        ratio_table(&mut s, &n, b);
-        let series = series_over_param(meta, records, "sdet", "scripts", 3600.0);
-        figures.line(
-            &mut s,
-            "SDET",
-            "sdet.png",
-            &plot::LinePlot {
-                // 002 Fig. 7 plots scripts/hour; 000 Fig. 5 the same normalized to FFS-async.
-                title: "SDET-like: scripts/hour vs concurrency (002 Fig. 7, 000 Fig. 5)".into(),
-                x_label: "concurrent scripts".into(),
-                y_label: "scripts/hour".into(),
-                // Linear, as the papers' figures: N = 1, 2, 4, 8 all get a labelled tick.
-                x_log: false,
-                y_log: false,
-                x_fmt: plot::XFormat::Plain,
-                series,
-            },
-        )?;
-        claims_block(&mut s, "sdet");
+        sdet_section(&mut s, figures, meta, records)?;
     }
 
     for w in ["postmark", "postmark-umbrella", "postmark-large"] {
@@ -515,33 +492,7 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
     }
 
     if has(meta, records, "smallfile") {
-        let ls = owned(SMALLFILE_PHASES);
-        let _ = writeln!(s, "\n### {}\n", title("smallfile"));
-        evidence_table(&mut s, meta, records, "smallfile", &ls);
-        let _ = writeln!(
-            s,
-            "\nDevice busy fraction (busy time ÷ elapsed: the disk model's on `T:MODEL` targets, the block layer's on loop-device targets):\n"
-        );
-        let busy: Vec<Column> = ls
-            .iter()
-            .map(|l| Column {
-                name: l.clone(),
-                value: Box::new(move |r: &Record| {
-                    let p = phase(r, l)?;
-                    p.disk_busy().or_else(|| {
-                        Some(p.counters.as_ref()?.busy_ms()? / 1000.0 / p.secs.max(1e-9))
-                    })
-                }),
-            })
-            .collect();
-        absolute_table(
-            &mut s,
-            &normalize(meta, records, "smallfile", &busy),
-            "fraction of the phase the device had I/O in flight",
-            &|v| format!("{:.0}%", v * 100.0),
-        );
-        bars(&mut s, figures, meta, records, "smallfile", &ls, "files/s")?;
-        claims_block(&mut s, "smallfile");
+        smallfile_section(&mut s, figures, meta, records)?;
     }
 
     if has(meta, records, "largefile") {
@@ -553,35 +504,7 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
     }
 
     if has(meta, records, "recovery") {
-        let ls = labels(records, "recovery");
-        let secs = secs_columns(&ls);
-        let _ = writeln!(
-            s,
-            "\n### {}\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n",
-            title("recovery")
-        );
-        absolute_table(
-            &mut s,
-            &normalize(meta, records, "recovery", &secs),
-            "seconds",
-            &|v| format!("{v:.2}"),
-        );
-        let procs: BTreeMap<String, String> = records
-            .iter()
-            .filter(|r| r.workload == "recovery")
-            .filter_map(|r| {
-                let p = r.phases.first()?.extra.get("procedure")?.as_str()?;
-                Some((r.target.clone(), p.to_string()))
-            })
-            .collect();
-        if !procs.is_empty() {
-            let v: Vec<String> = procs.iter().map(|(t, p)| format!("{t}: {p}")).collect();
-            let _ = writeln!(s, "\nRecovery procedures: {}.", v.join("; "));
-        }
-        for p in published::for_workload("recovery") {
-            published_block(&mut s, p);
-        }
-        claims_block(&mut s, "recovery");
+        recovery_section(&mut s, meta, records);
     }
 
     let group = crate::workload::groupcreate::NAME;
@@ -596,6 +519,105 @@ pub fn render(figures: &Figures, meta: &Meta, records: &[Record]) -> Result<Stri
         crate::device::render(&mut s, meta, records);
     }
     Ok(s)
+}
+
+/// 002 Fig. 7 and 000 Fig. 5: scripts per hour, normalized, and their plot.
+fn sdet_section(s: &mut String, figures: &Figures, meta: &Meta, records: &[Record]) -> Result<()> {
+    let b = meta.baseline.as_str();
+    let ls: Vec<String> = labels(records, "sdet");
+    let n = normalize(meta, records, "sdet", &rate_columns(&ls, false));
+    let _ = writeln!(s, "\n### {}\n\nScripts per hour:\n", title("sdet"));
+    absolute_table(s, &n, "scripts/hour", &|v| fmt_rate(v * 3600.0));
+    let _ = writeln!(s, "\nNormalized:\n");
+    ratio_table(s, &n, b);
+    let series = series_over_param(meta, records, "sdet", "scripts", 3600.0);
+    figures.line(
+        s,
+        "SDET",
+        "sdet.png",
+        &plot::LinePlot {
+            // 002 Fig. 7 plots scripts/hour; 000 Fig. 5 the same normalized to FFS-async.
+            title: "SDET-like: scripts/hour vs concurrency (002 Fig. 7, 000 Fig. 5)".into(),
+            x_label: "concurrent scripts".into(),
+            y_label: "scripts/hour".into(),
+            // Linear, as the papers' figures: N = 1, 2, 4, 8 all get a labelled tick.
+            x_log: false,
+            y_log: false,
+            x_fmt: plot::XFormat::Plain,
+            series,
+        },
+    )?;
+    claims_block(s, "sdet");
+    Ok(())
+}
+
+/// The small-file table, the device's busy fraction per phase, and the bars.
+fn smallfile_section(
+    s: &mut String,
+    figures: &Figures,
+    meta: &Meta,
+    records: &[Record],
+) -> Result<()> {
+    let ls = owned(SMALLFILE_PHASES);
+    let _ = writeln!(s, "\n### {}\n", title("smallfile"));
+    evidence_table(s, meta, records, "smallfile", &ls);
+    let _ = writeln!(
+        s,
+        "\nDevice busy fraction (busy time ÷ elapsed: the disk model's on `T:MODEL` targets, the block layer's on loop-device targets):\n"
+    );
+    let busy: Vec<Column> = ls
+        .iter()
+        .map(|l| Column {
+            name: l.clone(),
+            value: Box::new(move |r: &Record| {
+                let p = phase(r, l)?;
+                p.disk_busy()
+                    .or_else(|| Some(p.counters.as_ref()?.busy_ms()? / 1000.0 / p.secs.max(1e-9)))
+            }),
+        })
+        .collect();
+    absolute_table(
+        s,
+        &normalize(meta, records, "smallfile", &busy),
+        "fraction of the phase the device had I/O in flight",
+        &|v| format!("{:.0}%", v * 100.0),
+    );
+    bars(s, figures, meta, records, "smallfile", &ls, "files/s")?;
+    claims_block(s, "smallfile");
+    Ok(())
+}
+
+/// Seconds to a usable mount and to a full check after a crash, with each target's procedure.
+fn recovery_section(s: &mut String, meta: &Meta, records: &[Record]) {
+    let ls = labels(records, "recovery");
+    let secs = secs_columns(&ls);
+    let _ = writeln!(
+        s,
+        "\n### {}\n\nSeconds from the crash to a usable mount ('recover', the target's own procedure) and for a full read-only check ('fsck'):\n",
+        title("recovery")
+    );
+    absolute_table(
+        s,
+        &normalize(meta, records, "recovery", &secs),
+        "seconds",
+        &|v| format!("{v:.2}"),
+    );
+    let procs: BTreeMap<String, String> = records
+        .iter()
+        .filter(|r| r.workload == "recovery")
+        .filter_map(|r| {
+            let p = r.phases.first()?.extra.get("procedure")?.as_str()?;
+            Some((r.target.clone(), p.to_string()))
+        })
+        .collect();
+    if !procs.is_empty() {
+        let v: Vec<String> = procs.iter().map(|(t, p)| format!("{t}: {p}")).collect();
+        let _ = writeln!(s, "\nRecovery procedures: {}.", v.join("; "));
+    }
+    for p in published::for_workload("recovery") {
+        published_block(s, p);
+    }
+    claims_block(s, "recovery");
 }
 
 /// Median rate per phase with min–max, ratio to the baseline, and device writes and flushes
