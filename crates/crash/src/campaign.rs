@@ -114,91 +114,8 @@ pub fn run(
         }
         expects.push(e);
     }
-    // Record everything first: the state budget goes where the states are.
-    let specs: Vec<(usize, usize)> = (0..opts.modes.len())
-        .flat_map(|m| (0..opts.workloads.len()).map(move |w| (m, w)))
-        .collect();
-    let recorded: Mutex<Vec<Option<Result<Job, Error>>>> =
-        Mutex::new((0..specs.len()).map(|_| None).collect());
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..opts.threads.max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(m, w)) = specs.get(i) else { break };
-                    let wl = &opts.workloads[w];
-                    let r = workload::record(wl, &opts.modes[m], &opts.image).map(|rec| Job {
-                        capacity: capacity(&rec, opts.torn),
-                        rec,
-                        expect: expects[m].clone(),
-                        scripted: wl.is_scripted(),
-                        states: Vec::new(),
-                    });
-                    recorded.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
-                }
-            });
-        }
-    });
-    let mut jobs = Vec::new();
-    for r in recorded.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        jobs.push(r.expect("every job recorded")?);
-    }
-    for p in &opts.recordings {
-        let rec = record::load(p)?;
-        let expect = modes::expectation(&rec.header.mode).ok_or_else(|| {
-            Error::Config(format!(
-                "{}: mode '{}' declares no crash expectations",
-                p.display(),
-                rec.header.mode
-            ))
-        })?;
-        jobs.push(Job {
-            capacity: capacity(&rec, opts.torn),
-            rec,
-            expect,
-            scripted: false,
-            states: Vec::new(),
-        });
-    }
-    // Spread the budget: every job gets an equal share, small ones give theirs away.
-    let caps: Vec<u64> = jobs.iter().map(|j| j.capacity).collect();
-    let mut shares = states::water_fill(&caps, opts.states as u64);
-    // The capacities are estimates (torn masks and duplicates make an epoch yield fewer
-    // states than its share): what a job could not use goes to the jobs that used all of
-    // theirs, a few rounds.
-    for round in 0..4 {
-        for (k, (j, &n)) in jobs.iter_mut().zip(&shares).enumerate() {
-            if round > 0 && !j.states.is_empty() {
-                continue;
-            }
-            let ep = states::epochs(&j.rec);
-            j.states = states::generate(
-                &ep,
-                &GenOptions {
-                    states: n.max(1) as usize,
-                    seed: opts.seed.wrapping_add(k as u64 * 7919),
-                    torn: opts.torn,
-                    sectors: j.rec.header.block_size / 512,
-                    ..Default::default()
-                },
-            );
-        }
-        let made: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
-        let short = (opts.states as u64).saturating_sub(made);
-        // "Used all of it" within 2%: dedup and torn-mask collisions cost a few states.
-        let full: Vec<usize> = (0..jobs.len())
-            .filter(|&k| jobs[k].states.len() as u64 >= shares[k] - shares[k] / 50)
-            .collect();
-        if short == 0 || full.is_empty() || round == 3 {
-            break;
-        }
-        for k in full.iter().copied() {
-            shares[k] += short.div_ceil(full.len() as u64);
-            // Regenerate this job with its larger share in the next round.
-            jobs[k].states.clear();
-        }
-    }
+    let mut jobs = record_jobs(opts, &expects)?;
+    spread_states(&mut jobs, opts);
     let total: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
     let done = AtomicU64::new(0);
     let bad = AtomicU64::new(0);
@@ -269,6 +186,101 @@ pub fn run(
         threads,
         expectations: expects,
     })
+}
+
+/// Every mode × workload recorded (on `opts.threads` threads), then the recordings given
+/// on the command line: the jobs, each with the states it could yield (`capacity`).
+fn record_jobs(opts: &CampaignOptions, expects: &[Expectation]) -> Result<Vec<Job>, Error> {
+    // Record everything first: the state budget goes where the states are.
+    let specs: Vec<(usize, usize)> = (0..opts.modes.len())
+        .flat_map(|m| (0..opts.workloads.len()).map(move |w| (m, w)))
+        .collect();
+    let recorded: Mutex<Vec<Option<Result<Job, Error>>>> =
+        Mutex::new((0..specs.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(m, w)) = specs.get(i) else { break };
+                    let wl = &opts.workloads[w];
+                    let r = workload::record(wl, &opts.modes[m], &opts.image).map(|rec| Job {
+                        capacity: capacity(&rec, opts.torn),
+                        rec,
+                        expect: expects[m].clone(),
+                        scripted: wl.is_scripted(),
+                        states: Vec::new(),
+                    });
+                    recorded.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                }
+            });
+        }
+    });
+    let mut jobs = Vec::new();
+    for r in recorded.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        jobs.push(r.expect("every job recorded")?);
+    }
+    for p in &opts.recordings {
+        let rec = record::load(p)?;
+        let expect = modes::expectation(&rec.header.mode).ok_or_else(|| {
+            Error::Config(format!(
+                "{}: mode '{}' declares no crash expectations",
+                p.display(),
+                rec.header.mode
+            ))
+        })?;
+        jobs.push(Job {
+            capacity: capacity(&rec, opts.torn),
+            rec,
+            expect,
+            scripted: false,
+            states: Vec::new(),
+        });
+    }
+    Ok(jobs)
+}
+
+/// Shares `opts.states` among the jobs and generates each one's crash states.
+fn spread_states(jobs: &mut [Job], opts: &CampaignOptions) {
+    // Spread the budget: every job gets an equal share, small ones give theirs away.
+    let caps: Vec<u64> = jobs.iter().map(|j| j.capacity).collect();
+    let mut shares = states::water_fill(&caps, opts.states as u64);
+    // The capacities are estimates (torn masks and duplicates make an epoch yield fewer
+    // states than its share): what a job could not use goes to the jobs that used all of
+    // theirs, a few rounds.
+    for round in 0..4 {
+        for (k, (j, &n)) in jobs.iter_mut().zip(&shares).enumerate() {
+            if round > 0 && !j.states.is_empty() {
+                continue;
+            }
+            let ep = states::epochs(&j.rec);
+            j.states = states::generate(
+                &ep,
+                &GenOptions {
+                    states: n.max(1) as usize,
+                    seed: opts.seed.wrapping_add(k as u64 * 7919),
+                    torn: opts.torn,
+                    sectors: j.rec.header.block_size / 512,
+                    ..Default::default()
+                },
+            );
+        }
+        let made: u64 = jobs.iter().map(|j| j.states.len() as u64).sum();
+        let short = (opts.states as u64).saturating_sub(made);
+        // "Used all of it" within 2%: dedup and torn-mask collisions cost a few states.
+        let full: Vec<usize> = (0..jobs.len())
+            .filter(|&k| jobs[k].states.len() as u64 >= shares[k] - shares[k] / 50)
+            .collect();
+        if short == 0 || full.is_empty() || round == 3 {
+            break;
+        }
+        for k in full.iter().copied() {
+            shares[k] += short.div_ceil(full.len() as u64);
+            // Regenerate this job with its larger share in the next round.
+            jobs[k].states.clear();
+        }
+    }
 }
 
 fn capacity(rec: &Recording, torn: bool) -> u64 {
