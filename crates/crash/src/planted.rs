@@ -942,6 +942,9 @@ impl Strategy for WriteBeforeLog {
         self.note(&[f.inode_buf]);
         self.inner.change_linkcnt(tx, f)
     }
+    fn before_tail_zeroed(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> FsResult<()> {
+        self.inner.before_tail_zeroed(tx, ino, buf)
+    }
     fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> FsResult<()> {
         self.note(&[f.inode_buf]);
         self.inner.setup_freeblocks(tx, f)

@@ -272,6 +272,9 @@ impl Strategy for Marker<'_> {
         self.mark(|m| m.ino(f.ino));
         self.inner.change_linkcnt(tx, f)
     }
+    fn before_tail_zeroed(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+        self.inner.before_tail_zeroed(tx, ino, buf)
+    }
     fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()> {
         self.mark(|m| {
             m.ino(f.ino);

@@ -473,7 +473,10 @@ impl Ffs {
         Ok(())
     }
 
-    fn zero_tail(&self, st: &mut State, ino: u64, size: u64) -> Result<()> {
+    /// Zeroes the bytes of `ino`'s block holding offset `size` from there to its end: a
+    /// growth's new bytes must read as zero, and so must a shrink's dropped ones if the
+    /// file grows again. `shrink`: the strategy is told first (`before_tail_zeroed`).
+    fn zero_tail(&self, st: &mut State, ino: u64, size: u64, shrink: bool) -> Result<()> {
         let bs = self.vol.geo.block_size as u64;
         if size.is_multiple_of(bs) {
             return Ok(());
@@ -481,6 +484,9 @@ impl Ffs {
         let p = self.bmap(st, ino, size / bs)?;
         if p != 0 {
             let b = self.bread(p, kind::DATA)?;
+            if shrink {
+                self.fact(st, |s, tx| s.before_tail_zeroed(tx, ino, &b))?;
+            }
             let at = (size % bs) as usize;
             b.write_range(at, bs as usize - at).fill(0);
             self.vol.cache.mark_dirty(&b);
@@ -495,12 +501,12 @@ impl Ffs {
         let old = self.iget(st, ino)?.d.size;
         let bs = self.vol.geo.block_size as u64;
         if size < old {
-            self.zero_tail(st, ino, size)?;
+            self.zero_tail(st, ino, size, true)?;
             self.iget(st, ino)?.d.size = size;
             self.truncate_blocks(st, ino, size.div_ceil(bs), false)?;
         } else {
             // Growing: bytes past the old end in its last block must read as zero.
-            self.zero_tail(st, ino, old)?;
+            self.zero_tail(st, ino, old, false)?;
             self.iget(st, ino)?.d.size = size;
         }
         Ok(())
@@ -1056,7 +1062,7 @@ impl Ffs {
             return Err(Errno::EFBIG.into());
         }
         if offset > d.size {
-            self.zero_tail(st, ino, d.size)?;
+            self.zero_tail(st, ino, d.size, false)?;
         }
         let bs = self.vol.geo.block_size as u64;
         // Streaming writes (a request of at least STREAM_BYTES) bypass the buffer cache for
@@ -1433,7 +1439,7 @@ impl Ffs {
         }
         let grow = |st: &mut State, keep_size: bool| -> Result<()> {
             if !keep_size && end > d.size {
-                self.zero_tail(st, ino, d.size)?;
+                self.zero_tail(st, ino, d.size, false)?;
                 self.iget(st, ino)?.d.size = end;
             }
             Ok(())

@@ -387,6 +387,15 @@ pub trait Strategy: Send + std::marker::Sync {
         let _ = (tx, f);
         Ok(())
     }
+    /// A shrink of file `ino` to within a block is about to zero that block's tail in
+    /// `buf` (the block's data before the new end stays). Called before the bytes change,
+    /// so a mode that must get the block's present image to disk first — a journal, whose
+    /// zeroed tail has to follow the shrink's records while the data before it has to
+    /// precede the records of the write that allocated the block — can write it here.
+    fn before_tail_zeroed(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+        let _ = (tx, ino, buf);
+        Ok(())
+    }
     /// Inode `ino` was encoded into `buf` (FreeBSD: `softdep_update_inodeblock`); `was` is
     /// the size its slot held before (the size on disk when nothing encoded the inode since
     /// its block was read: a mode asking whether a size was raised need not read the device).

@@ -1635,6 +1635,30 @@ impl Strategy for Journal {
         Ok(())
     }
 
+    /// Before a shrink zeroes its last block's tail, that block's present image goes to
+    /// disk if it may be needed there. Two orders meet in this block: its zeroed tail must
+    /// follow the shrink's records (`truncate_tail`), and its data before the new end must
+    /// precede the records that name the block — in `commit=async`, the write that
+    /// allocated it may still be unforced, and then no force can serve both: the one that
+    /// makes the shrink durable makes that allocation durable too, and the block, held back
+    /// for the shrink, is not on disk (an fsync in flight showed its file's inode over
+    /// zeros there). Written now, before any byte changes, the block carries the data the
+    /// allocation exposes and nothing the shrink takes away. Only while an unforced call
+    /// wrote data (`data_dirty`): otherwise every pointer to the block is durable with its
+    /// data already there. A block still waiting for an earlier shrink's records gets them
+    /// forced first, data first (`ordered_sync`), as its write-ahead requires.
+    fn before_tail_zeroed(&self, tx: &mut Tx, ino: Ino, buf: &BufRef) -> Result<()> {
+        let _ = ino;
+        if !buf.is_dirty() || !self.inner.data_dirty.load(AtomicOrdering::Acquire) {
+            return Ok(());
+        }
+        if !self.inner.data_first(buf) {
+            self.inner.ordered_sync(&tx.io.cache)?;
+        }
+        tx.io.cache.write_now(&[buf])?;
+        Ok(())
+    }
+
     fn setup_freeblocks(&self, tx: &mut Tx, f: &FreeBlocks) -> Result<()> {
         Self::join(tx, &[f.inode_buf]);
         if !f.whole_file

@@ -1599,6 +1599,91 @@ fn a_shrink_is_never_half_done_by_its_zeroed_tail() {
     }
 }
 
+/// A shrink into a block whose allocation is not durable yet (`commit=async`): the force
+/// that makes the shrink durable makes the allocating write durable too, so the block's
+/// data before the new end must be on disk before that force, while its zeroed tail must
+/// not land before it. Crashed at every write and flush of a write, the shrink and an
+/// fsync, the file is empty (nothing forced), or whole with its data, never a durable
+/// pointer over a block never written (`before_tail_zeroed`; the crash campaign's
+/// `random-17:400` found it as an fsync in flight showing its inode over zeros).
+#[test]
+fn a_shrink_into_a_block_not_yet_durable_keeps_its_data_first() {
+    let (fs, log) = fresh();
+    let (len, to) = (5 * 4096 + 1000, 4 * 4096 + 2496);
+    let setup = {
+        let f = mount(&fs, &log, Commit::Async);
+        let (a, fh) = new_file(&f, "f", 0, 0);
+        f.fsync(a, fh, false).unwrap();
+        f.release(a, fh).unwrap();
+        f.unmount().unwrap();
+        (fs.to_bytes(), log.to_bytes())
+    };
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let rec = |bytes: &Vec<u8>, id| {
+        Arc::new(Rec {
+            inner: MemDevice::from_bytes(4096, bytes.clone()),
+            id,
+            evs: evs.clone(),
+        })
+    };
+    let (rfs, rlog) = (rec(&setup.0, 0), rec(&setup.1, 1));
+    let f = mount_with(
+        rfs,
+        Journal::new(LogSpec::Device(rlog), Commit::Async),
+        false,
+    )
+    .unwrap();
+    let c = Ctx::root();
+    let a = f.lookup(&c, 2, n("f")).unwrap().ino;
+    let fh = f.open(&c, a, libc::O_RDWR).unwrap();
+    // Small writes, delayed in the cache (not a stream write), unforced.
+    for at in (0..len).step_by(4096) {
+        let k = 4096.min(len - at);
+        f.write(a, fh, at as u64, &vec![0xaa; k]).unwrap();
+    }
+    let set = cairn_vfs::SetAttr {
+        size: Some(to as u64),
+        ..Default::default()
+    };
+    f.setattr(&c, a, set).unwrap();
+    f.fsync(a, fh, false).unwrap();
+    f.release(a, fh).unwrap();
+    f.unmount().unwrap();
+    drop(f);
+    let evs = std::mem::take(&mut *evs.lock());
+    let mut bad = Vec::new();
+    for k in 0..=evs.len() {
+        let fsd = MemDevice::from_bytes(4096, setup.0.clone());
+        let logd = MemDevice::from_bytes(4096, setup.1.clone());
+        for e in &evs[..k] {
+            if let Ev::Write { dev, block, data } = e {
+                let d = if *dev == 0 { &fsd } else { &logd };
+                d.write_blocks(*block, data).unwrap();
+            }
+        }
+        let logdev = Arc::new(logd.with_block_size(4096));
+        let f = mount_with(
+            Arc::new(fsd.with_block_size(4096)),
+            Journal::new(LogSpec::Device(logdev), Commit::Async),
+            false,
+        )
+        .unwrap();
+        let a = f.lookup(&c, 2, n("f")).unwrap().ino;
+        let mut buf = Vec::new();
+        f.read(a, 0, 0, len as u32 + 1, &mut buf).unwrap();
+        f.unmount().unwrap();
+        let whole = buf.iter().filter(|&&x| x == 0xaa).count();
+        if !((buf.is_empty() || buf.len() == len || buf.len() == to) && whole == buf.len()) {
+            bad.push(format!(
+                "after event {k} of {}: {} bytes, {whole} of them the file's",
+                evs.len(),
+                buf.len()
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
 /// A call that fails after it freed blocks is taken back whole: its holds go with it (a
 /// hold left behind would never open — the call logged nothing — and keep its blocks from
 /// the allocator for the life of the mount).
