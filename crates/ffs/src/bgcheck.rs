@@ -52,9 +52,9 @@ use parking_lot::Mutex;
 
 use crate::format::{ROOT_INO, Superblock, bitmap, get_u64, kind};
 use crate::strategy::{
-    self, AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DirAdd, DirChange, DirRemove,
-    Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, IoModel, LinkChange, LinkWhy, OpKind,
-    OpState, Release, Strategy, SyncWhy, Tx,
+    self, AllocDirect, AllocIndir, Apply, AttrChange, Blk, BlkMapDep, DataZeroed, DirAdd,
+    DirChange, DirRemove, Engine, FreeBlocks, FreeFile, FsyncReq, Ino, InoMapDep, IoModel,
+    LinkChange, LinkWhy, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::{Ffs, State, corrupt_err};
 
@@ -231,6 +231,12 @@ impl Strategy for Marker<'_> {
             m.blk(f.old_blk)
         });
         self.inner.setup_allocdirect(tx, f)
+    }
+    /// The blocks were named by their allocations (marked there); the fact goes on so
+    /// soft updates counts the zeros as the blocks' writes during a scan as at any time.
+    fn setup_data_zeroed(&self, tx: &mut Tx, f: &DataZeroed) -> Result<()> {
+        self.mark(|m| m.ino(f.ino));
+        self.inner.setup_data_zeroed(tx, f)
     }
     fn setup_allocindir(&self, tx: &mut Tx, f: &AllocIndir) -> Result<()> {
         self.mark(|m| {
