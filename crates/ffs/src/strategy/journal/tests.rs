@@ -169,6 +169,47 @@ enum Ev {
     Returned(usize),
 }
 
+/// A `commit=async` mount, the log on a device of its own, of copies of `setup`'s images
+/// (file system, log) whose every write and flush is appended to the list returned with
+/// it; `plant` may break the journal first.
+fn recorded_async(
+    setup: &(Vec<u8>, Vec<u8>),
+    plant: impl FnOnce(&Journal),
+) -> (Arc<Ffs>, Arc<Mutex<Vec<Ev>>>) {
+    let evs = Arc::new(Mutex::new(Vec::new()));
+    let rec = |bytes: &Vec<u8>, id| {
+        Arc::new(Rec {
+            inner: MemDevice::from_bytes(4096, bytes.clone()),
+            id,
+            evs: evs.clone(),
+        })
+    };
+    let (rfs, rlog) = (rec(&setup.0, 0), rec(&setup.1, 1));
+    let j = Journal::new(LogSpec::Device(rlog), Commit::Async);
+    plant(&j);
+    (mount_with(rfs, j, false).unwrap(), evs)
+}
+
+/// `setup`'s images (file system, log) after the device writes of `evs` and nothing
+/// else — a crash right after the last of them — mounted `commit=async` (recovery runs).
+fn crashed_async(setup: &(Vec<u8>, Vec<u8>), evs: &[Ev]) -> Arc<Ffs> {
+    let fsd = MemDevice::from_bytes(4096, setup.0.clone());
+    let logd = MemDevice::from_bytes(4096, setup.1.clone());
+    for e in evs {
+        if let Ev::Write { dev, block, data } = e {
+            let d = if *dev == 0 { &fsd } else { &logd };
+            d.write_blocks(*block, data).unwrap();
+        }
+    }
+    let logdev = Arc::new(logd.with_block_size(4096));
+    mount_with(
+        Arc::new(fsd.with_block_size(4096)),
+        Journal::new(LogSpec::Device(logdev), Commit::Async),
+        false,
+    )
+    .unwrap()
+}
+
 /// A memory device that records its writes and flushes, in one sequence shared with
 /// another (the file system's and the log's, in the order they were issued).
 struct Rec {
@@ -1430,7 +1471,6 @@ fn a_call_needing_held_blocks_forces_the_log_and_never_fails() {
 /// does. Every state must recover clean, `big` whole or empty.
 fn reuse_campaign(plant: bool) -> Vec<String> {
     let (fs, log) = fresh();
-    let evs = Arc::new(Mutex::new(Vec::new()));
     let big_len = 80 << 10;
     let setup = {
         let f = mount(&fs, &log, Commit::Async);
@@ -1439,21 +1479,11 @@ fn reuse_campaign(plant: bool) -> Vec<String> {
         f.unmount().unwrap();
         (fs.to_bytes(), log.to_bytes())
     };
-    let rfs = Arc::new(Rec {
-        inner: MemDevice::from_bytes(4096, setup.0.clone()),
-        id: 0,
-        evs: evs.clone(),
+    let (f, evs) = recorded_async(&setup, |j| {
+        if plant {
+            j.plant_reuse_before_log();
+        }
     });
-    let rlog = Arc::new(Rec {
-        inner: MemDevice::from_bytes(4096, setup.1.clone()),
-        id: 1,
-        evs: evs.clone(),
-    });
-    let j = Journal::new(LogSpec::Device(rlog), Commit::Async);
-    if plant {
-        j.plant_reuse_before_log();
-    }
-    let f = mount_with(rfs, j, false).unwrap();
     let c = Ctx::root();
     let big = f.lookup(&c, 2, n("big")).unwrap().ino;
     f.setattr(
@@ -1544,21 +1574,7 @@ fn a_shrink_is_never_half_done_by_its_zeroed_tail() {
         f.unmount().unwrap();
         (fs.to_bytes(), log.to_bytes())
     };
-    let evs = Arc::new(Mutex::new(Vec::new()));
-    let rec = |bytes: &Vec<u8>, id| {
-        Arc::new(Rec {
-            inner: MemDevice::from_bytes(4096, bytes.clone()),
-            id,
-            evs: evs.clone(),
-        })
-    };
-    let (rfs, rlog) = (rec(&setup.0, 0), rec(&setup.1, 1));
-    let f = mount_with(
-        rfs,
-        Journal::new(LogSpec::Device(rlog), Commit::Async),
-        false,
-    )
-    .unwrap();
+    let (f, evs) = recorded_async(&setup, |_| {});
     let c = Ctx::root();
     let a = f.lookup(&c, 2, n("f")).unwrap().ino;
     let set = cairn_vfs::SetAttr {
@@ -1571,21 +1587,7 @@ fn a_shrink_is_never_half_done_by_its_zeroed_tail() {
     drop(f);
     let evs = std::mem::take(&mut *evs.lock());
     for k in 0..=evs.len() {
-        let fsd = MemDevice::from_bytes(4096, setup.0.clone());
-        let logd = MemDevice::from_bytes(4096, setup.1.clone());
-        for e in &evs[..k] {
-            if let Ev::Write { dev, block, data } = e {
-                let d = if *dev == 0 { &fsd } else { &logd };
-                d.write_blocks(*block, data).unwrap();
-            }
-        }
-        let logdev = Arc::new(logd.with_block_size(4096));
-        let f = mount_with(
-            Arc::new(fsd.with_block_size(4096)),
-            Journal::new(LogSpec::Device(logdev), Commit::Async),
-            false,
-        )
-        .unwrap();
+        let f = crashed_async(&setup, &evs[..k]);
         let a = f.lookup(&c, 2, n("f")).unwrap().ino;
         let mut buf = Vec::new();
         f.read(a, 0, 0, len as u32 + 1, &mut buf).unwrap();
@@ -1618,21 +1620,7 @@ fn a_shrink_into_a_block_not_yet_durable_keeps_its_data_first() {
         f.unmount().unwrap();
         (fs.to_bytes(), log.to_bytes())
     };
-    let evs = Arc::new(Mutex::new(Vec::new()));
-    let rec = |bytes: &Vec<u8>, id| {
-        Arc::new(Rec {
-            inner: MemDevice::from_bytes(4096, bytes.clone()),
-            id,
-            evs: evs.clone(),
-        })
-    };
-    let (rfs, rlog) = (rec(&setup.0, 0), rec(&setup.1, 1));
-    let f = mount_with(
-        rfs,
-        Journal::new(LogSpec::Device(rlog), Commit::Async),
-        false,
-    )
-    .unwrap();
+    let (f, evs) = recorded_async(&setup, |_| {});
     let c = Ctx::root();
     let a = f.lookup(&c, 2, n("f")).unwrap().ino;
     let fh = f.open(&c, a, libc::O_RDWR).unwrap();
@@ -1653,21 +1641,7 @@ fn a_shrink_into_a_block_not_yet_durable_keeps_its_data_first() {
     let evs = std::mem::take(&mut *evs.lock());
     let mut bad = Vec::new();
     for k in 0..=evs.len() {
-        let fsd = MemDevice::from_bytes(4096, setup.0.clone());
-        let logd = MemDevice::from_bytes(4096, setup.1.clone());
-        for e in &evs[..k] {
-            if let Ev::Write { dev, block, data } = e {
-                let d = if *dev == 0 { &fsd } else { &logd };
-                d.write_blocks(*block, data).unwrap();
-            }
-        }
-        let logdev = Arc::new(logd.with_block_size(4096));
-        let f = mount_with(
-            Arc::new(fsd.with_block_size(4096)),
-            Journal::new(LogSpec::Device(logdev), Commit::Async),
-            false,
-        )
-        .unwrap();
+        let f = crashed_async(&setup, &evs[..k]);
         let a = f.lookup(&c, 2, n("f")).unwrap().ino;
         let mut buf = Vec::new();
         f.read(a, 0, 0, len as u32 + 1, &mut buf).unwrap();
