@@ -247,7 +247,7 @@ pub(crate) struct Inner {
     pub acls: bool,
     /// The mount's access-time rule (`noatime`, `relatime`, `strictatime`; set at mount,
     /// [`FileSystem::set_atime`]): the layer applies it at open on top of the branch's
-    /// own ([`Inner::open_flags_for_atime`]).
+    /// own (`Inner::atime_due`).
     pub atime: Mutex<cairn_vfs::Atime>,
 }
 
@@ -2784,7 +2784,6 @@ impl FileSystem for Umbrella {
     }
 }
 
-/// Reads up to `buf.len()` bytes at `offset`; the count read (short at end of file).
 /// The access-time rule a file system mounted with `flag` (statvfs's `f_flag`) applies.
 fn branch_atime(flag: u64) -> cairn_vfs::Atime {
     if flag & libc::ST_NOATIME != 0 {
@@ -2805,6 +2804,7 @@ fn atime_rank(a: cairn_vfs::Atime) -> u8 {
     }
 }
 
+/// Reads up to `buf.len()` bytes at `offset`; the count read (short at end of file).
 fn read_into(fd: &OwnedFd, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut done = 0usize;
     while done < buf.len() {
