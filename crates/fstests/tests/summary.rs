@@ -137,3 +137,29 @@ fn the_table_writes_nothing_into_the_runs_it_reads() {
     );
     assert_eq!((listing(&ext4), listing(&live)), before, "nothing written");
 }
+
+/// Every exclusion names its reason, in the form the summary reads (`generic/NNN  # why`):
+/// a line without one would leave the test out of the run and out of the summary's
+/// reasons, unexplained.
+#[test]
+fn every_exclusion_says_why() {
+    for file in ["exclude", "exclude.umbrella"] {
+        let path = workspace_root().join("scripts/fstests").join(file);
+        let text = fs::read_to_string(&path).unwrap();
+        let entries: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect();
+        assert!(!entries.is_empty(), "{file}: no exclusion");
+        for l in entries {
+            let (test, why) = l.split_once('#').unwrap_or((l, ""));
+            let test = test.trim();
+            assert!(
+                test.split_once('/')
+                    .is_some_and(|(g, n)| !g.is_empty() && n.parse::<u32>().is_ok()),
+                "{file}: {l:?} names no test"
+            );
+            assert!(why.trim().len() > 10, "{file}: {test} gives no reason");
+        }
+    }
+}
