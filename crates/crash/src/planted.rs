@@ -204,27 +204,31 @@ impl Planted {
     /// The strategy with the bug in it, for a bug in an FFS mode (`None` for another
     /// format's: see [`Planted::mount`]).
     pub fn strategy(&self) -> Option<Box<dyn Strategy>> {
-        if self.lfs_fault().is_some() {
-            return None;
-        }
-        if self.fault == Fault::SoftdepEntryUnrolled {
-            return Some(Box::new(
-                cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
-            ));
-        }
-        if self.fault == Fault::SoftdepRenameUnforced {
-            return Some(Box::new(
-                cairn_ffs::strategy::softdep::SoftDep::without_rename_force(self.name),
-            ));
-        }
-        if self.base != "sync" {
-            return None;
-        }
+        // Every fault says where it is planted (a match without a catch-all: a new fault
+        // must choose), never derived from its base mode's name.
         let steps: Arc<dyn StepWriter> = match self.fault {
+            Fault::LfsCheckpointFirst
+            | Fault::LfsReleaseAtFlush
+            | Fault::LfsRollForwardUncommitted => return None,
+            Fault::SoftdepEntryUnrolled => {
+                return Some(Box::new(
+                    cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
+                ));
+            }
+            Fault::SoftdepRenameUnforced => {
+                return Some(Box::new(
+                    cairn_ffs::strategy::softdep::SoftDep::without_rename_force(self.name),
+                ));
+            }
             Fault::BarrierDropped => Arc::new(Unbarriered),
             Fault::LazyReturn => Arc::new(NoEndFlush),
             Fault::GroupsNoBarrier => Arc::new(GroupsUnbarriered),
-            _ => Arc::new(Ordered),
+            Fault::DirentDirty
+            | Fault::FreeBeforeClear
+            | Fault::RenameRemoveFirst
+            | Fault::FsyncMetaFirst
+            | Fault::DataAllocsUnowed
+            | Fault::DirentFirst => Arc::new(Ordered),
         };
         Some(Box::new(PlantedSync {
             fault: self.fault,
