@@ -19,7 +19,68 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_vfs::{Attr, FileKind};
 
-pub type Stat = libc::stat;
+/// A branch file's attributes: stat(2)'s fields, and its birth time where the branch keeps
+/// one. The layer reports the birth time it is given (FUSE_STATX carries it), so it must be
+/// the branch's own: a stand-in such as the change time runs ahead of the access and
+/// modification times as soon as anything (a chown after mknod, a link) changes the inode,
+/// and statx then shows a file born after it was last written (fstests generic/423).
+#[derive(Clone, Copy)]
+pub struct Stat {
+    st: libc::stat,
+    /// `stx_btime` (seconds, nanoseconds) when the branch reported STATX_BTIME.
+    pub btime: Option<(i64, i64)>,
+}
+
+impl std::ops::Deref for Stat {
+    type Target = libc::stat;
+    fn deref(&self) -> &libc::stat {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for Stat {
+    fn deref_mut(&mut self) -> &mut libc::stat {
+        &mut self.st
+    }
+}
+
+/// statx(2) of `name` under `dir` (or of `dir` itself with AT_EMPTY_PATH and ""), as a
+/// [`Stat`]: one call for stat's fields and the birth time.
+fn statx(dir: BorrowedFd<'_>, name: &std::ffi::CStr, flags: libc::c_int) -> io::Result<Stat> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut x: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated name and a statx buffer of the right type.
+    cvt(unsafe {
+        libc::statx(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::AT_STATX_SYNC_AS_STAT,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+            &mut x,
+        )
+    })?;
+    let mut st = zero_stat();
+    st.st_dev = libc::makedev(x.stx_dev_major, x.stx_dev_minor);
+    st.st_ino = x.stx_ino;
+    st.st_mode = x.stx_mode as libc::mode_t;
+    st.st_nlink = x.stx_nlink as libc::nlink_t;
+    st.st_uid = x.stx_uid;
+    st.st_gid = x.stx_gid;
+    st.st_rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
+    st.st_size = x.stx_size as libc::off_t;
+    st.st_blksize = x.stx_blksize as libc::blksize_t;
+    st.st_blocks = x.stx_blocks as libc::blkcnt_t;
+    st.st_atime = x.stx_atime.tv_sec;
+    st.st_atime_nsec = x.stx_atime.tv_nsec as i64;
+    st.st_mtime = x.stx_mtime.tv_sec;
+    st.st_mtime_nsec = x.stx_mtime.tv_nsec as i64;
+    st.st_ctime = x.stx_ctime.tv_sec;
+    st.st_ctime_nsec = x.stx_ctime.tv_nsec as i64;
+    if x.stx_mask & libc::STATX_BTIME != 0 {
+        st.btime = Some((x.stx_btime.tv_sec, x.stx_btime.tv_nsec as i64));
+    }
+    Ok(st)
+}
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -130,24 +191,12 @@ impl AsFdB for OwnedFd {
 
 pub fn fstatat(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
     let n = cstr(name.as_bytes())?;
-    let mut st: Stat = unsafe { std::mem::zeroed() };
-    // SAFETY: NUL-terminated name and a stat buffer of the right type.
-    cvt(unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            n.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(st)
+    statx(dir, &n, libc::AT_SYMLINK_NOFOLLOW)
 }
 
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
-    let mut st: Stat = unsafe { std::mem::zeroed() };
-    // SAFETY: AT_EMPTY_PATH with "" stats the descriptor itself (works on O_PATH fds too).
-    cvt(unsafe { libc::fstatat(fd.as_raw_fd(), c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH) })?;
-    Ok(st)
+    // AT_EMPTY_PATH with "" stats the descriptor itself (works on O_PATH fds too).
+    statx(fd, c"", libc::AT_EMPTY_PATH)
 }
 
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
@@ -965,7 +1014,12 @@ pub fn attr_from(st: &Stat, ino: u64) -> Attr {
         atime: time(st.st_atime, st.st_atime_nsec),
         mtime: time(st.st_mtime, st.st_mtime_nsec),
         ctime: time(st.st_ctime, st.st_ctime_nsec),
-        crtime: time(st.st_ctime, st.st_ctime_nsec),
+        // Without the branch's own birth time, the earliest time the inode shows: never
+        // after its access or modification time (what statx readers check).
+        crtime: match st.btime {
+            Some((sec, nsec)) => time(sec, nsec),
+            None => time(st.st_ctime, st.st_ctime_nsec).min(time(st.st_mtime, st.st_mtime_nsec)),
+        },
         kind: kind_of(st.st_mode),
         perm: (st.st_mode & 0o7777) as u16,
         nlink: st.st_nlink as u32,
@@ -979,8 +1033,11 @@ pub fn attr_from(st: &Stat, ino: u64) -> Attr {
 
 /// An all-zero stat (attributes to fill in by hand).
 pub fn zero_stat() -> Stat {
-    // SAFETY: stat is plain old data; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
+    Stat {
+        // SAFETY: stat is plain old data; all-zero is a valid value.
+        st: unsafe { std::mem::zeroed() },
+        btime: None,
+    }
 }
 
 pub fn errno(e: &io::Error) -> i32 {

@@ -634,3 +634,34 @@ fn fstat_of_an_open_directory_renamed_over() {
     assert_eq!(kept.metadata().expect("fstat after rmdir").nlink(), 0);
     assert_eq!(fs::metadata(r.m("d2")).unwrap().nlink(), 2);
 }
+
+/// A file's birth time is its branch's, never after its access or modification time: a
+/// change to the inode (a chown, a link) moves its change time, which the layer once
+/// reported as the birth time (fstests generic/423 on a fifo, a device, a symlink).
+#[test]
+fn birth_times_are_the_branches_own() {
+    let r = Rig::new(&["fast", "slow"], TWO_TIER);
+    fs::write(r.m("file"), b"x").unwrap();
+    let fifo = r.m("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    for p in [r.m("file"), fifo] {
+        // The change time moves past the others.
+        std::thread::sleep(Duration::from_millis(20));
+        std::os::unix::fs::lchown(&p, Some(1), Some(1)).unwrap();
+        let m = fs::symlink_metadata(&p).unwrap();
+        let born = m.created().expect("statx gives a birth time");
+        assert!(
+            born <= m.modified().unwrap() && born <= m.accessed().unwrap(),
+            "{}: born {:?} after modified {:?} / accessed {:?}",
+            p.display(),
+            born,
+            m.modified().unwrap(),
+            m.accessed().unwrap()
+        );
+        let branch = fs::symlink_metadata(r.b("fast", p.file_name().unwrap().to_str().unwrap()));
+        if let Ok(Ok(b)) = branch.map(|b| b.created()) {
+            assert_eq!(born, b, "{}: the branch's birth time", p.display());
+        }
+    }
+}
