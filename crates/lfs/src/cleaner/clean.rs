@@ -86,11 +86,17 @@ pub struct CleanerStats {
     pub split_passes: u64,
     /// The longest hold of the engine's lock by a background pass, in microseconds of
     /// wall time, by what it did: loading the inodes its victims name, choosing victims
-    /// and finding their live blocks, moving a slice of them, preparing its checkpoint.
+    /// and finding their live blocks (and reserving their room), moving a slice of them,
+    /// preparing its checkpoint; and a pass that could not reserve its room, in one hold
+    /// from its choice to its checkpoint's preparation (counted apart: it is the longest).
     pub longest_load_hold_us: u64,
     pub longest_choose_hold_us: u64,
     pub longest_move_hold_us: u64,
     pub longest_checkpoint_hold_us: u64,
+    pub longest_whole_hold_us: u64,
+    /// Of the hold choosing the victims, the longest spent flushing what calls buffered
+    /// (the rest is the liveness checks and the room count).
+    pub longest_choose_flush_us: u64,
 }
 
 /// Which lock hold of a background pass a time is for (`CleanerStats`).
@@ -100,6 +106,8 @@ enum Hold {
     Choose,
     Move,
     Checkpoint,
+    Whole,
+    ChooseFlush,
 }
 
 impl CleanerStats {
@@ -110,6 +118,8 @@ impl CleanerStats {
             Hold::Choose => &mut self.longest_choose_hold_us,
             Hold::Move => &mut self.longest_move_hold_us,
             Hold::Checkpoint => &mut self.longest_checkpoint_hold_us,
+            Hold::Whole => &mut self.longest_whole_hold_us,
+            Hold::ChooseFlush => &mut self.longest_choose_flush_us,
         };
         *m = (*m).max(us);
     }
@@ -429,7 +439,9 @@ impl State {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
         // write it anyway): the room below is then the pass's own.
+        let t = Instant::now();
         self.flush_inner()?;
+        self.cleaner.held(Hold::ChooseFlush, t);
         let now_s = self.clock();
         let head_free = (self.sb.segment_blocks - self.log.off) as u64 * BS;
         let plan = policy::plan(&View(self), policy.selection, now_s, th, head_free);
@@ -791,7 +803,7 @@ impl Lfs {
             .move_live(&mut moved, usize::MAX)
             .and_then(|()| st.checkpoint_prepare());
         let cp = st.note_log_result(r);
-        st.cleaner.held(Hold::Choose, t);
+        st.cleaner.held(Hold::Whole, t);
         if let Some(w) = cp? {
             st = self.write_checkpoint(st, w)?;
         }
