@@ -53,6 +53,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::branch::{Branch, DirFd, META, State, Tuning};
 use crate::config::{Config, ErrorMode};
+use crate::migrate::Room;
 use crate::ns::{Dir, Entry, ROOT, Tree};
 use crate::rules::{Amount, BranchId, BranchView, Decision, Facts, RuleRef, RuleSet};
 use crate::sys::{self, TimeSet};
@@ -252,6 +253,15 @@ pub(crate) struct Inner {
 }
 
 /// How long a directory's attributes wait for further copies once one has answered.
+/// How many times a write or fallocate that found its branch full looks again for room
+/// (`Inner::overflowing`): enough for two files racing for one branch (one moves, the other
+/// retries where it is or moves after it), bounded so that a full union answers ENOSPC soon.
+const OVERFLOW_TRIES: u32 = 4;
+
+/// The pause before a second look for room, doubled for each later one (10 + 20 + 40 ms at
+/// most in all): a concurrent fallocate's transient fill or a concurrent move is over by then.
+const OVERFLOW_PAUSE: Duration = Duration::from_millis(10);
+
 const ATTR_GRACE: Duration = Duration::from_millis(250);
 
 /// Directory lock stripes: enough that unrelated directories rarely share one.
@@ -1537,25 +1547,70 @@ impl Inner {
         g.branch.run(move || sys::pwrite(fd.as_fd(), &v, off))
     }
 
-    /// Writes through a handle, moving the file to the rule's next branch when its branch
-    /// is full (issue 3 item 3: invisible to the application).
+    /// Writes through a handle, moving the file to another branch of its rule when its
+    /// branch is full (issue 3 item 3: invisible to the application).
     fn write_overflowing(&self, h: &Arc<Handle>, off: u64, data: &[u8]) -> Result<u32> {
-        let mut moved = false;
-        loop {
-            match Self::write_once(h, off, data) {
-                Ok(n) => return Ok(n as u32),
-                Err(e) if !moved && matches!(sys::errno(&e), libc::ENOSPC | libc::EDQUOT) => {
-                    moved = true;
-                    let size = h
-                        .io(|fd| sys::fstat(fd.as_fd()))
-                        .map(|s| s.st_size as u64)
-                        .unwrap_or(0);
-                    let need = size.max(off + data.len() as u64);
-                    self.overflow(h.ino, need).map_err(|_| err(libc::ENOSPC))?;
+        let end = off.saturating_add(data.len() as u64);
+        let n = self.overflowing(
+            h,
+            |size, _| (size.max(end), data.len() as u64),
+            || Self::write_once(h, off, data),
+        )?;
+        Ok(n as u32)
+    }
+
+    /// Runs `op` (a write or fallocate through `h`); when it finds the branch full, makes
+    /// room (`overflow`: retry in place if the fill has passed, else move the file) and runs
+    /// it again. `need(size, allocated)` gives, from the file's size and allocated bytes
+    /// now, its size after the call (what a move needs on its target) and what the call
+    /// needs on the file's own branch.
+    ///
+    /// Bounded: at most `OVERFLOW_TRIES` looks for room, with a short pause before every
+    /// look but the first (a concurrent call's transient fill, or its move, passes in
+    /// milliseconds), each host call with its branch's deadline. Two files racing for the
+    /// same branch cannot ping-pong forever, and an application whose file fits nowhere
+    /// gets its ENOSPC after at most the sum of the pauses. A retry in place that fails
+    /// again makes the next look move the file rather than stay (the room it saw was not
+    /// room for this call). A failed move leaves the file whole where it was (rolled back,
+    /// `move_file`), so the next look starts from the same state.
+    pub(crate) fn overflowing<T>(
+        &self,
+        h: &Arc<Handle>,
+        need: impl Fn(u64, u64) -> (u64, u64),
+        op: impl Fn() -> io::Result<T>,
+    ) -> Result<T> {
+        let mut stay = true;
+        for tries in 0..=OVERFLOW_TRIES {
+            let e = match op() {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if !matches!(sys::errno(&e), libc::ENOSPC | libc::EDQUOT) {
+                return Err(ioerr(e));
+            }
+            if tries == OVERFLOW_TRIES {
+                break;
+            }
+            if tries > 0 {
+                std::thread::sleep(OVERFLOW_PAUSE * (1 << (tries - 1)));
+            }
+            let (size, allocated) = h
+                .io(|fd| sys::fstat(fd.as_fd()))
+                .map(|s| (s.st_size as u64, (s.st_blocks as u64).saturating_mul(512)))
+                .unwrap_or((0, 0));
+            let (total, here) = need(size, allocated);
+            match self.overflow(h.ino, total, stay.then_some(here)) {
+                Ok(Room::Here) => stay = false,
+                Ok(Room::Moved) => stay = true,
+                // No room anywhere at this moment, or the target filled during the move:
+                // look again after the pause.
+                Err(e) if matches!(e.errno().0, libc::ENOSPC | libc::EDQUOT | libc::EAGAIN) => {
+                    stay = true;
                 }
-                Err(e) => return Err(ioerr(e)),
+                Err(_) => break,
             }
         }
+        Err(err(libc::ENOSPC))
     }
 
     /// One round of health probes, one per branch, in parallel: a branch that does not
@@ -2733,18 +2788,26 @@ impl FileSystem for Umbrella {
         let h = self.inner.handle(fh)?;
         h.may_change(mode & !libc::FALLOC_FL_KEEP_SIZE == 0)?;
         h.remove_privs().map_err(ioerr)?;
-        let r = h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
-        match r {
-            Ok(()) => Ok(()),
-            Err(e) if sys::errno(&e) == libc::ENOSPC && mode & libc::FALLOC_FL_KEEP_SIZE == 0 => {
-                let need = offset.saturating_add(length);
-                self.inner
-                    .overflow(h.ino, need)
-                    .map_err(|_| err(libc::ENOSPC))?;
-                h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length))
-                    .map_err(ioerr)
-            }
-            Err(e) => Err(ioerr(e)),
+        let end = offset.saturating_add(length);
+        let grows = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
+        // The file's size after the call, and what the call needs on its branch: the range
+        // less what the file already holds (a lower bound when the range overlaps holes).
+        let need = |size: u64, allocated: u64| (size.max(end), end.saturating_sub(allocated));
+        // A plain allocation whose range clearly does not fit on the file's branch moves
+        // the file first: tried there, tmpfs would take the free pages and give them back
+        // only on failing, and a concurrent writer on the branch would meet that
+        // transient fill. A failure here is not final: the call then tries in place.
+        if mode == 0
+            && let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd()))
+        {
+            let (total, here) = need(st.st_size as u64, (st.st_blocks as u64).saturating_mul(512));
+            let _ = self.inner.overflow(h.ino, total, Some(here));
+        }
+        let op = || h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
+        if grows {
+            self.inner.overflowing(&h, need, op)
+        } else {
+            op().map_err(ioerr)
         }
     }
 

@@ -917,9 +917,21 @@ impl Inner {
         }
     }
 
-    /// A write found the file's branch full: move the open file to the rule's next branch
-    /// with room for `need` bytes.
-    pub(crate) fn overflow(&self, ino: Ino, need: u64) -> Result<()> {
+    /// A write or fallocate found the file's branch full (or, `here` given, may find it so):
+    /// make room for it. `need` is the file's size after the call, what a move must find
+    /// free on its target; `here` is what the call still needs on the file's own branch
+    /// (None: do not stay, a retry there already failed).
+    ///
+    /// Every candidate's cached space reading is forgotten first: the room was read up to
+    /// `SPACE_TTL` ago, and a concurrent file that just moved away or shrank makes a stale
+    /// reading miss a branch that has room now. If the file's own branch has room for
+    /// `here` now — the fill was transient (a concurrent fallocate holds pages for a moment,
+    /// or a concurrent file has just moved away) — the file stays and the caller retries
+    /// there. Otherwise it moves to the first of its rule's branches, earlier or later in
+    /// the order, with room for `need`. Err(ENOSPC): no branch has room at this moment, or
+    /// the target filled during the copy (rolled back, the file whole where it was); the
+    /// caller looks again a bounded number of times (`Inner::overflowing`).
+    pub(crate) fn overflow(&self, ino: Ino, need: u64, here: Option<u64>) -> Result<Room> {
         let mig = self
             .nodes
             .lock()
@@ -942,15 +954,20 @@ impl Inner {
                 .unwrap_or_default()
         };
         let (b, path, st) = self.facts_now(ino)?;
-        if let Ok(br) = self.branch(b) {
-            br.space_changed();
-        }
         let a = sys::attr_from(&st, ino);
         let f = Facts {
             size: need,
             ..Facts::of(&path, &a, b)
         };
         let d = self.decide(&f, false);
+        for &c in d.candidates().iter().chain([&b]) {
+            if let Ok(br) = self.branch(c) {
+                br.space_changed();
+            }
+        }
+        if here.is_some_and(|n| self.has_room(b, n)) {
+            return Ok(Room::Here);
+        }
         let target = d
             .candidates()
             .iter()
@@ -965,7 +982,7 @@ impl Inner {
         );
         self.move_file(ino, t, &handles)?;
         self.counters.overflows.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(Room::Moved)
     }
 
     fn active_pub(&self, b: BranchId) -> bool {
@@ -982,6 +999,15 @@ impl Inner {
     ) -> Ino {
         self.node_seen(dir, name, b, st, 0)
     }
+}
+
+/// Where [`Inner::overflow`] found room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// On the file's own branch (the fill was transient): retry there.
+    Here,
+    /// The file moved to another branch.
+    Moved,
 }
 
 /// Descriptors on the copy for every open handle, opened before any source name is removed
