@@ -252,7 +252,6 @@ pub(crate) struct Inner {
     pub atime: Mutex<cairn_vfs::Atime>,
 }
 
-/// How long a directory's attributes wait for further copies once one has answered.
 /// How many times a write or fallocate that found its branch full looks again for room
 /// (`Inner::overflowing`): enough for two files racing for one branch (one moves, the other
 /// retries where it is or moves after it), bounded so that a full union answers ENOSPC soon.
@@ -262,6 +261,7 @@ const OVERFLOW_TRIES: u32 = 4;
 /// most in all): a concurrent fallocate's transient fill or a concurrent move is over by then.
 const OVERFLOW_PAUSE: Duration = Duration::from_millis(10);
 
+/// How long a directory's attributes wait for further copies once one has answered.
 const ATTR_GRACE: Duration = Duration::from_millis(250);
 
 /// Directory lock stripes: enough that unrelated directories rarely share one.
@@ -2790,18 +2790,21 @@ impl FileSystem for Umbrella {
         h.remove_privs().map_err(ioerr)?;
         let end = offset.saturating_add(length);
         let grows = mode & libc::FALLOC_FL_KEEP_SIZE == 0;
-        // The file's size after the call, and what the call needs on its branch: the range
-        // less what the file already holds (a lower bound when the range overlaps holes).
+        // The file's size after the call, and what the call needs on its branch: the end of
+        // the range less what the file already holds (exact for a file without holes).
         let need = |size: u64, allocated: u64| (size.max(end), end.saturating_sub(allocated));
         // A plain allocation whose range clearly does not fit on the file's branch moves
         // the file first: tried there, tmpfs would take the free pages and give them back
         // only on failing, and a concurrent writer on the branch would meet that
-        // transient fill. A failure here is not final: the call then tries in place.
+        // transient fill. A failure here is not final: the call then tries in place. A
+        // call that needs nothing more never moves the file (even on a full branch).
         if mode == 0
             && let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd()))
         {
             let (total, here) = need(st.st_size as u64, (st.st_blocks as u64).saturating_mul(512));
-            let _ = self.inner.overflow(h.ino, total, Some(here));
+            if here > 0 {
+                let _ = self.inner.overflow(h.ino, total, Some(here));
+            }
         }
         let op = || h.io(move |fd| sys::fallocate(fd.as_fd(), mode, offset, length));
         if grows {
