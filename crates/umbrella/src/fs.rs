@@ -204,6 +204,9 @@ pub(crate) struct Counters {
     pub unfinished: AtomicU64,
     pub migrated_bytes: AtomicU64,
     pub overflows: AtomicU64,
+    /// Moves under way now: a call that found no branch with room waits for them
+    /// (`Inner::overflowing`), since each frees its source's room when it ends.
+    pub moving: AtomicU64,
     pub conflicts: AtomicU64,
     /// Move records resolved by recovery at mount.
     pub recovered: AtomicU64,
@@ -260,6 +263,12 @@ const OVERFLOW_TRIES: u32 = 4;
 /// The pause before a second look for room, doubled for each later one (10 + 20 + 40 ms at
 /// most in all): a concurrent fallocate's transient fill or a concurrent move is over by then.
 const OVERFLOW_PAUSE: Duration = Duration::from_millis(10);
+
+/// How long a call that found no branch with room waits, before its next look, for moves
+/// under way to end (a concurrent file moving off the branch this one needs: an 80 MiB
+/// copy on a loaded machine takes longer than the pauses). Bounded, so that moves that
+/// never stop (enforce on a busy mount) delay an ENOSPC by at most this per look.
+const OVERFLOW_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a directory's attributes wait for further copies once one has answered.
 const ATTR_GRACE: Duration = Duration::from_millis(250);
@@ -1567,9 +1576,11 @@ impl Inner {
     ///
     /// Bounded: at most `OVERFLOW_TRIES` looks for room, with a short pause before every
     /// look but the first (a concurrent call's transient fill, or its move, passes in
-    /// milliseconds), each host call with its branch's deadline. Two files racing for the
-    /// same branch cannot ping-pong forever, and an application whose file fits nowhere
-    /// gets its ENOSPC after at most the sum of the pauses. A retry in place that fails
+    /// milliseconds), each host call with its branch's deadline; after a look that found no
+    /// room, the next also waits (at most `OVERFLOW_WAIT`) for moves under way, which free
+    /// room as they end. Two files racing for the same branch cannot ping-pong forever, and
+    /// an application whose file fits nowhere gets its ENOSPC after at most the pauses and
+    /// those waits. A retry in place that fails
     /// again makes the next look move the file rather than stay (the room it saw was not
     /// room for this call). A failed move leaves the file whole where it was (rolled back,
     /// `move_file`), so the next look starts from the same state.
@@ -1579,7 +1590,7 @@ impl Inner {
         need: impl Fn(u64, u64) -> (u64, u64),
         op: impl Fn() -> io::Result<T>,
     ) -> Result<T> {
-        let mut stay = true;
+        let (mut stay, mut wait_moves) = (true, false);
         for tries in 0..=OVERFLOW_TRIES {
             let e = match op() {
                 Ok(v) => return Ok(v),
@@ -1594,18 +1605,26 @@ impl Inner {
             if tries > 0 {
                 std::thread::sleep(OVERFLOW_PAUSE * (1 << (tries - 1)));
             }
+            if wait_moves {
+                let t = std::time::Instant::now();
+                while self.counters.moving.load(Ordering::Relaxed) > 0
+                    && t.elapsed() < OVERFLOW_WAIT
+                {
+                    std::thread::sleep(OVERFLOW_PAUSE / 2);
+                }
+            }
             let (size, allocated) = h
                 .io(|fd| sys::fstat(fd.as_fd()))
                 .map(|s| (s.st_size as u64, (s.st_blocks as u64).saturating_mul(512)))
                 .unwrap_or((0, 0));
             let (total, here) = need(size, allocated);
             match self.overflow(h.ino, total, stay.then_some(here)) {
-                Ok(Room::Here) => stay = false,
-                Ok(Room::Moved) => stay = true,
+                Ok(Room::Here) => (stay, wait_moves) = (false, false),
+                Ok(Room::Moved) => (stay, wait_moves) = (true, false),
                 // No room anywhere at this moment, or the target filled during the move:
-                // look again after the pause.
+                // look again after the pause and the moves under way.
                 Err(e) if matches!(e.errno().0, libc::ENOSPC | libc::EDQUOT | libc::EAGAIN) => {
-                    stay = true;
+                    (stay, wait_moves) = (true, true);
                 }
                 Err(_) => break,
             }

@@ -572,8 +572,10 @@ impl Inner {
         dst: BranchId,
         handles: &[Arc<Handle>],
     ) -> Result<u64> {
-        let r = self.try_move(ino, dst, handles);
         let c = &self.counters;
+        c.moving.fetch_add(1, Ordering::Relaxed);
+        let r = self.try_move(ino, dst, handles);
+        c.moving.fetch_sub(1, Ordering::Relaxed);
         match &r {
             Ok(Some(bytes)) => {
                 c.migrations_done.fetch_add(1, Ordering::Relaxed);
