@@ -192,6 +192,44 @@ pub(crate) struct Policy {
     pub index_branch: BranchId,
 }
 
+/// How many file moves are under way, and a wake-up when the last ends.
+#[derive(Default)]
+pub(crate) struct MovesUnderWay {
+    n: Mutex<u64>,
+    ended: Condvar,
+}
+
+/// One move under way, counted until dropped (a move that fails or panics still ends).
+pub(crate) struct MoveUnderWay<'a>(&'a MovesUnderWay);
+
+impl MovesUnderWay {
+    pub(crate) fn begin(&self) -> MoveUnderWay<'_> {
+        *self.n.lock() += 1;
+        MoveUnderWay(self)
+    }
+
+    /// Returns once no move is under way, or after `limit`.
+    fn wait_idle(&self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        let mut n = self.n.lock();
+        while *n > 0 {
+            if self.ended.wait_until(&mut n, deadline).timed_out() {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for MoveUnderWay<'_> {
+    fn drop(&mut self) {
+        let mut n = self.0.n.lock();
+        *n -= 1;
+        if *n == 0 {
+            self.0.ended.notify_all();
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     pub migrations_done: AtomicU64,
@@ -204,9 +242,6 @@ pub(crate) struct Counters {
     pub unfinished: AtomicU64,
     pub migrated_bytes: AtomicU64,
     pub overflows: AtomicU64,
-    /// Moves under way now: a call that found no branch with room waits for them
-    /// (`Inner::overflowing`), since each frees its source's room when it ends.
-    pub moving: AtomicU64,
     pub conflicts: AtomicU64,
     /// Move records resolved by recovery at mount.
     pub recovered: AtomicU64,
@@ -232,6 +267,10 @@ pub(crate) struct Inner {
     /// Files waiting for the migration worker.
     pub pending: Mutex<HashSet<Ino>>,
     pub pending_cv: Condvar,
+    /// Moves under way (`move_file`, whoever runs it): a call that found no branch with
+    /// room waits for them (`Inner::overflowing`), since each frees its source's room when
+    /// it ends.
+    pub moves: MovesUnderWay,
     pub work_tx: Mutex<Option<std::sync::mpsc::Sender<Ino>>>,
     pub stopping: AtomicBool,
     pub config_path: Mutex<Option<std::path::PathBuf>>,
@@ -365,6 +404,7 @@ impl Umbrella {
             counters: Counters::default(),
             pending: Mutex::new(HashSet::new()),
             pending_cv: Condvar::new(),
+            moves: MovesUnderWay::default(),
             work_tx: Mutex::new(None),
             stopping: AtomicBool::new(false),
             config_path: Mutex::new(Some(cfg.source.clone())),
@@ -1580,10 +1620,10 @@ impl Inner {
     /// room, the next also waits (at most `OVERFLOW_WAIT`) for moves under way, which free
     /// room as they end. Two files racing for the same branch cannot ping-pong forever, and
     /// an application whose file fits nowhere gets its ENOSPC after at most the pauses and
-    /// those waits. A retry in place that fails
-    /// again makes the next look move the file rather than stay (the room it saw was not
-    /// room for this call). A failed move leaves the file whole where it was (rolled back,
-    /// `move_file`), so the next look starts from the same state.
+    /// those waits. A retry in place that fails again makes the next look move the file
+    /// rather than stay (the room it saw was not room for this call). A failed move leaves
+    /// the file whole where it was (rolled back, `move_file`), so the next look starts from
+    /// the same state.
     pub(crate) fn overflowing<T>(
         &self,
         h: &Arc<Handle>,
@@ -1606,12 +1646,7 @@ impl Inner {
                 std::thread::sleep(OVERFLOW_PAUSE * (1 << (tries - 1)));
             }
             if wait_moves {
-                let t = std::time::Instant::now();
-                while self.counters.moving.load(Ordering::Relaxed) > 0
-                    && t.elapsed() < OVERFLOW_WAIT
-                {
-                    std::thread::sleep(OVERFLOW_PAUSE / 2);
-                }
+                self.moves.wait_idle(OVERFLOW_WAIT);
             }
             let (size, allocated) = h
                 .io(|fd| sys::fstat(fd.as_fd()))
@@ -2812,16 +2847,20 @@ impl FileSystem for Umbrella {
         // The file's size after the call, and what the call needs on its branch: the end of
         // the range less what the file already holds (exact for a file without holes).
         let need = |size: u64, allocated: u64| (size.max(end), end.saturating_sub(allocated));
-        // A plain allocation whose range clearly does not fit on the file's branch moves
-        // the file first: tried there, tmpfs would take the free pages and give them back
-        // only on failing, and a concurrent writer on the branch would meet that
-        // transient fill. A failure here is not final: the call then tries in place. A
-        // call that needs nothing more never moves the file (even on a full branch).
+        // A plain allocation whose range clearly does not fit on the file's branch (by its
+        // cached space reading: no host call for the usual fallocate that fits) moves the
+        // file first: tried there, tmpfs would take the free pages and give them back only
+        // on failing, and a concurrent writer on the branch would meet that transient
+        // fill. A failure here is not final: the call then tries in place. A call that
+        // needs nothing more never moves the file (even on a full branch).
         if mode == 0
             && let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd()))
         {
             let (total, here) = need(st.st_size as u64, (st.st_blocks as u64).saturating_mul(512));
-            if here > 0 {
+            if here > 0
+                && let Ok((b, _)) = self.inner.file_loc(h.ino)
+                && !self.inner.has_room(b, here)
+            {
                 let _ = self.inner.overflow(h.ino, total, Some(here));
             }
         }

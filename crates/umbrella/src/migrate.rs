@@ -573,9 +573,10 @@ impl Inner {
         handles: &[Arc<Handle>],
     ) -> Result<u64> {
         let c = &self.counters;
-        c.moving.fetch_add(1, Ordering::Relaxed);
-        let r = self.try_move(ino, dst, handles);
-        c.moving.fetch_sub(1, Ordering::Relaxed);
+        let r = {
+            let _under_way = self.moves.begin();
+            self.try_move(ino, dst, handles)
+        };
         match &r {
             Ok(Some(bytes)) => {
                 c.migrations_done.fetch_add(1, Ordering::Relaxed);
