@@ -95,10 +95,10 @@ case $MODE in
         mount_options=$(json_field mount_options)
         # A mode whose every call is durable on return through its log (the registry's
         # facts: family journal, commit sync or group) makes two device flushes per write
-        # call, the data's and the log's, and this kernel sends write-through writes in
-        # 4 KiB requests (docs/FUSE.md). generic/069 (3 million appends) and 371 (8 GB in
-        # 4 KiB durable calls) need about 25 and 35 minutes on a quiet machine, beyond the
-        # default limit: they get twice it (docs/CONFORMANCE.md, "journal's five").
+        # call, the data's and the log's. generic/069 (3 million appends) and 371 (8 GB
+        # written by xfs_io in 4 KiB calls, each its own durable request: docs/FUSE.md)
+        # need about 25 and 35 minutes on a quiet machine, beyond the default limit: they
+        # get twice it (docs/CONFORMANCE.md, "journal's five").
         if [ "$(json_field family)" = journal ] && [ "$(json_field commit)" != async ]; then
             FSTESTS_SLOW_TESTS="generic/069=2 generic/371=2 ${FSTESTS_SLOW_TESTS:-}"
         fi
