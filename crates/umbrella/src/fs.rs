@@ -2848,11 +2848,12 @@ impl FileSystem for Umbrella {
         // the range less what the file already holds (exact for a file without holes).
         let need = |size: u64, allocated: u64| (size.max(end), end.saturating_sub(allocated));
         // A plain allocation whose range clearly does not fit on the file's branch (by its
-        // cached space reading: no host call for the usual fallocate that fits) moves the
-        // file first: tried there, tmpfs would take the free pages and give them back only
-        // on failing, and a concurrent writer on the branch would meet that transient
-        // fill. A failure here is not final: the call then tries in place. A call that
-        // needs nothing more never moves the file (even on a full branch).
+        // space reading, cached for 200 ms: the usual fallocate that fits makes no statvfs
+        // of its own) moves the file first: tried there, tmpfs would take the free pages
+        // and give them back only on failing, and a concurrent writer on the branch would
+        // meet that transient fill. A failure here is not final: the call then tries in
+        // place. A call that needs nothing more never moves the file (even on a full
+        // branch).
         if mode == 0
             && let Ok(st) = h.io(|fd| sys::fstat(fd.as_fd()))
         {
