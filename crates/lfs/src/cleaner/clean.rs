@@ -84,6 +84,9 @@ pub struct CleanerStats {
     /// Background passes whose moves ran in slices, calls between (the rest ran in one
     /// hold: too few clean segments to reserve their room).
     pub split_passes: u64,
+    /// Of those, passes whose choice was made smaller than the room rule allowed so that
+    /// their reservation fit (`State::trim_for_slices`).
+    pub trimmed_passes: u64,
     /// The longest hold of the engine's lock by a background pass, in microseconds of
     /// wall time, by what it did: loading the inodes its victims name, choosing victims
     /// and finding their live blocks (and reserving their room), moving a slice of them,
@@ -278,15 +281,20 @@ impl State {
         Ok(())
     }
 
-    /// Blocks of payload (no summaries) the pass writes for `a` and `b` together before
-    /// the usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
+    /// Blocks of payload (no summaries) the pass writes for `parts` together before the
+    /// usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
     /// block, and the inode map blocks (those already dirty and those of every inode
     /// rewritten). An upper bound: an indirect block left with no pointer is not written.
-    fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
-        let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
-        let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
+    fn work_blocks(&self, parts: &[&Work]) -> u64 {
+        let mut slots: BTreeSet<&(u64, u64)> = BTreeSet::new();
+        let mut inodes: BTreeSet<u64> = BTreeSet::new();
         let mut imap = self.imap.dirty_blocks().clone();
-        for w in [a, b] {
+        let (mut moved, mut xattrs) = (0, 0);
+        for w in parts {
+            moved += w.moved.len();
+            xattrs += w.xattrs.len();
+            slots.extend(w.slots.iter());
+            inodes.extend(w.inodes.iter().copied());
             imap.extend(w.imap.iter().copied());
             imap.extend(
                 w.inodes
@@ -294,9 +302,21 @@ impl State {
                     .map(|&i| (i / tables::PER_BLOCK as u64) as u32),
             );
         }
-        (a.moved.len() + b.moved.len() + slots + a.xattrs.len() + b.xattrs.len()) as u64
-            + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
+        (moved + slots.len() + xattrs) as u64
+            + (inodes.len() as u64).div_ceil(inode::PER_BLOCK as u64)
             + imap.len() as u64
+    }
+
+    /// The clean segments a background pass reserves before calls run between its slices
+    /// (`State::pass_reserve`), for `payload` blocks of which `moved` are data blocks it
+    /// moves: the segments its writes enter, with a summary more per slice (the flush
+    /// between two slices closes the partial segment the pass was filling) and a block
+    /// more, and a segment more (calls' data may leave the log at the start of a segment
+    /// the count began in the middle of). One count for the choice that must fit it, the
+    /// reservation, and its shrinking as the slices go.
+    pub(crate) fn slice_reserve(&self, payload: u64, moved: usize) -> u32 {
+        let slices = moved.div_ceil(MOVE_SLICE) as u64;
+        self.pass_log(payload + slices + 1).1 as u32 + 1
     }
 
     /// What a pass writing `payload` blocks before the usage table does to the log, found
@@ -396,7 +416,7 @@ impl State {
         need: Gain,
         prescans: &mut Prescans,
     ) -> Result<Option<Pass>> {
-        let Some(c) = self.clean_pass_choose(policy, th, need, prescans)? else {
+        let Some(c) = self.clean_pass_choose(policy, th, need, prescans, Room::OneHold)? else {
             return Ok(None);
         };
         // What the room rule counted is what the pass writes (checked in tests, where a
@@ -428,13 +448,16 @@ impl State {
     /// otherwise) and their live blocks found against the state now — a block is live only
     /// if the inode map or its file's pointer still names its address, so whatever calls
     /// overwrote while the victims were read is dropped — within the room rule. Nothing
-    /// is moved yet. `None` when no pass pays for itself.
+    /// is moved yet. With [`Room::Slices`], a choice too large for the reservation of a
+    /// pass in slices is made smaller if a smaller one still pays. `None` when no pass
+    /// pays for itself.
     pub(crate) fn clean_pass_choose(
         &mut self,
         policy: Policy,
         th: Thresholds,
         need: Gain,
         prescans: &mut Prescans,
+        room: Room,
     ) -> Result<Option<Chosen>> {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
@@ -458,17 +481,18 @@ impl State {
         let seg_blocks = self.sb.segment_blocks as u64;
         let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
+        // The victims, and of those holding live blocks what each alone writes (kept
+        // apart so that the choice can be made smaller below).
         let mut victims = Vec::new();
-        let mut scans = Vec::new();
-        let mut work = Work::default();
+        let mut parts: Vec<(u32, Work)> = Vec::new();
         // A pass must give back more than it fills, or it only moves data around (every
         // candidate full of live blocks): a segment more than it enters, or in the last
         // resort any blocks more than it writes. Never fewer clean segments than before
         // either way: the log enters at most as many segments as it frees.
-        let gains = |st: &State, victims: &[u32], work: &Work| -> bool {
-            let (total, entered) = st.pass_log(st.work_blocks(work, &Work::default()));
-            let v = victims.len() as u64;
-            !victims.is_empty()
+        let gains = |st: &State, victims: usize, payload: u64| -> bool {
+            let (total, entered) = st.pass_log(payload);
+            let v = victims as u64;
+            v > 0
                 && match need {
                     Gain::Segment => v > entered,
                     Gain::Blocks => v * seg_blocks > total && v >= entered,
@@ -486,9 +510,12 @@ impl State {
         let planned = plan.victims.len();
         let more = policy::rank(&View(self), policy::Selection::Greedy, now_s);
         let mut misfits = 0;
+        let mut blocks_read = 0;
         for (i, v) in plan.victims.into_iter().chain(more).enumerate() {
             if i >= planned {
-                if gains(self, &victims, &work) || misfits >= MAX_MISFITS {
+                if gains(self, victims.len(), self.work_blocks(&refs(&parts)))
+                    || misfits >= MAX_MISFITS
+                {
                     break;
                 }
                 if victims.contains(&v) {
@@ -506,7 +533,7 @@ impl State {
                 continue;
             }
             // Live bytes alone (inodes count 256 each) already too many: not read.
-            if !fits(self, self.work_blocks(&work, &Work::default()) + live / BS) {
+            if !fits(self, self.work_blocks(&refs(&parts)) + live / BS) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
@@ -516,34 +543,95 @@ impl State {
             };
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
-            if !fits(self, self.work_blocks(&work, &w)) {
+            let mut with = refs(&parts);
+            with.push(&w);
+            if !fits(self, self.work_blocks(&with)) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
-            work.merge(w);
-            scans.push(scan);
+            blocks_read += scan
+                .iter()
+                .map(|(s, _)| 1 + s.entries.len() as u64)
+                .sum::<u64>();
+            parts.push((v, w));
             victims.push(v);
         }
-        if !gains(self, &victims, &work) {
+        if !gains(self, victims.len(), self.work_blocks(&refs(&parts))) {
             self.cleaner.refused += 1;
             return Ok(None);
+        }
+        if room == Room::Slices {
+            self.trim_for_slices(&mut victims, &mut parts, &gains);
         }
         for &v in &victims {
             if self.usage[v as usize].live_bytes == 0 {
                 self.cleaner.empty_segments_cleaned += 1;
             }
         }
-        self.cleaner.blocks_read += scans
-            .iter()
-            .flatten()
-            .map(|(s, _)| 1 + s.entries.len() as u64)
-            .sum::<u64>();
-        let payload = self.work_blocks(&work, &Work::default());
+        self.cleaner.blocks_read += blocks_read;
+        let payload = self.work_blocks(&refs(&parts));
+        let mut work = Work::default();
+        for (_, w) in parts {
+            work.merge(w);
+        }
         Ok(Some(Chosen {
             victims,
             work,
             payload,
         }))
+    }
+
+    /// A background pass moves in slices, calls running between them, only if the clean
+    /// segments hold the room it reserves first (`State::slice_reserve`); otherwise it
+    /// runs in one hold of the lock, the longest a pass makes. A choice whose reservation
+    /// does not fit is made smaller while it still pays (`gains`), the fullest victims
+    /// left first: each gives back the same one segment for the most room its live blocks
+    /// take. Left as it was when no smaller choice both fits and pays — cleaning then in
+    /// one hold beats not cleaning.
+    fn trim_for_slices(
+        &mut self,
+        victims: &mut Vec<u32>,
+        parts: &mut Vec<(u32, Work)>,
+        gains: &dyn Fn(&State, usize, u64) -> bool,
+    ) {
+        let reserve = |st: &State, parts: &[&Work]| {
+            let moved = parts.iter().map(|w| w.moved.len()).sum();
+            st.slice_reserve(st.work_blocks(parts), moved)
+        };
+        let clean = self.clean_segments();
+        if reserve(self, &refs(parts)) <= clean {
+            return;
+        }
+        // The fullest first: by what each victim alone writes.
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.work_blocks(&[&parts[i].1])));
+        let mut keep = vec![true; parts.len()];
+        for i in order {
+            keep[i] = false;
+            let kept: Vec<&Work> = parts
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|((_, w), _)| w)
+                .collect();
+            let left = victims.len() - keep.iter().filter(|k| !**k).count();
+            if !gains(self, left, self.work_blocks(&kept)) {
+                return;
+            }
+            if reserve(self, &kept) <= clean {
+                let dropped: Vec<u32> = parts
+                    .iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| !**k)
+                    .map(|((v, _), _)| *v)
+                    .collect();
+                victims.retain(|v| !dropped.contains(v));
+                let mut k = keep.iter();
+                parts.retain(|_| *k.next().unwrap_or(&true));
+                self.cleaner.trimmed_passes += 1;
+                return;
+            }
+        }
     }
 
     /// Counts a pass whose checkpoint is durable: returns its victims now clean.
@@ -714,19 +802,16 @@ impl Lfs {
         let t = Instant::now();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre);
+        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre, Room::Slices);
         let Some(c) = st.note_log_result(r)? else {
             st.cleaner.held(Hold::Choose, t);
             return Ok(None);
         };
         // The pass's room, reserved before any call runs between its holds (the room
-        // rule counted it against the clean segments now): everything it still writes,
-        // with a summary more per slice (a flush between two slices closes the partial
-        // segment the pass was filling) and a segment more (calls' data may leave the log
-        // at the start of a segment the count began in the middle of).
+        // rule counted it against the clean segments now): everything it still writes
+        // (`State::slice_reserve`).
         let (payload, total) = (c.payload, c.work.moved.len());
-        let slices = total.div_ceil(MOVE_SLICE) as u64;
-        let reserve = st.pass_log(payload + slices + 1).1 as u32 + 1;
+        let reserve = st.slice_reserve(payload, total);
         #[cfg(any(test, feature = "planted"))]
         let reserve = if st.planted == crate::engine::Planted::NoPassReserve {
             0
@@ -771,8 +856,7 @@ impl Lfs {
                 // each slice (never grows: the first count allowed for calls moving the
                 // head), and writes waiting for room look again.
                 let left = payload.saturating_sub((total - moved.len()) as u64);
-                let slices = moved.len().div_ceil(MOVE_SLICE) as u64;
-                let now = st.pass_log(left + slices + 1).1 as u32 + 1;
+                let now = st.slice_reserve(left, moved.len());
                 st.pass_reserve = st.pass_reserve.min(now);
                 st.cleaner.held(Hold::Move, t);
                 if r.is_err() || moved.len() == 0 {
@@ -889,10 +973,29 @@ pub(crate) struct Chosen {
     payload: u64,
 }
 
+impl Chosen {
+    /// The clean segments this choice's pass would reserve to move in slices.
+    #[cfg(test)]
+    pub(crate) fn slice_reserve(&self, st: &State) -> u32 {
+        st.slice_reserve(self.payload, self.work.moved.len())
+    }
+}
+
 /// A pass whose checkpoint's device writes are still to be made.
 pub(crate) struct Pass {
     victims: Vec<u32>,
     pub(crate) cp: Option<CheckpointWrite>,
+}
+
+/// How a pass will run, which decides the room its choice must fit
+/// (`State::clean_pass_choose`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// In one hold of the lock (a foreground pass): its writes fit the log's room.
+    OneHold,
+    /// In slices with calls between them (a background pass), if the clean segments hold
+    /// its reservation (`State::slice_reserve`); else in one hold.
+    Slices,
 }
 
 /// What a cleaning pass must give back to be worth running.
@@ -915,6 +1018,11 @@ pub(crate) struct Work {
     inodes: BTreeSet<u64>,
     /// Inode map blocks found live in the victims.
     imap: BTreeSet<u32>,
+}
+
+/// The works of a choice's victims, as [`State::work_blocks`] counts them.
+fn refs(parts: &[(u32, Work)]) -> Vec<&Work> {
+    parts.iter().map(|(_, w)| w).collect()
 }
 
 impl Work {
