@@ -98,8 +98,11 @@ pub struct CleanerStats {
     pub longest_checkpoint_hold_us: u64,
     pub longest_whole_hold_us: u64,
     /// Of the hold choosing the victims, the longest spent flushing what calls buffered
-    /// (the rest is the liveness checks and the room count).
+    /// since the pass's own flush hold (the rest is the liveness checks and the room
+    /// count).
     pub longest_choose_flush_us: u64,
+    /// The pass's flush of what calls buffered, in a hold of its own before the choice.
+    pub longest_flush_hold_us: u64,
 }
 
 /// Which lock hold of a background pass a time is for (`CleanerStats`).
@@ -111,6 +114,7 @@ enum Hold {
     Checkpoint,
     Whole,
     ChooseFlush,
+    Flush,
 }
 
 impl CleanerStats {
@@ -123,6 +127,7 @@ impl CleanerStats {
             Hold::Checkpoint => &mut self.longest_checkpoint_hold_us,
             Hold::Whole => &mut self.longest_whole_hold_us,
             Hold::ChooseFlush => &mut self.longest_choose_flush_us,
+            Hold::Flush => &mut self.longest_flush_hold_us,
         };
         *m = (*m).max(us);
     }
@@ -281,30 +286,34 @@ impl State {
         Ok(())
     }
 
-    /// Blocks of payload (no summaries) the pass writes for `parts` together before the
-    /// usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
-    /// block, and the inode map blocks (those already dirty and those of every inode
-    /// rewritten). An upper bound: an indirect block left with no pointer is not written.
-    fn work_blocks(&self, parts: &[&Work]) -> u64 {
-        let mut slots: BTreeSet<&(u64, u64)> = BTreeSet::new();
-        let mut inodes: BTreeSet<u64> = BTreeSet::new();
-        let mut imap = self.imap.dirty_blocks().clone();
-        let (mut moved, mut xattrs) = (0, 0);
-        for w in parts {
+    /// Blocks of payload (no summaries) the pass writes for the victims `t` counts and `w`
+    /// together before the usage table: the moved data, the indirect and xattr blocks,
+    /// the inodes 16 to a block, and the inode map blocks (those already dirty and those
+    /// of every inode rewritten). An upper bound: an indirect block left with no pointer
+    /// is not written. Counted against `t`'s union as it stands, so that choosing among
+    /// many victims costs what they hold, not that times their number.
+    fn work_blocks(&self, t: &Tally, w: Option<&Work>) -> u64 {
+        let (mut moved, mut xattrs) = (t.moved, t.xattrs);
+        let (mut slots, mut inodes) = (t.slots.len(), t.inodes.len());
+        let dirty = self.imap.dirty_blocks();
+        let mut imap = dirty.len() + t.imap.keys().filter(|b| !dirty.contains(b)).count();
+        if let Some(w) = w {
             moved += w.moved.len();
             xattrs += w.xattrs.len();
-            slots.extend(w.slots.iter());
-            inodes.extend(w.inodes.iter().copied());
-            imap.extend(w.imap.iter().copied());
-            imap.extend(
-                w.inodes
-                    .iter()
-                    .map(|&i| (i / tables::PER_BLOCK as u64) as u32),
-            );
+            slots += w.slots.iter().filter(|s| !t.slots.contains_key(s)).count();
+            inodes += w
+                .inodes
+                .iter()
+                .filter(|i| !t.inodes.contains_key(i))
+                .count();
+            imap += Tally::imap_blocks(w)
+                .iter()
+                .filter(|b| !dirty.contains(b) && !t.imap.contains_key(b))
+                .count();
         }
-        (moved + slots.len() + xattrs) as u64
-            + (inodes.len() as u64).div_ceil(inode::PER_BLOCK as u64)
-            + imap.len() as u64
+        (moved + slots + xattrs) as u64
+            + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
+            + imap as u64
     }
 
     /// The clean segments a background pass reserves before calls run between its slices
@@ -485,6 +494,7 @@ impl State {
         // apart so that the choice can be made smaller below).
         let mut victims = Vec::new();
         let mut parts: Vec<(u32, Work)> = Vec::new();
+        let mut tally = Tally::default();
         // A pass must give back more than it fills, or it only moves data around (every
         // candidate full of live blocks): a segment more than it enters, or in the last
         // resort any blocks more than it writes. Never fewer clean segments than before
@@ -513,7 +523,7 @@ impl State {
         let mut blocks_read = 0;
         for (i, v) in plan.victims.into_iter().chain(more).enumerate() {
             if i >= planned {
-                if gains(self, victims.len(), self.work_blocks(&refs(&parts)))
+                if gains(self, victims.len(), self.work_blocks(&tally, None))
                     || misfits >= MAX_MISFITS
                 {
                     break;
@@ -533,7 +543,7 @@ impl State {
                 continue;
             }
             // Live bytes alone (inodes count 256 each) already too many: not read.
-            if !fits(self, self.work_blocks(&refs(&parts)) + live / BS) {
+            if !fits(self, self.work_blocks(&tally, None) + live / BS) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
@@ -543,9 +553,7 @@ impl State {
             };
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
-            let mut with = refs(&parts);
-            with.push(&w);
-            if !fits(self, self.work_blocks(&with)) {
+            if !fits(self, self.work_blocks(&tally, Some(&w))) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
@@ -553,10 +561,11 @@ impl State {
                 .iter()
                 .map(|(s, _)| 1 + s.entries.len() as u64)
                 .sum::<u64>();
+            tally.add(&w);
             parts.push((v, w));
             victims.push(v);
         }
-        if !gains(self, victims.len(), self.work_blocks(&refs(&parts))) {
+        if !gains(self, victims.len(), self.work_blocks(&tally, None)) {
             self.cleaner.refused += 1;
             return Ok(None);
         }
@@ -569,7 +578,7 @@ impl State {
             }
         }
         self.cleaner.blocks_read += blocks_read;
-        let payload = self.work_blocks(&refs(&parts));
+        let payload = self.work_blocks(&Tally::of(parts.iter().map(|(_, w)| w)), None);
         let mut work = Work::default();
         for (_, w) in parts {
             work.merge(w);
@@ -594,40 +603,26 @@ impl State {
         parts: &mut Vec<(u32, Work)>,
         gains: &dyn Fn(&State, usize, u64) -> bool,
     ) {
-        let reserve = |st: &State, parts: &[&Work]| {
-            let moved = parts.iter().map(|w| w.moved.len()).sum();
-            st.slice_reserve(st.work_blocks(parts), moved)
-        };
         let clean = self.clean_segments();
-        if reserve(self, &refs(parts)) <= clean {
+        let mut t = Tally::of(parts.iter().map(|(_, w)| w));
+        let reserve = |st: &State, t: &Tally| st.slice_reserve(st.work_blocks(t, None), t.moved);
+        if reserve(self, &t) <= clean {
             return;
         }
         // The fullest first: by what each victim alone writes.
         let mut order: Vec<usize> = (0..parts.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(self.work_blocks(&[&parts[i].1])));
-        let mut keep = vec![true; parts.len()];
-        for i in order {
-            keep[i] = false;
-            let kept: Vec<&Work> = parts
-                .iter()
-                .zip(&keep)
-                .filter(|(_, k)| **k)
-                .map(|((_, w), _)| w)
-                .collect();
-            let left = victims.len() - keep.iter().filter(|k| !**k).count();
-            if !gains(self, left, self.work_blocks(&kept)) {
+        order.sort_by_key(|&i| {
+            std::cmp::Reverse(self.work_blocks(&Tally::default(), Some(&parts[i].1)))
+        });
+        for (n, &i) in order.iter().enumerate() {
+            t.remove(&parts[i].1);
+            if !gains(self, victims.len() - (n + 1), self.work_blocks(&t, None)) {
                 return;
             }
-            if reserve(self, &kept) <= clean {
-                let dropped: Vec<u32> = parts
-                    .iter()
-                    .zip(&keep)
-                    .filter(|(_, k)| !**k)
-                    .map(|((v, _), _)| *v)
-                    .collect();
-                victims.retain(|v| !dropped.contains(v));
-                let mut k = keep.iter();
-                parts.retain(|_| *k.next().unwrap_or(&true));
+            if reserve(self, &t) <= clean {
+                let left: Vec<u32> = order[..=n].iter().map(|&j| parts[j].0).collect();
+                victims.retain(|v| !left.contains(v));
+                parts.retain(|(v, _)| !left.contains(v));
                 self.cleaner.trimmed_passes += 1;
                 return;
             }
@@ -744,12 +739,13 @@ impl State {
 /// makes its checkpoint's device writes without it.
 impl Lfs {
     /// One pass of a background cleaning run (started below `clean_start`, going on until
-    /// `clean_stop` segments are clean): whether the run goes on. The lock is held three
-    /// times, never across a device read or flush: to choose and pin the segments to read
-    /// (`pass_candidates`); after reading them, to find their live blocks against the
-    /// state then and move them (`State::clean_pass_prepare`, the log writes of the moved
-    /// blocks and of the checkpoint's tables included); after the checkpoint's device
-    /// flushes and region, to record it and release the victims.
+    /// `clean_stop` segments are clean): whether the run goes on. The lock is held in
+    /// short holds, never across a device read or flush (`Lfs::clean_pass_unlocked`): to
+    /// choose and pin the segments to read (`pass_candidates`); after reading them, to
+    /// load the inodes they name, a few per hold; to flush what calls buffered; to choose
+    /// the victims, find their live blocks and reserve the pass's room; to move the live
+    /// blocks a slice per hold; to prepare the checkpoint; after its device flushes and
+    /// region, to record it and release the victims.
     pub(crate) fn clean_step(&self) -> Result<bool> {
         let (policy, th) = {
             let st = self.st.lock();
@@ -798,6 +794,17 @@ impl Lfs {
             h();
         }
         self.load_named_inodes(&pre)?;
+        // What calls buffered (up to a flush's 8 MiB) goes to the log in a hold of its own,
+        // handed to a waiting call after: the choosing hold, which flushes first so that
+        // the room it counts is the pass's own, then flushes only what came since.
+        {
+            let mut st = self.st.lock();
+            let t = Instant::now();
+            let r = st.settle_checkpoint().and_then(|()| st.flush_inner());
+            st.note_log_result(r)?;
+            st.cleaner.held(Hold::Flush, t);
+            MutexGuard::unlock_fair(st);
+        }
         let mut st = self.st.lock();
         let t = Instant::now();
         // The victims were dirty and held since: what was read is what they hold.
@@ -1020,9 +1027,75 @@ pub(crate) struct Work {
     imap: BTreeSet<u32>,
 }
 
-/// The works of a choice's victims, as [`State::work_blocks`] counts them.
-fn refs(parts: &[(u32, Work)]) -> Vec<&Work> {
-    parts.iter().map(|(_, w)| w).collect()
+/// What the victims of a choice write together, counted ([`State::work_blocks`]): their
+/// data blocks and xattr lists, and the union of the indirect blocks, inodes and inode map
+/// blocks (those found live and those of the inodes rewritten) they name — each with the
+/// number of victims naming it, so that a victim can be taken out again
+/// (`State::trim_for_slices`) for what it holds, not by counting the rest anew.
+#[derive(Default)]
+struct Tally {
+    moved: usize,
+    xattrs: usize,
+    slots: BTreeMap<(u64, u64), u32>,
+    inodes: BTreeMap<u64, u32>,
+    imap: BTreeMap<u32, u32>,
+}
+
+impl Tally {
+    fn of<'a>(works: impl Iterator<Item = &'a Work>) -> Tally {
+        let mut t = Tally::default();
+        for w in works {
+            t.add(w);
+        }
+        t
+    }
+
+    fn add(&mut self, w: &Work) {
+        self.moved += w.moved.len();
+        self.xattrs += w.xattrs.len();
+        for &k in &w.slots {
+            *self.slots.entry(k).or_default() += 1;
+        }
+        for &k in &w.inodes {
+            *self.inodes.entry(k).or_default() += 1;
+        }
+        for k in Tally::imap_blocks(w) {
+            *self.imap.entry(k).or_default() += 1;
+        }
+    }
+
+    /// Takes out a victim [`Tally::add`] put in.
+    fn remove(&mut self, w: &Work) {
+        fn dec<K: Ord>(m: &mut BTreeMap<K, u32>, k: K) {
+            if let std::collections::btree_map::Entry::Occupied(mut e) = m.entry(k) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+        self.moved -= w.moved.len();
+        self.xattrs -= w.xattrs.len();
+        for &k in &w.slots {
+            dec(&mut self.slots, k);
+        }
+        for &k in &w.inodes {
+            dec(&mut self.inodes, k);
+        }
+        for k in Tally::imap_blocks(w) {
+            dec(&mut self.imap, k);
+        }
+    }
+
+    /// The inode map blocks `w` rewrites, each once: those found live, and those of its
+    /// inodes.
+    fn imap_blocks(w: &Work) -> BTreeSet<u32> {
+        let of_inodes = w
+            .inodes
+            .iter()
+            .map(|&i| (i / tables::PER_BLOCK as u64) as u32);
+        w.imap.iter().copied().chain(of_inodes).collect()
+    }
 }
 
 impl Work {
