@@ -443,7 +443,7 @@ mod tests {
                 .get_or_insert_default()
                 .insert(b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 9]);
             n.xattr_dirty = true;
-            st.mark_dirty(bad);
+            st.mark_meta_dirty(bad);
             st.node(flagged).unwrap().inode.flags = 0x4000_0000;
             st.mark_dirty(flagged);
         }

@@ -134,7 +134,7 @@ impl State {
             node.inode.mode = m;
         }
         node.inode.ctime = now();
-        self.mark_dirty(ino);
+        self.mark_meta_dirty(ino);
         Ok(())
     }
 

@@ -9,7 +9,11 @@
 //! - a freed inode has no buffered blocks and is not a dirty inode; allocating the
 //!   number again takes it off the freed list;
 //! - `since` is set from the first change after a flush until the next flush takes the
-//!   set: the syncer flushes what is older than `flush_age`.
+//!   set: the syncer flushes what is older than `flush_age`;
+//! - a dirty inode whose node has indirect blocks or an xattr list to rewrite is among the
+//!   `meta` inodes (a superset: an inode stays there until the flush), so that counting
+//!   what the flush writes for them (`State::buffered_blocks`, on every write) looks at
+//!   those few, not at every dirty inode.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -24,6 +28,8 @@ pub(crate) struct DirtySet {
     dirlog: Vec<Record>,
     /// Bytes the directory operation log's records take encoded.
     dirlog_bytes: u64,
+    /// Inodes that may have indirect blocks or an xattr list to rewrite (see above).
+    meta: BTreeSet<u64>,
     since: Option<Instant>,
 }
 
@@ -100,6 +106,27 @@ impl DirtySet {
         self.inodes.insert(ino);
     }
 
+    /// Inode `ino` changed, and an indirect block or its xattr list with it.
+    pub fn mark_meta(&mut self, ino: u64) {
+        self.mark_inode(ino);
+        self.note_meta(ino);
+    }
+
+    /// Inode `ino` has an indirect block or its xattr list to rewrite, whether or not it
+    /// is dirty yet (a block map changed under a flush, which rewrites it in the same flush,
+    /// leaves it here until the next: a superset is harmless).
+    pub fn note_meta(&mut self, ino: u64) {
+        self.meta.insert(ino);
+    }
+
+    /// Dirty inodes that may have indirect blocks or an xattr list to rewrite.
+    pub fn meta_inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.meta
+            .iter()
+            .copied()
+            .filter(|i| self.inodes.contains(i))
+    }
+
     /// Drops the buffered block `lbn` of `ino` (it became a hole).
     pub fn drop_block(&mut self, ino: u64, lbn: u64) {
         self.data.remove(&(ino, lbn));
@@ -153,6 +180,7 @@ impl DirtySet {
     pub fn take(&mut self) -> Pending {
         self.since = None;
         self.dirlog_bytes = 0;
+        self.meta.clear();
         Pending {
             dirlog: std::mem::take(&mut self.dirlog),
             data: std::mem::take(&mut self.data),

@@ -301,7 +301,7 @@ impl State {
             node.xattr_dirty = true;
         }
         self.nodes.insert(ino, node);
-        self.mark_dirty(ino);
+        self.mark_meta_dirty(ino);
         if dir {
             let mut b = vec![0u8; BLOCK_SIZE];
             block::init_first(&mut b, ino, parent);

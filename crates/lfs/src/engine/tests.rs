@@ -660,6 +660,79 @@ fn a_pass_too_large_for_its_reservation_is_chosen_smaller() {
     assert_clean(&dev);
 }
 
+/// The admission count of what the next flush writes (`State::buffered_blocks`, on every
+/// write) sums indirect and xattr blocks over the inodes that may have some
+/// (`DirtySet::meta_inodes`), and in tests checks that against the sum over every dirty
+/// inode. Every way to dirty them, then a count before any flush: an xattr set, a
+/// default ACL inherited at create, a write past the direct blocks, a truncate through
+/// them, a cleaning pass re-pointing indirect blocks. A way that dirtied one without
+/// saying so would fail the check here.
+#[test]
+fn every_inode_with_metadata_to_rewrite_is_counted() {
+    let dev = image(4096);
+    let fs = mount(&dev);
+    let c = Ctx::root();
+    let count = |fs: &Lfs| fs.st.lock().buffered_blocks(true);
+    let a = write_file(&fs, ROOT_INO, "a", &[1; 4096]);
+    fs.flush_log().unwrap();
+    fs.setxattr(&c, a, n("user.k"), &[7; 3000], 0).unwrap();
+    assert!(count(&fs) > 0);
+    let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
+    // user::rw-, user:1000:r--, group::r--, mask::rw-, other::r-- (an extended ACL: a file
+    // created below inherits it as its access ACL, an xattr to write).
+    let mut acl = vec![2, 0, 0, 0];
+    for (tag, perm, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 4, 1000),
+        (4, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    fs.setxattr(&c, d, n("system.posix_acl_default"), &acl, 0)
+        .unwrap();
+    fs.flush_log().unwrap();
+    let (f, fh) = fs.create(&c, d, n("f"), 0o644, 0, libc::O_RDWR).unwrap();
+    count(&fs);
+    fs.write(f.ino, fh, 40 * BS, &[3; 4096]).unwrap();
+    count(&fs);
+    fs.flush_log().unwrap();
+    let size = cairn_vfs::SetAttr {
+        size: Some(BS),
+        ..Default::default()
+    };
+    fs.setattr(&c, f.ino, size).unwrap();
+    count(&fs);
+    fs.release(f.ino, fh).unwrap();
+    fs.flush_log().unwrap();
+    // A pass finding a live indirect block whose data blocks it does not move: `big`'s
+    // indirect block rewritten by a truncate into a segment otherwise dead (`tmp`'s),
+    // which the greedy pass takes first.
+    let big = write_file(&fs, ROOT_INO, "big", &vec![5; 64 * BLOCK_SIZE]);
+    fs.checkpoint().unwrap();
+    write_file(&fs, ROOT_INO, "tmp", &vec![6; 12 * BLOCK_SIZE]);
+    let size = cairn_vfs::SetAttr {
+        size: Some(40 * BS),
+        ..Default::default()
+    };
+    fs.setattr(&c, big, size).unwrap();
+    fs.flush_log().unwrap();
+    fs.unlink(&c, ROOT_INO, n("tmp")).unwrap();
+    fs.checkpoint().unwrap();
+    {
+        let mut st = fs.st.lock();
+        let th = Thresholds::new(1, st.clean_segments() + 1).unwrap();
+        assert!(st.clean_pass(Policy::GREEDY, th).unwrap() > 0);
+    }
+    count(&fs);
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
 /// `df` tells the truth near a full disk: filling a 4 MiB disk of 16-block segments with
 /// files written 16 KiB at a time until ENOSPC, the last `statfs` before the failing
 /// write shows (about) no free space — never room that writes cannot have. The free count
