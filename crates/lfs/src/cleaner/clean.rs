@@ -84,9 +84,6 @@ pub struct CleanerStats {
     /// Background passes whose moves ran in slices, calls between (the rest ran in one
     /// hold: too few clean segments to reserve their room).
     pub split_passes: u64,
-    /// Of those, passes whose choice was made smaller than the room rule allowed so that
-    /// their reservation fit (`State::trim_for_slices`).
-    pub trimmed_passes: u64,
     /// The longest hold of the engine's lock by a background pass, in microseconds of
     /// wall time, by what it did: loading the inodes its victims name, choosing victims
     /// and finding their live blocks (and reserving their room), moving a slice of them,
@@ -296,19 +293,15 @@ impl State {
         let (mut moved, mut xattrs) = (t.moved, t.xattrs);
         let (mut slots, mut inodes) = (t.slots.len(), t.inodes.len());
         let dirty = self.imap.dirty_blocks();
-        let mut imap = dirty.len() + t.imap.keys().filter(|b| !dirty.contains(b)).count();
+        let mut imap = dirty.len() + t.imap.difference(dirty).count();
         if let Some(w) = w {
             moved += w.moved.len();
             xattrs += w.xattrs.len();
-            slots += w.slots.iter().filter(|s| !t.slots.contains_key(s)).count();
-            inodes += w
-                .inodes
-                .iter()
-                .filter(|i| !t.inodes.contains_key(i))
-                .count();
+            slots += w.slots.iter().filter(|s| !t.slots.contains(s)).count();
+            inodes += w.inodes.iter().filter(|i| !t.inodes.contains(i)).count();
             imap += Tally::imap_blocks(w)
                 .iter()
-                .filter(|b| !dirty.contains(b) && !t.imap.contains_key(b))
+                .filter(|b| !dirty.contains(b) && !t.imap.contains(b))
                 .count();
         }
         (moved + slots + xattrs) as u64
@@ -321,8 +314,8 @@ impl State {
     /// moves: the segments its writes enter, with a summary more per slice (the flush
     /// between two slices closes the partial segment the pass was filling) and a block
     /// more, and a segment more (calls' data may leave the log at the start of a segment
-    /// the count began in the middle of). One count for the choice that must fit it, the
-    /// reservation, and its shrinking as the slices go.
+    /// the count began in the middle of). One count for the reservation and its shrinking
+    /// as the slices go.
     pub(crate) fn slice_reserve(&self, payload: u64, moved: usize) -> u32 {
         let slices = moved.div_ceil(MOVE_SLICE) as u64;
         self.pass_log(payload + slices + 1).1 as u32 + 1
@@ -425,7 +418,7 @@ impl State {
         need: Gain,
         prescans: &mut Prescans,
     ) -> Result<Option<Pass>> {
-        let Some(c) = self.clean_pass_choose(policy, th, need, prescans, Room::OneHold)? else {
+        let Some(c) = self.clean_pass_choose(policy, th, need, prescans)? else {
             return Ok(None);
         };
         // What the room rule counted is what the pass writes (checked in tests, where a
@@ -457,16 +450,13 @@ impl State {
     /// otherwise) and their live blocks found against the state now — a block is live only
     /// if the inode map or its file's pointer still names its address, so whatever calls
     /// overwrote while the victims were read is dropped — within the room rule. Nothing
-    /// is moved yet. With [`Room::Slices`], a choice too large for the reservation of a
-    /// pass in slices is made smaller if a smaller one still pays. `None` when no pass
-    /// pays for itself.
+    /// is moved yet. `None` when no pass pays for itself.
     pub(crate) fn clean_pass_choose(
         &mut self,
         policy: Policy,
         th: Thresholds,
         need: Gain,
         prescans: &mut Prescans,
-        room: Room,
     ) -> Result<Option<Chosen>> {
         self.settle_checkpoint()?;
         // What is buffered goes to the log first (the checkpoint ending the pass would
@@ -569,9 +559,6 @@ impl State {
             self.cleaner.refused += 1;
             return Ok(None);
         }
-        if room == Room::Slices {
-            self.trim_for_slices(&mut victims, &mut parts, &gains);
-        }
         for &v in &victims {
             if self.usage[v as usize].live_bytes == 0 {
                 self.cleaner.empty_segments_cleaned += 1;
@@ -588,45 +575,6 @@ impl State {
             work,
             payload,
         }))
-    }
-
-    /// A background pass moves in slices, calls running between them, only if the clean
-    /// segments hold the room it reserves first (`State::slice_reserve`); otherwise it
-    /// runs in one hold of the lock, the longest a pass makes. A choice whose reservation
-    /// does not fit is made smaller while it still pays (`gains`), the fullest victims
-    /// left first: each gives back the same one segment for the most room its live blocks
-    /// take. Left as it was when no smaller choice both fits and pays — cleaning then in
-    /// one hold beats not cleaning.
-    fn trim_for_slices(
-        &mut self,
-        victims: &mut Vec<u32>,
-        parts: &mut Vec<(u32, Work)>,
-        gains: &dyn Fn(&State, usize, u64) -> bool,
-    ) {
-        let clean = self.clean_segments();
-        let mut t = Tally::of(parts.iter().map(|(_, w)| w));
-        let reserve = |st: &State, t: &Tally| st.slice_reserve(st.work_blocks(t, None), t.moved);
-        if reserve(self, &t) <= clean {
-            return;
-        }
-        // The fullest first: by what each victim alone writes.
-        let mut order: Vec<usize> = (0..parts.len()).collect();
-        order.sort_by_key(|&i| {
-            std::cmp::Reverse(self.work_blocks(&Tally::default(), Some(&parts[i].1)))
-        });
-        for (n, &i) in order.iter().enumerate() {
-            t.remove(&parts[i].1);
-            if !gains(self, victims.len() - (n + 1), self.work_blocks(&t, None)) {
-                return;
-            }
-            if reserve(self, &t) <= clean {
-                let left: Vec<u32> = order[..=n].iter().map(|&j| parts[j].0).collect();
-                victims.retain(|v| !left.contains(v));
-                parts.retain(|(v, _)| !left.contains(v));
-                self.cleaner.trimmed_passes += 1;
-                return;
-            }
-        }
     }
 
     /// Counts a pass whose checkpoint is durable: returns its victims now clean.
@@ -815,7 +763,7 @@ impl Lfs {
         let t = Instant::now();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre, Room::Slices);
+        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre);
         let Some(c) = st.note_log_result(r)? else {
             st.cleaner.held(Hold::Choose, t);
             return Ok(None);
@@ -986,29 +934,10 @@ pub(crate) struct Chosen {
     payload: u64,
 }
 
-impl Chosen {
-    /// The clean segments this choice's pass would reserve to move in slices.
-    #[cfg(test)]
-    pub(crate) fn slice_reserve(&self, st: &State) -> u32 {
-        st.slice_reserve(self.payload, self.work.moved.len())
-    }
-}
-
 /// A pass whose checkpoint's device writes are still to be made.
 pub(crate) struct Pass {
     victims: Vec<u32>,
     pub(crate) cp: Option<CheckpointWrite>,
-}
-
-/// How a pass will run, which decides the room its choice must fit
-/// (`State::clean_pass_choose`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Room {
-    /// In one hold of the lock (a foreground pass): its writes fit the log's room.
-    OneHold,
-    /// In slices with calls between them (a background pass), if the clean segments hold
-    /// its reservation (`State::slice_reserve`); else in one hold.
-    Slices,
 }
 
 /// What a cleaning pass must give back to be worth running.
@@ -1035,16 +964,15 @@ pub(crate) struct Work {
 
 /// What the victims of a choice write together, counted ([`State::work_blocks`]): their
 /// data blocks and xattr lists, and the union of the indirect blocks, inodes and inode map
-/// blocks (those found live and those of the inodes rewritten) they name — each with the
-/// number of victims naming it, so that a victim can be taken out again
-/// (`State::trim_for_slices`) for what it holds, not by counting the rest anew.
+/// blocks (those found live and those of the inodes rewritten) they name. Kept as victims
+/// are taken, so that counting each candidate against it costs what the candidate holds.
 #[derive(Default)]
 struct Tally {
     moved: usize,
     xattrs: usize,
-    slots: BTreeMap<(u64, u64), u32>,
-    inodes: BTreeMap<u64, u32>,
-    imap: BTreeMap<u32, u32>,
+    slots: BTreeSet<(u64, u64)>,
+    inodes: BTreeSet<u64>,
+    imap: BTreeSet<u32>,
 }
 
 impl Tally {
@@ -1059,38 +987,9 @@ impl Tally {
     fn add(&mut self, w: &Work) {
         self.moved += w.moved.len();
         self.xattrs += w.xattrs.len();
-        for &k in &w.slots {
-            *self.slots.entry(k).or_default() += 1;
-        }
-        for &k in &w.inodes {
-            *self.inodes.entry(k).or_default() += 1;
-        }
-        for k in Tally::imap_blocks(w) {
-            *self.imap.entry(k).or_default() += 1;
-        }
-    }
-
-    /// Takes out a victim [`Tally::add`] put in.
-    fn remove(&mut self, w: &Work) {
-        fn dec<K: Ord>(m: &mut BTreeMap<K, u32>, k: K) {
-            if let std::collections::btree_map::Entry::Occupied(mut e) = m.entry(k) {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
-        }
-        self.moved -= w.moved.len();
-        self.xattrs -= w.xattrs.len();
-        for &k in &w.slots {
-            dec(&mut self.slots, k);
-        }
-        for &k in &w.inodes {
-            dec(&mut self.inodes, k);
-        }
-        for k in Tally::imap_blocks(w) {
-            dec(&mut self.imap, k);
-        }
+        self.slots.extend(w.slots.iter().copied());
+        self.inodes.extend(w.inodes.iter().copied());
+        self.imap.extend(Tally::imap_blocks(w));
     }
 
     /// The inode map blocks `w` rewrites, each once: those found live, and those of its

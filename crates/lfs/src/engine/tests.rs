@@ -613,53 +613,6 @@ fn a_pass_takes_several_victims_when_one_does_not_pay() {
     assert_clean(&dev);
 }
 
-/// A background pass moves in slices, calls between them, only if the clean segments hold
-/// the room it reserves first; a choice the room rule allows but the reservation does not
-/// is made smaller while it still pays, rather than run in one hold of the lock. Here the
-/// thresholds ask for every segment, so the choice for one hold takes victims until their
-/// writes fill the clean segments — more than a pass in slices may reserve (checked
-/// first: without the trimming this pass would run in one hold, `split_passes` 0). The
-/// background pass must run in slices, smaller, clean, and leave the image checking.
-#[test]
-fn a_pass_too_large_for_its_reservation_is_chosen_smaller() {
-    use crate::cleaner::clean::{Gain, Prescans, Room};
-    let dev = image(1024);
-    let fs = mount(&dev);
-    forty_files_a_quarter_overwritten(&fs);
-    let th = Thresholds::new(1, fs.clean_segments() + 40).unwrap();
-    let (whole, clean) = {
-        let mut st = fs.st.lock();
-        let c = st
-            .clean_pass_choose(
-                Policy::GREEDY,
-                th,
-                Gain::Segment,
-                &mut Prescans::default(),
-                Room::OneHold,
-            )
-            .unwrap()
-            .expect("a pass pays here");
-        (c.slice_reserve(&st), st.clean_segments())
-    };
-    assert!(
-        whole > clean,
-        "the one-hold choice reserves {whole} of {clean} clean segments: nothing to trim"
-    );
-    let cleaned = fs
-        .clean_pass_unlocked(Policy::GREEDY, th)
-        .unwrap()
-        .expect("refused");
-    let cs = fs.cleaner_stats();
-    eprintln!("cleaned {cleaned}; {cs:?}");
-    assert!(
-        cleaned > 0 && cs.split_passes == 1 && cs.trimmed_passes == 1,
-        "cleaned {cleaned}: {cs:?}"
-    );
-    fs.destroy().unwrap();
-    drop(fs);
-    assert_clean(&dev);
-}
-
 /// The admission count of what the next flush writes (`State::buffered_blocks`, on every
 /// write) sums indirect and xattr blocks over the inodes that may have some
 /// (`DirtySet::meta_inodes`), and in tests checks that against the sum over every dirty
