@@ -283,30 +283,25 @@ impl State {
         Ok(())
     }
 
-    /// Blocks of payload (no summaries) the pass writes for the victims `t` counts and `w`
-    /// together before the usage table: the moved data, the indirect and xattr blocks,
-    /// the inodes 16 to a block, and the inode map blocks (those already dirty and those
-    /// of every inode rewritten). An upper bound: an indirect block left with no pointer
-    /// is not written. Counted against `t`'s union as it stands, so that choosing among
-    /// many victims costs what they hold, not that times their number.
-    fn work_blocks(&self, t: &Tally, w: Option<&Work>) -> u64 {
-        let (mut moved, mut xattrs) = (t.moved, t.xattrs);
-        let (mut slots, mut inodes) = (t.slots.len(), t.inodes.len());
-        let dirty = self.imap.dirty_blocks();
-        let mut imap = dirty.len() + t.imap.difference(dirty).count();
-        if let Some(w) = w {
-            moved += w.moved.len();
-            xattrs += w.xattrs.len();
-            slots += w.slots.iter().filter(|s| !t.slots.contains(s)).count();
-            inodes += w.inodes.iter().filter(|i| !t.inodes.contains(i)).count();
-            imap += Tally::imap_blocks(w)
-                .iter()
-                .filter(|b| !dirty.contains(b) && !t.imap.contains(b))
-                .count();
+    /// Blocks of payload (no summaries) the pass writes for `a` and `b` together before
+    /// the usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
+    /// block, and the inode map blocks (those already dirty and those of every inode
+    /// rewritten). An upper bound: an indirect block left with no pointer is not written.
+    fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
+        let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
+        let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
+        let mut imap = self.imap.dirty_blocks().clone();
+        for w in [a, b] {
+            imap.extend(w.imap.iter().copied());
+            imap.extend(
+                w.inodes
+                    .iter()
+                    .map(|&i| (i / tables::PER_BLOCK as u64) as u32),
+            );
         }
-        (moved + slots + xattrs) as u64
+        (a.moved.len() + b.moved.len() + slots + a.xattrs.len() + b.xattrs.len()) as u64
             + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
-            + imap as u64
+            + imap.len() as u64
     }
 
     /// The clean segments a background pass reserves before calls run between its slices
@@ -480,19 +475,17 @@ impl State {
         let seg_blocks = self.sb.segment_blocks as u64;
         let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
-        // The victims, and of those holding live blocks what each alone writes (kept
-        // apart so that the choice can be made smaller below).
         let mut victims = Vec::new();
-        let mut parts: Vec<(u32, Work)> = Vec::new();
-        let mut tally = Tally::default();
+        let mut scans = Vec::new();
+        let mut work = Work::default();
         // A pass must give back more than it fills, or it only moves data around (every
         // candidate full of live blocks): a segment more than it enters, or in the last
         // resort any blocks more than it writes. Never fewer clean segments than before
         // either way: the log enters at most as many segments as it frees.
-        let gains = |st: &State, victims: usize, payload: u64| -> bool {
-            let (total, entered) = st.pass_log(payload);
-            let v = victims as u64;
-            v > 0
+        let gains = |st: &State, victims: &[u32], work: &Work| -> bool {
+            let (total, entered) = st.pass_log(st.work_blocks(work, &Work::default()));
+            let v = victims.len() as u64;
+            !victims.is_empty()
                 && match need {
                     Gain::Segment => v > entered,
                     Gain::Blocks => v * seg_blocks > total && v >= entered,
@@ -510,12 +503,9 @@ impl State {
         let planned = plan.victims.len();
         let more = policy::rank(&View(self), policy::Selection::Greedy, now_s);
         let mut misfits = 0;
-        let mut blocks_read = 0;
         for (i, v) in plan.victims.into_iter().chain(more).enumerate() {
             if i >= planned {
-                if gains(self, victims.len(), self.work_blocks(&tally, None))
-                    || misfits >= MAX_MISFITS
-                {
+                if gains(self, &victims, &work) || misfits >= MAX_MISFITS {
                     break;
                 }
                 if victims.contains(&v) {
@@ -533,7 +523,7 @@ impl State {
                 continue;
             }
             // Live bytes alone (inodes count 256 each) already too many: not read.
-            if !fits(self, self.work_blocks(&tally, None) + live / BS) {
+            if !fits(self, self.work_blocks(&work, &Work::default()) + live / BS) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
@@ -543,19 +533,15 @@ impl State {
             };
             let mut w = Work::default();
             self.collect_live(&scan, &mut w)?;
-            if !fits(self, self.work_blocks(&tally, Some(&w))) {
+            if !fits(self, self.work_blocks(&work, &w)) {
                 misfits += (i >= planned) as u32;
                 continue;
             }
-            blocks_read += scan
-                .iter()
-                .map(|(s, _)| 1 + s.entries.len() as u64)
-                .sum::<u64>();
-            tally.add(&w);
-            parts.push((v, w));
+            work.merge(w);
+            scans.push(scan);
             victims.push(v);
         }
-        if !gains(self, victims.len(), self.work_blocks(&tally, None)) {
+        if !gains(self, &victims, &work) {
             self.cleaner.refused += 1;
             return Ok(None);
         }
@@ -564,12 +550,12 @@ impl State {
                 self.cleaner.empty_segments_cleaned += 1;
             }
         }
-        self.cleaner.blocks_read += blocks_read;
-        let payload = self.work_blocks(&Tally::of(parts.iter().map(|(_, w)| w)), None);
-        let mut work = Work::default();
-        for (_, w) in parts {
-            work.merge(w);
-        }
+        self.cleaner.blocks_read += scans
+            .iter()
+            .flatten()
+            .map(|(s, _)| 1 + s.entries.len() as u64)
+            .sum::<u64>();
+        let payload = self.work_blocks(&work, &Work::default());
         Ok(Some(Chosen {
             victims,
             work,
@@ -960,47 +946,6 @@ pub(crate) struct Work {
     inodes: BTreeSet<u64>,
     /// Inode map blocks found live in the victims.
     imap: BTreeSet<u32>,
-}
-
-/// What the victims of a choice write together, counted ([`State::work_blocks`]): their
-/// data blocks and xattr lists, and the union of the indirect blocks, inodes and inode map
-/// blocks (those found live and those of the inodes rewritten) they name. Kept as victims
-/// are taken, so that counting each candidate against it costs what the candidate holds.
-#[derive(Default)]
-struct Tally {
-    moved: usize,
-    xattrs: usize,
-    slots: BTreeSet<(u64, u64)>,
-    inodes: BTreeSet<u64>,
-    imap: BTreeSet<u32>,
-}
-
-impl Tally {
-    fn of<'a>(works: impl Iterator<Item = &'a Work>) -> Tally {
-        let mut t = Tally::default();
-        for w in works {
-            t.add(w);
-        }
-        t
-    }
-
-    fn add(&mut self, w: &Work) {
-        self.moved += w.moved.len();
-        self.xattrs += w.xattrs.len();
-        self.slots.extend(w.slots.iter().copied());
-        self.inodes.extend(w.inodes.iter().copied());
-        self.imap.extend(Tally::imap_blocks(w));
-    }
-
-    /// The inode map blocks `w` rewrites, each once: those found live, and those of its
-    /// inodes.
-    fn imap_blocks(w: &Work) -> BTreeSet<u32> {
-        let of_inodes = w
-            .inodes
-            .iter()
-            .map(|&i| (i / tables::PER_BLOCK as u64) as u32);
-        w.imap.iter().copied().chain(of_inodes).collect()
-    }
 }
 
 impl Work {
