@@ -616,15 +616,16 @@ impl State {
             inodes,
             imap,
         } = w;
+        // Their inodes are among `inodes` (`collect_live`), dirtied below.
         for (ino, s) in slots {
             self.node(ino)?.dirty_slots.insert(s);
-            self.mark_meta_dirty(ino);
+            self.dirty.note_meta(ino);
         }
         for (ino, x) in xattrs {
             let n = self.node(ino)?;
             n.xattrs.get_or_insert(x);
             n.xattr_dirty = true;
-            self.mark_meta_dirty(ino);
+            self.dirty.note_meta(ino);
         }
         for ino in inodes {
             self.mark_dirty(ino);

@@ -633,18 +633,13 @@ fn every_inode_with_metadata_to_rewrite_is_counted() {
     let d = fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap().ino;
     // user::rw-, user:1000:r--, group::r--, mask::rw-, other::r-- (an extended ACL: a file
     // created below inherits it as its access ACL, an xattr to write).
-    let mut acl = vec![2, 0, 0, 0];
-    for (tag, perm, id) in [
-        (1u16, 6u16, u32::MAX),
+    let acl = cairn_vfs::acl::encode_raw(&[
+        (1, 6, u32::MAX),
         (2, 4, 1000),
         (4, 4, u32::MAX),
         (0x10, 6, u32::MAX),
         (0x20, 4, u32::MAX),
-    ] {
-        acl.extend(tag.to_le_bytes());
-        acl.extend(perm.to_le_bytes());
-        acl.extend(id.to_le_bytes());
-    }
+    ]);
     fs.setxattr(&c, d, n("system.posix_acl_default"), &acl, 0)
         .unwrap();
     fs.flush_log().unwrap();
