@@ -18,6 +18,7 @@ use cairn_vfs::parse_size;
 use crate::counters::{Counters, Source};
 use crate::registry::{Commit, Family, Listing};
 use crate::report::{self, Record};
+use crate::results::Skipped;
 use crate::scratch::ScratchDir;
 use crate::sys;
 use crate::target::{self, Env, Kind, Mounted, TargetSpec};
@@ -316,7 +317,11 @@ pub struct RunArgs {
     /// Comma-separated targets, or `all`: every cairn mode `cairn modes` lists (image file;
     /// add `@loop` for a loop device, e.g. cairn-sync@loop), the journal's variants
     /// cairn-journal-2sync and cairn-journal-2async (log on a second image), ext4,
-    /// ext4-sync, ext2, btrfs, xfs-logdev, fuse2fs, passthrough, mergerfs.
+    /// ext4-sync, ext2, btrfs, xfs-logdev, fuse2fs, fuse-floor, passthrough, mergerfs.
+    /// fuse-floor (also +uring, +dev) is `cairn mount --memory`: cairn's FUSE adapter over a
+    /// file system that does no I/O, the floor that separates the engine's cost from
+    /// FUSE's; it cannot be made cold or crashed, so its cold-read phases run unmeasured
+    /// (recorded as skipped, with the reason) and recovery is not run on it.
     #[arg(long, default_value = "all")]
     targets: String,
     /// Comma-separated workloads, or `all` (the suite's): create-unlink, smallfile, rename,
@@ -489,7 +494,8 @@ fn unavailable(spec: &TargetSpec, cairn: &Option<String>) -> Option<String> {
         return Some(format!("`{t}` not installed (scripts/install-deps.sh)"));
     }
     match spec.kind {
-        Kind::Cairn { .. } | Kind::Passthrough => cairn.clone(),
+        _ if spec.cairn_daemon() => cairn.clone(),
+        Kind::Passthrough => cairn.clone(),
         _ => None,
     }
 }
@@ -547,9 +553,7 @@ fn list(arg: &str, all: Vec<String>) -> Vec<String> {
 /// otherwise fails to mount. Never turned off: others' mounts may be using it.
 fn enable_fuse_uring(targets: &[TargetSpec]) {
     const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
-    let wanted = targets
-        .iter()
-        .any(|t| matches!(&t.kind, Kind::Cairn { transport: Some(x), .. } if x == "uring"));
+    let wanted = targets.iter().any(|t| t.transport() == Some("uring"));
     if wanted && fs::read_to_string(PARAM).is_ok_and(|v| v.trim() != "Y") {
         match fs::write(PARAM, "Y") {
             Ok(()) => eprintln!("cairn-bench: turned on FUSE over io_uring ({PARAM})"),
@@ -569,7 +573,12 @@ fn run_one(t: &TargetSpec, w: &Workload, rep: u32, env: &Env) -> Record {
         phases: Vec::new(),
         notes: Vec::new(),
         load_avg: sys::load_avg(),
+        skipped: Vec::new(),
     };
+    if let Some(why) = w.unrunnable_on(t) {
+        rec.skipped.push(Skipped { phase: None, why });
+        return rec;
+    }
     // A workload whose threads wait in the file system together needs a daemon that serves
     // them together: every cairn target of it is mounted alike (see `Env::fuse_concurrency`).
     let env = &Env {
@@ -583,6 +592,7 @@ fn run_one(t: &TargetSpec, w: &Workload, rep: u32, env: &Env) -> Record {
         let mut m = Mounted::setup(t, env)?;
         let phases = w.run(&mut m);
         rec.notes = m.notes.clone();
+        rec.skipped = std::mem::take(&mut m.skipped);
         rec.phases = phases?;
         m.teardown()
     })();
@@ -851,6 +861,61 @@ mod tests {
         for w in DEVICE_WORKLOADS {
             Workload::named(w, &Params::scaled(DEVICE_SCALE, 0.1)).unwrap();
         }
+    }
+
+    /// `--targets all` has the floor, once, among the baselines; by default it runs what
+    /// it can measure beside cairn's modes (the short workloads, PostMark, rename), never
+    /// the workloads whose point is the device or a crash.
+    #[test]
+    fn the_fuse_floor_is_in_all_and_runs_the_short_workloads() {
+        let listing = crate::registry::sample();
+        let all = all_targets(&listing);
+        assert_eq!(all.iter().filter(|t| *t == target::FLOOR).count(), 1);
+        let floor = TargetSpec::parse_with(target::FLOOR, &listing).unwrap();
+        for w in LIGHT.iter().chain(&["postmark", "rename"]) {
+            assert!(in_default_set(w, &floor.kind), "{w}");
+        }
+        for w in [
+            "micro",
+            "netnews",
+            "recovery",
+            "group-create",
+            "postmark-umbrella",
+            "ssh",
+            "sdet",
+        ] {
+            assert!(!in_default_set(w, &floor.kind), "{w}");
+        }
+        // The recovery sweep is cairn's modes' (their facts), wherever targets are named.
+        let sweep = Workload::named("recovery-sweep", &Params::scaled(0.01, 0.1)).unwrap();
+        assert!(!sweep.applies_to(&floor));
+        // Not paired with a disk model (it has no device to model).
+        let dev = with_device(vec![target::FLOOR.into()], false, &listing, "wren-iv");
+        assert_eq!(dev, [target::FLOOR]);
+        assert!(unavailable(&floor, &Some("no cairn".into())).is_some());
+    }
+
+    /// A workload the floor cannot run, named with it, leaves a record that says why and no
+    /// number, without mounting anything (this runs unprivileged).
+    #[test]
+    fn recovery_on_the_floor_is_recorded_as_not_run() {
+        let floor = TargetSpec::parse(target::FLOOR).unwrap();
+        let w = Workload::named("recovery", &Params::scaled(0.01, 0.1)).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let env = Env {
+            scratch: d.path().to_path_buf(),
+            image_size: 1 << 20,
+            cairn: "/nonexistent/cairn".into(),
+            fuse_concurrency: None,
+            mount_options: String::new(),
+        };
+        let rec = run_one(&floor, &w, 1, &env);
+        assert_eq!(rec.error, None);
+        assert!(rec.phases.is_empty());
+        assert_eq!(rec.skipped.len(), 1);
+        assert_eq!(rec.skipped[0].phase, None);
+        assert!(rec.skipped[0].why.contains(target::VOLATILE));
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0, "nothing set up");
     }
 
     #[test]

@@ -76,19 +76,25 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
             phases.push(("—".into(), String::new()));
         }
         for (phase, unit) in &phases {
-            let per_target = |t: &str| -> (Vec<&PhaseResult>, usize, Option<String>) {
-                let recs: Vec<&Record> = records
-                    .iter()
-                    .filter(|r| &r.workload == w && r.target == t)
-                    .collect();
-                let ok: Vec<&PhaseResult> = recs
-                    .iter()
-                    .flat_map(|r| r.phases.iter().filter(|p| &p.label() == phase))
-                    .collect();
-                let failed = recs.iter().filter(|r| r.error.is_some()).count();
-                let err = recs.iter().find_map(|r| r.error.clone());
-                (ok, failed, err)
-            };
+            let per_target =
+                |t: &str| -> (Vec<&PhaseResult>, usize, Option<String>, Option<String>) {
+                    let recs: Vec<&Record> = records
+                        .iter()
+                        .filter(|r| &r.workload == w && r.target == t)
+                        .collect();
+                    let ok: Vec<&PhaseResult> = recs
+                        .iter()
+                        .flat_map(|r| r.phases.iter().filter(|p| &p.label() == phase))
+                        .collect();
+                    let failed = recs.iter().filter(|r| r.error.is_some()).count();
+                    let err = recs.iter().find_map(|r| r.error.clone());
+                    let skipped = recs
+                        .iter()
+                        .flat_map(|r| &r.skipped)
+                        .find(|s| s.covers(phase))
+                        .map(|s| s.why.clone());
+                    (ok, failed, err, skipped)
+                };
             let base_of = |t: &str| {
                 Stat::of(
                     &per_target(&baseline_for(meta, t))
@@ -100,11 +106,11 @@ pub fn summarize(meta: &Meta, records: &[Record]) -> Vec<Row> {
             };
             for t in &meta.targets {
                 let base = base_of(t);
-                let (ok, failed_reps, err) = per_target(t);
+                let (ok, failed_reps, err, skipped) = per_target(t);
                 let rate = Stat::of(&ok.iter().map(|p| p.rate).collect::<Vec<_>>());
                 let missing = if rate.is_some() {
                     None
-                } else if let Some(why) = meta.skipped.get(t) {
+                } else if let Some(why) = meta.skipped.get(t).or(skipped.as_ref()) {
                     Some(format!("not measured: {why}"))
                 } else {
                     Some(
@@ -733,6 +739,62 @@ mod tests {
         assert!(md.contains(breakdown), "{md}");
         // No journal with a log device in the run: no columns for one.
         assert!(!md.contains("log dev"), "{md}");
+    }
+
+    /// A phase a target ran unmeasured (the floor's cold read), or a workload it could not
+    /// run, shows the recorded reason where its number would be, not "not run"; the phases
+    /// it did measure are in the table as any target's.
+    #[test]
+    fn skipped_phases_show_their_reason() {
+        let meta = Meta {
+            baseline: "cairn-async".into(),
+            targets: vec!["cairn-async".into(), "fuse-floor".into()],
+            workloads: vec!["smallfile".into(), "recovery".into()],
+            ..Meta::default()
+        };
+        let ran = |t: &str, names: &[&str]| {
+            let ph = names.iter().map(|n| phase(n, 100.0, None)).collect();
+            Record::ran("smallfile", t, 1, ph)
+        };
+        let mut floor = ran("fuse-floor", &["create", "delete"]);
+        floor.skipped.push(crate::results::Skipped {
+            phase: Some("read".into()),
+            why: "cannot start cold: volatile".into(),
+        });
+        let mut crash = Record::ran("recovery", "fuse-floor", 1, Vec::new());
+        crash.skipped.push(crate::results::Skipped {
+            phase: None,
+            why: "recovery crashes it".into(),
+        });
+        let mut async_crash = Record::ran("recovery", "cairn-async", 1, Vec::new());
+        async_crash.phases.push(phase("recover", 2.0, None));
+        let records = vec![
+            ran("cairn-async", &["create", "read", "delete"]),
+            floor,
+            async_crash,
+            crash,
+        ];
+        let rows = summarize(&meta, &records);
+        let row = |w: &str, p: &str| {
+            rows.iter()
+                .find(|r| r.workload == w && r.phase == p && r.target == "fuse-floor")
+                .unwrap()
+        };
+        assert_eq!(
+            row("smallfile", "read").missing.as_deref(),
+            Some("not measured: cannot start cold: volatile")
+        );
+        assert_eq!(row("smallfile", "create").vs_baseline, Some(1.0));
+        assert_eq!(row("smallfile", "delete").missing, None);
+        assert_eq!(
+            row("recovery", "recover").missing.as_deref(),
+            Some("not measured: recovery crashes it")
+        );
+        let md = markdown(&meta, &records);
+        assert!(
+            md.contains("not measured: cannot start cold: volatile"),
+            "{md}"
+        );
     }
 
     /// A journal with its log on its own device gets that device's writes and flushes per

@@ -98,6 +98,28 @@ pub struct Record {
     /// before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_avg: Option<f64>,
+    /// Phases (or the whole workload) that ran unmeasured or not at all on this target, and
+    /// why: the FUSE floor's cold reads. Tables say "not measured: WHY" where their number
+    /// would be.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A phase the target could not measure as the workload means it, or (`phase` None) a
+/// workload it could not run at all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The phase's label (`PhaseResult::label`), None for the whole workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    pub why: String,
+}
+
+impl Skipped {
+    /// Whether this skip is the reason `label` has no number.
+    pub fn covers(&self, label: &str) -> bool {
+        self.phase.as_deref().is_none_or(|p| p == label)
+    }
 }
 
 impl Record {
@@ -113,6 +135,7 @@ impl Record {
             phases,
             notes: Vec::new(),
             load_avg: None,
+            skipped: Vec::new(),
         }
     }
 }

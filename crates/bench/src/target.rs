@@ -47,6 +47,16 @@ pub enum Kind {
     /// cairn's umbrella layer with one branch on a loop-mounted ext4, FUSE passthrough on: the
     /// floor any FUSE file system pays.
     Passthrough,
+    /// The FUSE floor: `cairn mount --memory`, cairn's FUSE adapter, daemon and transport in
+    /// front of `cairn_fuse::memfs`, a file system of a few hash maps that does no I/O. Beside
+    /// a cairn mode it separates the engine's cost from FUSE's: what the floor takes for an
+    /// operation, any file system behind this adapter takes. `transport` as a cairn target's
+    /// (`fuse-floor+uring`, `fuse-floor+dev`), so it can be paired with one. Its files live
+    /// only in the daemon's memory ([`TargetSpec::volatile`]).
+    Floor {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        transport: Option<String>,
+    },
     /// cairn in one of its metadata-update modes, on an image file or (`loopdev`) on a loop
     /// block device over the same kind of image; `transport` ("uring" or "dev", from a
     /// `+uring`/`+dev` suffix) forces the FUSE transport, None leaves the daemon's `auto`.
@@ -109,9 +119,27 @@ pub const BASELINES: &[&str] = &[
     "btrfs",
     "xfs-logdev",
     "fuse2fs",
+    FLOOR,
     "passthrough",
     "mergerfs",
 ];
+
+/// The FUSE floor's name ([`Kind::Floor`]).
+pub const FLOOR: &str = "fuse-floor";
+
+/// Why a [`TargetSpec::volatile`] target cannot be made cold, crashed or checked: recorded
+/// for every phase and workload it skips for that.
+pub const VOLATILE: &str = "its files live only in its daemon's memory (cairn mount --memory): an unmount empties it, so it has no cold cache, crash recovery or fsck";
+
+/// A FUSE transport suffix (`+uring`, `+dev`) split off a target name: the name without it
+/// and the transport; an error for any other suffix after `+`.
+fn split_transport(n: &str) -> Result<(&str, Option<String>)> {
+    match n.rsplit_once('+') {
+        Some((b, t @ ("uring" | "dev"))) => Ok((b, Some(t.to_string()))),
+        Some(_) => bail!("unknown target '{n}' (a FUSE transport is +uring or +dev)"),
+        None => Ok((n, None)),
+    }
+}
 
 impl TargetSpec {
     /// A target of a build that lists nothing (no facts on its cairn targets).
@@ -159,18 +187,15 @@ impl TargetSpec {
             "fuse2fs" => Kind::Fuse2fs,
             "mergerfs" => Kind::Mergerfs,
             "passthrough" => Kind::Passthrough,
+            n if split_transport(n).is_ok_and(|(b, _)| b == FLOOR) => Kind::Floor {
+                transport: split_transport(n)?.1,
+            },
             n => {
                 let (base, loopdev) = match n.strip_suffix("@loop") {
                     Some(b) => (b, true),
                     None => (n, false),
                 };
-                let (base, transport) = match base.rsplit_once('+') {
-                    Some((b, t @ ("uring" | "dev"))) => (b, Some(t.to_string())),
-                    Some(_) => {
-                        bail!("unknown target '{n}' (a cairn target's transport is +uring or +dev)")
-                    }
-                    None => (base, None),
-                };
+                let (base, transport) = split_transport(base)?;
                 match base.strip_prefix("cairn-") {
                     Some(mode)
                         if !mode.is_empty()
@@ -187,7 +212,7 @@ impl TargetSpec {
                         }
                     }
                     _ => bail!(
-                        "unknown target '{n}' (known: {}, cairn-<mode>[+uring|+dev][@loop])",
+                        "unknown target '{n}' (known: {}, {FLOOR}[+uring|+dev], cairn-<mode>[+uring|+dev][@loop])",
                         BASELINES.join(", ")
                     ),
                 }
@@ -225,7 +250,35 @@ impl TargetSpec {
             Kind::Mergerfs => &["mkfs.ext4", "losetup", "mount", "umount", "mergerfs"],
             Kind::Passthrough => &["mkfs.ext4", "losetup", "mount", "umount"],
             Kind::Cairn { loopdev: true, .. } => &["umount", "losetup"],
-            Kind::Cairn { .. } => &["umount"],
+            Kind::Cairn { .. } | Kind::Floor { .. } => &["umount"],
+        }
+    }
+
+    /// Whether `cairn mount` serves this target: it takes the cairn targets' mount options
+    /// (the run's `--mount-options`, a workload's FUSE concurrency, its transport), answers
+    /// `cairn stats` (device and FUSE counters) and needs a working cairn binary.
+    pub fn cairn_daemon(&self) -> bool {
+        matches!(self.kind, Kind::Cairn { .. } | Kind::Floor { .. })
+    }
+
+    /// The FUSE transport the target forces (`+uring`/`+dev`), if it is a cairn daemon's.
+    pub fn transport(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Cairn { transport, .. } | Kind::Floor { transport } => transport.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Why the target cannot be made cold, crashed, recovered or checked, if it cannot: its
+    /// files exist only while its daemon runs. Phases that must start cold are then run
+    /// unmeasured and recorded as skipped with this reason (`workload::measure_cold`), and
+    /// workloads that crash it are not run on it (`Workload::unrunnable_on`): a warm read
+    /// under a cold read's name, or the mount of an empty file system timed as a recovery,
+    /// would be wrong numbers under right names.
+    pub fn volatile(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Floor { .. } => Some(VOLATILE),
+            _ => None,
         }
     }
 
@@ -237,8 +290,13 @@ impl TargetSpec {
             Kind::Ext2 => Some("ext2"),
             Kind::Btrfs => Some("btrfs"),
             Kind::Xfs => Some("xfs"),
-            Kind::Fuse2fs | Kind::Cairn { .. } => None,
+            Kind::Fuse2fs | Kind::Cairn { .. } | Kind::Floor { .. } => None,
         }
+    }
+
+    /// Whether the target lives on an image file this run makes (every one but the floor).
+    fn has_image(&self) -> bool {
+        !matches!(self.kind, Kind::Floor { .. })
     }
 
     /// Whether a FUSE layer sits on top of a kernel file system mounted at `lower`.
@@ -290,6 +348,8 @@ pub struct Mounted {
     base_options: String,
     /// Mount attempts' facts for the record (daemon CPU placement, options).
     pub notes: Vec<String>,
+    /// Phases a workload ran here without measuring them, and why (for the record).
+    pub skipped: Vec<crate::results::Skipped>,
 }
 
 /// Size of xfs's external log device (xfs caps a log at 2 GiB; 128 MiB is its default for a
@@ -323,15 +383,19 @@ impl Mounted {
             extra_options: String::new(),
             base_options: env.mount_options.clone(),
             notes: Vec::new(),
+            skipped: Vec::new(),
         };
-        if !env.mount_options.is_empty() && matches!(spec.kind, Kind::Cairn { .. }) {
+        if !env.mount_options.is_empty() && spec.cairn_daemon() {
             m.set_extra_options("")?;
         }
         // Larger than the free space only when the run was asked for images the disk cannot
         // hold (--image-size, --netnews-full's 16 GiB): they are sparse, and a workload that
         // filled one would meet ENOSPC from the host, not from the target.
-        let beyond_free = sys::free_bytes(&root).is_some_and(|free| env.image_size > free);
-        make_sparse(&image, env.image_size)?;
+        let beyond_free =
+            spec.has_image() && sys::free_bytes(&root).is_some_and(|free| env.image_size > free);
+        if spec.has_image() {
+            make_sparse(&image, env.image_size)?;
+        }
         if spec.kernel_fs().is_some() || matches!(spec.kind, Kind::Cairn { loopdev: true, .. }) {
             m.loopdev = Some(losetup(&image)?);
         }
@@ -390,6 +454,8 @@ impl Mounted {
                 )?;
                 m.logdev = Some(logdev);
             }
+            // Nothing to make: the daemon starts with an empty file system in its memory.
+            Kind::Floor { .. } => {}
             Kind::Btrfs => {
                 sys::run(
                     Command::new("mkfs.btrfs")
@@ -454,7 +520,7 @@ impl Mounted {
     /// its next mount on, recorded in the notes; other targets refuse (their mounts have no
     /// such options).
     pub fn set_extra_options(&mut self, opts: &str) -> Result<()> {
-        if !matches!(self.spec.kind, Kind::Cairn { .. }) {
+        if !self.spec.cairn_daemon() {
             bail!(
                 "{}: only a cairn target takes extra mount options",
                 self.spec.name
@@ -481,6 +547,12 @@ impl Mounted {
                 cairn: self.cairn.clone(),
                 mnt: self.mnt.clone(),
                 block: self.loopdev.clone(),
+            }),
+            // The adapter's FUSE counters, and whatever the in-memory file system counts.
+            Kind::Floor { .. } => Some(Source::Cairn {
+                cairn: self.cairn.clone(),
+                mnt: self.mnt.clone(),
+                block: None,
             }),
             Kind::Fuse2fs => None,
             _ => self.loopdev.clone().map(|dev| Source::Block { dev }),
@@ -509,6 +581,10 @@ impl Mounted {
                 sys::drop_caches()?;
                 self.mount()
             }
+            // A remount would come back empty, and dropping the kernel's caches alone leaves
+            // the daemon's maps, so a read after it is warm: refused, never done half-way (the
+            // workloads ask `Stage::no_cold` first and skip the phase).
+            Kind::Floor { .. } => bail!("{} cannot be made cold: {VOLATILE}", self.spec.name),
         }
     }
 
@@ -545,6 +621,7 @@ impl Mounted {
                     self.spec.name
                 )
             }
+            Kind::Floor { .. } => bail!("{}: nothing to crash: {VOLATILE}", self.spec.name),
         }
         self.mounted = false;
         // A machine crash takes the page cache with it: recovery reads the device, not the
@@ -581,6 +658,7 @@ impl Mounted {
                 }
             }
             Kind::Mergerfs | Kind::Passthrough => bail!("no crash recovery for {}", self.spec.name),
+            Kind::Floor { .. } => bail!("no crash recovery for {}: {VOLATILE}", self.spec.name),
         };
         self.mount()?;
         fs::read_dir(&self.mnt)
@@ -593,6 +671,10 @@ impl Mounted {
     /// scan an FFS needs after a crash; 002 Table III), then mounts it again. Returns the
     /// check's own report when it gives one (`cairn fsck --json`: its leaks, say).
     pub fn fsck(&mut self) -> Result<Option<serde_json::Value>> {
+        // Before the unmount, which would empty it.
+        if let Some(why) = self.spec.volatile() {
+            bail!("no fsck for {}: {why}", self.spec.name);
+        }
         self.unmount()?;
         // Cold, as after a crash: the check reads what is on the device.
         sys::drop_caches()?;
@@ -620,7 +702,9 @@ impl Mounted {
                 None
             }
             Kind::Cairn { .. } => Some(cairn_check(&self.cairn, &self.device())?),
-            Kind::Mergerfs | Kind::Passthrough => bail!("no fsck for {}", self.spec.name),
+            Kind::Mergerfs | Kind::Passthrough | Kind::Floor { .. } => {
+                bail!("no fsck for {}", self.spec.name)
+            }
         };
         self.mount()?;
         Ok(report)
@@ -644,6 +728,13 @@ impl Mounted {
             Kind::Passthrough => {
                 "cairn umbrella, one branch on ext4 (loop device), passthrough=yes".into()
             }
+            Kind::Floor { transport } => format!(
+                "cairn mount --memory{} (in-memory file system, no image)",
+                Some(transport_option(transport) + &concurrency_options(self.fuse_concurrency))
+                    .filter(|o| !o.is_empty())
+                    .map(|o| format!(" -o {}", o.trim_start_matches(',')))
+                    .unwrap_or_default()
+            ),
             Kind::Cairn {
                 mode,
                 loopdev,
@@ -734,25 +825,52 @@ impl Mounted {
                         .arg(&self.mnt),
                 )?;
                 self.after_fuse_mount()?;
-                // A daemon the kernel refuses io_uring mounts over /dev/fuse (and says
-                // so): measuring that under the `+uring` name would be a lie.
-                if want_uring {
-                    let stats = sys::run(
-                        Command::new(&self.cairn)
-                            .args(["stats", "--json"])
-                            .arg(&self.mnt),
-                    )?;
-                    if !stats.contains("\"active\":\"uring\"") {
-                        self.mounted = true;
-                        bail!(
-                            "asked for FUSE over io_uring but served over /dev/fuse (see {})",
-                            self.root.join("daemon.log").display()
-                        );
-                    }
-                }
+                self.check_uring(want_uring)?;
+            }
+            Kind::Floor { transport } => {
+                let want_uring = transport.as_deref() == Some("uring");
+                // The options a cairn target's daemon gets, less the mode and the image's:
+                // the same adapter, threads and transport, so the difference is the engine.
+                let opts =
+                    transport_option(transport) + &concurrency_options(self.fuse_concurrency);
+                sys::run(
+                    Command::new(&self.cairn)
+                        .args(["mount", "--memory", "-o"])
+                        .arg(format!(
+                            "logfile={}{opts}{}",
+                            self.daemon_log().display(),
+                            self.extra_options
+                        ))
+                        // Only a label (the mount's fsname).
+                        .arg(&self.spec.name)
+                        .arg(&self.mnt),
+                )?;
+                self.after_fuse_mount()?;
+                self.check_uring(want_uring)?;
             }
         }
         self.mounted = true;
+        Ok(())
+    }
+
+    /// A daemon the kernel refuses io_uring mounts over /dev/fuse (and says so): measuring
+    /// that under the `+uring` name would be a lie.
+    fn check_uring(&mut self, want_uring: bool) -> Result<()> {
+        if !want_uring {
+            return Ok(());
+        }
+        let stats = sys::run(
+            Command::new(&self.cairn)
+                .args(["stats", "--json"])
+                .arg(&self.mnt),
+        )?;
+        if !stats.contains("\"active\":\"uring\"") {
+            self.mounted = true;
+            bail!(
+                "asked for FUSE over io_uring but served over /dev/fuse (see {})",
+                self.daemon_log().display()
+            );
+        }
         Ok(())
     }
 
@@ -835,7 +953,7 @@ impl Mounted {
                 )?;
             }
             Kind::Fuse2fs => self.unmount_fuse(&self.mnt.clone())?,
-            Kind::Cairn { .. } => {
+            Kind::Cairn { .. } | Kind::Floor { .. } => {
                 // `cairn umount` returns once the daemon has flushed and exited.
                 sys::run(Command::new(&self.cairn).arg("umount").arg(&self.mnt))?;
                 if let Some(pid) = self.daemon.take() {
@@ -1191,6 +1309,110 @@ mod tests {
             ",disk=wren-iv:sstf:nohostflush,log_disk=wren-iv:sstf:nohostflush"
         );
         assert_eq!(disk_options(None, true), "");
+    }
+
+    /// The floor is named once, takes a cairn target's transport, and says what it is: a
+    /// cairn daemon (options, counters) whose files cannot outlive it.
+    #[test]
+    fn the_fuse_floor_is_a_cairn_daemon_without_a_cold_cache() {
+        let floor = TargetSpec::parse(FLOOR).unwrap();
+        assert_eq!(floor.kind, Kind::Floor { transport: None });
+        assert!(BASELINES.contains(&FLOOR));
+        assert_eq!(
+            TargetSpec::parse("fuse-floor+uring").unwrap().kind,
+            Kind::Floor {
+                transport: Some("uring".into())
+            }
+        );
+        assert_eq!(
+            TargetSpec::parse("fuse-floor+dev").unwrap().transport(),
+            Some("dev")
+        );
+        for bad in [
+            "fuse-floor+pigeon",
+            "fuse-floor@loop",
+            "fuse-floor:wren-iv",
+            "fuse-floors",
+        ] {
+            assert!(TargetSpec::parse(bad).is_err(), "{bad}");
+        }
+        assert!(floor.cairn_daemon() && !floor.has_image());
+        assert_eq!(floor.volatile(), Some(VOLATILE));
+        assert_eq!(floor.tools(), ["umount"]);
+        let async_ = TargetSpec::parse("cairn-async+uring").unwrap();
+        assert!(async_.cairn_daemon() && async_.has_image());
+        assert_eq!(
+            (async_.volatile(), async_.transport()),
+            (None, Some("uring"))
+        );
+        let ext4 = TargetSpec::parse("ext4").unwrap();
+        assert!(!ext4.cairn_daemon() && ext4.volatile().is_none());
+        // Recorded as its kind, with the transport only when forced.
+        assert_eq!(
+            serde_json::to_value(&floor).unwrap(),
+            serde_json::json!({"name": "fuse-floor", "kind": "floor"})
+        );
+    }
+
+    /// As root, with a cairn binary built beside this test (`cargo build -p cairn-cli`): the
+    /// floor mounts `cairn mount --memory`, counts FUSE requests, refuses to be made cold or
+    /// crashed (never a warm number under a cold name), runs smallfile with its read skipped,
+    /// and leaves nothing mounted.
+    #[test]
+    fn the_fuse_floor_mounts_counts_and_skips_its_cold_read() {
+        use crate::workload::{Stage, Workload};
+        // target/<profile>/deps/<this test>: the cairn of this profile, else the release one.
+        let profile = std::env::current_exe()
+            .ok()
+            .and_then(|p| Some(p.parent()?.parent()?.to_path_buf()));
+        let cairn = profile.and_then(|dir| {
+            [dir.join("cairn"), dir.join("../release/cairn")]
+                .into_iter()
+                .find(|p| p.is_file())
+        });
+        let (true, Some(cairn)) = (nix::unistd::geteuid().is_root(), cairn) else {
+            eprintln!(
+                "needs root and a cairn binary beside the test (cargo build -p cairn-cli); skipped"
+            );
+            return;
+        };
+        let d = tempfile::tempdir_in("/var/tmp").unwrap();
+        let env = Env {
+            scratch: d.path().to_path_buf(),
+            image_size: 64 << 20,
+            cairn: cairn.display().to_string(),
+            fuse_concurrency: None,
+            mount_options: String::new(),
+        };
+        let spec = TargetSpec::parse(FLOOR).unwrap();
+        let mut m = Mounted::setup(&spec, &env).unwrap();
+        let mnt = m.mnt.clone();
+        assert!(!m.image.exists(), "the floor has no image");
+        let w = Workload::Smallfile {
+            files: 50,
+            size: 1024,
+        };
+        let phases = w.run(&mut m);
+        let cold = m.make_cold();
+        let crash = Stage::crash(&mut m);
+        let skipped = std::mem::take(&mut m.skipped);
+        let still_there = m.dir().is_dir();
+        m.teardown().unwrap();
+        assert!(sys::mounted_fstype(&mnt).is_none(), "left mounted");
+        let phases = phases.unwrap();
+        let names: Vec<&str> = phases.iter().map(|p| p.phase.as_str()).collect();
+        assert_eq!(names, ["create", "delete"]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].phase.as_deref(), Some("read"));
+        assert!(skipped[0].why.contains(VOLATILE), "{}", skipped[0].why);
+        // cairn stats answers on the floor: the adapter's requests, a few per file.
+        let fuse = phases[0].per_op(crate::counters::Counters::fuse_requests);
+        assert!(fuse.is_some_and(|n| n >= 2.0), "{fuse:?}");
+        assert!(cold.is_err() && crash.is_err());
+        assert!(
+            still_there,
+            "a refused make_cold or crash must leave the mount alone"
+        );
     }
 
     #[test]

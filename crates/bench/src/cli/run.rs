@@ -421,6 +421,10 @@ fn progress_line(rec: &Record, t: &TargetSpec, reps: u32, secs: f64) -> String {
         .phases
         .iter()
         .map(|p| format!("{} {}", p.label(), report::fmt_phase_value(p)))
+        .chain(rec.skipped.iter().map(|s| match &s.phase {
+            Some(p) => format!("{p} not measured ({})", s.why),
+            None => format!("not run ({})", s.why),
+        }))
         .collect();
     let line = format!(
         "[rep {rep}/{reps}] {w} on {t} ({secs:.0} s): {}",

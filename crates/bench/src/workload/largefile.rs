@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
-use super::{PhaseResult, Stage, measure, read_full};
+use super::{PhaseResult, Stage, measure, measure_cold, read_full};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -103,19 +103,16 @@ pub fn run(stage: &mut dyn Stage, cfg: &Config) -> Result<Vec<PhaseResult>> {
     out.push(measure(stage, "seq-write", mib, "MiB", || {
         seq_write(&path, cfg)
     })?);
-    stage.make_cold()?;
-    out.push(measure(stage, "seq-read", mib, "MiB", || {
+    out.extend(measure_cold(stage, "seq-read", None, mib, "MiB", || {
         seq_read(&path, cfg, 0)
     })?);
     out.push(measure(stage, "rand-write", mib, "MiB", || {
         rand_write(&path, cfg, &write_order)
     })?);
-    stage.make_cold()?;
-    out.push(measure(stage, "rand-read", mib, "MiB", || {
+    out.extend(measure_cold(stage, "rand-read", None, mib, "MiB", || {
         rand_read(&path, cfg, &read_order)
     })?);
-    stage.make_cold()?;
-    out.push(measure(stage, "seq-reread", mib, "MiB", || {
+    out.extend(measure_cold(stage, "seq-reread", None, mib, "MiB", || {
         seq_read(&path, cfg, 1)
     })?);
     std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;

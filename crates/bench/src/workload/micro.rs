@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{PhaseResult, Stage, fmt_bytes_human, measure, scaled_count};
+use super::{PhaseResult, Stage, fmt_bytes_human, measure_cold, scaled_count};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;
@@ -124,13 +124,18 @@ pub fn run(stage: &mut dyn Stage, cfg: &Config) -> Result<Vec<PhaseResult>> {
         ];
         for (name, f) in phases {
             // Cold before every phase, which also separates one size from the next.
-            stage.make_cold()?;
-            let mut r = measure(stage, name, set.files as f64, "files", || {
-                f(&set)?;
-                Ok(extra.clone())
-            })?;
-            r.param = Some(size as f64);
-            out.push(r);
+            let p = Some(size as f64);
+            out.extend(measure_cold(
+                stage,
+                name,
+                p,
+                set.files as f64,
+                "files",
+                || {
+                    f(&set)?;
+                    Ok(extra.clone())
+                },
+            )?);
             if name == "overwrite" {
                 set.spot_check(1)?;
             }

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{Counters, Source};
-pub use crate::results::{FlushRate, PhaseResult};
+pub use crate::results::{FlushRate, PhaseResult, Skipped};
 use crate::sys;
 pub use crate::units::fmt_size;
 
@@ -35,8 +35,19 @@ pub trait Stage {
     fn dir(&self) -> PathBuf;
     /// Cumulative I/O counters, when the target has any.
     fn counters(&self) -> Result<Option<Counters>>;
-    /// Makes the next reads come from the device rather than any cache.
+    /// Makes the next reads come from the device rather than any cache. A phase that must
+    /// start cold goes through [`measure_cold`], which asks [`Stage::no_cold`] first.
     fn make_cold(&mut self) -> Result<()>;
+    /// Why the next reads cannot be made cold here, if they cannot (the FUSE floor: its files
+    /// live only in its daemon's memory). A stage that answers Some keeps what
+    /// [`Stage::skip`] is given: it is the only trace of the phases it could not measure.
+    fn no_cold(&self) -> Option<&'static str> {
+        None
+    }
+    /// Records a phase that ran but was not measured, and why.
+    fn skip(&mut self, skipped: Skipped) {
+        let _ = skipped;
+    }
     /// Crashes the file system with whatever it has in memory (recovery workload).
     fn crash(&mut self) -> Result<()> {
         bail!("this stage cannot crash: recovery needs a target the harness mounted")
@@ -77,6 +88,12 @@ impl Stage for crate::target::Mounted {
     }
     fn make_cold(&mut self) -> Result<()> {
         crate::target::Mounted::make_cold(self)
+    }
+    fn no_cold(&self) -> Option<&'static str> {
+        self.spec.volatile()
+    }
+    fn skip(&mut self, skipped: Skipped) {
+        self.skipped.push(skipped);
     }
     fn crash(&mut self) -> Result<()> {
         crate::target::Mounted::crash(self)
@@ -178,6 +195,38 @@ pub fn measure(
         param: None,
         extra,
     })
+}
+
+/// A phase that must start cold: makes the next reads cold and measures `f` as the phase
+/// (`param`: its swept parameter, as [`PhaseResult::param`]). On a stage that cannot be made
+/// cold ([`Stage::no_cold`]) `f` still runs, so later phases find what it leaves (micro's
+/// read needs create's files) and the caches as they would be, but its time is not a
+/// result: the phase is recorded as skipped with the reason, and None returned. A warm read
+/// under a cold read's name would be a wrong number no table could tell from a right one.
+pub fn measure_cold(
+    stage: &mut dyn Stage,
+    phase: &str,
+    param: Option<f64>,
+    ops: f64,
+    unit: &str,
+    f: impl FnOnce() -> Result<serde_json::Value>,
+) -> Result<Option<PhaseResult>> {
+    let no_cold = stage.no_cold();
+    if no_cold.is_none() {
+        stage.make_cold()?;
+    }
+    let mut r = measure(stage, phase, ops, unit, f)?;
+    r.param = param;
+    match no_cold {
+        None => Ok(Some(r)),
+        Some(why) => {
+            stage.skip(Skipped {
+                phase: Some(r.label()),
+                why: format!("cannot start cold: {why}"),
+            });
+            Ok(None)
+        }
+    }
 }
 
 /// PostMark's configuration (the commands fed to Debian's `postmark` on standard input).
@@ -430,6 +479,19 @@ impl Workload {
         }
     }
 
+    /// Why the workload cannot run on `t` at all, if it cannot: it crashes the file system
+    /// and times its recovery, and `t` has nothing that outlives a crash
+    /// ([`crate::target::TargetSpec::volatile`]). The runner records the reason in place of
+    /// a result rather than time the mount of an empty file system as a recovery.
+    pub fn unrunnable_on(&self, t: &crate::target::TargetSpec) -> Option<String> {
+        match self {
+            Workload::Recovery(_) | Workload::RecoverySweep(_) => t
+                .volatile()
+                .map(|why| format!("{} crashes the file system: {why}", self.name())),
+            _ => None,
+        }
+    }
+
     /// Runs whatever must happen once before the first repetition (downloads).
     pub fn prepare(&self) -> Result<()> {
         match self {
@@ -503,14 +565,16 @@ impl Workload {
                 let create = measure(stage, "create", files as f64, "files", || {
                     small_create(&dir, files, size)
                 })?;
-                stage.make_cold()?;
-                let read = measure(stage, "read", files as f64, "files", || {
+                let read = measure_cold(stage, "read", None, files as f64, "files", || {
                     small_read(&dir, files, size)
                 })?;
                 let delete = measure(stage, "delete", files as f64, "files", || {
                     small_delete(&dir, files)
                 })?;
-                Ok(vec![create, read, delete])
+                Ok([Some(create), read, Some(delete)]
+                    .into_iter()
+                    .flatten()
+                    .collect())
             }
             Workload::Postmark { cfg, .. } => {
                 let script = cfg.script(&dir);
@@ -528,9 +592,10 @@ impl Workload {
                 let write = measure(stage, "write", mib, "MiB", || {
                     seq_write(&path, bytes, chunk)
                 })?;
-                stage.make_cold()?;
-                let read = measure(stage, "read", mib, "MiB", || seq_read(&path, bytes, chunk))?;
-                Ok(vec![write, read])
+                let read = measure_cold(stage, "read", None, mib, "MiB", || {
+                    seq_read(&path, bytes, chunk)
+                })?;
+                Ok([Some(write), read].into_iter().flatten().collect())
             }
             Workload::Micro(c) => micro::run(stage, c),
             Workload::Largefile(c) => largefile::run(stage, c),
@@ -823,6 +888,124 @@ mod tests {
             ["create", "read", "delete"]
         );
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    /// A directory that cannot be made cold, as the FUSE floor (`no_cold`), or one that can;
+    /// counts the `make_cold` calls (which it refuses when volatile) and keeps the skips.
+    struct Cold {
+        dir: PathBuf,
+        volatile: bool,
+        cold_calls: usize,
+        skipped: Vec<Skipped>,
+    }
+
+    impl Cold {
+        fn new(dir: &Path, volatile: bool) -> Cold {
+            Cold {
+                dir: dir.to_path_buf(),
+                volatile,
+                cold_calls: 0,
+                skipped: Vec::new(),
+            }
+        }
+
+        fn skipped(&self) -> Vec<&str> {
+            self.skipped
+                .iter()
+                .map(|s| s.phase.as_deref().unwrap_or("*"))
+                .collect()
+        }
+    }
+
+    impl Stage for Cold {
+        fn dir(&self) -> PathBuf {
+            self.dir.clone()
+        }
+        fn counters(&self) -> Result<Option<Counters>> {
+            Ok(None)
+        }
+        fn make_cold(&mut self) -> Result<()> {
+            self.cold_calls += 1;
+            ensure!(!self.volatile, "volatile: cannot be made cold");
+            Ok(())
+        }
+        fn no_cold(&self) -> Option<&'static str> {
+            self.volatile.then_some("it forgets")
+        }
+        fn skip(&mut self, skipped: Skipped) {
+            self.skipped.push(skipped);
+        }
+    }
+
+    fn phases(r: &[PhaseResult]) -> Vec<String> {
+        r.iter().map(PhaseResult::label).collect()
+    }
+
+    /// On a stage that cannot be made cold, every phase that must start cold is run (the
+    /// later phases need its effects) but recorded as skipped with the reason, never as a
+    /// warm number; the others are measured as usual. A stage that can is made cold as
+    /// before.
+    #[test]
+    fn cold_phases_are_skipped_with_the_reason_where_nothing_can_be_cold() {
+        let d = tempfile::tempdir().unwrap();
+        let small = Workload::Smallfile {
+            files: 20,
+            size: 100,
+        };
+        let mut floor = Cold::new(d.path(), true);
+        let r = small.run(&mut floor).unwrap();
+        assert_eq!(phases(&r), ["create", "delete"]);
+        assert_eq!(floor.skipped(), ["read"]);
+        assert_eq!(floor.skipped[0].why, "cannot start cold: it forgets");
+        assert_eq!(floor.cold_calls, 0, "never asked to be cold");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+
+        let mut floor = Cold::new(d.path(), true);
+        let r = Workload::Largefile(largefile::Config::scaled(0.0))
+            .run(&mut floor)
+            .unwrap();
+        assert_eq!(phases(&r), ["seq-write", "rand-write"]);
+        assert_eq!(floor.skipped(), ["seq-read", "rand-read", "seq-reread"]);
+
+        // micro: cold before every phase, so every phase is skipped, each under its label.
+        let mut floor = Cold::new(d.path(), true);
+        let cfg = micro::Config {
+            sizes: vec![0, 4096],
+            data_bytes: 0,
+            min_files: 3,
+            per_dir: 2,
+        };
+        let r = Workload::Micro(cfg).run(&mut floor).unwrap();
+        assert!(r.is_empty(), "{:?}", phases(&r));
+        assert_eq!(floor.skipped().len(), 8);
+        assert_eq!(floor.skipped()[..2], ["create 0", "read 0"]);
+        assert_eq!(floor.skipped()[5], "read 4K");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+
+        let mut disk = Cold::new(d.path(), false);
+        let r = small.run(&mut disk).unwrap();
+        assert_eq!(phases(&r), ["create", "read", "delete"]);
+        assert_eq!((disk.cold_calls, disk.skipped.len()), (1, 0));
+    }
+
+    /// Workloads that crash the file system are not run on one with nothing to recover
+    /// (the floor), and the reason says so; everything else runs there.
+    #[test]
+    fn crash_workloads_are_unrunnable_on_a_volatile_target() {
+        let p = Params::scaled(0.01, 0.1);
+        let floor = crate::target::TargetSpec::parse(crate::target::FLOOR).unwrap();
+        let cairn = crate::target::TargetSpec::parse("cairn-async").unwrap();
+        for n in NAMES {
+            let w = Workload::named(n, &p).unwrap();
+            let why = w.unrunnable_on(&floor);
+            let crashes = matches!(w, Workload::Recovery(_) | Workload::RecoverySweep(_));
+            assert_eq!(why.is_some(), crashes, "{n}: {why:?}");
+            if let Some(why) = why {
+                assert!(why.starts_with(&format!("{n} crashes")), "{why}");
+                assert!(why.contains(crate::target::VOLATILE));
+            }
+            assert!(w.unrunnable_on(&cairn).is_none(), "{n}");
+        }
     }
 
     #[test]
