@@ -741,6 +741,14 @@ impl FileSystem for MemFs {
         Ok(data.len() as u32)
     }
 
+    /// Nothing to do at close(2), as in cairn's own formats (`ffs::ops`): ENOSYS tells the
+    /// kernel once, and it stops sending FLUSH on every close. `cairn mount --memory` is the
+    /// FUSE floor the benchmark measures cairn's modes against (`fuse-floor`): it must not
+    /// make a round trip per file that they do not.
+    fn flush(&self, _ino: Ino, _fh: Fh) -> Result<()> {
+        err(Errno::ENOSYS)
+    }
+
     fn release(&self, _ino: Ino, fh: Fh) -> Result<()> {
         let mut g = self.inner.lock();
         let h = g.handles.remove(&fh).ok_or(FsError::Errno(Errno::EBADF))?;
