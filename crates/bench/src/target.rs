@@ -729,11 +729,8 @@ impl Mounted {
                 "cairn umbrella, one branch on ext4 (loop device), passthrough=yes".into()
             }
             Kind::Floor { transport } => format!(
-                "cairn mount --memory{} (in-memory file system, no image)",
-                Some(transport_option(transport) + &concurrency_options(self.fuse_concurrency))
-                    .filter(|o| !o.is_empty())
-                    .map(|o| format!(" -o {}", o.trim_start_matches(',')))
-                    .unwrap_or_default()
+                "cairn mount --memory -o {} (in-memory file system, no image)",
+                floor_options(transport, self.fuse_concurrency).trim_start_matches(',')
             ),
             Kind::Cairn {
                 mode,
@@ -829,10 +826,8 @@ impl Mounted {
             }
             Kind::Floor { transport } => {
                 let want_uring = transport.as_deref() == Some("uring");
-                // The options a cairn target's daemon gets, less the mode and the image's:
-                // the same adapter, threads and transport, so the difference is the engine.
-                let opts =
-                    transport_option(transport) + &concurrency_options(self.fuse_concurrency);
+                // A cairn mode's adapter options (see `floor_options`).
+                let opts = floor_options(transport, self.fuse_concurrency);
                 sys::run(
                     Command::new(&self.cairn)
                         .args(["mount", "--memory", "-o"])
@@ -1133,6 +1128,20 @@ fn compose_options(base: &str, opts: &str) -> String {
         .collect()
 }
 
+/// The FUSE floor's mount options (each with its leading comma): the adapter options a cairn
+/// target's daemon gets, less the mode and the image's — the same transport, threads and
+/// io_uring depth, so the difference is the engine — and the kernel's writeback cache off,
+/// as every cairn mode has it unless a mount asks (`KernelCachePolicy::for_commit`: never,
+/// or on request), where the in-memory file system's own policy turns it on: with it on the
+/// kernel adds a flush and a setattr of the times to each new file (9 requests a
+/// create+unlink pair instead of cairn's 7), a cost no cairn mode pays. A run's
+/// `--mount-options` come after these and win, for the floor and cairn's modes alike.
+fn floor_options(transport: &Option<String>, concurrency: Option<usize>) -> String {
+    ",writeback_cache=no".to_string()
+        + &transport_option(transport)
+        + &concurrency_options(concurrency)
+}
+
 /// The `,transport=T` a `+uring`/`+dev` target adds to its mount options (nothing otherwise).
 fn transport_option(transport: &Option<String>) -> String {
     transport
@@ -1408,6 +1417,13 @@ mod tests {
         // cairn stats answers on the floor: the adapter's requests, a few per file.
         let fuse = phases[0].per_op(crate::counters::Counters::fuse_requests);
         assert!(fuse.is_some_and(|n| n >= 2.0), "{fuse:?}");
+        // No round trip per file that cairn's modes do not make: the writeback cache off
+        // (no setattr of the times), FLUSH answered ENOSYS once (the kernel stops sending
+        // it), as they have them.
+        let c = phases[0].counters.as_ref().unwrap();
+        let n = |op: &str| c.0.get(op).copied().unwrap_or(0.0);
+        assert_eq!(n("fuse.requests.setattr"), 0.0, "{c:?}");
+        assert!(n("fuse.requests.flush") <= 1.0, "{c:?}");
         assert!(cold.is_err() && crash.is_err());
         assert!(
             still_there,
@@ -1423,6 +1439,15 @@ mod tests {
         assert_eq!(
             compose_options("cache=16M", "syncer=600"),
             ",cache=16M,syncer=600"
+        );
+    }
+
+    #[test]
+    fn the_floor_mounts_with_a_cairn_modes_adapter_options() {
+        assert_eq!(floor_options(&None, None), ",writeback_cache=no");
+        assert_eq!(
+            floor_options(&Some("uring".into()), Some(8)),
+            ",writeback_cache=no,transport=uring,threads=8,uring_depth=8"
         );
     }
 
