@@ -128,8 +128,9 @@ pub const BASELINES: &[&str] = &[
 pub const FLOOR: &str = "fuse-floor";
 
 /// Why a [`TargetSpec::volatile`] target cannot be made cold, crashed or checked: recorded
-/// for every phase and workload it skips for that.
-pub const VOLATILE: &str = "its files live only in its daemon's memory (cairn mount --memory): an unmount empties it, so it has no cold cache, crash recovery or fsck";
+/// for every phase and workload it skips for that (short: tables cut a reason at 160
+/// characters).
+pub const VOLATILE: &str = "its files live only in its daemon's memory (an unmount empties it): no cold cache, crash or fsck";
 
 /// A FUSE transport suffix (`+uring`, `+dev`) split off a target name: the name without it
 /// and the transport; an error for any other suffix after `+`.
