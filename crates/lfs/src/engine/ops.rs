@@ -296,12 +296,20 @@ impl State {
             ..Default::default()
         };
         let mut node = Node::fresh(inode);
-        if !inherited.is_empty() {
+        // Only an inherited ACL gives the new inode an xattr list to write: counting every
+        // new inode among the meta inodes made each later write's admission count walk
+        // every file created since the last flush.
+        let meta = !inherited.is_empty();
+        if meta {
             node.xattrs = Some(inherited);
             node.xattr_dirty = true;
         }
         self.nodes.insert(ino, node);
-        self.mark_meta_dirty(ino);
+        if meta {
+            self.mark_meta_dirty(ino);
+        } else {
+            self.mark_dirty(ino);
+        }
         if dir {
             let mut b = vec![0u8; BLOCK_SIZE];
             block::init_first(&mut b, ino, parent);
