@@ -2,7 +2,8 @@
 //! "LFS: call latency while the cleaner runs").
 //!
 //! An image file is made and filled to a utilization (default 80%) with 4 KiB files, then
-//! mounted with the background syncer and the default cleaning thresholds, and one thread
+//! mounted with the background syncer and the default cleaning thresholds (or the mount
+//! options given with `-o`, as `cairn mount` takes them), and one thread
 //! overwrites files chosen uniformly at random (open, write 4 KiB at offset 0, release),
 //! timing every call. The first overwrites find clean segments above the cleaner's start
 //! threshold: the cleaner is idle. Once the log has used them up the cleaner runs (in the
@@ -22,7 +23,7 @@
 //! ```text
 //! cargo run --release -p cairn-lfs --example overwrite_latency -- \
 //!     --dir /var/tmp --size-mb 256 --util 80 --overwrites 40000 --seed 1 \
-//!     --series lat.csv --svg lat.svg
+//!     --series lat.csv --svg lat.svg [-o clean_start=20,clean_stop=30]
 //! ```
 
 use std::ffi::OsStr;
@@ -49,6 +50,8 @@ struct Args {
     rate: u64,
     series: Option<std::path::PathBuf>,
     svg: Option<std::path::PathBuf>,
+    /// Mount options of the measured mount (`-o key[=value]`, as `cairn mount` takes them).
+    opts: Vec<String>,
 }
 
 fn args() -> Args {
@@ -62,6 +65,7 @@ fn args() -> Args {
         rate: 0,
         series: None,
         svg: None,
+        opts: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -76,6 +80,7 @@ fn args() -> Args {
             "--rate" => a.rate = v().parse().expect("--rate N"),
             "--series" => a.series = Some(v().into()),
             "--svg" => a.svg = Some(v().into()),
+            "-o" => a.opts.push(v()),
             _ => panic!("unknown argument {k}"),
         }
     }
@@ -188,7 +193,15 @@ fn main() {
     fs.destroy().expect("unmount after fill");
     drop(fs);
 
-    let fs = Lfs::mount_device(dev.clone(), &MountOptions::default()).expect("mount");
+    let mut opts = MountOptions::default();
+    for o in a.opts.iter().flat_map(|o| o.split(',')) {
+        let (k, v) = match o.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (o, None),
+        };
+        opts.set(k, v).unwrap_or_else(|e| panic!("-o {o}: {e}"));
+    }
+    let fs = Lfs::mount_device(dev.clone(), &opts).expect("mount");
     let stats = |fs: &Lfs| -> serde_json::Value {
         serde_json::from_str(&fs.stats_json()).expect("stats json")
     };

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use parking_lot::MutexGuard;
@@ -413,7 +414,7 @@ impl State {
         need: Gain,
         prescans: &mut Prescans,
     ) -> Result<Option<Pass>> {
-        let Some(c) = self.clean_pass_choose(policy, th, need, prescans)? else {
+        let Some(c) = self.clean_pass_choose(policy, th, need, Room::Whole, prescans)? else {
             return Ok(None);
         };
         // What the room rule counted is what the pass writes (checked in tests, where a
@@ -451,6 +452,7 @@ impl State {
         policy: Policy,
         th: Thresholds,
         need: Gain,
+        room: Room,
         prescans: &mut Prescans,
     ) -> Result<Option<Chosen>> {
         self.settle_checkpoint()?;
@@ -474,6 +476,13 @@ impl State {
         // this pass's room.
         let seg_blocks = self.sb.segment_blocks as u64;
         let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
+        let clean = match room {
+            Room::Whole => clean,
+            Room::Shared => {
+                let kept = RESERVE_SEGMENTS as u64;
+                kept + clean.saturating_sub(kept) / 2
+            }
+        };
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
         let mut victims = Vec::new();
         let mut scans = Vec::new();
@@ -750,7 +759,12 @@ impl Lfs {
         let t = Instant::now();
         // The victims were dirty and held since: what was read is what they hold.
         drop(pin);
-        let r = st.clean_pass_choose(policy, th, Gain::Segment, &mut pre);
+        let room = if self.room_waiters.load(Ordering::Relaxed) > 0 {
+            Room::Whole
+        } else {
+            Room::Shared
+        };
+        let r = st.clean_pass_choose(policy, th, Gain::Segment, room, &mut pre);
         let Some(c) = st.note_log_result(r)? else {
             st.cleaner.held(Hold::Choose, t);
             return Ok(None);
@@ -934,6 +948,24 @@ pub(crate) enum Gain {
     Segment,
     /// Any room: more blocks freed than written.
     Blocks,
+}
+
+/// How much of the clean segments a pass may fill.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// All of them: a foreground pass (one hold, no call runs until its checkpoint), or a
+    /// background pass while calls already wait for room (`Lfs::room_waiters`): they are
+    /// served best by the pass that frees the most soonest, in one hold if it cannot
+    /// reserve its room.
+    Whole,
+    /// Half of them beyond the standing reserve: a background pass while no call waits,
+    /// so that it reserves its room and runs in slices with the calls writing into the
+    /// other half. Chosen to fill every clean segment, the first passes of a run at 80%
+    /// utilization wanted 40 segments' room with 20 clean, could not reserve it once calls
+    /// had buffered anything, and ran in one hold of 35–60 ms (docs/bench/history.md,
+    /// "Passes that leave the calls half the room"). The run cleans to `clean_stop` all
+    /// the same, in more passes.
+    Shared,
 }
 
 /// What one cleaning pass writes: the live data blocks it moves, and the blocks naming

@@ -1456,6 +1456,9 @@ pub struct Lfs {
     pub(crate) stop: Arc<(Mutex<bool>, Condvar)>,
     /// Background cleaning passes ended (what a write short of room waits on).
     pub(crate) passes: (Mutex<u64>, Condvar),
+    /// Calls waiting on `passes` for room now: a background pass chooses the whole room
+    /// for them, half of it when none waits (`cleaner::clean::Room`).
+    pub(crate) room_waiters: std::sync::atomic::AtomicUsize,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
     destroyed: AtomicBool,
 }

@@ -690,11 +690,13 @@ impl Lfs {
             self.stop.1.notify_one();
             let (m, cv) = &self.passes;
             let mut n = m.lock();
+            self.room_waiters.fetch_add(1, Ordering::Relaxed);
             while *n == seen {
                 if cv.wait_until(&mut n, deadline).timed_out() {
                     break;
                 }
             }
+            self.room_waiters.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

@@ -444,6 +444,7 @@ impl Lfs {
             opts: opts.clone(),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             passes: (Mutex::new(0), Condvar::new()),
+            room_waiters: std::sync::atomic::AtomicUsize::new(0),
             syncer: Mutex::new(None),
             destroyed: AtomicBool::new(false),
             atime: Mutex::new(cairn_vfs::Atime::default()),

@@ -1848,6 +1848,56 @@ fn a_pass_without_revalidation_is_caught() {
     assert!(r.is_err(), "the race test cannot tell stale blocks: {r:?}");
 }
 
+/// A background pass takes at most half the clean segments beyond the reserve while no
+/// call waits for room, so that it reserves its room and runs in slices with calls writing
+/// into the rest; with a call waiting, the whole room (the pass that frees the most
+/// soonest). The same image twice, a pass asked for more than the disk can give: the
+/// waited-for pass moves more, and the other's log fits in its half.
+#[test]
+fn a_background_pass_leaves_calls_half_the_room_unless_they_wait() {
+    let pass = |waiting: usize| {
+        let dev = image(1024);
+        let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+        forty_files_a_quarter_overwritten(&fs);
+        let (clean, kept) = {
+            let st = fs.st.lock();
+            (st.clean_segments(), RESERVE_SEGMENTS)
+        };
+        let th = Thresholds::new(1, clean + 40).unwrap();
+        fs.room_waiters
+            .store(waiting, std::sync::atomic::Ordering::Relaxed);
+        let entered0 = fs.st.lock().log.segments_entered;
+        fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap().unwrap();
+        fs.room_waiters
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        let entered = fs.st.lock().log.segments_entered - entered0;
+        let cs = fs.cleaner_stats();
+        fs.destroy().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+        (cs, entered, (kept + (clean - kept) / 2) as u64)
+    };
+    let (shared, entered, half) = pass(0);
+    let (whole, _, _) = pass(1);
+    eprintln!(
+        "shared: {shared:?}, {entered} segments entered (half: {half}); waited for: {whole:?}"
+    );
+    // The choice counts the pass's log against half the room; its slices' summaries may
+    // take a segment more (`State::slice_reserve`).
+    assert!(
+        entered <= half + 1,
+        "{entered} segments entered, half the room is {half}"
+    );
+    assert_eq!(
+        shared.split_passes, 1,
+        "the pass could not reserve its room"
+    );
+    assert!(
+        shared.blocks_moved < whole.blocks_moved,
+        "shared {shared:?}, whole {whole:?}"
+    );
+}
+
 /// A background pass that moves its live blocks in slices lets calls in between; the room
 /// rule counted its writes against the clean segments when it chose its victims. Forty
 /// files of 12 blocks on 16-block segments, a quarter of each overwritten (victims 75%
