@@ -233,7 +233,7 @@ impl State {
                         // The new address goes into the indirect block naming it, and
                         // into every block above that one.
                         w.slot_chain(e.ino, slot_of(e.lbn));
-                        w.inodes.insert(e.ino);
+                        w.add_inode(e.ino);
                         w.moved.push(Moved {
                             ino: e.ino,
                             version: e.version,
@@ -253,13 +253,13 @@ impl State {
                             // Rewritten elsewhere, the block's parent must name the new
                             // copy: the parent is rewritten too (up to the inode).
                             w.slot_chain(e.ino, Some(e.lbn));
-                            w.inodes.insert(e.ino);
+                            w.add_inode(e.ino);
                         } else if e.kind == Kind::Xattr && self.xattr_live(e.ino, addr)? {
                             // Any block of the list moves the whole list (a chain's blocks
                             // name each other).
                             let x = self.load_xattrs(e.ino)?.clone();
                             w.xattrs.push((e.ino, x));
-                            w.inodes.insert(e.ino);
+                            w.add_inode(e.ino);
                         }
                     }
                     Kind::Inode => {
@@ -267,7 +267,7 @@ impl State {
                             let live = self.imap.addr(r.ino) == addr;
                             if live && r.mode != 0 {
                                 self.node(r.ino)?;
-                                w.inodes.insert(r.ino);
+                                w.add_inode(r.ino);
                             }
                         }
                     }
@@ -288,21 +288,28 @@ impl State {
     /// the usage table: the moved data, the indirect and xattr blocks, the inodes 16 to a
     /// block, and the inode map blocks (those already dirty and those of every inode
     /// rewritten). An upper bound: an indirect block left with no pointer is not written.
+    ///
+    /// Called for every candidate victim with `a` the victims taken so far, so it costs
+    /// what `b` holds and the few inode map blocks, never `a`'s inodes: counting their map
+    /// blocks again for each candidate was half a choosing hold's time (a profile of the
+    /// overwrite benchmark: thousands of inodes, tens of candidates).
     fn work_blocks(&self, a: &Work, b: &Work) -> u64 {
         let slots = a.slots.len() + b.slots.iter().filter(|s| !a.slots.contains(s)).count();
         let inodes = a.inodes.len() + b.inodes.iter().filter(|i| !a.inodes.contains(i)).count();
-        let mut imap = self.imap.dirty_blocks().clone();
-        for w in [a, b] {
-            imap.extend(w.imap.iter().copied());
-            imap.extend(
-                w.inodes
-                    .iter()
-                    .map(|&i| (i / tables::PER_BLOCK as u64) as u32),
-            );
-        }
+        let dirty = self.imap.dirty_blocks();
+        let mut imap: BTreeSet<u32> = a.imap_blocks().filter(|i| !dirty.contains(i)).collect();
+        imap.extend(b.imap_blocks().filter(|i| !dirty.contains(i)));
+        // `inode_imap` is every inode's map block (an inode added another way would be
+        // counted without it).
+        debug_assert!([a, b].iter().all(|w| {
+            w.inodes.iter().all(|&i| {
+                w.inode_imap
+                    .contains(&((i / tables::PER_BLOCK as u64) as u32))
+            })
+        }));
         (a.moved.len() + b.moved.len() + slots + a.xattrs.len() + b.xattrs.len()) as u64
             + (inodes as u64).div_ceil(inode::PER_BLOCK as u64)
-            + imap.len() as u64
+            + (dirty.len() + imap.len()) as u64
     }
 
     /// The clean segments a background pass reserves before calls run between its slices
@@ -624,6 +631,7 @@ impl State {
             xattrs,
             inodes,
             imap,
+            inode_imap: _,
         } = w;
         // Their inodes are among `inodes` (`collect_live`), dirtied below.
         for (ino, s) in slots {
@@ -979,6 +987,10 @@ pub(crate) struct Work {
     inodes: BTreeSet<u64>,
     /// Inode map blocks found live in the victims.
     imap: BTreeSet<u32>,
+    /// The inode map blocks naming `inodes` (rewritten with them): kept as they are added
+    /// (`add_inode`), so that counting a pass's writes looks at a few hundred map blocks at
+    /// most, not at every inode.
+    inode_imap: BTreeSet<u32>,
 }
 
 impl Work {
@@ -988,6 +1000,19 @@ impl Work {
         self.xattrs.extend(w.xattrs);
         self.inodes.extend(w.inodes);
         self.imap.extend(w.imap);
+        self.inode_imap.extend(w.inode_imap);
+    }
+
+    /// Inode `ino` is rewritten, and the inode map block naming it with it.
+    fn add_inode(&mut self, ino: u64) {
+        self.inodes.insert(ino);
+        self.inode_imap
+            .insert((ino / tables::PER_BLOCK as u64) as u32);
+    }
+
+    /// The inode map blocks the work rewrites (some may be in both sets).
+    fn imap_blocks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.imap.iter().chain(&self.inode_imap).copied()
     }
 
     fn slot_chain(&mut self, ino: u64, mut slot: Option<u64>) {
