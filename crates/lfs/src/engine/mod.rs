@@ -1463,6 +1463,28 @@ pub struct Lfs {
     destroyed: AtomicBool,
 }
 
+/// How much nicer than the calls the background syncer (and its cleaning passes) runs.
+pub(crate) const SYNCER_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's priority by [`SYNCER_NICENESS`] (to 19 at most): the
+/// background syncer's. Its passes do most of their work outside the engine's lock
+/// (reading victims, hashing what they write); at the calls' priority the scheduler gave
+/// that work slices of a few milliseconds while calls waited for the CPU, and preempted
+/// the pass inside its lock holds for the log writer's turn, so each hold stretched by as
+/// much. A nicer syncer is preempted by the calls instead, and still runs whenever they
+/// wait (for room, for its lock). Measured on the overwrite benchmark, the thread reniced
+/// from outside: running p99 16-27 ms -> 9.4-10.6 ms, throughput unchanged (history.md).
+/// A thread may always raise its own niceness; a failure only costs the latency.
+fn yield_to_calls() {
+    let me = Some(rustix::thread::gettid());
+    let set = rustix::process::getpriority_process(me).and_then(|nice| {
+        rustix::process::setpriority_process(me, (nice + SYNCER_NICENESS).min(19))
+    });
+    if let Err(e) = set {
+        ::log::debug!("lfs syncer: cannot lower its priority: {e}");
+    }
+}
+
 impl Lfs {
     /// Runs the background syncer: flushes dirty data older than `flush_age` and
     /// checkpoints every `checkpoint_interval` (004 §4.1).
@@ -1475,6 +1497,7 @@ impl Lfs {
         let h = std::thread::Builder::new()
             .name("lfs-syncer".into())
             .spawn(move || {
+                yield_to_calls();
                 loop {
                     {
                         let (m, cv) = &*stop;

@@ -1898,6 +1898,52 @@ fn a_background_pass_leaves_calls_half_the_room_unless_they_wait() {
     );
 }
 
+/// The background syncer runs `SYNCER_NICENESS` nicer than the calls (so they preempt its
+/// cleaning, not it them): every `lfs-syncer` thread of this process, this test's among
+/// them, is at the test thread's niceness plus that.
+#[test]
+fn the_background_syncer_runs_nicer_than_the_calls() {
+    let dev = image(1024);
+    let fs = Lfs::mount_device(
+        dev.clone() as Arc<dyn BlockDevice>,
+        &MountOptions::default(),
+    )
+    .unwrap();
+    let nice_of = |stat: &str| -> i32 {
+        // Field 19 of /proc/.../stat, counted after the command's closing parenthesis.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(16).unwrap().parse().unwrap()
+    };
+    let mine = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+    let want = (mine + crate::engine::SYNCER_NICENESS).min(19);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let syncers = loop {
+        let mut found = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "lfs-syncer" {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                if !stat.is_empty() {
+                    found.push(nice_of(&stat));
+                }
+            }
+        }
+        // The thread sets its priority as it starts: wait for it to have done so.
+        if (!found.is_empty() && found.iter().all(|&n| n == want))
+            || std::time::Instant::now() > deadline
+        {
+            break found;
+        }
+        std::thread::yield_now();
+    };
+    assert!(!syncers.is_empty(), "no lfs-syncer thread");
+    assert!(
+        syncers.iter().all(|&n| n == want),
+        "syncer niceness {syncers:?}, want {want}"
+    );
+    fs.destroy().unwrap();
+}
+
 /// A background pass that moves its live blocks in slices lets calls in between; the room
 /// rule counted its writes against the clean segments when it chose its victims. Forty
 /// files of 12 blocks on 16-block segments, a quarter of each overwritten (victims 75%
