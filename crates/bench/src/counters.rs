@@ -135,6 +135,12 @@ impl Counters {
         })
     }
 
+    /// Blocks the buffer cache evicted (`cairn stats`: `fs.cache.evictions`); None for a
+    /// target without cairn's buffer cache (the kernel's file systems, the FUSE floor).
+    pub fn cache_evictions(&self) -> Option<f64> {
+        self.0.get("fs.cache.evictions").copied()
+    }
+
     pub fn device_reads(&self) -> Option<f64> {
         self.first(&[
             "fs.device.reads",

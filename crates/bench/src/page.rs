@@ -23,8 +23,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::plot::Figures;
 use crate::results::{Meta, Record, Stat};
-use crate::tables::{per_rep, rate_of};
+use crate::tables::{per_rep, rate_of, total_rate};
 use crate::units::fmt_rate;
+
+mod kernel;
 
 /// The folder beside the page that holds its archive and plots, as the page links it.
 pub const CURRENT: &str = "bench/current/";
@@ -70,69 +72,101 @@ fn write_archive(path: &Path, meta: &Meta, records: &[Record]) -> Result<()> {
     Ok(())
 }
 
-/// One column of the summary: a phase of a workload, and how its rate reads.
+/// One column of the summary (and one number of issue 23's targets, [`kernel`]): a phase of
+/// a workload, and how its rate reads.
 struct Headline {
     name: &'static str,
     workload: &'static str,
-    phase: &'static str,
+    rate: Rate,
     unit: &'static str,
 }
+
+/// Which of a record's phases a [`Headline`]'s rate is.
+#[derive(Clone, Copy)]
+enum Rate {
+    /// One phase, by its label (`PhaseResult::label`).
+    Phase(&'static str),
+    /// Consecutive phases as one: 1 / their summed seconds (the papers' "total" column).
+    Total(&'static [&'static str]),
+}
+
+impl Rate {
+    /// The phase labels the rate is made of (what a skipped phase is matched against).
+    fn labels(self) -> Vec<&'static str> {
+        match self {
+            Rate::Phase(l) => vec![l],
+            Rate::Total(ls) => ls.to_vec(),
+        }
+    }
+}
+
+const CREATE_UNLINK: Headline = Headline {
+    name: "create+unlink",
+    workload: "create-unlink",
+    rate: Rate::Phase("create+unlink"),
+    unit: "files/s",
+};
+const SMALL_CREATE: Headline = Headline {
+    name: "small-file create",
+    workload: "smallfile",
+    rate: Rate::Phase("create"),
+    unit: "files/s",
+};
+const SMALL_READ: Headline = Headline {
+    name: "small-file read",
+    workload: "smallfile",
+    rate: Rate::Phase("read"),
+    unit: "files/s",
+};
+const SMALL_DELETE: Headline = Headline {
+    name: "small-file delete",
+    workload: "smallfile",
+    rate: Rate::Phase("delete"),
+    unit: "files/s",
+};
+const POSTMARK: Headline = Headline {
+    name: "PostMark",
+    workload: "postmark",
+    rate: Rate::Phase("run"),
+    unit: "tx/s",
+};
+const SEQ_WRITE: Headline = Headline {
+    name: "seq. write",
+    workload: "largefile",
+    rate: Rate::Phase("seq-write"),
+    unit: "MiB/s",
+};
+const SEQ_READ: Headline = Headline {
+    name: "seq. read",
+    workload: "largefile",
+    rate: Rate::Phase("seq-read"),
+    unit: "MiB/s",
+};
+const RAND_WRITE: Headline = Headline {
+    name: "random 4K write",
+    workload: "largefile",
+    rate: Rate::Phase("rand-write"),
+    unit: "MiB/s",
+};
 
 /// What the summary shows: the metadata tables of 000 and 002, PostMark, and 004's data paths.
 /// Everything else is in its own section below the summary.
 const HEADLINES: &[Headline] = &[
-    Headline {
-        name: "create+unlink",
-        workload: "create-unlink",
-        phase: "create+unlink",
-        unit: "files/s",
-    },
-    Headline {
-        name: "small-file create",
-        workload: "smallfile",
-        phase: "create",
-        unit: "files/s",
-    },
-    Headline {
-        name: "small-file read",
-        workload: "smallfile",
-        phase: "read",
-        unit: "files/s",
-    },
-    Headline {
-        name: "small-file delete",
-        workload: "smallfile",
-        phase: "delete",
-        unit: "files/s",
-    },
-    Headline {
-        name: "PostMark",
-        workload: "postmark",
-        phase: "run",
-        unit: "tx/s",
-    },
-    Headline {
-        name: "seq. write",
-        workload: "largefile",
-        phase: "seq-write",
-        unit: "MiB/s",
-    },
-    Headline {
-        name: "seq. read",
-        workload: "largefile",
-        phase: "seq-read",
-        unit: "MiB/s",
-    },
-    Headline {
-        name: "random 4K write",
-        workload: "largefile",
-        phase: "rand-write",
-        unit: "MiB/s",
-    },
+    CREATE_UNLINK,
+    SMALL_CREATE,
+    SMALL_READ,
+    SMALL_DELETE,
+    POSTMARK,
+    SEQ_WRITE,
+    SEQ_READ,
+    RAND_WRITE,
 ];
 
 fn median(records: &[Record], h: &Headline, target: &str) -> Option<Stat> {
-    per_rep(records, h.workload, target, &rate_of(h.phase))
+    match h.rate {
+        Rate::Phase(l) => per_rep(records, h.workload, target, &rate_of(l)),
+        Rate::Total(ls) => per_rep(records, h.workload, target, &total_rate(ls)),
+    }
 }
 
 /// The summary rows: every target of the run on this machine's device, in the run's order,
@@ -338,6 +372,8 @@ pub fn render(figures: &Figures, current: &Current) -> Result<String> {
     );
     let _ = writeln!(s, "\n## Summary\n");
     summary(&mut s, meta, records);
+    let _ = writeln!(s);
+    kernel::section(&mut s, meta, records);
     let _ = writeln!(s);
     s.push_str(&crate::report::header(meta, records));
     s.push_str(&crate::tables::render(figures, meta, records)?);

@@ -45,11 +45,11 @@ pub(crate) fn rate_of(label: &str) -> impl Fn(&Record) -> Option<f64> + '_ {
 
 /// Rate of a run of consecutive phases measured in seconds: 1 / (sum of times) — the papers'
 /// "total" column.
-fn total_rate(labels: &[String]) -> impl Fn(&Record) -> Option<f64> + '_ {
+pub(crate) fn total_rate<S: AsRef<str>>(labels: &[S]) -> impl Fn(&Record) -> Option<f64> + '_ {
     move |r| {
         let mut secs = 0.0;
         for l in labels {
-            secs += phase(r, l)?.secs;
+            secs += phase(r, l.as_ref())?.secs;
         }
         (secs > 0.0).then(|| 1.0 / secs)
     }
@@ -271,7 +271,7 @@ fn has(meta: &Meta, records: &[Record], w: &str) -> bool {
 
 /// The phases of 000 Table 5's columns, Table 6's and 004 Fig. 8's, in the papers' order.
 const SSH_PHASES: &[&str] = &["unpack", "config", "build"];
-const NETNEWS_PHASES: &[&str] = &["unbatch", "expire"];
+pub(crate) const NETNEWS_PHASES: &[&str] = &["unbatch", "expire"];
 const SMALLFILE_PHASES: &[&str] = &["create", "read", "delete"];
 
 fn owned(v: &[&str]) -> Vec<String> {

@@ -1,0 +1,747 @@
+//! "Against the kernel": issue 23's targets ("Closer to the kernel") judged on the page's run,
+//! right after the summary. The issue is done when its targets are on the page "with the
+//! targets met, or with the measured reason where a target is beyond what FUSE on this kernel
+//! allows"; the measured reason is the FUSE floor (`fuse-floor`: an in-memory file system
+//! that does no work, behind the same FUSE adapter as cairn's modes). When even the floor is
+//! below a target, no file system behind this adapter can meet it on this kernel.
+//!
+//! The targets are one table, [`GOALS`]; every number is a median of the run's repetitions
+//! taken as the summary takes it ([`median`] of a [`Headline`]), and a metric the run cannot
+//! judge (no numbers, a pinned run, a file set that fit the cache) is listed as not in this
+//! run with why, never shown as 0.
+
+use std::fmt::Write as _;
+
+use super::{
+    CREATE_UNLINK, Headline, KERNEL_REFERENCE, POSTMARK, RAND_WRITE, Rate, SEQ_READ, SEQ_WRITE,
+    SMALL_CREATE, SMALL_DELETE, fmt_ratio, median, summary_targets,
+};
+use crate::results::{Meta, Record};
+use crate::tables::per_rep;
+use crate::target::{FLOOR, Kind, TargetSpec};
+
+/// The mode issue 23 states its targets for; the others are measured against it.
+const MODE: &str = "cairn-async";
+
+/// How a goal's number is taken of one target.
+enum Measure {
+    /// The target's median ÷ `ext4`'s on the same phase in the same run (the summary's first
+    /// ratio).
+    Kernel(Headline),
+    /// The target's own median of `num` ÷ its own of `den`.
+    Own { num: Headline, den: Headline },
+}
+
+/// Which modes a goal holds to its threshold, and how.
+enum Modes {
+    /// [`MODE`] alone.
+    Alone,
+    /// [`MODE`] on the threshold, and each of `others` at least `of` × [`MODE`]'s rate on
+    /// the same phase (the floor says nothing of these: they share its FUSE).
+    Beside {
+        others: &'static [&'static str],
+        of: f64,
+    },
+    /// Every cairn mode of the run, each on its own number against the threshold.
+    Every,
+}
+
+/// One of issue 23's targets.
+struct Goal {
+    /// The metric, as the issue names it.
+    metric: &'static str,
+    measure: Measure,
+    /// The least the number may be.
+    at_least: f64,
+    modes: Modes,
+    /// Stated for a run whose benchmark and daemons may use every CPU: a pinned run's number
+    /// says nothing of it (two clients on one CPU take turns).
+    unpinned: bool,
+    /// About a working set larger than the cache: a mode's number counts only where its
+    /// buffer cache evicted during the measured phase (a run at a small scale fits it, and its
+    /// ratio would be an in-cache one under this name).
+    evicting: bool,
+}
+
+/// The asynchronous modes the metadata targets hold to cairn-async's rate.
+const ASYNC_PEERS: Modes = Modes::Beside {
+    others: &["cairn-softdep", "cairn-journal-async", "cairn-lfs"],
+    of: 0.9,
+};
+
+/// Netnews as 000 Table 6's "total": unbatch and expire as one.
+const NETNEWS: Headline = Headline {
+    name: "Netnews",
+    workload: "netnews",
+    rate: Rate::Total(crate::tables::NETNEWS_PHASES),
+    unit: "files/s",
+};
+
+/// Group-create at `n` threads, each in a directory of its own (the phase's label,
+/// `PhaseResult::label`, of `groupcreate::PHASE` at `n` threads).
+const fn clients(name: &'static str, label: &'static str) -> Headline {
+    Headline {
+        name,
+        workload: crate::workload::groupcreate::NAME,
+        rate: Rate::Phase(label),
+        unit: "files/s",
+    }
+}
+
+/// Issue 23's targets, in the issue's order.
+const GOALS: &[Goal] = &[
+    Goal {
+        metric: "create+unlink (0-length)",
+        measure: Measure::Kernel(CREATE_UNLINK),
+        at_least: 0.5,
+        modes: ASYNC_PEERS,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "small-file create",
+        measure: Measure::Kernel(SMALL_CREATE),
+        at_least: 0.5,
+        modes: ASYNC_PEERS,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "small-file delete",
+        measure: Measure::Kernel(SMALL_DELETE),
+        at_least: 0.5,
+        modes: ASYNC_PEERS,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "PostMark",
+        measure: Measure::Kernel(POSTMARK),
+        at_least: 0.5,
+        modes: ASYNC_PEERS,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "Netnews (unbatch + expire)",
+        measure: Measure::Kernel(NETNEWS),
+        at_least: 0.5,
+        modes: ASYNC_PEERS,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "sequential write",
+        measure: Measure::Kernel(SEQ_WRITE),
+        at_least: 0.8,
+        modes: Modes::Alone,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "sequential read (cold)",
+        measure: Measure::Kernel(SEQ_READ),
+        at_least: 0.8,
+        modes: Modes::Alone,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "random 4 KiB writes",
+        measure: Measure::Kernel(RAND_WRITE),
+        at_least: 0.5,
+        modes: Modes::Alone,
+        unpinned: false,
+        evicting: false,
+    },
+    Goal {
+        metric: "two clients, separate directories",
+        measure: Measure::Own {
+            num: clients("N=2", "create N=2"),
+            den: clients("N=1", "create N=1"),
+        },
+        at_least: 1.8,
+        modes: Modes::Alone,
+        unpinned: true,
+        evicting: false,
+    },
+    Goal {
+        metric: "working set 2× the cache",
+        measure: Measure::Own {
+            num: Headline {
+                name: "postmark-large",
+                workload: "postmark-large",
+                rate: Rate::Phase("run"),
+                unit: "tx/s",
+            },
+            den: POSTMARK,
+        },
+        at_least: 0.5,
+        modes: Modes::Every,
+        unpinned: false,
+        evicting: true,
+    },
+];
+
+impl Measure {
+    /// The number for `target`, None when a median it divides is missing.
+    fn of(&self, records: &[Record], target: &str) -> Option<f64> {
+        let (num, den) = match self {
+            Measure::Kernel(h) => (
+                median(records, h, target)?,
+                median(records, h, KERNEL_REFERENCE)?,
+            ),
+            Measure::Own { num, den } => {
+                (median(records, num, target)?, median(records, den, target)?)
+            }
+        };
+        (den.median > 0.0).then(|| num.median / den.median)
+    }
+
+    fn headlines(&self) -> Vec<&Headline> {
+        match self {
+            Measure::Kernel(h) => vec![h],
+            Measure::Own { num, den } => vec![num, den],
+        }
+    }
+
+    /// The phase the number is of (its numerator).
+    fn measured(&self) -> &Headline {
+        match self {
+            Measure::Kernel(h) | Measure::Own { num: h, .. } => h,
+        }
+    }
+
+    /// The targets whose medians the number divides.
+    fn needs<'a>(&self, target: &'a str) -> Vec<&'a str> {
+        match self {
+            Measure::Kernel(_) => vec![target, KERNEL_REFERENCE],
+            Measure::Own { .. } => vec![target],
+        }
+    }
+}
+
+/// A target's number for a goal, or why it has none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Number {
+    Is(f64),
+    /// The run has no median for it.
+    Missing,
+    /// Measured, but its buffer cache evicted nothing: the working set the goal is about
+    /// was not larger than the cache on this run.
+    InCache,
+}
+
+/// Whether `target`'s buffer cache evicted blocks during `h`'s phase (in the median
+/// repetition), or it has no cache whose evictions are counted.
+fn evicted(records: &[Record], h: &Headline, target: &str) -> bool {
+    let labels = h.rate.labels();
+    let evictions = per_rep(records, h.workload, target, &|r: &Record| {
+        r.phases
+            .iter()
+            .filter(|p| labels.contains(&p.label().as_str()))
+            .filter_map(|p| p.counters.as_ref()?.cache_evictions())
+            .reduce(|a, b| a + b)
+    });
+    evictions.is_none_or(|e| e.median > 0.0)
+}
+
+impl Goal {
+    fn number(&self, records: &[Record], target: &str) -> Number {
+        match self.measure.of(records, target) {
+            None => Number::Missing,
+            Some(_) if self.evicting && !evicted(records, self.measure.measured(), target) => {
+                Number::InCache
+            }
+            Some(v) => Number::Is(v),
+        }
+    }
+
+    /// The target as the table states it.
+    fn says(&self) -> String {
+        let mut s = match &self.measure {
+            Measure::Kernel(_) => format!("÷ {KERNEL_REFERENCE} ≥ {}", self.at_least),
+            Measure::Own { num, den } => format!("{} ÷ {} ≥ {}", num.name, den.name, self.at_least),
+        };
+        match &self.modes {
+            Modes::Alone => {}
+            Modes::Beside { others, of } => {
+                let _ = write!(s, "; {} each ≥ {of} × {MODE}", others.join(", "));
+            }
+            Modes::Every => s.push_str(", every mode"),
+        }
+        if self.unpinned {
+            s.push_str(", unpinned run");
+        }
+        s
+    }
+
+    /// Why the run has no row for this goal, if it has none.
+    fn absent(&self, meta: &Meta, records: &[Record]) -> Option<String> {
+        if self.unpinned && meta.pinned {
+            let cpus: Vec<String> = meta.cpus.iter().map(usize::to_string).collect();
+            return Some(format!(
+                "a target for an unpinned run; this one ran pinned to CPU(s) {}",
+                cpus.join(", ")
+            ));
+        }
+        match self.number(records, MODE) {
+            Number::Is(_) => None,
+            Number::InCache => Some(format!(
+                "`{MODE}`'s cache evicted nothing during {}: its file set fit the cache",
+                self.measure.measured().workload
+            )),
+            Number::Missing => {
+                let lacking: Vec<String> = self
+                    .measure
+                    .needs(MODE)
+                    .into_iter()
+                    .flat_map(|t| {
+                        self.measure
+                            .headlines()
+                            .into_iter()
+                            .filter(move |h| median(records, h, t).is_none())
+                            .map(move |h| format!("`{t}` on {}", h.workload))
+                    })
+                    .collect();
+                Some(if lacking.is_empty() {
+                    format!("`{MODE}`'s number divides by 0")
+                } else {
+                    format!("no numbers for {}", lacking.join(", "))
+                })
+            }
+        }
+    }
+}
+
+/// The floor's number for a goal, when the run has the floor.
+enum Floor {
+    Reaches(f64),
+    /// It ran but could not measure a phase the number needs (a cold read), and why.
+    NotMeasured(String),
+    /// It ran, but not this.
+    NotRun,
+}
+
+fn floor(goal: &Goal, records: &[Record]) -> Floor {
+    if let Number::Is(v) = goal.number(records, FLOOR) {
+        return Floor::Reaches(v);
+    }
+    let why = goal.measure.headlines().into_iter().find_map(|h| {
+        records
+            .iter()
+            .filter(|r| r.target == FLOOR && r.workload == h.workload)
+            .flat_map(|r| &r.skipped)
+            .find(|s| h.rate.labels().iter().any(|l| s.covers(l)))
+            .map(|s| s.why.clone())
+    });
+    why.map_or(Floor::NotRun, Floor::NotMeasured)
+}
+
+/// The other modes' numbers a goal speaks of, in its order (every cairn mode of the run but
+/// [`MODE`], in the run's order, for [`Modes::Every`]): ÷ [`MODE`]'s rate for
+/// [`Modes::Beside`], their own [`Goal::number`] for [`Modes::Every`].
+fn others<'a>(goal: &Goal, meta: &'a Meta, records: &[Record]) -> Vec<(&'a str, Number)> {
+    match &goal.modes {
+        Modes::Alone => Vec::new(),
+        Modes::Beside { others, .. } => {
+            let h = goal.measure.measured();
+            let base = median(records, h, MODE).filter(|b| b.median > 0.0);
+            others
+                .iter()
+                .map(|t| {
+                    let v = median(records, h, t)
+                        .zip(base.as_ref())
+                        .map_or(Number::Missing, |(v, b)| Number::Is(v.median / b.median));
+                    (*t, v)
+                })
+                .collect()
+        }
+        Modes::Every => summary_targets(meta)
+            .into_iter()
+            .filter(|t| *t != MODE)
+            .filter(|t| TargetSpec::parse(t).is_ok_and(|s| matches!(s.kind, Kind::Cairn { .. })))
+            .map(|t| (t, goal.number(records, t)))
+            .collect(),
+    }
+}
+
+/// "met"; else what falls short — with the floor's number as the measured reason where even
+/// the floor is below the threshold ("beyond FUSE") — and which modes the goal speaks of
+/// have no number here.
+fn verdict(goal: &Goal, value: f64, others: &[(&str, Number)], floor: &Floor) -> String {
+    let th = goal.at_least;
+    let every = matches!(goal.modes, Modes::Every);
+    let names = |keep: &dyn Fn(Number) -> bool| -> Vec<&str> {
+        others
+            .iter()
+            .filter(|(_, n)| keep(*n))
+            .map(|(t, _)| *t)
+            .collect()
+    };
+    // Below the threshold on their own numbers: what the floor, measured the same way, can
+    // explain. The modes held to a share of cairn-async's rate share its FUSE: the floor
+    // says nothing of them.
+    let mut short: Vec<&str> = Vec::new();
+    if value < th {
+        short.push(MODE);
+    }
+    if every {
+        short.extend(names(&|n| matches!(n, Number::Is(v) if v < th)));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut plain_not_met = false;
+    if !short.is_empty() {
+        parts.push(match floor {
+            Floor::Reaches(f) if *f < th => {
+                format!("beyond FUSE: the floor reaches {}", fmt_ratio(*f))
+            }
+            _ if every => format!("not met: {} < {th}", short.join(", ")),
+            _ => {
+                plain_not_met = true;
+                "not met".to_string()
+            }
+        });
+    }
+    if let Modes::Beside { of, .. } = goal.modes {
+        let behind = names(&|n| matches!(n, Number::Is(v) if v < of));
+        if !behind.is_empty() {
+            let b = format!("{} < {of} × {MODE}", behind.join(", "));
+            parts.push(if plain_not_met {
+                b
+            } else {
+                format!("not met: {b}")
+            });
+        }
+    }
+    if parts.is_empty() {
+        parts.push("met".to_string());
+    }
+    for (why, kind) in [
+        ("not in this run", Number::Missing),
+        ("its file set fit the cache", Number::InCache),
+    ] {
+        let n = names(&|n| n == kind);
+        if !n.is_empty() {
+            parts.push(format!("{}: {why}", n.join(", ")));
+        }
+    }
+    parts.join("; ")
+}
+
+/// The section: one row per goal the run has numbers for, then the goals it lacks and why.
+pub(super) fn section(s: &mut String, meta: &Meta, records: &[Record]) {
+    let has_floor = meta.targets.iter().any(|t| t == FLOOR);
+    let _ = writeln!(s, "## Against the kernel (issue 23's targets)\n");
+    let _ = writeln!(
+        s,
+        "Issue 23 (\"Closer to the kernel\") asks of `{MODE}` a share of `{KERNEL_REFERENCE}`'s median rate on each metadata and data phase, and of the modes it names a share of `{MODE}`'s; each row is one of its targets, judged on this run's medians as the summary takes them. \"{MODE}\": its number as the target states it; \"other modes\": theirs (÷ `{MODE}` where the target holds them to it)."
+    );
+    if has_floor {
+        let _ = writeln!(
+            s,
+            "\"{FLOOR}\": the same number of `{FLOOR}` (`cairn mount --memory`: a file system that does no work, behind the same FUSE adapter), what FUSE on this kernel allows; where even it is below the target, the verdict says \"beyond FUSE\" with the floor's number as the measured reason.\n"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "This run has no `{FLOOR}` (a file system that does no work, behind the same FUSE adapter), so a target missed is \"not met\" whatever FUSE allows: only a run with it can show a target beyond what FUSE on this kernel allows.\n"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut lacking = Vec::new();
+    let mut unmeasured: Vec<(String, Vec<&str>)> = Vec::new();
+    for g in GOALS {
+        if let Some(why) = g.absent(meta, records) {
+            lacking.push(format!("{} ({why})", g.metric));
+            continue;
+        }
+        let Number::Is(value) = g.number(records, MODE) else {
+            continue;
+        };
+        let others = others(g, meta, records);
+        let fl = if has_floor {
+            floor(g, records)
+        } else {
+            Floor::NotRun
+        };
+        let mut cells = vec![g.metric.to_string(), g.says(), fmt_ratio(value), {
+            // The modes without a number are named in the verdict, not shown as a value.
+            let shown: Vec<String> = others
+                .iter()
+                .filter_map(|(t, n)| match n {
+                    Number::Is(v) => Some(format!("{t} {}", fmt_ratio(*v))),
+                    _ => None,
+                })
+                .collect();
+            if shown.is_empty() {
+                "—".to_string()
+            } else {
+                shown.join(", ")
+            }
+        }];
+        if has_floor {
+            cells.push(match &fl {
+                Floor::Reaches(f) => fmt_ratio(*f),
+                Floor::NotMeasured(why) => {
+                    match unmeasured.iter_mut().find(|(w, _)| w == why) {
+                        Some((_, metrics)) => metrics.push(g.metric),
+                        None => unmeasured.push((why.clone(), vec![g.metric])),
+                    }
+                    "not measured".to_string()
+                }
+                Floor::NotRun => "—".to_string(),
+            });
+        }
+        cells.push(verdict(g, value, &others, &fl));
+        rows.push(cells);
+    }
+    if !rows.is_empty() {
+        let floor_col = if has_floor {
+            format!(" {FLOOR} |")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "| metric | target | {MODE} | other modes |{floor_col} verdict |"
+        );
+        let _ = writeln!(
+            s,
+            "|---|---|--:|---|{}---|",
+            if has_floor { "--:|" } else { "" }
+        );
+        for r in &rows {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+    }
+    for (why, metrics) in &unmeasured {
+        let _ = writeln!(
+            s,
+            "\n`{FLOOR}` not measured on {}: {why}.",
+            metrics.join(", ")
+        );
+    }
+    if !lacking.is_empty() {
+        let _ = writeln!(s, "\nNot in this run: {}.", lacking.join("; "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::Counters;
+    use crate::results::Skipped;
+    use crate::workload::PhaseResult;
+
+    fn rec(workload: &str, target: &str, phases: &[(&str, f64)]) -> Record {
+        let phases = phases
+            .iter()
+            .map(|(phase, rate)| PhaseResult {
+                phase: phase.to_string(),
+                ops: 1000.0,
+                unit: "files".into(),
+                secs: 1000.0 / rate,
+                rate: *rate,
+                counters: None,
+                param: None,
+                extra: serde_json::Value::Null,
+            })
+            .collect();
+        Record::ran(workload, target, 1, phases)
+    }
+
+    fn meta(floor: bool) -> Meta {
+        let mut targets: Vec<String> = [
+            "cairn-sync",
+            "cairn-async",
+            "cairn-softdep",
+            "cairn-journal-async",
+            "cairn-lfs",
+            "cairn-lfs@loop",
+            "ext4",
+        ]
+        .map(String::from)
+        .to_vec();
+        if floor {
+            targets.push(FLOOR.into());
+        }
+        Meta {
+            baseline: MODE.into(),
+            targets,
+            pinned: true,
+            cpus: vec![0],
+            ..Meta::default()
+        }
+    }
+
+    /// One run with each kind of row: create+unlink met; small-file create beyond FUSE (the
+    /// floor itself at 0.30 of ext4); small-file delete not met (the floor at 0.80);
+    /// PostMark met by cairn-async but not by cairn-lfs (0.50 × cairn-async); sequential
+    /// read met with the floor not measured (cold); the working set below half the in-cache
+    /// rate for cairn-sync, and in cairn-journal-async's cache (no evictions); Netnews,
+    /// sequential write and the two clients not in the run.
+    fn records() -> Vec<Record> {
+        let mut v = Vec::new();
+        // (target, create+unlink, smallfile create, smallfile delete, postmark, seq-read)
+        for (t, cu, cr, de, pm, sr) in [
+            ("ext4", 50_000.0, 50_000.0, 50_000.0, 10_000.0, 800.0),
+            (MODE, 30_000.0, 10_000.0, 10_000.0, 6_000.0, 720.0),
+            (
+                "cairn-softdep",
+                29_000.0,
+                10_000.0,
+                10_000.0,
+                6_000.0,
+                700.0,
+            ),
+            (
+                "cairn-journal-async",
+                30_000.0,
+                10_000.0,
+                10_000.0,
+                6_000.0,
+                700.0,
+            ),
+            ("cairn-lfs", 28_000.0, 10_000.0, 10_000.0, 3_000.0, 700.0),
+            // A loop-device run is no mode of its own: never in "every mode".
+            ("cairn-lfs@loop", 1.0, 1.0, 1.0, 1.0, 1.0),
+            (FLOOR, 45_000.0, 15_000.0, 40_000.0, 9_000.0, 0.0),
+        ] {
+            v.push(rec("create-unlink", t, &[("create+unlink", cu)]));
+            v.push(rec("smallfile", t, &[("create", cr), ("delete", de)]));
+            v.push(rec("postmark", t, &[("run", pm)]));
+            if t == FLOOR {
+                let mut r = rec("largefile", t, &[]);
+                r.skipped.push(Skipped {
+                    phase: Some("seq-read".into()),
+                    why: "cannot start cold".into(),
+                });
+                v.push(r);
+            } else {
+                v.push(rec("largefile", t, &[("seq-read", sr)]));
+            }
+        }
+        v.push(rec("postmark", "cairn-sync", &[("run", 1_000.0)]));
+        // postmark-large with the evictions a larger-than-cache file set causes, but for
+        // cairn-journal-async's (its set fit the cache) and the floor's (no cache counted).
+        for (t, large, evictions) in [
+            (MODE, 4_000.0, Some(500.0)),
+            ("cairn-sync", 400.0, Some(500.0)),
+            ("cairn-softdep", 3_000.0, Some(500.0)),
+            ("cairn-journal-async", 3_000.0, Some(0.0)),
+            ("cairn-lfs", 3_000.0, Some(500.0)),
+            (FLOOR, 9_000.0, None),
+        ] {
+            let mut r = rec("postmark-large", t, &[("run", large)]);
+            if let Some(e) = evictions {
+                let c = Counters([("fs.cache.evictions".to_string(), e)].into());
+                r.phases[0].counters = Some(c);
+            }
+            v.push(r);
+        }
+        v.push(rec(
+            crate::workload::groupcreate::NAME,
+            MODE,
+            &[("create N=1", 1_000.0), ("create N=2", 1_900.0)],
+        ));
+        v
+    }
+
+    fn row<'a>(s: &'a str, metric: &str) -> Option<&'a str> {
+        s.lines().find(|l| l.starts_with(&format!("| {metric} |")))
+    }
+
+    #[test]
+    fn each_target_is_met_beyond_fuse_not_met_or_not_in_the_run() {
+        let mut s = String::new();
+        section(&mut s, &meta(true), &records());
+        let r = |m: &str| row(&s, m).unwrap_or_else(|| panic!("no {m} row in\n{s}"));
+        assert!(
+            s.contains("| metric | target | cairn-async | other modes | fuse-floor | verdict |"),
+            "{s}"
+        );
+        assert_eq!(
+            r("create+unlink (0-length)"),
+            "| create+unlink (0-length) | ÷ ext4 ≥ 0.5; cairn-softdep, cairn-journal-async, cairn-lfs each ≥ 0.9 × cairn-async | 0.60 | cairn-softdep 0.97, cairn-journal-async 1.00, cairn-lfs 0.93 | 0.90 | met |"
+        );
+        assert!(
+            r("small-file create").ends_with("| 0.20 | cairn-softdep 1.00, cairn-journal-async 1.00, cairn-lfs 1.00 | 0.30 | beyond FUSE: the floor reaches 0.30 |"),
+            "{s}"
+        );
+        assert!(
+            r("small-file delete").ends_with("| 0.20 | cairn-softdep 1.00, cairn-journal-async 1.00, cairn-lfs 1.00 | 0.80 | not met |"),
+            "{s}"
+        );
+        assert!(
+            r("PostMark").ends_with("| 0.60 | cairn-softdep 1.00, cairn-journal-async 1.00, cairn-lfs 0.50 | 0.90 | not met: cairn-lfs < 0.9 × cairn-async |"),
+            "{s}"
+        );
+        assert!(
+            r("sequential read (cold)").ends_with("| 0.90 | — | not measured | met |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("`fuse-floor` not measured on sequential read (cold): cannot start cold."),
+            "{s}"
+        );
+        assert!(
+            r("working set 2× the cache").ends_with("| 0.67 | cairn-sync 0.40, cairn-softdep 0.50, cairn-lfs 1.00 | 1.00 | not met: cairn-sync < 0.5; cairn-journal-async: its file set fit the cache |"),
+            "{s}"
+        );
+        // Missing metrics: listed once with why, never a row of zeros.
+        for m in [
+            "Netnews (unbatch + expire)",
+            "sequential write",
+            "random 4 KiB writes",
+            "two clients, separate directories",
+        ] {
+            assert!(row(&s, m).is_none(), "{m} has a row in\n{s}");
+        }
+        assert!(
+            s.contains("Not in this run: Netnews (unbatch + expire) (no numbers for `cairn-async` on netnews, `ext4` on netnews); sequential write (no numbers for `cairn-async` on largefile, `ext4` on largefile);"),
+            "{s}"
+        );
+        assert!(
+            s.contains("two clients, separate directories (a target for an unpinned run; this one ran pinned to CPU(s) 0)"),
+            "{s}"
+        );
+        assert!(!s.contains("| 0.00 |") && !s.contains(" 0 |"), "{s}");
+        assert!(!s.contains("@loop"), "{s}");
+
+        // Unpinned, the two clients have their row; without the floor, no column for it and
+        // a target missed is not met (nothing measured it as beyond FUSE).
+        let mut m = meta(false);
+        m.pinned = false;
+        let mut t = String::new();
+        section(&mut t, &m, &records());
+        assert!(
+            t.contains("| two clients, separate directories | N=2 ÷ N=1 ≥ 1.8, unpinned run | 1.90 | — | met |"),
+            "{t}"
+        );
+        assert!(
+            row(&t, "small-file create").is_some_and(|l| l.ends_with(
+                "| 0.20 | cairn-softdep 1.00, cairn-journal-async 1.00, cairn-lfs 1.00 | not met |"
+            )),
+            "{t}"
+        );
+        assert!(t.contains("This run has no `fuse-floor`"), "{t}");
+        assert!(!t.contains("| fuse-floor |"), "{t}");
+
+        // cairn-async's file set fit its cache: no working-set row, and the reason.
+        let mut in_cache = records();
+        for r in in_cache
+            .iter_mut()
+            .filter(|r| r.workload == "postmark-large" && r.target == MODE)
+        {
+            r.phases[0].counters = Some(Counters([("fs.cache.evictions".to_string(), 0.0)].into()));
+        }
+        let mut u = String::new();
+        section(&mut u, &m, &in_cache);
+        assert!(row(&u, "working set 2× the cache").is_none(), "{u}");
+        assert!(
+            u.contains("working set 2× the cache (`cairn-async`'s cache evicted nothing during postmark-large: its file set fit the cache)"),
+            "{u}"
+        );
+    }
+}
