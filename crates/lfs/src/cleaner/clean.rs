@@ -485,9 +485,10 @@ impl State {
         let clean = self.clean_segments().saturating_sub(self.pass_reserve) as u64;
         let clean = match room {
             Room::Whole => clean,
+            // Below the standing reserve, all there is (never more than the whole room).
             Room::Shared => {
                 let kept = RESERVE_SEGMENTS as u64;
-                kept + clean.saturating_sub(kept) / 2
+                clean.min(kept) + clean.saturating_sub(kept) / 2
             }
         };
         let fits = |st: &State, payload: u64| st.pass_log(payload).1 <= clean;
@@ -940,7 +941,7 @@ type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 pub(crate) struct Chosen {
     victims: Vec<u32>,
     work: Work,
-    payload: u64,
+    pub(crate) payload: u64,
 }
 
 /// A pass whose checkpoint's device writes are still to be made.

@@ -1898,6 +1898,47 @@ fn a_background_pass_leaves_calls_half_the_room_unless_they_wait() {
     );
 }
 
+/// Half the room is never more than the whole: with the clean segments cut down one at a
+/// time (a reservation standing for calls' writes), whatever a background choice
+/// (`Room::Shared`) takes enters no more segments than are clean beyond that reservation.
+/// Below the standing reserve, "the reserve and half the rest" would be more than there is.
+#[test]
+fn half_the_room_is_never_more_than_the_room() {
+    use crate::cleaner::clean::{Gain, Prescans, Room};
+    let dev = image(1024);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let mut st = fs.st.lock();
+    let clean = st.clean_segments();
+    let th = Thresholds::new(1, clean + 40).unwrap();
+    let mut passes = 0;
+    for held in 0..=clean {
+        st.pass_reserve = held;
+        let chosen = st
+            .clean_pass_choose(
+                Policy::GREEDY,
+                th,
+                Gain::Segment,
+                Room::Shared,
+                &mut Prescans::default(),
+            )
+            .unwrap();
+        if let Some(c) = chosen {
+            let entered = st.pass_log(c.payload).1;
+            assert!(
+                entered <= (clean - held) as u64,
+                "{entered} segments entered with {} clean beyond the {held} held",
+                clean - held
+            );
+            passes += 1;
+        }
+    }
+    st.pass_reserve = 0;
+    assert!(passes > 0, "no pass at all");
+    drop(st);
+    fs.destroy().unwrap();
+}
+
 /// The background syncer runs `SYNCER_NICENESS` nicer than the calls (so they preempt its
 /// cleaning, not it them): every `lfs-syncer` thread of this process, this test's among
 /// them, is at the test thread's niceness plus that.
