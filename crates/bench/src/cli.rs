@@ -493,10 +493,11 @@ fn unavailable(spec: &TargetSpec, cairn: &Option<String>) -> Option<String> {
     if let Some(t) = spec.tools().iter().find(|t| !sys::have_tool(t)) {
         return Some(format!("`{t}` not installed (scripts/install-deps.sh)"));
     }
-    match spec.kind {
-        _ if spec.cairn_daemon() => cairn.clone(),
-        Kind::Passthrough => cairn.clone(),
-        _ => None,
+    // Every target `cairn` serves: its daemons, and the umbrella of passthrough.
+    if spec.cairn_daemon() || matches!(spec.kind, Kind::Passthrough) {
+        cairn.clone()
+    } else {
+        None
     }
 }
 

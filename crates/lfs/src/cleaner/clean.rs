@@ -972,7 +972,7 @@ pub(crate) enum Room {
     /// other half. Chosen to fill every clean segment, the first passes of a run at 80%
     /// utilization wanted 40 segments' room with 20 clean, could not reserve it once calls
     /// had buffered anything, and ran in one hold of 35–60 ms (docs/bench/history.md,
-    /// "Passes that leave the calls half the room"). The run cleans to `clean_stop` all
+    /// "Where the running p99 came from"). The run cleans to `clean_stop` all
     /// the same, in more passes.
     Shared,
 }

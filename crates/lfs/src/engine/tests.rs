@@ -689,15 +689,10 @@ fn every_inode_with_metadata_to_rewrite_is_counted() {
 fn plain_creates_leave_no_inode_with_metadata_to_rewrite() {
     let dev = image(4096);
     let fs = mount(&dev);
-    let c = Ctx::root();
     for i in 0..64 {
-        let (a, fh) = fs
-            .create(&c, ROOT_INO, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
-            .unwrap();
-        fs.write(a.ino, fh, 0, &[1; 4096]).unwrap();
-        fs.release(a.ino, fh).unwrap();
+        write_file(&fs, ROOT_INO, &format!("f{i}"), &[1; 4096]);
     }
-    fs.mkdir(&c, ROOT_INO, n("d"), 0o755, 0).unwrap();
+    fs.mkdir(&Ctx::root(), ROOT_INO, n("d"), 0o755, 0).unwrap();
     let st = fs.st.lock();
     assert!(st.dirty.inodes().len() >= 65);
     assert_eq!(st.dirty.meta_inodes().count(), 0);
