@@ -1893,6 +1893,40 @@ fn a_background_pass_leaves_calls_half_the_room_unless_they_wait() {
     );
 }
 
+/// A background pass reads its victims without the lock, after flushing what calls
+/// buffered: the flush kills the old copies of the blocks it writes, so the segments worth
+/// cleaning are the ones the ranking names after it. Ten files' middles overwritten and
+/// only buffered: their segments look as full as the rest until the flush, the least
+/// utilized after it; read before it, the pass read none of them and took them under the
+/// lock.
+#[test]
+fn a_background_pass_reads_the_victims_it_takes_without_the_lock() {
+    let dev = image(1024);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let c = Ctx::root();
+    for i in 30..40 {
+        let f = fs.lookup(&c, ROOT_INO, n(&format!("f{i}"))).unwrap();
+        let fh = fs.open(&c, f.ino, libc::O_RDWR).unwrap();
+        fs.write(f.ino, fh, 3 * BS, &[0xee; 6 * BLOCK_SIZE])
+            .unwrap();
+        fs.release(f.ino, fh).unwrap();
+    }
+    assert!(
+        fs.st.lock().dirty.data_blocks() > 0,
+        "the overwrites are buffered"
+    );
+    let clean = fs.st.lock().clean_segments();
+    let th = Thresholds::new(1, clean + 3).unwrap();
+    let cleaned = fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap();
+    let cs = fs.cleaner_stats();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    assert!(cleaned.is_some_and(|n| n > 0), "{cs:?}");
+    assert_eq!(cs.segments_read_under_lock, 0, "{cs:?}");
+}
+
 /// Half the room is never more than the whole: with the clean segments cut down one at a
 /// time (a reservation standing for calls' writes), whatever a background choice
 /// (`Room::Shared`) takes enters no more segments than are clean beyond that reservation.
