@@ -194,7 +194,7 @@ pub fn mkfs_device(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<()> 
         crtime: t,
         ..Default::default()
     };
-    st.nodes.insert(ROOT_INO, Node::fresh(root));
+    st.nodes.insert(ROOT_INO, Box::new(Node::fresh(root)));
     let mut b = vec![0u8; BLOCK_SIZE];
     cairn_dir::block::init_first(&mut b, ROOT_INO, ROOT_INO);
     st.write_file_block(ROOT_INO, 0, b);

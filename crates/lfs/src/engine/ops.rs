@@ -304,7 +304,7 @@ impl State {
             node.xattrs = Some(inherited);
             node.xattr_dirty = true;
         }
-        self.nodes.insert(ino, node);
+        self.nodes.insert(ino, Box::new(node));
         if meta {
             self.mark_meta_dirty(ino);
         } else {
@@ -1051,7 +1051,7 @@ impl FileSystem for Lfs {
                     node.mode = perm::kill_privileges(node.mode);
                 }
             }
-            st.node(ino)?.opens += 1;
+            st.open_node(ino)?;
             let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, n.gid));
             Ok(fh)
         })
@@ -1070,7 +1070,7 @@ impl FileSystem for Lfs {
             let n = st.check_new(ctx, parent, name)?;
             let m = libc::S_IFREG | (mode & 0o7777);
             let ino = st.new_node(ctx, parent, &n, m, umask, 0)?;
-            st.node(ino)?.opens += 1;
+            st.open_node(ino)?;
             let gid = st.attr(ino)?.gid;
             let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, gid));
             Ok((st.attr(ino)?, fh))
@@ -1097,9 +1097,8 @@ impl FileSystem for Lfs {
             }
             st.ensure_space(2 * BS)?;
             let ino = st.new_inode(ctx, parent, libc::S_IFREG | (mode & 0o7777), umask, 0)?;
-            let node = st.node(ino)?;
+            let node = st.open_node(ino)?;
             node.inode.nlink = 0;
-            node.opens += 1;
             node.linkable = flags & libc::O_EXCL == 0;
             let gid = node.inode.gid;
             let fh = st.handles.open(ino, perm::handle_flags(ctx, flags, gid));
@@ -1211,9 +1210,7 @@ impl FileSystem for Lfs {
     fn release(&self, ino: Ino, fh: Fh) -> Result<()> {
         self.run(|st| {
             st.handles.close(fh);
-            if let Some(n) = st.nodes.get_mut(&ino) {
-                n.opens = n.opens.saturating_sub(1);
-            }
+            st.close_node(ino);
             if self.opts.read_only {
                 return Ok(());
             }
@@ -1251,16 +1248,14 @@ impl FileSystem for Lfs {
             let fh = st.handles.number();
             // An open directory outlives its removal (rmdir, or a rename over it), as an
             // open file does: fstat of it still answers, with no link (fstests' generic/035).
-            st.node(ino)?.opens += 1;
+            st.open_node(ino)?;
             Ok(fh)
         })
     }
 
     fn releasedir(&self, ino: Ino, _fh: Fh) -> Result<()> {
         self.run(|st| {
-            if let Some(n) = st.nodes.get_mut(&ino) {
-                n.opens = n.opens.saturating_sub(1);
-            }
+            st.close_node(ino);
             if self.opts.read_only {
                 return Ok(());
             }

@@ -104,6 +104,7 @@ impl State {
             may_wait_for_pass: false,
             cleaner_deferred: false,
             orphans: BTreeSet::new(),
+            opened: BTreeSet::new(),
             gate: Arc::default(),
             cp_flight: None,
             #[cfg(any(test, feature = "planted"))]
