@@ -1927,6 +1927,46 @@ fn a_background_pass_reads_the_victims_it_takes_without_the_lock() {
     assert_eq!(cs.segments_read_under_lock, 0, "{cs:?}");
 }
 
+/// A background pass writes what its moves dirtied (the moved files' inodes) in a flush of
+/// its own before the checkpoint, so the checkpoint's hold writes only the inode map, the
+/// usage table and what calls changed since: with no call between, the partial segments
+/// after the last commit before the checkpoint's hold name no inode.
+#[test]
+fn a_background_pass_flushes_its_moves_before_its_checkpoint() {
+    use crate::format::summary::FLAG_COMMIT;
+    let dev = image(1024);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let clean = fs.st.lock().clean_segments();
+    let th = Thresholds::new(1, clean + 3).unwrap();
+    fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap().unwrap();
+    let cs = fs.cleaner_stats();
+    assert!(cs.split_passes == 1 && cs.blocks_moved > 0, "{cs:?}");
+    let scan = {
+        let mut st = fs.st.lock();
+        let head = st.log.seg;
+        st.scan_segment(head)
+    };
+    // The checkpoint's partial segments: those after the last commit before the final one.
+    let commits: Vec<usize> = (0..scan.len())
+        .filter(|&i| scan[i].0.flags & FLAG_COMMIT != 0)
+        .collect();
+    let from = match commits.len() {
+        0 => panic!("no commit in the log's head"),
+        1 => 0,
+        n => commits[n - 2] + 1,
+    };
+    let kinds: Vec<Kind> = scan[from..]
+        .iter()
+        .flat_map(|(s, _)| s.entries.iter().map(|e| e.kind))
+        .collect();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    assert!(kinds.contains(&Kind::Usage), "{kinds:?}");
+    assert!(!kinds.contains(&Kind::Inode), "the checkpoint wrote inodes: {kinds:?}");
+}
+
 /// Half the room is never more than the whole: with the clean segments cut down one at a
 /// time (a reservation standing for calls' writes), whatever a background choice
 /// (`Room::Shared`) takes enters no more segments than are clean beyond that reservation.
