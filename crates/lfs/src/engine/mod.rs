@@ -692,12 +692,12 @@ impl State {
     /// Files unlinked while open (and directories removed while open): what a checkpoint
     /// lists for the mount after a crash to free.
     fn orphan_list(&self) -> Vec<u64> {
-        let orphan = |n: &Box<Node>| n.inode.nlink == 0 && n.inode.mode != 0;
+        let orphan = |n: &Node| n.inode.nlink == 0 && n.inode.mode != 0;
         let list: Vec<u64> = self
             .opened
             .iter()
             .copied()
-            .filter(|i| self.nodes.get(i).is_some_and(orphan))
+            .filter(|i| self.nodes.get(i).is_some_and(|n| orphan(n)))
             .collect();
         // The invariant `opened` keeps: no inode with no link is in use unopened.
         debug_assert_eq!(
