@@ -325,6 +325,17 @@ impl Branch {
         self.note(r)
     }
 
+    /// Whether a call on this branch has been running for longer than `grace`: someone is
+    /// already waiting on it (or gave up on it), and the branch may be hanging without being
+    /// marked `stalled` yet — that happens only when a call's whole deadline has passed. A
+    /// merged operation that can answer from other copies does not wait for a suspect
+    /// branch (`Inner::dir_attr`): without this, every such call made during the first
+    /// deadline would wait its own grace for the same hung server. Inline branches are
+    /// never suspect (their calls are not waited for apart from running them).
+    pub fn suspect(&self, grace: Duration) -> bool {
+        self.exec.isolated() && self.exec.oldest_call() > grace
+    }
+
     /// A host call for a status request: inline on a branch whose calls run inline, else on
     /// a worker with at most `limit` (a status answers in well under a second, whatever the
     /// branches do). Missing the limit says nothing about the branch's health.

@@ -178,6 +178,22 @@ impl Exec {
         (stuck, busy.len())
     }
 
+    /// How long the oldest call now running on a worker has been running (zero when every
+    /// worker is idle). Calls still queued behind busy workers are not counted: they have
+    /// not reached the host.
+    pub fn oldest_call(&self) -> Duration {
+        let now = self.pool.now();
+        let busy = self.pool.busy.lock();
+        let oldest = busy
+            .iter()
+            .map(|b| b.load(Ordering::Acquire))
+            .filter(|&s| s != 0)
+            .map(|s| now.saturating_sub(s))
+            .max()
+            .unwrap_or(0);
+        Duration::from_nanos(oldest)
+    }
+
     /// Runs `f` with the branch's deadline: inline when the branch is not isolated,
     /// otherwise on a worker.
     pub fn run<T: Send + 'static>(
@@ -416,6 +432,39 @@ mod tests {
         let t = Instant::now();
         while e.run(|| 1) != Ok(1) {
             assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn the_oldest_running_call_is_measured() {
+        let e = Exec::new("t", true, Duration::from_secs(5));
+        assert_eq!(e.oldest_call(), Duration::ZERO);
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = gate.clone();
+        let p = e.start(move || {
+            let mut open = g.0.lock();
+            while !*open {
+                g.1.wait(&mut open);
+            }
+        });
+        let t = Instant::now();
+        while e.oldest_call() < Duration::from_millis(30) {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the call never counted"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        *gate.0.lock() = true;
+        gate.1.notify_all();
+        assert_eq!(p.wait(), Ok(()));
+        let t = Instant::now();
+        while e.oldest_call() != Duration::ZERO {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the worker stayed busy"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }

@@ -616,22 +616,45 @@ impl Inner {
     /// all copies. The copies are stat'ed on every branch at once, each call with its
     /// branch's deadline, and no lock is held meanwhile: a copy on a branch that does not
     /// answer in time is left out (and the branch stalled).
+    ///
+    /// A *suspect* branch — one with a call already running past [`ATTR_GRACE`]
+    /// ([`Branch::suspect`]) — is asked only when no other copy answers: another caller is
+    /// already waiting on it, so this one would only wait out its own grace for the same
+    /// server (on a hung network branch, every path walk through a merged directory did,
+    /// until the first deadline ended and marked the branch stalled).
     pub fn dir_attr(&self, ino: Ino) -> Result<Attr> {
         let (rel, branches, nsubdirs) = {
             let ns = self.ns.read();
             let d = ns.dirs.get(&ino).ok_or_else(|| err(libc::ENOENT))?;
             (ns.rel(ino), self.dir_branches(d), d.nsubdirs)
         };
-        let started: Vec<_> = branches
-            .iter()
-            .map(|b| {
-                let (bb, rel) = (b.clone(), rel.clone());
-                b.start(move || bb.dir_here(&rel).and_then(|fd| sys::fstat(fd.as_fd())))
-            })
-            .collect();
+        let (prompt, suspect): (Vec<_>, Vec<_>) =
+            branches.into_iter().partition(|b| !b.suspect(ATTR_GRACE));
+        let stat = |b: &Arc<Branch>| {
+            let (bb, rel) = (b.clone(), rel.clone());
+            b.start(move || bb.dir_here(&rel).and_then(|fd| sys::fstat(fd.as_fd())))
+        };
+        let started: Vec<_> = prompt.iter().map(stat).collect();
         let mut last = err(libc::ENOENT);
         let mut found: Option<Attr> = None;
-        for (b, p) in branches.iter().zip(started) {
+        let mut absorb = |r: io::Result<sys::Stat>, found: &mut Option<Attr>| match r {
+            Ok(st) => {
+                let a = sys::attr_from(&st, ino);
+                match found {
+                    // The first copy gives mode and owner (all copies are kept equal); the
+                    // times are the newest of any copy, since a name added on any branch
+                    // changes the union directory.
+                    Some(f) => {
+                        f.mtime = f.mtime.max(a.mtime);
+                        f.ctime = f.ctime.max(a.ctime);
+                        f.atime = f.atime.max(a.atime);
+                    }
+                    None => *found = Some(a),
+                }
+            }
+            Err(e) => last = ioerr(e),
+        };
+        for (b, p) in prompt.iter().zip(started) {
             // Once a copy has answered, another one only adds its times: a copy on a branch
             // slower than [`ATTR_GRACE`] is left out rather than waited for (the kernel asks
             // for the root's attributes on every path walk once they expire).
@@ -645,23 +668,16 @@ impl Inner {
                 }
                 (_, p) => b.finish(p),
             };
-            match r {
-                Ok(st) => {
-                    let a = sys::attr_from(&st, ino);
-                    match &mut found {
-                        // The first copy gives mode and owner (all copies are kept equal);
-                        // the times are the newest of any copy, since a name added on any
-                        // branch changes the union directory.
-                        Some(f) => {
-                            f.mtime = f.mtime.max(a.mtime);
-                            f.ctime = f.ctime.max(a.ctime);
-                            f.atime = f.atime.max(a.atime);
-                        }
-                        None => found = Some(a),
-                    }
-                }
-                Err(e) => last = ioerr(e),
+            absorb(r, &mut found);
+        }
+        // Suspect copies only when no other answered: then one is all there is, and it is
+        // waited for with the deadline.
+        for b in &suspect {
+            if found.is_some() {
+                break;
             }
+            let r = b.finish(stat(b));
+            absorb(r, &mut found);
         }
         if let Some(mut a) = found {
             a.nlink = 2 + nsubdirs;
