@@ -1964,7 +1964,10 @@ fn a_background_pass_flushes_its_moves_before_its_checkpoint() {
     drop(fs);
     assert_clean(&dev);
     assert!(kinds.contains(&Kind::Usage), "{kinds:?}");
-    assert!(!kinds.contains(&Kind::Inode), "the checkpoint wrote inodes: {kinds:?}");
+    assert!(
+        !kinds.contains(&Kind::Inode),
+        "the checkpoint wrote inodes: {kinds:?}"
+    );
 }
 
 /// Half the room is never more than the whole: with the clean segments cut down one at a
