@@ -73,6 +73,26 @@ impl State {
     }
 }
 
+/// Why a branch whose file system lost its server is failed: the one reason, whether a call
+/// or a probe found it.
+const LOST_SERVER: &str = "ENOTCONN: the branch's file system lost its server";
+
+/// Did a host call fail because the branch's file system lost its server: ENOTCONN, or
+/// ECONNABORTED (a FUSE connection aborted under the call)?
+fn lost_server(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+}
+
+/// A failed probe step's reason: [`LOST_SERVER`] when the server is gone (as a call's
+/// failure says it), else the step and the error.
+fn probe_why(step: &str, e: io::Error) -> String {
+    if lost_server(&e) {
+        LOST_SERVER.into()
+    } else {
+        format!("{step}: {e}")
+    }
+}
+
 /// Why a branch is in its state, and since when (`status`).
 #[derive(Clone, Debug)]
 pub struct Health {
@@ -395,12 +415,9 @@ impl Branch {
             Ok(Err(e)) => {
                 match e.raw_os_error() {
                     // ECONNABORTED: a FUSE connection aborted under a call.
-                    Some(libc::ENOTCONN | libc::ECONNABORTED) => {
+                    _ if lost_server(&e) => {
                         self.errors.enotconn.fetch_add(1, Ordering::Relaxed);
-                        if self.set_state_why(
-                            State::Failed,
-                            "ENOTCONN: the branch's file system lost its server",
-                        ) {
+                        if self.set_state_why(State::Failed, LOST_SERVER) {
                             warn!(
                                 "branch '{}': transport not connected: marked failed",
                                 self.name
@@ -488,17 +505,17 @@ impl Branch {
             move || -> Result<(u64, u64), String> {
                 let out = (|| {
                     let st =
-                        sys::fstat(root.as_fd()).map_err(|e| format!("stat of the root: {e}"))?;
+                        sys::fstat(root.as_fd()).map_err(|e| probe_why("stat of the root", e))?;
                     if st.st_nlink == 0 {
                         return Err("the branch directory was removed".to_string());
                     }
-                    let p =
-                        std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    let p = std::fs::metadata(&path)
+                        .map_err(|e| probe_why(&path.display().to_string(), e))?;
                     use std::os::unix::fs::MetadataExt;
                     if p.ino() != st.st_ino || p.dev() != st.st_dev {
                         return Err(format!("{} is another directory now", path.display()));
                     }
-                    let v = sys::fstatvfs(root.as_fd()).map_err(|e| format!("statvfs: {e}"))?;
+                    let v = sys::fstatvfs(root.as_fd()).map_err(|e| probe_why("statvfs", e))?;
                     if let Some(a) = acl_support(&root) {
                         acls.store(acls_code(Some(a)), Ordering::Relaxed);
                     }
@@ -637,5 +654,23 @@ fn meta_dir_at(root: &OwnedFd, sub: Option<&str>) -> io::Result<OwnedFd> {
             Err(e) => return Err(e),
         }
         sys::open_dir_beneath(meta.as_fd(), sub.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server gone is one reason whichever way the probe learns it: ENOTCONN, or the
+    /// ECONNABORTED a FUSE connection aborted under the call answers (a killed server's
+    /// branch once showed "Software caused connection abort", which names neither).
+    #[test]
+    fn a_lost_server_is_one_reason_whatever_errno_says_it() {
+        for errno in [libc::ENOTCONN, libc::ECONNABORTED] {
+            let why = probe_why("statvfs", io::Error::from_raw_os_error(errno));
+            assert_eq!(why, LOST_SERVER, "errno {errno}");
+        }
+        let why = probe_why("statvfs", io::Error::from_raw_os_error(libc::EIO));
+        assert!(why.starts_with("statvfs: "), "{why}");
     }
 }
