@@ -1456,6 +1456,16 @@ impl State {
         planted!(self, NoReadGate)
     }
 
+    /// Is a segment's worth of data buffered: what the syncer writes without waiting for
+    /// the data to age (004 §3: Sprite LFS wrote a segment once its buffer filled)? Each
+    /// flush is a hold of the lock every call waits for, as long as what it writes: left
+    /// to age for the syncer's tick, 1,398 blocks took 5-8 ms in one hold, a call's p99
+    /// with the cleaner idle (docs/bench/history.md, "The holds that were not the
+    /// cleaner's"). A segment at a time, a flush still writes whole segments.
+    pub(crate) fn write_behind(&self) -> bool {
+        self.dirty.data_blocks() >= self.sb.segment_blocks as u64
+    }
+
     /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
     /// whether the background cleaner is wanted (a mount with a syncer cleans there).
     pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<bool> {
@@ -1474,7 +1484,9 @@ impl State {
         // returns at once); without one (tests, crash recordings: a time-dependent thread
         // would make runs differ) the call cleans itself.
         if o.syncer && !o.read_only {
-            return Ok(self.cleaning_wanted() || self.cp.log_bytes() >= o.checkpoint_bytes);
+            return Ok(self.cleaning_wanted()
+                || self.cp.log_bytes() >= o.checkpoint_bytes
+                || self.write_behind());
         }
         self.clean_if_low(16)?;
         Ok(false)
@@ -1551,10 +1563,13 @@ impl Lfs {
             .spawn(move || {
                 yield_to_calls();
                 loop {
+                    // A segment buffered while this thread was busy woke no one: it is
+                    // written now, not at the next tick.
+                    let due = weak.upgrade().is_some_and(|fs| fs.st.lock().write_behind());
                     {
                         let (m, cv) = &*stop;
                         let mut s = m.lock();
-                        if !*s {
+                        if !*s && !due {
                             cv.wait_for(&mut s, Duration::from_millis(500));
                         }
                         if *s {
@@ -1570,10 +1585,11 @@ impl Lfs {
                     {
                         drop(st);
                         fs.checkpoint()
-                    } else if st
-                        .dirty
-                        .since()
-                        .is_some_and(|t| t.elapsed() >= fs.opts.flush_age)
+                    } else if st.write_behind()
+                        || st
+                            .dirty
+                            .since()
+                            .is_some_and(|t| t.elapsed() >= fs.opts.flush_age)
                     {
                         st.flush()
                     } else {

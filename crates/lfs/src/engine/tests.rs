@@ -1970,6 +1970,42 @@ fn a_background_pass_flushes_its_moves_before_its_checkpoint() {
     );
 }
 
+/// The syncer writes a segment's worth of buffered data as soon as it is there, woken by
+/// the write that made it, not when the data has aged: each flush is a hold of the lock,
+/// as long as what it writes. With the age an hour, a segment and a block written stay
+/// buffered without it.
+#[test]
+fn the_syncer_writes_a_segment_as_soon_as_one_is_buffered() {
+    let dev = image(2048);
+    let o = MountOptions {
+        flush_age: std::time::Duration::from_secs(3600),
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+    let seg = fs.st.lock().sb.segment_blocks as usize;
+    let c = Ctx::root();
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(a.ino, fh, 0, &vec![7u8; (seg + 1) * BLOCK_SIZE])
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let deadline = t0 + std::time::Duration::from_secs(10);
+    while fs.st.lock().dirty.data_blocks() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} blocks still buffered",
+            fs.st.lock().dirty.data_blocks()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    fs.release(a.ino, fh).unwrap();
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
 /// Half the room is never more than the whole: with the clean segments cut down one at a
 /// time (a reservation standing for calls' writes), whatever a background choice
 /// (`Room::Shared`) takes enters no more segments than are clean beyond that reservation.
