@@ -2006,6 +2006,28 @@ fn the_syncer_writes_a_segment_as_soon_as_one_is_buffered() {
     assert_clean(&dev);
 }
 
+/// A segment's worth buffered is due at once, but not again until the retry time after a
+/// flush that failed (the syncer would spin on a full disk that keeps the data buffered).
+#[test]
+fn a_failed_write_behind_waits_for_its_retry_time() {
+    let dev = image(2048);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    let seg = fs.st.lock().sb.segment_blocks as usize;
+    write_file(&fs, ROOT_INO, "f", &vec![3u8; seg * BLOCK_SIZE]);
+    let now = std::time::Instant::now();
+    let later = now + std::time::Duration::from_millis(500);
+    {
+        let st = fs.st.lock();
+        assert!(st.write_behind_due(None, now));
+        assert!(
+            !st.write_behind_due(Some(later), now),
+            "retried before its time"
+        );
+        assert!(st.write_behind_due(Some(later), later));
+    }
+    fs.destroy().unwrap();
+}
+
 /// Half the room is never more than the whole: with the clean segments cut down one at a
 /// time (a reservation standing for calls' writes), whatever a background choice
 /// (`Room::Shared`) takes enters no more segments than are clean beyond that reservation.
