@@ -320,9 +320,9 @@ impl State {
     /// (`State::pass_reserve`), for `payload` blocks of which `moved` are data blocks it
     /// moves: the segments its writes enter, with a summary more per slice (the flush
     /// between two slices closes the partial segment the pass was filling), one for the
-    /// flush before its checkpoint and a block more, and a segment more (calls' data may leave the log at the start of a segment
-    /// the count began in the middle of). One count for the reservation and its shrinking
-    /// as the slices go.
+    /// flush before its checkpoint and a block more, and a segment more (calls' data may
+    /// leave the log at the start of a segment the count began in the middle of). One
+    /// count for the reservation and its shrinking as the slices go.
     pub(crate) fn slice_reserve(&self, payload: u64, moved: usize) -> u32 {
         let slices = moved.div_ceil(MOVE_SLICE) as u64;
         // The summary of the flush before the checkpoint too (`Lfs::clean_pass_unlocked`).
@@ -756,7 +756,10 @@ impl Lfs {
         let (segs, pin, sb, dev) = {
             let mut st = self.st.lock();
             let t = Instant::now();
-            let r = st.settle_checkpoint().and_then(|()| st.flush_inner());
+            let r = st
+                .check_log_ok()
+                .and_then(|()| st.settle_checkpoint())
+                .and_then(|()| st.flush_inner());
             st.note_log_result(r)?;
             let segs = st.pass_candidates(policy, th, PRESCAN_EXTRA);
             let pin = st.gate.pin(segs.clone());
