@@ -414,7 +414,6 @@ impl Branch {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 match e.raw_os_error() {
-                    // ECONNABORTED: a FUSE connection aborted under a call.
                     _ if lost_server(&e) => {
                         self.errors.enotconn.fetch_add(1, Ordering::Relaxed);
                         if self.set_state_why(State::Failed, LOST_SERVER) {

@@ -671,11 +671,9 @@ impl State {
 
     /// Counts one more handle on `ino` (a file's or a directory's).
     pub(crate) fn open_node(&mut self, ino: u64) -> Result<&mut Node> {
-        self.node(ino)?;
+        self.node(ino)?.opens += 1;
         self.opened.insert(ino);
-        let n = self.node(ino)?;
-        n.opens += 1;
-        Ok(n)
+        self.node(ino)
     }
 
     /// Counts one handle on `ino` fewer; the caller frees it if that was the last and
@@ -693,25 +691,18 @@ impl State {
     /// lists for the mount after a crash to free.
     fn orphan_list(&self) -> Vec<u64> {
         let orphan = |n: &Node| n.inode.nlink == 0 && n.inode.mode != 0;
-        let list: Vec<u64> = self
-            .opened
+        // The invariant `opened` keeps: no inode with no link is in use unopened.
+        debug_assert!(
+            self.nodes
+                .iter()
+                .all(|(i, n)| !orphan(n) || self.opened.contains(i)),
+            "an orphan not among the open inodes"
+        );
+        self.opened
             .iter()
             .copied()
             .filter(|i| self.nodes.get(i).is_some_and(|n| orphan(n)))
-            .collect();
-        // The invariant `opened` keeps: no inode with no link is in use unopened.
-        debug_assert_eq!(
-            list,
-            self.nodes
-                .iter()
-                .filter(|(_, n)| orphan(n))
-                .map(|(&i, _)| i)
-                .collect::<BTreeSet<u64>>()
-                .into_iter()
-                .collect::<Vec<u64>>(),
-            "an orphan not among the open inodes"
-        );
-        list
+            .collect()
     }
 
     /// The block map of `ino`, loading its indirect blocks on first use.
