@@ -315,9 +315,9 @@ pub(crate) fn second_mount_point(
     mountpoint: &Path,
 ) -> Result<()> {
     use nix::mount::MsFlags;
-    let (Some(first), Some(devno), Some(pid)) = (
+    let (Some(first), Some(conn), Some(pid)) = (
         daemon.mountpoint.as_deref(),
-        daemon.devno.as_deref(),
+        daemon.conn.as_ref(),
         daemon.pid,
     ) else {
         bail!("cannot mount {shown}: its cairn daemon's record is incomplete");
@@ -329,7 +329,7 @@ pub(crate) fn second_mount_point(
         .unwrap_or_default()
         .to_string();
     let daemon_ro = stats["daemon"]["read_only"].as_bool().unwrap_or(false);
-    let mounts = runtime::fuse_mounts_of(devno);
+    let mounts = runtime::fuse_mounts_of(conn);
     if mounts.iter().any(|m| m == mountpoint) {
         bail!(
             "{} is already served by a cairn daemon (pid {pid})",

@@ -158,27 +158,54 @@ pub struct RecordInfo {
     pub pid: Option<u32>,
     pub image: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
-    /// The FUSE connection's device number (`0:45`, the mount table's third field): every
-    /// mount point the daemon serves — its own and bind mounts of it (a second `cairn mount`
-    /// of the same image) — shows it.
-    pub devno: Option<String>,
+    /// The daemon's FUSE connection: every mount point it serves — its own and bind mounts
+    /// of it (a second `cairn mount` of the same image) — shows it in the mount table.
+    pub conn: Option<Conn>,
+}
+
+/// A FUSE connection as the mount table shows it: its device number (`0:45`, the table's
+/// third field) and its source (the fsname: the field after the type, as the table escapes
+/// it). The kernel gives a device number to the next mount as soon as the last mount of a
+/// connection is gone, while its daemon may still be flushing and its record still names
+/// the number: the number alone would take another file system's new mount (another
+/// image's daemon, a parallel test's) for the leaving daemon's, and a `cairn mount` of the
+/// image right after a `umount` would ask the exiting daemon to serve a second mount point.
+/// The source tells them apart: two live daemons never serve one image (the image lock).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Conn {
+    pub devno: String,
+    /// Empty in a record from before the source was kept: the number alone decides then.
+    pub source: String,
+}
+
+impl Conn {
+    /// Whether a mount table entry's connection is this record's.
+    fn is(&self, seen: &Conn) -> bool {
+        self.devno == seen.devno && (self.source.is_empty() || self.source == seen.source)
+    }
 }
 
 impl RecordInfo {
-    /// Parses the pid file's lines: pid, image, mount point, device number.
+    /// Parses the pid file's lines: pid, image, mount point, device number, source.
     pub fn parse(text: &str) -> RecordInfo {
         let mut lines = text.lines();
         let pid = lines.next().and_then(|l| l.trim().parse().ok());
         let path = |l: Option<&str>| l.filter(|l| !l.is_empty()).map(PathBuf::from);
+        let image = path(lines.next());
+        let mountpoint = path(lines.next());
+        let conn = lines
+            .next()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|devno| Conn {
+                devno: devno.to_string(),
+                source: lines.next().unwrap_or_default().to_string(),
+            });
         RecordInfo {
             pid,
-            image: path(lines.next()),
-            mountpoint: path(lines.next()),
-            devno: lines
-                .next()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_string),
+            image,
+            mountpoint,
+            conn,
         }
     }
 
@@ -215,8 +242,8 @@ impl Holder {
         if exiting(pid) {
             return Holder::Exiting(pid);
         }
-        let serving = match &info.devno {
-            Some(d) => !fuse_mounts_of(d).is_empty(),
+        let serving = match &info.conn {
+            Some(c) => !fuse_mounts_of(c).is_empty(),
             None => fuse_mounted(info.mountpoint.as_deref().unwrap_or(mountpoint)),
         };
         if serving {
@@ -227,67 +254,79 @@ impl Holder {
     }
 }
 
-/// The FUSE mounts in this namespace: (device number, mount point, root within the file
-/// system), from /proc/self/mountinfo (a stat of a mount point would wait on its daemon).
-fn fuse_mount_table() -> Vec<(String, PathBuf, String)> {
+/// A FUSE mount in the mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FuseMount {
+    conn: Conn,
+    mountpoint: PathBuf,
+    /// The directory of the file system mounted here (`/` for its root, else a bind mount).
+    root: String,
+}
+
+/// The FUSE mounts in this namespace, from /proc/self/mountinfo (a stat of a mount point
+/// would wait on its daemon).
+fn fuse_mount_table() -> Vec<FuseMount> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_fuse_mounts(&t))
+        .unwrap_or_default()
+}
+
+/// The FUSE mounts of a mountinfo text (proc(5): `id parent devno root mountpoint ... -
+/// type source superoptions`).
+fn parse_fuse_mounts(info: &str) -> Vec<FuseMount> {
     use std::os::unix::ffi::OsStringExt;
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
     info.lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            if !right.starts_with("fuse") {
+            let mut r = right.split(' ');
+            if !r.next()?.starts_with("fuse") {
                 return None;
             }
+            let source = r.next()?.to_string();
             let f: Vec<&str> = left.split(' ').collect();
             let mp = std::ffi::OsString::from_vec(cairn_blockdev::lock::unescape_bytes(f.get(4)?));
-            Some((
-                f.get(2)?.to_string(),
-                PathBuf::from(mp),
-                f.get(3)?.to_string(),
-            ))
+            Some(FuseMount {
+                conn: Conn {
+                    devno: f.get(2)?.to_string(),
+                    source,
+                },
+                mountpoint: PathBuf::from(mp),
+                root: f.get(3)?.to_string(),
+            })
         })
         .collect()
 }
 
-/// Where the FUSE connection `devno` is mounted (its root first).
-pub fn fuse_mounts_of(devno: &str) -> Vec<PathBuf> {
-    let mut v: Vec<(bool, PathBuf)> = fuse_mount_table()
+/// Where the FUSE connection `conn` is mounted (its root first).
+pub fn fuse_mounts_of(conn: &Conn) -> Vec<PathBuf> {
+    mounts_in(fuse_mount_table(), conn)
+}
+
+fn mounts_in(table: Vec<FuseMount>, conn: &Conn) -> Vec<PathBuf> {
+    let mut v: Vec<(bool, PathBuf)> = table
         .into_iter()
-        .filter(|(d, _, _)| d == devno)
-        .map(|(_, mp, root)| (root != "/", mp))
+        .filter(|m| conn.is(&m.conn))
+        .map(|m| (m.root != "/", m.mountpoint))
         .collect();
     v.sort();
     v.into_iter().map(|(_, mp)| mp).collect()
 }
 
-/// The device number of the FUSE mount at `mountpoint`, if one is there (the top one).
-pub fn fuse_devno(mountpoint: &Path) -> Option<String> {
+/// The connection of the FUSE mount at `mountpoint`, if one is there (the top one).
+pub fn fuse_conn(mountpoint: &Path) -> Option<Conn> {
     fuse_mount_table()
         .into_iter()
         .rev()
-        .find(|(_, mp, _)| mp == mountpoint)
-        .map(|(d, _, _)| d)
+        .find(|m| m.mountpoint == mountpoint)
+        .map(|m| m.conn)
 }
 
 /// Whether a FUSE file system is mounted at `mountpoint` in this mount namespace (read from
 /// /proc/self/mountinfo: a stat of the mount point would wait on the daemon).
 pub fn fuse_mounted(mountpoint: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = mountpoint.as_os_str().as_bytes();
-    info.lines().any(|l| {
-        let Some((left, right)) = l.split_once(" - ") else {
-            return false;
-        };
-        right.starts_with("fuse")
-            && left
-                .split(' ')
-                .nth(4)
-                .is_some_and(|mp| cairn_blockdev::lock::unescape_bytes(mp) == want)
-    })
+    fuse_mount_table()
+        .iter()
+        .any(|m| m.mountpoint == mountpoint)
 }
 
 /// A bounded poll: short pauses first (a flush of a small cache takes milliseconds), then
@@ -368,16 +407,14 @@ impl Record {
                     let holder = Holder::of(&info, mountpoint);
                     let mp = mountpoint.display();
                     if let Holder::Serving(pid) = holder {
-                        let here = info.devno.as_deref().is_none()
-                            || fuse_devno(mountpoint).is_some_and(|d| Some(d) == info.devno);
+                        let here = info
+                            .conn
+                            .as_ref()
+                            .is_none_or(|c| fuse_conn(mountpoint).is_some_and(|seen| c.is(&seen)));
                         if here {
                             bail!("{mp} is already served by a cairn daemon (pid {pid})");
                         }
-                        let elsewhere = info
-                            .devno
-                            .as_deref()
-                            .map(fuse_mounts_of)
-                            .unwrap_or_default();
+                        let elsewhere = info.conn.as_ref().map(fuse_mounts_of).unwrap_or_default();
                         bail!(
                             "the cairn daemon (pid {pid}) that was mounted on {mp} still serves \
                              its file system at {}: unmount that first",
@@ -424,12 +461,14 @@ impl Record {
 
     /// Records who serves the mount point, once mounted (see [`RecordInfo`]).
     pub fn write_info(&mut self, image: &Path, mountpoint: &Path) -> Result<()> {
+        let conn = fuse_conn(mountpoint).unwrap_or_default();
         let text = format!(
-            "{}\n{}\n{}\n{}\n",
+            "{}\n{}\n{}\n{}\n{}\n",
             std::process::id(),
             image.display(),
             mountpoint.display(),
-            fuse_devno(mountpoint).unwrap_or_default()
+            conn.devno,
+            conn.source
         );
         self.lock.set_len(0)?;
         (&*self.lock).write_all(text.as_bytes())?;
@@ -560,10 +599,10 @@ pub fn find_record(mountpoint: &Path) -> Option<(File, Paths)> {
     if let Ok(f) = File::open(&own.pid) {
         return Some((f, own));
     }
-    let devno = fuse_devno(mountpoint)?;
+    let seen = fuse_conn(mountpoint)?;
     records_in(&runtime_dir())
         .into_iter()
-        .find(|(_, _, info)| info.devno.as_deref() == Some(devno.as_str()))
+        .find(|(_, _, info)| info.conn.as_ref().is_some_and(|c| c.is(&seen)))
         .and_then(|(f, _, info)| Some((f, paths(info.mountpoint.as_deref()?))))
 }
 
@@ -615,7 +654,7 @@ pub fn open_record(mountpoint: &Path) -> Option<File> {
 /// unmount of one of them leaves alone.
 pub fn wait_for_exit(mut f: File) -> Result<()> {
     let info = RecordInfo::read(&mut f);
-    if let (Some(_), Some(mp)) = (&info.devno, &info.mountpoint)
+    if let (Some(_), Some(mp)) = (&info.conn, &info.mountpoint)
         && let Holder::Serving(_) = Holder::of(&info, mp)
     {
         return Ok(());
@@ -778,6 +817,42 @@ mod tests {
         let unmounted = RecordInfo::parse(&format!("{me}\n/img\n/no/such/mount\n"));
         assert_eq!(Holder::of(&unmounted, Path::new("/x")), Holder::Leaving(me));
         assert!(!fuse_mounted(Path::new("/")), "/ is not a FUSE mount");
+    }
+
+    /// The kernel gives a released FUSE device number to the next mount at once: a daemon
+    /// still flushing after its unmount must not count as serving because another file
+    /// system's new mount got its number (a `cairn mount` right after `umount` then asked
+    /// the exiting daemon for a second mount point: "Broken pipe").
+    #[test]
+    fn a_reused_device_number_is_not_the_leaving_daemons_mount() {
+        let table = parse_fuse_mounts(
+            "36 25 0:55 / /mnt/b rw,relatime shared:1 - fuse /img/b rw,user_id=0,group_id=0\n\
+             37 25 8:1 / /data rw - ext4 /dev/sda1 rw\n\
+             38 25 0:55 /d /mnt/b\\040bind rw - fuse /img/b rw,user_id=0,group_id=0\n",
+        );
+        assert_eq!(table.len(), 2, "{table:?}");
+        assert_eq!(table[1].mountpoint, Path::new("/mnt/b bind"));
+        let leaving = RecordInfo::parse("42\n/img/a\n/mnt/a\n0:55\n/img/a\n")
+            .conn
+            .unwrap();
+        assert!(
+            mounts_in(table.clone(), &leaving).is_empty(),
+            "another image's mount with the same device number"
+        );
+        let serving = RecordInfo::parse("43\n/img/b\n/mnt/b\n0:55\n/img/b\n")
+            .conn
+            .unwrap();
+        assert_eq!(
+            mounts_in(table.clone(), &serving),
+            [Path::new("/mnt/b"), Path::new("/mnt/b bind")],
+            "its own mount first, then its bind mount"
+        );
+        // A record from before the source was kept: the number alone.
+        let old = RecordInfo::parse("44\n/img/b\n/mnt/b\n0:55\n")
+            .conn
+            .unwrap();
+        assert_eq!(old.source, "");
+        assert_eq!(mounts_in(table, &old).len(), 2);
     }
 
     #[test]

@@ -765,9 +765,10 @@ impl Target {
         };
         if let Ok(rd) = fs::read_dir("/run/cairn") {
             for e in rd.flatten() {
+                // The record's first line is the pid (the rest name the image and mount).
                 let pid = fs::read_to_string(e.path())
                     .ok()
-                    .and_then(|s| s.trim().parse::<i32>().ok());
+                    .and_then(|s| s.lines().next()?.trim().parse::<i32>().ok());
                 if let Some(pid) = pid.filter(|&p| names_us(p)) {
                     return Some(pid);
                 }
