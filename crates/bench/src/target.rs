@@ -534,6 +534,18 @@ impl Mounted {
         Ok(())
     }
 
+    /// Whether a workload may set this target's buffer cache (`Stage::sizes_cache`): a cairn
+    /// daemon with an image (the floor keeps its files in memory) whose run's own mount
+    /// options name no cache.
+    pub fn sizes_cache(&self) -> bool {
+        self.spec.cairn_daemon()
+            && self.spec.has_image()
+            && !self
+                .base_options
+                .split(',')
+                .any(|o| o.starts_with("cache="))
+    }
+
     /// The directory workloads run in (a subdirectory, so lost+found is out of the way).
     pub fn dir(&self) -> PathBuf {
         self.mnt.join("bench")
