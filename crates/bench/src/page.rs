@@ -3,7 +3,8 @@
 //! rendered in full from its archived records, so the page cannot say what the data does not.
 //!
 //! The page is a function of the archives in `bench/current/` beside it (`run.json.gz`: the
-//! run on this machine's device; `disk-MODEL-WORKLOADS.json.gz`: a `--device` run each; every
+//! run on this machine's device, pinned; `unpinned-WORKLOADS.json.gz`: an unpinned run of
+//! it each; `disk-MODEL-WORKLOADS.json.gz`: a `--device` run each; every
 //! archive a run's meta.json and every record, compact), of the notes written beside a disk
 //! run's archive (`disk-….md`: what its counts say, which no code can), and of this code; a
 //! test renders it again and compares.
@@ -34,6 +35,10 @@ pub const CURRENT: &str = "bench/current/";
 pub const ARCHIVE: &str = "run.json.gz";
 /// How the archive of a run on a disk model (`--device`) is named inside [`CURRENT`].
 const DISK_PREFIX: &str = "disk-";
+/// How the archive of an unpinned run on this machine's device is named inside [`CURRENT`]:
+/// it stands beside the pinned one, for the targets a pinned run cannot judge (two clients
+/// take turns on one CPU) and for how far from the pinned numbers the unpinned ones are.
+const UNPINNED_PREFIX: &str = "unpinned-";
 /// The kernel file system every row is compared with first.
 pub const KERNEL_REFERENCE: &str = "ext4";
 
@@ -258,13 +263,11 @@ fn fmt_ratio(v: f64) -> String {
     }
 }
 
-/// The archive's name in [`CURRENT`]: [`ARCHIVE`] for the run on this machine's device, and
-/// for a disk-model run one per model and workload list — publishing a newer run of the same
-/// tables on the same model replaces the older, a run of other tables stands beside it.
+/// The archive's name in [`CURRENT`]: [`ARCHIVE`] for the pinned run on this machine's
+/// device, and for an unpinned run or a disk-model run one per workload list (and model) —
+/// publishing a newer run of the same tables replaces the older, a run of other tables
+/// stands beside it.
 fn archive_name(meta: &Meta) -> String {
-    let Some(model) = &meta.device else {
-        return ARCHIVE.to_string();
-    };
     let clean = |t: &str| -> String {
         t.chars()
             .map(|c| {
@@ -277,11 +280,15 @@ fn archive_name(meta: &Meta) -> String {
             .collect()
     };
     let workloads: Vec<String> = meta.workloads.iter().map(|w| clean(w)).collect();
-    format!(
-        "{DISK_PREFIX}{}-{}.json.gz",
-        clean(model),
-        workloads.join("+")
-    )
+    match &meta.device {
+        Some(model) => format!(
+            "{DISK_PREFIX}{}-{}.json.gz",
+            clean(model),
+            workloads.join("+")
+        ),
+        None if !meta.pinned => format!("{UNPINNED_PREFIX}{}.json.gz", workloads.join("+")),
+        None => ARCHIVE.to_string(),
+    }
 }
 
 /// One archived run of the page.
@@ -292,10 +299,11 @@ pub struct Run {
     notes: Option<String>,
 }
 
-/// Everything the page is made of: the run on this machine's device and, in file-name order,
-/// the runs on disk models.
+/// Everything the page is made of: the pinned run on this machine's device and, in file-name
+/// order, the unpinned runs beside it and the runs on disk models.
 pub struct Current {
     pub main: Run,
+    pub unpinned: Vec<Run>,
     pub disks: Vec<Run>,
 }
 
@@ -324,7 +332,7 @@ pub fn load_current(dir: &Path) -> Result<Current> {
     let main_path = dir.join(ARCHIVE);
     if !main_path.exists() {
         return Err(anyhow!(
-            "{}: no run on this machine's device to make the page from: publish one first (`cairn bench report results/<run> --page PAGE`, a run without --device)",
+            "{}: no pinned run on this machine's device to make the page from: publish one first (`cairn bench report results/<run> --page PAGE`, a run with --cpu and without --device)",
             main_path.display()
         ));
     }
@@ -332,15 +340,25 @@ pub fn load_current(dir: &Path) -> Result<Current> {
     let mut names: Vec<PathBuf> = fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(DISK_PREFIX) && n.ends_with(".json.gz"))
-        })
+        .filter(|p| p.to_str().is_some_and(|n| n.ends_with(".json.gz")))
         .collect();
     names.sort();
-    let disks = names.iter().map(|p| run(p)).collect::<Result<Vec<_>>>()?;
-    Ok(Current { main, disks })
+    let with = |prefix: &str| -> Result<Vec<Run>> {
+        names
+            .iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|p| run(p))
+            .collect()
+    };
+    Ok(Current {
+        main,
+        unpinned: with(UNPINNED_PREFIX)?,
+        disks: with(DISK_PREFIX)?,
+    })
 }
 
 /// The whole page. Plots are drawn into `figures.dir` and linked under [`CURRENT`].
@@ -373,22 +391,45 @@ pub fn render(figures: &Figures, current: &Current) -> Result<String> {
     let _ = writeln!(s, "\n## Summary\n");
     summary(&mut s, meta, records);
     let _ = writeln!(s);
-    kernel::section(&mut s, meta, records);
+    kernel::section(&mut s, current);
     let _ = writeln!(s);
     s.push_str(&crate::report::header(meta, records));
     s.push_str(&crate::tables::render(figures, meta, records)?);
+    unpinned(&mut s, &current.unpinned);
     papers_disks(&mut s, &current.disks);
     not_in_this_run(&mut s, current);
     let mut commands = meta.command.clone();
-    for d in &current.disks {
+    for d in current.unpinned.iter().chain(&current.disks) {
         commands.push('\n');
         commands.push_str(&d.meta.command);
     }
     let _ = writeln!(
         s,
-        "\n## Reproducing this page\n\nEach run's command, then its publication (a run on a disk model is archived beside the other runs; a newer run of the same tables on the same model replaces the older):\n\n```sh\ncargo build --release -p cairn-cli\n{commands}\ntarget/release/cairn bench report results/<each run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
+        "\n## Reproducing this page\n\nEach run's command, then its publication (an unpinned run, or a run on a disk model, is archived beside the pinned run; a newer one of the same tables, on the same model, replaces the older):\n\n```sh\ncargo build --release -p cairn-cli\n{commands}\ntarget/release/cairn bench report results/<each run> --page docs/BENCHMARKS.md   # archives it in docs/{CURRENT}\n```",
     );
     Ok(s)
+}
+
+/// The unpinned runs beside the pinned one: per run, its conditions and its summary rows;
+/// the targets judged on it are in the "Against the kernel" section.
+fn unpinned(s: &mut String, runs: &[Run]) {
+    for r in runs {
+        let titles: Vec<&str> = r
+            .meta
+            .workloads
+            .iter()
+            .map(|w| crate::tables::title(w))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let _ = writeln!(s, "\n## Unpinned: {}\n", titles.join("; "));
+        let _ = writeln!(
+            s,
+            "The same machine and device with the benchmark and the daemons free to use every CPU; issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets).\n"
+        );
+        s.push_str(&crate::report::header_at("###", &r.meta, &r.records));
+        let _ = writeln!(s);
+        summary(s, &r.meta, &r.records);
+    }
 }
 
 /// The runs on disk models: per run, its conditions, the three-column tables (paper / model /
@@ -521,6 +562,8 @@ mod tests {
                 "ext4".into(),
             ],
             workloads: vec!["create-unlink".into()],
+            pinned: true,
+            cpus: vec![0],
             ..Meta::default()
         }
     }
@@ -546,6 +589,7 @@ mod tests {
         assert_eq!(fmt_ratio(1.234), "1.23");
         let mut t = String::new();
         let current = |disks| Current {
+            unpinned: Vec::new(),
             main: Run {
                 meta: meta(),
                 records: records.clone(),
@@ -635,6 +679,31 @@ mod tests {
         assert!(md.contains("**What the counts say.** A note."), "{md}");
         assert!(md.contains("cairn bench run --device cheetah-10k"), "{md}");
         assert!(md.contains("2 further run(s)"), "{md}");
+        // An unpinned run of this machine's device stands beside the pinned one, whose
+        // numbers stay the summary's.
+        let mut free = meta();
+        free.pinned = false;
+        free.cpus = vec![0, 1];
+        free.workloads = vec!["create-unlink".into(), "group-create".into()];
+        let free_path = d.path().join("free.json.gz");
+        let free_records = vec![
+            rec("create-unlink", "cairn-async", "create+unlink", 8_000.0),
+            rec("create-unlink", "ext4", "create+unlink", 40_000.0),
+        ];
+        write_archive(&free_path, &free, &free_records).unwrap();
+        publish(&free_path, &page).unwrap();
+        assert!(
+            folder
+                .join("unpinned-create-unlink+group-create.json.gz")
+                .exists()
+        );
+        let c = load_current(&folder).unwrap();
+        assert_eq!((c.unpinned.len(), c.disks.len()), (1, 2));
+        assert_eq!(c.main.records[0].phases[0].rate, 10_000.0);
+        let md = fs::read_to_string(&page).unwrap();
+        assert!(md.contains("## Unpinned: 0-length create/delete"), "{md}");
+        assert!(md.contains("| cairn-async | 0.20 · 1.00 |"), "{md}");
+        assert!(md.contains("| cairn-async | 0.25 · 1.00 |"), "{md}");
         // Rendering the folder again gives the same page.
         publish(&folder, &page).unwrap();
         assert_eq!(fs::read_to_string(&page).unwrap(), md);
