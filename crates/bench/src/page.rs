@@ -299,6 +299,20 @@ pub struct Run {
     notes: Option<String>,
 }
 
+impl Run {
+    /// The titles of the papers' tables its workloads fill, `; `-joined.
+    fn titles(&self) -> String {
+        let titles: Vec<&str> = self
+            .meta
+            .workloads
+            .iter()
+            .map(|w| crate::tables::title(w))
+            .filter(|t| !t.is_empty())
+            .collect();
+        titles.join("; ")
+    }
+}
+
 /// Everything the page is made of: the pinned run on this machine's device and, in file-name
 /// order, the unpinned runs beside it and the runs on disk models.
 pub struct Current {
@@ -414,14 +428,7 @@ pub fn render(figures: &Figures, current: &Current) -> Result<String> {
 /// the targets judged on it are in the "Against the kernel" section.
 fn unpinned(s: &mut String, runs: &[Run]) {
     for r in runs {
-        let titles: Vec<&str> = r
-            .meta
-            .workloads
-            .iter()
-            .map(|w| crate::tables::title(w))
-            .filter(|t| !t.is_empty())
-            .collect();
-        let _ = writeln!(s, "\n## Unpinned: {}\n", titles.join("; "));
+        let _ = writeln!(s, "\n## Unpinned: {}\n", r.titles());
         let _ = writeln!(
             s,
             "The same machine and device with the benchmark and the daemons free to use every CPU; issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets).\n"
@@ -444,14 +451,7 @@ fn papers_disks(s: &mut String, disks: &[Run]) {
     );
     for d in disks {
         let model = d.meta.device.as_deref().unwrap_or("?");
-        let titles: Vec<&str> = d
-            .meta
-            .workloads
-            .iter()
-            .map(|w| crate::tables::title(w))
-            .filter(|t| !t.is_empty())
-            .collect();
-        let _ = writeln!(s, "\n## On `{model}`: {}\n", titles.join("; "));
+        let _ = writeln!(s, "\n## On `{model}`: {}\n", d.titles());
         s.push_str(&crate::report::header_at("###", &d.meta, &d.records));
         crate::device::body(s, model, &d.records);
         if let Some(n) = &d.notes {
