@@ -42,7 +42,7 @@ mod handles;
 mod imap;
 mod node;
 mod ops;
-mod readgate;
+pub(crate) mod readgate;
 mod recover;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -475,6 +475,11 @@ pub enum Planted {
     /// segments the rest of its writes need (`State::pass_reserve`): calls take them, and
     /// the pass runs out of room half-way (its log write fails: ENOSPC).
     NoPassReserve,
+    /// A background pass choosing its victims over several holds of the lock applies what
+    /// it found live in the earlier holds without checking it again in the last: an inode
+    /// a call deleted between the holds is marked dirty (and written back), an indirect
+    /// block or inode record a call replaced is counted and rewritten.
+    NoChoiceRecheck,
     /// Reads ignore the partial segments sealed and not yet written (`sequencer.rs`) and
     /// ask the device (or the cache) for their blocks: a read of a block just flushed
     /// returns what the device held there before — zeros, or the segment's earlier life.
@@ -1431,10 +1436,11 @@ impl State {
         self.stats.releases_held += kept as u64;
     }
 
-    /// Does a read outside the lock hold segment `s` (`readgate.rs`), or a partial
-    /// segment in flight lie in it (`sequencer.rs`)?
-    pub(crate) fn read_holds(&self, s: u32) -> bool {
-        (!self.ignores_read_pins() && self.gate.pinned(s)) || self.write_holds(s)
+    /// Does a read outside the lock hold segment `s` (`readgate.rs`) — beside the `own`
+    /// pins of the asking pass on it — or a partial segment in flight lie in it
+    /// (`sequencer.rs`)?
+    pub(crate) fn read_holds(&self, s: u32, own: u32) -> bool {
+        (!self.ignores_read_pins() && self.gate.pins(s) > own) || self.write_holds(s)
     }
 
     /// Does a partial segment sealed and not yet written lie in segment `s`? Such a
@@ -1508,6 +1514,10 @@ pub struct Lfs {
     /// lock again (tests).
     #[cfg(test)]
     pub(crate) clean_hook: Mutex<Option<TestHook>>,
+    /// Called by a background cleaning pass between two holds choosing its victims
+    /// (tests).
+    #[cfg(test)]
+    pub(crate) choose_hook: Mutex<Option<TestHook>>,
     /// Called by a background cleaning pass between two slices of its moves (tests).
     #[cfg(test)]
     pub(crate) slice_hook: Mutex<Option<TestHook>>,

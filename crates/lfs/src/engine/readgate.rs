@@ -49,6 +49,12 @@ impl ReadGate {
         }
     }
 
+    /// The pins on segment `s` (a pass that pins its own victims asks whether anyone
+    /// else does).
+    pub fn pins(&self, s: u32) -> u32 {
+        self.pins.lock().get(&s).copied().unwrap_or(0)
+    }
+
     /// Is a read in flight in segment `s`?
     pub fn pinned(&self, s: u32) -> bool {
         self.pins.lock().contains_key(&s)

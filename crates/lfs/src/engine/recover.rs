@@ -454,6 +454,8 @@ impl Lfs {
             #[cfg(test)]
             clean_hook: Mutex::new(None),
             #[cfg(test)]
+            choose_hook: Mutex::new(None),
+            #[cfg(test)]
             slice_hook: Mutex::new(None),
             #[cfg(test)]
             cp_hook: Mutex::new(None),

@@ -2115,6 +2115,166 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
     fs.destroy().unwrap();
 }
 
+/// A background pass chooses its victims a victim per hold (in tests), calls between:
+/// forty files of 14 blocks with an extended attribute, their first 4 blocks overwritten,
+/// and between two of those holds a quarter of them deleted (half their inode numbers taken
+/// again by new files), a quarter rewritten whole (the attribute too), a quarter truncated
+/// to a block and a bit, and that flushed. What the first holds found live in the victims
+/// — data, indirect and xattr blocks, inode records, inode map blocks — is then
+/// stale; the pass must still end with every file as the calls left it and the image
+/// clean, before and after a remount. Returns what went wrong, if anything.
+fn calls_between_choosing_holds(planted: Planted) -> Vec<String> {
+    let dev = image(2048);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    // Fourteen blocks: the last two behind an indirect block, which the victims hold too.
+    let c = Ctx::root();
+    let mut inos = Vec::new();
+    for i in 0..40u8 {
+        let ino = write_file(&fs, ROOT_INO, &format!("f{i}"), &[i; 56 << 10]);
+        fs.setxattr(&c, ino, n("user.t"), &[i; 100], 0).unwrap();
+        inos.push(ino);
+    }
+    fs.checkpoint().unwrap();
+    for (i, &ino) in inos.iter().enumerate() {
+        let fh = fs.open(&c, ino, libc::O_RDWR).unwrap();
+        fs.write(ino, fh, 0, &[!(i as u8); 16 << 10]).unwrap();
+        fs.release(ino, fh).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let mut want = tree(&fs);
+    let xattrs = Arc::new(Mutex::new(
+        (0..40u8)
+            .map(|i| (format!("f{i}"), Some(vec![i; 100])))
+            .collect::<BTreeMap<_, _>>(),
+    ));
+    let x2 = xattrs.clone();
+    let model = Arc::new(Mutex::new(BTreeMap::new()));
+    let m2 = model.clone();
+    let weak = Arc::downgrade(&fs);
+    let gaps = Arc::new(Mutex::new(0u32));
+    let g2 = gaps.clone();
+    *fs.choose_hook.lock() = Some(Box::new(move || {
+        // The fourth gap: the victims holding the files are taken by then (segment 0,
+        // the first, holds the root directory).
+        let mut g = g2.lock();
+        *g += 1;
+        if *g != 4 {
+            return;
+        }
+        let fs = weak.upgrade().unwrap();
+        let c = Ctx::root();
+        let mut m = m2.lock();
+        let mut x = x2.lock();
+        for i in 0..40u8 {
+            let name = format!("f{i}");
+            let ino = fs.lookup(&c, ROOT_INO, n(&name)).unwrap().ino;
+            match i % 4 {
+                0 | 3 => {
+                    fs.unlink(&c, ROOT_INO, n(&name)).unwrap();
+                    m.insert(format!("/{name}"), None);
+                    x.remove(&name);
+                }
+                1 => {
+                    let data = vec![i ^ 0x77; 56 << 10];
+                    let fh = fs.open(&c, ino, libc::O_RDWR).unwrap();
+                    fs.write(ino, fh, 0, &data).unwrap();
+                    fs.release(ino, fh).unwrap();
+                    m.insert(format!("/{name}"), Some(data));
+                    fs.setxattr(&c, ino, n("user.t"), &[i ^ 0x77; 100], 0)
+                        .unwrap();
+                    x.insert(name, Some(vec![i ^ 0x77; 100]));
+                }
+                2 => {
+                    let size = BS + 5;
+                    fs.setattr(
+                        &c,
+                        ino,
+                        cairn_vfs::SetAttr {
+                            size: Some(size),
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                    // Within the overwritten first quarter.
+                    let data = vec![!i; size as usize];
+                    m.insert(format!("/{name}"), Some(data));
+                }
+                _ => {}
+            }
+        }
+        // New files take half the deleted files' inode numbers again (a new version).
+        for i in (0..40u8).step_by(8) {
+            let data = vec![i ^ 0x3c; 20 << 10];
+            write_file(&fs, ROOT_INO, &format!("g{i}"), &data);
+            m.insert(format!("/g{i}"), Some(data));
+            x.insert(format!("g{i}"), None);
+        }
+        fs.st.lock().flush().unwrap();
+    }));
+    let th = Thresholds::new(1, fs.clean_segments() + 4).unwrap();
+    let r = fs.clean_pass_unlocked(Policy::GREEDY, th);
+    *fs.choose_hook.lock() = None;
+    let cs = fs.cleaner_stats();
+    let mut wrong = Vec::new();
+    if *gaps.lock() < 4 || cs.longest_collect_hold_us == 0 {
+        wrong.push(format!("the choice took one hold: {cs:?}"));
+    }
+    match r {
+        Ok(Some(n)) if n > 0 => {}
+        other => wrong.push(format!("pass: {other:?}, {cs:?}")),
+    }
+    for (k, v) in model.lock().iter() {
+        match v {
+            Some(d) => want.insert(k.clone(), d.clone()),
+            None => want.remove(k),
+        };
+    }
+    let xattrs_wrong = |fs: &Lfs| {
+        xattrs.lock().iter().any(|(name, v)| {
+            let ino = fs.lookup(&c, ROOT_INO, n(name)).unwrap().ino;
+            fs.getxattr(&c, ino, n("user.t")).ok() != *v
+        })
+    };
+    if tree(&fs) != want || xattrs_wrong(&fs) {
+        wrong.push("the files after the pass are not what the calls left".into());
+    }
+    if fs.destroy().is_err() {
+        wrong.push("unmount failed".into());
+    }
+    drop(fs);
+    match check_device(dev.clone() as Arc<dyn BlockDevice>) {
+        Ok(r) if r.is_clean() => {}
+        Ok(r) => wrong.push(format!("check: {:?}", r.findings)),
+        Err(e) => wrong.push(format!("check: {e}")),
+    }
+    match Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()) {
+        Ok(fs) => {
+            if tree(&fs) != want || xattrs_wrong(&fs) {
+                wrong.push("the files after a remount are not what the calls left".into());
+            }
+            let _ = fs.destroy();
+        }
+        Err(e) => wrong.push(format!("remount: {e}")),
+    }
+    wrong
+}
+
+#[test]
+fn a_choice_over_several_holds_checks_what_it_found_again() {
+    let wrong = calls_between_choosing_holds(Planted::None);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The checker of the test above checks: without the last hold's re-check, what the first
+/// holds found live is applied stale.
+#[test]
+fn a_choice_applying_what_it_found_stale_is_caught() {
+    let wrong = calls_between_choosing_holds(Planted::NoChoiceRecheck);
+    eprintln!("{wrong:#?}");
+    assert!(!wrong.is_empty());
+}
+
 /// A background pass that moves its live blocks in slices lets calls in between; the room
 /// rule counted its writes against the clean segments when it chose its victims. Forty
 /// files of 12 blocks on 16-block segments, a quarter of each overwritten (victims 75%
