@@ -427,14 +427,16 @@ pub fn render(figures: &Figures, current: &Current) -> Result<String> {
 /// The unpinned runs beside the pinned one: per run, its conditions and its summary rows;
 /// the targets judged on it are in the "Against the kernel" section.
 fn unpinned(s: &mut String, runs: &[Run]) {
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## Unpinned\n\nThe same machine and device with the benchmark and the daemons free to use every CPU; issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets). Each cell as in the summary: ÷ `{KERNEL_REFERENCE}`, then ÷ the baseline, in the same run.\n"
+    );
     for r in runs {
-        let _ = writeln!(s, "\n## Unpinned: {}\n", r.titles());
-        let _ = writeln!(
-            s,
-            "The same machine and device with the benchmark and the daemons free to use every CPU; issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets).\n"
-        );
         s.push_str(&crate::report::header_at("###", &r.meta, &r.records));
-        let _ = writeln!(s);
+        let _ = writeln!(s, "- tables: {}\n", r.titles());
         summary(s, &r.meta, &r.records);
     }
 }
@@ -701,7 +703,8 @@ mod tests {
         assert_eq!((c.unpinned.len(), c.disks.len()), (1, 2));
         assert_eq!(c.main.records[0].phases[0].rate, 10_000.0);
         let md = fs::read_to_string(&page).unwrap();
-        assert!(md.contains("## Unpinned: 0-length create/delete"), "{md}");
+        assert!(md.contains("## Unpinned\n"), "{md}");
+        assert!(md.contains("- tables: 0-length create/delete"), "{md}");
         assert!(md.contains("| cairn-async | 0.20 · 1.00 |"), "{md}");
         assert!(md.contains("| cairn-async | 0.25 · 1.00 |"), "{md}");
         // Rendering the folder again gives the same page.
