@@ -49,6 +49,10 @@ pub struct LogWriter {
     /// (mkfs, recovery, a mount without background writers: the engine's tests and the
     /// crash harness's recordings) writes each at once, under the lock.
     pub sequencer: Option<Arc<Sequencer>>,
+    /// Seal partial segments without waking the sequencer's writer thread: set by a
+    /// background pass for its holds of the engine's lock, which wakes the writer when it
+    /// lets the lock go.
+    pub quiet: bool,
 }
 
 impl LogWriter {
@@ -65,6 +69,7 @@ impl LogWriter {
             segments_entered: 0,
             cache: None,
             sequencer: None,
+            quiet: false,
         }
     }
 
@@ -214,7 +219,7 @@ impl LogWriter {
         // copied — and assembled and hashed by its writer, without the lock.
         match &self.sequencer {
             Some(q) => {
-                q.submit(partial);
+                q.submit(partial, !self.quiet);
             }
             None => dev.write_blocks(at, &partial.bytes())?,
         }

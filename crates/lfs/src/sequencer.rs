@@ -111,10 +111,16 @@ impl Sequencer {
         })
     }
 
+    /// Wakes the writer thread for partials sealed without waking it.
+    pub(crate) fn kick(&self) {
+        self.cv.notify_all();
+    }
+
     /// Hands over a partial segment the log writer closed; returns its place in seal
     /// order. Called under the engine's lock: its summary's hash, its assembly and its
-    /// device write are the writer's.
-    pub(crate) fn submit(&self, partial: Partial) -> u64 {
+    /// device write are the writer's. The writer thread is woken only if `wake` (else by
+    /// [`Sequencer::kick`], or by the next partial or wait).
+    pub(crate) fn submit(&self, partial: Partial, wake: bool) -> u64 {
         let mut q = self.q.lock();
         let seq = q.sealed;
         q.sealed += 1;
@@ -125,7 +131,9 @@ impl Sequencer {
         q.by_addr.insert(at, Arc::clone(&s));
         q.pending.push_back(s);
         drop(q);
-        self.cv.notify_all();
+        if wake {
+            self.cv.notify_all();
+        }
         seq
     }
 

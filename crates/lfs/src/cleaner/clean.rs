@@ -108,7 +108,15 @@ pub struct CleanerStats {
     pub longest_choose_flush_us: u64,
     /// The pass's flush of what calls buffered, in a hold of its own before it reads its
     /// victims (the hold that picks them).
-    pub longest_flush_hold_us: u64,
+    pub longest_first_flush_hold_us: u64,
+    /// The flush after a pass's moves: what calls buffered since its last slice, and
+    /// whatever inode the slices could not write ahead (a call buffered data for it).
+    pub longest_moves_flush_hold_us: u64,
+    /// The most log blocks that flush wrote in one pass (each slice writes the inodes and
+    /// indirect blocks of the files it moved last, so this is what came since).
+    pub most_moves_flush_blocks: u64,
+    /// Inodes the slices of the moves wrote ahead of that flush.
+    pub inodes_written_by_slices: u64,
 }
 
 /// Which lock hold of a background pass a time is for (`CleanerStats`).
@@ -121,7 +129,8 @@ enum Hold {
     Checkpoint,
     Whole,
     ChooseFlush,
-    Flush,
+    FirstFlush,
+    MovesFlush,
 }
 
 impl CleanerStats {
@@ -135,9 +144,18 @@ impl CleanerStats {
             Hold::Checkpoint => &mut self.longest_checkpoint_hold_us,
             Hold::Whole => &mut self.longest_whole_hold_us,
             Hold::ChooseFlush => &mut self.longest_choose_flush_us,
-            Hold::Flush => &mut self.longest_flush_hold_us,
+            Hold::FirstFlush => &mut self.longest_first_flush_hold_us,
+            Hold::MovesFlush => &mut self.longest_moves_flush_hold_us,
         };
         *m = (*m).max(us);
+    }
+}
+
+/// Wakes the log writer thread for the partial segments a pass's hold sealed without
+/// waking it (`LogWriter::quiet`), once the hold is over.
+fn kick(q: &Option<Arc<crate::sequencer::Sequencer>>) {
+    if let Some(q) = q {
+        q.kick();
     }
 }
 
@@ -339,16 +357,19 @@ impl State {
     }
 
     /// The clean segments a background pass reserves before calls run between its slices
-    /// (`State::pass_reserve`), for `payload` blocks of which `moved` are data blocks it
-    /// moves: the segments its writes enter, with a summary more per slice (the flush
-    /// between two slices closes the partial segment the pass was filling), one for the
-    /// flush before its checkpoint and a block more, and a segment more (calls' data may
-    /// leave the log at the start of a segment the count began in the middle of). One
-    /// count for the reservation and its shrinking as the slices go.
-    pub(crate) fn slice_reserve(&self, payload: u64, moved: usize) -> u32 {
-        let slices = moved.div_ceil(MOVE_SLICE) as u64;
+    /// (`State::pass_reserve`), for `payload` blocks written in `slices` slices: the segments its writes enter, with two blocks more per slice (each slice
+    /// closes the partial segment the pass was filling, a summary, and writes the inodes
+    /// of the files it moved last in a block of inodes of its own, which `payload`'s
+    /// count of 16 to a block may not have counted), two for the flush before its
+    /// checkpoint (its summary, and its block of the inodes the slices could not write)
+    /// and a block more, and a segment more (calls' data may leave the log at the start
+    /// of a segment the count began in the middle of). One count for the reservation and
+    /// its shrinking as the slices go. An inode a call dirties again after its slice wrote
+    /// it is written again by the next flush: that is the call's to count (its admission,
+    /// `State::space_left`, counts every dirty inode), as the data it buffered with it.
+    pub(crate) fn slice_reserve(&self, payload: u64, slices: u64) -> u32 {
         // The summary of the flush before the checkpoint too (`Lfs::clean_pass_unlocked`).
-        self.pass_log(payload + slices + 2).1 as u32 + 1
+        self.pass_log(payload + 2 * slices + 3).1 as u32 + 1
     }
 
     /// What a pass writing `payload` blocks before the usage table does to the log, found
@@ -964,17 +985,24 @@ impl Lfs {
         let (segs, pin, sb, dev) = {
             let mut st = self.st.lock();
             let t = Instant::now();
-            let r = st
-                .check_log_ok()
-                .and_then(|()| st.settle_checkpoint())
-                .and_then(|()| st.flush_inner());
+            let r = st.check_log_ok().and_then(|()| st.settle_checkpoint());
+            // The partials this hold seals wake the log writer only once it is over
+            // (`kick`), here and in the holds of the moves: at the calls' priority, the
+            // writer woken in the hold of this thread (lowered, `yield_to_calls`) took
+            // the CPU from it while every call waited for the lock — on the overwrite
+            // benchmark's one CPU those holds took 2-10 times their own CPU time.
+            st.log.quiet = true;
+            let r = r.and_then(|()| st.flush_inner());
+            st.log.quiet = false;
             st.note_log_result(r)?;
             let segs = st.pass_candidates(policy, th, PRESCAN_EXTRA);
             let pin = st.gate.pin(segs.clone());
-            st.cleaner.held(Hold::Flush, t);
+            st.cleaner.held(Hold::FirstFlush, t);
             let out = (segs, pin, st.sb.clone(), Arc::clone(&st.dev));
+            let q = st.log.sequencer.clone();
             // Handed to a waiting call, as between the slices of the moves.
             MutexGuard::unlock_fair(st);
+            kick(&q);
             out
         };
         let mut pre: Prescans = segs
@@ -996,21 +1024,27 @@ impl Lfs {
             st.cleaner.held(Hold::Choose, t);
             return Ok(None);
         };
+        let (payload, total) = (c.payload, c.work.moved.len());
+        let inodes: Vec<u64> = c.work.inodes.iter().copied().collect();
+        let victims = c.victims.clone();
+        let moved = match st.apply_marks(policy, c.work) {
+            Ok(m) => m,
+            Err(e) => return st.note_log_result(Err(e)),
+        };
+        // Which slice writes which inodes ahead (`inodes_by_slice`, over the moves in
+        // their order): their number is what the reservation counts.
+        let ahead = inodes_by_slice(&moved, inodes);
+        let slices = ahead.len() as u64;
+        let mut moved = moved.into_iter();
         // The pass's room, reserved before any call runs between its holds (the room
         // rule counted it against the clean segments now): everything it still writes
         // (`State::slice_reserve`).
-        let (payload, total) = (c.payload, c.work.moved.len());
-        let reserve = st.slice_reserve(payload, total);
+        let reserve = st.slice_reserve(payload, slices);
         #[cfg(any(test, feature = "planted"))]
         let reserve = if st.planted == crate::engine::Planted::NoPassReserve {
             0
         } else {
             reserve
-        };
-        let victims = c.victims.clone();
-        let mut moved = match st.apply_marks(policy, c.work) {
-            Ok(m) => m.into_iter(),
-            Err(e) => return st.note_log_result(Err(e)),
         };
         if reserve <= st.clean_segments() {
             // Calls run between the slices. The invariant: while they do, the pass's own
@@ -1021,6 +1055,8 @@ impl Lfs {
             st.cleaner.split_passes += 1;
             let held = st.gate.pin(victims.clone());
             st.cleaner.held(Hold::Choose, t);
+            let q = st.log.sequencer.clone();
+            let mut slice = 0;
             let r = loop {
                 // Handed to a call waiting for it, if any: on the one CPU the pass may
                 // share with the calls, a plain unlock lets this thread take the lock
@@ -1036,40 +1072,66 @@ impl Lfs {
                 // The slice's blocks leave the log writer before the lock does: a read
                 // planned between two slices finds every block a file points at on the
                 // device, in the sequencer or in the cache — never in a partial segment
-                // still being filled (the summary this costs is in the reservation).
+                // still being filled (the summary this costs is in the reservation). With
+                // them go the inodes of the files this slice moved last (and in the first,
+                // those rewritten for no data block): written ahead, they leave the flush
+                // after the moves only what calls buffered meanwhile.
+                let now = ahead.get(slice).map_or(&[][..], Vec::as_slice);
+                slice += 1;
+                st.log.quiet = true;
                 let r = st
                     .check_log_ok()
                     .and_then(|()| st.move_live(&mut moved, MOVE_SLICE))
-                    .and_then(|()| st.close_partial());
+                    .and_then(|()| {
+                        #[cfg(any(test, feature = "planted"))]
+                        if st.planted == crate::engine::Planted::NoInodesAhead {
+                            return Ok(0);
+                        }
+                        st.write_inodes_ahead(now)
+                    })
+                    .and_then(|n| {
+                        st.cleaner.inodes_written_by_slices += n;
+                        st.close_partial()
+                    });
+                st.log.quiet = false;
                 // What is left to write needs less room: the reservation shrinks with
                 // each slice (never grows: the first count allowed for calls moving the
                 // head), and writes waiting for room look again.
                 let left = payload.saturating_sub((total - moved.len()) as u64);
-                let now = st.slice_reserve(left, moved.len());
+                let now = st.slice_reserve(left, slices - slice as u64);
                 st.pass_reserve = st.pass_reserve.min(now);
                 st.cleaner.held(Hold::Move, t);
-                if r.is_err() || moved.len() == 0 {
+                if r.is_err() || slice >= ahead.len() {
+                    debug_assert!(r.is_err() || moved.len() == 0, "slices left blocks unmoved");
                     break r;
                 }
                 MutexGuard::unlock_fair(st);
+                kick(&q);
                 let (m, cv) = &self.passes;
                 *m.lock() += 1;
                 cv.notify_all();
                 st = self.st.lock();
             };
-            // What the moves dirtied (the moved files' inodes and indirect blocks) and what
-            // calls buffered meanwhile go to the log in a hold of their own, the pass's room
-            // still reserved and its victims still held: the checkpoint's hold then writes
-            // only what came since, the inode map and the usage table. In one hold, the
-            // two were the longest a pass made (3-9 ms on the overwrite benchmark).
+            // What calls buffered meanwhile (and any inode the slices could not write
+            // ahead) goes to the log with the last slice, the pass's room still reserved
+            // and its victims still held: the checkpoint's hold then writes only what came
+            // since, the inode map and the usage table. In one hold, the two were the
+            // longest a pass made (3-9 ms on the overwrite benchmark); with every moved
+            // inode left to this flush, it still took 7-12 ms.
             let r = r.and_then(|()| {
                 let t = Instant::now();
+                let b0 = st.log.blocks_written + st.log.pending_len() as u64;
+                st.log.quiet = true;
                 let r = st.flush_inner();
-                st.cleaner.held(Hold::Flush, t);
+                st.log.quiet = false;
+                let b = (st.log.blocks_written + st.log.pending_len() as u64).saturating_sub(b0);
+                st.cleaner.most_moves_flush_blocks = st.cleaner.most_moves_flush_blocks.max(b);
+                st.cleaner.held(Hold::MovesFlush, t);
                 r
             });
             if r.is_ok() {
                 MutexGuard::unlock_fair(st);
+                kick(&q);
                 st = self.st.lock();
             }
             st.pass_reserve = 0;
@@ -1221,6 +1283,41 @@ impl Lfs {
 /// Live data blocks a background pass moves per hold of the lock, calls running between
 /// (each block a liveness re-check and a push: a few µs).
 const MOVE_SLICE: usize = if cfg!(test) { 16 } else { 128 };
+
+/// Inodes a slice of a background pass writes ahead beyond those of the files it moved
+/// last (`inodes_by_slice`): the first passes of the overwrite benchmark find thousands
+/// of live inode records in victims the fill wrote, and in one slice they took 7 ms.
+const AHEAD_SLICE: usize = if cfg!(test) { 8 } else { 256 };
+
+/// The inodes a background pass rewrites (`inodes`), by the slice of its moves that
+/// writes them ahead of the flush after the moves (`State::write_inodes_ahead`): a file's
+/// after the slice that moves its last block, so no later slice of the pass dirties it
+/// again (each is written once by the pass, as one flush would); the rest — inodes
+/// rewritten for no block moved, their record or an indirect or xattr block found live —
+/// `AHEAD_SLICE` per slice from the first, in slices of their own once the moves are
+/// done. Slices take `MOVE_SLICE` of `moved` each, in order. Its length is the pass's
+/// number of slices.
+fn inodes_by_slice(moved: &[Moved], inodes: Vec<u64>) -> Vec<Vec<u64>> {
+    let mut last: HashMap<u64, usize> = HashMap::default();
+    for (i, m) in moved.iter().enumerate() {
+        last.insert(m.ino, i / MOVE_SLICE);
+    }
+    let mut out = vec![Vec::new(); moved.len().div_ceil(MOVE_SLICE).max(1)];
+    let mut rest = Vec::new();
+    for ino in inodes {
+        match last.get(&ino) {
+            Some(&k) => out[k].push(ino),
+            None => rest.push(ino),
+        }
+    }
+    for (k, chunk) in rest.chunks(AHEAD_SLICE).enumerate() {
+        if k == out.len() {
+            out.push(Vec::new());
+        }
+        out[k].extend_from_slice(chunk);
+    }
+    out
+}
 
 /// Victims a background pass reads (finds the live blocks of) per hold of the lock while
 /// it chooses, calls running between (each a quarter of a millisecond on the overwrite

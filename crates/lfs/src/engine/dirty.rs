@@ -106,6 +106,24 @@ impl DirtySet {
         self.inodes.insert(ino);
     }
 
+    /// Is inode `ino` to be written at the next flush?
+    pub fn is_inode_dirty(&self, ino: u64) -> bool {
+        self.inodes.contains(&ino)
+    }
+
+    /// Inode `ino` was written ahead of the next flush (`State::write_inodes_ahead`): no
+    /// longer dirty. Never one with a buffered block (the first invariant above).
+    pub fn inode_written(&mut self, ino: u64) {
+        debug_assert!(
+            !self.any_in(ino, 0, u64::MAX),
+            "inode {ino} written ahead of its buffered data"
+        );
+        self.inodes.remove(&ino);
+        if self.is_empty() {
+            self.since = None;
+        }
+    }
+
     /// Inode `ino` changed, and an indirect block or its xattr list with it.
     pub fn mark_meta(&mut self, ino: u64) {
         self.mark_inode(ino);

@@ -480,6 +480,10 @@ pub enum Planted {
     /// a call deleted between the holds is marked dirty (and written back), an indirect
     /// block or inode record a call replaced is counted and rewritten.
     NoChoiceRecheck,
+    /// A background pass moving its live blocks in slices writes no inode in its slices:
+    /// every inode its moves dirtied waits for the flush after the moves, one hold as long
+    /// as all of them.
+    NoInodesAhead,
     /// Reads ignore the partial segments sealed and not yet written (`sequencer.rs`) and
     /// ask the device (or the cache) for their blocks: a read of a block just flushed
     /// returns what the device held there before — zeros, or the segment's earlier life.
@@ -1132,6 +1136,44 @@ impl State {
                 ..Default::default()
             });
         }
+        self.push_inode_records(&records)
+    }
+
+    /// Writes inodes `inos` ahead of the next flush, with their indirect and xattr blocks,
+    /// not committed: a background cleaning pass's slice writes the files whose blocks it
+    /// moved for the last time in that slice, so the flush after its moves — a hold every
+    /// call waits for — writes only what came since (`Lfs::clean_pass_unlocked`). Returns
+    /// the inodes written.
+    ///
+    /// Only an inode still dirty and with no data block buffered is written, and it is then
+    /// no longer dirty: one a call buffered data for goes with that data at the next flush
+    /// (its block map and size are not yet the data's), and one written since (a flush
+    /// between the holds) is not written again. Written ahead, an inode may carry a call's
+    /// change whose directory blocks and operation log records are still buffered; nothing
+    /// of it is applied before the next commit (roll-forward applies whole flushes), and
+    /// that commit is a flush of everything dirty then, those included.
+    pub(crate) fn write_inodes_ahead(&mut self, inos: &[u64]) -> Result<u64> {
+        let mut records: Vec<Inode> = Vec::new();
+        for &ino in inos {
+            if !self.dirty.is_inode_dirty(ino)
+                || self.dirty.blocks_of(ino).next().is_some()
+                || !self.nodes.contains_key(&ino)
+            {
+                continue;
+            }
+            self.write_meta_blocks(ino)?;
+            self.dirty.inode_written(ino);
+            if let Some(n) = self.nodes.get(&ino) {
+                records.push(n.inode.clone());
+            }
+        }
+        self.push_inode_records(&records)?;
+        Ok(records.len() as u64)
+    }
+
+    /// Pushes inode records (and free records, mode 0), 16 to a block, and points the
+    /// inode map at them.
+    fn push_inode_records(&mut self, records: &[Inode]) -> Result<()> {
         for chunk in records.chunks(inode::PER_BLOCK) {
             let refs: Vec<&Inode> = chunk.iter().collect();
             let e = Entry {

@@ -1947,14 +1947,19 @@ fn a_background_pass_flushes_its_moves_before_its_checkpoint() {
         let head = st.log.seg;
         st.scan_segment(head)
     };
-    // The checkpoint's partial segments: those after the last commit before the final one.
-    let commits: Vec<usize> = (0..scan.len())
-        .filter(|&i| scan[i].0.flags & FLAG_COMMIT != 0)
+    // The checkpoint's partial segments: those after the last commit before the final one,
+    // or after the last one with a moved block (the slices write their inodes ahead, not
+    // committed, and with no call between them the flush after the moves writes nothing).
+    let ends: Vec<usize> = (0..scan.len())
+        .filter(|&i| {
+            scan[i].0.flags & FLAG_COMMIT != 0
+                || scan[i].0.entries.iter().any(|e| e.kind == Kind::Data)
+        })
         .collect();
-    let from = match commits.len() {
+    let from = match ends.len() {
         0 => panic!("no commit in the log's head"),
         1 => 0,
-        n => commits[n - 2] + 1,
+        n => ends[n - 2] + 1,
     };
     let kinds: Vec<Kind> = scan[from..]
         .iter()
@@ -1968,6 +1973,123 @@ fn a_background_pass_flushes_its_moves_before_its_checkpoint() {
         !kinds.contains(&Kind::Inode),
         "the checkpoint wrote inodes: {kinds:?}"
     );
+}
+
+/// A background pass in slices writes, with each slice's moves, the inodes of the files
+/// it moved last: the flush after its moves (a hold every call waits for) writes only what
+/// came since — here nothing, no call running between the slices. With
+/// `Planted::NoInodesAhead` (the slices write no inode) that flush writes every inode
+/// the moves dirtied, and the test fails.
+fn inodes_ahead(planted: Planted) -> CleanerStats {
+    let dev = image(1024);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let clean = fs.st.lock().clean_segments();
+    let th = Thresholds::new(1, clean + 3).unwrap();
+    fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap().unwrap();
+    let cs = fs.cleaner_stats();
+    eprintln!("{cs:?}");
+    // Several slices, or the test shows nothing.
+    assert!(
+        cs.split_passes == 1 && cs.blocks_moved > 2 * MOVE_SLICE_TEST,
+        "{cs:?}"
+    );
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    cs
+}
+
+const MOVE_SLICE_TEST: u64 = 16;
+
+#[test]
+fn a_pass_in_slices_writes_its_inodes_with_its_moves() {
+    let cs = inodes_ahead(Planted::None);
+    assert!(cs.inodes_written_by_slices > 0, "{cs:?}");
+    assert_eq!(cs.most_moves_flush_blocks, 0, "{cs:?}");
+}
+
+#[test]
+fn a_pass_leaving_its_inodes_to_the_flush_after_its_moves_is_caught() {
+    let cs = inodes_ahead(Planted::NoInodesAhead);
+    assert!(cs.most_moves_flush_blocks > 0, "{cs:?}");
+}
+
+/// Calls between every two slices of a pass dirty again the files it moved — overwriting
+/// their blocks (the last few left buffered for the next slice, whose inodes it must then
+/// not write ahead of that data), flushing every 16 — as long as there is room.
+/// The inodes the slices wrote ahead are written again by the calls' flushes and the
+/// flush after the moves: that is the calls' room, not the pass's; the pass must end
+/// within its reservation, clean, and the image check with every file's last contents.
+#[test]
+fn calls_dirtying_moved_files_between_slices_leave_the_pass_its_room() {
+    let dev = image(1024);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let c = Ctx::root();
+    let inos: Vec<u64> = (0..40)
+        .map(|i| fs.lookup(&c, ROOT_INO, n(&format!("f{i}"))).unwrap().ino)
+        .collect();
+    let weak = Arc::downgrade(&fs);
+    // ino -> block -> byte last written there.
+    let model: Arc<Mutex<BTreeMap<(u64, u64), u8>>> = Arc::default();
+    let m2 = model.clone();
+    let turns = Arc::new(Mutex::new(0u64));
+    let t2 = turns.clone();
+    let refused = Arc::new(AtomicBool::new(false));
+    let r2 = refused.clone();
+    *fs.slice_hook.lock() = Some(Box::new(move || {
+        let fs = weak.upgrade().unwrap();
+        let mut turn = t2.lock();
+        *turn += 1;
+        // Flushed every 16 writes, the last few left buffered for the next slice.
+        for k in 0..600u64 {
+            let ino = inos[(k % 40) as usize];
+            let lbn = (*turn + k / 40) % 12;
+            let byte = (*turn * 7 + k) as u8;
+            let mut st = fs.st.lock();
+            if st.do_write(ino, lbn * BS, &[byte; BLOCK_SIZE]).is_err() {
+                r2.store(true, std::sync::atomic::Ordering::SeqCst);
+                break;
+            }
+            st.mark_dirty(ino);
+            m2.lock().insert((ino, lbn), byte);
+            if k % 16 == 15 && st.flush().is_err() {
+                r2.store(true, std::sync::atomic::Ordering::SeqCst);
+                break;
+            }
+        }
+    }));
+    let th = Thresholds::new(1, fs.clean_segments() + 4).unwrap();
+    let r = fs.clean_pass_unlocked(Policy::GREEDY, th);
+    *fs.slice_hook.lock() = None;
+    let cs = fs.cleaner_stats();
+    eprintln!("pass: {r:?}, {} turns, {cs:?}", *turns.lock());
+    assert!(r.as_ref().is_ok_and(|n| n.is_some_and(|n| n > 0)), "{r:?}");
+    assert!(
+        cs.split_passes == 1 && *turns.lock() > 2 && cs.inodes_written_by_slices > 0,
+        "{cs:?}"
+    );
+    // Short of room, a call cleans in the foreground (no syncer): most turns write all
+    // 600 blocks.
+    assert!(model.lock().len() > 100, "the calls wrote too little");
+    eprintln!(
+        "refused: {}",
+        refused.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    for (&(ino, lbn), &byte) in model.lock().iter() {
+        let fh = fs.open(&c, ino, libc::O_RDONLY).unwrap();
+        let mut got = Vec::new();
+        fs.read(ino, fh, lbn * BS, BLOCK_SIZE as u32, &mut got)
+            .unwrap();
+        fs.release(ino, fh).unwrap();
+        assert_eq!(got, vec![byte; BLOCK_SIZE], "inode {ino} block {lbn}");
+    }
 }
 
 /// The syncer writes a segment's worth of buffered data as soon as it is there, woken by
