@@ -142,6 +142,12 @@ impl Sequencer {
         self.q.lock().sealed
     }
 
+    /// Partials written so far (the first `written` sealed).
+    #[cfg(test)]
+    pub(crate) fn written(&self) -> u64 {
+        self.q.lock().written
+    }
+
     /// The bytes of block `addr` if it is in a partial still in flight.
     pub(crate) fn block(&self, addr: u64) -> Option<Vec<u8>> {
         let q = self.q.lock();

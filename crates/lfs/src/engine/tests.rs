@@ -2734,6 +2734,46 @@ fn attach_sequencer(fs: &Lfs, threaded: bool) -> Arc<crate::sequencer::Sequencer
     q
 }
 
+/// A background pass's holds seal their partial segments without waking the log writer
+/// thread (`LogWriter::quiet`: woken in the hold, the writer took the CPU from the pass
+/// while every call waited for the lock), and wake it once each hold is over: between two
+/// slices, with no one waiting on the sequencer, everything sealed so far is written.
+#[test]
+fn a_pass_wakes_the_log_writer_after_its_holds() {
+    let dev = image(1024);
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &opts()).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let q = attach_sequencer(&fs, true);
+    let q2 = Arc::clone(&q);
+    let behind: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let (b2, turns) = (behind.clone(), Arc::new(Mutex::new(0u32)));
+    let t2 = turns.clone();
+    *fs.slice_hook.lock() = Some(Box::new(move || {
+        *t2.lock() += 1;
+        let sealed = q2.sealed();
+        let t0 = std::time::Instant::now();
+        while q2.written() < sealed && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if q2.written() < sealed {
+            b2.lock().push(sealed - q2.written());
+        }
+    }));
+    let th = Thresholds::new(1, fs.clean_segments() + 3).unwrap();
+    fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap().unwrap();
+    *fs.slice_hook.lock() = None;
+    let cs = fs.cleaner_stats();
+    assert!(cs.split_passes == 1 && *turns.lock() > 2, "{cs:?}");
+    assert!(
+        behind.lock().is_empty(),
+        "partials left unwritten between slices: {:?}",
+        behind.lock()
+    );
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
 /// Random writes, overwrites, truncates and unlinks of small files, flushed to the log
 /// every few calls, with the log writer stopped (`Sequencer::pause`): every block flushed
 /// is in flight, and every read — of a file just written, of one whose inode and indirect
