@@ -2709,11 +2709,22 @@ fn crashes_between_the_slices_of_a_pass_keep_what_was_fsynced() {
 }
 
 /// The broken variant: slices that move what the victims' summaries named without
-/// re-checking it bring an overwritten block back over its fsync'd copy.
+/// re-checking it bring an overwritten block back over its fsync'd copy. Whether a seed's
+/// calls overwrite a block a later slice moves is the seed's (about one seed in fifteen
+/// never does: 1795986807228999263 is one), so the variant is looked for over a few
+/// consecutive seeds: missed by all six, the test cannot tell stale blocks.
 #[test]
 fn crashes_between_slices_catch_a_pass_without_revalidation() {
-    let r = crashes_between_slices(Planted::NoRevalidation, race_seed());
-    assert!(r.is_err(), "the crash test cannot tell stale blocks: {r:?}");
+    let first = race_seed();
+    let seeds = (0..6u64).map(|i| first.wrapping_add(i));
+    let caught = seeds
+        .clone()
+        .find(|&s| crashes_between_slices(Planted::NoRevalidation, s).is_err());
+    assert!(
+        caught.is_some(),
+        "the crash test cannot tell stale blocks: seeds {:?}",
+        seeds.collect::<Vec<_>>()
+    );
 }
 
 // ---- the log's writes outside the lock (`sequencer.rs`) -----------------------------------
