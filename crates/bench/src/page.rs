@@ -432,7 +432,7 @@ fn unpinned(s: &mut String, runs: &[Run]) {
     }
     let _ = writeln!(
         s,
-        "\n## Unpinned\n\nThe same machine and device with the benchmark and the daemons free to use every CPU; issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets). Each cell as in the summary: ÷ `{KERNEL_REFERENCE}`, then ÷ the baseline, in the same run.\n"
+        "\n## Unpinned\n\nThe benchmark and the daemons free to use every CPU (each run's machine is in its conditions below; its numbers are held to the pinned run's only when it is the same machine); issue 23's targets for an unpinned run, and how far from the pinned numbers these are, are judged on it [above](#against-the-kernel-issue-23s-targets). Each cell as in the summary: ÷ `{KERNEL_REFERENCE}`, then ÷ the baseline, in the same run.\n"
     );
     for r in runs {
         s.push_str(&crate::report::header_at("###", &r.meta, &r.records));

@@ -453,8 +453,8 @@ fn same_machine(a: &Meta, b: &Meta) -> bool {
 /// an unpinned run has too (a metric of the kernel's, where the issue asks the unpinned
 /// number to be within [`UNPINNED_WITHIN`] of the pinned one); empty otherwise. Where it is
 /// not, and the floor, measured in both runs, is not either, the floor's share is the
-/// measured reason: unpinned, every request of a FUSE file system costs a wake-up on the
-/// other CPU, which a kernel file system never pays.
+/// measured reason: what unpinned costs a file system that does no work behind the same
+/// FUSE adapter is FUSE's, not cairn's.
 fn against_unpinned(
     goal: &Goal,
     pinned: f64,
@@ -464,16 +464,13 @@ fn against_unpinned(
     if !matches!(goal.measure, Measure::Kernel(_)) || goal.unpinned {
         return String::new();
     }
-    let Some(free) = beside
+    let Some((free, u)) = beside
         .iter()
-        .find(|(m, r)| {
-            same_machine(meta, m) && !m.pinned && matches!(goal.number(r, MODE), Number::Is(_))
+        .find_map(|&(m, r)| match goal.number(r, MODE) {
+            Number::Is(u) if same_machine(meta, m) && !m.pinned => Some((r, u)),
+            _ => None,
         })
-        .map(|(_, r)| *r)
     else {
-        return String::new();
-    };
-    let Number::Is(u) = goal.number(free, MODE) else {
         return String::new();
     };
     let share = u / pinned;
@@ -505,7 +502,6 @@ fn against_unpinned(
 /// cannot judge (one for an unpinned run), the first run `beside` that can, named in the row
 /// — then the goals no run can judge and why.
 fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Record])]) {
-    let (pinned_meta, pinned_records) = (meta, records);
     let has_floor = meta.targets.iter().any(|t| t == FLOOR);
     let _ = writeln!(s, "## Against the kernel (issue 23's targets)\n");
     let _ = writeln!(
@@ -549,7 +545,8 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
     let mut lacking = Vec::new();
     let mut unmeasured: Vec<(String, Vec<&str>)> = Vec::new();
     for g in GOALS {
-        let (meta, records, from) = match g.absent(meta, records) {
+        // The run the row is judged on: the pinned one, else the first beside it that can.
+        let (run_meta, run_records, from) = match g.absent(meta, records) {
             None => (meta, records, None),
             Some(why) => match beside.iter().find(|(m, r)| g.absent(m, r).is_none()) {
                 Some(&(m, r)) => (m, r, Some(m)),
@@ -559,12 +556,12 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
                 }
             },
         };
-        let Number::Is(value) = g.number(records, MODE) else {
+        let Number::Is(value) = g.number(run_records, MODE) else {
             continue;
         };
-        let others = others(g, meta, records);
-        let fl = if meta.targets.iter().any(|t| t == FLOOR) {
-            floor(g, records)
+        let others = others(g, run_meta, run_records);
+        let fl = if run_meta.targets.iter().any(|t| t == FLOOR) {
+            floor(g, run_records)
         } else {
             Floor::NotRun
         };
@@ -606,12 +603,7 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
         }
         let mut v = verdict(g, value, &others, &fl);
         if from.is_none() {
-            v.push_str(&against_unpinned(
-                g,
-                value,
-                (pinned_meta, pinned_records),
-                beside,
-            ));
+            v.push_str(&against_unpinned(g, value, (meta, records), beside));
         }
         cells.push(v);
         rows.push(cells);

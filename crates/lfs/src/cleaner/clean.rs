@@ -762,13 +762,7 @@ impl State {
             out.moved.push(m);
         }
         for f in w.found {
-            let addr = match f {
-                Found::Indirect { addr, .. }
-                | Found::Xattr { addr, .. }
-                | Found::Inode { addr, .. }
-                | Found::Imap { addr, .. } => addr,
-            };
-            if !taken(addr) {
+            if !taken(f.addr()) {
                 continue;
             }
             match f {
@@ -1416,6 +1410,18 @@ enum Found {
     Inode { ino: u64, addr: u64 },
     /// Inode map block `lbn` is at `addr`.
     Imap { lbn: u32, addr: u64 },
+}
+
+impl Found {
+    /// The block found live.
+    fn addr(&self) -> u64 {
+        match *self {
+            Found::Indirect { addr, .. }
+            | Found::Xattr { addr, .. }
+            | Found::Inode { addr, .. }
+            | Found::Imap { addr, .. } => addr,
+        }
+    }
 }
 
 /// A choice of victims under way (`State::choose_begin`, `State::choose_step`): the

@@ -57,7 +57,7 @@ impl ReadGate {
 
     /// Is a read in flight in segment `s`?
     pub fn pinned(&self, s: u32) -> bool {
-        self.pins.lock().contains_key(&s)
+        self.pins(s) > 0
     }
 }
 
