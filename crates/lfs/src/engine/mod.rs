@@ -493,6 +493,11 @@ pub enum Planted {
     /// leaves it naming blocks the device never received, and one after fsync loses what
     /// it returned as durable.
     FlushBeforeLogWrites,
+    /// A call short of room cleans in the foreground only with passes aimed at all the
+    /// room it asks for (`State::ensure_space`), never one segment more: with the
+    /// write-back reserve in what it asks, the policy plans every dirty segment as a
+    /// victim, no such pass pays, and the call fails with ENOSPC while `df` shows room.
+    SizedPassOnly,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
