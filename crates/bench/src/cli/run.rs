@@ -236,7 +236,7 @@ impl Plan {
 
     /// Repetitions of workload `w` (at least one).
     fn reps_of(&self, w: &str) -> u32 {
-        self.reps.unwrap_or(self.suite.reps(w)).max(1)
+        self.reps.unwrap_or(self.suite.reps(w, &self.params)).max(1)
     }
 
     /// The most repetitions any workload runs.
