@@ -406,6 +406,7 @@ mod tests {
             counters: Some(Counters::from_cairn_stats(&stats)),
             param: None,
             extra: serde_json::Value::Null,
+            cold: None,
         }
     }
 

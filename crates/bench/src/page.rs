@@ -549,6 +549,7 @@ mod tests {
             counters: None,
             param: None,
             extra: serde_json::Value::Null,
+            cold: None,
         };
         Record::ran(workload, target, 1, vec![p])
     }

@@ -305,6 +305,28 @@ fn load_range(records: &[Record]) -> Option<String> {
     ))
 }
 
+/// The targets whose cold phases were made cold their own way (`PhaseResult::cold`: the
+/// FUSE floor's kernel caches dropped under its daemon), in the run's order, per way: said
+/// once in the conditions, so none of their cold numbers reads as a device's.
+fn made_cold_otherwise<'a>(meta: &'a Meta, records: &[Record]) -> Vec<(String, Vec<&'a str>)> {
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for t in &meta.targets {
+        let ways = records
+            .iter()
+            .filter(|r| &r.target == t)
+            .flat_map(|r| &r.phases)
+            .filter_map(|p| p.cold.as_deref());
+        for how in ways {
+            match out.iter_mut().find(|(w, _)| w == how) {
+                Some((_, ts)) if ts.last() == Some(&t.as_str()) => {}
+                Some((_, ts)) => ts.push(t),
+                None => out.push((how.to_string(), vec![t])),
+            }
+        }
+    }
+    out
+}
+
 /// The run's conditions: machine, placement, repetitions, tools, command, flush rate.
 pub(crate) fn header(meta: &Meta, records: &[Record]) -> String {
     header_at("##", meta, records)
@@ -385,6 +407,9 @@ pub(crate) fn header_at(level: &str, meta: &Meta, records: &[Record]) -> String 
             .map(|(t, why)| format!("{t} ({why})"))
             .collect();
         let _ = writeln!(s, "- not run here: {}", v.join("; "));
+    }
+    for (how, targets) in made_cold_otherwise(meta, records) {
+        let _ = writeln!(s, "- cold phases of {}: {how}", targets.join(", "));
     }
     if let Some(fr) = &meta.flush_rate {
         let _ = writeln!(
@@ -612,6 +637,7 @@ mod tests {
             counters: counters.map(|c| Counters::from_json(&c)),
             param: None,
             extra: serde_json::Value::Null,
+            cold: None,
         }
     }
 
@@ -795,6 +821,51 @@ mod tests {
             md.contains("not measured: cannot start cold: volatile"),
             "{md}"
         );
+        assert!(!md.contains("cold phases of"), "{md}");
+    }
+
+    /// A target made cold its own way (the floor: the kernel's caches dropped under its
+    /// daemon) has its cold read measured as any target's, and the run's conditions say how,
+    /// once for all its records; a target made cold the usual way is not named.
+    #[test]
+    fn the_conditions_say_how_a_target_made_cold_its_own_way_was() {
+        let meta = Meta {
+            baseline: "cairn-async".into(),
+            targets: vec!["cairn-async".into(), "fuse-floor".into()],
+            workloads: vec!["smallfile".into()],
+            ..Meta::default()
+        };
+        let ran = |t: &str, rep: u32, cold: Option<&str>| {
+            let mut ph: Vec<PhaseResult> = ["create", "read", "delete"]
+                .iter()
+                .map(|n| phase(n, 100.0, None))
+                .collect();
+            ph[1].cold = cold.map(str::to_string);
+            Record::ran("smallfile", t, rep, ph)
+        };
+        let how = crate::target::FLOOR_COLD;
+        let records = vec![
+            ran("cairn-async", 1, None),
+            ran("fuse-floor", 1, Some(how)),
+            ran("fuse-floor", 2, Some(how)),
+        ];
+        let rows = summarize(&meta, &records);
+        let read = rows
+            .iter()
+            .find(|r| r.phase == "read" && r.target == "fuse-floor")
+            .unwrap();
+        assert_eq!(
+            (read.missing.as_deref(), read.vs_baseline),
+            (None, Some(1.0))
+        );
+        let md = markdown(&meta, &records);
+        assert_eq!(
+            md.matches(&format!("\n- cold phases of fuse-floor: {how}\n"))
+                .count(),
+            1,
+            "{md}"
+        );
+        assert!(!md.contains("cold phases of cairn-async"), "{md}");
     }
 
     /// A journal with its log on its own device gets that device's writes and flushes per

@@ -31,6 +31,12 @@ pub struct PhaseResult {
     pub param: Option<f64>,
     #[serde(default)]
     pub extra: serde_json::Value,
+    /// How the phase was made cold, where a cold phase here means something a reader could
+    /// not assume ([`crate::workload::Stage::cold_by`]: the FUSE floor's kernel caches
+    /// dropped under a live daemon); None for a phase measured warm or made cold as every
+    /// cache between reader and device emptied. Tables and the page say it beside the number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<String>,
 }
 
 impl PhaseResult {

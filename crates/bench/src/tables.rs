@@ -906,6 +906,7 @@ mod tests {
             counters: None,
             param,
             extra: serde_json::Value::Null,
+            cold: None,
         }
     }
 

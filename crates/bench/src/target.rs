@@ -127,10 +127,15 @@ pub const BASELINES: &[&str] = &[
 /// The FUSE floor's name ([`Kind::Floor`]).
 pub const FLOOR: &str = "fuse-floor";
 
-/// Why a [`TargetSpec::volatile`] target cannot be made cold, crashed or checked: recorded
-/// for every phase and workload it skips for that (short: tables cut a reason at 160
-/// characters).
-pub const VOLATILE: &str = "its files live only in its daemon's memory (an unmount empties it): no cold cache, crash or fsck";
+/// Why a [`TargetSpec::volatile`] target cannot be crashed, recovered or checked: recorded
+/// for every workload it skips for that (short: tables cut a reason at 160 characters).
+pub const VOLATILE: &str = "its files live only in its daemon's memory (an unmount empties it): no crash, recovery or fsck";
+
+/// How a [`TargetSpec::volatile`] target is made cold ([`TargetSpec::cold_by`]): recorded on
+/// every phase it measures cold, and said beside its cold numbers. A cold read's floor is
+/// what FUSE allows a read that misses the kernel's caches; the daemon answering it from
+/// memory, with no device behind it, is what makes it the floor.
+pub const FLOOR_COLD: &str = "the kernel's caches dropped (sync; drop_caches) with no unmount, which would empty it: every read goes through FUSE to a daemon that holds its files in memory, no device I/O";
 
 /// A FUSE transport suffix (`+uring`, `+dev`) split off a target name: the name without it
 /// and the transport; an error for any other suffix after `+`.
@@ -270,15 +275,26 @@ impl TargetSpec {
         }
     }
 
-    /// Why the target cannot be made cold, crashed, recovered or checked, if it cannot: its
-    /// files exist only while its daemon runs. Phases that must start cold are then run
-    /// unmeasured and recorded as skipped with this reason (`workload::measure_cold`), and
-    /// workloads that crash it are not run on it (`Workload::unrunnable_on`): a warm read
-    /// under a cold read's name, or the mount of an empty file system timed as a recovery,
-    /// would be wrong numbers under right names.
+    /// Why the target cannot be crashed, recovered or checked, if it cannot: its files exist
+    /// only while its daemon runs. Workloads that crash it are not run on it
+    /// (`Workload::unrunnable_on`) and its fsck is refused: the mount of an empty file system
+    /// timed as a recovery would be a wrong number under a right name. It is made cold
+    /// without an unmount ([`TargetSpec::cold_by`]).
     pub fn volatile(&self) -> Option<&'static str> {
         match self.kind {
             Kind::Floor { .. } => Some(VOLATILE),
+            _ => None,
+        }
+    }
+
+    /// How [`Mounted::make_cold`] makes this target cold where that is not what a cold cache
+    /// means elsewhere (every cache between the reader and the device emptied), if so: the
+    /// floor's kernel caches are dropped under its live daemon ([`FLOOR_COLD`]). Every phase
+    /// measured cold on it carries this (`PhaseResult::cold`), so no table shows its cold
+    /// number as a device's.
+    pub fn cold_by(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Floor { .. } => Some(FLOOR_COLD),
             _ => None,
         }
     }
@@ -579,6 +595,8 @@ impl Mounted {
     /// Makes the next reads come from the device: FUSE targets are unmounted (so the daemon
     /// forgets its cache and writes everything back), then every kernel cache is dropped
     /// (including the page cache over the image files), then the target is mounted again.
+    /// The floor has no device: its next reads miss the kernel's caches and reach its daemon
+    /// ([`TargetSpec::cold_by`]).
     pub fn make_cold(&mut self) -> Result<()> {
         // Only a FUSE daemon holds a cache that drop_caches cannot reach; for mergerfs and the
         // passthrough that is the FUSE layer, while their ext4 is a kernel file system.
@@ -594,10 +612,11 @@ impl Mounted {
                 sys::drop_caches()?;
                 self.mount()
             }
-            // A remount would come back empty, and dropping the kernel's caches alone leaves
-            // the daemon's maps, so a read after it is warm: refused, never done half-way (the
-            // workloads ask `Stage::no_cold` first and skip the phase).
-            Kind::Floor { .. } => bail!("{} cannot be made cold: {VOLATILE}", self.spec.name),
+            // No unmount: it would empty the file system. Dropping the kernel's caches (pages,
+            // dentries, inodes: the kernel then FORGETs them to the daemon) makes every later
+            // lookup and read a FUSE request, which the daemon answers from its maps: what a
+            // cold read costs behind this adapter with no device, the floor of a cold read.
+            Kind::Floor { .. } => sys::drop_caches(),
         }
     }
 
@@ -1334,9 +1353,10 @@ mod tests {
     }
 
     /// The floor is named once, takes a cairn target's transport, and says what it is: a
-    /// cairn daemon (options, counters) whose files cannot outlive it.
+    /// cairn daemon (options, counters) whose files cannot outlive it, made cold without an
+    /// unmount, and the only target whose cold says so.
     #[test]
-    fn the_fuse_floor_is_a_cairn_daemon_without_a_cold_cache() {
+    fn the_fuse_floor_is_a_cairn_daemon_made_cold_without_an_unmount() {
         let floor = TargetSpec::parse(FLOOR).unwrap();
         assert_eq!(floor.kind, Kind::Floor { transport: None });
         assert!(BASELINES.contains(&FLOOR));
@@ -1360,15 +1380,24 @@ mod tests {
         }
         assert!(floor.cairn_daemon() && !floor.has_image());
         assert_eq!(floor.volatile(), Some(VOLATILE));
+        assert_eq!(floor.cold_by(), Some(FLOOR_COLD));
+        assert_eq!(
+            TargetSpec::parse("fuse-floor+uring").unwrap().cold_by(),
+            Some(FLOOR_COLD)
+        );
         assert_eq!(floor.tools(), ["umount"]);
         let async_ = TargetSpec::parse("cairn-async+uring").unwrap();
         assert!(async_.cairn_daemon() && async_.has_image());
         assert_eq!(
-            (async_.volatile(), async_.transport()),
-            (None, Some("uring"))
+            (async_.volatile(), async_.cold_by(), async_.transport()),
+            (None, None, Some("uring"))
         );
+        for t in ["ext4", "fuse2fs", "passthrough", "cairn-sync@loop"] {
+            let spec = TargetSpec::parse(t).unwrap();
+            assert!(spec.volatile().is_none() && spec.cold_by().is_none(), "{t}");
+        }
         let ext4 = TargetSpec::parse("ext4").unwrap();
-        assert!(!ext4.cairn_daemon() && ext4.volatile().is_none());
+        assert!(!ext4.cairn_daemon());
         // Recorded as its kind, with the transport only when forced.
         assert_eq!(
             serde_json::to_value(&floor).unwrap(),
@@ -1377,11 +1406,11 @@ mod tests {
     }
 
     /// As root, with a cairn binary built beside this test (`cargo build -p cairn-cli`): the
-    /// floor mounts `cairn mount --memory`, counts FUSE requests, refuses to be made cold or
-    /// crashed (never a warm number under a cold name), runs smallfile with its read skipped,
-    /// and leaves nothing mounted.
+    /// floor mounts `cairn mount --memory`, counts FUSE requests, is made cold without losing
+    /// its files (smallfile's read measured, every file looked up again through FUSE, the
+    /// phase saying how it was made cold), refuses to be crashed, and leaves nothing mounted.
     #[test]
-    fn the_fuse_floor_mounts_counts_and_skips_its_cold_read() {
+    fn the_fuse_floor_mounts_counts_and_reads_cold_through_fuse() {
         use crate::workload::{Stage, Workload};
         // target/<profile>/deps/<this test>: the cairn of this profile, else the release one.
         let profile = std::env::current_exe()
@@ -1415,7 +1444,12 @@ mod tests {
             size: 1024,
         };
         let phases = w.run(&mut m);
+        // Made cold with a file in it: the daemon, and so the file, survive it.
+        fs::write(m.dir().join("kept"), b"still here").unwrap();
+        let daemon = sys::find_daemon(&mnt);
         let cold = m.make_cold();
+        let kept = fs::read(m.dir().join("kept"));
+        let same_daemon = sys::find_daemon(&mnt) == daemon;
         let crash = Stage::crash(&mut m);
         let skipped = std::mem::take(&mut m.skipped);
         let still_there = m.dir().is_dir();
@@ -1423,10 +1457,22 @@ mod tests {
         assert!(sys::mounted_fstype(&mnt).is_none(), "left mounted");
         let phases = phases.unwrap();
         let names: Vec<&str> = phases.iter().map(|p| p.phase.as_str()).collect();
-        assert_eq!(names, ["create", "delete"]);
-        assert_eq!(skipped.len(), 1, "{skipped:?}");
-        assert_eq!(skipped[0].phase.as_deref(), Some("read"));
-        assert!(skipped[0].why.contains(VOLATILE), "{}", skipped[0].why);
+        assert_eq!(names, ["create", "read", "delete"]);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        cold.unwrap();
+        assert!(daemon.is_some() && same_daemon, "made cold by a remount");
+        assert_eq!(kept.unwrap(), b"still here");
+        // The read is the cold one, and says how; the others were not made cold.
+        let how: Vec<Option<&str>> = phases.iter().map(|p| p.cold.as_deref()).collect();
+        assert_eq!(how, [None, Some(FLOOR_COLD), None]);
+        // Cold means past the kernel's caches: every file looked up again, through FUSE (a
+        // read right after the creates would find their dentries, cached for a second).
+        let lookups = phases[1].per_op(|c| c.0.get("fuse.requests.lookup").copied());
+        assert!(
+            lookups.is_some_and(|n| n >= 1.0),
+            "{:?}",
+            phases[1].counters
+        );
         // cairn stats answers on the floor: the adapter's requests, a few per file.
         let fuse = phases[0].per_op(crate::counters::Counters::fuse_requests);
         assert!(fuse.is_some_and(|n| n >= 2.0), "{fuse:?}");
@@ -1437,11 +1483,8 @@ mod tests {
         let n = |op: &str| c.0.get(op).copied().unwrap_or(0.0);
         assert_eq!(n("fuse.requests.setattr"), 0.0, "{c:?}");
         assert!(n("fuse.requests.flush") <= 1.0, "{c:?}");
-        assert!(cold.is_err() && crash.is_err());
-        assert!(
-            still_there,
-            "a refused make_cold or crash must leave the mount alone"
-        );
+        assert!(crash.is_err());
+        assert!(still_there, "a refused crash must leave the mount alone");
     }
 
     #[test]

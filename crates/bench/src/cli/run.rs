@@ -519,6 +519,7 @@ mod tests {
             counters: None,
             param: None,
             extra: serde_json::Value::Null,
+            cold: None,
         };
         rec.phases = vec![phase];
         let line = progress_line(&rec, &t, 3, 12.4);

@@ -338,6 +338,23 @@ fn floor(goal: &Goal, records: &[Record]) -> Floor {
     why.map_or(Floor::NotRun, Floor::NotMeasured)
 }
 
+/// How the floor's phases behind a goal's number were made cold, where they say
+/// (`PhaseResult::cold`: the kernel's caches dropped under its daemon, which an unmount would
+/// empty): its cold number is then FUSE's for a read that misses the kernel's caches, not a
+/// device's, and the page says so beside it. None for a goal with no cold phase, and for a
+/// run made before the floor could be made cold (its cold phases were not measured).
+fn floor_cold(goal: &Goal, records: &[Record]) -> Option<String> {
+    goal.measure.headlines().into_iter().find_map(|h| {
+        let labels = h.rate.labels();
+        records
+            .iter()
+            .filter(|r| r.target == FLOOR && r.workload == h.workload)
+            .flat_map(|r| &r.phases)
+            .filter(|p| labels.contains(&p.label().as_str()))
+            .find_map(|p| p.cold.clone())
+    })
+}
+
 /// The other modes' numbers a goal speaks of, in its order (every cairn mode of the run but
 /// [`MODE`], in the run's order, for [`Modes::Every`]): ÷ [`MODE`]'s rate for
 /// [`Modes::Beside`], their own [`Goal::number`] for [`Modes::Every`].
@@ -544,6 +561,7 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
     let mut rows = Vec::new();
     let mut lacking = Vec::new();
     let mut unmeasured: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut made_cold: Vec<(String, Vec<&str>)> = Vec::new();
     for g in GOALS {
         // The run the row is judged on: the pinned one, else the first beside it that can.
         let (run_meta, run_records, from) = match g.absent(meta, records) {
@@ -590,7 +608,15 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
         }];
         if has_floor {
             cells.push(match &fl {
-                Floor::Reaches(f) => fmt_ratio(*f),
+                Floor::Reaches(f) => {
+                    if let Some(how) = floor_cold(g, run_records) {
+                        match made_cold.iter_mut().find(|(w, _)| *w == how) {
+                            Some((_, metrics)) => metrics.push(g.metric),
+                            None => made_cold.push((how, vec![g.metric])),
+                        }
+                    }
+                    fmt_ratio(*f)
+                }
                 Floor::NotMeasured(why) => {
                     match unmeasured.iter_mut().find(|(w, _)| w == why) {
                         Some((_, metrics)) => metrics.push(g.metric),
@@ -627,6 +653,13 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
             let _ = writeln!(s, "| {} |", r.join(" | "));
         }
     }
+    for (how, metrics) in &made_cold {
+        let _ = writeln!(
+            s,
+            "\n`{FLOOR}` made cold for {}: {how}.",
+            metrics.join(", ")
+        );
+    }
     for (why, metrics) in &unmeasured {
         let _ = writeln!(
             s,
@@ -658,6 +691,7 @@ mod tests {
                 counters: None,
                 param: None,
                 extra: serde_json::Value::Null,
+                cold: None,
             })
             .collect();
         Record::ran(workload, target, 1, phases)
@@ -687,18 +721,31 @@ mod tests {
         }
     }
 
+    /// The floor's phases of `workload` labelled `label`, made cold as the harness makes it.
+    fn cold_on_the_floor(v: &mut [Record], workload: &str, label: &str) {
+        for p in v
+            .iter_mut()
+            .filter(|r| r.target == FLOOR && r.workload == workload)
+            .flat_map(|r| &mut r.phases)
+            .filter(|p| p.phase == label)
+        {
+            p.cold = Some(crate::target::FLOOR_COLD.into());
+        }
+    }
+
     /// One run with each kind of row: create+unlink met; small-file create beyond FUSE (the
     /// floor itself at 0.30 of ext4); small-file delete not met (the floor at 0.80);
-    /// PostMark met by cairn-async but not by cairn-lfs (0.50 × cairn-async); sequential
-    /// read met with the floor not measured (cold); the working set below half the in-cache
-    /// rate for cairn-sync, and in cairn-journal-async's cache (no evictions); Netnews,
-    /// sequential write and the two clients not in the run.
+    /// PostMark met by cairn-async but not by cairn-lfs (0.50 × cairn-async); Netnews beyond
+    /// FUSE (the floor at 0.30, its unbatch made cold under its daemon); sequential read
+    /// (cold) beyond FUSE, the floor's read made cold the same way (0.60); the working set
+    /// below half the in-cache rate for cairn-sync, and in cairn-journal-async's cache (no
+    /// evictions); sequential write and the two clients not in the run.
     fn records() -> Vec<Record> {
         let mut v = Vec::new();
         // (target, create+unlink, smallfile create, smallfile delete, postmark, seq-read)
         for (t, cu, cr, de, pm, sr) in [
             ("ext4", 50_000.0, 50_000.0, 50_000.0, 10_000.0, 800.0),
-            (MODE, 30_000.0, 10_000.0, 10_000.0, 6_000.0, 720.0),
+            (MODE, 30_000.0, 10_000.0, 10_000.0, 6_000.0, 400.0),
             (
                 "cairn-softdep",
                 29_000.0,
@@ -718,22 +765,30 @@ mod tests {
             ("cairn-lfs", 28_000.0, 10_000.0, 10_000.0, 3_000.0, 700.0),
             // A loop-device run is no mode of its own: never in "every mode".
             ("cairn-lfs@loop", 1.0, 1.0, 1.0, 1.0, 1.0),
-            (FLOOR, 45_000.0, 15_000.0, 40_000.0, 9_000.0, 0.0),
+            (FLOOR, 45_000.0, 15_000.0, 40_000.0, 9_000.0, 480.0),
         ] {
             v.push(rec("create-unlink", t, &[("create+unlink", cu)]));
             v.push(rec("smallfile", t, &[("create", cr), ("delete", de)]));
             v.push(rec("postmark", t, &[("run", pm)]));
-            if t == FLOOR {
-                let mut r = rec("largefile", t, &[]);
-                r.skipped.push(Skipped {
-                    phase: Some("seq-read".into()),
-                    why: "cannot start cold".into(),
-                });
-                v.push(r);
-            } else {
-                v.push(rec("largefile", t, &[("seq-read", sr)]));
-            }
+            v.push(rec("largefile", t, &[("seq-read", sr)]));
         }
+        // Netnews: unbatch, then expire; cairn-async at 0.12 of ext4, the floor at 0.30.
+        for (t, unbatch, expire) in [
+            ("ext4", 10_000.0, 20_000.0),
+            (MODE, 1_000.0, 4_000.0),
+            ("cairn-softdep", 1_000.0, 4_000.0),
+            ("cairn-journal-async", 1_000.0, 4_000.0),
+            ("cairn-lfs", 1_000.0, 4_000.0),
+            (FLOOR, 3_000.0, 6_000.0),
+        ] {
+            v.push(rec(
+                "netnews",
+                t,
+                &[("populate", 1.0), ("unbatch", unbatch), ("expire", expire)],
+            ));
+        }
+        cold_on_the_floor(&mut v, "netnews", "unbatch");
+        cold_on_the_floor(&mut v, "largefile", "seq-read");
         v.push(rec("postmark", "cairn-sync", &[("run", 1_000.0)]));
         // postmark-large with the evictions a larger-than-cache file set causes, but for
         // cairn-journal-async's (its set fit the cache) and the floor's (no cache counted).
@@ -790,20 +845,30 @@ mod tests {
             "{s}"
         );
         assert!(
-            r("sequential read (cold)").ends_with("| 0.90 | — | not measured | met |"),
+            r("Netnews (unbatch + expire)").ends_with("| 0.12 | cairn-softdep 1.00, cairn-journal-async 1.00, cairn-lfs 1.00 | 0.30 | beyond FUSE: the floor reaches 0.30 |"),
             "{s}"
         );
         assert!(
-            s.contains("`fuse-floor` not measured on sequential read (cold): cannot start cold."),
+            r("sequential read (cold)")
+                .ends_with("| 0.50 | — | 0.60 | beyond FUSE: the floor reaches 0.60 |"),
             "{s}"
         );
+        // How the floor's cold numbers were made cold, once, naming the rows they stand in.
+        assert!(
+            s.contains(&format!(
+                "\n`fuse-floor` made cold for Netnews (unbatch + expire), sequential read (cold): {}.\n",
+                crate::target::FLOOR_COLD
+            )),
+            "{s}"
+        );
+        assert_eq!(s.matches("made cold for").count(), 1, "{s}");
+        assert!(!s.contains("not measured"), "{s}");
         assert!(
             r("working set 2× the cache").ends_with("| 0.67 | cairn-sync 0.40, cairn-softdep 0.50, cairn-lfs 1.00 | 1.00 | not met: cairn-sync < 0.5; cairn-journal-async: its file set fit the cache |"),
             "{s}"
         );
         // Missing metrics: listed once with why, never a row of zeros.
         for m in [
-            "Netnews (unbatch + expire)",
             "sequential write",
             "random 4 KiB writes",
             "two clients, separate directories",
@@ -811,7 +876,7 @@ mod tests {
             assert!(row(&s, m).is_none(), "{m} has a row in\n{s}");
         }
         assert!(
-            s.contains("Not in this run: Netnews (unbatch + expire) (no numbers for `cairn-async` on netnews, `ext4` on netnews); sequential write (no numbers for `cairn-async` on largefile, `ext4` on largefile);"),
+            s.contains("Not in this run: sequential write (no numbers for `cairn-async` on largefile, `ext4` on largefile);"),
             "{s}"
         );
         assert!(
@@ -838,7 +903,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("This run has no `fuse-floor`"), "{t}");
-        assert!(!t.contains("| fuse-floor |"), "{t}");
+        assert!(
+            !t.contains("| fuse-floor |") && !t.contains("made cold"),
+            "{t}"
+        );
 
         // cairn-async's file set fit its cache: no working-set row, and the reason.
         let mut in_cache = records();
@@ -855,6 +923,59 @@ mod tests {
             u.contains("working set 2× the cache (`cairn-async`'s cache evicted nothing during postmark-large: its file set fit the cache)"),
             "{u}"
         );
+    }
+
+    /// A run whose floor could not start cold (a run made before the floor was made cold
+    /// under its daemon: an unmount would have emptied it) keeps its reason where the number
+    /// would be, and its Netnews, not run on the floor, no floor at all; a cold number with
+    /// no word of how it was made cold gets no line saying how.
+    #[test]
+    fn a_floor_that_could_not_start_cold_says_why_and_gives_no_reason_beyond_fuse() {
+        const WHY: &str = "cannot start cold: its files live only in its daemon's memory (an unmount empties it): no cold cache, crash or fsck";
+        let mut v: Vec<Record> = records()
+            .into_iter()
+            .filter(|r| {
+                r.target != FLOOR || !matches!(r.workload.as_str(), "largefile" | "netnews")
+            })
+            .collect();
+        let mut r = rec("largefile", FLOOR, &[]);
+        r.skipped.push(Skipped {
+            phase: Some("seq-read".into()),
+            why: WHY.into(),
+        });
+        v.push(r);
+        let mut s = String::new();
+        judge(&mut s, &meta(true), &v, &[]);
+        let r = |m: &str| row(&s, m).unwrap_or_else(|| panic!("no {m} row in\n{s}"));
+        assert!(
+            r("sequential read (cold)").ends_with("| 0.50 | — | not measured | not met |"),
+            "{s}"
+        );
+        assert!(
+            r("Netnews (unbatch + expire)").ends_with("| — | not met |"),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!(
+                "`fuse-floor` not measured on sequential read (cold): {WHY}."
+            )),
+            "{s}"
+        );
+        assert!(!s.contains("made cold"), "{s}");
+
+        // Measured, but with no word of how it was made cold: a number, and no such line.
+        let mut v = records();
+        for p in v.iter_mut().flat_map(|r| &mut r.phases) {
+            p.cold = None;
+        }
+        let mut t = String::new();
+        judge(&mut t, &meta(true), &v, &[]);
+        assert!(
+            row(&t, "sequential read (cold)")
+                .is_some_and(|l| l.ends_with("| 0.60 | beyond FUSE: the floor reaches 0.60 |")),
+            "{t}"
+        );
+        assert!(!t.contains("made cold"), "{t}");
     }
 
     /// An unpinned run beside the pinned one: the two clients, which the pinned run cannot

@@ -384,6 +384,7 @@ mod tests {
             counters: Some(Counters::from_cairn_stats(&stats)),
             param: Some(n),
             extra: serde_json::json!({"threads": n, "p50_ms": 2.0, "p99_ms": 4.5}),
+            cold: None,
         }
     }
 

@@ -35,13 +35,21 @@ pub trait Stage {
     fn dir(&self) -> PathBuf;
     /// Cumulative I/O counters, when the target has any.
     fn counters(&self) -> Result<Option<Counters>>;
-    /// Makes the next reads come from the device rather than any cache. A phase that must
-    /// start cold goes through [`measure_cold`], which asks [`Stage::no_cold`] first.
+    /// Makes the next reads come from the device rather than any cache (or, where
+    /// [`Stage::cold_by`] says, from past the kernel's caches). A phase that must start cold
+    /// goes through [`measure_cold`], which asks [`Stage::no_cold`] first.
     fn make_cold(&mut self) -> Result<()>;
-    /// Why the next reads cannot be made cold here, if they cannot (the FUSE floor: its files
-    /// live only in its daemon's memory). A stage that answers Some keeps what
-    /// [`Stage::skip`] is given: it is the only trace of the phases it could not measure.
+    /// Why the next reads cannot be made cold here, if they cannot. A stage that answers Some
+    /// keeps what [`Stage::skip`] is given: it is the only trace of the phases it could not
+    /// measure.
     fn no_cold(&self) -> Option<&'static str> {
+        None
+    }
+    /// How [`Stage::make_cold`] makes the next reads cold where that is not every cache
+    /// between the reader and the device emptied, if so (the FUSE floor: the kernel's caches
+    /// dropped under its live daemon, `TargetSpec::cold_by`). [`measure_cold`] records it on
+    /// the phase, so its number is never read as a device's.
+    fn cold_by(&self) -> Option<&'static str> {
         None
     }
     /// Records a phase that ran but was not measured, and why.
@@ -94,8 +102,8 @@ impl Stage for crate::target::Mounted {
     fn make_cold(&mut self) -> Result<()> {
         crate::target::Mounted::make_cold(self)
     }
-    fn no_cold(&self) -> Option<&'static str> {
-        self.spec.volatile()
+    fn cold_by(&self) -> Option<&'static str> {
+        self.spec.cold_by()
     }
     fn skip(&mut self, skipped: Skipped) {
         self.skipped.push(skipped);
@@ -202,15 +210,17 @@ pub fn measure(
         counters,
         param: None,
         extra,
+        cold: None,
     })
 }
 
 /// A phase that must start cold: makes the next reads cold and measures `f` as the phase
-/// (`param`: its swept parameter, as [`PhaseResult::param`]). On a stage that cannot be made
-/// cold ([`Stage::no_cold`]) `f` still runs, so later phases find what it leaves (micro's
-/// read needs create's files) and the caches as they would be, but its time is not a
-/// result: the phase is recorded as skipped with the reason, and None returned. A warm read
-/// under a cold read's name would be a wrong number no table could tell from a right one.
+/// (`param`: its swept parameter, as [`PhaseResult::param`]), recording on it how it was made
+/// cold where the stage says ([`Stage::cold_by`]). On a stage that cannot be made cold
+/// ([`Stage::no_cold`]) `f` still runs, so later phases find what it leaves (micro's read
+/// needs create's files) and the caches as they would be, but its time is not a result: the
+/// phase is recorded as skipped with the reason, and None returned. A warm read under a cold
+/// read's name would be a wrong number no table could tell from a right one.
 pub fn measure_cold(
     stage: &mut dyn Stage,
     phase: &str,
@@ -226,7 +236,10 @@ pub fn measure_cold(
     let mut r = measure(stage, phase, ops, unit, f)?;
     r.param = param;
     match no_cold {
-        None => Ok(Some(r)),
+        None => {
+            r.cold = stage.cold_by().map(str::to_string);
+            Ok(Some(r))
+        }
         Some(why) => {
             stage.skip(Skipped {
                 phase: Some(r.label()),
@@ -938,11 +951,13 @@ mod tests {
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
     }
 
-    /// A directory that cannot be made cold, as the FUSE floor (`no_cold`), or one that can;
-    /// counts the `make_cold` calls (which it refuses when volatile) and keeps the skips.
+    /// A directory that cannot be made cold (`no_cold`), or one that can, in the usual way or
+    /// (`by`) another it says, as the FUSE floor; counts the `make_cold` calls (which it
+    /// refuses when volatile) and keeps the skips.
     struct Cold {
         dir: PathBuf,
         volatile: bool,
+        by: Option<&'static str>,
         cold_calls: usize,
         skipped: Vec<Skipped>,
     }
@@ -952,6 +967,7 @@ mod tests {
             Cold {
                 dir: dir.to_path_buf(),
                 volatile,
+                by: None,
                 cold_calls: 0,
                 skipped: Vec::new(),
             }
@@ -979,6 +995,9 @@ mod tests {
         }
         fn no_cold(&self) -> Option<&'static str> {
             self.volatile.then_some("it forgets")
+        }
+        fn cold_by(&self) -> Option<&'static str> {
+            self.by
         }
         fn skip(&mut self, skipped: Skipped) {
             self.skipped.push(skipped);
@@ -1093,6 +1112,59 @@ mod tests {
         let r = small.run(&mut disk).unwrap();
         assert_eq!(phases(&r), ["create", "read", "delete"]);
         assert_eq!((disk.cold_calls, disk.skipped.len()), (1, 0));
+        assert!(
+            r.iter().all(|p| p.cold.is_none()),
+            "made cold the usual way"
+        );
+    }
+
+    /// A stage made cold its own way (the FUSE floor: the kernel's caches dropped under its
+    /// daemon) is made cold before every phase that must start cold, each of them measured
+    /// and saying how, and no other phase says so: smallfile's read, largefile's reads,
+    /// netnews' unbatch (the spool populated, then cold; expire follows warm).
+    #[test]
+    fn cold_phases_say_how_a_stage_made_cold_its_own_way_was() {
+        const BY: &str = "kernel caches only";
+        let how = |r: &[PhaseResult]| -> Vec<(String, bool)> {
+            r.iter()
+                .map(|p| (p.label(), p.cold.as_deref() == Some(BY)))
+                .collect()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let mut floor = Cold::new(d.path(), false);
+        floor.by = Some(BY);
+        let r = Workload::Smallfile {
+            files: 20,
+            size: 100,
+        }
+        .run(&mut floor)
+        .unwrap();
+        assert_eq!(
+            how(&r),
+            [
+                ("create".into(), false),
+                ("read".into(), true),
+                ("delete".into(), false)
+            ]
+        );
+        let r = Workload::Largefile(largefile::Config::scaled(0.0))
+            .run(&mut floor)
+            .unwrap();
+        let cold: Vec<String> = how(&r).into_iter().filter(|p| p.1).map(|p| p.0).collect();
+        assert_eq!(cold, ["seq-read", "rand-read", "seq-reread"]);
+        assert_eq!(r.len(), 5, "every phase measured");
+        let r = Workload::Netnews(netnews::Config::scaled(0.0005))
+            .run(&mut floor)
+            .unwrap();
+        assert_eq!(
+            how(&r),
+            [
+                ("populate".into(), false),
+                ("unbatch".into(), true),
+                ("expire".into(), false)
+            ]
+        );
+        assert_eq!((floor.cold_calls, floor.skipped.len()), (5, 0));
     }
 
     /// Workloads that crash the file system are not run on one with nothing to recover
@@ -1154,6 +1226,7 @@ mod tests {
             counters: Some(c),
             param: None,
             extra: serde_json::Value::Null,
+            cold: None,
         };
         assert_eq!(p.per_op(Counters::device_flushes), Some(1.0));
         assert_eq!(p.per_op(Counters::fuse_requests), None);

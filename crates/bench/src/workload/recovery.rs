@@ -141,6 +141,7 @@ pub(super) fn timed(
         counters: None,
         param: None,
         extra,
+        cold: None,
     })
 }
 

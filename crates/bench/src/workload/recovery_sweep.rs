@@ -805,6 +805,7 @@ mod tests {
             counters: None,
             param: Some(param as f64),
             extra,
+            cold: None,
         }
     }
 
