@@ -50,8 +50,8 @@ pub struct LogWriter {
     /// crash harness's recordings) writes each at once, under the lock.
     pub sequencer: Option<Arc<Sequencer>>,
     /// Seal partial segments without waking the sequencer's writer thread: set by a
-    /// background pass for its holds of the engine's lock, which wakes the writer when it
-    /// lets the lock go.
+    /// background pass for its holds of the engine's lock, which writes them itself once
+    /// it lets the lock go.
     pub quiet: bool,
 }
 

@@ -111,15 +111,11 @@ impl Sequencer {
         })
     }
 
-    /// Wakes the writer thread for partials sealed without waking it.
-    pub(crate) fn kick(&self) {
-        self.cv.notify_all();
-    }
-
     /// Hands over a partial segment the log writer closed; returns its place in seal
     /// order. Called under the engine's lock: its summary's hash, its assembly and its
     /// device write are the writer's. The writer thread is woken only if `wake` (else by
-    /// [`Sequencer::kick`], or by the next partial or wait).
+    /// the next partial, or written by whoever waits for them: a background cleaning pass
+    /// writes its own once each hold is over, `Sequencer::drain`).
     pub(crate) fn submit(&self, partial: Partial, wake: bool) -> u64 {
         let mut q = self.q.lock();
         let seq = q.sealed;

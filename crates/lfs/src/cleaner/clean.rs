@@ -117,6 +117,10 @@ pub struct CleanerStats {
     pub most_moves_flush_blocks: u64,
     /// Inodes the slices of the moves wrote ahead of that flush.
     pub inodes_written_by_slices: u64,
+    /// The longest hold writing inode map blocks ahead of a pass's checkpoint
+    /// (`IMAP_AHEAD_SLICE` per hold), and the blocks so written.
+    pub longest_imap_ahead_hold_us: u64,
+    pub imap_blocks_ahead: u64,
 }
 
 /// Which lock hold of a background pass a time is for (`CleanerStats`).
@@ -131,6 +135,7 @@ enum Hold {
     ChooseFlush,
     FirstFlush,
     MovesFlush,
+    ImapAhead,
 }
 
 impl CleanerStats {
@@ -146,17 +151,33 @@ impl CleanerStats {
             Hold::ChooseFlush => &mut self.longest_choose_flush_us,
             Hold::FirstFlush => &mut self.longest_first_flush_hold_us,
             Hold::MovesFlush => &mut self.longest_moves_flush_hold_us,
+            Hold::ImapAhead => &mut self.longest_imap_ahead_hold_us,
         };
         *m = (*m).max(us);
     }
 }
 
-/// Wakes the log writer thread for the partial segments a pass's hold sealed without
-/// waking it (`LogWriter::quiet`), once the hold is over.
-fn kick(q: &Option<Arc<crate::sequencer::Sequencer>>) {
-    if let Some(q) = q {
-        q.kick();
+/// Writes the partial segments a pass's hold sealed without waking the log writer
+/// (`LogWriter::quiet`), on the pass's own thread once the hold is over. Woken at the end
+/// of a hold instead, the writer (at the calls' priority) often ran only once the pass had
+/// taken the lock again, and its hashing and device writes stretched that next hold
+/// (docs/bench/history.md); here they run at the pass's lowered priority, with no lock
+/// held, calls preempting them. The writes stay in seal order (`Sequencer::drain` takes the
+/// writer token). A failed write is the log's: the next hold's `check_log_ok` reports it.
+fn write_sealed(q: &Option<Arc<crate::sequencer::Sequencer>>) {
+    if let Some(q) = q
+        && let Err(e) = q.drain()
+    {
+        ::log::debug!("lfs cleaner: {e}");
     }
+}
+
+/// Runs `f` on `st` with the partial segments it seals left for [`write_sealed`].
+fn quietly<T>(st: &mut State, f: impl FnOnce(&mut State) -> T) -> T {
+    st.log.quiet = true;
+    let r = f(st);
+    st.log.quiet = false;
+    r
 }
 
 /// A segment's partial segments: each summary with its blocks.
@@ -980,14 +1001,13 @@ impl Lfs {
             let mut st = self.st.lock();
             let t = Instant::now();
             let r = st.check_log_ok().and_then(|()| st.settle_checkpoint());
-            // The partials this hold seals wake the log writer only once it is over
-            // (`kick`), here and in the holds of the moves: at the calls' priority, the
-            // writer woken in the hold of this thread (lowered, `yield_to_calls`) took
-            // the CPU from it while every call waited for the lock — on the overwrite
-            // benchmark's one CPU those holds took 2-10 times their own CPU time.
-            st.log.quiet = true;
-            let r = r.and_then(|()| st.flush_inner());
-            st.log.quiet = false;
+            // The partials this hold seals do not wake the log writer: this thread writes
+            // them once the hold is over (`write_sealed`), here and after every hold of
+            // the pass. At the calls' priority, the writer woken in the hold of this
+            // thread (lowered, `yield_to_calls`) took the CPU from it while every call
+            // waited for the lock — on the overwrite benchmark's one CPU those holds took
+            // 2-10 times their own CPU time.
+            let r = r.and_then(|()| quietly(&mut st, State::flush_inner));
             st.note_log_result(r)?;
             let segs = st.pass_candidates(policy, th, PRESCAN_EXTRA);
             let pin = st.gate.pin(segs.clone());
@@ -996,7 +1016,7 @@ impl Lfs {
             let q = st.log.sequencer.clone();
             // Handed to a waiting call, as between the slices of the moves.
             MutexGuard::unlock_fair(st);
-            kick(&q);
+            write_sealed(&q);
             out
         };
         let mut pre: Prescans = segs
@@ -1014,8 +1034,11 @@ impl Lfs {
             Room::Shared
         };
         let (mut st, t, c) = self.choose_sliced(policy, th, room, &segs, pin, &mut pre)?;
+        let q = st.log.sequencer.clone();
         let Some(c) = c else {
             st.cleaner.held(Hold::Choose, t);
+            drop(st);
+            write_sealed(&q);
             return Ok(None);
         };
         let (payload, total) = (c.payload, c.work.moved.len());
@@ -1049,7 +1072,6 @@ impl Lfs {
             st.cleaner.split_passes += 1;
             let held = st.gate.pin(victims.clone());
             st.cleaner.held(Hold::Choose, t);
-            let q = st.log.sequencer.clone();
             let mut slice = 0;
             let r = loop {
                 // Handed to a call waiting for it, if any: on the one CPU the pass may
@@ -1057,6 +1079,7 @@ impl Lfs {
                 // back before the woken call runs, and the slices would stop calls as
                 // one hold did.
                 MutexGuard::unlock_fair(st);
+                write_sealed(&q);
                 #[cfg(test)]
                 if let Some(h) = &*self.slice_hook.lock() {
                     h();
@@ -1100,7 +1123,7 @@ impl Lfs {
                     break r;
                 }
                 MutexGuard::unlock_fair(st);
-                kick(&q);
+                write_sealed(&q);
                 let (m, cv) = &self.passes;
                 *m.lock() += 1;
                 cv.notify_all();
@@ -1123,18 +1146,49 @@ impl Lfs {
                 st.cleaner.held(Hold::MovesFlush, t);
                 r
             });
+            // Then the inode map blocks dirty now, `IMAP_AHEAD_SLICE` per hold, the pass's
+            // room still reserved: the checkpoint's hold writes only those calls dirty
+            // again meanwhile (`State::write_imap_ahead`), the usage table and what calls
+            // buffered.
+            let mut r = r;
             if r.is_ok() {
                 MutexGuard::unlock_fair(st);
-                kick(&q);
+                write_sealed(&q);
                 st = self.st.lock();
+                let most = st.imap.block_addrs().len() / IMAP_AHEAD_SLICE + 2;
+                for _ in 0..most {
+                    let before = st.imap.dirty_blocks().len();
+                    if before <= IMAP_AHEAD_SLICE {
+                        break;
+                    }
+                    let t = Instant::now();
+                    let w = quietly(&mut st, |st| {
+                        st.check_log_ok()
+                            .and_then(|()| st.write_imap_ahead(IMAP_AHEAD_SLICE))
+                    });
+                    st.cleaner.held(Hold::ImapAhead, t);
+                    match w {
+                        Ok(left) => {
+                            st.cleaner.imap_blocks_ahead += before.saturating_sub(left) as u64
+                        }
+                        Err(e) => {
+                            r = Err(e);
+                            break;
+                        }
+                    }
+                    MutexGuard::unlock_fair(st);
+                    write_sealed(&q);
+                    st = self.st.lock();
+                }
             }
             st.pass_reserve = 0;
             drop(held);
             st.note_log_result(r)?;
             let t = Instant::now();
-            let r = st
-                .settle_checkpoint()
-                .and_then(|()| st.checkpoint_prepare());
+            let r = quietly(&mut st, |st| {
+                st.settle_checkpoint()
+                    .and_then(|()| st.checkpoint_prepare())
+            });
             let cp = st.note_log_result(r);
             st.cleaner.held(Hold::Checkpoint, t);
             if let Some(w) = cp? {
@@ -1174,7 +1228,12 @@ impl Lfs {
     ) -> Result<(MutexGuard<'_, State>, Instant, Option<Chosen>)> {
         let mut st = self.st.lock();
         let mut t = Instant::now();
-        let r = st.choose_begin(policy, th, Gain::Segment, room);
+        let q = st.log.sequencer.clone();
+        // The flushes of this hold and the last seal their partials quietly: the pass
+        // writes them after each hold (`write_sealed`).
+        let r = quietly(&mut st, |st| {
+            st.choose_begin(policy, th, Gain::Segment, room)
+        });
         let mut c = st.note_log_result(r)?;
         let mut victims_pin = None;
         let mut sliced = false;
@@ -1189,6 +1248,7 @@ impl Lfs {
             victims_pin = Some(st.gate.pin(c.victims.clone()));
             st.cleaner.held(Hold::Collect, t);
             MutexGuard::unlock_fair(st);
+            write_sealed(&q);
             #[cfg(test)]
             if let Some(h) = &*self.choose_hook.lock() {
                 h();
@@ -1203,7 +1263,7 @@ impl Lfs {
             }
         }
         let r = if sliced {
-            st.choose_commit(c)
+            quietly(&mut st, |st| st.choose_commit(c))
         } else {
             Ok(st.choose_end(c))
         };
@@ -1312,6 +1372,10 @@ fn inodes_by_slice(moved: &[Moved], inodes: Vec<u64>) -> Vec<Vec<u64>> {
     }
     out
 }
+
+/// Inode map blocks a background pass writes per hold ahead of its checkpoint
+/// (`State::write_imap_ahead`): each is encoded and pushed, a few µs.
+const IMAP_AHEAD_SLICE: usize = if cfg!(test) { 2 } else { 48 };
 
 /// Victims a background pass reads (finds the live blocks of) per hold of the lock while
 /// it chooses, calls running between (each a quarter of a millisecond on the overwrite

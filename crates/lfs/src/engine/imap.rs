@@ -115,6 +115,12 @@ impl InodeMap {
         std::mem::take(&mut self.dirty)
     }
 
+    /// Block `i` is being written as it is now (ahead of a checkpoint): no longer dirty,
+    /// until an entry of it changes again.
+    pub fn written_block(&mut self, i: u32) {
+        self.dirty.remove(&i);
+    }
+
     /// Block `i` as the log stores it.
     pub fn encode_block(&self, i: u32) -> Vec<u8> {
         tables::encode_imap(i, &self.entries)
