@@ -13,10 +13,17 @@
 //! - a dirty inode whose node has indirect blocks or an xattr list to rewrite is among the
 //!   `meta` inodes (a superset: an inode stays there until the flush), so that counting
 //!   what the flush writes for them (`State::buffered_blocks`, on every write) looks at
-//!   those few, not at every dirty inode.
+//!   those few, not at every dirty inode;
+//! - while a watch is on ([`DirtySet::watch`]), every inode this set is told changed — its
+//!   data, its attributes or block map, its number freed or taken again — is among the
+//!   `watched` ones. Every change to an inode's state must reach the log, so it passes
+//!   through here: what a background cleaning choice over several holds relies on to
+//!   check again only the inodes calls changed between them (`State::recheck_watched`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
+
+use rustc_hash::FxHashSet;
 
 use crate::format::dirlog::Record;
 
@@ -31,6 +38,8 @@ pub(crate) struct DirtySet {
     /// Inodes that may have indirect blocks or an xattr list to rewrite (see above).
     meta: BTreeSet<u64>,
     since: Option<Instant>,
+    /// Inodes changed since the watch began (see the invariants above).
+    watched: Option<FxHashSet<u64>>,
 }
 
 /// One flush's worth of changes, taken from the set ([`DirtySet::take`]).
@@ -47,6 +56,27 @@ impl DirtySet {
         if self.since.is_none() {
             self.since = Some(Instant::now());
         }
+    }
+
+    fn note(&mut self, ino: u64) {
+        if let Some(w) = &mut self.watched {
+            w.insert(ino);
+        }
+    }
+
+    /// Starts watching which inodes change (again, if a watch was on), counting those
+    /// changed and not yet flushed as changed.
+    pub fn watch(&mut self) {
+        let mut w: FxHashSet<u64> = self.inodes.iter().copied().collect();
+        w.extend(self.data.keys().map(|&(i, _)| i));
+        w.extend(self.freed.keys().copied());
+        w.extend(self.meta.iter().copied());
+        self.watched = Some(w);
+    }
+
+    /// Ends the watch: the inodes changed since it began (`None` if none was on).
+    pub fn take_watched(&mut self) -> Option<FxHashSet<u64>> {
+        self.watched.take()
     }
 
     /// Block `lbn` of `ino`, if buffered.
@@ -96,6 +126,7 @@ impl DirtySet {
     /// Replaces block `lbn` of `ino` (written at the next flush with the inode).
     pub fn write_block(&mut self, ino: u64, lbn: u64, data: Vec<u8>) {
         self.touch();
+        self.note(ino);
         self.data.insert((ino, lbn), data);
         self.inodes.insert(ino);
     }
@@ -103,6 +134,7 @@ impl DirtySet {
     /// Inode `ino` changed.
     pub fn mark_inode(&mut self, ino: u64) {
         self.touch();
+        self.note(ino);
         self.inodes.insert(ino);
     }
 
@@ -134,6 +166,7 @@ impl DirtySet {
     /// is dirty yet (a block map changed under a flush, which rewrites it in the same flush,
     /// leaves it here until the next: a superset is harmless).
     pub fn note_meta(&mut self, ino: u64) {
+        self.note(ino);
         self.meta.insert(ino);
     }
 
@@ -147,11 +180,13 @@ impl DirtySet {
 
     /// Drops the buffered block `lbn` of `ino` (it became a hole).
     pub fn drop_block(&mut self, ino: u64, lbn: u64) {
+        self.note(ino);
         self.data.remove(&(ino, lbn));
     }
 
     /// Drops the buffered blocks of `ino` from `keep` on (a truncate).
     pub fn drop_blocks_from(&mut self, ino: u64, keep: u64) {
+        self.note(ino);
         let keys: Vec<(u64, u64)> = self
             .data
             .range((ino, keep)..=(ino, u64::MAX))
@@ -165,6 +200,7 @@ impl DirtySet {
     /// Inode `ino` was freed; its number takes `version` next.
     pub fn freed(&mut self, ino: u64, version: u32) {
         self.drop_blocks_from(ino, 0);
+        self.note(ino);
         self.inodes.remove(&ino);
         self.freed.insert(ino, version);
         self.touch();
@@ -172,6 +208,7 @@ impl DirtySet {
 
     /// Number `ino` was allocated again: no free record for it.
     pub fn reused(&mut self, ino: u64) {
+        self.note(ino);
         self.freed.remove(&ino);
     }
 

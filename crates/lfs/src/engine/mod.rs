@@ -503,6 +503,10 @@ pub enum Planted {
     /// checkpoint names the old copies of the rest, whose entries the log no longer
     /// matches once their segments are cleaned or a remount reads them.
     ImapAheadDropsRest,
+    /// A background choice over several holds checks again, in its last, only the items
+    /// of the files the dirty set's watch saw change — and the watch sees none: what calls
+    /// deleted, rewrote or truncated between the holds is moved and marked as found.
+    ChoiceWatchBlind,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {

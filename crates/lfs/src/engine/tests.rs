@@ -2598,6 +2598,15 @@ fn a_choice_applying_what_it_found_stale_is_caught() {
     assert!(!wrong.is_empty());
 }
 
+/// The last hold checks again only the files the dirty set's watch saw calls change
+/// (`State::recheck_watched`): blind, it applies what it found stale as the variant above.
+#[test]
+fn a_choice_whose_watch_misses_the_calls_changes_is_caught() {
+    let wrong = calls_between_choosing_holds(Planted::ChoiceWatchBlind);
+    eprintln!("{wrong:#?}");
+    assert!(!wrong.is_empty());
+}
+
 /// A background pass that moves its live blocks in slices lets calls in between; the room
 /// rule counted its writes against the clean segments when it chose its victims. Forty
 /// files of 12 blocks on 16-block segments, a quarter of each overwritten (victims 75%
