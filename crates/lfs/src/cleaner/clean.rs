@@ -121,6 +121,12 @@ pub struct CleanerStats {
     /// (`IMAP_AHEAD_SLICE` per hold), and the blocks so written.
     pub longest_imap_ahead_hold_us: u64,
     pub imap_blocks_ahead: u64,
+    /// Calls that waited for a background pass to give room back (`Lfs::write_as`: the
+    /// throttle, or room a pass reserved), the longest such wait and their sum: stalls of
+    /// calls that no lock hold shows.
+    pub room_waits: u64,
+    pub longest_room_wait_us: u64,
+    pub room_wait_us: u64,
 }
 
 /// Which lock hold of a background pass a time is for (`CleanerStats`).
@@ -139,6 +145,14 @@ enum Hold {
 }
 
 impl CleanerStats {
+    /// A call waited for room since `since` (`Lfs::write_as`).
+    pub(crate) fn waited_for_room(&mut self, since: std::time::Instant) {
+        let us = since.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.room_waits += 1;
+        self.room_wait_us = self.room_wait_us.saturating_add(us);
+        self.longest_room_wait_us = self.longest_room_wait_us.max(us);
+    }
+
     fn held(&mut self, hold: Hold, since: std::time::Instant) {
         let us = since.elapsed().as_micros().min(u64::MAX as u128) as u64;
         let m = match hold {

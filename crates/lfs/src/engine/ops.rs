@@ -668,6 +668,8 @@ impl Lfs {
     /// `rm` on a nearly full disk did, under load).
     fn run_making_room<T>(&self, f: impl Fn(&mut State) -> Result<T>) -> Result<T> {
         let deadline = std::time::Instant::now() + CLEANER_WAIT;
+        // How long the last wait for a pass took, counted in the next hold.
+        let waited = std::cell::Cell::new(None);
         loop {
             let seen = *self.passes.0.lock();
             let wait =
@@ -675,6 +677,9 @@ impl Lfs {
             let deferred = std::cell::Cell::new(false);
             let pass = !self.opts.read_only && std::time::Instant::now() < deadline;
             let r = self.run_rw(|st| {
+                if let Some(t) = waited.take() {
+                    st.cleaner.waited_for_room(t);
+                }
                 st.may_wait_for_cleaner = wait;
                 st.may_wait_for_pass = pass;
                 let r = f(st);
@@ -689,6 +694,7 @@ impl Lfs {
             // The syncer starts a run now if it is not in one.
             self.stop.1.notify_one();
             let (m, cv) = &self.passes;
+            let t = std::time::Instant::now();
             let mut n = m.lock();
             self.room_waiters.fetch_add(1, Ordering::Relaxed);
             while *n == seen {
@@ -697,6 +703,7 @@ impl Lfs {
                 }
             }
             self.room_waiters.fetch_sub(1, Ordering::Relaxed);
+            waited.set(Some(t));
         }
     }
 
