@@ -317,14 +317,21 @@ fn made_cold_otherwise<'a>(meta: &'a Meta, records: &[Record]) -> Vec<(String, V
             .flat_map(|r| &r.phases)
             .filter_map(|p| p.cold.as_deref());
         for how in ways {
-            match out.iter_mut().find(|(w, _)| w == how) {
-                Some((_, ts)) if ts.last() == Some(&t.as_str()) => {}
-                Some((_, ts)) => ts.push(t),
-                None => out.push((how.to_string(), vec![t])),
-            }
+            group_under(&mut out, how, t.as_str());
         }
     }
     out
+}
+
+/// Adds `item` to the group of `key` in `groups` (a new group, in the order keys first
+/// came, if none), unless it is already that group's last: the reasons a page or a
+/// conditions list names once, each with what it applies to.
+pub(crate) fn group_under<T: PartialEq>(groups: &mut Vec<(String, Vec<T>)>, key: &str, item: T) {
+    match groups.iter_mut().find(|(k, _)| k == key) {
+        Some((_, items)) if items.last() == Some(&item) => {}
+        Some((_, items)) => items.push(item),
+        None => groups.push((key.to_string(), vec![item])),
+    }
 }
 
 /// The run's conditions: machine, placement, repetitions, tools, command, flush rate.

@@ -16,6 +16,7 @@ use super::{
     CREATE_UNLINK, Headline, KERNEL_REFERENCE, POSTMARK, RAND_WRITE, Rate, SEQ_READ, SEQ_WRITE,
     SMALL_CREATE, SMALL_DELETE, fmt_ratio, median, summary_targets,
 };
+use crate::report::group_under;
 use crate::results::{Meta, Record};
 use crate::tables::per_rep;
 use crate::target::{FLOOR, Kind, TargetSpec};
@@ -610,18 +611,12 @@ fn judge(s: &mut String, meta: &Meta, records: &[Record], beside: &[(&Meta, &[Re
             cells.push(match &fl {
                 Floor::Reaches(f) => {
                     if let Some(how) = floor_cold(g, run_records) {
-                        match made_cold.iter_mut().find(|(w, _)| *w == how) {
-                            Some((_, metrics)) => metrics.push(g.metric),
-                            None => made_cold.push((how, vec![g.metric])),
-                        }
+                        group_under(&mut made_cold, &how, g.metric);
                     }
                     fmt_ratio(*f)
                 }
                 Floor::NotMeasured(why) => {
-                    match unmeasured.iter_mut().find(|(w, _)| w == why) {
-                        Some((_, metrics)) => metrics.push(g.metric),
-                        None => unmeasured.push((why.clone(), vec![g.metric])),
-                    }
+                    group_under(&mut unmeasured, why, g.metric);
                     "not measured".to_string()
                 }
                 Floor::NotRun => "—".to_string(),

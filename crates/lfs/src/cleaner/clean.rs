@@ -1769,15 +1769,18 @@ impl State {
             let clean = self.clean_segments().max(RESERVE_SEGMENTS);
             let want = clean + bytes.div_ceil(per_seg) as u32 + 1;
             let th = Thresholds::new(1, want.min(self.sb.segments)).map_err(corrupt)?;
+            if self.clean_passes(th)? > 0 {
+                continue;
+            }
             // A pass aimed at one segment more: what to fall back on when the room asked
             // for is far off (the write-back reserve is part of it — a third of a small
             // disk): aimed there, the policy plans every dirty segment as a victim, and
             // a pass over all of them writes more than it frees.
-            let one = Thresholds::new(1, (clean + 1).min(self.sb.segments)).map_err(corrupt)?;
             let near = want <= clean + 1;
             #[cfg(any(test, feature = "planted"))]
             let near = near || self.planted == crate::engine::Planted::SizedPassOnly;
-            if self.clean_passes(th)? == 0 && (near || self.clean_passes(one)? == 0) {
+            let one = Thresholds::new(1, (clean + 1).min(self.sb.segments)).map_err(corrupt)?;
+            if near || self.clean_passes(one)? == 0 {
                 break;
             }
         }
