@@ -15,7 +15,8 @@
 //! Prints one JSON object: per phase the overwrites, their p50/p99/max latency and the
 //! throughput, and the ratios the target is stated in (p99 running ÷ idle ≤ 2, throughput
 //! running ÷ idle ≥ 0.8). `--series FILE` writes the latency over time (per 100 ms window:
-//! overwrites, p50, p99, max, cleaner passes so far) as CSV, and `--svg FILE` the same as a
+//! overwrites, p50, p99, max, cleaner passes so far, the fewest clean segments, the calls
+//! that waited for room so far) as CSV, and `--svg FILE` the same as a
 //! plot with the cleaning phase shaded. `--rate N` starts N overwrites a second (open loop)
 //! and times each from when it was due: the latency a stall adds to every call waiting
 //! behind it. Without it each call starts when the last ends (closed loop: throughput).
@@ -106,6 +107,10 @@ struct Sample {
     lat: Duration,
     /// Cleaner passes completed when the call returned.
     passes: u64,
+    /// Clean segments when the call returned, and the calls that had waited for room by
+    /// then: what the cleaner kept ahead of the writes, and when it fell behind.
+    clean: u32,
+    room_waits: u64,
 }
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
@@ -232,11 +237,13 @@ fn main() {
         }
         fs.release(ino, fh).expect("release");
         let lat = t.elapsed();
-        let passes = fs.cleaner_stats().passes;
+        let c = fs.cleaner_stats();
         samples.push(Sample {
             at: t - start,
             lat,
-            passes,
+            passes: c.passes,
+            clean: fs.clean_segments(),
+            room_waits: c.room_waits,
         });
     }
     let after = stats(&fs);
@@ -278,12 +285,16 @@ fn main() {
     let windows = series(&samples, Duration::from_millis(100));
     if let Some(p) = &a.series {
         let mut f = std::fs::File::create(p).expect("series file");
-        writeln!(f, "t_ms,overwrites,p50_us,p99_us,max_us,cleaner_passes").expect("write");
+        writeln!(
+            f,
+            "t_ms,overwrites,p50_us,p99_us,max_us,cleaner_passes,min_clean_segments,room_waits"
+        )
+        .expect("write");
         for w in &windows {
             writeln!(
                 f,
-                "{},{},{:.1},{:.1},{:.1},{}",
-                w.t_ms, w.n, w.p50, w.p99, w.max, w.passes
+                "{},{},{:.1},{:.1},{:.1},{},{},{}",
+                w.t_ms, w.n, w.p50, w.p99, w.max, w.passes, w.min_clean, w.room_waits
             )
             .expect("write");
         }
@@ -300,6 +311,9 @@ struct Window {
     p99: f64,
     max: f64,
     passes: u64,
+    /// The fewest clean segments a call of the window saw.
+    min_clean: u32,
+    room_waits: u64,
 }
 
 fn series(samples: &[Sample], step: Duration) -> Vec<Window> {
@@ -320,6 +334,8 @@ fn series(samples: &[Sample], step: Duration) -> Vec<Window> {
             p99: pct(&l, 0.99),
             max: pct(&l, 1.0),
             passes: samples[j - 1].passes,
+            min_clean: samples[i..j].iter().map(|s| s.clean).min().unwrap_or(0),
+            room_waits: samples[j - 1].room_waits,
         });
         i = j;
     }

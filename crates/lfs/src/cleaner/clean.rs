@@ -925,6 +925,7 @@ impl State {
             .iter()
             .filter(|&&v| !self.usage[v as usize].dirty)
             .count() as u32;
+        self.pass_frees = 0;
         self.cleaner.passes += 1;
         self.cleaner.segments_cleaned += cleaned as u64;
         cleaned
@@ -1071,6 +1072,12 @@ impl Lfs {
         th: Thresholds,
     ) -> Result<Option<u32>> {
         let r = self.clean_pass_unlocked_inner(policy, th);
+        if r.is_err() {
+            // A pass that failed half-way frees nothing the throttle may count on.
+            let mut st = self.st.lock();
+            st.pass_reserve = 0;
+            st.pass_frees = 0;
+        }
         // Writes waiting for room (`Lfs::write_as`) look again.
         let (m, cv) = &self.passes;
         *m.lock() += 1;
@@ -1158,6 +1165,7 @@ impl Lfs {
             // them (`State::space_left`), other passes do not count them, and no
             // checkpoint releases a victim before the pass's own (they stay pinned).
             st.pass_reserve = reserve;
+            st.pass_frees = victims.len() as u32;
             st.cleaner.split_passes += 1;
             let held = st.gate.pin(victims.clone());
             st.cleaner.held(Hold::Choose, t);
@@ -1677,13 +1685,33 @@ impl State {
     }
 
     /// Should a write wait for the background cleaner now: a run is under way (or wanted)
-    /// and the clean segments, less what the buffered data will take, are below half the
-    /// start threshold? A pass needs clean segments to write its victims' live blocks
-    /// into; writes left to take them all would leave every pass too little room (the
-    /// room rule refuses it) and the disk full of dead blocks.
-    fn throttled(&self) -> bool {
+    /// and the clean segments the pass in flight leaves, less what the buffered data will
+    /// take ([`State::clean_after_pass`]), are below half the start threshold? A pass
+    /// needs clean segments to write its victims' live blocks into; writes left to take
+    /// them all would leave every pass too little room (the room rule refuses it) and the
+    /// disk full of dead blocks.
+    pub(crate) fn throttled(&self) -> bool {
         self.background_run_awaited()
-            && self.clean_ahead() < (self.thresholds.start_below() / 2).max(RESERVE_SEGMENTS + 2)
+            && self.clean_after_pass()
+                < (self.thresholds.start_below() / 2).max(RESERVE_SEGMENTS + 2)
+    }
+
+    /// [`State::clean_ahead`] as the background pass in flight will leave it: less the
+    /// segments its own writes still take (`pass_reserve`, an upper bound), plus the
+    /// victims its checkpoint frees (`pass_frees`). What the throttle measures: a pass
+    /// writes its victims' live blocks before it frees them, so the clean segments dip by
+    /// most of its reservation and come back with more at its end. Measured raw, that dip
+    /// alone (7-8 segments of a 9-victim pass on the overwrite benchmark, from 20 clean
+    /// to 10 in one pass) crossed the line every few passes, and every write then waited
+    /// for the pass's end (17-64 ms) while the cleaner kept up. The pass's room is its
+    /// own already (calls are admitted only beyond it, `State::space_left`): the throttle
+    /// is for the room the next pass will need, which is what this pass leaves.
+    pub(crate) fn clean_after_pass(&self) -> u32 {
+        #[cfg(any(test, feature = "planted"))]
+        if self.planted == crate::engine::Planted::ThrottleOnRawClean {
+            return self.clean_ahead();
+        }
+        (self.clean_ahead().saturating_sub(self.pass_reserve)).saturating_add(self.pass_frees)
     }
 
     /// May a call short of room wait for the background cleaner: a run is under way, or

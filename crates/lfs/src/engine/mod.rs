@@ -393,6 +393,10 @@ pub(crate) struct State {
     /// admitted only beyond them and `RESERVE_SEGMENTS` ([`State::space_left`]), and
     /// other passes do not count them as room. 0 outside such a pass.
     pub pass_reserve: u32,
+    /// The victims that pass frees at its checkpoint (0 outside it): with `pass_reserve`,
+    /// what the write throttle counts as the clean segments the pass leaves
+    /// ([`State::clean_after_pass`]).
+    pub pass_frees: u32,
     /// Inodes with no link that were open when the system stopped: the checkpoint's orphan
     /// list, then what roll-forward finds written with no link (or with links again); a
     /// read-write mount frees them once roll-forward is done.
@@ -475,6 +479,11 @@ pub enum Planted {
     /// segments the rest of its writes need (`State::pass_reserve`): calls take them, and
     /// the pass runs out of room half-way (its log write fails: ENOSPC).
     NoPassReserve,
+    /// The write throttle measures the clean segments as they are in the middle of a
+    /// background pass, its own writes taken and its victims not yet freed, rather than
+    /// as the pass will leave them (`State::clean_after_pass`): every write waits for the
+    /// pass's end whenever the pass's own writes dip below the line.
+    ThrottleOnRawClean,
     /// A background pass choosing its victims over several holds of the lock applies what
     /// it found live in the earlier holds without checking it again in the last: an inode
     /// a call deleted between the holds is marked dirty (and written back), an indirect

@@ -101,6 +101,7 @@ impl State {
             bg_stuck: false,
             may_wait_for_cleaner: false,
             pass_reserve: 0,
+            pass_frees: 0,
             may_wait_for_pass: false,
             cleaner_deferred: false,
             orphans: BTreeSet::new(),

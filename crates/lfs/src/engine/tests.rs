@@ -2689,6 +2689,73 @@ fn a_pass_in_slices_without_its_reservation_is_caught() {
     );
 }
 
+/// What the write throttle says between the holds of one background pass, with its line
+/// put at the clean segments the pass starts with: per slice, the clean segments then
+/// (`clean_ahead`, the pass's own writes taken) and whether a write would have waited;
+/// and the clean segments the pass started and ended with.
+fn throttle_between_slices(planted: Planted) -> (Vec<(u32, bool)>, u32, u32) {
+    let dev = image(1024);
+    let fs =
+        Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &opts(), planted).unwrap();
+    forty_files_a_quarter_overwritten(&fs);
+    let start = fs.clean_segments();
+    assert!(start > RESERVE_SEGMENTS + 2, "too few clean: {start}");
+    // The line is half the start threshold.
+    fs.st.lock().thresholds = Thresholds::new(2 * start, 2 * start + 4).unwrap();
+    let weak = Arc::downgrade(&fs);
+    let seen: Arc<Mutex<Vec<(u32, bool)>>> = Arc::default();
+    let s2 = seen.clone();
+    *fs.slice_hook.lock() = Some(Box::new(move || {
+        let fs = weak.upgrade().unwrap();
+        let mut st = fs.st.lock();
+        // As a write in a background run would ask (`Lfs::run_making_room`).
+        st.bg_run = true;
+        st.may_wait_for_cleaner = true;
+        let t = st.throttled();
+        st.bg_run = false;
+        st.may_wait_for_cleaner = false;
+        s2.lock().push((st.clean_ahead(), t));
+    }));
+    let th = Thresholds::new(1, start + 4).unwrap();
+    let r = fs.clean_pass_unlocked(Policy::GREEDY, th).unwrap();
+    *fs.slice_hook.lock() = None;
+    assert!(r.is_some_and(|n| n > 0), "the pass cleaned nothing: {r:?}");
+    let end = fs.clean_segments();
+    fs.destroy().unwrap();
+    let seen = seen.lock().clone();
+    eprintln!("{planted:?}: clean {start} -> {end}, between slices {seen:?}");
+    (seen, start, end)
+}
+
+/// A background pass's own writes do not stop the calls: the clean segments dip while it
+/// writes its victims' live blocks (its reservation) and come back with more when its
+/// checkpoint frees them, so a write is throttled on what the pass leaves
+/// (`State::clean_after_pass`), not on the dip — through which every write waited for the
+/// pass's end while the cleaner kept up.
+#[test]
+fn a_pass_s_own_writes_do_not_throttle_the_calls() {
+    let (seen, start, end) = throttle_between_slices(Planted::None);
+    assert!(
+        seen.iter().any(|&(clean, _)| clean < start),
+        "the pass never dipped below the line: the test cannot tell"
+    );
+    assert!(end >= start, "the pass left fewer clean than the line: {end} < {start}");
+    assert!(
+        seen.iter().all(|&(_, t)| !t),
+        "a write between the slices would have waited: {seen:?}"
+    );
+}
+
+/// The broken variant: measured on the dip, the same pass throttles the calls.
+#[test]
+fn a_throttle_on_the_pass_s_dip_is_caught() {
+    let (seen, _, _) = throttle_between_slices(Planted::ThrottleOnRawClean);
+    assert!(
+        seen.iter().any(|&(_, t)| t),
+        "the test cannot tell a throttle on the dip: {seen:?}"
+    );
+}
+
 /// Calls between the slices of background passes, and a crash after each: files
 /// overwritten (a block or two, fsync'd), created (fsync'd) and unlinked while passes move
 /// their live blocks; after every call the image as it stands (what a crash leaves) must
