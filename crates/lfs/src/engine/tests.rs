@@ -2324,8 +2324,10 @@ fn half_the_room_is_never_more_than_the_room() {
 }
 
 /// The background syncer runs `SYNCER_NICENESS` nicer than the calls (so they preempt its
-/// cleaning, not it them): every `lfs-syncer` thread of this process, this test's among
-/// them, is at the test thread's niceness plus that.
+/// cleaning, not it them) and with a slice of `SYNCER_SLICE_NS` (so a woken call waits no
+/// longer for the CPU): every `lfs-syncer` thread of this process, this test's among
+/// them, is at the test thread's niceness plus that, and at that slice where the kernel
+/// shows one.
 #[test]
 fn the_background_syncer_runs_nicer_than_the_calls() {
     let dev = image(1024);
@@ -2339,8 +2341,17 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
         let rest = &stat[stat.rfind(')').unwrap() + 2..];
         rest.split(' ').nth(16).unwrap().parse().unwrap()
     };
+    // `se.slice` of /proc/.../sched, in nanoseconds (kernels that show it).
+    let slice_of = |sched: &str| -> Option<u64> {
+        let line = sched.lines().find(|l| l.starts_with("se.slice "))?;
+        line.rsplit(' ').next()?.trim().parse().ok()
+    };
     let mine = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+    let my_slice =
+        slice_of(&std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default());
     let want = (mine + crate::engine::SYNCER_NICENESS).min(19);
+    // A kernel without custom slices (before 6.12) keeps its default.
+    let want_slice = my_slice.map(|s| s.min(crate::engine::SYNCER_SLICE_NS));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let syncers = loop {
         let mut found = Vec::new();
@@ -2348,13 +2359,14 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
             if comm.trim() == "lfs-syncer" {
                 let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                let sched = std::fs::read_to_string(t.path().join("sched")).unwrap_or_default();
                 if !stat.is_empty() {
-                    found.push(nice_of(&stat));
+                    found.push((nice_of(&stat), slice_of(&sched)));
                 }
             }
         }
         // The thread sets its priority as it starts: wait for it to have done so.
-        if (!found.is_empty() && found.iter().all(|&n| n == want))
+        if (!found.is_empty() && found.iter().all(|&f| f == (want, want_slice)))
             || std::time::Instant::now() > deadline
         {
             break found;
@@ -2363,8 +2375,8 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
     };
     assert!(!syncers.is_empty(), "no lfs-syncer thread");
     assert!(
-        syncers.iter().all(|&n| n == want),
-        "syncer niceness {syncers:?}, want {want}"
+        syncers.iter().all(|&f| f == (want, want_slice)),
+        "syncer niceness and slice {syncers:?}, want {want} and {want_slice:?} ns"
     );
     fs.destroy().unwrap();
 }
@@ -2739,7 +2751,10 @@ fn a_pass_s_own_writes_do_not_throttle_the_calls() {
         seen.iter().any(|&(clean, _)| clean < start),
         "the pass never dipped below the line: the test cannot tell"
     );
-    assert!(end >= start, "the pass left fewer clean than the line: {end} < {start}");
+    assert!(
+        end >= start,
+        "the pass left fewer clean than the line: {end} < {start}"
+    );
     assert!(
         seen.iter().all(|&(_, t)| !t),
         "a write between the slices would have waited: {seen:?}"
