@@ -1184,3 +1184,54 @@ fn touched_names_every_changed_grain() {
     cache.rollback_undo().unwrap();
     assert_eq!(b.take_touched(), u64::MAX, "a rollback: all of it");
 }
+
+/// A hit on a buffer among the youngest quarter of the cache does not reorder the LRU (no
+/// tick spent, no ordered-map update): the repeated hits of a streaming call on its indirect
+/// and bitmap blocks cost a hash lookup each. An older buffer's hit still moves it.
+#[test]
+fn a_hit_on_a_young_buffer_leaves_the_lru_order_alone() {
+    let cache = cache_over(mem(256), 64);
+    for b in 0..64 {
+        cache.read(b).unwrap();
+    }
+    let ticks = cache.state.lock().next_tick;
+    for _ in 0..10 {
+        cache.read(63).unwrap();
+        cache.read(60).unwrap();
+    }
+    assert_eq!(
+        cache.state.lock().next_tick,
+        ticks,
+        "young hits moved buffers"
+    );
+    cache.read(0).unwrap();
+    assert_eq!(
+        cache.state.lock().next_tick,
+        ticks + 1,
+        "an old hit did not move"
+    );
+    // Block 0 is now the youngest: the next insertion evicts block 1, the oldest.
+    cache.read(100).unwrap();
+    assert!(cache.lookup(0).is_some());
+    assert!(cache.lookup(1).is_none());
+}
+
+/// What LRU promises survives the young-hit shortcut: a block hit at least once per quarter
+/// of the cache's turnover is never evicted, however many other blocks pass through.
+#[test]
+fn a_block_hit_within_each_quarter_turnover_stays_cached() {
+    let cache = cache_over(mem(4096), 64);
+    let hot = 4000;
+    cache.read(hot).unwrap();
+    for b in 0..2000 {
+        cache.read(b).unwrap();
+        if b % 8 == 0 {
+            cache.read(hot).unwrap();
+        }
+        assert!(
+            cache.lookup(hot).is_some(),
+            "hot block evicted after block {b}"
+        );
+    }
+    assert_eq!(cache.stats().cached_buffers, 64);
+}
