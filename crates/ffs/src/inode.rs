@@ -41,8 +41,9 @@ pub(crate) struct InCore {
     /// Open handles.
     pub nopen: u32,
     /// Writes between their passes (a `Concurrent` mode's write releases the engine's lock
-    /// while its data goes to the device): like a handle, each keeps the inode in core and
-    /// its blocks allocated until the write's last pass is done.
+    /// while its data goes to the device), and reads whose device reads run without that
+    /// lock: like a handle, each keeps the inode in core and its blocks allocated until the
+    /// call's last pass is done.
     pub writing: u32,
     /// The undo scope that last saved this inode (see `undo`).
     pub undo_scope: u64,
