@@ -471,6 +471,8 @@ impl BufferCache {
     /// Reads every uncached block of `start..start + count` from the device with as few
     /// device reads as possible (contiguous runs, at most `max_cluster_bytes` each) and caches
     /// them, for read-ahead. Cached blocks are left alone. Counts neither hits nor misses.
+    /// Blocks being written back as they leave the cache are waited for first, as `read`
+    /// waits for its block: read before their write lands, they would come back stale.
     pub fn prefetch(&self, start: BlockNo, count: u64) -> io::Result<()> {
         let max_blocks = self.max_cluster_blocks() as u64;
         let end = start.saturating_add(count);
@@ -488,6 +490,8 @@ impl BufferCache {
                 }
                 n
             };
+            // As `read` does after its miss.
+            self.wait_retiring_range(blk, missing);
             let mut data = vec![0; missing as usize * self.block_size];
             self.dev.read_blocks(blk, &mut data)?;
             {

@@ -1404,6 +1404,49 @@ fn a_read_off_the_lock_keeps_the_files_blocks_until_it_is_done() {
     }
 }
 
+/// Looking up many cold files reads their inode table blocks a cluster at a time
+/// (`INODE_CLUSTER`), not one device read per 16 inodes, and every inode comes back as
+/// written.
+#[test]
+fn cold_inodes_are_read_a_cluster_at_a_time() {
+    const FILES: usize = 512; // 32 table blocks of 16 inodes
+    for mode in ["async", "softdep", "sync", "journal"] {
+        let dev = fresh_with_log();
+        let fs = mount(&dev, mode);
+        let c = Ctx::root();
+        let d = fs.mkdir(&c, 2, n("d"), 0o755, 0).unwrap();
+        for i in 0..FILES {
+            let (a, fh) = fs
+                .create(&c, d.ino, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            fs.write(a.ino, fh, 0, &vec![7u8; i + 1]).unwrap();
+            fs.release(a.ino, fh).unwrap();
+        }
+        fs.unmount().unwrap();
+
+        let fs = mount(&dev, mode);
+        // The last name first: its lookup reads every directory block (and one cluster),
+        // so what is counted below is the other files' inodes.
+        let d = fs.lookup(&c, 2, n("d")).unwrap();
+        fs.lookup(&c, d.ino, n(&format!("f{}", FILES - 1))).unwrap();
+        let before = fs.dev.counters().snapshot();
+        for i in 0..FILES - 1 {
+            let a = fs.lookup(&c, d.ino, n(&format!("f{i}"))).unwrap();
+            assert_eq!(a.size, i as u64 + 1, "{mode}: f{i}");
+        }
+        let reads = fs.dev.counters().snapshot().delta(&before).reads;
+        // 32 table blocks in clusters of 8, one of which may straddle a boundary; read one
+        // at a time, 31.
+        assert_eq!(crate::volume::INODE_CLUSTER, 8);
+        let most = 5;
+        assert!(
+            reads <= most,
+            "{mode}: {reads} device reads for {FILES} cold inodes"
+        );
+        fs.unmount().unwrap();
+    }
+}
+
 /// A cold sequential read of a file written as one stream costs one device read per run of
 /// contiguous blocks (a request's run stops only at an indirect block between two runs of
 /// data), not one per block; and a read that crosses holes, cached blocks and blocks
