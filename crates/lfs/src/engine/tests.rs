@@ -2347,11 +2347,15 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
         line.rsplit(' ').next()?.trim().parse().ok()
     };
     let mine = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
-    let my_slice =
-        slice_of(&std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default());
     let want = (mine + crate::engine::SYNCER_NICENESS).min(19);
-    // A kernel without custom slices (before 6.12) keeps its default.
-    let want_slice = my_slice.map(|s| s.min(crate::engine::SYNCER_SLICE_NS));
+    // What a thread that asks for the syncer's slice gets: the slice on kernels with
+    // custom slices (6.12 on), the default before.
+    let want_slice = std::thread::spawn(move || {
+        let _ = short_slice(want, crate::engine::SYNCER_SLICE_NS);
+        slice_of(&std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default())
+    })
+    .join()
+    .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let syncers = loop {
         let mut found = Vec::new();
