@@ -28,7 +28,7 @@ pub mod sim;
 
 #[cfg(any(test, feature = "planted"))]
 pub use engine::Planted;
-pub use engine::{Lfs, MountOptions};
+pub use engine::{INLINE_BACKGROUND_KEY, INLINE_PASSES, Lfs, MountOptions};
 pub use mkfs::{MkfsOptions, mkfs, mkfs_device};
 
 use cairn_vfs::options::OptionSpec;

@@ -1289,6 +1289,10 @@ impl Lfs {
             let cp = st.note_log_result(r);
             st.cleaner.held(Hold::Checkpoint, t);
             if let Some(w) = cp? {
+                #[cfg(any(test, feature = "planted"))]
+                if st.planted == crate::engine::Planted::PassRegionEarly {
+                    w.write_region_early(&st.dev)?;
+                }
                 st = self.write_checkpoint(st, w)?;
             }
             return Ok(Some(st.pass_done(&victims)));

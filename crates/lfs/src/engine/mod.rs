@@ -93,6 +93,18 @@ pub(crate) const RESERVE_SEGMENTS: u32 = 2;
 /// Passes the background cleaner runs per wake-up at most (it is woken again by the next
 /// call that finds too few clean segments, or at the syncer's next tick).
 const MAX_BACKGROUND_PASSES: u32 = 64;
+/// Passes a mount with `background_inline` runs after one operation at most: a syncer's
+/// run goes on for up to [`MAX_BACKGROUND_PASSES`] while calls proceed beside it; inline,
+/// the calling operation would pay for all of them, and a run whose thresholds no pass
+/// reaches (buffered data counted against the clean segments, `State::clean_ahead`) would
+/// make every operation pay again. The next operation still short of clean segments runs
+/// the next passes.
+pub const INLINE_PASSES: u32 = 2;
+/// The key of [`MountOptions::background_inline`] in a device mount's options (the
+/// registry's variants, `MountOptions::set_for_device`). Not in `crate::OPTIONS`: a user's
+/// mount has its syncer, which runs the passes beside the calls; without one, the data
+/// would wait for a full buffer or an fsync to reach the log. It exists for recordings.
+pub const INLINE_BACKGROUND_KEY: &str = "background_inline";
 /// Blocks of the log between two blocks of a read that are read with them and dropped
 /// rather than ending the device read: the summary block between two partial segments,
 /// and after an fsync the indirect blocks and inode block written before it (four for a
@@ -116,6 +128,16 @@ pub struct MountOptions {
     pub flush_age: Duration,
     /// Run the background syncer (tests drive flushes themselves).
     pub syncer: bool,
+    /// Without a syncer (`syncer: false`), run what a syncer's wake-up runs — background
+    /// cleaning passes (`Lfs::clean_in_background`, several lock holds each, the room
+    /// reserved between them, the checkpoint's device writes without the lock) and the
+    /// checkpoint due by the log's size — on the calling thread, after the operation that
+    /// wanted them has let the lock go (`Lfs::run`), at most [`INLINE_PASSES`] passes per
+    /// operation. No thread and no clock: the crash harness records it deterministically
+    /// (the registry's `lfs-background`). Off, a mount without a syncer cleans inside the
+    /// operation's hold (`State::clean_if_low`), a pass no real mount runs. Not a `-o`
+    /// option ([`INLINE_BACKGROUND_KEY`]).
+    pub background_inline: bool,
     /// Cleaning policy (004 §3.4–3.5): `cleaner=cost-benefit+age-sort` (default, Sprite
     /// LFS's), `cost-benefit`, `greedy`, `greedy+age-sort`.
     pub cleaner: Policy,
@@ -156,6 +178,7 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             readahead_blocks: 0,
             logical_clock: false,
+            background_inline: false,
         }
     }
 }
@@ -202,6 +225,23 @@ impl MountOptions {
                 .min(most)
         });
         Thresholds::new(start, stop).map_err(|e| e.to_string())
+    }
+
+    /// Parses one option of a device mount a tool makes (the crash harness's recordings of
+    /// the registry's variants): the `-o` options, and [`INLINE_BACKGROUND_KEY`].
+    pub fn set_for_device(
+        &mut self,
+        key: &str,
+        value: Option<&str>,
+    ) -> std::result::Result<(), String> {
+        if key == INLINE_BACKGROUND_KEY {
+            if value.is_some() {
+                return Err(format!("option {key} takes no value"));
+            }
+            self.background_inline = true;
+            return Ok(());
+        }
+        self.set(key, value)
     }
 
     /// Parses one `-o key[=value]` of the format.
@@ -443,6 +483,13 @@ impl CheckpointWrite {
         dev.flush()?;
         Ok(())
     }
+
+    /// The region alone, no flush before it (`Planted::PassRegionEarly`).
+    #[cfg(any(test, feature = "planted"))]
+    pub(crate) fn write_region_early(&self, dev: &Arc<dyn BlockDevice>) -> Result<()> {
+        dev.write_blocks(self.at, &self.region)?;
+        Ok(())
+    }
 }
 
 /// Deliberately broken orderings, compiled only for tests and the crash harness's planted
@@ -516,6 +563,13 @@ pub enum Planted {
     /// of the files the dirty set's watch saw change — and the watch sees none: what calls
     /// deleted, rewrote or truncated between the holds is moved and marked as found.
     ChoiceWatchBlind,
+    /// A background pass writes its checkpoint's region as soon as the checkpoint is
+    /// prepared, before the device flush that makes the partial segments it names durable
+    /// (`CheckpointWrite::write` writes it again after): a crash in between leaves a
+    /// region naming inode map and usage table blocks the device may not hold. Only the
+    /// background pass (`Lfs::clean_pass_unlocked`): a recording that cleans in the
+    /// operation's hold never runs it.
+    PassRegionEarly,
 }
 
 pub(crate) fn io(e: std::io::Error) -> FsError {
@@ -1576,8 +1630,10 @@ impl State {
             self.flush()?;
         }
         // With a syncer, the checkpoint is the syncer's (woken below, its device flushes
-        // outside the lock); without one, here.
-        if (o.read_only || !o.syncer) && self.cp.log_bytes() >= o.checkpoint_bytes {
+        // outside the lock), as with `background_inline` (after the lock, `Lfs::run`);
+        // without either, here.
+        let background = !o.read_only && (o.syncer || o.background_inline);
+        if !background && self.cp.log_bytes() >= o.checkpoint_bytes {
             self.checkpoint()?;
         }
         // The cleaner starts after the operation that took the clean segments below the
@@ -1585,8 +1641,9 @@ impl State {
         // up the clean segments, and once too few are left a pass has no room to move live
         // data. With a syncer the call only wakes it (the pass runs there, and this call
         // returns at once); without one (tests, crash recordings: a time-dependent thread
-        // would make runs differ) the call cleans itself.
-        if o.syncer && !o.read_only {
+        // would make runs differ) the call cleans itself, or with `background_inline` runs
+        // the syncer's passes once the lock is let go (`Lfs::run`).
+        if background {
             return Ok(self.cleaning_wanted()
                 || self.cp.log_bytes() >= o.checkpoint_bytes
                 || self.write_behind());
@@ -1780,6 +1837,11 @@ impl Lfs {
     /// short of room wait for the run (`Lfs::write_as`) unless it ends having given
     /// nothing back (`bg_stuck`); then they clean in the foreground (`ensure_space`).
     fn clean_in_background(&self) {
+        self.clean_in_background_upto(MAX_BACKGROUND_PASSES);
+    }
+
+    /// [`Lfs::clean_in_background`], at most `passes` passes.
+    fn clean_in_background_upto(&self, passes: u32) {
         {
             let mut st = self.st.lock();
             if !st.cleaning_wanted() {
@@ -1788,7 +1850,7 @@ impl Lfs {
             st.bg_run = true;
         }
         let mut stuck = false;
-        for _ in 0..MAX_BACKGROUND_PASSES {
+        for _ in 0..passes {
             if *self.stop.0.lock() {
                 break;
             }
@@ -1814,6 +1876,29 @@ impl Lfs {
         let (m, cv) = &self.passes;
         *m.lock() += 1;
         cv.notify_all();
+    }
+
+    /// What a syncer's wake-up runs, for a mount with `background_inline` (no syncer), on
+    /// the calling thread once its operation has let the lock go: background cleaning
+    /// passes ([`INLINE_PASSES`] at most), then the checkpoint due by the log's size, with
+    /// its device writes outside the lock, or the write-behind of a segment's worth
+    /// buffered. Nothing the clock decides (the syncer's ticks, `flush_age`): a recording
+    /// stays the same run to run.
+    pub(crate) fn background_inline(&self) {
+        self.clean_in_background_upto(INLINE_PASSES);
+        let st = self.st.lock();
+        let r = if st.cp.log_bytes() >= self.opts.checkpoint_bytes {
+            drop(st);
+            self.checkpoint()
+        } else if st.write_behind() {
+            let mut st = st;
+            st.flush()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            ::log::warn!("lfs background: {e}");
+        }
     }
 
     fn stop_syncer(&self) {

@@ -629,9 +629,15 @@ impl Lfs {
         let seq = st.log.sequencer.clone();
         drop(st);
         if wake {
-            // The background cleaner (`Lfs::clean_in_background`), at once rather than at
-            // the syncer's next tick.
-            self.stop.1.notify_one();
+            if self.opts.syncer {
+                // The background cleaner (`Lfs::clean_in_background`), at once rather than
+                // at the syncer's next tick.
+                self.stop.1.notify_one();
+            } else {
+                // No syncer to wake (`background_inline`): its passes, here, the lock let
+                // go as the syncer's would find it.
+                self.background_inline();
+            }
         }
         // A log writer far behind slows the calls (after the lock, so only this one).
         if let Some(q) = seq

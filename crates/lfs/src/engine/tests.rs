@@ -3474,3 +3474,50 @@ fn a_flush_short_of_room_records_the_checkpoint_in_flight() {
     drop(fs);
     assert_clean(&dev);
 }
+
+/// A mount with `background_inline` and no syncer cleans with the background passes (their
+/// room reserved between holds: `split_passes`), on the calling thread after each call,
+/// never more than `INLINE_PASSES` per call — even with a stop threshold the clean
+/// segments never reach, which would otherwise make every call run a syncer's whole run —
+/// and the image checks clean.
+#[test]
+fn inline_background_passes_are_bounded_per_call() {
+    let dev = image(1536);
+    let segments = dev_segments(&dev);
+    let o = MountOptions {
+        background_inline: true,
+        clean_start: Some(segments - 3),
+        clean_stop: Some(segments - 2),
+        ..opts()
+    };
+    let fs = Lfs::mount_device(dev.clone() as Arc<dyn BlockDevice>, &o).unwrap();
+    let c = Ctx::root();
+    let mut files = Vec::new();
+    for i in 0..8 {
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, n(&format!("f{i}")), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        files.push((a.ino, fh));
+    }
+    let mut most = 0;
+    for round in 0..30u64 {
+        for &(ino, fh) in &files {
+            let before = fs.cleaner_stats().passes;
+            fs.write(ino, fh, (round % 4) * 65536, &[round as u8; 65536])
+                .unwrap();
+            most = most.max(fs.cleaner_stats().passes - before);
+        }
+    }
+    let cs = fs.cleaner_stats();
+    assert!(cs.passes > 0 && cs.split_passes > 0, "{cs:?}");
+    assert!(most <= INLINE_PASSES as u64, "{most} passes in one call");
+    fs.destroy().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
+fn dev_segments(dev: &Arc<MemDevice>) -> u32 {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    dev.read_blocks(0, &mut b).unwrap();
+    Superblock::decode(&b, dev.num_blocks()).unwrap().segments
+}
