@@ -69,6 +69,7 @@ enum Fault {
     LfsCheckpointFirst,
     LfsReleaseAtFlush,
     LfsRollForwardUncommitted,
+    LfsPassRegionEarly,
 }
 
 /// Every planted bug, in the order `cairn crash list` prints them.
@@ -193,6 +194,15 @@ pub const CATALOGUE: &[Planted] = &[
         workload: "flush-split",
         fault: Fault::LfsRollForwardUncommitted,
     },
+    Planted {
+        name: "lfs-background-region-early",
+        base: "lfs-background",
+        breaks: "004 §4.1: a background cleaning pass's checkpoint region reaches disk before the segments it names",
+        how: "the pass made as a mount's background cleaner makes it writes its checkpoint's region as soon as it is prepared, before the device flush (lfs and lfs-cleaning, which clean in the operation's hold, never run that pass)",
+        // The cleaner runs after most operations of a long random sequence.
+        workload: "random-1",
+        fault: Fault::LfsPassRegionEarly,
+    },
 ];
 
 /// The entry called `name`.
@@ -209,7 +219,8 @@ impl Planted {
         let steps: Arc<dyn StepWriter> = match self.fault {
             Fault::LfsCheckpointFirst
             | Fault::LfsReleaseAtFlush
-            | Fault::LfsRollForwardUncommitted => return None,
+            | Fault::LfsRollForwardUncommitted
+            | Fault::LfsPassRegionEarly => return None,
             Fault::SoftdepEntryUnrolled => {
                 return Some(Box::new(
                     cairn_ffs::strategy::softdep::SoftDep::without_entry_rollback(self.name),
@@ -257,6 +268,7 @@ impl Planted {
             Fault::LfsCheckpointFirst => Some(cairn_lfs::Planted::CheckpointFirst),
             Fault::LfsReleaseAtFlush => Some(cairn_lfs::Planted::ReleaseAtFlush),
             Fault::LfsRollForwardUncommitted => Some(cairn_lfs::Planted::RollForwardUncommitted),
+            Fault::LfsPassRegionEarly => Some(cairn_lfs::Planted::PassRegionEarly),
             _ => None,
         }
     }
@@ -276,7 +288,7 @@ impl Planted {
             ..Default::default()
         };
         for (k, v) in opts {
-            if let Err(e) = o.set(k, v.as_deref()) {
+            if let Err(e) = o.set_for_device(k, v.as_deref()) {
                 return Some(Err(cairn_vfs::FsError::Refused(
                     cairn_vfs::Errno::EINVAL,
                     e,

@@ -114,6 +114,14 @@ fn lfs_delivers_what_it_declares() {
         .collect();
     let r = run(&["lfs-cleaning"], w, 600, None);
     assert!(r.passed(), "{}", show(&r));
+    // The same inside the passes a mount runs in the background (several lock holds,
+    // the checkpoint's device writes without the lock), run inline by the recording.
+    let w = ["random-1", "build"]
+        .iter()
+        .map(|n| workload::by_name(n).unwrap())
+        .collect();
+    let r = run(&["lfs-background"], w, 600, None);
+    assert!(r.passed(), "{}", show(&r));
     // A file unlinked while open when the system stopped: no leak (leaks are forbidden),
     // the checkpoint's orphan list or roll-forward names it for the next mount to free.
     let r = run(

@@ -290,7 +290,7 @@ fn no_mount_options(_: &dyn BlockDevice) -> Vec<MountOption> {
 
 /// Every variant, in listing order.
 pub fn variants() -> &'static [Variant] {
-    static VARIANTS: [Variant; 4] = [
+    static VARIANTS: [Variant; 5] = [
         Variant {
             name: "journal-2sync",
             base: "journal",
@@ -327,6 +327,18 @@ pub fn variants() -> &'static [Variant] {
             },
             options: lfs_cleaning_options,
         },
+        Variant {
+            name: "lfs-background",
+            base: "lfs",
+            description: "lfs-cleaning with the cleaner's passes run as a mount runs them in the background — several lock holds, the pass's room reserved between them, partial segments written after each hold, the inode map written ahead, the checkpoint's device writes without the lock — on the calling thread after each operation: states fall inside background passes",
+            log: LogPlacement::Whole,
+            mkfs: || MkfsArgs {
+                segment_size: Some(64 << 10),
+                label: "crash".into(),
+                ..Default::default()
+            },
+            options: lfs_background_options,
+        },
     ];
     &VARIANTS
 }
@@ -351,6 +363,15 @@ fn lfs_cleaning_options(dev: &dyn BlockDevice) -> Vec<MountOption> {
         ("clean_start".into(), Some((segments - 6).to_string())),
         ("clean_stop".into(), Some((segments - 3).to_string())),
     ]
+}
+
+/// [`lfs_cleaning_options`] with the background passes run inline
+/// (`cairn_lfs::INLINE_BACKGROUND_KEY`): a device mount without background writers
+/// (`DeviceMount::background` false, as a recording mounts) has no syncer to run them.
+fn lfs_background_options(dev: &dyn BlockDevice) -> Vec<MountOption> {
+    let mut o = lfs_cleaning_options(dev);
+    o.push((cairn_lfs::INLINE_BACKGROUND_KEY.into(), None));
+    o
 }
 
 /// The facts of a registered mode or variant.
@@ -798,7 +819,15 @@ fn lfs_mount_device(
 ) -> Result<Arc<dyn FileSystem>, FsError> {
     let (disk, opts) = split_disk(opts).map_err(refused)?;
     let dev = on_disk(dev, disk.as_ref())?;
-    let mut o = lfs_options(&opts, how.read_only).map_err(refused)?;
+    // A device mount takes the options a tool's variant gives it (`Variant::options`),
+    // beyond what `-o` lists: `lfs_options` parses only those.
+    let mut o = cairn_lfs::MountOptions {
+        read_only: how.read_only,
+        ..Default::default()
+    };
+    for (k, v) in &opts {
+        o.set_for_device(k, v.as_deref()).map_err(refused)?;
+    }
     o.syncer = how.background;
     Ok(cairn_lfs::Lfs::mount_device(dev, &o)?)
 }
@@ -1250,6 +1279,52 @@ mod tests {
         let r = (lfs.check)(&img, CheckOptions::default()).unwrap();
         assert!(r.is_clean(), "{:?}", r.findings);
         assert_eq!(r.stats.files, 0, "the repair's mount freed it");
+    }
+
+    /// The cleaner's counters after overwriting files on a recording's mount of `variant`
+    /// (a device mount without background writers, as the crash harness makes it).
+    fn cleaner_after_overwrites(variant: &str) -> serde_json::Value {
+        use std::ffi::OsStr;
+        let v = super::variant(variant).unwrap();
+        let fs_type = by_name("lfs").unwrap();
+        let dev: Arc<dyn BlockDevice> = Arc::new(cairn_blockdev::MemDevice::new(4096, 1536));
+        (fs_type.device.mkfs)(dev.clone(), &(v.mkfs)()).unwrap();
+        let mut opts = vec![("mode".to_string(), Some("lfs".to_string()))];
+        opts.extend((v.options)(dev.as_ref()));
+        let fs = (fs_type.device.mount)(dev, &opts, DeviceMount::default()).unwrap();
+        let c = cairn_vfs::Ctx::root();
+        let mut files = Vec::new();
+        for i in 0..8 {
+            let name = format!("f{i}");
+            let (a, fh) = fs
+                .create(&c, fs.root_ino(), OsStr::new(&name), 0o644, 0, libc::O_RDWR)
+                .unwrap();
+            files.push((a.ino, fh));
+        }
+        for round in 0..40u64 {
+            for &(ino, fh) in &files {
+                fs.write(ino, fh, (round % 4) * 65536, &[round as u8; 65536])
+                    .unwrap();
+            }
+            fs.fsync(files[0].0, files[0].1, false).unwrap();
+        }
+        let j: serde_json::Value = serde_json::from_str(&fs.stats_json()).unwrap();
+        j["cleaner"].clone()
+    }
+
+    /// `lfs-background` records the cleaner's background passes (lock holds with the room
+    /// reserved between them, `split_passes`), where `lfs-cleaning`'s mount cleans inside
+    /// the operation's hold and never runs one.
+    #[test]
+    fn lfs_background_runs_the_background_passes() {
+        let bg = cleaner_after_overwrites("lfs-background");
+        assert!(bg["passes"].as_u64().unwrap() > 0, "{bg}");
+        assert!(bg["split_passes"].as_u64().unwrap() > 0, "{bg}");
+        let fg = cleaner_after_overwrites("lfs-cleaning");
+        assert!(fg["passes"].as_u64().unwrap() > 0, "{fg}");
+        assert_eq!(fg["split_passes"].as_u64(), Some(0), "{fg}");
+        // Not a `-o` option: a user's mount has its syncer.
+        assert!(lfs_check_option(cairn_lfs::INLINE_BACKGROUND_KEY, None).is_err());
     }
 
     #[test]
