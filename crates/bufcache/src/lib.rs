@@ -448,6 +448,30 @@ impl BufferCache {
             return Ok(buf);
         }
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        self.read_missed(blk)
+    }
+
+    /// [`BufferCache::read`], and on a miss the uncached blocks of `start..start + count`
+    /// (which holds `blk`) read with it as [`BufferCache::prefetch`] reads them: a cluster
+    /// of blocks the caller will likely want next (an inode table's neighbours), in one
+    /// device read. One hit or one miss is counted, as for `read`. A failed read-ahead is
+    /// not the call's error: `blk` alone is read then.
+    pub fn read_around(&self, blk: BlockNo, start: BlockNo, count: u64) -> io::Result<BufRef> {
+        if let Some(buf) = self.state.lock().touch(blk) {
+            self.counters.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(buf);
+        }
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        if self.prefetch(start, count).is_ok()
+            && let Some(buf) = self.state.lock().touch(blk)
+        {
+            return Ok(buf);
+        }
+        self.read_missed(blk)
+    }
+
+    /// The device read of a `read` that missed, its miss counted.
+    fn read_missed(&self, blk: BlockNo) -> io::Result<BufRef> {
         self.wait_retiring(&[blk], &[]);
         let mut data = vec![0; self.block_size];
         self.dev.read_blocks(blk, &mut data)?;

@@ -11,7 +11,7 @@ use crate::corrupt_err;
 use crate::format::{DiskInode, Geometry, kind};
 
 /// Inode table blocks read at once on a miss (32 KiB: 128 inodes), aligned within the
-/// group's table (`Volume::read_inode_cluster`).
+/// group's table (`Volume::read_inode_block`).
 pub(crate) const INODE_CLUSTER: u64 = 8;
 
 pub(crate) struct Volume {
@@ -45,32 +45,30 @@ impl Volume {
             return Err(Errno::ENOENT.into());
         }
         let (blk, off) = self.geo.inode_location(ino);
-        self.read_inode_cluster(ino, blk)?;
-        let b = self.bread(blk, kind::INODE)?;
+        let b = self.read_inode_block(ino, blk)?;
         let d = DiskInode::decode(ino, &b.read()[off..off + 256]).map_err(|e| corrupt_err(e.0))?;
         Ok(d)
     }
 
-    /// On a miss of inode `ino`'s table block `blk`, reads the aligned cluster of
+    /// Inode `ino`'s table block `blk`; on a miss, read with the aligned cluster of
     /// [`INODE_CLUSTER`] table blocks around it (within its group's table) in one device
     /// read, as ext4's inode read-ahead and FreeBSD's clustered inode-block reads do. A
     /// workload that touches many cold files (Netnews' unbatch and expire, a `find` over a
     /// tree) otherwise reads one 4 KiB block per 16 inodes, each its own device request.
     /// The cache keeps every block it already holds (a cached block may be newer than the
-    /// device) and waits for blocks being written back (`BufferCache::prefetch`), so what
-    /// it adds is what single reads would have read.
-    fn read_inode_cluster(&self, ino: u64, blk: u64) -> Result<()> {
-        if self.cache.lookup(blk).is_some() {
-            return Ok(());
-        }
+    /// device) and waits for blocks being written back (`BufferCache::read_around`), so
+    /// what it adds is what single reads would have read.
+    fn read_inode_block(&self, ino: u64, blk: u64) -> Result<BufRef> {
         let table = self.geo.inode_table(self.geo.group_of_ino(ino));
-        let first = table + (blk - table) / INODE_CLUSTER * INODE_CLUSTER;
-        let end = (first + INODE_CLUSTER).min(table + self.geo.inode_table_blocks);
-        // A read-ahead that fails is not the call's error: the block itself is read next.
-        if let Err(e) = self.cache.prefetch(first, end - first) {
-            ::log::debug!("ffs: inode table read-ahead at {first}: {e}");
+        let end_of_table = table + self.geo.inode_table_blocks;
+        if blk < table || blk >= end_of_table || end_of_table > self.geo.total_blocks {
+            return self.bread(blk, kind::INODE);
         }
-        Ok(())
+        let first = table + (blk - table) / INODE_CLUSTER * INODE_CLUSTER;
+        let end = (first + INODE_CLUSTER).min(end_of_table);
+        let b = self.cache.read_around(blk, first, end - first)?;
+        b.set_kind(kind::INODE);
+        Ok(b)
     }
 
     /// Encodes `d` into inode `ino`'s slot and marks the block dirty; returns the block.

@@ -758,13 +758,24 @@ fn lfs_inspect(path: &Path, what: &[String]) -> Result<String, cairn_fsck::inspe
     })
 }
 
-fn lfs_options(opts: &Options, read_only: bool) -> Result<cairn_lfs::MountOptions, String> {
+/// The engine's options from `opts`: the `-o` options, and with `device` (a tool's mount
+/// of a device, `Variant::options`) the keys only a variant gives
+/// (`MountOptions::set_for_device`).
+fn lfs_options(
+    opts: &Options,
+    read_only: bool,
+    device: bool,
+) -> Result<cairn_lfs::MountOptions, String> {
     let mut o = cairn_lfs::MountOptions {
         read_only,
         ..Default::default()
     };
     for (k, v) in opts {
-        o.set(k, v.as_deref())?;
+        if device {
+            o.set_for_device(k, v.as_deref())?;
+        } else {
+            o.set(k, v.as_deref())?;
+        }
     }
     Ok(o)
 }
@@ -777,7 +788,7 @@ fn lfs_check_option(key: &str, value: Option<&str>) -> Result<(), String> {
 }
 
 fn lfs_check_options(opts: &Options, read_only: bool) -> Result<(), String> {
-    lfs_options(&split_disk(opts)?.1, read_only).map(|_| ())
+    lfs_options(&split_disk(opts)?.1, read_only, false).map(|_| ())
 }
 
 fn lfs_mkfs(path: &Path, a: &MkfsArgs) -> Result<(), FsError> {
@@ -819,15 +830,7 @@ fn lfs_mount_device(
 ) -> Result<Arc<dyn FileSystem>, FsError> {
     let (disk, opts) = split_disk(opts).map_err(refused)?;
     let dev = on_disk(dev, disk.as_ref())?;
-    // A device mount takes the options a tool's variant gives it (`Variant::options`),
-    // beyond what `-o` lists: `lfs_options` parses only those.
-    let mut o = cairn_lfs::MountOptions {
-        read_only: how.read_only,
-        ..Default::default()
-    };
-    for (k, v) in &opts {
-        o.set_for_device(k, v.as_deref()).map_err(refused)?;
-    }
+    let mut o = lfs_options(&opts, how.read_only, true).map_err(refused)?;
     o.syncer = how.background;
     Ok(cairn_lfs::Lfs::mount_device(dev, &o)?)
 }
@@ -838,7 +841,7 @@ fn lfs_check_device(dev: Arc<dyn BlockDevice>) -> Result<Report, FsckError> {
 
 fn lfs_mount(path: &Path, opts: &Options, read_only: bool) -> Result<Arc<dyn FileSystem>, FsError> {
     let (disk, opts) = split_disk(opts).map_err(refused)?;
-    let o = lfs_options(&opts, read_only).map_err(refused)?;
+    let o = lfs_options(&opts, read_only, false).map_err(refused)?;
     Ok(cairn_lfs::Lfs::mount_on(path, &o, disk.as_ref())?)
 }
 

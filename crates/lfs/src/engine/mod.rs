@@ -90,6 +90,13 @@ pub(crate) const BS: u64 = BLOCK_SIZE as u64;
 /// Clean segments kept back from file data: the checkpoint's table blocks and the log's
 /// next segment always find room.
 pub(crate) const RESERVE_SEGMENTS: u32 = 2;
+/// What a syncer's wake-up writes after its cleaning (`State::syncer_due`).
+pub(crate) enum SyncerDue {
+    Checkpoint,
+    Flush,
+    Nothing,
+}
+
 /// Passes the background cleaner runs per wake-up at most (it is woken again by the next
 /// call that finds too few clean segments, or at the syncer's next tick).
 const MAX_BACKGROUND_PASSES: u32 = 64;
@@ -1623,6 +1630,35 @@ impl State {
         self.write_behind() && retry_at.is_none_or(|t| now >= t)
     }
 
+    /// What a syncer's wake-up writes after its cleaning: a checkpoint once the log since
+    /// the last one reaches `checkpoint_bytes`, else a flush once a segment's worth is
+    /// buffered (not before `retry_at` after one failed). With `clock` (the syncer's own
+    /// ticks) time decides too: a checkpoint every `checkpoint_interval` with anything
+    /// new, a flush of data older than `flush_age`. Without it (`background_inline`, for
+    /// recordings that must be the same run to run), only what was written does.
+    pub(crate) fn syncer_due(
+        &self,
+        o: &MountOptions,
+        clock: bool,
+        retry_at: Option<Instant>,
+    ) -> SyncerDue {
+        let timed_checkpoint = clock
+            && self.cp.age() >= o.checkpoint_interval
+            && (self.cp.log_bytes() > 0 || self.dirty.since().is_some());
+        let aged = clock
+            && self
+                .dirty
+                .since()
+                .is_some_and(|t| t.elapsed() >= o.flush_age);
+        if timed_checkpoint || self.cp.log_bytes() >= o.checkpoint_bytes {
+            SyncerDue::Checkpoint
+        } else if self.write_behind_due(retry_at, Instant::now()) || aged {
+            SyncerDue::Flush
+        } else {
+            SyncerDue::Nothing
+        }
+    }
+
     /// Flushes or checkpoints when the buffers, the log or the clock say so. Returns
     /// whether the background cleaner is wanted (a mount with a syncer cleans there).
     pub fn maybe_flush(&mut self, o: &MountOptions) -> Result<bool> {
@@ -1801,23 +1837,9 @@ impl Lfs {
                     }
                     let Some(fs) = weak.upgrade() else { return };
                     fs.clean_in_background();
-                    let mut st = fs.st.lock();
-                    let r = if (st.cp.age() >= fs.opts.checkpoint_interval
-                        && (st.cp.log_bytes() > 0 || st.dirty.since().is_some()))
-                        || st.cp.log_bytes() >= fs.opts.checkpoint_bytes
-                    {
-                        drop(st);
-                        fs.checkpoint()
-                    } else if behind(&st, retry_at)
-                        || st
-                            .dirty
-                            .since()
-                            .is_some_and(|t| t.elapsed() >= fs.opts.flush_age)
-                    {
-                        st.flush()
-                    } else {
-                        Ok(())
-                    };
+                    let st = fs.st.lock();
+                    let due = st.syncer_due(&fs.opts, true, retry_at);
+                    let r = fs.write_due(st, due);
                     retry_at = r
                         .is_err()
                         .then(|| Instant::now() + Duration::from_millis(500));
@@ -1887,17 +1909,25 @@ impl Lfs {
     pub(crate) fn background_inline(&self) {
         self.clean_in_background_upto(INLINE_PASSES);
         let st = self.st.lock();
-        let r = if st.cp.log_bytes() >= self.opts.checkpoint_bytes {
-            drop(st);
-            self.checkpoint()
-        } else if st.write_behind() {
-            let mut st = st;
-            st.flush()
-        } else {
-            Ok(())
-        };
-        if let Err(e) = r {
+        let due = st.syncer_due(&self.opts, false, None);
+        if let Err(e) = self.write_due(st, due) {
             ::log::warn!("lfs background: {e}");
+        }
+    }
+
+    /// Writes what `due` says (`State::syncer_due`): a checkpoint, its device writes
+    /// without the lock; or a flush under it.
+    fn write_due(&self, st: MutexGuard<'_, State>, due: SyncerDue) -> Result<()> {
+        match due {
+            SyncerDue::Checkpoint => {
+                drop(st);
+                self.checkpoint()
+            }
+            SyncerDue::Flush => {
+                let mut st = st;
+                st.flush()
+            }
+            SyncerDue::Nothing => Ok(()),
         }
     }
 
