@@ -125,6 +125,22 @@ enum OpenMode<'a> {
 thread_local! {
     /// One read buffer per serving thread, reused so a 1 MiB read allocates nothing.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Whether this thread has asked for a call thread's scheduler slice yet.
+    static CALL_SLICE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Gives the serving thread a call thread's scheduler slice (`cairn_vfs::sched`) as it
+/// serves its first request, whichever transport made the thread (fuser's /dev/fuse
+/// threads are not ours to start): a request woken while a background thread of the file
+/// system (the LFS syncer) runs then preempts it at once instead of at the next tick.
+fn call_thread() {
+    CALL_SLICE.with(|asked| {
+        if !asked.replace(true)
+            && let Err(e) = cairn_vfs::sched::serve_calls()
+        {
+            debug!("a request thread keeps the default scheduler slice: {e}");
+        }
+    });
 }
 
 impl Adapter {
@@ -221,6 +237,7 @@ impl Adapter {
     /// Counts the request, runs it, and turns a panic into EIO (the reply object dropped
     /// while unwinding sends it) instead of a dead mount.
     fn serve(&self, op: Op, f: impl FnOnce()) {
+        call_thread();
         self.counts.request(op);
         if catch_unwind(AssertUnwindSafe(f)).is_err() {
             self.counts.error(op);

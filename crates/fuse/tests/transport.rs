@@ -521,3 +521,66 @@ impl Drop for ParamOff {
         let _ = fs::write(cairn_fuse::URING_PARAMETER, &self.before);
     }
 }
+
+/// The threads of this process whose scheduler slice is a call thread's
+/// (`cairn_vfs::sched::CALL_SLICE_NS`), by name; `None` where the kernel shows no slices.
+fn call_slice_threads() -> Option<Vec<String>> {
+    cairn_vfs::sched::thread_slice()?;
+    let mut v = Vec::new();
+    for t in fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let sched = fs::read_to_string(t.path().join("sched")).unwrap_or_default();
+        if cairn_vfs::sched::slice_in(&sched) == Some(cairn_vfs::sched::CALL_SLICE_NS) {
+            v.push(
+                fs::read_to_string(t.path().join("comm"))
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+            );
+        }
+    }
+    Some(v)
+}
+
+/// Every thread that serves requests asks for a call thread's short scheduler slice (so a
+/// request woken while a background thread of the file system runs preempts it at once):
+/// after requests over either transport, the serving threads have it — over io_uring every
+/// queue thread that served, over /dev/fuse at least one of fuser's threads — and no other
+/// thread of the test does.
+#[test]
+fn serving_threads_ask_for_a_call_thread_s_slice() {
+    let _serial = serial();
+    let Some(before) = call_slice_threads() else {
+        eprintln!("skipped: this kernel shows no scheduler slices");
+        return;
+    };
+    assert!(
+        before.is_empty(),
+        "threads with the slice before any mount: {before:?}"
+    );
+    for t in transports() {
+        let fs = Arc::new(MemFs::default());
+        let dir = tempfile::tempdir().unwrap();
+        let h = cairn_fuse::spawn(fs, dir.path(), &opts(t)).unwrap();
+        for i in 0..20 {
+            let p = dir.path().join(format!("f{i}"));
+            fs::write(&p, b"x").unwrap();
+            assert_eq!(fs::read(&p).unwrap(), b"x");
+        }
+        let with = call_slice_threads().unwrap();
+        h.unmount().unwrap();
+        assert!(
+            !with.is_empty(),
+            "{t:?}: no serving thread has the call slice"
+        );
+        // fuser names its /dev/fuse threads, cairn its queue threads.
+        let serving = if t == Transport::Uring {
+            "cairn-uring-"
+        } else {
+            "fuser-"
+        };
+        assert!(
+            with.iter().all(|n| n.starts_with(serving)),
+            "{t:?}: threads with the call slice {with:?}"
+        );
+    }
+}

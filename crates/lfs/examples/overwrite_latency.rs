@@ -20,6 +20,8 @@
 //! plot with the cleaning phase shaded. `--rate N` starts N overwrites a second (open loop)
 //! and times each from when it was due: the latency a stall adds to every call waiting
 //! behind it. Without it each call starts when the last ends (closed loop: throughput).
+//! The calling thread asks for the scheduler slice cairn's FUSE request threads ask for
+//! (`cairn_vfs::sched::serve_calls`); `--default-slice` keeps the kernel's default.
 //!
 //! ```text
 //! cargo run --release -p cairn-lfs --example overwrite_latency -- \
@@ -53,6 +55,8 @@ struct Args {
     svg: Option<std::path::PathBuf>,
     /// Mount options of the measured mount (`-o key[=value]`, as `cairn mount` takes them).
     opts: Vec<String>,
+    /// The calling thread keeps the kernel's default scheduler slice.
+    default_slice: bool,
 }
 
 fn args() -> Args {
@@ -67,6 +71,7 @@ fn args() -> Args {
         series: None,
         svg: None,
         opts: Vec::new(),
+        default_slice: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -74,6 +79,7 @@ fn args() -> Args {
         match k.as_str() {
             "--dir" => a.dir = v().into(),
             "--mem" => a.mem = true,
+            "--default-slice" => a.default_slice = true,
             "--size-mb" => a.size_mb = v().parse().expect("--size-mb N"),
             "--util" => a.util = v().parse().expect("--util PERCENT"),
             "--overwrites" => a.overwrites = v().parse().expect("--overwrites N"),
@@ -210,6 +216,14 @@ fn main() {
     let stats = |fs: &Lfs| -> serde_json::Value {
         serde_json::from_str(&fs.stats_json()).expect("stats json")
     };
+    // The calls run as cairn's FUSE request threads run them: with a call thread's
+    // scheduler slice (`cairn_vfs::sched`), so that one woken while the syncer cleans
+    // preempts it at once. `--default-slice` leaves the kernel's.
+    if !a.default_slice
+        && let Err(e) = cairn_vfs::sched::serve_calls()
+    {
+        eprintln!("the calls keep the default scheduler slice: {e}");
+    }
     let before = stats(&fs);
     let mut rng = Rng(a.seed.max(1));
     let mut samples = Vec::with_capacity(a.overwrites as usize);

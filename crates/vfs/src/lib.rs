@@ -25,6 +25,7 @@ pub mod fileattr;
 pub mod modes;
 pub mod options;
 pub mod perm;
+pub mod sched;
 pub mod size;
 pub mod time;
 

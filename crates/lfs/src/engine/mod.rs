@@ -1731,8 +1731,14 @@ pub struct Lfs {
 pub(crate) const SYNCER_NICENESS: i32 = 10;
 
 /// The scheduler slice the background syncer asks for (Linux 6.6's EEVDF scheduler, with
-/// custom slices since 6.12; earlier kernels ignore it).
-pub(crate) const SYNCER_SLICE_NS: u64 = 100_000;
+/// custom slices since 6.12; earlier kernels ignore it). Longer than a call thread's
+/// (`cairn_vfs::sched::CALL_SLICE_NS`, which the FUSE request threads ask for): a woken
+/// thread preempts the running one at once only where its slice is the shorter
+/// (`PREEMPT_SHORT`); with equal slices a call woken in the syncer's first slice after it
+/// took the CPU waited for the next tick. Short still, so that a caller at the default
+/// slice (a program driving the engine directly) waits one such slice, not a default one.
+pub(crate) const SYNCER_SLICE_NS: u64 = 2 * cairn_vfs::sched::CALL_SLICE_NS;
+const _: () = assert!(SYNCER_SLICE_NS > cairn_vfs::sched::CALL_SLICE_NS);
 
 /// Lowers the calling thread's priority by [`SYNCER_NICENESS`] (to 19 at most) and asks
 /// for a short scheduler slice ([`SYNCER_SLICE_NS`]): the background syncer's. Its passes
@@ -1744,15 +1750,15 @@ pub(crate) const SYNCER_SLICE_NS: u64 = 100_000;
 /// lock). Measured on the overwrite benchmark, the thread reniced from outside: running
 /// p99 16-27 ms -> 9.4-10.6 ms, throughput unchanged (history.md).
 ///
-/// Nicer is not enough on the CPU a call shares with it. Once the throttle no longer
-/// stopped the calls, the syncer in the idle scheduling class took the overwrite
-/// benchmark's running p99 from about 2 ms to 0.6-0.8 ms (history.md, "The throttle on
-/// what a pass leaves"). The idle class is not used: a syncer starved by other processes
-/// while it holds the engine lock would stop every call. A short slice bounds how long the
-/// running syncer keeps the CPU from a woken call and leaves it its share; measured, it
-/// took the median running p99 from 2.3 to 2.0 ms, so it is not the whole of that wait.
-/// A thread may always raise its own niceness and set its own slice; a failure only costs
-/// the latency.
+/// Nicer is not enough on the CPU a call shares with it: the kernel lets a woken thread
+/// preempt the running one at once only where the woken one's slice is shorter, and
+/// otherwise notices a used-up slice at the next tick (4 ms apart at 250 Hz). With the
+/// calls at the default slice the syncer kept the CPU for 2.9-3.5 ms while a woken call
+/// waited (a scheduler trace; history.md, "Calls preempt the syncer"). The calls' threads
+/// therefore ask for a shorter slice than this thread's (`cairn_vfs::sched`). The idle
+/// scheduling class, which also gave the CPU to the calls, is not used: a syncer starved
+/// by other processes while it holds the engine lock would stop every call. A thread may
+/// always raise its own niceness and set its own slice; a failure only costs the latency.
 fn yield_to_calls() {
     let me = Some(rustix::thread::gettid());
     let nice =
@@ -1762,42 +1768,9 @@ fn yield_to_calls() {
         ::log::debug!("lfs syncer: cannot lower its priority: {e}");
     }
     if let Ok(n) = nice
-        && let Err(e) = short_slice(n, SYNCER_SLICE_NS)
+        && let Err(e) = cairn_vfs::sched::set_thread(n, SYNCER_SLICE_NS)
     {
         ::log::debug!("lfs syncer: cannot shorten its scheduler slice: {e}");
-    }
-}
-
-/// `sched_setattr(2)` on the calling thread: the normal class, niceness `nice`, a slice of
-/// `ns`. No wrapper exists in the crates used; the attribute block is the kernel's first
-/// version (48 bytes), which every kernel since 3.14 takes.
-#[allow(unsafe_code)]
-fn short_slice(nice: i32, ns: u64) -> std::io::Result<()> {
-    let attr = libc::sched_attr {
-        size: std::mem::size_of::<libc::sched_attr>() as u32,
-        sched_policy: libc::SCHED_OTHER as u32,
-        sched_flags: 0,
-        sched_nice: nice,
-        sched_priority: 0,
-        sched_runtime: ns,
-        sched_deadline: 0,
-        sched_period: 0,
-    };
-    // SAFETY: `attr` is a valid, initialized `sched_attr` that outlives the call, its
-    // `size` field says how many bytes the kernel may read, and pid 0 names the calling
-    // thread; the kernel writes nothing back.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setattr,
-            0,
-            &attr as *const libc::sched_attr,
-            0,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

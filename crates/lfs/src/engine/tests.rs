@@ -2342,17 +2342,14 @@ fn the_background_syncer_runs_nicer_than_the_calls() {
         rest.split(' ').nth(16).unwrap().parse().unwrap()
     };
     // `se.slice` of /proc/.../sched, in nanoseconds (kernels that show it).
-    let slice_of = |sched: &str| -> Option<u64> {
-        let line = sched.lines().find(|l| l.starts_with("se.slice "))?;
-        line.rsplit(' ').next()?.trim().parse().ok()
-    };
+    let slice_of = cairn_vfs::sched::slice_in;
     let mine = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
     let want = (mine + crate::engine::SYNCER_NICENESS).min(19);
     // What a thread that asks for the syncer's slice gets: the slice on kernels with
     // custom slices (6.12 on), the default before.
     let want_slice = std::thread::spawn(move || {
-        let _ = short_slice(want, crate::engine::SYNCER_SLICE_NS);
-        slice_of(&std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default())
+        let _ = cairn_vfs::sched::set_thread(want, crate::engine::SYNCER_SLICE_NS);
+        cairn_vfs::sched::thread_slice()
     })
     .join()
     .unwrap();
