@@ -3518,3 +3518,38 @@ fn dev_segments(dev: &Arc<MemDevice>) -> u32 {
     dev.read_blocks(0, &mut b).unwrap();
     Superblock::decode(&b, dev.num_blocks()).unwrap().segments
 }
+
+/// close(2) needs no FLUSH request: `flush` answers ENOSYS (so the kernel stops sending it,
+/// one FUSE round trip less per file), and what a close must leave — the data written, an
+/// unlinked open file freed — is there without it, through release alone.
+#[test]
+fn close_needs_no_flush_request() {
+    let dev = image(4096);
+    let c = Ctx::root();
+    {
+        let fs = mount(&dev);
+        let (a, fh) = fs
+            .create(&c, ROOT_INO, n("kept"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        assert_eq!(fs.write(a.ino, fh, 0, b"written").unwrap(), 7);
+        let e = fs.flush(a.ino, fh).unwrap_err();
+        assert_eq!(e.errno(), cairn_vfs::Errno::ENOSYS);
+        fs.release(a.ino, fh).unwrap();
+        let mut buf = Vec::new();
+        fs.read(a.ino, 0, 0, 100, &mut buf).unwrap();
+        assert_eq!(buf, b"written");
+        // Unlinked while open, then closed with no FLUSH: freed at release.
+        let (g, fh) = fs
+            .create(&c, ROOT_INO, n("gone"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.unlink(&c, ROOT_INO, n("gone")).unwrap();
+        fs.release(g.ino, fh).unwrap();
+        assert!(fs.getattr(g.ino).is_err());
+        fs.destroy().unwrap();
+    }
+    assert_clean(&dev);
+    let fs = mount(&dev);
+    let t = tree(&fs);
+    assert_eq!(t["/kept"], b"written");
+    assert!(!t.contains_key("/gone"));
+}
