@@ -1754,8 +1754,8 @@ const _: () = assert!(SYNCER_SLICE_NS > cairn_vfs::sched::CALL_SLICE_NS);
 /// preempt the running one at once only where the woken one's slice is shorter, and
 /// otherwise notices a used-up slice at the next tick (4 ms apart at 250 Hz). With the
 /// calls at the default slice the syncer kept the CPU for 2.9-3.5 ms while a woken call
-/// waited (a scheduler trace; history.md, "Calls preempt the syncer at once"). The calls' threads
-/// therefore ask for a shorter slice than this thread's (`cairn_vfs::sched`). The idle
+/// waited (a scheduler trace; history.md, "Calls preempt the syncer at once"). The calls'
+/// threads therefore ask for a shorter slice than this thread's (`cairn_vfs::sched`). The idle
 /// scheduling class, which also gave the CPU to the calls, is not used: a syncer starved
 /// by other processes while it holds the engine lock would stop every call. A thread may
 /// always raise its own niceness and set its own slice; a failure only costs the latency.
