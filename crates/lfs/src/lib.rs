@@ -71,13 +71,13 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "clean_start",
         values: "SEGMENTS",
         default: "",
-        help: "the cleaner starts when fewer segments are clean; by default a tenth of the segments, 2 to 20",
+        help: "the cleaner starts when fewer segments are clean; by default a tenth of the segments, 2 to 20 (a fiftieth, up to 100, beyond 1,000 segments)",
     },
     OptionSpec {
         key: "clean_stop",
         values: "SEGMENTS",
         default: "",
-        help: "the cleaner stops once this many are clean; by default the start plus a fiftieth of the segments (at least 2, up to 100)",
+        help: "the cleaner stops once this many are clean; by default the start plus a fiftieth of the segments (2 to 100)",
     },
     OptionSpec {
         key: "readahead_kb",

@@ -1226,7 +1226,10 @@ fn default_cleaning_thresholds_clean_a_few_segments_at_a_time() {
         (th.start_below(), th.stop_at())
     };
     assert_eq!(t(511), (20, 30));
-    assert_eq!(t(2047), (20, 60));
+    assert_eq!(t(1000), (20, 40));
+    // Beyond 1,000 segments the start grows with the disk (a fiftieth, up to 100).
+    assert_eq!(t(2048), (40, 80));
+    assert_eq!(t(8192), (100, 200));
     assert_eq!(t(127), (12, 14));
     assert_eq!(t(8), (2, 4));
 }
