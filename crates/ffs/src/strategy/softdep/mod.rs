@@ -39,7 +39,7 @@ use super::{
     LinkChange, LinkWhy, ModeInfo, OpKind, OpState, Release, Strategy, SyncWhy, Tx,
 };
 use crate::format::{DiskInode, Geometry, INODE_SIZE, Superblock, dir, kind};
-use deps::{Action, Cond, Deps, OpLog, PtrAt, What};
+use deps::{Action, Cond, Deps, PtrAt, What};
 
 /// Default cap on dependency records (FreeBSD's `max_softdeps`, scaled to a user-space
 /// cache): at the cap, a new call first writes back so existing records complete.
@@ -1155,7 +1155,7 @@ impl Strategy for SoftDep {
         let mut d = self.inner.deps.lock();
         match d.op.as_mut() {
             Some(op) => op.nesting += 1,
-            None => d.op = Some(OpLog::default()),
+            None => d.begin_op(),
         }
         Ok(None)
     }
