@@ -3556,3 +3556,106 @@ fn close_needs_no_flush_request() {
     assert_eq!(t["/kept"], b"written");
     assert!(!t.contains_key("/gone"));
 }
+
+/// The inode map's dirty blocks on a 256-segment image of 16-block segments, 12,000
+/// empty files over 47 map blocks, the clean segments brought down to twelve: the mode of one
+/// file per map block changed and flushed, which dirties the whole map. After each call, the
+/// debt a cleaning pass's checkpoint would carry (`State::imap_debt_due`) is below a
+/// segment or within a quarter of the clean segments beyond the reserve. Returns the calls
+/// after which it was not, and the checkpoints made.
+fn imap_debt_under_chmods(planted: Planted) -> (Vec<String>, u64) {
+    let dev = Arc::new(MemDevice::new(BLOCK_SIZE as u32, 4096));
+    mkfs_device(
+        dev.clone(),
+        &MkfsOptions {
+            segment_size: 64 << 10,
+            inodes: Some(12_800),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // The cleaner kept out of it: the debt alone is under test.
+    let o = MountOptions {
+        syncer: false,
+        clean_start: Some(2),
+        clean_stop: Some(3),
+        ..Default::default()
+    };
+    let fs = Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &o, planted).unwrap();
+    let c = Ctx::root();
+    let mut files = Vec::new();
+    for d in 0..24 {
+        let dir = fs
+            .mkdir(&c, ROOT_INO, n(&format!("d{d}")), 0o755, 0)
+            .unwrap()
+            .ino;
+        for i in 0..500 {
+            let (a, fh) = fs
+                .create(&c, dir, n(&format!("f{i}")), 0o644, 0, libc::O_WRONLY)
+                .unwrap();
+            fs.release(a.ino, fh).unwrap();
+            files.push(a.ino);
+        }
+    }
+    let (a, fh) = fs
+        .create(&c, ROOT_INO, n("big"), 0o644, 0, libc::O_WRONLY)
+        .unwrap();
+    let chunk = vec![7u8; 64 << 10];
+    let mut off = 0;
+    while fs.st.lock().clean_segments() > 12 {
+        fs.write(a.ino, fh, off, &chunk).unwrap();
+        off += chunk.len() as u64;
+        fs.st.lock().flush().unwrap();
+    }
+    fs.release(a.ino, fh).unwrap();
+    fs.st.lock().checkpoint().unwrap();
+    let serial = |fs: &Lfs| fs.st.lock().cp.serial();
+    let before = serial(&fs);
+    files.sort_unstable();
+    let per_block = crate::format::tables::PER_BLOCK;
+    let mut over = Vec::new();
+    for (k, &ino) in files.iter().step_by(per_block).enumerate() {
+        let set = cairn_vfs::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        fs.setattr(&c, ino, set).unwrap();
+        let mut st = fs.st.lock();
+        let debt = st.imap.dirty_blocks().len() as u64;
+        let seg = st.sb.segment_blocks as u64;
+        let beyond = st.clean_segments().saturating_sub(st.kept_segments()) as u64;
+        if debt >= seg && debt * 4 > beyond * seg && over.len() < 5 {
+            over.push(format!(
+                "after chmod {k}: {debt} map blocks dirty, {beyond} clean beyond the reserve"
+            ));
+        }
+        // The inode goes to the log (and its map entry changes) at a flush, as the
+        // syncer's would: the next call finds the debt grown.
+        st.flush().unwrap();
+    }
+    let made = serial(&fs) - before;
+    // Unpaid, the debt may leave the unmount's checkpoint no room.
+    if planted == Planted::None {
+        fs.destroy().unwrap();
+        assert_clean(&dev);
+    }
+    (over, made)
+}
+
+/// A checkpoint pays the inode map's debt while there is room for it.
+#[test]
+fn the_inode_map_s_debt_stays_within_the_room() {
+    let (over, made) = imap_debt_under_chmods(Planted::None);
+    assert!(over.is_empty(), "{over:?}");
+    assert!(made >= 1, "no checkpoint paid the debt");
+}
+
+/// Without those checkpoints the debt outgrows the room.
+#[test]
+fn an_unpaid_inode_map_debt_is_caught() {
+    let (over, made) = imap_debt_under_chmods(Planted::ImapDebtUnpaid);
+    assert!(
+        !over.is_empty(),
+        "the debt stayed within the room ({made} checkpoints)"
+    );
+}
