@@ -138,18 +138,25 @@ fn servers(t: Transport, o: &FuseOptions) -> u64 {
     }
 }
 
+/// A memory file system mounted over transport `t` (in a temporary directory, returned to
+/// live as long as the mount), twenty files written and read back through it.
+fn served_mount(t: Transport) -> (tempfile::TempDir, cairn_fuse::MountHandle) {
+    let fs = Arc::new(MemFs::default());
+    let dir = tempfile::tempdir().unwrap();
+    let h = cairn_fuse::spawn(fs, dir.path(), &opts(t)).unwrap();
+    for i in 0..20 {
+        let p = dir.path().join(format!("f{i}"));
+        fs::write(&p, b"x").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"x");
+    }
+    (dir, h)
+}
+
 #[test]
 fn the_chosen_transport_serves_and_is_reported() {
     let _serial = serial();
     for t in transports() {
-        let fs = Arc::new(MemFs::default());
-        let dir = tempfile::tempdir().unwrap();
-        let h = cairn_fuse::spawn(fs, dir.path(), &opts(t)).unwrap();
-        for i in 0..20 {
-            let p = dir.path().join(format!("f{i}"));
-            fs::write(&p, b"x").unwrap();
-            assert_eq!(fs::read(&p).unwrap(), b"x");
-        }
+        let (_dir, h) = served_mount(t);
         let c = h.counts();
         let report = c.transport().expect("transport settled at mount").clone();
         let (uring, dev) = c.by_transport();
@@ -558,14 +565,7 @@ fn serving_threads_ask_for_a_call_thread_s_slice() {
         "threads with the slice before any mount: {before:?}"
     );
     for t in transports() {
-        let fs = Arc::new(MemFs::default());
-        let dir = tempfile::tempdir().unwrap();
-        let h = cairn_fuse::spawn(fs, dir.path(), &opts(t)).unwrap();
-        for i in 0..20 {
-            let p = dir.path().join(format!("f{i}"));
-            fs::write(&p, b"x").unwrap();
-            assert_eq!(fs::read(&p).unwrap(), b"x");
-        }
+        let (_dir, h) = served_mount(t);
         let with = call_slice_threads().unwrap();
         h.unmount().unwrap();
         assert!(
