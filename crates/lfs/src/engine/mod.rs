@@ -1674,7 +1674,7 @@ impl State {
     /// (776 blocks, six 512 KiB segments, for 197,000 files on a 1 GiB image), and at the
     /// cleaner's start the passes that would pay with that debt on them did not fit the
     /// room: each was refused, the clean segments ran out and writes failed with ENOSPC at
-    /// 80% utilization (docs/bench/history.md, "Calls preempt the syncer at once"). So the
+    /// 80% utilization (docs/bench/history.md, "ENOSPC at 80% on a 1 GiB image"). So the
     /// debt is paid by a checkpoint once it exceeds a quarter of the clean segments beyond
     /// the reserve, and is at least a segment's worth: near a full disk a checkpoint per
     /// segment of map blocks, never one per call.
