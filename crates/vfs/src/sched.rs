@@ -33,15 +33,19 @@ pub fn serve_calls() -> io::Result<()> {
     set_thread(nice, CALL_SLICE_NS)
 }
 
-/// `sched_setattr(2)` on the calling thread: the normal class, niceness `nice`, a slice of
-/// `ns` (0: the kernel's default). No wrapper exists in the crates used; the attribute
-/// block is the kernel's first version (48 bytes), which every kernel since 3.14 takes.
+/// `sched_setattr(2)` on the calling thread: niceness `nice` and a slice of `ns` (0: the
+/// kernel's default), in the thread's own scheduling class (`SCHED_FLAG_KEEP_POLICY`): a
+/// daemon an administrator started in the batch class keeps it, and one in a real-time
+/// class refuses the change (no priority is given) rather than losing it. No wrapper
+/// exists in the crates used; the attribute block is the kernel's first version (48
+/// bytes), which every kernel since 3.14 takes (the flag since 4.20; earlier ones refuse
+/// it, which costs only the slice).
 #[allow(unsafe_code)]
 pub fn set_thread(nice: i32, ns: u64) -> io::Result<()> {
     let attr = libc::sched_attr {
         size: std::mem::size_of::<libc::sched_attr>() as u32,
         sched_policy: libc::SCHED_OTHER as u32,
-        sched_flags: 0,
+        sched_flags: libc::SCHED_FLAG_KEEP_POLICY as u64,
         sched_nice: nice,
         sched_priority: 0,
         sched_runtime: ns,
@@ -101,6 +105,38 @@ mod tests {
         assert_eq!(before, after);
         if let Some(s) = slice {
             assert_eq!(s, CALL_SLICE_NS, "se.slice after serve_calls");
+        }
+    }
+
+    /// The thread's scheduling class (field 41 of /proc/thread-self/stat).
+    fn policy() -> u32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(38).unwrap().parse().unwrap()
+    }
+
+    /// A thread in the batch class (as `chrt --batch` starts a daemon) keeps its class when
+    /// it asks for the call slice, and gets the slice.
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_thread_keeps_its_scheduling_class() {
+        let (class, slice) = std::thread::spawn(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: `param` is valid for the call; pid 0 is the calling thread.
+            let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+            assert_eq!(r, 0, "{}", io::Error::last_os_error());
+            serve_calls().unwrap();
+            (policy(), thread_slice())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            class,
+            libc::SCHED_BATCH as u32,
+            "the batch class was replaced"
+        );
+        if let Some(s) = slice {
+            assert_eq!(s, CALL_SLICE_NS);
         }
     }
 
