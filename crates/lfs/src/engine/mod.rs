@@ -220,9 +220,10 @@ impl MountOptions {
         // into what is left meanwhile. At 20 on a 1 GiB disk (2,048 segments) calls
         // overwriting 8 MB/s waited for room at the start of every run, up to 125 ms; at 40
         // none did (docs/bench/history.md, "Calls preempt the syncer at once").
+        let fiftieth = segments / 50;
         let start = self
             .clean_start
-            .unwrap_or_else(|| (segments / 10).clamp(2, 20).max((segments / 50).min(100)))
+            .unwrap_or_else(|| (segments / 10).clamp(2, 20).max(fiftieth.min(100)))
             .min(most);
         // A pass cleans until a fiftieth of the segments more are clean (2 to 100): a few
         // tens of segments at a time on a large disk, as Sprite LFS (004 §5.1). Large passes
@@ -230,11 +231,9 @@ impl MountOptions {
         // 256 MiB disk at 75% utilization with hot-and-cold overwrites, cost-benefit + age
         // sort cost 4.93 against greedy's 4.63; with this gap 4.00 against 5.53, as the
         // simulator predicts for the same geometry (3.39, 5.15; docs/bench/history.md).
-        let stop = self.clean_stop.unwrap_or_else(|| {
-            start
-                .saturating_add((segments / 50).clamp(2, 100))
-                .min(most)
-        });
+        let stop = self
+            .clean_stop
+            .unwrap_or_else(|| start.saturating_add(fiftieth.clamp(2, 100)).min(most));
         Thresholds::new(start, stop).map_err(|e| e.to_string())
     }
 
@@ -1679,13 +1678,13 @@ impl State {
     /// the reserve, and is at least a segment's worth: near a full disk a checkpoint per
     /// segment of map blocks, never one per call.
     pub(crate) fn imap_debt_due(&self) -> bool {
-        let debt = self.imap.dirty_blocks().len() as u64;
-        let seg = self.sb.segment_blocks as u64;
-        let beyond = self.clean_segments().saturating_sub(self.kept_segments()) as u64;
         #[cfg(any(test, feature = "planted"))]
         if self.planted == Planted::ImapDebtUnpaid {
             return false;
         }
+        let debt = self.imap.dirty_blocks().len() as u64;
+        let seg = self.sb.segment_blocks as u64;
+        let beyond = self.clean_segments().saturating_sub(self.kept_segments()) as u64;
         debt >= seg && debt * 4 > beyond * seg
     }
 
@@ -1786,10 +1785,11 @@ const _: () = assert!(SYNCER_SLICE_NS > cairn_vfs::sched::CALL_SLICE_NS);
 /// otherwise notices a used-up slice at the next tick (4 ms apart at 250 Hz). With the
 /// calls at the default slice the syncer kept the CPU for 2.9-3.5 ms while a woken call
 /// waited (a scheduler trace; history.md, "Calls preempt the syncer at once"). The calls'
-/// threads therefore ask for a shorter slice than this thread's (`cairn_vfs::sched`). The idle
-/// scheduling class, which also gave the CPU to the calls, is not used: a syncer starved
-/// by other processes while it holds the engine lock would stop every call. A thread may
-/// always raise its own niceness and set its own slice; a failure only costs the latency.
+/// threads therefore ask for a shorter slice than this thread's (`cairn_vfs::sched`). The
+/// idle scheduling class, which also gave the CPU to the calls, is not used: a syncer
+/// starved by other processes while it holds the engine lock would stop every call. A
+/// thread may always raise its own niceness and set its own slice; a failure only costs
+/// the latency.
 fn yield_to_calls() {
     let me = Some(rustix::thread::gettid());
     let nice =

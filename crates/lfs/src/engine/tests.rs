@@ -3576,10 +3576,9 @@ fn imap_debt_under_chmods(planted: Planted) -> (Vec<String>, u64) {
     .unwrap();
     // The cleaner kept out of it: the debt alone is under test.
     let o = MountOptions {
-        syncer: false,
         clean_start: Some(2),
         clean_stop: Some(3),
-        ..Default::default()
+        ..opts()
     };
     let fs = Lfs::mount_device_planted(dev.clone() as Arc<dyn BlockDevice>, &o, planted).unwrap();
     let c = Ctx::root();
